@@ -1,0 +1,21 @@
+// Package ledger defines the delivery ledger contract that every amiss backend implements.
+//
+// A ledger holds one row per delivery key. The key is a digest of the route, the signature
+// scheme and the replay identity, so two routes never collide. A row moves through
+//
+//	(absent) -> pending -> running -> saved -> done
+//	                ^          |          \-> abandoned
+//	                +----------+ (lease expired or released)
+//
+// and is forgotten by Cleanup only when it is done or abandoned, its replay retention has
+// ended, and it is not permanent.
+//
+// The package holds no I/O. Besides the types and the Ledger interface, it holds the state
+// machine itself (Row and its transition methods), so that every backend makes the same
+// decisions and differs only in how it makes a read-modify-write of one row atomic.
+//
+// Every decision uses the ledger's effective now: the largest of the injected Clock, the row's
+// own last transition and the high-water the backend persists. A clock that steps back
+// therefore never revives an expired lease, never makes an ended row look alive and never
+// turns a request refused as Stale into an accepted one.
+package ledger

@@ -1,0 +1,33 @@
+package ledger
+
+import "errors"
+
+// Sentinel errors. Backends wrap them with context (the operation, the key, the file or
+// object); callers match them with errors.Is.
+var (
+	// ErrLeaseLost: the lease's fence is stale, or the row's own lease has ended by the
+	// ledger's effective now. The holder must drop its work: not save it, not publish it.
+	ErrLeaseLost = errors.New("ledger: lease lost")
+	// ErrFull: the record cap is in use; no new key can be admitted until cleanup frees room.
+	ErrFull = errors.New("ledger: record cap reached")
+	// ErrStale: the signed time is outside the accepted window.
+	ErrStale = errors.New("ledger: signed time outside the accepted window")
+	// ErrTooLarge: a state or report is over its ceiling. Nothing was written.
+	ErrTooLarge = errors.New("ledger: over size limit")
+	// ErrCorrupt: stored data does not decode or fails its checksum. The error names the file
+	// or object. Nothing unreadable is ever treated as absent.
+	ErrCorrupt = errors.New("ledger: corrupt data")
+	// ErrRootMismatch: the stored root was created with other limits, is missing a part, or
+	// was written by a newer format than this code reads.
+	ErrRootMismatch = errors.New("ledger: root does not match configuration")
+	// ErrUnknownDelivery: no row exists for the key (never admitted, or safely forgotten).
+	ErrUnknownDelivery = errors.New("ledger: unknown delivery")
+	// ErrBusy: a bounded wait for a lock or a maintenance lease ran out; try again later.
+	ErrBusy = errors.New("ledger: busy")
+	// ErrUnavailable: the backing store cannot be used right now (I/O failure, listing
+	// failure). The operation left either nothing or its whole effect.
+	ErrUnavailable = errors.New("ledger: store unavailable")
+	// ErrInvalid: the caller passed something the contract does not allow (an empty binding,
+	// a non-positive lease length, a staged result of another evaluation).
+	ErrInvalid = errors.New("ledger: invalid request")
+)

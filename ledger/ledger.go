@@ -1,0 +1,325 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Ledger is the delivery ledger contract. Every method is safe for concurrent use, from one
+// process or many, and each one is a single atomic decision: when it returns an error, the
+// store holds either nothing of the operation or its whole effect.
+type Ledger interface {
+	// Admit records an authenticated delivery with its subject. A delivery with a signed
+	// issue time is checked for freshness against the ledger's effective now in the same
+	// transaction (Stale when too old for the accepted age or too far ahead). Admit answers
+	// Admitted for a new row, Pending for a row not yet finished (re-enqueueing it is safe),
+	// Duplicate for a done or abandoned row, BindingConflict when the key is bound to another
+	// body, and Full when the record cap is in use. A re-admission presenting a later signed
+	// time records it, lengthening retention and never widening acceptance. Admission never
+	// lists the store and issues a bounded number of operations.
+	Admit(ctx context.Context, d Delivery) (Admission, error)
+
+	// Claim is the one coordination step. It answers Execute with a lease whose fence is
+	// strictly greater than any fence granted before for the row; Publish with the frozen
+	// result when one was saved; Busy while another owner's lease is live; Duplicate once the
+	// row is done or abandoned; BindingConflict when bindingDigest does not match. A key with
+	// no row is ErrUnknownDelivery.
+	Claim(ctx context.Context, key Key, bindingDigest Digest, owner string, leaseFor time.Duration) (Claim, error)
+
+	// Renew extends a live lease, executing or publishing. It answers ErrLeaseLost when the
+	// fence is stale or the row's own lease has ended by the ledger's effective now; the
+	// expiry carried in the lease is never read.
+	Renew(ctx context.Context, lease Lease, leaseFor time.Duration) (Lease, error)
+
+	// Save freezes the report as the row's result and stages it for publication; the saver
+	// keeps its lease, now a publishing lease. It answers ErrLeaseLost when the lease is stale
+	// or has ended, even when nobody else claimed since, and ErrTooLarge (writing nothing)
+	// when the report is over its ceiling. Repeating a Save that landed answers the same
+	// staged result.
+	Save(ctx context.Context, lease Lease, report []byte) (Staged, error)
+
+	// Complete marks a saved row done. Repeating it on a done row succeeds and grants
+	// nothing.
+	Complete(ctx context.Context, staged Staged) error
+
+	// Abandon ends a saved row that can never be published, keeping the reason. The holder
+	// must own a live publishing lease. The row answers Duplicate afterwards and is cleaned
+	// like a done one. Repeating it on an abandoned row succeeds.
+	Abandon(ctx context.Context, staged Staged, reason string) error
+
+	// Release gives a lease back early so the next claim need not wait for expiry; no claim
+	// is granted before notBefore. A stale fence answers ErrLeaseLost.
+	Release(ctx context.Context, lease Lease, notBefore time.Time) error
+
+	// Cleanup runs one bounded pass starting at cursor (empty for the start). It removes only
+	// rows that are done or abandoned, not permanent, and whose retention ended strictly
+	// before the effective now, after persisting that now as the high-water. It reports what
+	// it removed, how many rows it kept, the rows it could not read (skipped, never removed)
+	// and the stranded rows (not finished, no live lease, idle longer than the threshold).
+	// When it cannot list or read the store it removes nothing and returns an error. Only one
+	// cleanup runs at a time; another one answers ErrBusy.
+	Cleanup(ctx context.Context, cursor Cursor) (CleanupReport, error)
+
+	// Stats reports counts by state, capacity use and the high-water clock. It reads every
+	// row and is meant for operators, never the request path.
+	Stats(ctx context.Context) (Stats, error)
+
+	// Inspect returns a copy of the row stored for key, or ErrUnknownDelivery.
+	Inspect(ctx context.Context, key Key) (Row, error)
+
+	// Close releases the handle's resources. It writes nothing.
+	Close() error
+}
+
+// Delivery is an authenticated webhook as the ingress admits it.
+type Delivery struct {
+	// Binding fixes what the key is bound to.
+	Binding Binding
+	// Subject is the bounded, normalised subject the runner evaluates, opaque to the ledger.
+	Subject []byte
+	// SignedAt is the issue time the signature proves. The zero time means the signature
+	// proves none, and the row is permanent.
+	SignedAt time.Time
+	// MaxAge is the route's accepted signed age. Zero means the controller's ceiling; a value
+	// above the ceiling is clamped to it, so a route can only narrow.
+	MaxAge time.Duration
+}
+
+// Key returns the delivery key.
+func (d Delivery) Key() Key { return d.Binding.Key() }
+
+// Validate reports a delivery the contract cannot store.
+func (d Delivery) Validate() error {
+	b := d.Binding
+	if b.Route == "" || b.Scheme == "" || b.Identity == "" {
+		return fmt.Errorf("%w: binding needs route, scheme and identity", ErrInvalid)
+	}
+	if d.MaxAge < 0 {
+		return fmt.Errorf("%w: negative accepted age", ErrInvalid)
+	}
+	return nil
+}
+
+// AdmitOutcome is Admit's answer.
+type AdmitOutcome int
+
+// The answers of Admit.
+const (
+	Admitted AdmitOutcome = iota + 1
+	Pending
+	Duplicate
+	BindingConflict
+	Stale
+	Full
+)
+
+var admitNames = map[AdmitOutcome]string{Admitted: "admitted", Pending: "pending", Duplicate: "duplicate",
+	BindingConflict: "binding-conflict", Stale: "stale", Full: "full"}
+
+func (o AdmitOutcome) String() string {
+	if s, ok := admitNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("AdmitOutcome(%d)", int(o))
+}
+
+// Admission is the result of Admit.
+type Admission struct {
+	Outcome AdmitOutcome
+	Key     Key
+	// EvaluationID and State describe the row, when there is one.
+	EvaluationID string
+	State        State
+	// RetainUntil is the end of the row's retention (zero when permanent).
+	RetainUntil time.Time
+}
+
+// Err maps the refusals to sentinel errors: Full to ErrFull and Stale to ErrStale; every other
+// outcome is nil.
+func (a Admission) Err() error {
+	switch a.Outcome {
+	case Full:
+		return ErrFull
+	case Stale:
+		return ErrStale
+	}
+	return nil
+}
+
+// ClaimOutcome is Claim's answer.
+type ClaimOutcome int
+
+// The answers of Claim.
+const (
+	Execute ClaimOutcome = iota + 1
+	Publish
+	Busy
+	ClaimDuplicate
+	ClaimConflict
+)
+
+var claimNames = map[ClaimOutcome]string{Execute: "execute", Publish: "publish", Busy: "busy",
+	ClaimDuplicate: "duplicate", ClaimConflict: "binding-conflict"}
+
+func (o ClaimOutcome) String() string {
+	if s, ok := claimNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("ClaimOutcome(%d)", int(o))
+}
+
+// Claim is the result of Claim.
+type Claim struct {
+	Outcome ClaimOutcome
+	// Lease is set for Execute.
+	Lease *Lease
+	// Staged is set for Publish.
+	Staged *Staged
+	// EvaluationID is the row's evaluation id (every outcome but ClaimConflict).
+	EvaluationID string
+	// RetryAt is when a Busy row may be claimed again.
+	RetryAt time.Time
+}
+
+// Phase says what a lease entitles its holder to do.
+type Phase int
+
+// Lease phases.
+const (
+	PhaseExecute Phase = iota + 1
+	PhasePublish
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseExecute:
+		return "execute"
+	case PhasePublish:
+		return "publish"
+	}
+	return fmt.Sprintf("Phase(%d)", int(p))
+}
+
+// Lease is a fenced grant of ownership. Only the fence and the evaluation id are ever
+// checked; Expires is advisory, for the holder's own scheduling.
+type Lease struct {
+	Key           Key
+	BindingDigest Digest
+	EvaluationID  string
+	Fence         uint64
+	Owner         string
+	Phase         Phase
+	// Attempt counts Execute grants for the row, this one included; for a publishing lease
+	// it counts publish grants.
+	Attempt int
+	// Expires is advisory: the ledger's own record decides.
+	Expires time.Time
+	// Subject is the row's subject, handed to the evaluator.
+	Subject []byte
+}
+
+// Staged is a frozen result awaiting publication, with the lease to publish it under.
+type Staged struct {
+	Lease  Lease
+	Report []byte
+}
+
+// State is a row's place in the lifecycle.
+type State int
+
+// Row states.
+const (
+	StatePending State = iota + 1
+	StateRunning
+	StateSaved
+	StateDone
+	StateAbandoned
+)
+
+var stateNames = map[State]string{StatePending: "pending", StateRunning: "running", StateSaved: "saved",
+	StateDone: "done", StateAbandoned: "abandoned"}
+
+// States lists every state in lifecycle order.
+var States = []State{StatePending, StateRunning, StateSaved, StateDone, StateAbandoned}
+
+func (s State) String() string {
+	if n, ok := stateNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+// Terminal reports whether the state is done or abandoned.
+func (s State) Terminal() bool { return s == StateDone || s == StateAbandoned }
+
+// MarshalText encodes the state by name.
+func (s State) MarshalText() ([]byte, error) {
+	if _, ok := stateNames[s]; !ok {
+		return nil, fmt.Errorf("ledger: unknown state %d", int(s))
+	}
+	return []byte(s.String()), nil
+}
+
+// UnmarshalText decodes a state name.
+func (s *State) UnmarshalText(b []byte) error {
+	for k, v := range stateNames {
+		if v == string(b) {
+			*s = k
+			return nil
+		}
+	}
+	return fmt.Errorf("ledger: unknown state %q", b)
+}
+
+// Cursor is the opaque position of a cleanup pass; the empty cursor starts a new lap.
+type Cursor string
+
+// CleanupReport is what one Cleanup pass did and found.
+type CleanupReport struct {
+	// Removed lists the rows this pass forgot.
+	Removed []RemovedRow
+	// Retained counts the rows the pass read and kept.
+	Retained int
+	// Damaged lists rows that could not be read: skipped, counted as retained, never removed.
+	Damaged []DamagedRow
+	// Stranded lists unfinished rows with no live lease, idle longer than the threshold.
+	Stranded []StrandedRow
+	// HighWater is the effective now the pass persisted before deleting.
+	HighWater time.Time
+	// Next is where the next pass continues; Done reports that this pass finished a lap.
+	Next Cursor
+	Done bool
+}
+
+// RemovedRow names a forgotten row.
+type RemovedRow struct {
+	Key          Key
+	EvaluationID string
+}
+
+// DamagedRow names a row that could not be read, and why.
+type DamagedRow struct {
+	// Name is the file or object that failed.
+	Name string
+	Err  error
+}
+
+// StrandedRow is enough to re-enqueue a row: the queue message carries key and binding.
+type StrandedRow struct {
+	Key           Key
+	BindingDigest Digest
+	State         State
+	// Since is the row's last transition.
+	Since time.Time
+}
+
+// Stats is the operator's view of a ledger.
+type Stats struct {
+	Rows         int64
+	ByState      map[State]int64
+	Damaged      int64
+	CapacityUsed int64
+	Limits       Limits
+	HighWater    time.Time
+}

@@ -1,0 +1,65 @@
+// Package ledgertest is the conformance suite every ledger backend passes. A backend provides
+// a Harness; RunConformanceTests runs every case as a named subtest against it.
+package ledgertest
+
+import (
+	"context"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Options are the per-handle settings the suite opens a ledger with.
+type Options struct {
+	Clock ledger.Clock
+	// StrandedAfter is the idle time after which Cleanup reports an unfinished row.
+	StrandedAfter time.Duration
+	// CleanupBatch bounds the rows one Cleanup pass removes.
+	CleanupBatch int
+}
+
+// OpCount counts storage operations made through the harness's instrumented store.
+type OpCount struct {
+	// Ops counts every storage operation (file system calls, HTTP requests).
+	Ops int
+	// Listings counts the operations that list a directory or a prefix.
+	Listings int
+}
+
+// Harness is what a backend provides to the suite. One harness owns one store (a root
+// folder, a bucket prefix); every Open reopens that same store, as a new process would.
+type Harness interface {
+	// Open opens a new handle on the harness's store, creating the store when it does not
+	// exist yet. Opening clears any crash staged with CrashAfter: it is a new process.
+	Open(ctx context.Context, limits ledger.Limits, opts Options) (ledger.Ledger, error)
+	// Ops reports the operations counted since the last ResetOps.
+	Ops() OpCount
+	// ResetOps sets the counters to zero.
+	ResetOps()
+	// CrashAfter makes every handle opened so far die after n more mutating operations:
+	// the operation that would be the (n+1)th, and every operation after it, fails without
+	// effect, as if the process had been killed. A negative n cancels a staged crash.
+	CrashAfter(n int)
+	// FailListings makes listings fail after n more successful ones, so a cleanup cannot
+	// read the whole store. A negative n lets listings succeed again.
+	FailListings(n int)
+	// DamageRow overwrites the stored row of key with bytes that do not decode.
+	DamageRow(ctx context.Context, key ledger.Key) error
+	// HoldMaintenance takes the maintenance lock or lease as another process would, until
+	// release is called.
+	HoldMaintenance(ctx context.Context) (release func(), err error)
+	// Close releases the harness and its store.
+	Close() error
+}
+
+// NewHarness makes a harness over a new, empty store.
+type NewHarness func(ctx context.Context, t TB) (Harness, error)
+
+// TB is the part of testing.TB a harness constructor needs.
+type TB interface {
+	Helper()
+	TempDir() string
+	Cleanup(func())
+	Logf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}

@@ -1,0 +1,357 @@
+// Package faultfs wraps the FileLedger's file system to count operations and inject
+// failures, in the manner of Pebble's vfs/errorfs: small rules, composed, each deciding for
+// one operation whether it passes, fails before its effect, fails after its effect, or kills
+// the "process" (every later operation fails).
+package faultfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"sync"
+
+	"github.com/amiss-ci/amiss/localfs"
+)
+
+// Op names a file system operation.
+type Op string
+
+// Operations.
+const (
+	OpReadFile Op = "read"
+	OpOpen     Op = "open"
+	OpWrite    Op = "write"
+	OpSync     Op = "fsync"
+	OpClose    Op = "close"
+	OpRename   Op = "rename"
+	OpRemove   Op = "remove"
+	OpMkdir    Op = "mkdir"
+	OpReadDir  Op = "readdir"
+	OpStat     Op = "stat"
+	OpSyncDir  Op = "syncdir"
+	OpSyncFS   Op = "syncfs"
+)
+
+// Mutating reports whether the operation can change what is stored.
+func (o Op) Mutating() bool {
+	switch o {
+	case OpOpen, OpWrite, OpSync, OpClose, OpRename, OpRemove, OpMkdir, OpSyncDir, OpSyncFS:
+		return true
+	}
+	return false
+}
+
+// Durability reports whether the operation is an fsync of some kind.
+func (o Op) Durability() bool { return o == OpSync || o == OpSyncDir || o == OpSyncFS }
+
+// Action is a rule's decision.
+type Action int
+
+// Actions.
+const (
+	// Pass lets the operation run.
+	Pass Action = iota
+	// FailBefore fails the operation without its effect.
+	FailBefore
+	// FailAfter runs the operation and then reports a failure.
+	FailAfter
+	// Crash fails this operation without effect and every later one: the process died.
+	Crash
+	// CrashAfterEffect runs this operation, then fails it and every later one.
+	CrashAfterEffect
+)
+
+// ErrInjected is the error injected failures wrap.
+var ErrInjected = errors.New("faultfs: injected failure")
+
+// Rule decides the fate of one operation.
+type Rule func(op Op, path string) Action
+
+// Counter counts operations across every FS that shares it. It is safe for concurrent use.
+type Counter struct {
+	mu   sync.Mutex
+	byOp map[Op]int
+}
+
+// NewCounter returns a zeroed counter.
+func NewCounter() *Counter { return &Counter{byOp: map[Op]int{}} }
+
+func (c *Counter) add(op Op) {
+	c.mu.Lock()
+	c.byOp[op]++
+	c.mu.Unlock()
+}
+
+// Counts is a snapshot of a counter.
+type Counts struct {
+	Total, Listings, Fsyncs, Mutating int
+	ByOp                              map[Op]int
+}
+
+// String lists the counts by operation.
+func (c Counts) String() string {
+	ops := make([]string, 0, len(c.ByOp))
+	for op := range c.ByOp {
+		ops = append(ops, string(op))
+	}
+	sort.Strings(ops)
+	s := fmt.Sprintf("%d ops", c.Total)
+	for _, op := range ops {
+		s += fmt.Sprintf(" %s=%d", op, c.ByOp[Op(op)])
+	}
+	return s
+}
+
+// Snapshot returns the counts so far.
+func (c *Counter) Snapshot() Counts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := Counts{ByOp: map[Op]int{}}
+	for op, n := range c.byOp {
+		out.ByOp[op] = n
+		out.Total += n
+		if op == OpReadDir {
+			out.Listings += n
+		}
+		if op.Durability() {
+			out.Fsyncs += n
+		}
+		if op.Mutating() {
+			out.Mutating += n
+		}
+	}
+	return out
+}
+
+// Reset zeroes the counter.
+func (c *Counter) Reset() {
+	c.mu.Lock()
+	c.byOp = map[Op]int{}
+	c.mu.Unlock()
+}
+
+// FS is a localfs.FS with counting and fault injection.
+type FS struct {
+	base  localfs.FS
+	count *Counter
+
+	mu    sync.Mutex
+	rules map[string]Rule
+	dead  bool
+}
+
+var _ localfs.FS = (*FS)(nil)
+
+// New wraps base; count may be shared between several FS values (nil: a new one).
+func New(base localfs.FS, count *Counter) *FS {
+	if count == nil {
+		count = NewCounter()
+	}
+	return &FS{base: base, count: count, rules: map[string]Rule{}}
+}
+
+// Counter returns the FS's counter.
+func (f *FS) Counter() *Counter { return f.count }
+
+// SetRule installs (or, with nil, removes) the named rule. Rules are consulted in name order;
+// the first that does not answer Pass decides.
+func (f *FS) SetRule(name string, r Rule) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r == nil {
+		delete(f.rules, name)
+		return
+	}
+	f.rules[name] = r
+}
+
+// Dead reports whether a crash rule has killed this FS.
+func (f *FS) Dead() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dead
+}
+
+// Kill makes every later operation fail, as a process that died.
+func (f *FS) Kill() {
+	f.mu.Lock()
+	f.dead = true
+	f.mu.Unlock()
+}
+
+func (f *FS) decide(op Op, path string) Action {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dead {
+		return Crash
+	}
+	names := make([]string, 0, len(f.rules))
+	for n := range f.rules {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if a := f.rules[n](op, path); a != Pass {
+			if a == Crash || a == CrashAfterEffect {
+				f.dead = true
+			}
+			return a
+		}
+	}
+	return Pass
+}
+
+// do runs one operation under the rules.
+func (f *FS) do(op Op, path string, run func() error) error {
+	a := f.decide(op, path)
+	if a == FailBefore || a == Crash {
+		return &fs.PathError{Op: string(op), Path: path, Err: ErrInjected}
+	}
+	f.count.add(op)
+	err := run()
+	if err != nil {
+		return err
+	}
+	if a == FailAfter || a == CrashAfterEffect {
+		return &fs.PathError{Op: string(op), Path: path, Err: fmt.Errorf("%w (after the effect)", ErrInjected)}
+	}
+	return nil
+}
+
+func (f *FS) ReadFile(name string) (data []byte, err error) {
+	err = f.do(OpReadFile, name, func() error { data, err = f.base.ReadFile(name); return err })
+	return data, err
+}
+
+func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (localfs.File, error) {
+	var file localfs.File
+	err := f.do(OpOpen, name, func() (err error) { file, err = f.base.OpenFile(name, flag, perm); return err })
+	if err != nil {
+		if file != nil {
+			file.Close()
+		}
+		return nil, err
+	}
+	return &wrappedFile{f: f, base: file, name: name}, nil
+}
+
+func (f *FS) Rename(oldpath, newpath string) error {
+	return f.do(OpRename, newpath, func() error { return f.base.Rename(oldpath, newpath) })
+}
+
+func (f *FS) Remove(name string) error {
+	return f.do(OpRemove, name, func() error { return f.base.Remove(name) })
+}
+
+func (f *FS) Mkdir(name string, perm fs.FileMode) error {
+	return f.do(OpMkdir, name, func() error { return f.base.Mkdir(name, perm) })
+}
+
+func (f *FS) ReadDir(name string) (out []fs.DirEntry, err error) {
+	err = f.do(OpReadDir, name, func() error { out, err = f.base.ReadDir(name); return err })
+	return out, err
+}
+
+func (f *FS) Stat(name string) (out fs.FileInfo, err error) {
+	err = f.do(OpStat, name, func() error { out, err = f.base.Stat(name); return err })
+	return out, err
+}
+
+func (f *FS) SyncDir(name string) error {
+	return f.do(OpSyncDir, name, func() error { return f.base.SyncDir(name) })
+}
+
+func (f *FS) SyncFS(name string) error {
+	return f.do(OpSyncFS, name, func() error { return f.base.SyncFS(name) })
+}
+
+type wrappedFile struct {
+	f    *FS
+	base localfs.File
+	name string
+}
+
+func (w *wrappedFile) Write(p []byte) (n int, err error) {
+	err = w.f.do(OpWrite, w.name, func() error { n, err = w.base.Write(p); return err })
+	return n, err
+}
+
+func (w *wrappedFile) Sync() error {
+	return w.f.do(OpSync, w.name, func() error { return w.base.Sync() })
+}
+
+// Close always releases the descriptor, even when the rules fail it: a dead process's
+// descriptors are closed by the kernel.
+func (w *wrappedFile) Close() error {
+	err := w.f.do(OpClose, w.name, func() error { return nil })
+	cerr := w.base.Close()
+	if err != nil {
+		return err
+	}
+	return cerr
+}
+
+func (w *wrappedFile) Fd() uintptr { return w.base.Fd() }
+
+// CrashAfter returns a rule that lets n mutating operations pass and then crashes (with
+// Crash, or CrashAfterEffect when afterEffect is set).
+func CrashAfter(n int, afterEffect bool) Rule {
+	var mu sync.Mutex
+	left := n
+	return func(op Op, path string) Action {
+		if !op.Mutating() {
+			return Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if left > 0 {
+			left--
+			return Pass
+		}
+		if afterEffect {
+			return CrashAfterEffect
+		}
+		return Crash
+	}
+}
+
+// FailNth returns a rule that fails the (n+1)th mutating operation once (before or after its
+// effect) and lets everything else pass.
+func FailNth(n int, after bool) Rule {
+	var mu sync.Mutex
+	seen := 0
+	return func(op Op, path string) Action {
+		if !op.Mutating() {
+			return Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		seen++
+		if seen != n+1 {
+			return Pass
+		}
+		if after {
+			return FailAfter
+		}
+		return FailBefore
+	}
+}
+
+// FailListingsAfter returns a rule that lets n listings pass and fails every later one.
+func FailListingsAfter(n int) Rule {
+	var mu sync.Mutex
+	left := n
+	return func(op Op, path string) Action {
+		if op != OpReadDir {
+			return Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if left > 0 {
+			left--
+			return Pass
+		}
+		return FailBefore
+	}
+}
