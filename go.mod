@@ -2,4 +2,4 @@ module github.com/amiss-ci/amiss
 
 go 1.26.8
 
-require golang.org/x/sys v0.50.0 // indirect
+require golang.org/x/sys v0.50.0

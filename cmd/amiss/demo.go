@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
+)
+
+// runDemo creates (or reopens) a file root and takes one sample delivery through every state,
+// printing each answer of the ledger, then the root's stats.
+func runDemo(ctx context.Context, args []string, out io.Writer) error {
+	_, root, err := rootFlags("demo", args)
+	if err != nil {
+		return err
+	}
+	limits := ledger.DefaultLimits()
+	if got, err := localfs.ReadLimits(*root, nil); err == nil {
+		limits = got
+	}
+	if err := os.MkdirAll(*root, 0o700); err != nil {
+		return err
+	}
+	l, err := localfs.Prepare(ctx, *root, localfs.Config{Limits: limits, Create: true})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Fprintf(out, "ledger root %s\n", l.Dir())
+
+	now := time.Now()
+	body := fmt.Appendf(nil, `{"ref":"refs/heads/main","after":"%040x"}`, now.UnixNano())
+	subject, _ := json.Marshal(map[string]string{"provider": "standard-webhooks", "repository": "acme/app",
+		"sha": fmt.Sprintf("%040x", now.UnixNano()), "event": "push"})
+	d := ledger.Delivery{
+		Binding: ledger.Binding{Route: "demo", Scheme: "standard-webhooks",
+			Identity: fmt.Sprintf("msg_demo_%d", now.UnixNano()), BodyDigest: ledger.SumBody(body)},
+		Subject:  subject,
+		SignedAt: now,
+	}
+	step := func(format string, a ...any) { fmt.Fprintf(out, "  "+format+"\n", a...) }
+
+	a, err := l.Admit(ctx, d)
+	if err != nil {
+		return err
+	}
+	step("admit     -> %v (key %s, evaluation %s, retained until %s)", a.Outcome, a.Key.Short(), a.EvaluationID,
+		a.RetainUntil.Format(time.RFC3339))
+	again, err := l.Admit(ctx, d)
+	if err != nil {
+		return err
+	}
+	step("redeliver -> %v (a retry of the same webhook is answered, not admitted twice)", again.Outcome)
+	c, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "demo-runner", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	step("claim     -> %v (fence %d, attempt %d)", c.Outcome, c.Lease.Fence, c.Lease.Attempt)
+	second, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "another-runner", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	step("claim     -> %v for a second runner (retry at %s)", second.Outcome, second.RetryAt.Format(time.RFC3339))
+	report := []byte(`{"state":"success","description":"demo verdict"}`)
+	s, err := l.Save(ctx, *c.Lease, report)
+	if err != nil {
+		return err
+	}
+	step("save      -> staged %d bytes for publication", len(s.Report))
+	step("publish   -> (the runner would post %s as a commit status here)", report)
+	if err := l.Complete(ctx, s); err != nil {
+		return err
+	}
+	step("complete  -> done")
+	dup, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "late-runner", 30*time.Second)
+	if err != nil {
+		return err
+	}
+	step("claim     -> %v (evaluation %s): a late redelivery gets no new work", dup.Outcome, dup.EvaluationID)
+	fmt.Fprintln(out)
+	st, err := l.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	printStats(out, st)
+	return nil
+}

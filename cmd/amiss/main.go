@@ -1,0 +1,63 @@
+// Command amiss is the local entry point of the amiss delivery controller.
+//
+//	amiss demo   [-root DIR]              run a sample delivery through every state on a file root
+//	amiss ledger stats   [-root DIR]      counts by state, capacity, high-water clock
+//	amiss ledger inspect [-root DIR] KEY  one row, as JSON
+//	amiss ledger verify  [-root DIR]      decode every file and check the capacity record
+//	amiss ledger cleanup [-root DIR]      run cleanup passes until a lap is done
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const defaultRoot = "var/ledger"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "amiss:", err)
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage: amiss demo|ledger stats|inspect|verify|cleanup [-root DIR]")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errUsage
+	}
+	switch args[0] {
+	case "demo":
+		return runDemo(ctx, args[1:], stdout)
+	case "ledger":
+		if len(args) < 2 {
+			return errUsage
+		}
+		return runLedger(ctx, args[1], args[2:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprintln(stdout, errUsage.Error())
+		return nil
+	}
+	return fmt.Errorf("%w (unknown command %q)", errUsage, args[0])
+}
+
+func rootFlags(name string, args []string) (*flag.FlagSet, *string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	root := fs.String("root", defaultRoot, "ledger root folder")
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return fs, root, nil
+}

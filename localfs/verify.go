@@ -1,0 +1,137 @@
+package localfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// ReadLimits returns the limits recorded in the root in dir, so operator tools can open a root
+// without being told how it was created.
+func ReadLimits(dir string, fsys FS) (ledger.Limits, error) {
+	if fsys == nil {
+		fsys = OSFS{}
+	}
+	p := filepath.Join(dir, RootFile)
+	data, err := fsys.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return ledger.Limits{}, fmt.Errorf("%w: %s is missing: not a ledger root", ledger.ErrRootMismatch, p)
+		}
+		return ledger.Limits{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	st, err := decodeRoot(data)
+	if err != nil {
+		return ledger.Limits{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return st.Limits, nil
+}
+
+// VerifyReport is what Verify found.
+type VerifyReport struct {
+	// Files counts the files read and decoded.
+	Files int
+	// Rows counts the row state files, Reports the report files.
+	Rows, Reports int
+	// CapacityUsed is the count the capacity record holds.
+	CapacityUsed int64
+	// Problems lists every file that failed, and every inconsistency, one line each.
+	Problems []string
+}
+
+// OK reports whether Verify found nothing wrong.
+func (v VerifyReport) OK() bool { return len(v.Problems) == 0 }
+
+// Verify reads every file of the root and checks that it decodes, that every saved row's
+// report is present and matches, and that the capacity record does not understate the rows.
+// It changes nothing. progress, when not nil, is called after each row with the rows read.
+func (l *Ledger) Verify(ctx context.Context, progress func(done int)) (VerifyReport, error) {
+	r := l.r
+	var v VerifyReport
+	problem := func(format string, args ...any) { v.Problems = append(v.Problems, fmt.Sprintf(format, args...)) }
+	if _, err := r.readRoot(); err != nil {
+		problem("%v", err)
+	} else {
+		v.Files++
+	}
+	c, err := r.readCapacity()
+	if err != nil {
+		problem("%v", err)
+	} else {
+		v.Files++
+		v.CapacityUsed = c.Used
+	}
+	if data, err := r.fs.ReadFile(r.path(BatchFile)); err == nil {
+		v.Files++
+		if _, err := decodeBatch(data); err != nil {
+			problem("%s: %v", r.path(BatchFile), err)
+		} else {
+			problem("%s: a cleanup batch was interrupted; the next cleanup or prepare finishes it", r.path(BatchFile))
+		}
+	}
+	rowsDir := filepath.Join(r.dir, RowsDir)
+	shards, err := r.fs.ReadDir(rowsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return v, fmt.Errorf("verify: %w: list %s: %v", ledger.ErrUnavailable, rowsDir, err)
+	}
+	for _, s := range shards {
+		if err := ctx.Err(); err != nil {
+			return v, err
+		}
+		dir := filepath.Join(rowsDir, s.Name())
+		names, err := r.fs.ReadDir(dir)
+		if err != nil {
+			return v, fmt.Errorf("verify: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
+		}
+		for _, n := range names {
+			p := filepath.Join(dir, n.Name())
+			switch {
+			case strings.Contains(n.Name(), tmpMarker):
+				problem("%s: leftover temporary file (prepare collects it)", p)
+			case strings.HasSuffix(n.Name(), ".state"):
+				v.Rows++
+				key, err := ledger.ParseKey(strings.TrimSuffix(n.Name(), ".state"))
+				if err != nil {
+					problem("%s: not a row file name", p)
+					continue
+				}
+				row, err := r.readRow(key)
+				if err != nil {
+					problem("%v", err)
+					continue
+				}
+				v.Files++
+				if row.State == ledger.StateSaved {
+					if _, err := r.readReport(&row); err != nil {
+						problem("%v", err)
+					}
+				}
+				if progress != nil {
+					progress(v.Rows)
+				}
+			case strings.HasSuffix(n.Name(), ".report"):
+				v.Reports++
+				data, err := r.fs.ReadFile(p)
+				if err == nil {
+					_, err = decodeReport(data, r.cfg.Limits)
+				}
+				if err != nil {
+					problem("%s: %v", p, err)
+				} else {
+					v.Files++
+				}
+			default:
+				problem("%s: unexpected file", p)
+			}
+		}
+	}
+	if v.CapacityUsed < int64(v.Rows) {
+		problem("%s: count %d understates the %d rows stored", r.path(CapacityFile), v.CapacityUsed, v.Rows)
+	}
+	return v, nil
+}
