@@ -130,6 +130,7 @@ func stateName(t *testing.T, l ledger.Ledger, d ledger.Delivery) (string, ledger
 // legible, that the operation left nothing or its whole effect, that fences never went back, that
 // capacity never understates, and that the row's work can finish.
 func TestCrashAtEveryStep(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)

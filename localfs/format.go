@@ -51,11 +51,13 @@ func (k kind) String() string {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func encodeFrame(k kind, payload []byte) []byte {
+func encodeFrame(k kind, payload []byte) []byte { return encodeFrameVersion(k, FormatVersion, payload) }
+
+func encodeFrameVersion(k kind, version uint16, payload []byte) []byte {
 	out := make([]byte, 0, frameOverhead+len(payload))
 	out = append(out, frameMagic...)
 	out = append(out, byte(k))
-	out = binary.BigEndian.AppendUint16(out, FormatVersion)
+	out = binary.BigEndian.AppendUint16(out, version)
 	out = binary.BigEndian.AppendUint32(out, uint32(len(payload)))
 	out = append(out, payload...)
 	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))

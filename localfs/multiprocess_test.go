@@ -1,0 +1,276 @@
+package localfs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
+)
+
+// The multi-process test re-executes this test binary as worker processes that admit, claim,
+// save, "publish" and complete the same deliveries on one root; one worker is killed with
+// SIGKILL mid-run. Each worker appends what it saved and published to its own log; the parent
+// then checks every delivery is done, with one saved result, and that every publication of a
+// delivery carried that same verdict.
+
+const (
+	envWorker = "AMISS_MP_WORKER"
+	envRoot   = "AMISS_MP_ROOT"
+	envLogs   = "AMISS_MP_LOGS"
+	envCount  = "AMISS_MP_COUNT"
+)
+
+func mpDelivery(i int) ledger.Delivery {
+	body := fmt.Appendf(nil, `{"delivery":%d}`, i)
+	return ledger.Delivery{
+		Binding: ledger.Binding{Route: "mp", Scheme: "github-sha256", Identity: fmt.Sprintf("mp-%d", i),
+			BodyDigest: ledger.SumBody(body)},
+		Subject: body,
+	}
+}
+
+func mpLimits() ledger.Limits {
+	l := testLimits()
+	l.RecordCap = 100_000
+	return l
+}
+
+func TestMultiProcess(t *testing.T) {
+	workers, count, kills := 4, 200, 1
+	if os.Getenv("AMISS_SOAK") != "" {
+		workers, count, kills = 8, 2000, 3
+	}
+	if testing.Short() {
+		t.Skip("spawns processes: skipped with -short")
+	}
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "root")
+	logs := t.TempDir()
+	l := openRoot(t, dir, localfs.Config{Limits: mpLimits()})
+	l.Close()
+
+	procs := make([]*exec.Cmd, workers)
+	for w := range workers {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcessWorker$", "-test.v")
+		cmd.Env = append(os.Environ(), envWorker+"="+strconv.Itoa(w), envRoot+"="+dir, envLogs+"="+logs,
+			envCount+"="+strconv.Itoa(count))
+		out, err := os.Create(filepath.Join(logs, fmt.Sprintf("stdout-%d", w)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer out.Close()
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("start worker %d: %v", w, err)
+		}
+		procs[w] = cmd
+	}
+	// Kill workers once the run is well under way.
+	killed := map[int]bool{}
+	deadline := time.Now().Add(30 * time.Second)
+	for k := range kills {
+		for time.Now().Before(deadline) && countLines(t, logs, "pub-") < (k+1)*count/(kills+2) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := procs[k].Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatalf("kill worker %d: %v", k, err)
+		}
+		killed[k] = true
+		t.Logf("killed worker %d after %d publications", k, countLines(t, logs, "pub-"))
+	}
+	for w, cmd := range procs {
+		err := cmd.Wait()
+		if killed[w] {
+			continue
+		}
+		if err != nil {
+			out, _ := os.ReadFile(filepath.Join(logs, fmt.Sprintf("stdout-%d", w)))
+			t.Fatalf("worker %d: %v\n%s", w, err, out)
+		}
+	}
+
+	// Check: every delivery done, one saved result, every publication carried it.
+	ctx := context.Background()
+	p, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: mpLimits()})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer p.Close()
+	saves := readLog(t, logs, "save-")
+	takeovers := 0
+	pubs := readLog(t, logs, "pub-")
+	for i := range count {
+		d := mpDelivery(i)
+		row, err := p.Inspect(ctx, d.Key())
+		if err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+		if row.State != ledger.StateDone {
+			t.Fatalf("delivery %d is %v, want done", i, row.State)
+		}
+		if row.Attempts > 1 || row.PublishAttempts > 0 {
+			takeovers++
+		}
+		digest := row.Report.Digest.String()
+		saved := map[string]bool{}
+		for _, s := range saves[i] {
+			saved[s] = true
+		}
+		if len(saved) > 1 {
+			t.Fatalf("delivery %d: %d different results saved: %v", i, len(saved), saves[i])
+		}
+		for s := range saved {
+			if !strings.HasSuffix(s, digest) || !strings.HasPrefix(s, strconv.FormatUint(row.Report.Fence, 10)+" ") {
+				t.Fatalf("delivery %d: saved %q, row holds fence %d digest %s", i, s, row.Report.Fence, digest)
+			}
+		}
+		if len(pubs[i]) == 0 {
+			t.Fatalf("delivery %d was never published", i)
+		}
+		for _, pub := range pubs[i] {
+			if pub != digest {
+				t.Fatalf("delivery %d: published %s and the saved verdict is %s", i, pub, digest)
+			}
+		}
+	}
+	st, err := p.Stats(ctx)
+	if err != nil || st.Rows != int64(count) || st.CapacityUsed != int64(count) || st.ByState[ledger.StateDone] != int64(count) {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+	if v, err := p.Verify(ctx, nil); err != nil || !v.OK() {
+		t.Fatalf("verify: %v %v", err, v.Problems)
+	}
+	t.Logf("%d workers (%d killed), %d deliveries, %d publications, %d rows claimed more than once",
+		workers, kills, count, countLines(t, logs, "pub-"), takeovers)
+}
+
+func countLines(t *testing.T, dir, prefix string) int {
+	n := 0
+	for _, lines := range readLog(t, dir, prefix) {
+		n += len(lines)
+	}
+	return n
+}
+
+// readLog reads every worker's log with the prefix: "delivery value" per line; a torn last
+// line (a killed writer) is ignored.
+func readLog(t *testing.T, dir, prefix string) map[int][]string {
+	t.Helper()
+	out := map[int][]string{}
+	files, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if !strings.HasSuffix(line, ";") {
+				continue
+			}
+			i, v, ok := strings.Cut(strings.TrimSuffix(line, ";"), " ")
+			n, err := strconv.Atoi(i)
+			if !ok || err != nil {
+				continue
+			}
+			out[n] = append(out[n], v)
+		}
+	}
+	return out
+}
+
+// TestMultiProcessWorker is one worker process; it does nothing unless started by
+// TestMultiProcess.
+func TestMultiProcessWorker(t *testing.T) {
+	id := os.Getenv(envWorker)
+	if id == "" {
+		t.Skip("worker process of TestMultiProcess")
+	}
+	count, _ := strconv.Atoi(os.Getenv(envCount))
+	logs := os.Getenv(envLogs)
+	ctx := context.Background()
+	l, err := localfs.Open(ctx, os.Getenv(envRoot), localfs.Config{Limits: mpLimits(), LockWait: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer l.Close()
+	open := func(name string) *os.File {
+		f, err := os.OpenFile(filepath.Join(logs, name+id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f // unbuffered: a line is in the file before the next step
+	}
+	saveLog, pubLog := open("save-"), open("pub-")
+	owner := "worker-" + id
+	const leaseFor = 300 * time.Millisecond
+	left := map[int]bool{}
+	for i := range count {
+		left[i] = true
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(left) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries left at the deadline", len(left))
+		}
+		for _, i := range rand.Perm(count) {
+			if !left[i] {
+				continue
+			}
+			d := mpDelivery(i)
+			if _, err := l.Admit(ctx, d); err != nil {
+				if errors.Is(err, ledger.ErrBusy) {
+					continue
+				}
+				t.Fatalf("admit %d: %v", i, err)
+			}
+			c, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), owner, leaseFor)
+			if errors.Is(err, ledger.ErrBusy) {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("claim %d: %v", i, err)
+			}
+			var staged ledger.Staged
+			switch c.Outcome {
+			case ledger.ClaimDuplicate:
+				delete(left, i)
+				continue
+			case ledger.Busy:
+				continue
+			case ledger.Execute:
+				time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond) // evaluate
+				report := fmt.Appendf(nil, `{"delivery":%d,"by":%q,"fence":%d}`, i, owner, c.Lease.Fence)
+				s, err := l.Save(ctx, *c.Lease, report)
+				if errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrBusy) {
+					continue
+				}
+				if err != nil {
+					t.Fatalf("save %d: %v", i, err)
+				}
+				fmt.Fprintf(saveLog, "%d %d %s;\n", i, s.Lease.Fence, ledger.SumBody(report))
+				staged = s
+			case ledger.Publish:
+				staged = *c.Staged
+			default:
+				t.Fatalf("claim %d: %v", i, c.Outcome)
+			}
+			fmt.Fprintf(pubLog, "%d %s;\n", i, ledger.SumBody(staged.Report)) // publish
+			time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)      // the provider's answer
+			if err := l.Complete(ctx, staged); err != nil && !errors.Is(err, ledger.ErrBusy) {
+				t.Fatalf("complete %d: %v", i, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,365 @@
+package localfs_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
+	"github.com/amiss-ci/amiss/localfs/faultfs"
+)
+
+// TestLockGrowthIsFixed admits and completes 10,000 deliveries and checks that the root holds
+// the three fixed locks plus at most 256 row-lock shards, however many rows there are.
+func TestLockGrowthIsFixed(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("10,000 deliveries: skipped with -short")
+	}
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	l := openRoot(t, dir, localfs.Config{Clock: ledger.NewManualClock(epoch)})
+	defer l.Close()
+	const n = 10_000
+	for i := range n {
+		d := newDelivery(time.Time{})
+		mustAdmit(t, l, d)
+		c := mustClaim(t, l, d, ledger.Execute)
+		mustComplete(t, l, mustSave(t, l, *c.Lease, "r"))
+		if i == 99 || i == n-1 {
+			fixed, shards := countLocks(t, dir)
+			if fixed != 3 || shards > 256 {
+				t.Fatalf("after %d deliveries: %d fixed locks and %d row-lock shards", i+1, fixed, shards)
+			}
+			t.Logf("after %d deliveries: %d fixed locks, %d row-lock shards", i+1, fixed, shards)
+		}
+	}
+	st, err := l.Stats(ctx)
+	if err != nil || st.Rows != n || st.ByState[ledger.StateDone] != n {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+}
+
+var shardLock = regexp.MustCompile(`^\.amiss-row-[0-9a-f]{2}\.lock$`)
+
+func countLocks(t *testing.T, dir string) (fixed, shards int) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		switch n := e.Name(); {
+		case n == localfs.MaintenanceLock || n == localfs.AdmissionLock || n == localfs.ClockLock:
+			fixed++
+		case shardLock.MatchString(n):
+			shards++
+		case strings.HasSuffix(n, ".lock"):
+			t.Fatalf("unexpected lock file %s", n)
+		}
+	}
+	return fixed, shards
+}
+
+func TestOpenFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	mk := func(t *testing.T) string {
+		dir := filepath.Join(t.TempDir(), "root")
+		l := openRoot(t, dir, localfs.Config{})
+		mustAdmit(t, l, newDelivery(time.Time{}))
+		l.Close()
+		return dir
+	}
+	open := func(dir string, limits ledger.Limits) error {
+		l, err := localfs.Open(ctx, dir, localfs.Config{Limits: limits})
+		if err == nil {
+			l.Close()
+		}
+		return err
+	}
+	cases := []struct {
+		name   string
+		damage func(dir string) error
+		limits func(l *ledger.Limits)
+		want   error
+		names  string
+	}{
+		{"changed record cap", nil, func(l *ledger.Limits) { l.RecordCap++ }, ledger.ErrRootMismatch, localfs.RootFile},
+		{"changed signed-age ceiling", nil, func(l *ledger.Limits) { l.SignedAgeCeiling = time.Hour }, ledger.ErrRootMismatch, localfs.RootFile},
+		{"missing capacity record", func(dir string) error { return os.Remove(filepath.Join(dir, localfs.CapacityFile)) }, nil, ledger.ErrRootMismatch, localfs.CapacityFile},
+		{"damaged capacity record", flipByte(localfs.CapacityFile, 20), nil, ledger.ErrCorrupt, localfs.CapacityFile},
+		{"truncated capacity record", truncate(localfs.CapacityFile, 10), nil, ledger.ErrCorrupt, localfs.CapacityFile},
+		{"damaged root state", flipByte(localfs.RootFile, 30), nil, ledger.ErrCorrupt, localfs.RootFile},
+		{"truncated root state", truncate(localfs.RootFile, 3), nil, ledger.ErrCorrupt, localfs.RootFile},
+		{"missing root state", func(dir string) error { return os.Remove(filepath.Join(dir, localfs.RootFile)) }, nil, ledger.ErrRootMismatch, localfs.RootFile},
+		{"newer format", bumpVersion(localfs.RootFile), nil, ledger.ErrRootMismatch, localfs.RootFile},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := mk(t)
+			if c.damage != nil {
+				if err := c.damage(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			limits := testLimits()
+			if c.limits != nil {
+				c.limits(&limits)
+			}
+			err := open(dir, limits)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("open: %v, want %v", err, c.want)
+			}
+			if !strings.Contains(err.Error(), c.names) {
+				t.Fatalf("error does not name %s: %v", c.names, err)
+			}
+		})
+	}
+	t.Run("missing root state is not re-created over rows", func(t *testing.T) {
+		dir := mk(t)
+		os.Remove(filepath.Join(dir, localfs.RootFile))
+		_, err := localfs.Open(ctx, dir, localfs.Config{Limits: testLimits(), Create: true})
+		if !errors.Is(err, ledger.ErrRootMismatch) {
+			t.Fatalf("create over existing rows: %v", err)
+		}
+	})
+}
+
+func flipByte(name string, at int) func(string) error {
+	return func(dir string) error {
+		p := filepath.Join(dir, name)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		data[at%len(data)] ^= 0x01
+		return os.WriteFile(p, data, 0o600)
+	}
+}
+
+func truncate(name string, n int) func(string) error {
+	return func(dir string) error { return os.Truncate(filepath.Join(dir, name), int64(n)) }
+}
+
+// bumpVersion rewrites a file's format version to one newer than this build reads, with a
+// valid checksum, as a future release would write it.
+func bumpVersion(name string) func(string) error {
+	return func(dir string) error {
+		p := filepath.Join(dir, name)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(p, localfs.ReframeForTest(data, localfs.FormatVersion+1), 0o600)
+	}
+}
+
+// TestDamagedFilesNameTheFile damages each kind of file (truncated, bit-flipped, oversized)
+// and checks the operation that reads it fails with an error naming it, without panicking.
+func TestDamagedFilesNameTheFile(t *testing.T) {
+	ctx := context.Background()
+	damages := map[string]func(p string) error{
+		"truncated":   func(p string) error { return os.Truncate(p, 7) },
+		"empty":       func(p string) error { return os.Truncate(p, 0) },
+		"bit-flipped": func(p string) error { return flipByte(filepath.Base(p), 17)(filepath.Dir(p)) },
+		"oversized":   func(p string) error { return appendBytes(p, 1<<20) },
+		"garbage":     func(p string) error { return os.WriteFile(p, []byte("not a ledger file"), 0o600) },
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "root")
+			clock := ledger.NewManualClock(epoch)
+			l := openRoot(t, dir, localfs.Config{Clock: clock})
+			defer l.Close()
+			d := newDelivery(time.Time{})
+			mustAdmit(t, l, d)
+			c := mustClaim(t, l, d, ledger.Execute)
+			mustSave(t, l, *c.Lease, "verdict")
+			clock.Advance(time.Minute)
+			key := d.Key().String()
+			report := filepath.Join(dir, localfs.RowsDir, key[:2], key+".report")
+			if err := damage(report); err != nil {
+				t.Fatal(err)
+			}
+			_, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w2", time.Minute)
+			if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), report) {
+				t.Fatalf("claim over a %s report: %v", name, err)
+			}
+			state := filepath.Join(dir, localfs.RowsDir, key[:2], key+".state")
+			if err := damage(state); err != nil {
+				t.Fatal(err)
+			}
+			_, err = l.Inspect(ctx, d.Key())
+			if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), state) {
+				t.Fatalf("inspect of a %s state: %v", name, err)
+			}
+			v, err := l.Verify(ctx, nil)
+			if err != nil || v.OK() {
+				t.Fatalf("verify of a %s root: %v %+v", name, err, v)
+			}
+			for _, f := range []string{localfs.CapacityFile, localfs.RootFile} {
+				if err := damage(filepath.Join(dir, f)); err != nil {
+					t.Fatal(err)
+				}
+				_, err := localfs.Open(ctx, dir, localfs.Config{Limits: testLimits()})
+				if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), f) {
+					t.Fatalf("open with a %s %s: %v", name, f, err)
+				}
+			}
+		})
+	}
+}
+
+func appendBytes(p string, n int) error {
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.Write(make([]byte, n))
+	return err
+}
+
+// TestPrepareCollectsDebrisUnderTheWritersLock leaves temporary files and dead reports behind
+// and checks prepare removes them, keeps a live report, and leaves a shard alone while its
+// row lock is held (a writer may be in the middle of it).
+func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	l := openRoot(t, dir, localfs.Config{})
+	live := newDelivery(time.Time{})
+	mustAdmit(t, l, live)
+	mustSave(t, l, *mustClaim(t, l, live, ledger.Execute).Lease, "live verdict")
+	done := newDelivery(time.Time{})
+	mustAdmit(t, l, done)
+	mustComplete(t, l, mustSave(t, l, *mustClaim(t, l, done, ledger.Execute).Lease, "r"))
+	l.Close()
+	shard := func(d ledger.Delivery) string {
+		return filepath.Join(dir, localfs.RowsDir, d.Key().String()[:2])
+	}
+	liveReport := filepath.Join(shard(live), live.Key().String()+".report")
+	data, err := os.ReadFile(liveReport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadReport := filepath.Join(shard(done), done.Key().String()+".report")
+	tmpRow := filepath.Join(shard(done), done.Key().String()+".state.tmp-0123456789abcdef")
+	tmpRoot := filepath.Join(dir, localfs.CapacityFile+".tmp-0123456789abcdef")
+	for _, p := range []string{deadReport, tmpRow, tmpRoot} {
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// While the dead report's shard is locked by a writer, prepare must not touch it.
+	release, err := localfs.HoldRowLockForTest(ctx, dir, done.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits(), LockWait: 100 * time.Millisecond})
+	if !errors.Is(err, ledger.ErrBusy) {
+		t.Fatalf("prepare with a shard held: %v, want ErrBusy", err)
+	}
+	for _, p := range []string{deadReport, tmpRow} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("prepare removed %s while its writer's lock was held", p)
+		}
+	}
+	release()
+	p, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits()})
+	if err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	defer p.Close()
+	for _, gone := range []string{deadReport, tmpRow, tmpRoot} {
+		if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("prepare left %s", gone)
+		}
+	}
+	if _, err := os.Stat(liveReport); err != nil {
+		t.Fatalf("prepare removed a live report: %v", err)
+	}
+	c, err := p.Claim(ctx, live.Key(), live.Binding.Digest(), "p", time.Minute)
+	if err != nil || c.Outcome != ledger.Busy {
+		// The saver's lease is still live: the next publisher waits.
+		t.Fatalf("claim after prepare: %+v %v", c, err)
+	}
+	if v, err := p.Verify(ctx, nil); err != nil || !v.OK() {
+		t.Fatalf("verify: %v %v", err, v.Problems)
+	}
+}
+
+// TestColdOpenReadsOnlyTheRootRecords checks that opening a root lists nothing and reads a
+// fixed number of files, however many rows it holds, and that sessions cost no I/O.
+func TestColdOpenReadsOnlyTheRootRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	l := openRoot(t, dir, localfs.Config{})
+	for range 200 {
+		mustAdmit(t, l, newDelivery(time.Time{}))
+	}
+	l.Close()
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: testLimits(), FS: fsys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c := fsys.Counter().Snapshot()
+	if c.Listings != 0 || c.ByOp[faultfs.OpReadFile] > 2 || c.Mutating > 3 {
+		t.Fatalf("cold open: %v", c)
+	}
+	t.Logf("cold open: %v", c)
+	fsys.Counter().Reset()
+	for range 100 {
+		s := l.Session()
+		s.Close()
+	}
+	if c := fsys.Counter().Snapshot(); c.Total != 0 {
+		t.Fatalf("sessions made I/O: %v", c)
+	}
+	s := l.Session()
+	d := newDelivery(time.Time{})
+	mustAdmit(t, s, d)
+	s.Close()
+	if _, err := l.Inspect(ctx, d.Key()); err != nil {
+		t.Fatalf("closing a session closed the root: %v", err)
+	}
+}
+
+// TestLockWaitsAreBounded checks that a held admission lock turns an admission into ErrBusy
+// within the configured wait instead of a hang.
+func TestLockWaitsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	l := openRoot(t, dir, localfs.Config{LockWait: 50 * time.Millisecond})
+	defer l.Close()
+	release, err := localfs.HoldLockForTest(ctx, dir, localfs.AdmissionLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	_, err = l.Admit(ctx, newDelivery(time.Time{}))
+	if !errors.Is(err, ledger.ErrBusy) {
+		t.Fatalf("admit with the admission lock held elsewhere: %v", err)
+	}
+	// Work on existing rows does not need the admission lock.
+	release()
+	d := newDelivery(time.Time{})
+	mustAdmit(t, l, d)
+	release2, err := localfs.HoldLockForTest(ctx, dir, localfs.AdmissionLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release2()
+	if a, err := l.Admit(ctx, d); err != nil || a.Outcome != ledger.Pending {
+		t.Fatalf("re-admission with the admission lock held: %+v %v", a, err)
+	}
+	mustComplete(t, l, mustSave(t, l, *mustClaim(t, l, d, ledger.Execute).Lease, "r"))
+
+}
