@@ -1,0 +1,174 @@
+package localfs_test
+
+import (
+	"context"
+	"flag"
+	"io"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
+)
+
+var updateFixtures = flag.Bool("update-fixtures", false, "rewrite localfs/testdata/format-vN for the current format")
+
+// fixtureLimits are the limits every fixture root was created with.
+func fixtureLimits() ledger.Limits {
+	return ledger.Limits{RecordCap: 50, SignedAgeCeiling: 5 * time.Minute, QueueCeiling: time.Hour,
+		FutureSkew: time.Minute, MaxSubjectBytes: 4 << 10, MaxReportBytes: 8 << 10}
+}
+
+var fixtureEpoch = time.Date(2026, 9, 1, 8, 0, 0, 0, time.UTC)
+
+// fixtureDelivery is the i-th delivery of a fixture root: even ones signed, odd ones permanent.
+func fixtureDelivery(i int) ledger.Delivery {
+	body := []byte(strings.Repeat("x", i+1))
+	d := ledger.Delivery{
+		Binding: ledger.Binding{Route: "fixture", Scheme: "github-sha256", Identity: "delivery-" + string(rune('a'+i)),
+			BodyDigest: ledger.SumBody(body)},
+		Subject: []byte(`{"repository":"acme/app","sha":"` + strings.Repeat(string(rune('0'+i)), 40) + `"}`),
+	}
+	if i%2 == 0 {
+		d.Binding.Scheme = "standard-webhooks"
+		d.SignedAt = fixtureEpoch
+	}
+	return d
+}
+
+// The states of the six fixture deliveries, in order.
+var fixtureStates = []ledger.State{ledger.StatePending, ledger.StateRunning, ledger.StateSaved,
+	ledger.StateDone, ledger.StateDone, ledger.StateAbandoned}
+
+func writeFixture(t *testing.T, dir string) {
+	ctx := context.Background()
+	os.RemoveAll(dir)
+	os.MkdirAll(filepath.Dir(dir), 0o755)
+	clock := ledger.NewManualClock(fixtureEpoch)
+	rnd := rand.NewChaCha8([32]byte{'a', 'm', 'i', 's', 's'})
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), Clock: clock, Create: true, Random: rnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i, want := range fixtureStates {
+		d := fixtureDelivery(i)
+		mustAdmit(t, l, d)
+		if want == ledger.StatePending {
+			continue
+		}
+		c := mustClaim(t, l, d, ledger.Execute)
+		if want == ledger.StateRunning {
+			continue
+		}
+		s := mustSave(t, l, *c.Lease, `{"state":"success","description":"fixture `+d.Binding.Identity+`"}`)
+		switch want {
+		case ledger.StateDone:
+			mustComplete(t, l, s)
+		case ledger.StateAbandoned:
+			if err := l.Abandon(ctx, s, "provider answered 404"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Lock files are made by whoever opens the root; they are not part of a format.
+	matches, _ := filepath.Glob(filepath.Join(dir, "*.lock"))
+	for _, m := range matches {
+		os.Remove(m)
+	}
+}
+
+// TestReleasedFormatsOpen opens a copy of every released format's fixture root and works on
+// it: every row reads back in its state, a saved result is published with its bytes, cleanup
+// forgets the ended rows only, and the root verifies clean.
+func TestReleasedFormatsOpen(t *testing.T) {
+	if *updateFixtures {
+		writeFixture(t, filepath.Join("testdata", "format-v1"))
+	}
+	dirs, _ := filepath.Glob(filepath.Join("testdata", "format-v*"))
+	if len(dirs) == 0 {
+		t.Fatal("no fixture roots under testdata")
+	}
+	for _, src := range dirs {
+		t.Run(filepath.Base(src), func(t *testing.T) {
+			ctx := context.Background()
+			dir := filepath.Join(t.TempDir(), "root")
+			copyTree(t, src, dir)
+			limits, err := localfs.ReadLimits(dir, nil)
+			if err != nil || limits != fixtureLimits() {
+				t.Fatalf("limits %+v %v", limits, err)
+			}
+			clock := ledger.NewManualClock(fixtureEpoch.Add(time.Hour))
+			l, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: limits, Clock: clock})
+			if err != nil {
+				t.Fatalf("prepare: %v", err)
+			}
+			defer l.Close()
+			if v, err := l.Verify(ctx, nil); err != nil || !v.OK() {
+				t.Fatalf("verify: %v %v", err, v.Problems)
+			}
+			for i, want := range fixtureStates {
+				d := fixtureDelivery(i)
+				row, err := l.Inspect(ctx, d.Key())
+				if err != nil || row.State != want || row.Binding != d.Binding {
+					t.Fatalf("delivery %d: %+v %v, want %v", i, row, err, want)
+				}
+			}
+			saved := fixtureDelivery(2)
+			c := mustClaim(t, l, saved, ledger.Publish)
+			if want := `{"state":"success","description":"fixture ` + saved.Binding.Identity + `"}`; string(c.Staged.Report) != want {
+				t.Fatalf("staged report %q", c.Staged.Report)
+			}
+			mustComplete(t, l, *c.Staged)
+			finishRow(t, l, clock, fixtureDelivery(0))
+			finishRow(t, l, clock, fixtureDelivery(1))
+			clock.Set(fixtureEpoch.Add(48 * time.Hour))
+			rep, err := l.Cleanup(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The signed rows (0, 2, 4) have ended; the permanent ones stay.
+			if len(rep.Removed) != 3 {
+				t.Fatalf("cleanup removed %d rows, want the 3 signed ones", len(rep.Removed))
+			}
+			st, err := l.Stats(ctx)
+			if err != nil || st.Rows != 3 || st.CapacityUsed != 3 {
+				t.Fatalf("stats after cleanup %+v %v", st, err)
+			}
+		})
+	}
+}
+
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o700)
+		}
+		in, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.Create(target)
+		if err != nil {
+			return err
+		}
+		defer out.Close()
+		_, err = io.Copy(out, in)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("copy fixture: %v", err)
+	}
+}
