@@ -3,6 +3,7 @@ package localfs_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,19 +31,19 @@ func openRoot(t testing.TB, dir string, cfg localfs.Config) *localfs.Ledger {
 	return l
 }
 
-var seq int
+var seq atomic.Int64
 
 func newDelivery(signedAt time.Time) ledger.Delivery {
-	seq++
-	body := fmt.Appendf(nil, `{"n":%d}`, seq)
+	n := seq.Add(1)
+	body := fmt.Appendf(nil, `{"n":%d}`, n)
 	scheme := "github-sha256"
 	if !signedAt.IsZero() {
 		scheme = "standard-webhooks"
 	}
 	return ledger.Delivery{
-		Binding: ledger.Binding{Route: "r", Scheme: scheme, Identity: fmt.Sprintf("d-%d-%d", seq, time.Now().UnixNano()),
+		Binding: ledger.Binding{Route: "r", Scheme: scheme, Identity: fmt.Sprintf("d-%d-%d", n, time.Now().UnixNano()),
 			BodyDigest: ledger.SumBody(body)},
-		Subject:  fmt.Appendf(nil, `{"sha":"%040d"}`, seq),
+		Subject:  fmt.Appendf(nil, `{"sha":"%040d"}`, n),
 		SignedAt: signedAt,
 	}
 }

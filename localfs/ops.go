@@ -93,9 +93,13 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	} else if !errors.Is(err, ledger.ErrUnknownDelivery) {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
-	now, err := r.now(nil)
-	if err != nil {
-		return ledger.Admission{}, err
+	// Only freshness needs the persisted high-water; a permanent delivery is decided without it
+	// (every later decision on the row takes the high-water into account anyway).
+	now := r.cfg.Clock.Now()
+	if !d.SignedAt.IsZero() {
+		if now, err = r.now(nil); err != nil {
+			return ledger.Admission{}, err
+		}
 	}
 	id, err := r.evaluationID()
 	if err != nil {
@@ -124,13 +128,31 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	}
 	c.Used++
 	c.Pending = &key
-	if err := r.writeCapacity(c); err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
 	if err := r.ensureShardDir(key); err != nil {
 		return ledger.Admission{}, err
 	}
-	if err := r.writeAtomic(r.statePath(key), data); err != nil {
+	// The row's temporary file is invisible until renamed, so it is written and fsynced while
+	// the capacity record is replaced; only the rename waits for the record to be durable.
+	// That keeps the order that matters (the count covers the row before the row exists) and
+	// overlaps the two fsyncs.
+	type stageResult struct {
+		st  *staged
+		err error
+	}
+	rowStaged := make(chan stageResult, 1)
+	go func() {
+		st, err := r.stage(r.statePath(key), data)
+		rowStaged <- stageResult{st, err}
+	}()
+	capErr := r.writeCapacity(c)
+	res := <-rowStaged
+	if capErr != nil || res.err != nil {
+		if res.st != nil {
+			res.st.abort("admit", capErr)
+		}
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), errors.Join(capErr, res.err))
+	}
+	if err := res.st.commit(); err != nil {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	return row.Admission(ledger.Admitted), nil

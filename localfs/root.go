@@ -491,35 +491,59 @@ func (r *root) mkdirDurable(dir string) error {
 // fsynced, renamed over path, and the folder fsynced. A failure before the rename leaves the
 // old file; a failure after it leaves the new one.
 func (r *root) writeAtomic(path string, data []byte) error {
+	st, err := r.stage(path, data)
+	if err != nil {
+		return err
+	}
+	return st.commit()
+}
+
+// staged is a temporary file written and fsynced, not yet renamed into place: invisible to
+// every reader until commit.
+type staged struct {
+	r         *root
+	tmp, path string
+}
+
+// stage writes data durably to a temporary file beside path.
+func (r *root) stage(path string, data []byte) (*staged, error) {
 	var rnd [8]byte
 	if _, err := io.ReadFull(r.cfg.Random, rnd[:]); err != nil {
-		return fmt.Errorf("localfs: temporary name: %w", err)
+		return nil, fmt.Errorf("localfs: temporary name: %w", err)
 	}
-	tmp := path + tmpMarker + hex.EncodeToString(rnd[:])
-	f, err := r.fs.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	st := &staged{r: r, tmp: path + tmpMarker + hex.EncodeToString(rnd[:]), path: path}
+	f, err := r.fs.OpenFile(st.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, tmp, err)
-	}
-	fail := func(op string, err error) error {
-		r.fs.Remove(tmp) // best effort: prepare collects what is left
-		return fmt.Errorf("%w: %s %s: %v", ledger.ErrUnavailable, op, path, err)
+		return nil, fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, st.tmp, err)
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return fail("write", err)
+		return nil, st.abort("write", err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fail("fsync", err)
+		return nil, st.abort("fsync", err)
 	}
 	if err := f.Close(); err != nil {
-		return fail("close", err)
+		return nil, st.abort("close", err)
 	}
-	if err := r.fs.Rename(tmp, path); err != nil {
-		return fail("rename", err)
+	return st, nil
+}
+
+// abort removes the temporary file (best effort: prepare collects what is left) and describes
+// the failure.
+func (st *staged) abort(op string, err error) error {
+	st.r.fs.Remove(st.tmp)
+	return fmt.Errorf("%w: %s %s: %v", ledger.ErrUnavailable, op, st.path, err)
+}
+
+// commit renames the temporary file into place and fsyncs the folder.
+func (st *staged) commit() error {
+	if err := st.r.fs.Rename(st.tmp, st.path); err != nil {
+		return st.abort("rename", err)
 	}
-	if err := r.fs.SyncDir(filepath.Dir(path)); err != nil {
-		return fmt.Errorf("%w: sync folder of %s: %v", ledger.ErrUnavailable, path, err)
+	if err := st.r.fs.SyncDir(filepath.Dir(st.path)); err != nil {
+		return fmt.Errorf("%w: sync folder of %s: %v", ledger.ErrUnavailable, st.path, err)
 	}
 	return nil
 }

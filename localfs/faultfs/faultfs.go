@@ -11,7 +11,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/amiss-ci/amiss/localfs"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
 // Op names a file system operation.
@@ -131,9 +131,9 @@ func (c *Counter) Reset() {
 	c.mu.Unlock()
 }
 
-// FS is a localfs.FS with counting and fault injection.
+// FS is a vfs.FS with counting and fault injection.
 type FS struct {
-	base  localfs.FS
+	base  vfs.FS
 	count *Counter
 
 	mu    sync.Mutex
@@ -141,10 +141,10 @@ type FS struct {
 	dead  bool
 }
 
-var _ localfs.FS = (*FS)(nil)
+var _ vfs.FS = (*FS)(nil)
 
 // New wraps base; count may be shared between several FS values (nil: a new one).
-func New(base localfs.FS, count *Counter) *FS {
+func New(base vfs.FS, count *Counter) *FS {
 	if count == nil {
 		count = NewCounter()
 	}
@@ -224,8 +224,8 @@ func (f *FS) ReadFile(name string) (data []byte, err error) {
 	return data, err
 }
 
-func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (localfs.File, error) {
-	var file localfs.File
+func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	var file vfs.File
 	err := f.do(OpOpen, name, func() (err error) { file, err = f.base.OpenFile(name, flag, perm); return err })
 	if err != nil {
 		if file != nil {
@@ -268,7 +268,7 @@ func (f *FS) SyncFS(name string) error {
 
 type wrappedFile struct {
 	f    *FS
-	base localfs.File
+	base vfs.File
 	name string
 }
 

@@ -1,0 +1,226 @@
+package localfs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs/faultfs"
+)
+
+// The benchmarks measure; nothing here asserts a timing. `make bench` runs them and
+// docs/benchmarks.md records the figures with the machine they ran on.
+
+var benchSizes = []int{1_000, 10_000, 50_000, 100_000}
+
+const benchSamples = 300
+
+var benchEpoch = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+
+func benchLimits(cap int64) ledger.Limits {
+	l := ledger.DefaultLimits()
+	l.RecordCap = cap
+	return l
+}
+
+func benchDelivery(prefix string, i int, signedAt time.Time) ledger.Delivery {
+	body := fmt.Appendf(nil, `{"after":"%040d"}`, i)
+	scheme := "github-sha256"
+	if !signedAt.IsZero() {
+		scheme = "standard-webhooks"
+	}
+	return ledger.Delivery{
+		Binding: ledger.Binding{Route: "bench", Scheme: scheme, Identity: fmt.Sprintf("%s-%d", prefix, i),
+			BodyDigest: ledger.SumBody(body)},
+		Subject:  fmt.Appendf(nil, `{"provider":"github","repository":"acme/app","sha":"%040d","ref":"refs/heads/main","event":"push"}`, i),
+		SignedAt: signedAt,
+	}
+}
+
+// seedRoot creates a root holding n retained rows: done rows, written directly in the row
+// format without per-file fsync (one syncfs at the end), so a 100,000-row root takes seconds
+// to build rather than the minutes of n durable lifecycles. signed rows get end-time index
+// entries as Complete would write them.
+func seedRoot(b *testing.B, dir string, limits ledger.Limits, prefix string, n int, signedAt time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	clock := ledger.NewManualClock(benchEpoch)
+	l, err := Open(ctx, dir, Config{Limits: limits, Clock: clock, Create: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	r := l.r
+	for i := range n {
+		d := benchDelivery(prefix, i, signedAt)
+		row, _, err := ledger.NewRow(d, limits, benchEpoch, fmt.Sprintf("%032x", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		row.State = ledger.StateDone
+		row.Fence = 1
+		row.Attempts = 1
+		row.Report = ledger.ReportRef{Digest: ledger.SumBody([]byte("r")), Size: 1, Fence: 1}
+		data, err := encodeRow(&row, limits)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := r.ensureShardDir(row.Key); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(r.statePath(row.Key), data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		if !row.Permanent {
+			bucket, name := indexName(&row)
+			os.MkdirAll(filepath.Join(dir, EndedDir, bucket), 0o700)
+			if err := os.WriteFile(filepath.Join(dir, EndedDir, bucket, name), nil, 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	// A root in service has created its row-lock shards; so does the seeded one.
+	for shard := range 256 {
+		if _, err := r.rowLock(byte(shard)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c, err := r.readCapacity()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.Used += int64(n)
+	if err := r.writeCapacity(c); err != nil {
+		b.Fatal(err)
+	}
+	if err := r.fs.SyncFS(dir); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// sample times f benchSamples times and reports the median and 90th percentile.
+func sample(b *testing.B, f func(i int)) {
+	b.Helper()
+	durs := make([]time.Duration, 0, benchSamples*b.N)
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		for i := range benchSamples {
+			start := time.Now()
+			f(n*benchSamples + i)
+			durs = append(durs, time.Since(start))
+		}
+	}
+	b.StopTimer()
+	slices.Sort(durs)
+	b.ReportMetric(float64(durs[len(durs)/2].Microseconds()), "median-µs")
+	b.ReportMetric(float64(durs[len(durs)*9/10].Microseconds()), "p90-µs")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkDurableReplace is the yardstick: one bare atomic replace (temporary file, write,
+// fsync, rename, fsync of the folder) of a row-sized file, on the same disk.
+func BenchmarkDurableReplace(b *testing.B) {
+	dir := b.TempDir()
+	r := &root{dir: dir, fs: OSFS{}}
+	r.cfg.defaults()
+	data := make([]byte, 600)
+	sample(b, func(i int) {
+		if err := r.writeAtomic(filepath.Join(dir, "file"), data); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+func BenchmarkAdmit(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("retained=%d", n), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "root")
+			limits := benchLimits(int64(n) + 10_000_000)
+			seedRoot(b, dir, limits, "old", n, time.Time{})
+			l, err := Open(context.Background(), dir, Config{Limits: limits})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			sample(b, func(i int) {
+				a, err := l.Admit(ctx, benchDelivery("new", i, time.Time{}))
+				if err != nil || a.Outcome != ledger.Admitted {
+					b.Fatalf("admit: %+v %v", a, err)
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkRejectFull(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("retained=%d", n), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "root")
+			limits := benchLimits(int64(n))
+			seedRoot(b, dir, limits, "old", n, time.Time{})
+			l, err := Open(context.Background(), dir, Config{Limits: limits})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			ctx := context.Background()
+			sample(b, func(i int) {
+				a, err := l.Admit(ctx, benchDelivery("new", i, time.Time{}))
+				if err != nil || a.Outcome != ledger.Full {
+					b.Fatalf("admit: %+v %v", a, err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkCleanup1000 times one cleanup pass removing 1,000 ended rows from a root that also
+// retains n permanent rows, and reports the fsyncs the pass made (its bookkeeping: high-water,
+// batch record, capacity, and one syncfs for the removals).
+func BenchmarkCleanup1000(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("retained=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			dir := filepath.Join(b.TempDir(), "root")
+			limits := benchLimits(int64(n) + 10_000_000)
+			seedRoot(b, dir, limits, "old", n, time.Time{})
+			count := faultfs.NewCounter()
+			clock := ledger.NewManualClock(benchEpoch)
+			l, err := Open(ctx, dir, Config{Limits: limits, Clock: clock, FS: faultfs.New(OSFS{}, count), CleanupBatch: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			var total time.Duration
+			var fsyncs, removed int
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				clock.Set(benchEpoch)
+				seedRoot(b, dir, limits, fmt.Sprintf("ended%d", i), 1000, benchEpoch)
+				clock.Set(benchEpoch.Add(limits.SignedAgeCeiling + limits.QueueCeiling + time.Hour))
+				count.Reset()
+				b.StartTimer()
+				start := time.Now()
+				rep, err := l.Cleanup(ctx, "")
+				total += time.Since(start)
+				b.StopTimer()
+				if err != nil || len(rep.Removed) != 1000 {
+					b.Fatalf("cleanup: removed %d, %v", len(rep.Removed), err)
+				}
+				removed += len(rep.Removed)
+				fsyncs += count.Snapshot().Fsyncs
+			}
+			b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/pass")
+			b.ReportMetric(float64(fsyncs)/float64(b.N), "fsyncs/pass")
+			b.ReportMetric(float64(removed)/float64(b.N), "removed/pass")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+

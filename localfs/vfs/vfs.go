@@ -1,0 +1,85 @@
+// Package vfs is the file system interface the FileLedger uses, and its real implementation.
+// It is its own package so that wrappers (localfs/faultfs) and the ledger can both depend on
+// it.
+package vfs
+
+import (
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// FS is the file system the FileLedger uses. Every call the ledger makes on its root goes
+// through it, so tests can count operations and inject failures at any step (in the manner
+// of Pebble's errorfs). Paths are joined by the ledger; FS does not resolve them.
+type FS interface {
+	// ReadFile reads a whole file.
+	ReadFile(name string) ([]byte, error)
+	// OpenFile opens a file (used for new temporary files and lock files).
+	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
+	// Rename atomically replaces newpath with oldpath.
+	Rename(oldpath, newpath string) error
+	// Remove removes a file.
+	Remove(name string) error
+	// Mkdir creates a directory.
+	Mkdir(name string, perm fs.FileMode) error
+	// ReadDir lists a directory, sorted by name.
+	ReadDir(name string) ([]fs.DirEntry, error)
+	// Stat describes a file.
+	Stat(name string) (fs.FileInfo, error)
+	// SyncDir makes the entries of a directory durable.
+	SyncDir(name string) error
+	// SyncFS makes everything written to the file system holding name durable.
+	SyncFS(name string) error
+}
+
+// File is an open file.
+type File interface {
+	Write(p []byte) (int, error)
+	Sync() error
+	Close() error
+	Fd() uintptr
+}
+
+// OSFS is the real file system.
+type OSFS struct{}
+
+var _ FS = OSFS{}
+
+func (OSFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+func (OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	return os.OpenFile(name, flag, perm)
+}
+func (OSFS) Rename(oldpath, newpath string) error       { return os.Rename(oldpath, newpath) }
+func (OSFS) Remove(name string) error                   { return os.Remove(name) }
+func (OSFS) Mkdir(name string, perm fs.FileMode) error  { return os.Mkdir(name, perm) }
+func (OSFS) ReadDir(name string) ([]fs.DirEntry, error) { return os.ReadDir(name) }
+func (OSFS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
+
+// SyncDir fsyncs a directory, making renames and removals inside it durable.
+func (OSFS) SyncDir(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
+
+// SyncFS flushes the whole file system holding name (syncfs(2)): one call makes a batch of
+// removals durable, however many directories they touched.
+func (OSFS) SyncFS(name string) error {
+	d, err := os.Open(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return &os.PathError{Op: "syncfs", Path: name, Err: err}
+	}
+	return nil
+}
