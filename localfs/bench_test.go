@@ -223,4 +223,3 @@ func BenchmarkCleanup1000(b *testing.B) {
 		})
 	}
 }
-
