@@ -211,18 +211,21 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 	if err != nil {
 		return nil, err
 	}
-	// Settle the pending key before choosing the batch, and persist that: from here on an
-	// absent pending row can only mean an admission that never finished, never a removal.
-	if c.Pending != nil {
-		if _, err := r.settleLocked(&c); err != nil {
-			return nil, err
-		}
-		if err := r.writeCapacity(c); err != nil {
-			return nil, err
-		}
-	}
 	var batch batchState
 	batch.ID = c.AppliedBatch + 1
+	// The pending key is settled in the capacity write that ends the batch. If its row exists
+	// now, the batch records it, so that nobody gives its slot back when the row is gone
+	// before that write lands (this batch may remove it).
+	if c.Pending != nil {
+		exists, err := r.rowExists(*c.Pending)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			k := *c.Pending
+			batch.Pending = &k
+		}
+	}
 	for _, e := range entries {
 		keep, err := r.classify(ctx, e, now, damaged)
 		if err != nil {
@@ -313,7 +316,7 @@ func (r *root) applyBatch(ctx context.Context, b batchState, c *capacityState, n
 	if err := r.fs.SyncFS(r.dir); err != nil {
 		return nil, fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, r.dir, err)
 	}
-	if _, err := r.settleLocked(c); err != nil {
+	if err := r.settleLocked(c); err != nil {
 		return nil, err
 	}
 	c.Used -= released
@@ -375,16 +378,9 @@ func (r *root) dropBatchFile() error {
 // recoverBatch finishes a batch a crashed cleanup left behind. The caller holds the
 // maintenance lock.
 func (r *root) recoverBatch(ctx context.Context) (bool, error) {
-	data, err := r.fs.ReadFile(r.path(BatchFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
-	}
-	b, err := decodeBatch(data)
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", r.path(BatchFile), err)
+	b, err := r.readBatch()
+	if err != nil || b == nil {
+		return false, err
 	}
 	unlockAdm, err := lockFile(ctx, r.admission, r.cfg.LockWait)
 	if err != nil {
@@ -399,7 +395,7 @@ func (r *root) recoverBatch(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if _, err := r.applyBatch(ctx, b, &c, now); err != nil {
+	if _, err := r.applyBatch(ctx, *b, &c, now); err != nil {
 		return false, err
 	}
 	return true, nil

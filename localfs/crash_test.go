@@ -225,3 +225,49 @@ func TestCrashAtEveryStep(t *testing.T) {
 	t.Logf("%d crash points", points)
 	fmt.Printf("%d crash points\n", points)
 }
+
+// TestCleanupCrashAfterRemovingThePendingRow covers the pending key's row being removed by a
+// cleanup that dies before its count write: the open and the admission that settle the pending
+// key afterwards must not give its slot back a second time.
+func TestCleanupCrashAfterRemovingThePendingRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for step := 0; ; step++ {
+		dir := filepath.Join(t.TempDir(), "root")
+		clock := ledger.NewManualClock(epoch)
+		l := openRoot(t, dir, localfs.Config{Clock: clock})
+		mustAdmit(t, l, newDelivery(time.Time{}))
+		last := newDelivery(clock.Now()) // admitted last: the capacity record's pending key
+		mustAdmit(t, l, last)
+		mustComplete(t, l, mustSave(t, l, *mustClaim(t, l, last, ledger.Execute).Lease, "r"))
+		clock.Advance(2 * time.Hour)
+		l.Close()
+
+		fsys := faultfs.New(localfs.OSFS{}, nil)
+		faulty := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys})
+		fsys.SetRule("crash", faultfs.CrashAfter(step, true))
+		_, err := faulty.Cleanup(ctx, "")
+		faulty.Close()
+		if err == nil {
+			break
+		}
+		// A new process opens (settling the pending key) and admits (settling it again).
+		l = openRoot(t, dir, localfs.Config{Clock: clock})
+		mustAdmit(t, l, newDelivery(time.Time{}))
+		for cur := ledger.Cursor(""); ; {
+			rep, err := l.Cleanup(ctx, cur)
+			if err != nil {
+				t.Fatalf("step %d: cleanup: %v", step, err)
+			}
+			if rep.Done {
+				break
+			}
+			cur = rep.Next
+		}
+		st, err := l.Stats(ctx)
+		if err != nil || st.Rows != 2 || st.CapacityUsed != 2 {
+			t.Fatalf("step %d: %d rows, capacity %d (%v): want 2 and 2", step, st.Rows, st.CapacityUsed, err)
+		}
+		l.Close()
+	}
+}

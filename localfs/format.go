@@ -136,6 +136,10 @@ type capacityState struct {
 type batchState struct {
 	ID      uint64       `json:"id"`
 	Entries []batchEntry `json:"entries"`
+	// Pending is the capacity record's pending key when the batch was chosen, if its row
+	// existed then: its slot is in use, so it must not be given back when a settler later
+	// finds the row gone (this batch may have removed it, and releases it once).
+	Pending *ledger.Key `json:"pending,omitempty"`
 }
 
 type batchEntry struct {

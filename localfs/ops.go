@@ -120,7 +120,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	if err != nil {
 		return ledger.Admission{}, err
 	}
-	if _, err := r.settleLocked(&c); err != nil {
+	if err := r.settleLocked(&c); err != nil {
 		return ledger.Admission{}, err
 	}
 	if c.Used >= r.cfg.Limits.RecordCap {

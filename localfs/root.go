@@ -408,27 +408,55 @@ func (r *root) settlePending(ctx context.Context, key ledger.Key) error {
 	if err != nil {
 		return err
 	}
-	if _, err := r.settleLocked(&c); err != nil {
+	if c.Pending == nil || *c.Pending != key {
+		return nil // settled by someone else meanwhile
+	}
+	if err := r.settleLocked(&c); err != nil {
 		return err
 	}
 	return r.writeCapacity(c)
 }
 
 // settleLocked settles c's pending key in memory; the caller holds the admission lock and
-// writes c. It reports whether the pending row exists.
-func (r *root) settleLocked(c *capacityState) (bool, error) {
+// writes c. A pending row that exists is simply no longer pending. An absent one is an
+// admission that never finished, whose slot is given back, unless an unfinished cleanup batch
+// recorded it as existing (that batch removed it and releases its slot itself).
+func (r *root) settleLocked(c *capacityState) error {
 	if c.Pending == nil {
-		return false, nil
+		return nil
 	}
 	exists, err := r.rowExists(*c.Pending)
 	if err != nil {
-		return false, err
+		return err
 	}
-	if !exists && c.Used > 0 {
-		c.Used--
+	if !exists {
+		b, err := r.readBatch()
+		if err != nil {
+			return err
+		}
+		recorded := b != nil && b.ID > c.AppliedBatch && b.Pending != nil && *b.Pending == *c.Pending
+		if !recorded && c.Used > 0 {
+			c.Used--
+		}
 	}
 	c.Pending = nil
-	return exists, nil
+	return nil
+}
+
+// readBatch returns the cleanup batch record, or nil when there is none.
+func (r *root) readBatch() (*batchState, error) {
+	data, err := r.fs.ReadFile(r.path(BatchFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
+	}
+	b, err := decodeBatch(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
+	}
+	return &b, nil
 }
 
 func (r *root) rowExists(key ledger.Key) (bool, error) {
