@@ -137,48 +137,73 @@ func sample(b *testing.B, dir string, f func(i int)) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// openSeeded opens a root seeded with n retained rows under the given cap.
+func openSeeded(b *testing.B, n int, recordCap int64) (*Ledger, string) {
+	b.Helper()
+	dir := filepath.Join(b.TempDir(), "root")
+	limits := benchLimits(recordCap)
+	seedRoot(b, dir, limits, "old", n, time.Time{})
+	l, err := Open(context.Background(), dir, Config{Limits: limits})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l, dir
+}
+
+func admitAs(b *testing.B, l *Ledger, prefix string, i int, want ledger.AdmitOutcome) {
+	a, err := l.Admit(context.Background(), benchDelivery(prefix, i, time.Time{}))
+	if err != nil || a.Outcome != want {
+		b.Fatalf("admit: %+v %v, want %v", a, err, want)
+	}
+}
+
+// BenchmarkAdmit times the admission of a new row into a root retaining n rows.
 func BenchmarkAdmit(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("retained=%d", n), func(b *testing.B) {
-			dir := filepath.Join(b.TempDir(), "root")
-			limits := benchLimits(int64(n) + 10_000_000)
-			seedRoot(b, dir, limits, "old", n, time.Time{})
-			l, err := Open(context.Background(), dir, Config{Limits: limits})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			ctx := context.Background()
-			sample(b, dir, func(i int) {
-				a, err := l.Admit(ctx, benchDelivery("new", i, time.Time{}))
-				if err != nil || a.Outcome != ledger.Admitted {
-					b.Fatalf("admit: %+v %v", a, err)
-				}
-			})
+			l, dir := openSeeded(b, n, int64(n)+10_000_000)
+			sample(b, dir, func(i int) { admitAs(b, l, "new", i, ledger.Admitted) })
 		})
 	}
 }
 
+// BenchmarkRejectFull times the refusal of a new key by a root whose whole cap (n rows) is in
+// use.
 func BenchmarkRejectFull(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("retained=%d", n), func(b *testing.B) {
-			dir := filepath.Join(b.TempDir(), "root")
-			limits := benchLimits(int64(n))
-			seedRoot(b, dir, limits, "old", n, time.Time{})
-			l, err := Open(context.Background(), dir, Config{Limits: limits})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			ctx := context.Background()
-			sample(b, dir, func(i int) {
-				a, err := l.Admit(ctx, benchDelivery("new", i, time.Time{}))
-				if err != nil || a.Outcome != ledger.Full {
-					b.Fatalf("admit: %+v %v", a, err)
-				}
-			})
+			l, dir := openSeeded(b, n, int64(n))
+			sample(b, dir, func(i int) { admitAs(b, l, "new", i, ledger.Full) })
 		})
 	}
+}
+
+// BenchmarkAdmitScaling alternates admissions between a root retaining 1,000 rows and one
+// retaining 100,000 on the same disk, so both see the same fsync latency, and reports the
+// medians and their ratio.
+func BenchmarkAdmitScaling(b *testing.B) {
+	small, _ := openSeeded(b, 1_000, 10_000_000)
+	large, _ := openSeeded(b, 100_000, 10_000_000)
+	var ds, dl []time.Duration
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		for i := range benchSamples {
+			start := time.Now()
+			admitAs(b, small, "new", n*benchSamples+i, ledger.Admitted)
+			ds = append(ds, time.Since(start))
+			start = time.Now()
+			admitAs(b, large, "new", n*benchSamples+i, ledger.Admitted)
+			dl = append(dl, time.Since(start))
+		}
+	}
+	b.StopTimer()
+	slices.Sort(ds)
+	slices.Sort(dl)
+	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "median-1k-µs")
+	b.ReportMetric(float64(dl[len(dl)/2].Microseconds()), "median-100k-µs")
+	b.ReportMetric(float64(dl[len(dl)/2])/float64(ds[len(ds)/2]), "x-100k/1k")
+	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkCleanup1000 times one cleanup pass removing 1,000 ended rows from a root that also
