@@ -11,9 +11,9 @@ PKGS      := ./...
 run: build
 	./bin/amiss demo -root $(ROOT)
 
-## test: vet, then every test with the race detector
+## test: vet, then every test with the race detector (verbose: figures such as "N crash points" are printed)
 test: vet
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -count=1 -v -timeout 20m $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
