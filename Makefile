@@ -5,7 +5,12 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 PKGS      := ./...
 
-.PHONY: run test build bench fuzz soak vet clean
+# MinIO for the S3 ledger's tests: a pinned release built from its Go module, in a local image.
+MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO_IMAGE   ?= amiss-minio:local
+MINIO_BUILD   := .cache/minio
+
+.PHONY: run test build bench fuzz soak vet clean minio-image
 
 ## run: build amiss and take a sample delivery through every state on a local file root
 run: build
@@ -37,5 +42,12 @@ fuzz:
 soak:
 	AMISS_SOAK=1 $(GO) test -run 'TestMultiProcess' -count=1 -timeout 60m -v ./localfs/
 
+## minio-image: build the pinned MinIO release from source into the image $(MINIO_IMAGE)
+minio-image:
+	mkdir -p $(MINIO_BUILD)/context/tmp
+	test -x $(MINIO_BUILD)/bin/minio || CGO_ENABLED=0 GOBIN=$(abspath $(MINIO_BUILD))/bin $(GO) install github.com/minio/minio@$(MINIO_VERSION)
+	cp $(MINIO_BUILD)/bin/minio integration/minio/Dockerfile $(MINIO_BUILD)/context/
+	docker build -q -t $(MINIO_IMAGE) $(MINIO_BUILD)/context
+
 clean:
-	rm -rf bin var bench.out
+	rm -rf bin var bench.out .cache

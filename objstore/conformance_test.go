@@ -1,0 +1,110 @@
+package objstore_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
+	"github.com/amiss-ci/amiss/objstore"
+)
+
+// harness runs the conformance suite against MinIO: one prefix per harness, every handle with
+// its own transport (one per "process") sharing one request counter.
+type harness struct {
+	prefix string
+	count  *counter
+
+	mu         sync.Mutex
+	transports []*transport
+	listings   int
+}
+
+func newHarness(ctx context.Context, t ledgertest.TB) (ledgertest.Harness, error) {
+	requireMinIO(t.(testing.TB))
+	return &harness{prefix: newPrefix(t.(testing.TB)), count: &counter{}, listings: -1}, nil
+}
+
+func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.Options) (ledger.Ledger, error) {
+	tr := newTransport(h.count)
+	h.mu.Lock()
+	h.transports = append(h.transports, tr)
+	tr.failListings(h.listings)
+	h.mu.Unlock()
+	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
+		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second}})
+	if err != nil {
+		return nil, err
+	}
+	// One owner name for every handle: the handles model one scheduled cleanup function,
+	// reopened after a crash, which takes over its own lease.
+	return objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: h.prefix, Limits: limits,
+		Clock: o.Clock, Create: true, StrandedAfter: o.StrandedAfter, CleanupBatch: o.CleanupBatch, Shards: 4,
+		Owner: "conformance-cleanup"})
+}
+
+func (h *harness) Ops() ledgertest.OpCount {
+	ops, listings := h.count.snapshot()
+	return ledgertest.OpCount{Ops: ops, Listings: listings}
+}
+
+func (h *harness) ResetOps() { h.count.reset() }
+
+func (h *harness) CrashAfter(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, tr := range h.transports {
+		tr.crash(n)
+	}
+}
+
+func (h *harness) FailListings(n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.listings = n
+	for _, tr := range h.transports {
+		tr.failListings(n)
+	}
+}
+
+func (h *harness) DamageRow(ctx context.Context, key ledger.Key) error {
+	name := h.prefix + objstore.RowName(key)
+	obj, err := minioRaw.GetObject(ctx, testBucket, name, minio.GetObjectOptions{})
+	if err != nil {
+		return err
+	}
+	data, err := io.ReadAll(obj)
+	obj.Close()
+	if err != nil {
+		return err
+	}
+	data[len(data)/2] ^= 0x01
+	_, err = minioRaw.PutObject(ctx, testBucket, name, bytes.NewReader(data), int64(len(data)), minio.PutObjectOptions{})
+	return err
+}
+
+func (h *harness) HoldMaintenance(ctx context.Context) (func(), error) {
+	body, err := objstore.EncodeMaintenanceForTest("another-cleanup", 1_000_000, time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	name := h.prefix + objstore.MaintenanceName
+	if _, err := minioRaw.PutObject(ctx, testBucket, name, bytes.NewReader(body), int64(len(body)), minio.PutObjectOptions{}); err != nil {
+		return nil, err
+	}
+	return func() { minioRaw.RemoveObject(context.Background(), testBucket, name, minio.RemoveObjectOptions{}) }, nil
+}
+
+func (h *harness) Close() error { return nil }
+
+func TestConformance(t *testing.T) {
+	requireMinIO(t)
+	ledgertest.RunConformanceTests(t, newHarness)
+}

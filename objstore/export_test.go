@@ -1,0 +1,11 @@
+package objstore
+
+// EncodeMaintenanceForTest encodes a maintenance lease object as another owner would write it.
+func EncodeMaintenanceForTest(owner string, fence uint64, until int64) ([]byte, error) {
+	return encode(kindMaintenance, "test-token", maintenanceData{Owner: owner, Fence: fence, Until: until})
+}
+
+// MaintenanceName and RowName are the object names the tests reach directly.
+const MaintenanceName = maintenanceName
+
+var RowName = rowName

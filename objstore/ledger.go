@@ -1,0 +1,391 @@
+// Package objstore is the S3 ledger: the ledger contract over one bucket and prefix, with
+// conditional writes (If-None-Match: * to create, If-Match on the ETag read to change) as the
+// only coordination. It works with AWS S3 and with S3-compatible stores that honour
+// conditional PUTs (MinIO from RELEASE.2025-09-07T16-13-09Z).
+//
+// Layout under the prefix:
+//
+//	root.json              limits, shard count, creation time, high-water clock
+//	capacity/NN.json       capacity shards: quota, slots used, pending admissions, last batch
+//	rows/<key>.json        one object per row: the row, and the saved report while it waits
+//	ended/<end>-<key>      empty index entries of finished rows with a retention end
+//	maintenance.json       the fenced maintenance lease (one cleanup at a time)
+//	batch.json             the last cleanup batch
+//
+// Every object carries a format version, a CRC-32C of its data and a unique write token, so a
+// write whose answer was lost is recognised as one's own when read back.
+//
+// Clocks: S3 has no clock of its own that the ledger can use, so every decision uses the
+// caller's clock, raised to the persisted high-water and the row's own times. The backend
+// assumes the clocks of its callers agree within a bounded skew (30 seconds); leases should be
+// long compared with it, and the grace after which an unfinished admission is settled (2
+// minutes) is four times it.
+package objstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Config configures a handle on an S3 ledger.
+type Config struct {
+	// Client is the S3 client (see NewClient).
+	Client *s3.Client
+	// Bucket and Prefix locate the ledger; Prefix is empty or ends with "/".
+	Bucket, Prefix string
+	// Limits must match the ones the ledger was created with.
+	Limits ledger.Limits
+	// Clock is the time source (default: the system clock).
+	Clock ledger.Clock
+	// Create makes a new ledger when the prefix holds none.
+	Create bool
+	// Shards is the number of capacity shards a new ledger gets (default 16).
+	Shards int
+	// StrandedAfter, CleanupBatch and SweepBatch are as for the FileLedger (defaults 15
+	// minutes, 1000, 1000).
+	StrandedAfter time.Duration
+	CleanupBatch  int
+	SweepBatch    int
+	// MaintenanceLease is how long one cleanup pass may hold maintenance (default 5 minutes).
+	MaintenanceLease time.Duration
+	// PendingGrace is how old an unfinished admission must be before another one settles it
+	// (default 2 minutes). An admission gives up before writing its row once half of it has
+	// passed.
+	PendingGrace time.Duration
+	// Owner names this handle in the maintenance lease (default: random).
+	Owner string
+	// Random is the source of evaluation ids and write tokens (default crypto/rand).
+	Random io.Reader
+}
+
+func (c *Config) defaults() error {
+	if c.Client == nil || c.Bucket == "" {
+		return fmt.Errorf("%w: objstore needs a client and a bucket", ledger.ErrInvalid)
+	}
+	if c.Clock == nil {
+		c.Clock = ledger.SystemClock{}
+	}
+	if c.Shards <= 0 {
+		c.Shards = 16
+	}
+	if c.StrandedAfter <= 0 {
+		c.StrandedAfter = 15 * time.Minute
+	}
+	if c.CleanupBatch <= 0 {
+		c.CleanupBatch = 1000
+	}
+	if c.SweepBatch <= 0 {
+		c.SweepBatch = 1000
+	}
+	if c.MaintenanceLease <= 0 {
+		c.MaintenanceLease = 5 * time.Minute
+	}
+	if c.PendingGrace <= 0 {
+		c.PendingGrace = 2 * time.Minute
+	}
+	if c.Random == nil {
+		c.Random = rand.Reader
+	}
+	if c.Owner == "" {
+		var b [8]byte
+		if _, err := io.ReadFull(c.Random, b[:]); err != nil {
+			return err
+		}
+		c.Owner = "cleanup-" + hex.EncodeToString(b[:])
+	}
+	return nil
+}
+
+// Ledger is a handle on an S3 ledger. It is safe for concurrent use.
+type Ledger struct {
+	s      store
+	cfg    Config
+	shards int
+	hw     atomic.Int64 // high-water read at open or raised by this handle's cleanup
+
+	mu    sync.Mutex
+	cache map[ledger.Key]cachedRow
+	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
+	// maintenance lease does not tell apart.
+	cleaning sync.Mutex
+}
+
+var _ ledger.Ledger = (*Ledger)(nil)
+
+type cachedRow struct {
+	etag string
+	data rowData
+}
+
+const (
+	rootName        = "root.json"
+	maintenanceName = "maintenance.json"
+	batchName       = "batch.json"
+	rowsPrefix      = "rows/"
+	endedPrefix     = "ended/"
+	maxPending      = 512
+	maxRetries      = 16
+	maxCache        = 4096
+)
+
+func shardName(i int) string                 { return fmt.Sprintf("capacity/%02d.json", i) }
+func rowName(k ledger.Key) string            { return rowsPrefix + k.String() + ".json" }
+func (l *Ledger) homeShard(k ledger.Key) int { return int(k[1]) % l.shards }
+
+func (l *Ledger) quota(i int) int64 {
+	c := l.cfg.Limits.RecordCap
+	q := c / int64(l.shards)
+	if int64(i) < c%int64(l.shards) {
+		q++
+	}
+	return q
+}
+
+// Open opens the ledger under cfg.Prefix: it reads the root object and checks the limits. A
+// missing or damaged root, or other limits, fail closed with an error naming the object.
+func Open(ctx context.Context, cfg Config) (*Ledger, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	l := &Ledger{s: store{client: cfg.Client, bucket: cfg.Bucket, prefix: cfg.Prefix}, cfg: cfg, cache: map[ledger.Key]cachedRow{}}
+	root, _, err := l.readRoot(ctx)
+	if errors.Is(err, errNotFound) {
+		if !cfg.Create {
+			return nil, fmt.Errorf("%w: %s is missing: not a ledger (create one first)", ledger.ErrRootMismatch, l.s.key(rootName))
+		}
+		if err := l.create(ctx); err != nil {
+			return nil, err
+		}
+		root, _, err = l.readRoot(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d := root.Limits.Diff(cfg.Limits); d != "" {
+		return nil, fmt.Errorf("%w: %s: %s", ledger.ErrRootMismatch, l.s.key(rootName), d)
+	}
+	if root.Shards <= 0 || root.Shards > 256 {
+		return nil, fmt.Errorf("%w: %s: %d capacity shards", ledger.ErrCorrupt, l.s.key(rootName), root.Shards)
+	}
+	l.shards = root.Shards
+	l.hw.Store(root.HighWater)
+	return l, nil
+}
+
+// create writes the shards, then the root: a root object always has its shards.
+func (l *Ledger) create(ctx context.Context) error {
+	l.shards = l.cfg.Shards
+	for i := range l.shards {
+		body, token, err := l.encode(kindShard, shardData{Quota: l.quota(i)})
+		if err != nil {
+			return err
+		}
+		if _, err := l.s.put(ctx, shardName(i), body, token, "", true); err != nil && !errors.Is(err, errRaced) {
+			return err
+		}
+	}
+	now := l.cfg.Clock.Now().UnixNano()
+	body, token, err := l.encode(kindRoot, rootData{Limits: l.cfg.Limits, Shards: l.shards, CreatedAt: now, HighWater: now})
+	if err != nil {
+		return err
+	}
+	if _, err := l.s.put(ctx, rootName, body, token, "", true); err != nil && !errors.Is(err, errRaced) {
+		return err
+	}
+	return nil
+}
+
+// Close implements ledger.Ledger; a handle holds nothing to release.
+func (l *Ledger) Close() error { return nil }
+
+func (l *Ledger) token() (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(l.cfg.Random, b[:]); err != nil {
+		return "", fmt.Errorf("objstore: write token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func (l *Ledger) encode(kind string, data any) ([]byte, string, error) {
+	tok, err := l.token()
+	if err != nil {
+		return nil, "", err
+	}
+	body, err := encode(kind, tok, data)
+	return body, tok, err
+}
+
+func (l *Ledger) readRoot(ctx context.Context) (rootData, string, error) {
+	o, err := l.s.get(ctx, rootName)
+	if err != nil {
+		return rootData{}, "", err
+	}
+	var r rootData
+	if err := decode(l.s.key(rootName), kindRoot, o.body, &r); err != nil {
+		return rootData{}, "", err
+	}
+	if err := r.Limits.Validate(); err != nil {
+		return rootData{}, "", fmt.Errorf("%w: %s holds invalid limits: %v", ledger.ErrCorrupt, l.s.key(rootName), err)
+	}
+	return r, o.etag, nil
+}
+
+func (l *Ledger) highWater() time.Time { return time.Unix(0, l.hw.Load()).UTC() }
+
+// nowFor is the effective now of a decision on row (nil for a new key).
+func (l *Ledger) nowFor(row *ledger.Row) time.Time {
+	if row == nil {
+		return ledger.MaxTime(l.cfg.Clock.Now(), l.highWater())
+	}
+	return row.Now(l.cfg.Clock.Now(), l.highWater())
+}
+
+// getRow reads a row fresh from the store.
+func (l *Ledger) getRow(ctx context.Context, key ledger.Key) (rowData, string, error) {
+	o, err := l.s.get(ctx, rowName(key))
+	if errors.Is(err, errNotFound) {
+		l.forget(key)
+		return rowData{}, "", fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
+	}
+	if err != nil {
+		return rowData{}, "", err
+	}
+	rd, err := l.decodeRow(key, o.body)
+	if err != nil {
+		return rowData{}, "", err
+	}
+	l.remember(key, o.etag, rd)
+	return rd, o.etag, nil
+}
+
+func (l *Ledger) decodeRow(key ledger.Key, body []byte) (rowData, error) {
+	name := l.s.key(rowName(key))
+	var rd rowData
+	if err := decode(name, kindRow, body, &rd); err != nil {
+		return rowData{}, err
+	}
+	if err := rd.Row.Check(); err != nil {
+		return rowData{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if rd.Row.Key != key {
+		return rowData{}, fmt.Errorf("%w: %s holds row %s", ledger.ErrCorrupt, name, rd.Row.Key)
+	}
+	if len(rd.Report) > l.cfg.Limits.MaxReportBytes || len(rd.Row.Subject) > l.cfg.Limits.MaxSubjectBytes {
+		return rowData{}, fmt.Errorf("%w: %s holds data over its ceilings", ledger.ErrCorrupt, name)
+	}
+	if rd.Row.State == ledger.StateSaved && ledger.SumBody(rd.Report) != rd.Row.Report.Digest {
+		return rowData{}, fmt.Errorf("%w: %s: the saved report does not match its digest", ledger.ErrCorrupt, name)
+	}
+	return rd, nil
+}
+
+func (l *Ledger) remember(key ledger.Key, etag string, rd rowData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.cache) >= maxCache {
+		for k := range l.cache {
+			delete(l.cache, k)
+			break
+		}
+	}
+	l.cache[key] = cachedRow{etag: etag, data: rd}
+}
+
+func (l *Ledger) forget(key ledger.Key) {
+	l.mu.Lock()
+	delete(l.cache, key)
+	l.mu.Unlock()
+}
+
+func (l *Ledger) cached(key ledger.Key) (cachedRow, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.cache[key]
+	return c, ok
+}
+
+// putRow writes a row over the version read (etag).
+func (l *Ledger) putRow(ctx context.Context, rd rowData, etag string) error {
+	body, token, err := l.encode(kindRow, rd)
+	if err != nil {
+		return err
+	}
+	newTag, err := l.s.put(ctx, rowName(rd.Row.Key), body, token, etag, false)
+	if err != nil {
+		l.forget(rd.Row.Key)
+		return err
+	}
+	l.remember(rd.Row.Key, newTag, rd)
+	return nil
+}
+
+// step is one decision on a row: it changes rd in place and says whether to write it; err is
+// the answer when the decision refuses.
+type step func(rd *rowData, now time.Time) (write bool, err error)
+
+// update runs a decision as an optimistic transaction: read (from this handle's cache when it
+// has the row), decide, write with If-Match. A write that loses, or any answer decided on
+// cached data that is not a successful write, is decided again on a fresh read, so no answer
+// ever rests on a stale copy.
+func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step) error {
+	fresh := false
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		var rd rowData
+		var etag string
+		if c, ok := l.cached(key); ok && !fresh {
+			rd, etag = cloneRow(c.data), c.etag
+		} else {
+			var err error
+			if rd, etag, err = l.getRow(ctx, key); err != nil {
+				return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+			}
+			fresh = true
+		}
+		now := l.nowFor(&rd.Row)
+		write, ferr := fn(&rd, now)
+		if !write {
+			if !fresh {
+				fresh = true
+				continue
+			}
+			if ferr != nil {
+				return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
+			}
+			return nil
+		}
+		if err := l.putRow(ctx, rd, etag); err != nil {
+			if errors.Is(err, errRaced) {
+				fresh = true
+				continue
+			}
+			return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+		}
+		// The write's If-Match proves the data decided on was current, cached or not.
+		if ferr != nil {
+			return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s %s: %w: %d conflicting writers in a row", op, key.Short(), ledger.ErrBusy, maxRetries)
+}
+
+func cloneRow(rd rowData) rowData {
+	out := rd
+	out.Row.Subject = append([]byte(nil), rd.Row.Subject...)
+	out.Report = append([]byte(nil), rd.Report...)
+	return out
+}
