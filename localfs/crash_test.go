@@ -2,102 +2,17 @@ package localfs_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
 	"github.com/amiss-ci/amiss/localfs/faultfs"
 )
-
-// crashOp stages a row with a healthy handle, then runs one operation on the faulty handle.
-type crashOp struct {
-	name string
-	// prep brings a fresh delivery to the operation's starting state.
-	prep func(t *testing.T, l ledger.Ledger, clock *ledger.ManualClock) (ledger.Delivery, func(l ledger.Ledger) error)
-	// after lists the states the row may be in after a failed run (absent is "").
-	after []string
-}
-
-func crashOps() []crashOp {
-	ctx := context.Background()
-	return []crashOp{
-		{"admit", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(c.Now())
-			return d, func(l ledger.Ledger) error { _, err := l.Admit(ctx, d); return err }
-		}, []string{"", "pending"}},
-		{"readmit-later-signature", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(c.Now())
-			mustAdmit(t, l, d)
-			later := d
-			later.SignedAt = c.Now().Add(time.Second)
-			return d, func(l ledger.Ledger) error { _, err := l.Admit(ctx, later); return err }
-		}, []string{"pending"}},
-		{"claim-execute", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(time.Time{})
-			mustAdmit(t, l, d)
-			return d, func(l ledger.Ledger) error {
-				_, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w2", 30*time.Second)
-				return err
-			}
-		}, []string{"pending", "running"}},
-		{"claim-publish", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(time.Time{})
-			mustAdmit(t, l, d)
-			mustSave(t, l, *mustClaim(t, l, d, ledger.Execute).Lease, "r")
-			c.Advance(time.Minute)
-			return d, func(l ledger.Ledger) error {
-				_, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w2", 30*time.Second)
-				return err
-			}
-		}, []string{"saved"}},
-		{"renew", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(time.Time{})
-			mustAdmit(t, l, d)
-			cl := mustClaim(t, l, d, ledger.Execute)
-			return d, func(l ledger.Ledger) error { _, err := l.Renew(ctx, *cl.Lease, time.Minute); return err }
-		}, []string{"running"}},
-		{"save", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(time.Time{})
-			mustAdmit(t, l, d)
-			cl := mustClaim(t, l, d, ledger.Execute)
-			return d, func(l ledger.Ledger) error { _, err := l.Save(ctx, *cl.Lease, []byte("verdict")); return err }
-		}, []string{"running", "saved"}},
-		{"complete", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(c.Now())
-			mustAdmit(t, l, d)
-			s := mustSave(t, l, *mustClaim(t, l, d, ledger.Execute).Lease, "verdict")
-			return d, func(l ledger.Ledger) error { return l.Complete(ctx, s) }
-		}, []string{"saved", "done"}},
-		{"abandon", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(c.Now())
-			mustAdmit(t, l, d)
-			s := mustSave(t, l, *mustClaim(t, l, d, ledger.Execute).Lease, "verdict")
-			return d, func(l ledger.Ledger) error { return l.Abandon(ctx, s, "provider answered 422") }
-		}, []string{"saved", "abandoned"}},
-		{"release", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(time.Time{})
-			mustAdmit(t, l, d)
-			cl := mustClaim(t, l, d, ledger.Execute)
-			return d, func(l ledger.Ledger) error { return l.Release(ctx, *cl.Lease, time.Time{}) }
-		}, []string{"running", "pending"}},
-		{"cleanup", func(t *testing.T, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
-			d := newDelivery(c.Now())
-			mustAdmit(t, l, d)
-			mustComplete(t, l, mustSave(t, l, *mustClaim(t, l, d, ledger.Execute).Lease, "verdict"))
-			c.Advance(2 * time.Hour)
-			return d, func(l ledger.Ledger) error {
-				_, err := l.Cleanup(ctx, "")
-				return err
-			}
-		}, []string{"done", ""}},
-	}
-}
 
 type crashMode struct {
 	name string
@@ -113,18 +28,6 @@ var crashModes = []crashMode{
 	{"fail-after-effect", func(n int) faultfs.Rule { return faultfs.FailNth(n, true) }, false},
 }
 
-func stateName(t *testing.T, l ledger.Ledger, d ledger.Delivery) (string, ledger.Row) {
-	t.Helper()
-	row, err := l.Inspect(context.Background(), d.Key())
-	if errors.Is(err, ledger.ErrUnknownDelivery) {
-		return "", row
-	}
-	if err != nil {
-		t.Fatalf("row not legible: %v", err)
-	}
-	return row.State.String(), row
-}
-
 // TestCrashAtEveryStep injects, for every operation, at every mutating step, each failure mode;
 // it then reopens (or, for a failure the process survives, goes on), and checks that the row is
 // legible, that the operation left nothing or its whole effect, that fences never went back, that
@@ -137,14 +40,14 @@ func TestCrashAtEveryStep(t *testing.T) {
 	healthy := openRoot(t, dir, localfs.Config{Clock: clock})
 	defer healthy.Close()
 	points := 0
-	for _, op := range crashOps() {
+	for _, op := range ledgertest.FaultOps() {
 		for _, mode := range crashModes {
 			for step := 0; ; step++ {
 				if step > 60 {
-					t.Fatalf("%s/%s: still failing after %d steps", op.name, mode.name, step)
+					t.Fatalf("%s/%s: still failing after %d steps", op.Name, mode.name, step)
 				}
-				d, run := op.prep(t, healthy, clock)
-				_, before := stateName(t, healthy, d)
+				d, run := op.Prep(t, healthy, clock)
+				_, before := ledgertest.RowState(t, healthy, d)
 				fsys := faultfs.New(localfs.OSFS{}, nil)
 				faulty := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys})
 				var fired atomic.Bool
@@ -160,7 +63,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 				if !fired.Load() {
 					faulty.Close()
 					if err != nil {
-						t.Fatalf("%s/%s step %d: failed with nothing injected: %v", op.name, mode.name, step, err)
+						t.Fatalf("%s/%s step %d: failed with nothing injected: %v", op.Name, mode.name, step, err)
 					}
 					break
 				}
@@ -172,34 +75,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 				} else {
 					fsys.SetRule("inject", nil)
 				}
-				state, after := stateName(t, l, d)
-				if err != nil && !slices.Contains(op.after, state) {
-					t.Fatalf("%s/%s step %d: failed operation left the row %q, want one of %q", op.name, mode.name, step, state, op.after)
-				}
-				if state != "" && after.Fence < before.Fence {
-					t.Fatalf("%s/%s step %d: fence went back from %d to %d", op.name, mode.name, step, before.Fence, after.Fence)
-				}
-				if st, err := l.Stats(ctx); err != nil || st.CapacityUsed < st.Rows {
-					t.Fatalf("%s/%s step %d: stats %+v %v: capacity understates", op.name, mode.name, step, st, err)
-				}
-				if state == "" && op.name == "admit" {
-					mustAdmit(t, l, d)
-				}
-				if state != "" {
-					finishRow(t, l, clock, d)
-				}
-				// Cleanup to the end of a lap: it finishes any interrupted batch, and the next
-				// step starts from the same amount of work.
-				for cur := ledger.Cursor(""); ; {
-					rep, err := l.Cleanup(ctx, cur)
-					if err != nil {
-						t.Fatalf("%s/%s step %d: cleanup after the injection: %v", op.name, mode.name, step, err)
-					}
-					if rep.Done {
-						break
-					}
-					cur = rep.Next
-				}
+				what := fmt.Sprintf("%s/%s step %d", op.Name, mode.name, step)
+				ledgertest.CheckAfterFault(t, l, clock, op, what, d, before, err)
 				if l != ledger.Ledger(faulty) {
 					l.Close()
 				}
@@ -236,10 +113,10 @@ func TestCleanupCrashAfterRemovingThePendingRow(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "root")
 		clock := ledger.NewManualClock(epoch)
 		l := openRoot(t, dir, localfs.Config{Clock: clock})
-		mustAdmit(t, l, newDelivery(time.Time{}))
+		ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
 		last := newDelivery(clock.Now()) // admitted last: the capacity record's pending key
-		mustAdmit(t, l, last)
-		mustComplete(t, l, mustSave(t, l, *mustClaim(t, l, last, ledger.Execute).Lease, "r"))
+		ledgertest.MustAdmit(t, l, last)
+		ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, last, ledger.Execute).Lease, "r"))
 		clock.Advance(2 * time.Hour)
 		l.Close()
 
@@ -253,7 +130,7 @@ func TestCleanupCrashAfterRemovingThePendingRow(t *testing.T) {
 		}
 		// A new process opens (settling the pending key) and admits (settling it again).
 		l = openRoot(t, dir, localfs.Config{Clock: clock})
-		mustAdmit(t, l, newDelivery(time.Time{}))
+		ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
 		for cur := ledger.Cursor(""); ; {
 			rep, err := l.Cleanup(ctx, cur)
 			if err != nil {

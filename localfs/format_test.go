@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
 )
 
@@ -58,18 +59,18 @@ func writeFixture(t *testing.T, dir string) {
 	defer l.Close()
 	for i, want := range fixtureStates {
 		d := fixtureDelivery(i)
-		mustAdmit(t, l, d)
+		ledgertest.MustAdmit(t, l, d)
 		if want == ledger.StatePending {
 			continue
 		}
-		c := mustClaim(t, l, d, ledger.Execute)
+		c := ledgertest.MustClaim(t, l, d, ledger.Execute)
 		if want == ledger.StateRunning {
 			continue
 		}
-		s := mustSave(t, l, *c.Lease, `{"state":"success","description":"fixture `+d.Binding.Identity+`"}`)
+		s := ledgertest.MustSave(t, l, *c.Lease, `{"state":"success","description":"fixture `+d.Binding.Identity+`"}`)
 		switch want {
 		case ledger.StateDone:
-			mustComplete(t, l, s)
+			ledgertest.MustComplete(t, l, s)
 		case ledger.StateAbandoned:
 			if err := l.Abandon(ctx, s, "provider answered 404"); err != nil {
 				t.Fatal(err)
@@ -120,13 +121,13 @@ func TestReleasedFormatsOpen(t *testing.T) {
 				}
 			}
 			saved := fixtureDelivery(2)
-			c := mustClaim(t, l, saved, ledger.Publish)
+			c := ledgertest.MustClaim(t, l, saved, ledger.Publish)
 			if want := `{"state":"success","description":"fixture ` + saved.Binding.Identity + `"}`; string(c.Staged.Report) != want {
 				t.Fatalf("staged report %q", c.Staged.Report)
 			}
-			mustComplete(t, l, *c.Staged)
-			finishRow(t, l, clock, fixtureDelivery(0))
-			finishRow(t, l, clock, fixtureDelivery(1))
+			ledgertest.MustComplete(t, l, *c.Staged)
+			ledgertest.FinishRow(t, l, clock, fixtureDelivery(0))
+			ledgertest.FinishRow(t, l, clock, fixtureDelivery(1))
 			clock.Set(fixtureEpoch.Add(48 * time.Hour))
 			rep, err := l.Cleanup(ctx, "")
 			if err != nil {

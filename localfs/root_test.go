@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
 	"github.com/amiss-ci/amiss/localfs/faultfs"
 )
@@ -29,9 +30,9 @@ func TestLockGrowthIsFixed(t *testing.T) {
 	const n = 10_000
 	for i := range n {
 		d := newDelivery(time.Time{})
-		mustAdmit(t, l, d)
-		c := mustClaim(t, l, d, ledger.Execute)
-		mustComplete(t, l, mustSave(t, l, *c.Lease, "r"))
+		ledgertest.MustAdmit(t, l, d)
+		c := ledgertest.MustClaim(t, l, d, ledger.Execute)
+		ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *c.Lease, "r"))
 		if i == 99 || i == n-1 {
 			fixed, shards := countLocks(t, dir)
 			if fixed != 3 || shards > 256 {
@@ -72,7 +73,7 @@ func TestOpenFailsClosed(t *testing.T) {
 	mk := func(t *testing.T) string {
 		dir := filepath.Join(t.TempDir(), "root")
 		l := openRoot(t, dir, localfs.Config{})
-		mustAdmit(t, l, newDelivery(time.Time{}))
+		ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
 		l.Close()
 		return dir
 	}
@@ -178,9 +179,9 @@ func TestDamagedFilesNameTheFile(t *testing.T) {
 			l := openRoot(t, dir, localfs.Config{Clock: clock})
 			defer l.Close()
 			d := newDelivery(time.Time{})
-			mustAdmit(t, l, d)
-			c := mustClaim(t, l, d, ledger.Execute)
-			mustSave(t, l, *c.Lease, "verdict")
+			ledgertest.MustAdmit(t, l, d)
+			c := ledgertest.MustClaim(t, l, d, ledger.Execute)
+			ledgertest.MustSave(t, l, *c.Lease, "verdict")
 			clock.Advance(time.Minute)
 			key := d.Key().String()
 			report := filepath.Join(dir, localfs.RowsDir, key[:2], key+".report")
@@ -234,11 +235,11 @@ func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "root")
 	l := openRoot(t, dir, localfs.Config{})
 	live := newDelivery(time.Time{})
-	mustAdmit(t, l, live)
-	mustSave(t, l, *mustClaim(t, l, live, ledger.Execute).Lease, "live verdict")
+	ledgertest.MustAdmit(t, l, live)
+	ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, live, ledger.Execute).Lease, "live verdict")
 	done := newDelivery(time.Time{})
-	mustAdmit(t, l, done)
-	mustComplete(t, l, mustSave(t, l, *mustClaim(t, l, done, ledger.Execute).Lease, "r"))
+	ledgertest.MustAdmit(t, l, done)
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, done, ledger.Execute).Lease, "r"))
 	l.Close()
 	shard := func(d ledger.Delivery) string {
 		return filepath.Join(dir, localfs.RowsDir, d.Key().String()[:2])
@@ -301,7 +302,7 @@ func TestColdOpenReadsOnlyTheRootRecords(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "root")
 	l := openRoot(t, dir, localfs.Config{})
 	for range 200 {
-		mustAdmit(t, l, newDelivery(time.Time{}))
+		ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
 	}
 	l.Close()
 	fsys := faultfs.New(localfs.OSFS{}, nil)
@@ -325,7 +326,7 @@ func TestColdOpenReadsOnlyTheRootRecords(t *testing.T) {
 	}
 	s := l.Session()
 	d := newDelivery(time.Time{})
-	mustAdmit(t, s, d)
+	ledgertest.MustAdmit(t, s, d)
 	s.Close()
 	if _, err := l.Inspect(ctx, d.Key()); err != nil {
 		t.Fatalf("closing a session closed the root: %v", err)
@@ -351,7 +352,7 @@ func TestLockWaitsAreBounded(t *testing.T) {
 	// Work on existing rows does not need the admission lock.
 	release()
 	d := newDelivery(time.Time{})
-	mustAdmit(t, l, d)
+	ledgertest.MustAdmit(t, l, d)
 	release2, err := localfs.HoldLockForTest(ctx, dir, localfs.AdmissionLock)
 	if err != nil {
 		t.Fatal(err)
@@ -360,6 +361,6 @@ func TestLockWaitsAreBounded(t *testing.T) {
 	if a, err := l.Admit(ctx, d); err != nil || a.Outcome != ledger.Pending {
 		t.Fatalf("re-admission with the admission lock held: %+v %v", a, err)
 	}
-	mustComplete(t, l, mustSave(t, l, *mustClaim(t, l, d, ledger.Execute).Lease, "r"))
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease, "r"))
 
 }

@@ -25,6 +25,8 @@ type ClientConfig struct {
 	HTTPClient aws.HTTPClient
 	// MaxAttempts bounds the SDK's retries of one request (default: the SDK's 3).
 	MaxAttempts int
+	// Retryer replaces the SDK's retryer (tests use short back-offs).
+	Retryer func() aws.Retryer
 }
 
 // NewClient builds an S3 client for AWS or for an S3-compatible endpoint.
@@ -35,6 +37,9 @@ func NewClient(ctx context.Context, cc ClientConfig) (*s3.Client, error) {
 	}
 	if cc.MaxAttempts > 0 {
 		opts = append(opts, config.WithRetryMaxAttempts(cc.MaxAttempts))
+	}
+	if cc.Retryer != nil {
+		opts = append(opts, config.WithRetryer(cc.Retryer))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
