@@ -113,6 +113,8 @@ type Ledger struct {
 	cfg    Config
 	shards int
 	hw     atomic.Int64 // high-water read at open or raised by this handle's cleanup
+	hwRead atomic.Int64 // when the root was last read (monotonic nanoseconds since start)
+	start  time.Time
 
 	mu    sync.Mutex
 	cache map[ledger.Key]cachedRow
@@ -183,6 +185,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	}
 	l.shards = root.Shards
 	l.hw.Store(root.HighWater)
+	l.start = time.Now()
 	return l, nil
 }
 
@@ -245,6 +248,26 @@ func (l *Ledger) readRoot(ctx context.Context) (rootData, string, error) {
 }
 
 func (l *Ledger) highWater() time.Time { return time.Unix(0, l.hw.Load()).UTC() }
+
+// hwRefresh is how often admission re-reads the root's high-water, which another process's
+// cleanup may have raised.
+const hwRefresh = time.Minute
+
+// refreshHighWater re-reads the root when the last read is older than hwRefresh: one request
+// a minute at most, so a high-water persisted elsewhere reaches every handle within a minute.
+func (l *Ledger) refreshHighWater(ctx context.Context) error {
+	since := time.Since(l.start)
+	if since-time.Duration(l.hwRead.Load()) < hwRefresh {
+		return nil
+	}
+	root, _, err := l.readRoot(ctx)
+	if err != nil {
+		return err
+	}
+	l.hwRead.Store(int64(since))
+	l.raiseHighWater(time.Unix(0, root.HighWater))
+	return nil
+}
 
 // nowFor is the effective now of a decision on row (nil for a new key).
 func (l *Ledger) nowFor(row *ledger.Row) time.Time {

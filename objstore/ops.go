@@ -52,6 +52,9 @@ func (l *Ledger) readmit(ctx context.Context, d ledger.Delivery) (ledger.Admissi
 
 func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	key := d.Key()
+	if err := l.refreshHighWater(ctx); err != nil {
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
 	now := l.nowFor(nil)
 	id, err := ledger.NewEvaluationID(l.cfg.Random.Read)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"time"
 )
 
 var errInjected = errors.New("injected transport failure")
@@ -39,6 +40,7 @@ type transport struct {
 	dead         bool
 	listingsLeft int // listings left before they fail; -1: none
 	rule         func(req *http.Request) fault
+	latency      time.Duration // added before every request, as from a Lambda to S3
 }
 
 // fault is what a rule does to one request.
@@ -85,8 +87,11 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		t.listingsLeft--
 	}
-	rule := t.rule
+	rule, latency := t.rule, t.latency
 	t.mu.Unlock()
+	if latency > 0 {
+		time.Sleep(latency)
+	}
 	t.count.mu.Lock()
 	t.count.ops++
 	if isListing(r) {
