@@ -28,9 +28,9 @@ vet:
 build:
 	$(GO) build -o bin/amiss ./cmd/amiss
 
-## bench: the FileLedger measurements recorded in docs/benchmarks.md
+## bench: the measurements recorded in docs/benchmarks.md (the S3 ones need MinIO: see docs/s3-ledger.md)
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./localfs/ | tee bench.out
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./localfs/ ./objstore/ | tee bench.out
 
 ## fuzz: every decoder's fuzz target for FUZZTIME each
 fuzz:
