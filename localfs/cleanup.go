@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -53,8 +52,8 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
 	}
 	rep.HighWater = now
-	damaged := map[string]error{}
-	removed, err := r.removeEnded(ctx, entries, now, damaged)
+	tally := &ledger.Tally{Now: now, StrandedAfter: r.cfg.StrandedAfter}
+	removed, err := r.removeEnded(ctx, entries, now, tally)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -68,25 +67,11 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			continue
 		}
 		row, err := r.readRow(key)
-		switch {
-		case errors.Is(err, ledger.ErrUnknownDelivery):
-			continue
-		case errors.Is(err, ledger.ErrCorrupt):
-			damaged[r.statePath(key)] = err
-			continue
-		case err != nil:
+		if err := tally.Add(r.statePath(key), &row, err); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
-		rep.Retained++
-		if row.Stranded(row.Now(now, time.Time{}), r.cfg.StrandedAfter) {
-			rep.Stranded = append(rep.Stranded, row.StrandedRow())
-		}
 	}
-	rep.Retained += len(damaged)
-	for name, err := range damaged {
-		rep.Damaged = append(rep.Damaged, ledger.DamagedRow{Name: name, Err: err})
-	}
-	sort.Slice(rep.Damaged, func(i, j int) bool { return rep.Damaged[i].Name < rep.Damaged[j].Name })
+	tally.Fill(&rep)
 	rep.Next = next
 	rep.Done = next == ""
 	return rep, nil
@@ -198,7 +183,7 @@ func (r *root) listSweep(cursor ledger.Cursor, limit int) ([]ledger.Key, ledger.
 }
 
 // removeEnded removes the removable rows among entries as one batch.
-func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, damaged map[string]error) ([]ledger.RemovedRow, error) {
+func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, tally *ledger.Tally) ([]ledger.RemovedRow, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -227,7 +212,7 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 		}
 	}
 	for _, e := range entries {
-		keep, err := r.classify(ctx, e, now, damaged)
+		keep, err := r.classify(ctx, e, now, tally)
 		if err != nil {
 			return nil, err
 		}
@@ -251,7 +236,7 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 // classify looks at one index entry under its row lock: it returns the batch entry of a
 // removable row, and otherwise tidies the index (a stale entry is removed, a lengthened
 // retention is re-indexed).
-func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, damaged map[string]error) (*batchEntry, error) {
+func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally *ledger.Tally) (*batchEntry, error) {
 	unlock, err := r.lockRow(ctx, e.key)
 	if err != nil {
 		return nil, err
@@ -262,7 +247,7 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, damage
 	case errors.Is(err, ledger.ErrUnknownDelivery):
 		return nil, r.removeIndex(e)
 	case errors.Is(err, ledger.ErrCorrupt):
-		damaged[r.statePath(e.key)] = err
+		tally.Damage(r.statePath(e.key), err)
 		return nil, nil
 	case err != nil:
 		return nil, err

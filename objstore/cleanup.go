@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -71,8 +70,8 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	}
 	l.raiseHighWater(now)
 	rep.HighWater = now
-	damaged := map[string]error{}
-	batch, err := l.chooseBatch(ctx, ended, now, damaged)
+	tally := &ledger.Tally{Now: now, StrandedAfter: l.cfg.StrandedAfter}
+	batch, err := l.chooseBatch(ctx, ended, now, tally)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -101,35 +100,27 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		}
 	}
 	for _, name := range sweep {
-		key, err := ledger.ParseKey(strings.TrimSuffix(strings.TrimPrefix(name, rowsPrefix), ".json"))
-		if err != nil || gone[key] {
+		key, ok := keyOf(name)
+		if !ok || gone[key] {
 			continue
 		}
 		rd, _, err := l.getRow(ctx, key)
-		switch {
-		case errors.Is(err, ledger.ErrUnknownDelivery):
-			continue
-		case errors.Is(err, ledger.ErrCorrupt):
-			damaged[l.s.key(rowName(key))] = err
-			continue
-		case err != nil:
+		if err := tally.Add(l.s.key(name), &rd.Row, err); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
-		rep.Retained++
-		if rd.Row.Stranded(rd.Row.Now(now, time.Time{}), l.cfg.StrandedAfter) {
-			rep.Stranded = append(rep.Stranded, rd.Row.StrandedRow())
-		}
 	}
-	rep.Retained += len(damaged)
-	for name, err := range damaged {
-		rep.Damaged = append(rep.Damaged, ledger.DamagedRow{Name: name, Err: err})
-	}
-	sort.Slice(rep.Damaged, func(i, j int) bool { return rep.Damaged[i].Name < rep.Damaged[j].Name })
+	tally.Fill(&rep)
 	if more && len(sweep) > 0 {
 		rep.Next = ledger.Cursor(strings.TrimPrefix(sweep[len(sweep)-1], rowsPrefix))
 	}
 	rep.Done = rep.Next == ""
 	return rep, nil
+}
+
+// keyOf parses the key out of a row object's name.
+func keyOf(name string) (ledger.Key, bool) {
+	key, err := ledger.ParseKey(strings.TrimSuffix(strings.TrimPrefix(name, rowsPrefix), ".json"))
+	return key, err == nil
 }
 
 func (l *Ledger) raiseHighWater(t time.Time) {
@@ -173,7 +164,7 @@ func (l *Ledger) listEnded(ctx context.Context, now time.Time) ([]endedEntry, er
 // chooseBatch reads the rows the index names and keeps the removable ones. Rows pending in a
 // capacity shard are left for a later pass, so an absent pending row always means an admission
 // that never finished.
-func (l *Ledger) chooseBatch(ctx context.Context, ended []endedEntry, now time.Time, damaged map[string]error) (batchData, error) {
+func (l *Ledger) chooseBatch(ctx context.Context, ended []endedEntry, now time.Time, tally *ledger.Tally) (batchData, error) {
 	var b batchData
 	if len(ended) == 0 {
 		return b, nil
@@ -191,7 +182,7 @@ func (l *Ledger) chooseBatch(ctx context.Context, ended []endedEntry, now time.T
 			}
 			continue
 		case errors.Is(err, ledger.ErrCorrupt):
-			damaged[l.s.key(rowName(e.key))] = err
+			tally.Damage(l.s.key(rowName(e.key)), err)
 			continue
 		case err != nil:
 			return b, err
@@ -477,8 +468,8 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 			return st, fmt.Errorf("stats: %w", err)
 		}
 		for _, n := range names {
-			key, err := ledger.ParseKey(strings.TrimSuffix(strings.TrimPrefix(n, rowsPrefix), ".json"))
-			if err != nil {
+			key, ok := keyOf(n)
+			if !ok {
 				continue
 			}
 			rd, _, err := l.getRow(ctx, key)

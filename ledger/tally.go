@@ -1,0 +1,58 @@
+package ledger
+
+import (
+	"errors"
+	"sort"
+	"time"
+)
+
+// Tally collects what a cleanup pass read, for backends: the rows it kept, the damaged rows it
+// skipped and the stranded rows it found. It does no I/O.
+type Tally struct {
+	// Now is the pass's effective now; StrandedAfter its stranded threshold.
+	Now           time.Time
+	StrandedAfter time.Duration
+
+	retained int
+	damaged  map[string]error
+	stranded []StrandedRow
+}
+
+// Add records one row read from the file or object name. A row that does not exist any more
+// is skipped; one that does not decode is recorded as damaged. Any other error is returned
+// unchanged: the pass must stop.
+func (t *Tally) Add(name string, row *Row, err error) error {
+	switch {
+	case errors.Is(err, ErrUnknownDelivery):
+		return nil
+	case errors.Is(err, ErrCorrupt):
+		t.Damage(name, err)
+		return nil
+	case err != nil:
+		return err
+	}
+	t.retained++
+	if row.Stranded(row.Now(t.Now, time.Time{}), t.StrandedAfter) {
+		t.stranded = append(t.stranded, row.StrandedRow())
+	}
+	return nil
+}
+
+// Damage records a damaged row (once per name, however often it is met in a pass).
+func (t *Tally) Damage(name string, err error) {
+	if t.damaged == nil {
+		t.damaged = map[string]error{}
+	}
+	t.damaged[name] = err
+}
+
+// Fill writes the tally into rep: damaged rows count as retained and are listed by name.
+func (t *Tally) Fill(rep *CleanupReport) {
+	rep.Retained = t.retained + len(t.damaged)
+	rep.Stranded = t.stranded
+	rep.Damaged = rep.Damaged[:0]
+	for name, err := range t.damaged {
+		rep.Damaged = append(rep.Damaged, DamagedRow{Name: name, Err: err})
+	}
+	sort.Slice(rep.Damaged, func(i, j int) bool { return rep.Damaged[i].Name < rep.Damaged[j].Name })
+}
