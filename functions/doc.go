@@ -1,4 +1,4 @@
-// Package functions will hold the ingress, runner and cleanup handlers, the webhook signature
-// schemes, the evaluators and the publishers. Handlers depend on the ledger contract only,
-// never on a backend (see DESIGN.md section 2); nothing is implemented here yet.
+// Package functions holds the pieces of the ingress, runner and cleanup handlers. Handlers
+// depend on the ledger contract only, never on a backend (see DESIGN.md section 2). So far it
+// holds the webhook signature schemes (functions/webhook); the handlers are not written yet.
 package functions
