@@ -1,0 +1,359 @@
+// Package config reads the amiss configuration: the controller's limits and the routes that
+// map /hooks/{route} to a provider, a signature scheme, its secrets, the accepted events, the
+// repositories the route may publish for, its evaluation rules and its publish target.
+//
+// Loading is strict: an unknown field, a missing field or a bad value fails with an error that
+// names the field (for example "routes.acme.secrets[0].from: ..."). Secrets are never in the
+// file, only references to where they are read at run time.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/amiss-ci/amiss/functions/webhook"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	Controller Controller        `yaml:"controller"`
+	Routes     map[string]*Route `yaml:"routes"`
+}
+
+// Controller holds the controller-wide limits. The ledger records the replay ceilings and the
+// record cap in its root; a route can only narrow them.
+type Controller struct {
+	SignedAgeCeiling time.Duration `yaml:"signed_age_ceiling"`
+	QueueCeiling     time.Duration `yaml:"queue_ceiling"`
+	FutureSkew       time.Duration `yaml:"future_skew"`
+	RecordCap        int64         `yaml:"record_cap"`
+	MaxBodyBytes     int           `yaml:"max_body_bytes"`
+	MaxSubjectBytes  int           `yaml:"max_subject_bytes"`
+	MaxReportBytes   int           `yaml:"max_report_bytes"`
+}
+
+// Route is one /hooks/{route}.
+type Route struct {
+	Name string `yaml:"-"`
+	// Provider is github, gitea, forgejo, bitbucket, gitlab or standard-webhooks.
+	Provider string `yaml:"provider"`
+	// Scheme is the signature scheme; it defaults by provider (gitlab: gitlab-signing).
+	Scheme  string      `yaml:"scheme"`
+	Secrets []SecretRef `yaml:"secrets"`
+	// Events lists the accepted event kinds: push, pull_request. Others are ignored (204).
+	Events []string `yaml:"events"`
+	// MaxAge narrows the accepted signed age (signed schemes only).
+	MaxAge time.Duration `yaml:"max_age"`
+	// Repositories the route may publish for: "owner/name" or "owner/*".
+	Repositories []string `yaml:"repositories"`
+	Rules        Rules    `yaml:"rules"`
+	Publish      Publish  `yaml:"publish"`
+}
+
+// SecretRef says where a secret is read at run time: "env:NAME", "file:PATH" or
+// "aws-secretsmanager:ARN" (with "#key" to pick a key of a JSON secret).
+type SecretRef struct {
+	ID   string `yaml:"id"`
+	From string `yaml:"from"`
+}
+
+// Rules are the built-in evaluator's rules; every one is optional.
+type Rules struct {
+	PullRequestTitle string   `yaml:"pull_request_title"`
+	CommitMessage    string   `yaml:"commit_message"`
+	ForbiddenPaths   []string `yaml:"forbidden_paths"`
+	TargetBranches   []string `yaml:"target_branches"`
+}
+
+// Publish is where verdicts go.
+type Publish struct {
+	// Provider is github, gitea, gitlab, bitbucket, or log (print the verdict).
+	Provider  string    `yaml:"provider"`
+	BaseURL   string    `yaml:"base_url"`
+	Token     SecretRef `yaml:"token"`
+	Context   string    `yaml:"context"`
+	TargetURL string    `yaml:"target_url"`
+}
+
+// Defaults used when the file leaves a controller setting out.
+var defaultController = Controller{
+	SignedAgeCeiling: 5 * time.Minute,
+	QueueCeiling:     72 * time.Hour,
+	FutureSkew:       time.Minute,
+	RecordCap:        1_000_000,
+	MaxBodyBytes:     1 << 20,
+	MaxSubjectBytes:  32 << 10,
+	MaxReportBytes:   64 << 10,
+}
+
+var defaultScheme = map[string]string{
+	"github":            webhook.SchemeGitHub,
+	"gitea":             webhook.SchemeGitea,
+	"forgejo":           webhook.SchemeForgejo,
+	"bitbucket":         webhook.SchemeBitbucket,
+	"gitlab":            webhook.SchemeGitLabSigning,
+	"standard-webhooks": webhook.SchemeStandardWebhooks,
+}
+
+// schemesOf lists the schemes a provider may use.
+var schemesOf = map[string][]string{
+	"github":            {webhook.SchemeGitHub},
+	"gitea":             {webhook.SchemeGitea},
+	"forgejo":           {webhook.SchemeForgejo, webhook.SchemeGitea},
+	"bitbucket":         {webhook.SchemeBitbucket},
+	"gitlab":            {webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken},
+	"standard-webhooks": {webhook.SchemeStandardWebhooks},
+}
+
+var (
+	routeName  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+	repoName   = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`)
+	repoOwner  = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/\*$`)
+	knownEvent = map[string]bool{"push": true, "pull_request": true}
+)
+
+// Load reads and validates a configuration file.
+func Load(file string) (*Config, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", file, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a configuration.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{Controller: defaultController}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("empty configuration")
+		}
+		return nil, err
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Limits returns the ledger limits the controller settings describe.
+func (c *Config) Limits() ledger.Limits {
+	return ledger.Limits{
+		RecordCap:        c.Controller.RecordCap,
+		SignedAgeCeiling: c.Controller.SignedAgeCeiling,
+		QueueCeiling:     c.Controller.QueueCeiling,
+		FutureSkew:       c.Controller.FutureSkew,
+		MaxSubjectBytes:  c.Controller.MaxSubjectBytes,
+		MaxReportBytes:   c.Controller.MaxReportBytes,
+	}
+}
+
+// Route returns the named route, or nil.
+func (c *Config) Route(name string) *Route { return c.Routes[name] }
+
+// RouteNames lists the routes in order.
+func (c *Config) RouteNames() []string {
+	names := make([]string, 0, len(c.Routes))
+	for n := range c.Routes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func (c *Config) validate() error {
+	if err := c.Limits().Validate(); err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	if c.Controller.MaxBodyBytes <= 0 || c.Controller.MaxBodyBytes > 6<<20 {
+		return fmt.Errorf("controller.max_body_bytes: must be in (0, 6 MiB] (API Gateway's payload limit is 10 MB, Lambda's 6 MB), got %d", c.Controller.MaxBodyBytes)
+	}
+	if len(c.Routes) == 0 {
+		return errors.New("routes: at least one route is needed")
+	}
+	for _, name := range c.RouteNames() {
+		r := c.Routes[name]
+		if r == nil {
+			return fmt.Errorf("routes.%s: empty route", name)
+		}
+		r.Name = name
+		if err := r.validate(c.Controller); err != nil {
+			return fmt.Errorf("routes.%s.%w", name, err)
+		}
+	}
+	return nil
+}
+
+// fieldErr prefixes an error with the field it concerns; validate adds the route's path.
+func fieldErr(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...))
+}
+
+func (r *Route) validate(ctl Controller) error {
+	if !routeName.MatchString(r.Name) {
+		return fieldErr("name", "route names are 1-64 of [a-z0-9_-], starting with a letter or digit")
+	}
+	schemes, ok := schemesOf[r.Provider]
+	if !ok {
+		return fieldErr("provider", "unknown provider %q (want one of github, gitea, forgejo, bitbucket, gitlab, standard-webhooks)", r.Provider)
+	}
+	if r.Scheme == "" {
+		r.Scheme = defaultScheme[r.Provider]
+	}
+	if !contains(schemes, r.Scheme) {
+		return fieldErr("scheme", "%q is not a scheme of %s (want one of %s)", r.Scheme, r.Provider, strings.Join(schemes, ", "))
+	}
+	if len(r.Secrets) == 0 {
+		return fieldErr("secrets", "at least one secret is needed")
+	}
+	seen := map[string]bool{}
+	for i, s := range r.Secrets {
+		if s.ID == "" || seen[s.ID] {
+			return fieldErr(fmt.Sprintf("secrets[%d].id", i), "each secret needs a unique id (used in logs instead of its value)")
+		}
+		seen[s.ID] = true
+		if err := s.check(); err != nil {
+			return fieldErr(fmt.Sprintf("secrets[%d].from", i), "%v", err)
+		}
+	}
+	if len(r.Events) == 0 {
+		r.Events = []string{"push", "pull_request"}
+	}
+	for i, e := range r.Events {
+		if !knownEvent[e] {
+			return fieldErr(fmt.Sprintf("events[%d]", i), "unknown event %q (want push or pull_request)", e)
+		}
+	}
+	signed := r.Scheme == webhook.SchemeStandardWebhooks || r.Scheme == webhook.SchemeGitLabSigning
+	switch {
+	case r.MaxAge < 0:
+		return fieldErr("max_age", "must not be negative")
+	case r.MaxAge > 0 && !signed:
+		return fieldErr("max_age", "scheme %s signs no time, so there is no age to narrow", r.Scheme)
+	case r.MaxAge > ctl.SignedAgeCeiling:
+		return fieldErr("max_age", "%s is over the controller's signed_age_ceiling %s: a route can only narrow", r.MaxAge, ctl.SignedAgeCeiling)
+	}
+	if len(r.Repositories) == 0 {
+		if r.Scheme == webhook.SchemeGitLabToken {
+			return fieldErr("repositories", "mandatory with gitlab-token: the shared token proves nothing about the body, so a leaked token must not open every repository")
+		}
+		return fieldErr("repositories", "list the repositories this route may publish for (owner/name or owner/*)")
+	}
+	for i, p := range r.Repositories {
+		if !repoName.MatchString(p) && !repoOwner.MatchString(p) {
+			return fieldErr(fmt.Sprintf("repositories[%d]", i), "%q is neither owner/name nor owner/*", p)
+		}
+	}
+	if err := r.Rules.validate(); err != nil {
+		return err
+	}
+	return r.Publish.validate()
+}
+
+func (s SecretRef) check() error {
+	kind, rest, ok := strings.Cut(s.From, ":")
+	if !ok || rest == "" {
+		return fmt.Errorf("%q: want env:NAME, file:PATH or aws-secretsmanager:ARN", s.From)
+	}
+	switch kind {
+	case "env", "file":
+	case "aws-secretsmanager":
+		if !strings.HasPrefix(rest, "arn:") {
+			return fmt.Errorf("%q: aws-secretsmanager needs a secret ARN", s.From)
+		}
+	default:
+		return fmt.Errorf("unknown source %q (want env, file or aws-secretsmanager)", kind)
+	}
+	return nil
+}
+
+func (r Rules) validate() error {
+	for field, pat := range map[string]string{"rules.pull_request_title": r.PullRequestTitle, "rules.commit_message": r.CommitMessage} {
+		if pat == "" {
+			continue
+		}
+		if _, err := regexp.Compile(pat); err != nil {
+			return fieldErr(field, "%v", err)
+		}
+	}
+	for i, g := range r.ForbiddenPaths {
+		if _, err := path.Match(strings.ReplaceAll(g, "**", "*"), ""); err != nil || g == "" {
+			return fieldErr(fmt.Sprintf("rules.forbidden_paths[%d]", i), "%q is not a valid glob", g)
+		}
+	}
+	for i, g := range r.TargetBranches {
+		if _, err := path.Match(g, ""); err != nil || g == "" {
+			return fieldErr(fmt.Sprintf("rules.target_branches[%d]", i), "%q is not a valid glob", g)
+		}
+	}
+	return nil
+}
+
+func (p *Publish) validate() error {
+	switch p.Provider {
+	case "", "log":
+		p.Provider = "log"
+		return nil
+	case "github", "gitea", "gitlab", "bitbucket":
+	default:
+		return fieldErr("publish.provider", "unknown publisher %q (want github, gitea, gitlab, bitbucket or log)", p.Provider)
+	}
+	if !strings.HasPrefix(p.BaseURL, "https://") && !strings.HasPrefix(p.BaseURL, "http://") {
+		return fieldErr("publish.base_url", "%q: want the provider's API base URL", p.BaseURL)
+	}
+	if err := p.Token.check(); err != nil {
+		return fieldErr("publish.token.from", "%v", err)
+	}
+	if p.Context == "" {
+		p.Context = "amiss"
+	}
+	return nil
+}
+
+// Allows reports whether the route may publish for the repository (owner/name, compared
+// without regard to case, as the providers treat names).
+func (r *Route) Allows(repo string) bool {
+	repo = strings.ToLower(repo)
+	for _, p := range r.Repositories {
+		p = strings.ToLower(p)
+		if owner, ok := strings.CutSuffix(p, "/*"); ok {
+			if rest, ok := strings.CutPrefix(repo, owner+"/"); ok && rest != "" && !strings.Contains(rest, "/") {
+				return true
+			}
+			continue
+		}
+		if p == repo {
+			return true
+		}
+	}
+	return false
+}
+
+// Accepts reports whether the route accepts the event kind.
+func (r *Route) Accepts(event string) bool { return contains(r.Events, event) }
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

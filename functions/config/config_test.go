@@ -1,0 +1,121 @@
+package config_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/webhook"
+)
+
+const base = `
+routes:
+  r:
+    provider: github
+    secrets: [{id: a, from: "env:X"}]
+    repositories: ["acme/app"]
+`
+
+func TestExampleConfigurationLoads(t *testing.T) {
+	c, err := config.Load("../../examples/amiss.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo := c.Route("demo")
+	if demo == nil || demo.Scheme != webhook.SchemeStandardWebhooks || demo.MaxAge != 2*time.Minute || demo.Publish.Provider != "log" {
+		t.Fatalf("demo route %+v", demo)
+	}
+	if c.Limits().QueueCeiling != 72*time.Hour || c.Limits().RecordCap != 100000 {
+		t.Fatalf("limits %+v", c.Limits())
+	}
+	if err := c.Limits().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := config.Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Route("r")
+	if r.Scheme != webhook.SchemeGitHub || len(r.Events) != 2 || r.Publish.Provider != "log" {
+		t.Fatalf("defaults: %+v", r)
+	}
+	c, err = config.Parse([]byte(strings.Replace(base, "provider: github", "provider: gitlab", 1)))
+	if err != nil || c.Route("r").Scheme != webhook.SchemeGitLabSigning {
+		t.Fatalf("gitlab defaults to its signing token: %v", err)
+	}
+}
+
+// Every invalid configuration fails with a message naming the field.
+func TestInvalidConfigurationNamesTheField(t *testing.T) {
+	cases := map[string]struct{ yaml, field string }{
+		"unknown field":          {base + "    colour: blue\n", "colour"},
+		"unknown provider":       {strings.Replace(base, "github", "sourcehut", 1), "routes.r.provider"},
+		"scheme of another":      {base + "    scheme: gitlab-token\n", "routes.r.scheme"},
+		"no secrets":             {strings.Replace(base, `    secrets: [{id: a, from: "env:X"}]`+"\n", "", 1), "routes.r.secrets"},
+		"secret without id":      {strings.Replace(base, "id: a, ", "", 1), "routes.r.secrets[0].id"},
+		"secret source":          {strings.Replace(base, "env:X", "vault:X", 1), "routes.r.secrets[0].from"},
+		"secret manager not arn": {strings.Replace(base, "env:X", "aws-secretsmanager:mysecret", 1), "routes.r.secrets[0].from"},
+		"unknown event":          {base + "    events: [push, release]\n", "routes.r.events[1]"},
+		"max age unsigned":       {base + "    max_age: 1m\n", "routes.r.max_age"},
+		"max age widens": {strings.Replace(base, "provider: github", "provider: standard-webhooks", 1) + "    max_age: 1h\n",
+			"routes.r.max_age"},
+		"no repositories": {strings.Replace(base, `    repositories: ["acme/app"]`+"\n", "", 1), "routes.r.repositories"},
+		"gitlab token needs repositories": {strings.Replace(strings.Replace(base, "provider: github", "provider: gitlab\n    scheme: gitlab-token", 1),
+			`    repositories: ["acme/app"]`+"\n", "", 1), "mandatory with gitlab-token"},
+		"bad repository":   {strings.Replace(base, "acme/app", "acme", 1), "routes.r.repositories[0]"},
+		"bad title regexp": {base + "    rules: {pull_request_title: '(('}\n", "routes.r.rules.pull_request_title"},
+		"bad glob":         {base + "    rules: {forbidden_paths: ['[']}\n", "routes.r.rules.forbidden_paths[0]"},
+		"bad publisher":    {base + "    publish: {provider: jira}\n", "routes.r.publish.provider"},
+		"publisher no url": {base + "    publish: {provider: github, token: {from: 'env:T'}}\n", "routes.r.publish.base_url"},
+		"publisher token":  {base + "    publish: {provider: github, base_url: 'https://api.github.com'}\n", "routes.r.publish.token.from"},
+		"bad route name":   {strings.Replace(base, "  r:", "  Bad/Name:", 1), "routes.Bad/Name.name"},
+		"no routes":        {"controller: {record_cap: 10}\n", "routes"},
+		"bad body limit":   {base + "controller: {max_body_bytes: 0}\n", "controller.max_body_bytes"},
+		"bad ceiling":      {base + "controller: {signed_age_ceiling: 0s}\n", "controller"},
+		"empty":            {"", "empty configuration"},
+	}
+	for name, c := range cases {
+		_, err := config.Parse([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: error %v does not name %q", name, err, c.field)
+		}
+	}
+}
+
+func TestRepositoryAllowList(t *testing.T) {
+	c, err := config.Parse([]byte(strings.Replace(base, `["acme/app"]`, `["acme/app", "tools/*"]`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Route("r")
+	for repo, want := range map[string]bool{
+		"acme/app": true, "ACME/App": true, "acme/app2": false, "acme/other": false,
+		"tools/lint": true, "tools/": false, "tools/a/b": false, "toolsx/lint": false, "": false,
+	} {
+		if got := r.Allows(repo); got != want {
+			t.Errorf("Allows(%q) = %v, want %v", repo, got, want)
+		}
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	_, err := config.Load("/nonexistent/amiss.yaml")
+	if err == nil || !os.IsNotExist(errorsUnwrapAll(err)) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func errorsUnwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
