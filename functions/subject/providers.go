@@ -1,0 +1,314 @@
+package subject
+
+import (
+	"fmt"
+	"strings"
+)
+
+// GitHub and the Gitea family share their payload shapes.
+type ghRepo struct {
+	FullName string `json:"full_name"`
+}
+
+type ghCommit struct {
+	ID       string   `json:"id"`
+	Message  string   `json:"message"`
+	Added    []string `json:"added"`
+	Removed  []string `json:"removed"`
+	Modified []string `json:"modified"`
+}
+
+type ghPush struct {
+	Ref        string     `json:"ref"`
+	After      string     `json:"after"`
+	Deleted    bool       `json:"deleted"`
+	Repository ghRepo     `json:"repository"`
+	Commits    []ghCommit `json:"commits"`
+}
+
+type ghPull struct {
+	Action      string `json:"action"`
+	Number      int    `json:"number"`
+	Repository  ghRepo `json:"repository"`
+	PullRequest struct {
+		Title string `json:"title"`
+		Head  struct {
+			SHA string `json:"sha"`
+			Ref string `json:"ref"`
+		} `json:"head"`
+		Base struct {
+			Ref string `json:"ref"`
+		} `json:"base"`
+	} `json:"pull_request"`
+}
+
+// evaluatedPullActions are the pull request actions that can change a verdict.
+var evaluatedPullActions = map[string]bool{"opened": true, "reopened": true, "synchronize": true, "synchronized": true,
+	"edited": true, "ready_for_review": true}
+
+func fromGitHubFamily(provider, event string, body []byte) (Subject, error) {
+	switch event {
+	case "push":
+		var p ghPush
+		if err := decode(body, &p); err != nil {
+			return Subject{}, err
+		}
+		if p.Deleted || zeroSHA(p.After) {
+			return Subject{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
+		}
+		s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: p.After, Ref: p.Ref}
+		var lists [][]string
+		for _, c := range p.Commits {
+			s.Commits = append(s.Commits, Commit{ID: c.ID, Message: c.Message})
+			lists = append(lists, c.Added, c.Modified, c.Removed)
+		}
+		s.Paths = paths(lists...)
+		return s, nil
+	case "pull_request":
+		var p ghPull
+		if err := decode(body, &p); err != nil {
+			return Subject{}, err
+		}
+		if !evaluatedPullActions[p.Action] {
+			return Subject{}, fmt.Errorf("%w: pull request %s", ErrIgnored, p.Action)
+		}
+		return Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: p.PullRequest.Head.SHA,
+			Ref: "refs/heads/" + p.PullRequest.Head.Ref,
+			Pull: &Pull{Number: p.Number, Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref,
+				SourceBranch: p.PullRequest.Head.Ref}}, nil
+	case "":
+		return Subject{}, fmt.Errorf("%w: %s event header missing", ErrMalformed, provider)
+	}
+	return Subject{}, fmt.Errorf("%w: %s event %q", ErrIgnored, provider, event)
+}
+
+type glPayload struct {
+	ObjectKind string `json:"object_kind"`
+	Ref        string `json:"ref"`
+	After      string `json:"after"`
+	Checkout   string `json:"checkout_sha"`
+	Project    struct {
+		Path string `json:"path_with_namespace"`
+	} `json:"project"`
+	Commits []ghCommit `json:"commits"`
+	Attrs   struct {
+		IID          int    `json:"iid"`
+		Title        string `json:"title"`
+		Action       string `json:"action"`
+		TargetBranch string `json:"target_branch"`
+		SourceBranch string `json:"source_branch"`
+		LastCommit   struct {
+			ID string `json:"id"`
+		} `json:"last_commit"`
+	} `json:"object_attributes"`
+}
+
+var evaluatedMergeActions = map[string]bool{"open": true, "reopen": true, "update": true}
+
+func fromGitLab(body []byte) (Subject, error) {
+	var p glPayload
+	if err := decode(body, &p); err != nil {
+		return Subject{}, err
+	}
+	switch p.ObjectKind {
+	case "push":
+		if zeroSHA(p.After) || p.Checkout == "" && zeroSHA(p.After) {
+			return Subject{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
+		}
+		sha := p.After
+		if p.Checkout != "" {
+			sha = p.Checkout
+		}
+		s := Subject{Event: Push, Repository: p.Project.Path, SHA: sha, Ref: p.Ref}
+		var lists [][]string
+		for _, c := range p.Commits {
+			s.Commits = append(s.Commits, Commit{ID: c.ID, Message: c.Message})
+			lists = append(lists, c.Added, c.Modified, c.Removed)
+		}
+		s.Paths = paths(lists...)
+		return s, nil
+	case "merge_request":
+		if !evaluatedMergeActions[p.Attrs.Action] {
+			return Subject{}, fmt.Errorf("%w: merge request %s", ErrIgnored, p.Attrs.Action)
+		}
+		return Subject{Event: PullRequest, Repository: p.Project.Path, SHA: p.Attrs.LastCommit.ID,
+			Ref: "refs/heads/" + p.Attrs.SourceBranch,
+			Pull: &Pull{Number: p.Attrs.IID, Title: p.Attrs.Title, TargetBranch: p.Attrs.TargetBranch,
+				SourceBranch: p.Attrs.SourceBranch}}, nil
+	case "":
+		return Subject{}, fmt.Errorf("%w: gitlab payload without object_kind", ErrMalformed)
+	}
+	return Subject{}, fmt.Errorf("%w: gitlab %s", ErrIgnored, p.ObjectKind)
+}
+
+// Bitbucket Cloud.
+type bbcPush struct {
+	Repository struct {
+		FullName string `json:"full_name"`
+	} `json:"repository"`
+	Push struct {
+		Changes []struct {
+			New *struct {
+				Type   string `json:"type"`
+				Name   string `json:"name"`
+				Target struct {
+					Hash string `json:"hash"`
+				} `json:"target"`
+			} `json:"new"`
+			Commits []struct {
+				Hash    string `json:"hash"`
+				Message string `json:"message"`
+			} `json:"commits"`
+		} `json:"changes"`
+	} `json:"push"`
+}
+
+type bbcPull struct {
+	Repository struct {
+		FullName string `json:"full_name"`
+	} `json:"repository"`
+	PullRequest struct {
+		ID     int    `json:"id"`
+		Title  string `json:"title"`
+		Source struct {
+			Branch struct {
+				Name string `json:"name"`
+			} `json:"branch"`
+			Commit struct {
+				Hash string `json:"hash"`
+			} `json:"commit"`
+		} `json:"source"`
+		Destination struct {
+			Branch struct {
+				Name string `json:"name"`
+			} `json:"branch"`
+		} `json:"destination"`
+	} `json:"pullrequest"`
+}
+
+// Bitbucket Data Center.
+type bbdRepo struct {
+	Slug    string `json:"slug"`
+	Project struct {
+		Key string `json:"key"`
+	} `json:"project"`
+}
+
+type bbdPush struct {
+	Repository bbdRepo `json:"repository"`
+	Changes    []struct {
+		Ref struct {
+			ID   string `json:"id"`
+			Type string `json:"type"`
+		} `json:"ref"`
+		ToHash string `json:"toHash"`
+		Type   string `json:"type"`
+	} `json:"changes"`
+}
+
+type bbdPull struct {
+	PullRequest struct {
+		ID      int    `json:"id"`
+		Title   string `json:"title"`
+		FromRef struct {
+			ID           string  `json:"id"`
+			DisplayID    string  `json:"displayId"`
+			LatestCommit string  `json:"latestCommit"`
+			Repository   bbdRepo `json:"repository"`
+		} `json:"fromRef"`
+		ToRef struct {
+			DisplayID  string  `json:"displayId"`
+			Repository bbdRepo `json:"repository"`
+		} `json:"toRef"`
+	} `json:"pullRequest"`
+}
+
+func (r bbdRepo) name() string {
+	if r.Project.Key == "" || r.Slug == "" {
+		return ""
+	}
+	return strings.ToLower(r.Project.Key) + "/" + r.Slug
+}
+
+func fromBitbucket(event string, body []byte) (Subject, error) {
+	switch event {
+	case "repo:push": // Cloud
+		var p bbcPush
+		if err := decode(body, &p); err != nil {
+			return Subject{}, err
+		}
+		for _, c := range p.Push.Changes {
+			if c.New == nil || c.New.Type != "branch" {
+				continue // a deletion, or a tag
+			}
+			s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: c.New.Target.Hash, Ref: "refs/heads/" + c.New.Name}
+			for i := len(c.Commits) - 1; i >= 0; i-- { // Bitbucket lists newest first
+				s.Commits = append(s.Commits, Commit{ID: c.Commits[i].Hash, Message: c.Commits[i].Message})
+			}
+			return s, nil
+		}
+		return Subject{}, fmt.Errorf("%w: push without a branch update", ErrIgnored)
+	case "pullrequest:created", "pullrequest:updated":
+		var p bbcPull
+		if err := decode(body, &p); err != nil {
+			return Subject{}, err
+		}
+		pr := p.PullRequest
+		return Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: pr.Source.Commit.Hash,
+			Ref:  "refs/heads/" + pr.Source.Branch.Name,
+			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.Destination.Branch.Name, SourceBranch: pr.Source.Branch.Name}}, nil
+	case "repo:refs_changed": // Data Center
+		var p bbdPush
+		if err := decode(body, &p); err != nil {
+			return Subject{}, err
+		}
+		for _, c := range p.Changes {
+			if c.Ref.Type != "BRANCH" || c.Type == "DELETE" || zeroSHA(c.ToHash) {
+				continue
+			}
+			return Subject{Event: Push, Repository: p.Repository.name(), SHA: c.ToHash, Ref: c.Ref.ID}, nil
+		}
+		return Subject{}, fmt.Errorf("%w: refs changed without a branch update", ErrIgnored)
+	case "pr:opened", "pr:from_ref_updated", "pr:modified":
+		var p bbdPull
+		if err := decode(body, &p); err != nil {
+			return Subject{}, err
+		}
+		pr := p.PullRequest
+		return Subject{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
+			Ref:  pr.FromRef.ID,
+			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.ToRef.DisplayID, SourceBranch: pr.FromRef.DisplayID}}, nil
+	case "diagnostics:ping":
+		return Subject{}, fmt.Errorf("%w: ping", ErrIgnored)
+	case "":
+		return Subject{}, fmt.Errorf("%w: bitbucket X-Event-Key header missing", ErrMalformed)
+	}
+	return Subject{}, fmt.Errorf("%w: bitbucket %s", ErrIgnored, event)
+}
+
+// Standard Webhooks senders send {"type": "push"|"pull_request", "data": <subject fields>}.
+type stdPayload struct {
+	Type string  `json:"type"`
+	Data Subject `json:"data"`
+}
+
+func fromStandard(body []byte) (Subject, error) {
+	var p stdPayload
+	if err := decode(body, &p); err != nil {
+		return Subject{}, err
+	}
+	switch p.Type {
+	case Push, PullRequest:
+	case "":
+		return Subject{}, fmt.Errorf("%w: payload without a type", ErrMalformed)
+	default:
+		return Subject{}, fmt.Errorf("%w: type %q", ErrIgnored, p.Type)
+	}
+	s := p.Data
+	s.Event = p.Type
+	s.Truncated = false
+	if s.Event == PullRequest && s.Pull == nil {
+		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
+	}
+	return s, nil
+}

@@ -1,0 +1,193 @@
+// Package subject extracts the bounded, normalised subject of a webhook: what the runner
+// evaluates, whatever the provider. It reads push and pull/merge request payloads of GitHub,
+// Gitea/Forgejo, GitLab, Bitbucket Cloud, Bitbucket Data Center and Standard Webhooks senders
+// (whose data amiss defines: see docs/providers/standard-webhooks.md).
+package subject
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+)
+
+// Event kinds.
+const (
+	Push        = "push"
+	PullRequest = "pull_request"
+)
+
+// Bounds on what a subject keeps.
+const (
+	MaxCommits      = 100
+	MaxMessageBytes = 2 << 10
+	MaxPaths        = 1000
+	MaxTitleBytes   = 512
+)
+
+// Subject is what the runner evaluates.
+type Subject struct {
+	Provider   string   `json:"provider"`
+	Repository string   `json:"repository"`
+	SHA        string   `json:"sha"`
+	Ref        string   `json:"ref,omitempty"`
+	Event      string   `json:"event"`
+	Pull       *Pull    `json:"pull_request,omitempty"`
+	Commits    []Commit `json:"commits,omitempty"`
+	Paths      []string `json:"changed_paths,omitempty"`
+	// Truncated is set when commits, paths or messages were cut to the bounds: a rule that
+	// needs the whole list cannot be sure, and should fail closed.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// Pull is a pull or merge request.
+type Pull struct {
+	Number       int    `json:"number"`
+	Title        string `json:"title"`
+	TargetBranch string `json:"target_branch"`
+	SourceBranch string `json:"source_branch,omitempty"`
+}
+
+// Commit is one commit of a push.
+type Commit struct {
+	ID      string `json:"id"`
+	Message string `json:"message"`
+}
+
+var (
+	// ErrIgnored: the request is a kind amiss does not evaluate (a ping, a closed pull
+	// request, a deleted branch). The ingress answers 204.
+	ErrIgnored = errors.New("subject: event not evaluated")
+	// ErrMalformed: the payload lacks what its event must carry. The ingress answers 400.
+	ErrMalformed = errors.New("subject: malformed payload")
+)
+
+// Extract reads the subject of a request from provider. The event kind comes from the
+// provider's event header (or, for GitLab and Standard Webhooks, the body).
+func Extract(provider string, h http.Header, body []byte) (Subject, error) {
+	var s Subject
+	var err error
+	switch provider {
+	case "github":
+		s, err = fromGitHubFamily(provider, h.Get("X-GitHub-Event"), body)
+	case "gitea":
+		s, err = fromGitHubFamily(provider, h.Get("X-Gitea-Event"), body)
+	case "forgejo":
+		ev := h.Get("X-Forgejo-Event")
+		if ev == "" {
+			ev = h.Get("X-Gitea-Event")
+		}
+		s, err = fromGitHubFamily(provider, ev, body)
+	case "gitlab":
+		s, err = fromGitLab(body)
+	case "bitbucket":
+		s, err = fromBitbucket(h.Get("X-Event-Key"), body)
+	case "standard-webhooks":
+		s, err = fromStandard(body)
+	default:
+		return Subject{}, fmt.Errorf("subject: unknown provider %q", provider)
+	}
+	if err != nil {
+		return Subject{}, err
+	}
+	s.Provider = provider
+	if s.Repository == "" || !isSHA(s.SHA) {
+		return Subject{}, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
+	}
+	s.bound()
+	return s, nil
+}
+
+func decode(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return nil
+}
+
+func isSHA(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func zeroSHA(s string) bool { return strings.Trim(s, "0") == "" }
+
+// cut shortens s to at most n bytes on a rune boundary.
+func cut(s string, n int) (string, bool) {
+	if len(s) <= n {
+		return s, false
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n], true
+}
+
+// bound applies the bounds, marking the subject truncated when anything was cut.
+func (s *Subject) bound() {
+	if len(s.Commits) > MaxCommits {
+		s.Commits, s.Truncated = s.Commits[len(s.Commits)-MaxCommits:], true
+	}
+	for i := range s.Commits {
+		var c bool
+		if s.Commits[i].Message, c = cut(s.Commits[i].Message, MaxMessageBytes); c {
+			s.Truncated = true
+		}
+	}
+	if len(s.Paths) > MaxPaths {
+		s.Paths, s.Truncated = s.Paths[:MaxPaths], true
+	}
+	if s.Pull != nil {
+		var c bool
+		if s.Pull.Title, c = cut(s.Pull.Title, MaxTitleBytes); c {
+			s.Truncated = true
+		}
+	}
+}
+
+// paths merges changed path lists without repeats, in order of appearance.
+func paths(lists ...[]string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range lists {
+		for _, p := range l {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// Marshal encodes the subject for the ledger, fitting maxBytes: when it is too large, changed
+// paths and then the oldest commits are dropped (and the subject marked truncated).
+func (s Subject) Marshal(maxBytes int) ([]byte, error) {
+	for {
+		b, err := json.Marshal(s)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) <= maxBytes {
+			return b, nil
+		}
+		switch {
+		case len(s.Paths) > 0:
+			s.Paths = s.Paths[:len(s.Paths)/2]
+		case len(s.Commits) > 0:
+			s.Commits = s.Commits[1:]
+		default:
+			return nil, fmt.Errorf("%w: subject of %d bytes over %d even without commits and paths", ErrMalformed, len(b), maxBytes)
+		}
+		s.Truncated = true
+	}
+}

@@ -1,0 +1,171 @@
+package subject_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+func load(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestFixtures(t *testing.T) {
+	cases := []struct {
+		provider, header, event, file string
+		want                          subject.Subject
+	}{
+		{"github", "X-GitHub-Event", "push", "github/push.json", subject.Subject{Event: "push", Repository: "octo-org/octo-repo",
+			SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
+			Commits: []subject.Commit{{ID: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Message: "Update README.md\n\nMention the new endpoint."}},
+			Paths:   []string{"docs/endpoint.md", "README.md"}}},
+		{"github", "X-GitHub-Event", "pull_request", "github/pull_request.json", subject.Subject{Event: "pull_request",
+			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
+			Pull: &subject.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes"}}},
+		{"gitea", "X-Gitea-Event", "push", "gitea/push.json", subject.Subject{Event: "push", Repository: "gitea/webhooks",
+			SHA: "bffeb74224043ba2feb48d137756c8a9331c449a", Ref: "refs/heads/develop",
+			Commits: []subject.Commit{{ID: "bffeb74224043ba2feb48d137756c8a9331c449a", Message: "fix: webhooks now sign the body\n"}},
+			Paths:   []string{"main.go", "old/config.pem"}}},
+		{"forgejo", "X-Forgejo-Event", "pull_request", "gitea/pull_request.json", subject.Subject{Event: "pull_request",
+			Repository: "gitea/webhooks", SHA: "8e9a4bd7a4c9f5d8b1a2c3d4e5f60718293a4b5c", Ref: "refs/heads/docs-window",
+			Pull: &subject.Pull{Number: 7, Title: "docs: describe the replay window", TargetBranch: "main", SourceBranch: "docs-window"}}},
+		{"gitlab", "X-Gitlab-Event", "Push Hook", "gitlab/push.json", subject.Subject{Event: "push", Repository: "mike/diaspora",
+			SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/master",
+			Commits: []subject.Commit{{ID: "b6568db1bc1dcd7f8b4d5a946b0b91f9dacd7327", Message: "Update Catalan translation to e38cb41."},
+				{ID: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Message: "fixed readme"}},
+			Paths: []string{"CHANGELOG", "app/controller/application.rb"}}},
+		{"gitlab", "X-Gitlab-Event", "Merge Request Hook", "gitlab/merge_request.json", subject.Subject{Event: "pull_request",
+			Repository: "gitlabhq/gitlab-test", SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/ms-viewport",
+			Pull: &subject.Pull{Number: 1, Title: "MS-Viewport", TargetBranch: "master", SourceBranch: "ms-viewport"}}},
+		{"bitbucket", "X-Event-Key", "repo:push", "bitbucket-cloud/push.json", subject.Subject{Event: "push", Repository: "team/app",
+			SHA: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Ref: "refs/heads/main",
+			Commits: []subject.Commit{{ID: "03f4a7270240708834de475bcf21532d6134777e", Message: "Prepare the router\n"},
+				{ID: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Message: "Add the health check\n"}}}},
+		{"bitbucket", "X-Event-Key", "pullrequest:created", "bitbucket-cloud/pullrequest_created.json", subject.Subject{Event: "pull_request",
+			Repository: "team/app", SHA: "a3b0c7e1d2f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8", Ref: "refs/heads/fix-window",
+			Pull: &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"}}},
+		{"bitbucket", "X-Event-Key", "repo:refs_changed", "bitbucket-dc/refs_changed.json", subject.Subject{Event: "push",
+			Repository: "proj/repository", SHA: "178864a7d521b6f5e720b386b2c2b0ef8563e0dc", Ref: "refs/heads/master"}},
+		{"bitbucket", "X-Event-Key", "pr:opened", "bitbucket-dc/pr_opened.json", subject.Subject{Event: "pull_request",
+			Repository: "proj/repository", SHA: "ef8755f06ee4b28c96a847a95cb8ec8ed6ddd1ca", Ref: "refs/heads/a-branch",
+			Pull: &subject.Pull{Number: 1, Title: "feat: a new file added", TargetBranch: "master", SourceBranch: "a-branch"}}},
+		{"standard-webhooks", "", "", "standard-webhooks/push.json", subject.Subject{Event: "push", Repository: "acme/app",
+			SHA: "0123456789abcdef0123456789abcdef01234567", Ref: "refs/heads/main",
+			Commits: []subject.Commit{{ID: "0123456789abcdef0123456789abcdef01234567", Message: "chore: bump"}},
+			Paths:   []string{"go.mod", "go.sum"}}},
+		{"standard-webhooks", "", "", "standard-webhooks/pull_request.json", subject.Subject{Event: "pull_request", Repository: "acme/app",
+			SHA: "89abcdef0123456789abcdef0123456789abcdef", Ref: "refs/heads/feature",
+			Pull: &subject.Pull{Number: 12, Title: "feat: something", TargetBranch: "main", SourceBranch: "feature"}}},
+	}
+	for _, c := range cases {
+		h := http.Header{}
+		if c.header != "" {
+			h.Set(c.header, c.event)
+		}
+		got, err := subject.Extract(c.provider, h, load(t, c.file))
+		if err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		c.want.Provider = c.provider
+		if !reflect.DeepEqual(got, c.want) {
+			g, _ := json.Marshal(got)
+			w, _ := json.Marshal(c.want)
+			t.Fatalf("%s:\n got  %s\n want %s", c.file, g, w)
+		}
+	}
+}
+
+func TestIgnoredAndMalformed(t *testing.T) {
+	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
+	ignored := []struct {
+		provider string
+		h        http.Header
+		body     string
+	}{
+		{"github", h("X-GitHub-Event", "ping"), string(load(t, "github/ping.json"))},
+		{"github", h("X-GitHub-Event", "pull_request"), strings.Replace(string(load(t, "github/pull_request.json")), `"opened"`, `"closed"`, 1)},
+		{"github", h("X-GitHub-Event", "push"), strings.Replace(string(load(t, "github/push.json")), `"deleted": false`, `"deleted": true`, 1)},
+		{"gitlab", nil, `{"object_kind":"pipeline"}`},
+		{"gitlab", nil, strings.Replace(string(load(t, "gitlab/merge_request.json")), `"action": "open"`, `"action": "close"`, 1)},
+		{"bitbucket", h("X-Event-Key", "diagnostics:ping"), `{}`},
+		{"bitbucket", h("X-Event-Key", "repo:push"), `{"repository":{"full_name":"team/app"},"push":{"changes":[{"new":null}]}}`},
+		{"standard-webhooks", nil, `{"type":"release","data":{}}`},
+	}
+	for i, c := range ignored {
+		if c.h == nil {
+			c.h = http.Header{}
+		}
+		if _, err := subject.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrIgnored) {
+			t.Errorf("ignored case %d (%s): %v", i, c.provider, err)
+		}
+	}
+	malformed := []struct {
+		provider string
+		h        http.Header
+		body     string
+	}{
+		{"github", h("X-GitHub-Event", "push"), `not json`},
+		{"github", http.Header{}, `{}`},
+		{"github", h("X-GitHub-Event", "push"), `{"after":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"}`},
+		{"github", h("X-GitHub-Event", "push"), `{"after":"nothex","repository":{"full_name":"a/b"}}`},
+		{"gitlab", nil, `{}`},
+		{"bitbucket", http.Header{}, `{}`},
+		{"standard-webhooks", nil, `{"data":{}}`},
+		{"standard-webhooks", nil, `{"type":"pull_request","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567"}}`},
+	}
+	for i, c := range malformed {
+		if c.h == nil {
+			c.h = http.Header{}
+		}
+		if _, err := subject.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrMalformed) {
+			t.Errorf("malformed case %d (%s): %v", i, c.provider, err)
+		}
+	}
+}
+
+func TestBounds(t *testing.T) {
+	var commits []string
+	for i := range 150 {
+		commits = append(commits, `{"id":"c`+strings.Repeat("0", 39-len(itoa(i)))+itoa(i)+`","message":"`+strings.Repeat("é", 3000)+`","added":["p`+itoa(i)+`"]}`)
+	}
+	body := `{"ref":"refs/heads/main","after":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","repository":{"full_name":"a/b"},"commits":[` +
+		strings.Join(commits, ",") + `]}`
+	h := http.Header{}
+	h.Set("X-GitHub-Event", "push")
+	s, err := subject.Extract("github", h, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Truncated || len(s.Commits) != subject.MaxCommits || len(s.Commits[0].Message) > subject.MaxMessageBytes {
+		t.Fatalf("bounds not applied: %d commits, truncated %v", len(s.Commits), s.Truncated)
+	}
+	for _, c := range s.Commits {
+		if !utf8.ValidString(c.Message) {
+			t.Fatalf("message cut inside a rune")
+		}
+	}
+	b, err := s.Marshal(16 << 10)
+	if err != nil || len(b) > 16<<10 {
+		t.Fatalf("marshal to fit: %d bytes, %v", len(b), err)
+	}
+	var back subject.Subject
+	if err := json.Unmarshal(b, &back); err != nil || !back.Truncated || back.SHA != s.SHA {
+		t.Fatalf("fitted subject: %v %+v", err, back)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
