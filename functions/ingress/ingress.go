@@ -1,0 +1,212 @@
+// Package ingress is the webhook ingress: an API Gateway HTTP API (payload format 2.0) handler
+// that authenticates a webhook, derives its replay identity and lifetime from what the
+// signature proves, admits it into the ledger and hands its key to the queue.
+//
+// Answers: 202 admitted and queued; 200 duplicate, or pending and queued again; 204 an event
+// that is not evaluated (a ping, a closed pull request); 400 malformed; 401 a bad or missing
+// signature, or a signed time outside the accepted window; 403 a repository the route may not
+// publish for; 404 an unknown route; 409 the same identity with another body; 413 a body over
+// the limit; 503 with Retry-After when the ledger is full or the ledger, the secrets or the
+// queue are unavailable. Never a 5xx for a client's mistake, and never a secret or a body in a
+// log line.
+package ingress
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/functions/webhook"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Secrets resolves a secret reference (see package secrets).
+type Secrets interface {
+	Get(ctx context.Context, ref string) (string, error)
+}
+
+// Handler is the ingress.
+type Handler struct {
+	Config  *config.Config
+	Ledger  ledger.Ledger
+	Queue   queue.Queue
+	Secrets Secrets
+	Log     *slog.Logger
+	// RetryAfter is the Retry-After of a 503 (default 30 seconds).
+	RetryAfter time.Duration
+}
+
+// response is the JSON body of every answer.
+type response struct {
+	Outcome string `json:"outcome"`
+	Key     string `json:"key,omitempty"`
+	Message string `json:"message,omitempty"`
+}
+
+// Handle serves one API Gateway HTTP API request.
+func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	log := h.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	routeName := req.PathParameters["route"]
+	if routeName == "" {
+		routeName, _ = strings.CutPrefix(req.RawPath, "/hooks/")
+	}
+	log = log.With("route", routeName)
+	reply := func(status int, r response, attrs ...any) (events.APIGatewayV2HTTPResponse, error) {
+		log.Info("webhook", append([]any{"status", status, "outcome", r.Outcome}, attrs...)...)
+		return h.reply(status, r), nil
+	}
+	if m := req.RequestContext.HTTP.Method; m != "" && m != http.MethodPost {
+		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: "webhooks are POSTed"})
+	}
+	route := h.Config.Route(routeName)
+	if route == nil {
+		return reply(http.StatusNotFound, response{Outcome: "unknown-route", Message: "no such route"})
+	}
+	log = log.With("scheme", route.Scheme)
+	limit := h.Config.Controller.MaxBodyBytes
+	if len(req.Body) > base64.StdEncoding.EncodedLen(limit)+4 {
+		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "body over " + strconv.Itoa(limit) + " bytes"})
+	}
+	body := []byte(req.Body)
+	if req.IsBase64Encoded {
+		var err error
+		if body, err = base64.StdEncoding.DecodeString(req.Body); err != nil {
+			return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: "body is not valid base64"})
+		}
+	}
+	if len(body) > limit {
+		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "body over " + strconv.Itoa(limit) + " bytes"})
+	}
+	header := http.Header{}
+	for k, v := range req.Headers {
+		header.Add(k, v)
+	}
+
+	verifier, err := webhook.New(route.Scheme)
+	if err != nil {
+		log.Error("route scheme", "err", err)
+		return h.unavailable(log, "configuration")
+	}
+	secrets := make([]webhook.Secret, 0, len(route.Secrets))
+	for _, s := range route.Secrets {
+		v, err := h.Secrets.Get(ctx, s.From)
+		if err != nil {
+			log.Error("secret unavailable", "secret", s.ID, "err", err) // the error never holds the value
+			continue
+		}
+		secrets = append(secrets, webhook.Secret{ID: s.ID, Value: v})
+	}
+	if len(secrets) == 0 {
+		return h.unavailable(log, "secrets")
+	}
+	proof, err := verifier.Verify(webhook.Request{Header: header, Body: body}, secrets)
+	switch {
+	case errors.Is(err, webhook.ErrMalformed):
+		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: err.Error()})
+	case err != nil:
+		return reply(http.StatusUnauthorized, response{Outcome: "unauthenticated", Message: "signature not accepted"}, "reason", err.Error())
+	}
+	log = log.With("identity", identityDigest(proof.Identity), "secret", proof.SecretID)
+	if proof.DeliveryID != "" {
+		log = log.With("delivery_id", proof.DeliveryID, "delivery_id_signed", false)
+	}
+
+	subj, err := subject.Extract(route.Provider, header, body)
+	switch {
+	case errors.Is(err, subject.ErrIgnored):
+		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
+	case err != nil:
+		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: err.Error()})
+	}
+	if !route.Accepts(subj.Event) {
+		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", "event "+subj.Event+" not accepted by the route")
+	}
+	log = log.With("repository", subj.Repository, "event", subj.Event)
+	if !route.Allows(subj.Repository) {
+		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: "the route may not publish for this repository"})
+	}
+	encoded, err := subj.Marshal(h.Config.Controller.MaxSubjectBytes)
+	if err != nil {
+		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
+	}
+
+	d := ledger.Delivery{
+		Binding:  ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: proof.Identity, BodyDigest: ledger.SumBody(body)},
+		Subject:  encoded,
+		SignedAt: proof.SignedAt,
+		MaxAge:   route.MaxAge,
+	}
+	a, err := h.Ledger.Admit(ctx, d)
+	if errors.Is(err, ledger.ErrTooLarge) {
+		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "subject over the ledger's limit"})
+	}
+	if err != nil {
+		log.Error("admit", "err", err)
+		return h.unavailable(log, "ledger")
+	}
+	key := a.Key.String()
+	log = log.With("key", a.Key.Short())
+	switch a.Outcome {
+	case ledger.Admitted, ledger.Pending:
+		if err := h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {
+			// The row stays pending: cleanup reports it stranded and re-drives it.
+			log.Error("enqueue", "err", err, "admission", a.Outcome.String())
+			return h.unavailable(log, "queue")
+		}
+		if a.Outcome == ledger.Admitted {
+			return reply(http.StatusAccepted, response{Outcome: "admitted", Key: key})
+		}
+		return reply(http.StatusOK, response{Outcome: "pending", Key: key, Message: "already admitted; queued again"})
+	case ledger.Duplicate:
+		return reply(http.StatusOK, response{Outcome: "duplicate", Key: key, Message: "already done"})
+	case ledger.BindingConflict:
+		return reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"})
+	case ledger.Stale:
+		return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: "signed time outside the accepted window"})
+	case ledger.Full:
+		log.Warn("ledger full")
+		return h.unavailable(log, "full")
+	}
+	log.Error("admit answered an unknown outcome", "outcome", a.Outcome.String())
+	return h.unavailable(log, "ledger")
+}
+
+func (h *Handler) unavailable(log *slog.Logger, what string) (events.APIGatewayV2HTTPResponse, error) {
+	log.Info("webhook", "status", http.StatusServiceUnavailable, "outcome", "unavailable", "cause", what)
+	r := h.reply(http.StatusServiceUnavailable, response{Outcome: "unavailable", Message: what + " unavailable; retry later"})
+	after := h.RetryAfter
+	if after <= 0 {
+		after = 30 * time.Second
+	}
+	r.Headers["Retry-After"] = strconv.Itoa(int(after.Seconds()))
+	return r, nil
+}
+
+func (h *Handler) reply(status int, r response) events.APIGatewayV2HTTPResponse {
+	resp := events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}}
+	if status != http.StatusNoContent {
+		b, _ := json.Marshal(r)
+		resp.Body = string(b)
+	}
+	return resp
+}
+
+// identityDigest is what logs show of an identity: enough to correlate, nothing more.
+func identityDigest(identity string) string {
+	d := ledger.SumBody([]byte(identity))
+	return d.String()[:16]
+}
