@@ -1,0 +1,115 @@
+// Package wiring builds what the Lambda functions and the local server share from their
+// environment: the configuration, the ledger, the queue and the secrets resolver. It is the one
+// place that knows the backends; handlers see only the ledger contract.
+//
+// Environment:
+//
+//	AMISS_CONFIG       path of the YAML configuration (default amiss.yaml beside the binary)
+//	AMISS_LEDGER       file:/mnt/ledger (a FileLedger root, EFS in AWS) or s3://bucket/prefix/
+//	AMISS_S3_ENDPOINT  an S3-compatible endpoint (optional; path-style addressing is then used)
+//	AMISS_QUEUE_URL    the SQS queue the ingress sends to
+//	AWS_REGION         set by Lambda
+package wiring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/secrets"
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
+	"github.com/amiss-ci/amiss/objstore"
+)
+
+// Environment variable names.
+const (
+	EnvConfig     = "AMISS_CONFIG"
+	EnvLedger     = "AMISS_LEDGER"
+	EnvS3Endpoint = "AMISS_S3_ENDPOINT"
+	EnvQueueURL   = "AMISS_QUEUE_URL"
+)
+
+// Getenv reads the environment (tests replace it).
+var Getenv = os.Getenv
+
+// Config loads the configuration named by AMISS_CONFIG. An invalid one is an error naming the
+// field: the function fails at start rather than at the first request.
+func Config() (*config.Config, error) {
+	path := Getenv(EnvConfig)
+	if path == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		path = filepath.Join(filepath.Dir(exe), "amiss.yaml")
+	}
+	return config.Load(path)
+}
+
+// AWS loads the AWS configuration (region and credentials from the default chain).
+func AWS(ctx context.Context) (aws.Config, error) {
+	return awsconfig.LoadDefaultConfig(ctx)
+}
+
+// Ledger opens the ledger AMISS_LEDGER names, with the limits of cfg. A Lambda cold start
+// only opens (no scan); prepare is for long-lived processes and cleanup.
+func Ledger(ctx context.Context, cfg *config.Config, prepare bool) (ledger.Ledger, error) {
+	spec := Getenv(EnvLedger)
+	switch {
+	case strings.HasPrefix(spec, "file:"):
+		dir := strings.TrimPrefix(spec, "file:")
+		c := localfs.Config{Limits: cfg.Limits(), Create: true}
+		if prepare {
+			return localfs.Prepare(ctx, dir, c)
+		}
+		return localfs.Open(ctx, dir, c)
+	case strings.HasPrefix(spec, "s3://"):
+		bucket, prefix, _ := strings.Cut(strings.TrimPrefix(spec, "s3://"), "/")
+		if bucket == "" {
+			return nil, fmt.Errorf("%s: %q names no bucket", EnvLedger, spec)
+		}
+		if prefix != "" && !strings.HasSuffix(prefix, "/") {
+			prefix += "/"
+		}
+		endpoint := Getenv(EnvS3Endpoint)
+		client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: Getenv("AWS_REGION"), Endpoint: endpoint,
+			PathStyle: endpoint != ""})
+		if err != nil {
+			return nil, err
+		}
+		return objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: prefix, Limits: cfg.Limits(), Create: true})
+	case spec == "":
+		return nil, errors.New(EnvLedger + " is not set (file:/path or s3://bucket/prefix/)")
+	}
+	return nil, fmt.Errorf("%s: %q is neither file:/path nor s3://bucket/prefix/", EnvLedger, spec)
+}
+
+// SQSQueue returns the SQS queue AMISS_QUEUE_URL names.
+func SQSQueue(awsCfg aws.Config) (*queue.SQS, error) {
+	url := Getenv(EnvQueueURL)
+	if url == "" {
+		return nil, errors.New(EnvQueueURL + " is not set")
+	}
+	return &queue.SQS{Client: sqs.NewFromConfig(awsCfg), QueueURL: url}, nil
+}
+
+// Secrets returns a resolver reading Secrets Manager (cached a minute), the environment and
+// files.
+func Secrets(awsCfg *aws.Config) *secrets.Resolver {
+	r := &secrets.Resolver{Getenv: Getenv}
+	if awsCfg != nil {
+		r.SecretsManager = secretsmanager.NewFromConfig(*awsCfg)
+	}
+	return r
+}

@@ -1,0 +1,52 @@
+package wiring_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/wiring"
+)
+
+func env(t *testing.T, m map[string]string) {
+	old := wiring.Getenv
+	wiring.Getenv = func(k string) string { return m[k] }
+	t.Cleanup(func() { wiring.Getenv = old })
+}
+
+func TestInvalidConfigurationFailsAtStart(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "amiss.yaml")
+	os.WriteFile(p, []byte("routes:\n  r:\n    provider: github\n    secrets: [{id: a, from: 'env:X'}]\n"), 0o600)
+	env(t, map[string]string{wiring.EnvConfig: p})
+	_, err := wiring.Config()
+	if err == nil || !strings.Contains(err.Error(), "routes.r.repositories") {
+		t.Fatalf("invalid configuration: %v", err)
+	}
+}
+
+func TestLedgerFromTheEnvironment(t *testing.T) {
+	cfg, err := config.Load("../../examples/amiss.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "root")
+	env(t, map[string]string{wiring.EnvLedger: "file:" + dir})
+	l, err := wiring.Ledger(context.Background(), cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	for _, bad := range []string{"", "ftp://x", "s3://"} {
+		env(t, map[string]string{wiring.EnvLedger: bad})
+		if _, err := wiring.Ledger(context.Background(), cfg, false); err == nil {
+			t.Fatalf("ledger %q accepted", bad)
+		}
+	}
+	env(t, map[string]string{})
+	if _, err := wiring.SQSQueue(awsConfigForTest()); err == nil {
+		t.Fatal("a queue without a URL")
+	}
+}
