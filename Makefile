@@ -32,10 +32,14 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./localfs/ ./objstore/ | tee bench.out
 
-## fuzz: every decoder's fuzz target for FUZZTIME each
+FUZZ_PKGS := ./localfs/ ./functions/webhook/ ./functions/ingress/
+
+## fuzz: every fuzz target (decoders, signature headers, the ingress handler) for FUZZTIME each
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./localfs/ | grep '^Fuzz'); do \
-		echo "== $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./localfs/ || exit 1; \
+	@for p in $(FUZZ_PKGS); do \
+		for t in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
+			echo "== $$p $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
+		done; \
 	done
 
 ## soak: the multi-process test at a larger scale
