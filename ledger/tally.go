@@ -56,3 +56,24 @@ func (t *Tally) Fill(rep *CleanupReport) {
 	}
 	sort.Slice(rep.Damaged, func(i, j int) bool { return rep.Damaged[i].Name < rep.Damaged[j].Name })
 }
+
+// Count adds one row read for Stats: a row gone since it was listed is skipped, a damaged one
+// counted as a row and as damaged. Any other error is returned unchanged.
+func (s *Stats) Count(row *Row, err error) error {
+	switch {
+	case errors.Is(err, ErrUnknownDelivery):
+		return nil
+	case errors.Is(err, ErrCorrupt):
+		s.Damaged++
+		s.Rows++
+		return nil
+	case err != nil:
+		return err
+	}
+	if s.ByState == nil {
+		s.ByState = map[State]int64{}
+	}
+	s.Rows++
+	s.ByState[row.State]++
+	return nil
+}

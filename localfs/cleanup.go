@@ -540,18 +540,9 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 		}
 		for _, k := range keys {
 			row, err := r.readRow(k)
-			switch {
-			case errors.Is(err, ledger.ErrUnknownDelivery):
-				continue
-			case errors.Is(err, ledger.ErrCorrupt):
-				st.Damaged++
-				st.Rows++
-				continue
-			case err != nil:
+			if err := st.Count(&row, err); err != nil {
 				return st, fmt.Errorf("stats: %w", err)
 			}
-			st.Rows++
-			st.ByState[row.State]++
 		}
 		if next == "" {
 			return st, nil

@@ -473,18 +473,9 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 				continue
 			}
 			rd, _, err := l.getRow(ctx, key)
-			switch {
-			case errors.Is(err, ledger.ErrUnknownDelivery):
-				continue
-			case errors.Is(err, ledger.ErrCorrupt):
-				st.Damaged++
-				st.Rows++
-				continue
-			case err != nil:
+			if err := st.Count(&rd.Row, err); err != nil {
 				return st, fmt.Errorf("stats: %w", err)
 			}
-			st.Rows++
-			st.ByState[rd.Row.State]++
 		}
 		if !more || len(names) == 0 {
 			return st, nil

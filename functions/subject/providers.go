@@ -42,6 +42,16 @@ type ghPull struct {
 	} `json:"pull_request"`
 }
 
+// addCommits records a push's commits and the paths they added, modified or removed.
+func (s *Subject) addCommits(commits []ghCommit) {
+	var lists [][]string
+	for _, c := range commits {
+		s.Commits = append(s.Commits, Commit{ID: c.ID, Message: c.Message})
+		lists = append(lists, c.Added, c.Modified, c.Removed)
+	}
+	s.Paths = paths(lists...)
+}
+
 // evaluatedPullActions are the pull request actions that can change a verdict.
 var evaluatedPullActions = map[string]bool{"opened": true, "reopened": true, "synchronize": true, "synchronized": true,
 	"edited": true, "ready_for_review": true}
@@ -57,12 +67,7 @@ func fromGitHubFamily(provider, event string, body []byte) (Subject, error) {
 			return Subject{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
 		}
 		s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: p.After, Ref: p.Ref}
-		var lists [][]string
-		for _, c := range p.Commits {
-			s.Commits = append(s.Commits, Commit{ID: c.ID, Message: c.Message})
-			lists = append(lists, c.Added, c.Modified, c.Removed)
-		}
-		s.Paths = paths(lists...)
+		s.addCommits(p.Commits)
 		return s, nil
 	case "pull_request":
 		var p ghPull
@@ -112,7 +117,7 @@ func fromGitLab(body []byte) (Subject, error) {
 	}
 	switch p.ObjectKind {
 	case "push":
-		if zeroSHA(p.After) || p.Checkout == "" && zeroSHA(p.After) {
+		if zeroSHA(p.After) {
 			return Subject{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
 		}
 		sha := p.After
@@ -120,12 +125,7 @@ func fromGitLab(body []byte) (Subject, error) {
 			sha = p.Checkout
 		}
 		s := Subject{Event: Push, Repository: p.Project.Path, SHA: sha, Ref: p.Ref}
-		var lists [][]string
-		for _, c := range p.Commits {
-			s.Commits = append(s.Commits, Commit{ID: c.ID, Message: c.Message})
-			lists = append(lists, c.Added, c.Modified, c.Removed)
-		}
-		s.Paths = paths(lists...)
+		s.addCommits(p.Commits)
 		return s, nil
 	case "merge_request":
 		if !evaluatedMergeActions[p.Attrs.Action] {
