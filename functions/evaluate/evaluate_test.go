@@ -1,0 +1,116 @@
+package evaluate_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+func rules(t *testing.T) *evaluate.Rules {
+	r, err := evaluate.NewRules(config.Rules{
+		PullRequestTitle: `^(feat|fix)(\([a-z]+\))?: `,
+		CommitMessage:    `^[A-Z]`,
+		ForbiddenPaths:   []string{"secrets/**", "**/*.pem"},
+		TargetBranches:   []string{"main", "release/*"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestRules(t *testing.T) {
+	r := rules(t)
+	ctx := context.Background()
+	pr := func(title, target string) subject.Subject {
+		return subject.Subject{Event: "pull_request", Pull: &subject.Pull{Title: title, TargetBranch: target}}
+	}
+	cases := []struct {
+		s      subject.Subject
+		state  string
+		naming []string
+	}{
+		{pr("feat(api): add", "main"), evaluate.Success, nil},
+		{pr("feat: add", "release/1.2"), evaluate.Success, nil},
+		{pr("add stuff", "main"), evaluate.Failure, []string{"pull request title"}},
+		{pr("fix: x", "develop"), evaluate.Failure, []string{"target branch develop"}},
+		{pr("oops", "develop"), evaluate.Failure, []string{"pull request title", "target branch develop"}},
+		{subject.Subject{Event: "push", Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "Good"}},
+			Paths: []string{"a/b.go", "deploy/keys/server.pem"}}, evaluate.Failure, []string{"forbidden path deploy/keys/server.pem (**/*.pem)"}},
+		{subject.Subject{Event: "push", Paths: []string{"secrets/prod/env"}}, evaluate.Failure, []string{"forbidden path secrets/prod/env (secrets/**)"}},
+		{subject.Subject{Event: "push", Paths: []string{"src/secrets.go"}}, evaluate.Success, nil},
+		{subject.Subject{Event: "push", Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "lower case"}}}, evaluate.Failure,
+			[]string{"commit message of 0123456789ab"}},
+		{subject.Subject{Event: "push", Paths: []string{"a.go"}, Truncated: true}, evaluate.Failure, []string{"cannot check every path"}},
+	}
+	for i, c := range cases {
+		v, err := r.Evaluate(ctx, c.s)
+		if err != nil || v.State != c.state {
+			t.Fatalf("case %d: %+v %v, want %s", i, v, err, c.state)
+		}
+		for _, n := range c.naming {
+			if !strings.Contains(v.Description, n) {
+				t.Fatalf("case %d: description %q does not name %q", i, v.Description, n)
+			}
+		}
+	}
+}
+
+func TestHTTPEvaluator(t *testing.T) {
+	secret := []byte("evaluator-secret")
+	var answer string
+	var status int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mac := hmac.New(sha256.New, secret)
+		mac.Write([]byte(r.Header.Get("X-Amiss-Timestamp") + "."))
+		mac.Write(body)
+		if r.Header.Get("X-Amiss-Signature-256") != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		var s subject.Subject
+		if json.Unmarshal(body, &s) != nil || s.Repository != "acme/app" {
+			http.Error(w, "bad subject", http.StatusBadRequest)
+			return
+		}
+		if status != 0 {
+			w.WriteHeader(status)
+		}
+		w.Write([]byte(answer))
+	}))
+	defer srv.Close()
+	e := &evaluate.HTTP{URL: srv.URL, Secret: secret, Timeout: time.Second}
+	s := subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"}
+	answer = `{"state":"failure","description":"licence check failed"}`
+	v, err := e.Evaluate(context.Background(), s)
+	if err != nil || v.State != evaluate.Failure || v.Description != "licence check failed" {
+		t.Fatalf("%+v %v", v, err)
+	}
+	for _, bad := range []struct {
+		answer string
+		status int
+	}{{`{"state":"pending"}`, 0}, {`not json`, 0}, {`{"state":"success"}`, 500}} {
+		answer, status = bad.answer, bad.status
+		if _, err := e.Evaluate(context.Background(), s); err == nil {
+			t.Fatalf("answer %q (%d) taken as a verdict", bad.answer, bad.status)
+		}
+	}
+	wrong := &evaluate.HTTP{URL: srv.URL, Secret: []byte("other"), Timeout: time.Second}
+	status, answer = 0, `{"state":"success"}`
+	if _, err := wrong.Evaluate(context.Background(), s); err == nil {
+		t.Fatal("the endpoint accepted a request signed with another secret")
+	}
+}

@@ -1,0 +1,83 @@
+package evaluate
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+// HTTP posts the subject as JSON to an operator's URL and reads a verdict back. The request is
+// signed like a GitHub webhook (X-Amiss-Signature-256: sha256=<hex HMAC of the body>, with
+// X-Amiss-Timestamp inside the signed content), so the endpoint can tell it comes from amiss.
+type HTTP struct {
+	URL     string
+	Secret  []byte
+	Client  *http.Client
+	Timeout time.Duration // default 10 seconds
+	Now     func() time.Time
+}
+
+// Evaluate implements Evaluator. A 2xx answer with {"state": "success"|"failure"|"error",
+// "description": "..."} is the verdict; anything else is an error (retried).
+func (e *HTTP) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
+	body, err := json.Marshal(s)
+	if err != nil {
+		return Verdict{}, err
+	}
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	now := time.Now
+	if e.Now != nil {
+		now = e.Now
+	}
+	ts := strconv.FormatInt(now().Unix(), 10)
+	mac := hmac.New(sha256.New, e.Secret)
+	mac.Write([]byte(ts + "."))
+	mac.Write(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(body))
+	if err != nil {
+		return Verdict{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Amiss-Timestamp", ts)
+	req.Header.Set("X-Amiss-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	client := e.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("evaluate: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return Verdict{}, fmt.Errorf("evaluate: read answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return Verdict{}, fmt.Errorf("evaluate: %s answered %d", e.URL, resp.StatusCode)
+	}
+	var v Verdict
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return Verdict{}, fmt.Errorf("evaluate: answer is not a verdict: %w", err)
+	}
+	switch v.State {
+	case Success, Failure, Error:
+		return v, nil
+	}
+	return Verdict{}, fmt.Errorf("evaluate: answer state %q is not success, failure or error", v.State)
+}
