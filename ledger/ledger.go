@@ -206,16 +206,19 @@ func (p Phase) String() string {
 type Lease struct {
 	Key           Key
 	BindingDigest Digest
-	EvaluationID  string
-	Fence         uint64
-	Owner         string
-	Phase         Phase
+	// Route is the route the delivery arrived on, from the row's binding (never from the
+	// queue message).
+	Route        string
+	EvaluationID string
+	Fence        uint64
+	Owner        string
+	Phase        Phase
 	// Attempt counts Execute grants for the row, this one included; for a publishing lease
 	// it counts publish grants.
 	Attempt int
 	// Expires is advisory: the ledger's own record decides.
 	Expires time.Time
-	// Subject is the row's subject, handed to the evaluator.
+	// Subject is the row's subject, handed to the evaluator and to the publisher.
 	Subject []byte
 }
 

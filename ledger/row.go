@@ -143,7 +143,6 @@ func (r *Row) Claim(bindingDigest Digest, owner string, leaseFor time.Duration, 
 		r.State = StateRunning
 		r.Attempts++
 		l := r.lease(PhaseExecute, r.Attempts)
-		l.Subject = append([]byte(nil), r.Subject...)
 		return Claim{Outcome: Execute, Lease: &l, EvaluationID: r.EvaluationID}, nil
 	case StateSaved:
 		if r.leaseLive(now) {
@@ -168,8 +167,8 @@ func (r *Row) grant(owner string, leaseFor time.Duration, now time.Time) {
 }
 
 func (r *Row) lease(p Phase, attempt int) Lease {
-	return Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), EvaluationID: r.EvaluationID, Fence: r.Fence,
-		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil}
+	return Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), Route: r.Binding.Route, EvaluationID: r.EvaluationID, Fence: r.Fence,
+		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, Subject: append([]byte(nil), r.Subject...)}
 }
 
 // holds checks that l is the row's current lease in the given phase and is live at now. An

@@ -17,7 +17,7 @@ func init() {
 			e.t.Fatalf("admission %+v", a)
 		}
 		c := e.claim(d, "w1", ledger.Execute)
-		if c.Lease.Fence == 0 || c.Lease.Attempt != 1 || c.Lease.EvaluationID != a.EvaluationID {
+		if c.Lease.Fence == 0 || c.Lease.Attempt != 1 || c.Lease.EvaluationID != a.EvaluationID || c.Lease.Route != d.Binding.Route {
 			e.t.Fatalf("lease %+v", c.Lease)
 		}
 		e.sameBytes("subject", c.Lease.Subject, d.Subject)
@@ -180,6 +180,7 @@ func init() {
 			e.reopen()
 			p := e.claim(d, fmt.Sprintf("p%d", i), ledger.Publish)
 			e.sameBytes("staged report", p.Staged.Report, report)
+			e.sameBytes("publishing lease's subject", p.Staged.Lease.Subject, d.Subject)
 			if p.EvaluationID != c.Lease.EvaluationID {
 				e.t.Fatalf("evaluation id changed: %s, was %s", p.EvaluationID, c.Lease.EvaluationID)
 			}
