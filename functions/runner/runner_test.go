@@ -51,7 +51,9 @@ func (p *recorder) all() []publish.Status {
 // evalFunc adapts a function to an Evaluator.
 type evalFunc func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error)
 
-func (f evalFunc) Evaluate(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) { return f(ctx, s) }
+func (f evalFunc) Evaluate(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+	return f(ctx, s)
+}
 
 type world struct {
 	l     *localfs.Ledger
