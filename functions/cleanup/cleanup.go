@@ -1,0 +1,82 @@
+// Package cleanup is the scheduled cleanup: it runs the ledger's Cleanup in bounded passes
+// within its time limit, re-enqueues every stranded row (admitted but never run, saved with
+// no live lease, running with an ended lease) so no verdict waits on a message that will never
+// come, and logs what it did.
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Handler is the cleanup function.
+type Handler struct {
+	Ledger ledger.Ledger
+	Queue  queue.Queue
+	Log    *slog.Logger
+	// Margin is the time kept free before the context's deadline (default 10 seconds).
+	Margin time.Duration
+}
+
+// Summary is what one invocation did.
+type Summary struct {
+	Passes, Removed, Retained, Damaged, Stranded, Requeued int
+	// LapDone reports that the sweep reached the end of the ledger.
+	LapDone bool
+}
+
+// Handle runs cleanup passes until a lap is done or the time is nearly up.
+func (h *Handler) Handle(ctx context.Context) (Summary, error) {
+	log := h.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	margin := h.Margin
+	if margin <= 0 {
+		margin = 10 * time.Second
+	}
+	var s Summary
+	cursor := ledger.Cursor("")
+	for {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < margin {
+			break
+		}
+		rep, err := h.Ledger.Cleanup(ctx, cursor)
+		if errors.Is(err, ledger.ErrBusy) {
+			log.Info("cleanup: another cleanup holds maintenance")
+			return s, nil
+		}
+		if err != nil {
+			log.Error("cleanup pass failed: nothing removed in it", "err", err, "passes", s.Passes)
+			return s, err
+		}
+		s.Passes++
+		s.Removed += len(rep.Removed)
+		s.Retained += rep.Retained
+		s.Damaged += len(rep.Damaged)
+		s.Stranded += len(rep.Stranded)
+		for _, d := range rep.Damaged {
+			log.Error("damaged row skipped", "name", d.Name, "err", d.Err)
+		}
+		for _, st := range rep.Stranded {
+			if err := h.Queue.Send(ctx, queue.Message{Key: st.Key, Binding: st.BindingDigest}); err != nil {
+				log.Error("stranded row not re-enqueued", "key", st.Key.Short(), "err", err)
+				continue
+			}
+			s.Requeued++
+		}
+		if rep.Done {
+			s.LapDone = true
+			break
+		}
+		cursor = rep.Next
+	}
+	log.Info("cleanup", "passes", s.Passes, "removed", s.Removed, "retained", s.Retained, "damaged", s.Damaged,
+		"stranded", s.Stranded, "requeued", s.Requeued, "lap_done", s.LapDone)
+	return s, nil
+}
