@@ -58,7 +58,16 @@ type Route struct {
 	// Repositories the route may publish for: "owner/name" or "owner/*".
 	Repositories []string `yaml:"repositories"`
 	Rules        Rules    `yaml:"rules"`
-	Publish      Publish  `yaml:"publish"`
+	// Evaluator, when its URL is set, replaces the rules with an operator's HTTP endpoint.
+	Evaluator HTTPEvaluator `yaml:"evaluator"`
+	Publish   Publish       `yaml:"publish"`
+}
+
+// HTTPEvaluator is an operator's evaluation endpoint; requests are signed with the secret.
+type HTTPEvaluator struct {
+	URL     string        `yaml:"url"`
+	Secret  SecretRef     `yaml:"secret"`
+	Timeout time.Duration `yaml:"timeout"`
 }
 
 // SecretRef says where a secret is read at run time: "env:NAME", "file:PATH" or
@@ -263,6 +272,17 @@ func (r *Route) validate(ctl Controller) error {
 	}
 	if err := r.Rules.validate(); err != nil {
 		return err
+	}
+	if e := r.Evaluator; e.URL != "" {
+		if !strings.HasPrefix(e.URL, "https://") && !strings.HasPrefix(e.URL, "http://") {
+			return fieldErr("evaluator.url", "%q is not an http(s) URL", e.URL)
+		}
+		if err := e.Secret.check(); err != nil {
+			return fieldErr("evaluator.secret.from", "%v", err)
+		}
+		if e.Timeout < 0 || e.Timeout > 5*time.Minute {
+			return fieldErr("evaluator.timeout", "must be in [0, 5m], got %s", e.Timeout)
+		}
 	}
 	return r.Publish.validate()
 }

@@ -71,6 +71,8 @@ func TestInvalidConfigurationNamesTheField(t *testing.T) {
 		"bad title regexp": {base + "    rules: {pull_request_title: '(('}\n", "routes.r.rules.pull_request_title"},
 		"bad glob":         {base + "    rules: {forbidden_paths: ['[']}\n", "routes.r.rules.forbidden_paths[0]"},
 		"bad publisher":    {base + "    publish: {provider: jira}\n", "routes.r.publish.provider"},
+		"evaluator url":    {base + "    evaluator: {url: 'ftp://x', secret: {from: 'env:E'}}\n", "routes.r.evaluator.url"},
+		"evaluator secret": {base + "    evaluator: {url: 'https://x'}\n", "routes.r.evaluator.secret.from"},
 		"publisher no url": {base + "    publish: {provider: github, token: {from: 'env:T'}}\n", "routes.r.publish.base_url"},
 		"publisher token":  {base + "    publish: {provider: github, base_url: 'https://api.github.com'}\n", "routes.r.publish.token.from"},
 		"bad route name":   {strings.Replace(base, "  r:", "  Bad/Name:", 1), "routes.Bad/Name.name"},

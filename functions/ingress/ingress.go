@@ -43,6 +43,9 @@ type Handler struct {
 	Queue   queue.Queue
 	Secrets Secrets
 	Log     *slog.Logger
+	// Metrics counts outcomes (admitted, pending, duplicate, conflict, full, stale, ...); nil:
+	// none.
+	Metrics interface{ Count(name string, n int) }
 	// RetryAfter is the Retry-After of a 503 (default 30 seconds).
 	RetryAfter time.Duration
 }
@@ -67,6 +70,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	log = log.With("route", routeName)
 	reply := func(status int, r response, attrs ...any) (events.APIGatewayV2HTTPResponse, error) {
 		log.Info("webhook", append([]any{"status", status, "outcome", r.Outcome}, attrs...)...)
+		h.count(r.Outcome)
 		return h.reply(status, r), nil
 	}
 	if m := req.RequestContext.HTTP.Method; m != "" && m != http.MethodPost {
@@ -185,8 +189,19 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	return h.unavailable(log, "ledger")
 }
 
+func (h *Handler) count(outcome string) {
+	if h.Metrics != nil {
+		h.Metrics.Count(outcome, 1)
+	}
+}
+
 func (h *Handler) unavailable(log *slog.Logger, what string) (events.APIGatewayV2HTTPResponse, error) {
 	log.Info("webhook", "status", http.StatusServiceUnavailable, "outcome", "unavailable", "cause", what)
+	if what == "full" {
+		h.count("full")
+	} else {
+		h.count("unavailable")
+	}
 	r := h.reply(http.StatusServiceUnavailable, response{Outcome: "unavailable", Message: what + " unavailable; retry later"})
 	after := h.RetryAfter
 	if after <= 0 {

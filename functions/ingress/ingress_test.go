@@ -203,8 +203,19 @@ func TestEveryRefusal(t *testing.T) {
 	}
 }
 
+type counts map[string]int
+
+func (c counts) Count(name string, n int) { c[name] += n }
+
 func TestFullAndQueueFailures(t *testing.T) {
 	w := newWorld(t, 1)
+	m := counts{}
+	w.h.Metrics = m
+	defer func() {
+		if m["admitted"] != 1 || m["full"] != 1 {
+			t.Errorf("metrics %v: want one admitted and one full", m)
+		}
+	}()
 	w.do(t, githubRequest("gh", "push", push("octo-org/a", sha1)), http.StatusAccepted)
 	resp := w.do(t, githubRequest("gh", "push", push("octo-org/b", sha1)), http.StatusServiceUnavailable)
 	if resp.Headers["Retry-After"] == "" || !strings.Contains(resp.Body, "full") {

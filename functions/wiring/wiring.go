@@ -7,7 +7,8 @@
 //	AMISS_CONFIG       path of the YAML configuration (default amiss.yaml beside the binary)
 //	AMISS_LEDGER       file:/mnt/ledger (a FileLedger root, EFS in AWS) or s3://bucket/prefix/
 //	AMISS_S3_ENDPOINT  an S3-compatible endpoint (optional; path-style addressing is then used)
-//	AMISS_QUEUE_URL    the SQS queue the ingress sends to
+//	AMISS_QUEUE_URL    the SQS queue the ingress and cleanup send to (the runner's, for visibility)
+//	AMISS_LEASE        the runner's lease window (default 1m; keep it short in tests)
 //	AWS_REGION         set by Lambda
 package wiring
 
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -93,6 +95,19 @@ func Ledger(ctx context.Context, cfg *config.Config, prepare bool) (ledger.Ledge
 		return nil, errors.New(EnvLedger + " is not set (file:/path or s3://bucket/prefix/)")
 	}
 	return nil, fmt.Errorf("%s: %q is neither file:/path nor s3://bucket/prefix/", EnvLedger, spec)
+}
+
+// Duration reads a duration variable (such as AMISS_LEASE=45s), or def when unset.
+func Duration(name string, def time.Duration) (time.Duration, error) {
+	v := Getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s: %q is not a positive duration", name, v)
+	}
+	return d, nil
 }
 
 // SQSQueue returns the SQS queue AMISS_QUEUE_URL names.

@@ -50,3 +50,33 @@ func TestLedgerFromTheEnvironment(t *testing.T) {
 		t.Fatal("a queue without a URL")
 	}
 }
+
+type fixedSecrets map[string]string
+
+func (f fixedSecrets) Get(ctx context.Context, ref string) (string, error) {
+	if v, ok := f[ref]; ok {
+		return v, nil
+	}
+	return "", os.ErrNotExist
+}
+
+func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
+	cfg, err := config.Load("../../examples/amiss.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
+	demo, err := routes("demo")
+	if err != nil || demo.Evaluator == nil || demo.Publisher == nil || demo.Context != "amiss/demo" {
+		t.Fatalf("demo: %+v %v", demo, err)
+	}
+	if gh, err := routes("acme-github"); err != nil || gh.Context != "amiss/verdict" {
+		t.Fatalf("acme-github: %+v %v", gh, err)
+	}
+	if _, err := wiring.Routes(cfg, fixedSecrets{}, nil, nil)("acme-github"); err == nil {
+		t.Fatal("a route whose token is missing was built")
+	}
+	if _, err := routes("nope"); err == nil {
+		t.Fatal("an unknown route was built")
+	}
+}

@@ -1,0 +1,99 @@
+// Package metrics writes CloudWatch Embedded Metric Format (EMF) log lines: one JSON object per
+// flush, with the "_aws" metadata that makes CloudWatch Logs extract the values as metrics, so
+// no metrics API call is on the request path.
+package metrics
+
+import (
+	"encoding/json"
+	"io"
+	"sort"
+	"sync"
+	"time"
+)
+
+// EMF collects counters and latencies and writes them as one EMF line per Flush. It is safe
+// for concurrent use.
+type EMF struct {
+	Namespace  string
+	Dimensions map[string]string
+	Out        io.Writer
+	Now        func() time.Time
+
+	mu        sync.Mutex
+	counts    map[string]float64
+	latencies map[string][]float64
+}
+
+// Count adds n to a counter.
+func (e *EMF) Count(name string, n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.counts == nil {
+		e.counts = map[string]float64{}
+	}
+	e.counts[name] += float64(n)
+}
+
+// Latency records one duration, in milliseconds.
+func (e *EMF) Latency(name string, d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.latencies == nil {
+		e.latencies = map[string][]float64{}
+	}
+	e.latencies[name] = append(e.latencies[name], float64(d.Microseconds())/1000)
+}
+
+// Flush writes what was collected since the last flush (nothing when empty).
+func (e *EMF) Flush() error {
+	e.mu.Lock()
+	counts, latencies := e.counts, e.latencies
+	e.counts, e.latencies = nil, nil
+	e.mu.Unlock()
+	if len(counts) == 0 && len(latencies) == 0 {
+		return nil
+	}
+	now := time.Now
+	if e.Now != nil {
+		now = e.Now
+	}
+	type metric struct {
+		Name string `json:"Name"`
+		Unit string `json:"Unit"`
+	}
+	var defs []metric
+	line := map[string]any{}
+	dims := make([]string, 0, len(e.Dimensions))
+	for k, v := range e.Dimensions {
+		line[k] = v
+		dims = append(dims, k)
+	}
+	sort.Strings(dims)
+	for name, v := range counts {
+		defs = append(defs, metric{name, "Count"})
+		line[name] = v
+	}
+	for name, vs := range latencies {
+		defs = append(defs, metric{name, "Milliseconds"})
+		if len(vs) == 1 {
+			line[name] = vs[0]
+		} else {
+			line[name] = vs // EMF takes an array of values
+		}
+	}
+	sort.Slice(defs, func(i, j int) bool { return defs[i].Name < defs[j].Name })
+	line["_aws"] = map[string]any{
+		"Timestamp": now().UnixMilli(),
+		"CloudWatchMetrics": []map[string]any{{
+			"Namespace":  e.Namespace,
+			"Dimensions": [][]string{dims},
+			"Metrics":    defs,
+		}},
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return err
+	}
+	_, err = e.Out.Write(append(b, '\n'))
+	return err
+}

@@ -1,0 +1,51 @@
+package metrics_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/metrics"
+)
+
+func TestEMFLine(t *testing.T) {
+	var out bytes.Buffer
+	m := &metrics.EMF{Namespace: "amiss", Dimensions: map[string]string{"Function": "runner"}, Out: &out,
+		Now: func() time.Time { return time.UnixMilli(1700000000000) }}
+	if err := m.Flush(); err != nil || out.Len() != 0 {
+		t.Fatalf("empty flush wrote %q", out.String())
+	}
+	m.Count("published", 1)
+	m.Count("published", 2)
+	m.Count("lease_lost", 1)
+	m.Latency("publish_latency", 1500*time.Microsecond)
+	m.Latency("publish_latency", 2500*time.Microsecond)
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	if line["published"].(float64) != 3 || line["lease_lost"].(float64) != 1 || line["Function"] != "runner" {
+		t.Fatalf("values %v", line)
+	}
+	lat := line["publish_latency"].([]any)
+	if len(lat) != 2 || lat[0].(float64) != 1.5 {
+		t.Fatalf("latencies %v", lat)
+	}
+	aws := line["_aws"].(map[string]any)
+	cw := aws["CloudWatchMetrics"].([]any)[0].(map[string]any)
+	if aws["Timestamp"].(float64) != 1700000000000 || cw["Namespace"] != "amiss" || len(cw["Metrics"].([]any)) != 3 {
+		t.Fatalf("_aws %v", aws)
+	}
+	if dims := cw["Dimensions"].([]any)[0].([]any); len(dims) != 1 || dims[0] != "Function" {
+		t.Fatalf("dimensions %v", dims)
+	}
+	out.Reset()
+	m.Flush()
+	if out.Len() != 0 {
+		t.Fatal("a flush repeated the previous values")
+	}
+}

@@ -1,0 +1,67 @@
+package wiring
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/ingress"
+	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/runner"
+)
+
+// Routes returns the runner's route lookup: each call builds the route's evaluator and
+// publisher, reading their secrets through the resolver (which caches them briefly), so a
+// rotated token is used without a redeploy.
+func Routes(cfg *config.Config, secrets ingress.Secrets, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
+	if hc == nil {
+		hc = &http.Client{Timeout: 15 * time.Second}
+	}
+	return func(name string) (*runner.Route, error) {
+		r := cfg.Route(name)
+		if r == nil {
+			return nil, fmt.Errorf("route %q is not configured", name)
+		}
+		ctx := context.Background()
+		var ev evaluate.Evaluator
+		if r.Evaluator.URL != "" {
+			secret, err := secrets.Get(ctx, r.Evaluator.Secret.From)
+			if err != nil {
+				return nil, fmt.Errorf("route %s: evaluator secret: %w", name, err)
+			}
+			ev = &evaluate.HTTP{URL: r.Evaluator.URL, Secret: []byte(secret), Client: hc, Timeout: r.Evaluator.Timeout}
+		} else {
+			rules, err := evaluate.NewRules(r.Rules)
+			if err != nil {
+				return nil, fmt.Errorf("route %s: %w", name, err)
+			}
+			ev = rules
+		}
+		var pub publish.Publisher
+		if r.Publish.Provider == "log" {
+			pub = publish.Log{Logger: log}
+		} else {
+			token, err := secrets.Get(ctx, r.Publish.Token.From)
+			if err != nil {
+				return nil, fmt.Errorf("route %s: publish token: %w", name, err)
+			}
+			switch r.Publish.Provider {
+			case "github":
+				pub = publish.NewGitHub(r.Publish.BaseURL, token, hc)
+			case "gitea":
+				pub = publish.NewGitea(r.Publish.BaseURL, token, hc)
+			case "gitlab":
+				pub = publish.NewGitLab(r.Publish.BaseURL, token, hc)
+			case "bitbucket":
+				pub = publish.NewBitbucket(r.Publish.BaseURL, token, hc)
+			default:
+				return nil, fmt.Errorf("route %s: publisher %q", name, r.Publish.Provider)
+			}
+		}
+		return &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL}, nil
+	}
+}
