@@ -1,6 +1,11 @@
 # amiss: the two commands a newcomer types are `make run` and `make test`.
 GO        ?= go
 ROOT      ?= var/ledger
+CONFIG    ?= examples/amiss.yaml
+LISTEN    ?= 127.0.0.1:8080
+# The example configuration's demo route reads its secret from here. This value is the
+# Standard Webhooks specification's test key: fine on 127.0.0.1, never for a deployment.
+export AMISS_DEMO_SECRET ?= whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 PKGS      := ./...
@@ -10,10 +15,19 @@ MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_IMAGE   ?= amiss-minio:local
 MINIO_BUILD   := .cache/minio
 
-.PHONY: run test build bench fuzz soak vet clean minio-image
+.PHONY: run sign demo test build bench fuzz soak vet clean minio-image
 
-## run: build amiss and take a sample delivery through every state on a local file root
+## run: build amiss and serve the example configuration on 127.0.0.1:8080 over the file root var/ledger
 run: build
+	./bin/amiss serve -config $(CONFIG) -root $(ROOT) -listen $(LISTEN)
+
+## sign: send a signed sample webhook to the server make run started (TITLE="..." for a pull request)
+sign: build
+	./bin/amiss sign -config $(CONFIG) -url http://$(LISTEN) $(if $(TITLE),-title "$(TITLE)") | sh
+	@echo
+
+## demo: take one delivery through every state of the ledger, without a server
+demo: build
 	./bin/amiss demo -root $(ROOT)
 
 ## test: vet, then every test with the race detector (verbose: figures such as "N crash points" are printed)

@@ -1,5 +1,9 @@
 // Command amiss is the local entry point of the amiss delivery controller.
 //
+//	amiss serve  [-config FILE] [-root DIR] [-listen ADDR]
+//	                                      the three handlers in one process over a file root
+//	amiss sign   [-config FILE] [-route NAME] [-title T]
+//	                                      print a curl command sending a signed webhook
 //	amiss demo   [-root DIR]              run a sample delivery through every state on a file root
 //	amiss ledger stats   [-root DIR]      counts by state, capacity, high-water clock
 //	amiss ledger inspect [-root DIR] KEY  one row, as JSON
@@ -32,13 +36,21 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: amiss demo|ledger stats|inspect|verify|cleanup [-root DIR]")
+var errUsage = errors.New("usage: amiss serve|sign|demo|ledger stats|inspect|verify|cleanup (amiss COMMAND -h for its flags)")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errUsage
 	}
 	switch args[0] {
+	case "serve":
+		o, err := parseServe(args[1:])
+		if err != nil {
+			return err
+		}
+		return runServe(ctx, o, stdout)
+	case "sign":
+		return runSign(args[1:], stdout)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout)
 	case "ledger":

@@ -55,6 +55,7 @@ type Local struct {
 	pending []localItem
 	wake    chan struct{}
 	closed  bool
+	done    chan struct{} // closed by Close: wakes every receiver
 	now     func() time.Time
 }
 
@@ -64,7 +65,9 @@ type localItem struct {
 }
 
 // NewLocal returns an empty in-process queue.
-func NewLocal() *Local { return &Local{wake: make(chan struct{}, 1), now: time.Now} }
+func NewLocal() *Local {
+	return &Local{wake: make(chan struct{}, 1), done: make(chan struct{}), now: time.Now}
+}
 
 // Send implements Queue.
 func (q *Local) Send(ctx context.Context, m Message) error {
@@ -119,6 +122,7 @@ func (q *Local) Receive(ctx context.Context) (Message, error) {
 			t.Stop()
 			return Message{}, ctx.Err()
 		case <-q.wake:
+		case <-q.done:
 		case <-t.C:
 		}
 		t.Stop()
@@ -128,10 +132,9 @@ func (q *Local) Receive(ctx context.Context) (Message, error) {
 // Close stops accepting messages; Receive drains what is left, then answers ErrClosed.
 func (q *Local) Close() {
 	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.closed = true
+		close(q.done)
 	}
 }

@@ -50,6 +50,26 @@ func TestLocalOrderAndDelay(t *testing.T) {
 	}
 }
 
+func TestCloseWakesEveryReceiver(t *testing.T) {
+	q := queue.NewLocal()
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() { _, err := q.Receive(context.Background()); errs <- err }()
+	}
+	time.Sleep(20 * time.Millisecond)
+	q.Close()
+	for range 4 {
+		select {
+		case err := <-errs:
+			if err != queue.ErrClosed {
+				t.Fatalf("receive: %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("a receiver was not woken by Close")
+		}
+	}
+}
+
 func TestMessageRoundTrip(t *testing.T) {
 	m := msg(4)
 	back, err := queue.Parse(m.Body())

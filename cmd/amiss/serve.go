@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/amiss-ci/amiss/functions/cleanup"
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/ingress"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/wiring"
+	"github.com/amiss-ci/amiss/localfs"
+)
+
+// serveOptions are amiss serve's settings.
+type serveOptions struct {
+	config, root, listen string
+	workers              int
+	lease, cleanupEvery  time.Duration
+	grace                time.Duration
+	// ready, when set, receives the address the server listens on.
+	ready chan<- string
+}
+
+func parseServe(args []string) (serveOptions, error) {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	o := serveOptions{}
+	fs.StringVar(&o.config, "config", "examples/amiss.yaml", "configuration file")
+	fs.StringVar(&o.root, "root", defaultRoot, "ledger root folder (created when missing)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on (loopback by default)")
+	fs.IntVar(&o.workers, "workers", 4, "runner workers")
+	fs.DurationVar(&o.lease, "lease", 30*time.Second, "runner lease window")
+	fs.DurationVar(&o.cleanupEvery, "cleanup-every", time.Minute, "cleanup interval")
+	fs.DurationVar(&o.grace, "grace", 10*time.Second, "time in-flight work gets to finish at shutdown")
+	if err := fs.Parse(args); err != nil {
+		return o, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return o, nil
+}
+
+// runServe runs the three handlers in one process over a file root: the embedded default.
+func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(out, nil))
+	cfg, err := config.Load(o.config)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.root, 0o700); err != nil {
+		return err
+	}
+	root, err := localfs.Prepare(ctx, o.root, localfs.Config{Limits: cfg.Limits(), Create: true})
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	secrets := wiring.Secrets(nil)
+	q := queue.NewLocal()
+	h := &ingress.Handler{Config: cfg, Ledger: root.Session(), Queue: q, Secrets: secrets, Log: log}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /hooks/{route}", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, int64(cfg.Controller.MaxBodyBytes)+1))
+		if err != nil {
+			http.Error(w, "cannot read the body", http.StatusBadRequest)
+			return
+		}
+		req := events.APIGatewayV2HTTPRequest{RawPath: r.URL.Path, PathParameters: map[string]string{"route": r.PathValue("route")},
+			Headers: map[string]string{}, Body: string(body)}
+		req.RequestContext.HTTP.Method = r.Method
+		for k, vs := range r.Header {
+			req.Headers[strings.ToLower(k)] = strings.Join(vs, ",") // as API Gateway joins them
+		}
+		resp, _ := h.Handle(r.Context(), req)
+		for k, v := range resp.Headers {
+			w.Header().Set(k, v)
+		}
+		w.WriteHeader(resp.StatusCode)
+		io.WriteString(w, resp.Body)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	log.Info("amiss serving", "listen", ln.Addr().String(), "root", root.Dir(), "routes", cfg.RouteNames())
+	if o.ready != nil {
+		o.ready <- ln.Addr().String()
+	}
+
+	// Runner workers: their context outlives the signal by the grace period, so work in
+	// flight finishes (or releases its lease) instead of being cut.
+	workCtx, stopWork := context.WithCancel(context.Background())
+	defer stopWork()
+	r := &runner.Runner{Ledger: root.Session(), Routes: wiring.Routes(cfg, secrets, nil, log), Owner: fmt.Sprintf("serve-%d", os.Getpid()),
+		Lease: o.lease, RetryDelay: 5 * time.Second, Log: log}
+	var wg sync.WaitGroup
+	for range o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, err := q.Receive(workCtx)
+				if err != nil {
+					return
+				}
+				res, err := r.Process(workCtx, m)
+				if err != nil {
+					log.Warn("runner", "err", err)
+				}
+				if !res.Done && workCtx.Err() == nil {
+					m.Delay = time.Until(res.RetryAt)
+					q.Send(workCtx, m)
+				}
+			}
+		}()
+	}
+	// Cleanup on a timer, re-enqueueing stranded rows.
+	ch := &cleanup.Handler{Ledger: root.Session(), Queue: q, Log: log, Margin: time.Second}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(o.cleanupEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				cctx, cancel := context.WithTimeout(ctx, o.cleanupEvery)
+				ch.Handle(cctx)
+				cancel()
+			}
+		}
+	}()
+
+	<-ctx.Done()
+	log.Info("amiss shutting down: no new webhooks; in-flight work gets the grace period", "grace", o.grace)
+	sctx, cancel := context.WithTimeout(context.Background(), o.grace)
+	defer cancel()
+	srv.Shutdown(sctx)
+	q.Close() // workers drain what is ready, then stop
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		// Cut what is still running: a cancelled evaluation releases nothing it did not
+		// save, and its lease ends by itself; the row is re-driven at the next start.
+		stopWork()
+		<-done
+	}
+	if n := q.Len(); n > 0 {
+		log.Info("messages left in the in-process queue; their rows are re-driven by cleanup at the next start", "messages", n)
+	}
+	log.Info("amiss stopped")
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/webhook"
+	"github.com/amiss-ci/amiss/functions/wiring"
+)
+
+// runSign prints a ready curl command that sends a correctly signed webhook to a route.
+func runSign(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("sign", flag.ContinueOnError)
+	cfgPath := fs.String("config", "examples/amiss.yaml", "configuration file")
+	route := fs.String("route", "demo", "route to send to")
+	url := fs.String("url", "http://127.0.0.1:8080", "base URL of amiss serve")
+	file := fs.String("body", "", "file holding the payload (default: a sample push for the route)")
+	title := fs.String("title", "", "send a pull request with this title instead of a push")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return err
+	}
+	r := cfg.Route(*route)
+	if r == nil {
+		return fmt.Errorf("route %q is not configured (routes: %s)", *route, strings.Join(cfg.RouteNames(), ", "))
+	}
+	secret, err := wiring.Secrets(nil).Get(context.Background(), r.Secrets[0].From)
+	if err != nil {
+		return fmt.Errorf("route %s: secret %s: %w", *route, r.Secrets[0].ID, err)
+	}
+	var body []byte
+	if *file != "" {
+		if body, err = os.ReadFile(*file); err != nil {
+			return err
+		}
+	} else {
+		body = samplePayload(r, *title)
+	}
+	headers, err := signedHeaders(r, secret, body, *title != "")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "curl -sS -X POST %s/hooks/%s \\\n", strings.TrimRight(*url, "/"), *route)
+	for _, h := range headers {
+		fmt.Fprintf(out, "  -H '%s' \\\n", h)
+	}
+	fmt.Fprintf(out, "  --data-binary '%s'\n", strings.ReplaceAll(string(body), "'", `'\''`))
+	return nil
+}
+
+// sampleRepository is a repository the route may publish for.
+func sampleRepository(r *config.Route) string {
+	return strings.Replace(r.Repositories[0], "/*", "/app", 1)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// samplePayload is a push (or pull request) in the shape the route's provider sends.
+func samplePayload(r *config.Route, title string) []byte {
+	repo, sha := sampleRepository(r), randomHex(20)
+	if r.Provider == "standard-webhooks" {
+		if title != "" {
+			return fmt.Appendf(nil, `{"type":"pull_request","data":{"repository":%q,"sha":%q,"ref":"refs/heads/feature","pull_request":{"number":1,"title":%q,"target_branch":"main","source_branch":"feature"}}}`,
+				repo, sha, title)
+		}
+		return fmt.Appendf(nil, `{"type":"push","data":{"repository":%q,"sha":%q,"ref":"refs/heads/main","commits":[{"id":%q,"message":"Update the README"}],"changed_paths":["README.md"]}}`,
+			repo, sha, sha)
+	}
+	if title != "" {
+		return fmt.Appendf(nil, `{"action":"opened","number":1,"repository":{"full_name":%q},"pull_request":{"title":%q,"head":{"sha":%q,"ref":"feature"},"base":{"ref":"main"}}}`,
+			repo, title, sha)
+	}
+	return fmt.Appendf(nil, `{"ref":"refs/heads/main","after":%q,"repository":{"full_name":%q},"commits":[{"id":%q,"message":"Update the README","added":[],"removed":[],"modified":["README.md"]}]}`,
+		sha, repo, sha)
+}
+
+func hexMAC(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// signedHeaders returns the headers the route's scheme checks, signed with secret.
+func signedHeaders(r *config.Route, secret string, body []byte, pull bool) ([]string, error) {
+	event := "push"
+	if pull {
+		event = "pull_request"
+	}
+	h := []string{"Content-Type: application/json"}
+	switch r.Scheme {
+	case webhook.SchemeGitHub:
+		return append(h, "X-GitHub-Event: "+event, "X-Hub-Signature-256: sha256="+hexMAC(secret, body)), nil
+	case webhook.SchemeGitea:
+		return append(h, "X-Gitea-Event: "+event, "X-Gitea-Signature: "+hexMAC(secret, body)), nil
+	case webhook.SchemeForgejo:
+		return append(h, "X-Forgejo-Event: "+event, "X-Forgejo-Signature: "+hexMAC(secret, body)), nil
+	case webhook.SchemeBitbucket:
+		key := "repo:push"
+		if pull {
+			key = "pullrequest:created"
+		}
+		return append(h, "X-Event-Key: "+key, "X-Hub-Signature: sha256="+hexMAC(secret, body)), nil
+	case webhook.SchemeGitLabToken:
+		return append(h, "X-Gitlab-Event: Push Hook", "X-Gitlab-Token: "+secret), nil
+	case webhook.SchemeStandardWebhooks, webhook.SchemeGitLabSigning:
+		id, now := "msg_"+randomHex(12), time.Now()
+		sig, err := webhook.Sign(secret, id, now, body)
+		if err != nil {
+			return nil, err
+		}
+		return append(h, "webhook-id: "+id, fmt.Sprintf("webhook-timestamp: %d", now.Unix()), "webhook-signature: "+sig), nil
+	}
+	return nil, fmt.Errorf("amiss sign does not know scheme %s", r.Scheme)
+}
