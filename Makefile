@@ -15,7 +15,7 @@ MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_IMAGE   ?= amiss-minio:local
 MINIO_BUILD   := .cache/minio
 
-.PHONY: run sign demo test build bench fuzz soak vet clean minio-image
+.PHONY: run sign demo test build bench fuzz soak vet clean minio-image build-IngressFunction build-RunnerFunction build-CleanupFunction
 
 ## run: build amiss and serve the example configuration on 127.0.0.1:8080 over the file root var/ledger
 run: build
@@ -59,6 +59,22 @@ fuzz:
 ## soak: the multi-process test at a larger scale
 soak:
 	AMISS_SOAK=1 $(GO) test -run 'TestMultiProcess' -count=1 -timeout 60m -v ./localfs/
+
+# SAM's makefile build method: sam build calls build-<LogicalId> with ARTIFACTS_DIR set. Each
+# function is a bootstrap for provided.al2023 on arm64, with the configuration beside it.
+LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
+
+build-IngressFunction:
+	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/ingress
+	cp $(CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
+
+build-RunnerFunction:
+	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/runner
+	cp $(CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
+
+build-CleanupFunction:
+	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/cleanup
+	cp $(CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
 
 ## minio-image: build the pinned MinIO release from source into the image $(MINIO_IMAGE)
 minio-image:

@@ -9,6 +9,7 @@
 //	AMISS_S3_ENDPOINT  an S3-compatible endpoint (optional; path-style addressing is then used)
 //	AMISS_QUEUE_URL    the SQS queue the ingress and cleanup send to (the runner's, for visibility)
 //	AMISS_LEASE        the runner's lease window (default 1m; keep it short in tests)
+//	AMISS_SECRET_ARNS  the Secrets Manager ARNs the functions may read (the template's IAM grant)
 //	AWS_REGION         set by Lambda
 package wiring
 
@@ -40,14 +41,64 @@ const (
 	EnvLedger     = "AMISS_LEDGER"
 	EnvS3Endpoint = "AMISS_S3_ENDPOINT"
 	EnvQueueURL   = "AMISS_QUEUE_URL"
+	EnvSecretARNs = "AMISS_SECRET_ARNS"
+	EnvLease      = "AMISS_LEASE"
 )
 
 // Getenv reads the environment (tests replace it).
 var Getenv = os.Getenv
 
 // Config loads the configuration named by AMISS_CONFIG. An invalid one is an error naming the
-// field: the function fails at start rather than at the first request.
+// field: the function fails at start rather than at the first request. So is a Secrets Manager
+// reference outside AMISS_SECRET_ARNS (when set): the function's role could not read it.
 func Config() (*config.Config, error) {
+	c, err := loadConfig()
+	if err != nil {
+		return nil, err
+	}
+	if allowed := Getenv(EnvSecretARNs); allowed != "" {
+		if err := checkSecretARNs(c, strings.Split(allowed, ",")); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// checkSecretARNs fails on a secret reference the function may not read.
+func checkSecretARNs(c *config.Config, allowed []string) error {
+	ok := map[string]bool{}
+	for _, a := range allowed {
+		ok[strings.TrimSpace(a)] = true
+	}
+	check := func(field, ref string) error {
+		arn, isSM := strings.CutPrefix(ref, "aws-secretsmanager:")
+		if !isSM {
+			return nil
+		}
+		arn, _, _ = strings.Cut(arn, "#")
+		if !ok[arn] {
+			return fmt.Errorf("%s: %s is not among %s (the function's role cannot read it)", field, arn, EnvSecretARNs)
+		}
+		return nil
+	}
+	for _, name := range c.RouteNames() {
+		r := c.Route(name)
+		for i, s := range r.Secrets {
+			if err := check(fmt.Sprintf("routes.%s.secrets[%d].from", name, i), s.From); err != nil {
+				return err
+			}
+		}
+		if err := check("routes."+name+".publish.token.from", r.Publish.Token.From); err != nil {
+			return err
+		}
+		if err := check("routes."+name+".evaluator.secret.from", r.Evaluator.Secret.From); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func loadConfig() (*config.Config, error) {
 	path := Getenv(EnvConfig)
 	if path == "" {
 		exe, err := os.Executable()

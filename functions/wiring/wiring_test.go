@@ -80,3 +80,17 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 		t.Fatal("an unknown route was built")
 	}
 }
+
+func TestSecretReferencesMustBeGranted(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "amiss.yaml")
+	arn := "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks-AbCdEf"
+	os.WriteFile(p, []byte("routes:\n  r:\n    provider: github\n    secrets: [{id: a, from: 'aws-secretsmanager:"+arn+"#github'}]\n    repositories: [a/b]\n"), 0o600)
+	env(t, map[string]string{wiring.EnvConfig: p, wiring.EnvSecretARNs: arn + ",arn:aws:secretsmanager:eu-west-1:123456789012:secret:other"})
+	if _, err := wiring.Config(); err != nil {
+		t.Fatalf("granted secret refused: %v", err)
+	}
+	env(t, map[string]string{wiring.EnvConfig: p, wiring.EnvSecretARNs: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:other"})
+	if _, err := wiring.Config(); err == nil || !strings.Contains(err.Error(), "routes.r.secrets[0].from") {
+		t.Fatalf("ungranted secret: %v", err)
+	}
+}

@@ -35,7 +35,7 @@ func main() {
 	if err != nil {
 		fail("ledger", err)
 	}
-	lease, err := wiring.Duration("AMISS_LEASE", time.Minute)
+	lease, err := wiring.Duration(wiring.EnvLease, time.Minute)
 	if err != nil {
 		fail("lease", err)
 	}
