@@ -19,7 +19,8 @@ type Handler struct {
 	Ledger ledger.Ledger
 	Queue  queue.Queue
 	Log    *slog.Logger
-	// Margin is the time kept free before the context's deadline (default 10 seconds).
+	// Margin is the time kept free before the context's deadline (default 10 seconds, and
+	// never more than a fifth of the time the invocation has, so a short one still cleans).
 	Margin time.Duration
 }
 
@@ -39,6 +40,9 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 	margin := h.Margin
 	if margin <= 0 {
 		margin = 10 * time.Second
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		margin = min(margin, time.Until(dl)/5)
 	}
 	var s Summary
 	cursor := ledger.Cursor("")

@@ -52,3 +52,19 @@ func TestStrandedRowsAreRequeued(t *testing.T) {
 		}
 	}
 }
+
+// A short invocation still runs passes: the margin shrinks with the time it has.
+func TestShortDeadlineStillCleans(t *testing.T) {
+	ctx := context.Background()
+	l, err := localfs.Open(ctx, filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sum, err := (&cleanup.Handler{Ledger: l, Queue: queue.NewLocal()}).Handle(cctx)
+	if err != nil || sum.Passes == 0 || !sum.LapDone {
+		t.Fatalf("%+v %v: a 5 s invocation with the default 10 s margin did nothing", sum, err)
+	}
+}
