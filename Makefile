@@ -15,7 +15,7 @@ MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_IMAGE   ?= amiss-minio:local
 MINIO_BUILD   := .cache/minio
 
-.PHONY: run sign demo test build bench fuzz soak vet clean minio-image build-IngressFunction build-RunnerFunction build-CleanupFunction
+.PHONY: run sign demo test build bench fuzz soak vet clean minio-image rie build-IngressFunction build-RunnerFunction build-CleanupFunction
 
 ## run: build amiss and serve the example configuration on 127.0.0.1:8080 over the file root var/ledger
 run: build
@@ -82,6 +82,13 @@ minio-image:
 	test -x $(MINIO_BUILD)/bin/minio || CGO_ENABLED=0 GOBIN=$(abspath $(MINIO_BUILD))/bin $(GO) install github.com/minio/minio@$(MINIO_VERSION)
 	cp $(MINIO_BUILD)/bin/minio integration/minio/Dockerfile $(MINIO_BUILD)/context/
 	docker build -q -t $(MINIO_IMAGE) $(MINIO_BUILD)/context
+
+# The runtime interface emulator for the Lambda bootstraps' tests (integration/).
+RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
+
+## rie: install the pinned runtime interface emulator into .cache/rie/bin
+rie:
+	test -x .cache/rie/bin/aws-lambda-rie || GOBIN=$(abspath .cache/rie/bin) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
 clean:
 	rm -rf bin var bench.out .cache
