@@ -49,8 +49,9 @@ func (v VerifyReport) OK() bool { return len(v.Problems) == 0 }
 
 // Verify reads every file of the root and checks that it decodes, that every saved row's
 // report is present and matches, and that the capacity record does not understate the rows.
-// It changes nothing. progress, when not nil, is called after each row with the rows read.
-func (l *Ledger) Verify(ctx context.Context, progress func(done int)) (VerifyReport, error) {
+// It changes nothing. progress, when not nil, is called after each row with the rows read and
+// the capacity count (an estimate of the total).
+func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64)) (VerifyReport, error) {
 	r := l.r
 	var v VerifyReport
 	problem := func(format string, args ...any) { v.Problems = append(v.Problems, fmt.Sprintf(format, args...)) }
@@ -112,7 +113,7 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int)) (VerifyRep
 					}
 				}
 				if progress != nil {
-					progress(v.Rows)
+					progress(v.Rows, v.CapacityUsed)
 				}
 			case strings.HasSuffix(n.Name(), ".report"):
 				v.Reports++

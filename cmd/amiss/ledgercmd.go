@@ -5,22 +5,96 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
+	"github.com/amiss-ci/amiss/objstore"
 )
 
-func openRoot(ctx context.Context, dir string, prepare bool) (*localfs.Ledger, error) {
+// verifier is what both backends' handles offer to verify.
+type verifier interface {
+	ledger.Ledger
+	verify(ctx context.Context, progress func(int, int64)) (ok bool, summary string, problems []string, err error)
+}
+
+type fileRoot struct{ *localfs.Ledger }
+
+func (f fileRoot) verify(ctx context.Context, p func(int, int64)) (bool, string, []string, error) {
+	v, err := f.Verify(ctx, p)
+	return v.OK(), fmt.Sprintf("%d files decoded: %d rows, %d reports; capacity record counts %d", v.Files, v.Rows, v.Reports, v.CapacityUsed), v.Problems, err
+}
+
+type s3Ledger struct{ *objstore.Ledger }
+
+func (s s3Ledger) verify(ctx context.Context, p func(int, int64)) (bool, string, []string, error) {
+	v, err := s.Verify(ctx, p)
+	return v.OK(), fmt.Sprintf("%d objects decoded: %d rows; capacity shards count %d", v.Objects, v.Rows, v.CapacityUsed), v.Problems, err
+}
+
+// openRoot opens a file root, or an S3 ledger given as s3://bucket/prefix/ (AWS_REGION and
+// the default credential chain; AMISS_S3_ENDPOINT for an S3-compatible store), with the
+// limits it records.
+func openRoot(ctx context.Context, dir string, prepare bool) (verifier, error) {
+	if rest, ok := strings.CutPrefix(dir, "s3://"); ok {
+		bucket, prefix, _ := strings.Cut(rest, "/")
+		if prefix != "" && !strings.HasSuffix(prefix, "/") {
+			prefix += "/"
+		}
+		endpoint := os.Getenv("AMISS_S3_ENDPOINT")
+		client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: os.Getenv("AWS_REGION"), Endpoint: endpoint, PathStyle: endpoint != ""})
+		if err != nil {
+			return nil, err
+		}
+		limits, err := objstore.ReadLimits(ctx, client, bucket, prefix)
+		if err != nil {
+			return nil, err
+		}
+		l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: prefix, Limits: limits})
+		if err != nil {
+			return nil, err
+		}
+		return s3Ledger{l}, nil
+	}
 	limits, err := localfs.ReadLimits(dir, nil)
 	if err != nil {
 		return nil, err
 	}
 	cfg := localfs.Config{Limits: limits}
+	var l *localfs.Ledger
 	if prepare {
-		return localfs.Prepare(ctx, dir, cfg)
+		l, err = localfs.Prepare(ctx, dir, cfg)
+	} else {
+		l, err = localfs.Open(ctx, dir, cfg)
 	}
-	return localfs.Open(ctx, dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return fileRoot{l}, nil
+}
+
+// progressBar draws a bar on w for long runs (at least 1,000 rows), at most every 1%.
+func progressBar(w io.Writer) func(done int, total int64) {
+	last := -1
+	return func(done int, total int64) {
+		if total < 1000 {
+			return
+		}
+		pct := int(int64(done) * 100 / total)
+		if pct > 100 {
+			pct = 100
+		}
+		if pct == last {
+			return
+		}
+		last = pct
+		fmt.Fprintf(w, "\r[%-40s] %3d%% %d/%d rows", strings.Repeat("#", pct*40/100), pct, done, total)
+		if pct == 100 {
+			fmt.Fprintln(w)
+		}
+	}
 }
 
 func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Writer) error {
@@ -67,20 +141,16 @@ func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Wr
 			return err
 		}
 		defer l.Close()
-		v, err := l.Verify(ctx, func(done int) {
-			if done%10000 == 0 {
-				fmt.Fprintf(errOut, "\rverified %d rows", done)
-			}
-		})
+		ok, summary, problems, err := l.verify(ctx, progressBar(errOut))
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(out, "\r%d files decoded: %d rows, %d reports; capacity record counts %d\n", v.Files, v.Rows, v.Reports, v.CapacityUsed)
-		for _, p := range v.Problems {
+		fmt.Fprintln(out, summary)
+		for _, p := range problems {
 			fmt.Fprintln(out, "problem:", p)
 		}
-		if !v.OK() {
-			return fmt.Errorf("verify found %d problems", len(v.Problems))
+		if !ok {
+			return fmt.Errorf("verify found %d problems", len(problems))
 		}
 		fmt.Fprintln(out, "ok")
 		return nil

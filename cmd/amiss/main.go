@@ -6,6 +6,7 @@
 //	                                      print a curl command sending a signed webhook
 //	amiss demo   [-root DIR]              run a sample delivery through every state on a file root
 //	amiss ledger stats   [-root DIR]      counts by state, capacity, high-water clock
+//	                                      (DIR: a file root, or s3://bucket/prefix/)
 //	amiss ledger inspect [-root DIR] KEY  one row, as JSON
 //	amiss ledger verify  [-root DIR]      decode every file and check the capacity record
 //	amiss ledger cleanup [-root DIR]      run cleanup passes until a lap is done
@@ -67,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 func rootFlags(name string, args []string) (*flag.FlagSet, *string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	root := fs.String("root", defaultRoot, "ledger root folder")
+	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
 	}

@@ -1,0 +1,93 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// ReadLimits returns the limits recorded in the ledger under bucket and prefix, so operator
+// tools can open it without being told how it was created.
+func ReadLimits(ctx context.Context, client *s3.Client, bucket, prefix string) (ledger.Limits, error) {
+	l := &Ledger{s: store{client: client, bucket: bucket, prefix: prefix}}
+	root, _, err := l.readRoot(ctx)
+	if errors.Is(err, errNotFound) {
+		return ledger.Limits{}, fmt.Errorf("%w: %s is missing: not a ledger", ledger.ErrRootMismatch, l.s.key(rootName))
+	}
+	return root.Limits, err
+}
+
+// VerifyReport is what Verify found.
+type VerifyReport struct {
+	Objects, Rows int
+	CapacityUsed  int64
+	Problems      []string
+}
+
+// OK reports whether Verify found nothing wrong.
+func (v VerifyReport) OK() bool { return len(v.Problems) == 0 }
+
+// Verify reads every object of the ledger and checks that it decodes and that the capacity
+// shards do not understate the rows. It changes nothing. progress, when not nil, is called
+// after each row with the rows read and the capacity count (an estimate of the total).
+func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64)) (VerifyReport, error) {
+	var v VerifyReport
+	problem := func(format string, args ...any) { v.Problems = append(v.Problems, fmt.Sprintf(format, args...)) }
+	if _, _, err := l.readRoot(ctx); err != nil {
+		problem("%v", err)
+	} else {
+		v.Objects++
+	}
+	for i := range l.shards {
+		st, err := l.readShard(ctx, i)
+		if err != nil {
+			problem("%v", err)
+			continue
+		}
+		v.Objects++
+		v.CapacityUsed += st.data.Used
+	}
+	if b, _, err := l.readBatch(ctx); err != nil {
+		problem("%v", err)
+	} else if b != nil {
+		v.Objects++
+		if !b.Done {
+			problem("%s: cleanup batch %d is unfinished; the next cleanup finishes it", l.s.key(batchName), b.ID)
+		}
+	}
+	after := ""
+	for {
+		names, more, err := l.s.list(ctx, rowsPrefix, after, 1000)
+		if err != nil {
+			return v, fmt.Errorf("verify: %w", err)
+		}
+		for _, n := range names {
+			v.Rows++
+			key, ok := keyOf(n)
+			if !ok {
+				problem("%s: not a row object name", l.s.key(n))
+				continue
+			}
+			if _, _, err := l.getRow(ctx, key); err != nil {
+				problem("%v", err)
+			} else {
+				v.Objects++
+			}
+			if progress != nil {
+				progress(v.Rows, v.CapacityUsed)
+			}
+		}
+		if !more || len(names) == 0 {
+			break
+		}
+		after = names[len(names)-1]
+	}
+	if v.CapacityUsed < int64(v.Rows) {
+		problem("capacity shards count %d, fewer than the %d rows stored", v.CapacityUsed, v.Rows)
+	}
+	return v, nil
+}
