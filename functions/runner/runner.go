@@ -254,7 +254,11 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, l ledger.Lease, 
 			k.end()
 			log.Warn("evaluation failed; released for a later attempt", "err", evalErr)
 			at := r.now().Add(r.retryDelay())
-			if err := r.Ledger.Release(ctx, k.lease, at); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+			// Released even when ctx was cancelled (a shutdown): the next owner need not wait
+			// for the lease to run out.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := r.Ledger.Release(rctx, k.lease, at); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 				return Result{RetryAt: at}, err
 			}
 			return Result{RetryAt: at}, nil

@@ -281,3 +281,28 @@ func TestLeaseFitsTheDeadline(t *testing.T) {
 	r.Process(ctx, w.msg)
 	<-block
 }
+
+// A runner stopped during an evaluation (its context cancelled, as at shutdown) releases its
+// lease: the next claim executes at once instead of waiting for the lease to end.
+func TestCancelledEvaluationReleasesTheLease(t *testing.T) {
+	w := newWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	entered := make(chan struct{})
+	blocking := evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+		close(entered)
+		<-ctx.Done()
+		return evaluate.Verdict{}, ctx.Err()
+	})
+	done := make(chan runner.Result)
+	go func() { r, _ := w.runner("a", blocking).Process(ctx, w.msg); done <- r }()
+	<-entered
+	cancel()
+	res := <-done
+	if res.Done {
+		t.Fatal("a cancelled evaluation reported done")
+	}
+	row, _ := w.l.Inspect(context.Background(), w.msg.Key)
+	if row.State != ledger.StatePending || row.Owner != "" {
+		t.Fatalf("lease not released: %v owned by %q", row.State, row.Owner)
+	}
+}
