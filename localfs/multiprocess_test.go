@@ -62,7 +62,7 @@ func TestMultiProcess(t *testing.T) {
 
 	procs := make([]*exec.Cmd, workers)
 	for w := range workers {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMultiProcessWorker$", "-test.v")
+		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), envWorker+"="+strconv.Itoa(w), envRoot+"="+dir, envLogs+"="+logs,
 			envCount+"="+strconv.Itoa(count))
 		out, err := os.Create(filepath.Join(logs, fmt.Sprintf("stdout-%d", w)))
@@ -189,30 +189,40 @@ func readLog(t *testing.T, dir, prefix string) map[int][]string {
 	return out
 }
 
-// TestMultiProcessWorker is one worker process; it does nothing unless started by
-// TestMultiProcess.
-func TestMultiProcessWorker(t *testing.T) {
-	id := os.Getenv(envWorker)
-	if id == "" {
-		t.Skip("worker process of TestMultiProcess")
+// TestMain runs a worker process of TestMultiProcess when the environment says so, and the
+// tests otherwise.
+func TestMain(m *testing.M) {
+	if id := os.Getenv(envWorker); id != "" {
+		if err := mpWorker(id); err != nil {
+			fmt.Fprintln(os.Stderr, "worker", id+":", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// mpWorker is one worker process.
+func mpWorker(id string) error {
 	count, _ := strconv.Atoi(os.Getenv(envCount))
 	logs := os.Getenv(envLogs)
 	ctx := context.Background()
 	l, err := localfs.Open(ctx, os.Getenv(envRoot), localfs.Config{Limits: mpLimits(), LockWait: 2 * time.Second})
 	if err != nil {
-		t.Fatalf("open: %v", err)
+		return fmt.Errorf("open: %w", err)
 	}
 	defer l.Close()
-	open := func(name string) *os.File {
-		f, err := os.OpenFile(filepath.Join(logs, name+id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { f.Close() })
-		return f // unbuffered: a line is in the file before the next step
+	// Unbuffered: a line is in the file before the next step.
+	saveLog, err := os.OpenFile(filepath.Join(logs, "save-"+id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
 	}
-	saveLog, pubLog := open("save-"), open("pub-")
+	defer saveLog.Close()
+	pubLog, err := os.OpenFile(filepath.Join(logs, "pub-"+id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer pubLog.Close()
 	owner := "worker-" + id
 	const leaseFor = 300 * time.Millisecond
 	left := map[int]bool{}
@@ -222,7 +232,7 @@ func TestMultiProcessWorker(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for len(left) > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d deliveries left at the deadline", len(left))
+			return fmt.Errorf("%d deliveries left at the deadline", len(left))
 		}
 		for _, i := range rand.Perm(count) {
 			if !left[i] {
@@ -233,14 +243,14 @@ func TestMultiProcessWorker(t *testing.T) {
 				if errors.Is(err, ledger.ErrBusy) {
 					continue
 				}
-				t.Fatalf("admit %d: %v", i, err)
+				return fmt.Errorf("admit %d: %w", i, err)
 			}
 			c, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), owner, leaseFor)
 			if errors.Is(err, ledger.ErrBusy) {
 				continue
 			}
 			if err != nil {
-				t.Fatalf("claim %d: %v", i, err)
+				return fmt.Errorf("claim %d: %w", i, err)
 			}
 			var staged ledger.Staged
 			switch c.Outcome {
@@ -257,20 +267,21 @@ func TestMultiProcessWorker(t *testing.T) {
 					continue
 				}
 				if err != nil {
-					t.Fatalf("save %d: %v", i, err)
+					return fmt.Errorf("save %d: %w", i, err)
 				}
 				fmt.Fprintf(saveLog, "%d %d %s;\n", i, s.Lease.Fence, ledger.SumBody(report))
 				staged = s
 			case ledger.Publish:
 				staged = *c.Staged
 			default:
-				t.Fatalf("claim %d: %v", i, c.Outcome)
+				return fmt.Errorf("claim %d: %v", i, c.Outcome)
 			}
 			fmt.Fprintf(pubLog, "%d %s;\n", i, ledger.SumBody(staged.Report)) // publish
 			time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)      // the provider's answer
 			if err := l.Complete(ctx, staged); err != nil && !errors.Is(err, ledger.ErrBusy) {
-				t.Fatalf("complete %d: %v", i, err)
+				return fmt.Errorf("complete %d: %w", i, err)
 			}
 		}
 	}
+	return nil
 }
