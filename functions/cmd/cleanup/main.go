@@ -3,8 +3,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
@@ -13,28 +11,11 @@ import (
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	ctx := context.Background()
-	fail := func(what string, err error) {
-		log.Error("cleanup cannot start", "step", what, "err", err)
-		os.Exit(1)
-	}
-	cfg, err := wiring.Config()
+	b := wiring.Start(context.Background(), "cleanup", true)
+	q, err := wiring.SQSQueue(b.AWS)
 	if err != nil {
-		fail("configuration", err)
+		b.Fail("queue", err)
 	}
-	awsCfg, err := wiring.AWS(ctx)
-	if err != nil {
-		fail("aws", err)
-	}
-	l, err := wiring.Ledger(ctx, cfg, true)
-	if err != nil {
-		fail("ledger", err)
-	}
-	q, err := wiring.SQSQueue(awsCfg)
-	if err != nil {
-		fail("queue", err)
-	}
-	h := &cleanup.Handler{Ledger: l, Queue: q, Log: log}
+	h := &cleanup.Handler{Ledger: b.Ledger, Queue: q, Log: b.Log}
 	lambda.Start(func(ctx context.Context) (cleanup.Summary, error) { return h.Handle(ctx) })
 }

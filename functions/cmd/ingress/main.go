@@ -3,8 +3,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
-	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
@@ -13,28 +11,11 @@ import (
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	ctx := context.Background()
-	fail := func(what string, err error) {
-		log.Error("ingress cannot start", "step", what, "err", err)
-		os.Exit(1)
-	}
-	cfg, err := wiring.Config()
+	b := wiring.Start(context.Background(), "ingress", false)
+	q, err := wiring.SQSQueue(b.AWS)
 	if err != nil {
-		fail("configuration", err)
+		b.Fail("queue", err)
 	}
-	awsCfg, err := wiring.AWS(ctx)
-	if err != nil {
-		fail("aws", err)
-	}
-	l, err := wiring.Ledger(ctx, cfg, false)
-	if err != nil {
-		fail("ledger", err)
-	}
-	q, err := wiring.SQSQueue(awsCfg)
-	if err != nil {
-		fail("queue", err)
-	}
-	h := &ingress.Handler{Config: cfg, Ledger: l, Queue: q, Secrets: wiring.Secrets(&awsCfg), Log: log}
+	h := &ingress.Handler{Config: b.Config, Ledger: b.Ledger, Queue: q, Secrets: wiring.Secrets(&b.AWS), Log: b.Log}
 	lambda.Start(h.Handle)
 }

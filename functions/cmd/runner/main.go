@@ -3,7 +3,7 @@ package main
 
 import (
 	"context"
-	"log/slog"
+	"fmt"
 	"os"
 	"time"
 
@@ -17,32 +17,19 @@ import (
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stdout, nil))
-	ctx := context.Background()
-	fail := func(what string, err error) {
-		log.Error("runner cannot start", "step", what, "err", err)
-		os.Exit(1)
-	}
-	cfg, err := wiring.Config()
-	if err != nil {
-		fail("configuration", err)
-	}
-	awsCfg, err := wiring.AWS(ctx)
-	if err != nil {
-		fail("aws", err)
-	}
-	l, err := wiring.Ledger(ctx, cfg, false)
-	if err != nil {
-		fail("ledger", err)
-	}
+	b := wiring.Start(context.Background(), "runner", false)
 	lease, err := wiring.Duration(wiring.EnvLease, time.Minute)
 	if err != nil {
-		fail("lease", err)
+		b.Fail("lease", err)
 	}
 	m := &metrics.EMF{Namespace: "amiss", Dimensions: map[string]string{"Function": "runner"}, Out: os.Stdout}
-	r := &runner.Runner{Ledger: l, Routes: wiring.Routes(cfg, wiring.Secrets(&awsCfg), nil, log), Owner: os.Getenv("AWS_LAMBDA_LOG_STREAM_NAME"),
-		Lease: lease, Log: log, Metrics: m}
-	h := &runner.SQSHandler{Runner: r, SQS: sqs.NewFromConfig(awsCfg), QueueURL: wiring.Getenv(wiring.EnvQueueURL)}
+	owner := os.Getenv("AWS_LAMBDA_LOG_STREAM_NAME") // names this execution environment in leases
+	if owner == "" {
+		owner = fmt.Sprintf("runner-%d", os.Getpid())
+	}
+	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(b.Config, wiring.Secrets(&b.AWS), nil, b.Log),
+		Owner: owner, Lease: lease, Log: b.Log, Metrics: m}
+	h := &runner.SQSHandler{Runner: r, SQS: sqs.NewFromConfig(b.AWS), QueueURL: wiring.Getenv(wiring.EnvQueueURL)}
 	lambda.Start(func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		defer m.Flush()
 		return h.Handle(ctx, ev)
