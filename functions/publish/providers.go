@@ -10,16 +10,23 @@ import (
 	"strings"
 )
 
-// GitHub posts to POST {base}/repos/{owner}/{repo}/statuses/{sha} (GitHub Enterprise: base is
-// https://HOST/api/v3).
-type GitHub struct {
+// api is what every provider's publisher holds: its base URL, its token and a retrying client.
+type api struct {
 	BaseURL, Token string
 	client
 }
 
+func newAPI(baseURL, token string, hc *http.Client) api {
+	return api{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, client: client{HTTP: hc}}
+}
+
+// GitHub posts to POST {base}/repos/{owner}/{repo}/statuses/{sha} (GitHub Enterprise: base is
+// https://HOST/api/v3).
+type GitHub struct{ api }
+
 // NewGitHub returns a GitHub publisher.
 func NewGitHub(baseURL, token string, hc *http.Client) *GitHub {
-	return &GitHub{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, client: client{HTTP: hc}}
+	return &GitHub{newAPI(baseURL, token, hc)}
 }
 
 // Publish implements Publisher.
@@ -39,14 +46,11 @@ func (g *GitHub) Publish(ctx context.Context, s Status) error {
 }
 
 // Gitea posts to POST {base}/api/v1/repos/{owner}/{repo}/statuses/{sha} (Forgejo too).
-type Gitea struct {
-	BaseURL, Token string
-	client
-}
+type Gitea struct{ api }
 
 // NewGitea returns a Gitea/Forgejo publisher.
 func NewGitea(baseURL, token string, hc *http.Client) *Gitea {
-	return &Gitea{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, client: client{HTTP: hc}}
+	return &Gitea{newAPI(baseURL, token, hc)}
 }
 
 // Publish implements Publisher.
@@ -65,14 +69,11 @@ func (g *Gitea) Publish(ctx context.Context, s Status) error {
 // GitLab posts to POST {base}/api/v4/projects/{path}/statuses/{sha}. GitLab has no "error"
 // state: error and failure are both "failed". Posting the state a status already has answers
 // 400; the publisher then reads the commit's statuses back and counts a match as published.
-type GitLab struct {
-	BaseURL, Token string
-	client
-}
+type GitLab struct{ api }
 
 // NewGitLab returns a GitLab publisher.
 func NewGitLab(baseURL, token string, hc *http.Client) *GitLab {
-	return &GitLab{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, client: client{HTTP: hc}}
+	return &GitLab{newAPI(baseURL, token, hc)}
 }
 
 func gitlabState(s string) string {
@@ -117,14 +118,11 @@ func (g *GitLab) Publish(ctx context.Context, s Status) error {
 // Bitbucket posts to POST {base}/2.0/repositories/{workspace}/{slug}/commit/{sha}/statuses/build
 // (base https://api.bitbucket.org). Its states are SUCCESSFUL and FAILED; a status needs a URL,
 // so the commit's page is used when no target URL is configured.
-type Bitbucket struct {
-	BaseURL, Token string
-	client
-}
+type Bitbucket struct{ api }
 
 // NewBitbucket returns a Bitbucket Cloud publisher.
 func NewBitbucket(baseURL, token string, hc *http.Client) *Bitbucket {
-	return &Bitbucket{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, client: client{HTTP: hc}}
+	return &Bitbucket{newAPI(baseURL, token, hc)}
 }
 
 // Publish implements Publisher.
