@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
 )
 
@@ -224,64 +225,26 @@ func mpWorker(id string) error {
 	}
 	defer pubLog.Close()
 	owner := "worker-" + id
-	const leaseFor = 300 * time.Millisecond
-	left := map[int]bool{}
-	for i := range count {
-		left[i] = true
+	ds := make([]ledger.Delivery, count)
+	for i := range ds {
+		ds[i] = mpDelivery(i)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(left) > 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d deliveries left at the deadline", len(left))
-		}
-		for _, i := range rand.Perm(count) {
-			if !left[i] {
-				continue
-			}
-			d := mpDelivery(i)
-			if _, err := l.Admit(ctx, d); err != nil {
-				if errors.Is(err, ledger.ErrBusy) {
-					continue
-				}
-				return fmt.Errorf("admit %d: %w", i, err)
-			}
-			c, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), owner, leaseFor)
-			if errors.Is(err, ledger.ErrBusy) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("claim %d: %w", i, err)
-			}
-			var staged ledger.Staged
-			switch c.Outcome {
-			case ledger.ClaimDuplicate:
-				delete(left, i)
-				continue
-			case ledger.Busy:
-				continue
-			case ledger.Execute:
+	w := &ledgertest.Worker{Ledger: l, Owner: owner, Lease: 300 * time.Millisecond,
+		Tolerate: func(err error) bool { return errors.Is(err, ledger.ErrBusy) },
+		Report: func(i int, fence uint64) []byte {
+			return fmt.Appendf(nil, `{"delivery":%d,"by":%q,"fence":%d}`, i, owner, fence)
+		},
+		OnSaved: func(i int, fence uint64, report []byte) {
+			fmt.Fprintf(saveLog, "%d %d %s;\n", i, fence, ledger.SumBody(report))
+		},
+		OnPublish: func(i int, report []byte) { fmt.Fprintf(pubLog, "%d %s;\n", i, ledger.SumBody(report)) },
+		Pause: func(evaluating bool) {
+			if evaluating {
 				time.Sleep(time.Duration(5+rand.IntN(10)) * time.Millisecond) // evaluate
-				report := fmt.Appendf(nil, `{"delivery":%d,"by":%q,"fence":%d}`, i, owner, c.Lease.Fence)
-				s, err := l.Save(ctx, *c.Lease, report)
-				if errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrBusy) {
-					continue
-				}
-				if err != nil {
-					return fmt.Errorf("save %d: %w", i, err)
-				}
-				fmt.Fprintf(saveLog, "%d %d %s;\n", i, s.Lease.Fence, ledger.SumBody(report))
-				staged = s
-			case ledger.Publish:
-				staged = *c.Staged
-			default:
-				return fmt.Errorf("claim %d: %v", i, c.Outcome)
+			} else {
+				time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond) // the provider's answer
 			}
-			fmt.Fprintf(pubLog, "%d %s;\n", i, ledger.SumBody(staged.Report)) // publish
-			time.Sleep(time.Duration(1+rand.IntN(3)) * time.Millisecond)      // the provider's answer
-			if err := l.Complete(ctx, staged); err != nil && !errors.Is(err, ledger.ErrBusy) {
-				return fmt.Errorf("complete %d: %w", i, err)
-			}
-		}
+		},
 	}
-	return nil
+	return w.Run(ctx, ds, 2*time.Minute)
 }

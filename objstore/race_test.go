@@ -67,56 +67,17 @@ func TestTwoClientsRaceWithLostResponses(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				owner := fmt.Sprintf("client%d-g%d", c, g)
-				left := map[int]bool{}
-				for i := range deliveries {
-					left[i] = true
+				w := &ledgertest.Worker{Ledger: l, Owner: owner, Lease: 2 * time.Second,
+					// A lost answer: the next round retries, as a sender or SQS would.
+					Tolerate: func(err error) bool { return errors.Is(err, ledger.ErrBusy) || errors.Is(err, ledger.ErrUnavailable) },
+					Report: func(i int, fence uint64) []byte {
+						return fmt.Appendf(nil, `{"delivery":%d,"by":%q,"fence":%d}`, i, owner, fence)
+					},
+					OnSaved:   func(i int, _ uint64, report []byte) { note(saved, i, ledger.SumBody(report).String()) },
+					OnPublish: func(i int, report []byte) { note(published, i, ledger.SumBody(report).String()) },
 				}
-				deadline := time.Now().Add(3 * time.Minute)
-				for len(left) > 0 {
-					if time.Now().After(deadline) {
-						errs <- fmt.Errorf("%s: %d deliveries left at the deadline", owner, len(left))
-						return
-					}
-					for _, i := range rand.Perm(deliveries) {
-						if !left[i] {
-							continue
-						}
-						d := ds[i]
-						if _, err := l.Admit(ctx, d); err != nil {
-							continue // a lost answer: the next round retries, as a sender would
-						}
-						cl, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), owner, 2*time.Second)
-						if err != nil {
-							continue
-						}
-						var staged ledger.Staged
-						switch cl.Outcome {
-						case ledger.ClaimDuplicate:
-							delete(left, i)
-							continue
-						case ledger.Busy:
-							continue
-						case ledger.Execute:
-							report := fmt.Appendf(nil, `{"delivery":%d,"by":%q,"fence":%d}`, i, owner, cl.Lease.Fence)
-							s, err := l.Save(ctx, *cl.Lease, report)
-							if err != nil {
-								if !errors.Is(err, ledger.ErrLeaseLost) && !errors.Is(err, ledger.ErrUnavailable) && !errors.Is(err, ledger.ErrBusy) {
-									errs <- fmt.Errorf("save %d: %w", i, err)
-									return
-								}
-								continue
-							}
-							note(saved, i, ledger.SumBody(report).String())
-							staged = s
-						case ledger.Publish:
-							staged = *cl.Staged
-						default:
-							errs <- fmt.Errorf("claim %d: %v", i, cl.Outcome)
-							return
-						}
-						note(published, i, ledger.SumBody(staged.Report).String())
-						l.Complete(ctx, staged) // a lost answer is settled by the next claim
-					}
+				if err := w.Run(ctx, ds, 3*time.Minute); err != nil {
+					errs <- err
 				}
 			}()
 		}
