@@ -43,14 +43,23 @@ type Ledger interface {
 	// nothing.
 	Complete(ctx context.Context, staged Staged) error
 
-	// Abandon ends a saved row that can never be published, keeping the reason. The holder
-	// must own a live publishing lease. The row answers Duplicate afterwards and is cleaned
-	// like a done one. Repeating it on an abandoned row succeeds.
+	// Abandon ends a saved row that can never be published, keeping the reason and the
+	// frozen report (for Revive). The holder must own a live publishing lease. The row answers
+	// Duplicate afterwards and is cleaned like a done one. Repeating it on an abandoned row
+	// succeeds.
 	Abandon(ctx context.Context, staged Staged, reason string) error
 
 	// Release gives a lease back early so the next claim need not wait for expiry; no claim
 	// is granted before notBefore. A stale fence answers ErrLeaseLost.
 	Release(ctx context.Context, lease Lease, notBefore time.Time) error
+
+	// Revive returns an abandoned row to saved with the report it froze, byte for byte, so
+	// that it is published again and never evaluated again (an operator's remedy once the
+	// cause of the abandonment is fixed). evaluationID, when not empty, must be the row's, so
+	// an operator revives exactly the row they inspected. A saved row is answered unchanged;
+	// a pending, running or done row is ErrInvalid, and so is an abandoned row whose report
+	// was not kept. It returns the row as it now stands.
+	Revive(ctx context.Context, key Key, evaluationID string) (Row, error)
 
 	// Cleanup runs one bounded pass starting at cursor (empty for the start). It removes only
 	// rows that are done or abandoned, not permanent, and whose retention ended strictly
@@ -67,6 +76,12 @@ type Ledger interface {
 
 	// Inspect returns a copy of the row stored for key, or ErrUnknownDelivery.
 	Inspect(ctx context.Context, key Key) (Row, error)
+
+	// Rows lists up to limit rows after cursor (empty: from the start) in the backend's
+	// key order, for operators and never for the request path. A row that cannot be read is
+	// listed in Damaged, never skipped silently; a listing that fails is an error. Next is
+	// empty once the listing is finished.
+	Rows(ctx context.Context, cursor Cursor, limit int) (RowPage, error)
 
 	// Close releases the handle's resources. It writes nothing.
 	Close() error
@@ -218,8 +233,18 @@ type Lease struct {
 	Attempt int
 	// Expires is advisory: the ledger's own record decides.
 	Expires time.Time
+	// PublishSince is, for a publishing lease, when the row's result was saved or last
+	// revived: the start of its publish budget (zero for rows saved by older versions).
+	PublishSince time.Time
 	// Subject is the row's subject, handed to the evaluator and to the publisher.
 	Subject []byte
+}
+
+// RowPage is one page of Rows.
+type RowPage struct {
+	Rows    []Row
+	Damaged []DamagedRow
+	Next    Cursor
 }
 
 // Staged is a frozen result awaiting publication, with the lease to publish it under.

@@ -25,9 +25,13 @@ type Row struct {
 	Owner      string    `json:"owner,omitempty"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 	// NotBefore holds off claims after a Release.
-	NotBefore       time.Time `json:"not_before,omitzero"`
-	Attempts        int       `json:"attempts"`
-	PublishAttempts int       `json:"publish_attempts"`
+	NotBefore time.Time `json:"not_before,omitzero"`
+	Attempts  int       `json:"attempts"`
+	// PublishAttempts counts publish grants since the result was saved or last revived.
+	PublishAttempts int `json:"publish_attempts"`
+	// PublishSince is when the result was saved or last revived: the start of its publish
+	// budget.
+	PublishSince time.Time `json:"publish_since,omitzero"`
 	// Report describes the saved result while the row is saved, done or abandoned.
 	Report ReportRef `json:"report,omitzero"`
 	Reason string    `json:"reason,omitempty"`
@@ -167,8 +171,12 @@ func (r *Row) grant(owner string, leaseFor time.Duration, now time.Time) {
 }
 
 func (r *Row) lease(p Phase, attempt int) Lease {
-	return Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), Route: r.Binding.Route, EvaluationID: r.EvaluationID, Fence: r.Fence,
+	l := Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), Route: r.Binding.Route, EvaluationID: r.EvaluationID, Fence: r.Fence,
 		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, Subject: append([]byte(nil), r.Subject...)}
+	if p == PhasePublish {
+		l.PublishSince = r.PublishSince
+	}
+	return l
 }
 
 // holds checks that l is the row's current lease in the given phase and is live at now. An
@@ -227,6 +235,7 @@ func (r *Row) Save(l Lease, ref ReportRef, now time.Time) (Lease, bool, error) {
 	ref.Fence = l.Fence
 	r.Report = ref
 	r.State = StateSaved
+	r.PublishSince = now
 	r.UpdatedAt = now
 	return r.publishLeaseOf(l), true, nil
 }
@@ -276,6 +285,32 @@ func (r *Row) Abandon(s Staged, reason string, now time.Time) (bool, error) {
 	r.State = StateAbandoned
 	r.Reason = reason
 	r.Owner, r.LeaseUntil, r.NotBefore = "", time.Time{}, time.Time{}
+	r.UpdatedAt = now
+	return true, nil
+}
+
+// Revive returns an abandoned row to saved with its frozen report, at now. evaluationID, when
+// not empty, must be the row's. It reports whether the row changed: a saved row is left as it
+// is. The caller checks that the report itself is still stored.
+func (r *Row) Revive(evaluationID string, now time.Time) (bool, error) {
+	if evaluationID != "" && evaluationID != r.EvaluationID {
+		return false, fmt.Errorf("%w: row holds evaluation %s, not %s", ErrInvalid, r.EvaluationID, evaluationID)
+	}
+	switch r.State {
+	case StateSaved:
+		return false, nil
+	case StateAbandoned:
+	default:
+		return false, fmt.Errorf("%w: only an abandoned row can be revived; this one is %v", ErrInvalid, r.State)
+	}
+	if r.Report.IsZero() {
+		return false, fmt.Errorf("%w: the row was abandoned before it saved a result", ErrInvalid)
+	}
+	r.State = StateSaved
+	r.Reason = ""
+	r.Owner, r.LeaseUntil, r.NotBefore = "", time.Time{}, time.Time{}
+	r.PublishAttempts = 0
+	r.PublishSince = now
 	r.UpdatedAt = now
 	return true, nil
 }
@@ -342,7 +377,7 @@ func (r *Row) Equal(o *Row) bool {
 		bytes.Equal(r.Subject, o.Subject) && r.Permanent == o.Permanent && r.SignedAt.Equal(o.SignedAt) &&
 		r.RetainUntil.Equal(o.RetainUntil) && r.Fence == o.Fence && r.Owner == o.Owner &&
 		r.LeaseUntil.Equal(o.LeaseUntil) && r.NotBefore.Equal(o.NotBefore) && r.Attempts == o.Attempts &&
-		r.PublishAttempts == o.PublishAttempts && r.Report == o.Report && r.Reason == o.Reason &&
+		r.PublishAttempts == o.PublishAttempts && r.PublishSince.Equal(o.PublishSince) && r.Report == o.Report && r.Reason == o.Reason &&
 		r.CreatedAt.Equal(o.CreatedAt) && r.UpdatedAt.Equal(o.UpdatedAt) && r.SeenAt.Equal(o.SeenAt)
 }
 

@@ -490,8 +490,8 @@ func (r *root) collectShardDebris(ctx context.Context, shard byte) error {
 	return nil
 }
 
-// deadReport reports whether the report file of the named key is no saved row's result: its
-// row is gone, not saved, or saved with another report (a Save that crashed before its state
+// deadReport reports whether the report file of the named key is no saved or abandoned row's
+// result: its row is gone, done or unfinished, or holds another report (a Save that crashed before its state
 // was written and was then superseded). A report beside a damaged row, or one that does not
 // decode beside a saved row, is kept: it may be the only copy of a verdict, and Claim reports
 // it as corrupt.
@@ -507,7 +507,7 @@ func (r *root) deadReport(keyName string) bool {
 	if err != nil {
 		return false
 	}
-	if row.State != ledger.StateSaved {
+	if row.State != ledger.StateSaved && row.State != ledger.StateAbandoned {
 		return true
 	}
 	data, err := r.fs.ReadFile(r.reportPath(row.Key))

@@ -297,7 +297,8 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 	})
 }
 
-// finish persists a row that just became done or abandoned.
+// finish persists a row that just became done or abandoned. An abandoned row keeps its
+// report, so that Revive can publish it again.
 func (r *root) finish(row *ledger.Row) error {
 	if !row.Permanent {
 		if err := r.addIndex(row); err != nil {
@@ -307,11 +308,63 @@ func (r *root) finish(row *ledger.Row) error {
 	if err := r.writeRow(row); err != nil {
 		return err
 	}
+	if row.State != ledger.StateDone {
+		return nil
+	}
 	// The report is dead now; if this removal is lost, Prepare collects it.
 	if err := r.fs.Remove(r.reportPath(row.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.reportPath(row.Key), err)
 	}
 	return nil
+}
+
+// Revive implements ledger.Ledger. The report file must still be there and match the digest
+// the row recorded before the row goes back to saved.
+func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string) (ledger.Row, error) {
+	var out ledger.Row
+	err := l.withRow(ctx, "revive", key, func(row *ledger.Row, now time.Time) error {
+		changed, err := row.Revive(evaluationID, now)
+		if err != nil {
+			return err
+		}
+		if changed {
+			if _, err := l.r.readReport(row); err != nil {
+				return fmt.Errorf("%w: the report of the abandoned row is not available: %v", ledger.ErrInvalid, err)
+			}
+			if err := l.r.writeRow(row); err != nil {
+				return err
+			}
+		}
+		out = *row
+		return nil
+	})
+	return out, err
+}
+
+// Rows implements ledger.Ledger: up to limit rows in shard and key order after cursor.
+func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (ledger.RowPage, error) {
+	var page ledger.RowPage
+	if limit <= 0 {
+		return page, fmt.Errorf("%w: rows: limit must be positive", ledger.ErrInvalid)
+	}
+	keys, next, err := l.r.listSweep(cursor, limit)
+	if err != nil {
+		return page, fmt.Errorf("rows: %w", err)
+	}
+	for _, k := range keys {
+		row, err := l.r.readRow(k)
+		switch {
+		case errors.Is(err, ledger.ErrUnknownDelivery):
+		case errors.Is(err, ledger.ErrCorrupt):
+			page.Damaged = append(page.Damaged, ledger.DamagedRow{Name: l.r.statePath(k), Err: err})
+		case err != nil:
+			return page, fmt.Errorf("rows: %w", err)
+		default:
+			page.Rows = append(page.Rows, row)
+		}
+	}
+	page.Next = next
+	return page, nil
 }
 
 // Release implements ledger.Ledger.

@@ -107,9 +107,17 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 					continue
 				}
 				v.Files++
-				if row.State == ledger.StateSaved {
+				switch row.State {
+				case ledger.StateSaved:
 					if _, err := r.readReport(&row); err != nil {
 						problem("%v", err)
+					}
+				case ledger.StateAbandoned:
+					// Kept for Revive by this version; older versions removed it.
+					if _, err := r.fs.Stat(r.reportPath(key)); err == nil {
+						if _, err := r.readReport(&row); err != nil {
+							problem("%v", err)
+						}
 					}
 				}
 				if progress != nil {

@@ -310,7 +310,8 @@ func (l *Ledger) decodeRow(key ledger.Key, body []byte) (rowData, error) {
 	if len(rd.Report) > l.cfg.Limits.MaxReportBytes || len(rd.Row.Subject) > l.cfg.Limits.MaxSubjectBytes {
 		return rowData{}, fmt.Errorf("%w: %s holds data over its ceilings", ledger.ErrCorrupt, name)
 	}
-	if rd.Row.State == ledger.StateSaved && ledger.SumBody(rd.Report) != rd.Row.Report.Digest {
+	kept := rd.Row.State == ledger.StateSaved || (rd.Row.State == ledger.StateAbandoned && len(rd.Report) > 0)
+	if kept && ledger.SumBody(rd.Report) != rd.Row.Report.Digest {
 		return rowData{}, fmt.Errorf("%w: %s: the saved report does not match its digest", ledger.ErrCorrupt, name)
 	}
 	return rd, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -341,9 +342,12 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 }
 
 // finish prepares a row that just became done or abandoned: its index entry is written (before
-// the row, by the caller's write) and its report dropped.
+// the row, by the caller's write) and the report of a done row dropped. An abandoned row keeps
+// its report, so that Revive can publish it again.
 func (l *Ledger) finish(ctx context.Context, rd *rowData) error {
-	rd.Report = nil
+	if rd.Row.State == ledger.StateDone {
+		rd.Report = nil
+	}
 	if rd.Row.Permanent {
 		return nil
 	}
@@ -358,6 +362,56 @@ func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time
 		}
 		return true, nil
 	})
+}
+
+// Revive implements ledger.Ledger. The row must still hold the report it froze.
+func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string) (ledger.Row, error) {
+	var out ledger.Row
+	err := l.update(ctx, "revive", key, func(rd *rowData, now time.Time) (bool, error) {
+		if rd.Row.State == ledger.StateAbandoned && len(rd.Report) == 0 {
+			return false, fmt.Errorf("%w: the abandoned row does not hold its report (abandoned by an older version)", ledger.ErrInvalid)
+		}
+		changed, err := rd.Row.Revive(evaluationID, now)
+		out = rd.Row
+		return changed, err
+	})
+	return out, err
+}
+
+// Rows implements ledger.Ledger: up to limit rows in key order after cursor.
+func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (ledger.RowPage, error) {
+	var page ledger.RowPage
+	if limit <= 0 {
+		return page, fmt.Errorf("%w: rows: limit must be positive", ledger.ErrInvalid)
+	}
+	after := ""
+	if cursor != "" {
+		after = rowsPrefix + string(cursor)
+	}
+	names, more, err := l.s.list(ctx, rowsPrefix, after, limit)
+	if err != nil {
+		return page, fmt.Errorf("rows: %w", err)
+	}
+	for _, n := range names {
+		key, ok := keyOf(n)
+		if !ok {
+			continue
+		}
+		rd, _, err := l.getRow(ctx, key)
+		switch {
+		case errors.Is(err, ledger.ErrUnknownDelivery):
+		case errors.Is(err, ledger.ErrCorrupt):
+			page.Damaged = append(page.Damaged, ledger.DamagedRow{Name: l.s.key(n), Err: err})
+		case err != nil:
+			return page, fmt.Errorf("rows: %w", err)
+		default:
+			page.Rows = append(page.Rows, rd.Row)
+		}
+	}
+	if more && len(names) > 0 {
+		page.Next = ledger.Cursor(strings.TrimPrefix(names[len(names)-1], rowsPrefix))
+	}
+	return page, nil
 }
 
 // Inspect implements ledger.Ledger.

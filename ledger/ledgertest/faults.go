@@ -159,6 +159,15 @@ func FaultOps() []FaultOp {
 			s := MustSave(t, l, *MustClaim(t, l, d, ledger.Execute).Lease, "verdict")
 			return d, func(l ledger.Ledger) error { return l.Abandon(ctx, s, "provider answered 422") }
 		}, []string{"saved", "abandoned"}},
+		{"revive", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
+			d := faultDelivery(c.Now())
+			MustAdmit(t, l, d)
+			s := MustSave(t, l, *MustClaim(t, l, d, ledger.Execute).Lease, "verdict")
+			if err := l.Abandon(ctx, s, "provider answered 422"); err != nil {
+				t.Fatalf("abandon: %v", err)
+			}
+			return d, func(l ledger.Ledger) error { _, err := l.Revive(ctx, d.Key(), s.Lease.EvaluationID); return err }
+		}, []string{"abandoned", "saved"}},
 		{"release", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
 			d := faultDelivery(time.Time{})
 			MustAdmit(t, l, d)
