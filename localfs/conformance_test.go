@@ -88,6 +88,8 @@ func (h *harness) HoldMaintenance(ctx context.Context) (func(), error) {
 	return localfs.HoldMaintenanceForTest(ctx, h.dir)
 }
 
+func (h *harness) Resolution() time.Duration { return 0 }
+
 func (h *harness) Close() error { return nil }
 
 func TestConformance(t *testing.T) {

@@ -12,21 +12,30 @@ import (
 )
 
 // Cleanup implements ledger.Ledger. One pass:
-//  1. takes the maintenance lease (a fenced object written by compare-and-swap; a live lease
-//     of another owner answers ErrBusy);
+//  1. checks that the bucket keeps versions, and takes the maintenance lease (a fenced object
+//     written by compare-and-swap; a live lease of another owner answers ErrBusy);
 //  2. finishes the previous batch if it was left unfinished;
-//  3. lists the end-time index and the next page of rows for the sweep, with pagination; if
+//  3. lists the end-time index (with versions) and the next page of rows for the sweep; if
 //     any page fails, the pass removes nothing;
-//  4. persists its now as the high-water in the root object;
-//  5. writes the removable rows (keys and evaluation ids) as a new batch by compare-and-swap,
-//     removes them, and releases their slots once per shard per batch;
-//  6. reads the sweep's rows and reports the damaged and the stranded ones.
+//  4. persists its now (the store's time) as the high-water in the root object;
+//  5. judges the rows the index names, and the rows the sweep reads, and writes the removable
+//     ones (each with the exact version judged) as a new batch by compare-and-swap; then,
+//     with the lease checked by fence, removes each judged version with the history below it
+//     and releases the slots of the rows the batch really removed, once per shard per batch;
+//  6. reports the damaged and the stranded rows the sweep read.
+//
+// An index entry is dropped only when its row is gone, or is finished with another end (it is
+// indexed again first); the entry of a row that is not finished stays, since that row can
+// still become done. A finished row whose entry is missing is found by the sweep.
 func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.CleanupReport, error) {
 	var rep ledger.CleanupReport
 	if !l.cleaning.TryLock() {
 		return rep, fmt.Errorf("cleanup: %w: another cleanup of this handle is running", ledger.ErrBusy)
 	}
 	defer l.cleaning.Unlock()
+	if err := l.requireVersioning(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	lease, err := l.takeMaintenance(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -45,7 +54,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	now := ledger.MaxTime(l.cfg.Clock.Now(), time.Unix(0, root.HighWater).UTC(), l.highWater())
+	now := ledger.MaxTime(l.clock.Now(), time.Unix(0, root.HighWater).UTC(), l.highWater())
 	ended, err := l.listEnded(ctx, now)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -70,13 +79,19 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	}
 	l.raiseHighWater(now)
 	rep.HighWater = now
-	tally := &ledger.Tally{Now: now, StrandedAfter: l.cfg.StrandedAfter}
-	batch, err := l.chooseBatch(ctx, ended, now, tally)
+	j := &judge{l: l, now: now, tally: &ledger.Tally{Now: now, StrandedAfter: l.cfg.StrandedAfter}, chosen: map[ledger.Key]bool{}}
+	for _, group := range ended {
+		if err := j.indexed(ctx, group); err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
+		}
+	}
+	swept, err := j.sweep(ctx, sweep)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	gone := map[ledger.Key]bool{}
-	if len(batch.Entries) > 0 {
+	if len(j.batch.Entries) > 0 {
+		batch := j.batch
 		batch.ID = 1
 		if prev != nil {
 			batch.ID = prev.ID + 1
@@ -99,17 +114,15 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			}
 		}
 	}
-	for _, name := range sweep {
-		key, ok := keyOf(name)
-		if !ok || gone[key] {
+	for _, r := range swept {
+		if gone[r.key] {
 			continue
 		}
-		rd, _, err := l.getRow(ctx, key)
-		if err := tally.Add(l.s.key(name), &rd.Row, err); err != nil {
+		if err := j.tally.Add(l.s.key(rowName(r.key)), r.row, r.err); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
 	}
-	tally.Fill(&rep)
+	j.tally.Fill(&rep)
 	if more && len(sweep) > 0 {
 		rep.Next = ledger.Cursor(strings.TrimPrefix(sweep[len(sweep)-1], rowsPrefix))
 	}
@@ -132,86 +145,195 @@ func (l *Ledger) raiseHighWater(t time.Time) {
 	}
 }
 
-type endedEntry struct {
-	name string
-	end  time.Time
-	key  ledger.Key
+// endedGroup is the index entries of one key whose end is before now.
+type endedGroup struct {
+	key     ledger.Key
+	entries []indexEntry
 }
 
-// listEnded lists index entries whose end is before now, oldest first, up to the batch size.
-func (l *Ledger) listEnded(ctx context.Context, now time.Time) ([]endedEntry, error) {
-	names, _, err := l.s.list(ctx, endedPrefix, "", l.cfg.CleanupBatch)
+func parseIndexName(name string) (time.Time, ledger.Key, bool) {
+	endS, keyS, ok := strings.Cut(strings.TrimPrefix(name, endedPrefix), "-")
+	end, err1 := strconv.ParseInt(endS, 10, 64)
+	key, err2 := ledger.ParseKey(keyS)
+	if !ok || err1 != nil || err2 != nil {
+		return time.Time{}, ledger.Key{}, false
+	}
+	return time.Unix(0, end).UTC(), key, true
+}
+
+// listEnded lists the index entries whose end is before now, oldest first, up to the batch
+// size, grouped by key (a row indexed twice, by a Complete repeated after its retention was
+// lengthened, is one group).
+func (l *Ledger) listEnded(ctx context.Context, now time.Time) ([]endedGroup, error) {
+	entries, err := l.s.listIndex(ctx, endedPrefix, l.cfg.CleanupBatch)
 	if err != nil {
 		return nil, err
 	}
-	var out []endedEntry
-	for _, n := range names {
-		endS, keyS, ok := strings.Cut(strings.TrimPrefix(n, endedPrefix), "-")
-		end, err1 := strconv.ParseInt(endS, 10, 64)
-		key, err2 := ledger.ParseKey(keyS)
-		if !ok || err1 != nil || err2 != nil {
+	var out []endedGroup
+	at := map[ledger.Key]int{}
+	for _, e := range entries {
+		end, key, ok := parseIndexName(e.name)
+		if !ok {
 			continue
 		}
-		e := endedEntry{name: n, end: time.Unix(0, end).UTC(), key: key}
-		if !now.After(e.end) {
+		if !now.After(end) {
 			break // names sort by end time
 		}
-		out = append(out, e)
+		if i, ok := at[key]; ok {
+			out[i].entries = append(out[i].entries, e)
+			continue
+		}
+		at[key] = len(out)
+		out = append(out, endedGroup{key: key, entries: []indexEntry{e}})
 	}
 	return out, nil
 }
 
-// chooseBatch reads the rows the index names and keeps the removable ones. Rows pending in a
-// capacity shard are left for a later pass, so an absent pending row always means an admission
-// that never finished.
-func (l *Ledger) chooseBatch(ctx context.Context, ended []endedEntry, now time.Time, tally *ledger.Tally) (batchData, error) {
-	var b batchData
-	if len(ended) == 0 {
-		return b, nil
-	}
-	pending, err := l.settleAll(ctx, now)
-	if err != nil {
-		return b, err
-	}
-	for _, e := range ended {
-		rd, _, err := l.getRow(ctx, e.key)
-		switch {
-		case errors.Is(err, ledger.ErrUnknownDelivery):
-			if err := l.s.deleteOnce(ctx, e.name, ""); err != nil && !errors.Is(err, errRaced) {
-				return b, err
-			}
-			continue
-		case errors.Is(err, ledger.ErrCorrupt):
-			tally.Damage(l.s.key(rowName(e.key)), err)
-			continue
-		case err != nil:
-			return b, err
-		}
-		row := &rd.Row
-		switch {
-		case !row.State.Terminal():
-			// Written by a Complete whose row write did not land; it writes it again.
-			if err := l.s.deleteOnce(ctx, e.name, ""); err != nil && !errors.Is(err, errRaced) {
-				return b, err
-			}
-		case row.Removable(row.Now(now, time.Time{})):
-			if !pending[e.key] {
-				b.Entries = append(b.Entries, batchEntry{Key: e.key, EvaluationID: row.EvaluationID, Shard: rd.Shard, Index: e.name})
-			}
-		case !row.Permanent && row.RetainUntil.After(e.end):
-			if err := l.s.putPlain(ctx, indexName(row), nil); err != nil {
-				return b, err
-			}
-			if err := l.s.deleteOnce(ctx, e.name, ""); err != nil && !errors.Is(err, errRaced) {
-				return b, err
-			}
-		}
-	}
-	return b, nil
+// judge decides, for one pass, which rows are removable; it collects them, once each, into a
+// batch.
+type judge struct {
+	l       *Ledger
+	now     time.Time
+	tally   *ledger.Tally
+	batch   batchData
+	chosen  map[ledger.Key]bool
+	pending map[ledger.Key]bool // keys whose admission is not settled; nil until needed
 }
 
-// settleAll settles every shard's pending entries (reading each pending row) and returns the
-// keys still pending: admissions whose row does not exist yet.
+// unsettled reports whether key has a pending capacity entry: its row is left for a later
+// pass, so that a slot is released by the batch or by settlement, never by both. Every shard
+// is settled (thoroughly) once per pass, when the first removable row is met.
+func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
+	if j.pending == nil {
+		p, err := j.l.settleAll(ctx, j.now)
+		if err != nil {
+			return false, err
+		}
+		j.pending = p
+	}
+	return j.pending[key], nil
+}
+
+// choose adds a removable row to the batch, once.
+func (j *judge) choose(ctx context.Context, ks keyState, idx []indexEntry) error {
+	row := &ks.row.Row
+	if j.chosen[row.Key] {
+		return nil
+	}
+	if p, err := j.unsettled(ctx, row.Key); err != nil || p {
+		return err
+	}
+	j.chosen[row.Key] = true
+	e := batchEntry{Key: row.Key, EvaluationID: row.EvaluationID, Shard: ks.row.Shard, Version: ks.version}
+	for _, x := range idx {
+		e.Indexes = append(e.Indexes, indexData{Name: x.name, Versions: x.versions})
+	}
+	j.batch.Entries = append(j.batch.Entries, e)
+	return nil
+}
+
+// indexed judges the row that a group of index entries names.
+func (j *judge) indexed(ctx context.Context, g endedGroup) error {
+	l := j.l
+	ks, err := l.readKey(ctx, g.key)
+	switch {
+	case errors.Is(err, ledger.ErrCorrupt):
+		j.tally.Damage(l.s.key(rowName(g.key)), err)
+		return nil
+	case err != nil:
+		return err
+	case ks.row == nil:
+		// The row is gone (an entry that outlived its batch, or the key is reserved anew):
+		// a later Complete of the key writes its own entry.
+		return j.drop(ctx, g.entries, "")
+	}
+	row := &ks.row.Row
+	switch {
+	case !row.State.Terminal():
+		return nil // it can still become done: its entry stays
+	case row.Removable(row.Now(j.now, time.Time{})):
+		return j.choose(ctx, ks, g.entries)
+	case row.Permanent:
+		return j.drop(ctx, g.entries, "")
+	}
+	// Finished, with a retention lengthened since it was indexed: index it at its end first.
+	keep := indexName(row)
+	if err := l.s.putPlain(ctx, keep, nil); err != nil {
+		return err
+	}
+	return j.drop(ctx, g.entries, keep)
+}
+
+// drop deletes the listed versions of entries, except the one named keep.
+func (j *judge) drop(ctx context.Context, entries []indexEntry, keep string) error {
+	for _, e := range entries {
+		if e.name == keep {
+			continue
+		}
+		if err := j.l.s.dropIndex(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweptRow is one row the sweep read, tallied after the batch.
+type sweptRow struct {
+	key ledger.Key
+	row *ledger.Row
+	err error
+}
+
+// sweep reads the rows of this pass's slice: a finished row found removable joins the batch
+// (its index entry may be missing), and a reservation whose admission is over is tidied away.
+func (j *judge) sweep(ctx context.Context, names []string) ([]sweptRow, error) {
+	l := j.l
+	var out []sweptRow
+	for _, name := range names {
+		key, ok := keyOf(name)
+		if !ok {
+			continue
+		}
+		ks, err := l.readKey(ctx, key)
+		switch {
+		case err != nil:
+			out = append(out, sweptRow{key: key, row: &ledger.Row{}, err: err})
+			continue
+		case ks.res != nil:
+			if err := j.tidyReservation(ctx, key, ks); err != nil {
+				return nil, err
+			}
+			continue
+		case ks.row == nil:
+			continue
+		}
+		row := &ks.row.Row
+		if row.Removable(row.Now(j.now, time.Time{})) {
+			if err := j.choose(ctx, ks, nil); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, sweptRow{key: key, row: row})
+	}
+	return out, nil
+}
+
+// tidyReservation removes a reservation that no admission can use any more (void, or older
+// than the grace with no pending entry): by version, so a reservation or row written after it
+// was read survives.
+func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState) error {
+	if !ks.res.Void && j.now.Sub(time.Unix(0, ks.res.At)) <= j.l.cfg.PendingGrace {
+		return nil
+	}
+	if p, err := j.unsettled(ctx, key); err != nil || p {
+		return err
+	}
+	_, _, err := j.l.s.removeVersion(ctx, rowName(key), ks.version)
+	return err
+}
+
+// settleAll settles every shard's pending entries (reading each pending key) and returns the
+// keys still pending: admissions that may still create their row.
 func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]bool, error) {
 	pending := map[ledger.Key]bool{}
 	for i := range l.shards {
@@ -223,7 +345,7 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]b
 			if err != nil {
 				return nil, err
 			}
-			changed, err := l.settle(ctx, &st.data, now, true)
+			changed, err := l.settle(ctx, &st.data, now, true, ledger.Key{})
 			if err != nil {
 				return nil, err
 			}
@@ -243,13 +365,17 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]b
 	return pending, nil
 }
 
-// applyBatch removes the batch's rows and releases their slots, then marks the batch done.
-// Every step can be repeated: the slots released are counted from what the store holds (a
-// row gone, or replaced by a row of another evaluation), and each shard records the last batch
-// it applied, so a batch releases each slot once however often it is applied.
+// applyBatch removes the batch's rows and releases their slots, then marks the batch done. The
+// maintenance lease is checked by fence before the first delete and again before the release.
+// Every step can be repeated: a row counts as removed by the batch when the version it judged
+// is gone and the key holds nothing of that evaluation any more, and each shard records the
+// last batch it applied, so a batch releases each slot once however often it is applied.
 func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease maintenanceData, gone map[ledger.Key]bool) (string, error) {
 	if gone == nil {
 		gone = map[ledger.Key]bool{}
+	}
+	if err := l.checkMaintenance(ctx, lease); err != nil {
+		return tag, err
 	}
 	released := map[int]int64{}
 	for _, e := range b.Entries {
@@ -257,7 +383,7 @@ func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease
 		if err != nil {
 			return tag, err
 		}
-		if g {
+		if g && !gone[e.Key] {
 			gone[e.Key] = true
 			released[e.Shard]++
 		}
@@ -281,66 +407,65 @@ func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease
 	return l.s.put(ctx, batchName, body, token, tag, false)
 }
 
-// removeRow deletes one batch row if it is still the row the batch chose and still
-// removable. It reports whether the batch's row is gone.
+// removeRow removes the version of one batch row that the batch judged, with the history below
+// it, and reports whether the batch's row is gone.
 //
-// Why the DELETE is safe, although MinIO ignores If-Match on DeleteObject:
-//   - Only one cleanup holds the fenced maintenance lease, and the rows it deletes were
-//     written into the batch object by compare-and-swap before the first delete.
-//   - The row was just read done or abandoned, not permanent, with its retention ended at
-//     the ledger's now, which was persisted as the high-water before. Such a row can no
-//     longer change in a way that matters: Claim answers Duplicate without writing, Complete
-//     and Abandon repeat without writing, and a re-admission can only lengthen retention with
-//     a signed time that is itself still fresh. Deleting a row in that race loses nothing a
-//     later admission of that signature would not also see: the verdict was published, and
-//     the sender's retry schedule is bounded by the queue ceiling the retention already
-//     covered. If-Match is still sent, so AWS closes even that window.
-//   - A new row under the same key can exist only after the delete landed (it is created with
-//     If-None-Match) and carries a new evaluation id. So the DELETE is sent once, without SDK
-//     retries (a retried DELETE could land on that new row), and an ambiguous answer is
-//     settled by reading back: absent, or another evaluation id, means ours landed.
-//   - Slots are released per shard with the batch id recorded in the shard by compare-and-
-//     swap, so a repeated or resumed pass never releases a slot twice.
+// Why no DELETE can remove a row it did not judge, however late it lands: every DELETE names a
+// version id. The judged version is deleted only while it is the latest, after every older
+// version (so none becomes current again); a write that lands after the judgement (a longer
+// retention, a new admission of the key) is a newer version, which no DELETE of this batch
+// names. A DELETE held in flight past the maintenance lease, past another cleaner finishing
+// this batch, past a new row under the same key, can only delete what it names.
 func (l *Ledger) removeRow(ctx context.Context, e batchEntry) (bool, error) {
-	rd, etag, err := l.getRow(ctx, e.Key)
-	if errors.Is(err, ledger.ErrUnknownDelivery) {
-		return true, l.dropIndex(ctx, e)
+	version := e.Version
+	if version == "" {
+		// A format 1 batch named no version: judge the row again now, under the lease.
+		ks, err := l.readKey(ctx, e.Key)
+		if err != nil {
+			return false, err
+		}
+		if ks.row == nil || ks.row.Row.EvaluationID != e.EvaluationID {
+			return true, l.dropIndexes(ctx, e)
+		}
+		if !ks.row.Row.Removable(ks.row.Row.Now(l.nowFor(nil), time.Time{})) {
+			return false, nil
+		}
+		version = ks.version
 	}
+	if _, _, err := l.s.removeVersion(ctx, rowName(e.Key), version); err != nil {
+		return false, err
+	}
+	l.forget(e.Key)
+	ks, err := l.readKey(ctx, e.Key)
 	if err != nil {
 		return false, err
 	}
-	if rd.Row.EvaluationID != e.EvaluationID {
-		return true, l.dropIndex(ctx, e)
+	if ks.row != nil && ks.row.Row.EvaluationID == e.EvaluationID {
+		return false, nil // it lived on in a newer version (a re-admission lengthened its retention)
 	}
-	if !rd.Row.Removable(rd.Row.Now(l.nowFor(nil), time.Time{})) {
-		return false, nil
-	}
-	derr := l.s.deleteOnce(ctx, rowName(e.Key), etag)
-	if errors.Is(derr, errRaced) {
-		return false, nil // changed since it was read (AWS): keep it
-	}
-	if derr != nil {
-		back, _, err := l.getRow(ctx, e.Key)
-		switch {
-		case errors.Is(err, ledger.ErrUnknownDelivery):
-		case err != nil:
-			return false, errors.Join(derr, err)
-		case back.Row.EvaluationID == e.EvaluationID:
-			return false, derr
-		}
-	}
-	l.forget(e.Key)
-	return true, l.dropIndex(ctx, e)
+	return true, l.dropIndexes(ctx, e)
 }
 
-func (l *Ledger) dropIndex(ctx context.Context, e batchEntry) error {
+// dropIndexes deletes the index entries the batch listed with a row it removed.
+func (l *Ledger) dropIndexes(ctx context.Context, e batchEntry) error {
+	for _, x := range e.Indexes {
+		if err := l.s.dropIndex(ctx, indexEntry{name: x.Name, versions: x.Versions}); err != nil {
+			return err
+		}
+	}
 	if e.Index == "" {
 		return nil
 	}
-	if err := l.s.deleteOnce(ctx, e.Index, ""); err != nil && !errors.Is(err, errRaced) {
+	// A format 1 entry names its index entry without versions.
+	vs, err := l.s.versions(ctx, e.Index)
+	if err != nil {
 		return err
 	}
-	return nil
+	ids := make([]string, len(vs))
+	for i, v := range vs {
+		ids[i] = v.id
+	}
+	return l.s.dropIndex(ctx, indexEntry{name: e.Index, versions: ids})
 }
 
 // release gives back n slots of a shard for batch id, once.
@@ -353,10 +478,11 @@ func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) err
 		if st.data.AppliedBatch >= id {
 			return nil
 		}
-		st.data.Used -= n
-		if st.data.Used < 0 {
-			st.data.Used = 0
+		if n > st.data.Used {
+			return fmt.Errorf("%w: %s counts %d slots, batch %d would release %d", ledger.ErrCorrupt,
+				l.s.key(shardName(shard)), st.data.Used, id, n)
 		}
+		st.data.Used -= n
 		st.data.AppliedBatch = id
 		err = l.writeShard(ctx, shard, st)
 		if !errors.Is(err, errRaced) {

@@ -27,6 +27,11 @@ type ClientConfig struct {
 	MaxAttempts int
 	// Retryer replaces the SDK's retryer (tests use short back-offs).
 	Retryer func() aws.Retryer
+	// DisableClockSkewCorrection stops the SDK from signing with the store's time. Only for
+	// tests whose transport reports a made-up store time in Date headers: in production the
+	// correction keeps every signature, and so every held request's life, on the store's
+	// clock.
+	DisableClockSkewCorrection bool
 }
 
 // NewClient builds an S3 client for AWS or for an S3-compatible endpoint.
@@ -50,6 +55,7 @@ func NewClient(ctx context.Context, cc ClientConfig) (*s3.Client, error) {
 			o.BaseEndpoint = aws.String(cc.Endpoint)
 		}
 		o.UsePathStyle = cc.PathStyle
+		o.DisableClockSkewCorrection = cc.DisableClockSkewCorrection
 		if cc.HTTPClient != nil {
 			o.HTTPClient = cc.HTTPClient
 		}

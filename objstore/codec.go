@@ -9,8 +9,11 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// FormatVersion is the object format this code writes; a newer one fails closed.
-const FormatVersion = 1
+// FormatVersion is the object format this code writes; a newer one fails closed. Format 2
+// added reservations (a row is created only over the reservation of its key, whose pending
+// capacity entry names it), kept the report of an abandoned row, and deletes by version id.
+// Objects of format 1 are read as they are.
+const FormatVersion = 2
 
 // maxObjectBytes bounds every object the ledger reads.
 const maxObjectBytes = 8 << 20
@@ -60,6 +63,17 @@ func decode(name, kind string, body []byte, v any) error {
 	return nil
 }
 
+// kindOf reads the kind of an object without checking it ("" when it is not an envelope).
+func kindOf(body []byte) string {
+	var env struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(body, &env) != nil {
+		return ""
+	}
+	return env.Kind
+}
+
 // Object kinds and their data.
 const (
 	kindRoot        = "root"
@@ -67,6 +81,7 @@ const (
 	kindRow         = "row"
 	kindMaintenance = "maintenance"
 	kindBatch       = "cleanup-batch"
+	kindReservation = "reservation"
 )
 
 type rootData struct {
@@ -86,9 +101,13 @@ type shardData struct {
 	AppliedBatch uint64         `json:"applied_batch"`
 }
 
+// pendingEntry is an admission that took a slot and may not have created its row yet. The
+// reservation names the object the admission wrote at the row's key before taking the slot
+// (format 1 entries have none).
 type pendingEntry struct {
-	Key ledger.Key `json:"key"`
-	At  int64      `json:"at_unix_nano"`
+	Key         ledger.Key `json:"key"`
+	At          int64      `json:"at_unix_nano"`
+	Reservation string     `json:"reservation,omitempty"`
 }
 
 type rowData struct {
@@ -96,6 +115,18 @@ type rowData struct {
 	Report []byte     `json:"report,omitempty"`
 	// Shard is the capacity shard whose slot the row holds.
 	Shard int `json:"shard"`
+	// Reservation is the reservation the row was created over (empty for format 1 rows).
+	Reservation string `json:"reservation,omitempty"`
+}
+
+// reservationData is what an admission writes at a new key before it takes a slot: the row is
+// then created only over this very object (If-Match on its ETag). Settling a pending entry
+// whose admission is over marks the reservation void (If-Match again), so a row write held in
+// flight can never land after its slot was given back.
+type reservationData struct {
+	ID   string `json:"id"`
+	At   int64  `json:"at_unix_nano"`
+	Void bool   `json:"void,omitempty"`
 }
 
 type maintenanceData struct {
@@ -111,9 +142,19 @@ type batchData struct {
 	Done    bool         `json:"done"`
 }
 
+// batchEntry is one row a cleanup batch judged removable: the exact version that was read and
+// judged, and the index entries (with their versions) to drop with it. Format 1 entries name
+// no version and one index entry by name: they are judged again when applied.
 type batchEntry struct {
-	Key          ledger.Key `json:"key"`
-	EvaluationID string     `json:"evaluation_id"`
-	Shard        int        `json:"shard"`
-	Index        string     `json:"index,omitempty"`
+	Key          ledger.Key  `json:"key"`
+	EvaluationID string      `json:"evaluation_id"`
+	Shard        int         `json:"shard"`
+	Version      string      `json:"version,omitempty"`
+	Index        string      `json:"index,omitempty"`
+	Indexes      []indexData `json:"indexes,omitempty"`
+}
+
+type indexData struct {
+	Name     string   `json:"name"`
+	Versions []string `json:"versions"`
 }

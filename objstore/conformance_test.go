@@ -38,8 +38,11 @@ func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.O
 	h.transports = append(h.transports, tr)
 	tr.failListings(h.listings)
 	h.mu.Unlock()
+	// The suite's clock is the store's: every answer's Date is the suite's clock.
+	tr.setStoreClock(o.Clock)
 	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
-		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second}})
+		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		DisableClockSkewCorrection: true})
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +104,9 @@ func (h *harness) HoldMaintenance(ctx context.Context) (func(), error) {
 	}
 	return func() { minioRaw.RemoveObject(context.Background(), testBucket, name, minio.RemoveObjectOptions{}) }, nil
 }
+
+// Resolution: the S3 ledger's clock is the store's Date, in whole seconds.
+func (h *harness) Resolution() time.Duration { return time.Second }
 
 func (h *harness) Close() error { return nil }
 

@@ -30,9 +30,15 @@ func fastRetryer() aws.Retryer {
 func openOn(t testing.TB, prefix string, tr *transport, clock ledger.Clock, limits ledger.Limits, sweep int) *objstore.Ledger {
 	t.Helper()
 	ctx := context.Background()
+	// A test clock is the store's clock: every answer's Date reports it. With the system
+	// clock, the store's own Date is used.
+	_, real := clock.(ledger.SystemClock)
+	if !real {
+		tr.setStoreClock(clock)
+	}
 	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
 		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		Retryer: fastRetryer})
+		Retryer: fastRetryer, DisableClockSkewCorrection: !real})
 	if err != nil {
 		t.Fatal(err)
 	}

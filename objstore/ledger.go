@@ -1,13 +1,14 @@
 // Package objstore is the S3 ledger: the ledger contract over one bucket and prefix, with
 // conditional writes (If-None-Match: * to create, If-Match on the ETag read to change) as the
 // only coordination. It works with AWS S3 and with S3-compatible stores that honour
-// conditional PUTs (MinIO from RELEASE.2025-09-07T16-13-09Z).
+// conditional PUTs (MinIO from RELEASE.2025-09-07T16-13-09Z), in a versioned bucket.
 //
 // Layout under the prefix:
 //
 //	root.json              limits, shard count, creation time, high-water clock
 //	capacity/NN.json       capacity shards: quota, slots used, pending admissions, last batch
-//	rows/<key>.json        one object per row: the row, and the saved report while it waits
+//	rows/<key>.json        one object per row: the row, and its report while it may be
+//	                       published; or, before the row exists, the reservation of its key
 //	ended/<end>-<key>      empty index entries of finished rows with a retention end
 //	maintenance.json       the fenced maintenance lease (one cleanup at a time)
 //	batch.json             the last cleanup batch
@@ -15,11 +16,21 @@
 // Every object carries a format version, a CRC-32C of its data and a unique write token, so a
 // write whose answer was lost is recognised as one's own when read back.
 //
-// Clocks: S3 has no clock of its own that the ledger can use, so every decision uses the
-// caller's clock, raised to the persisted high-water and the row's own times. The backend
-// assumes the clocks of its callers agree within a bounded skew (30 seconds); leases should be
-// long compared with it, and the grace after which an unfinished admission is settled (2
-// minutes) is four times it.
+// Clock: the store's. Every answer carries a Date; every decision (lease liveness, freshness,
+// retention, the high-water) uses the store's time estimated from the latest Date, raised by
+// the persisted high-water and the row's own times. Hosts' clocks decide nothing. The
+// resolution is one second: a lease may be honoured up to a second (plus one answer's transit)
+// past its end, so lease windows are tens of seconds.
+//
+// Deletion names the exact version it judged: cleanup deletes a removable row's older versions,
+// then the judged version by its version id, never by key. A write that landed after the
+// judgement is a newer version and survives any late DELETE. The bucket must keep versions;
+// a lifecycle rule expires the noncurrent ones.
+//
+// Capacity is exact: an admission writes a reservation at its key, takes a slot naming that
+// reservation, and creates the row only over the reservation (If-Match). Settling an entry
+// whose admission is over voids the reservation first, so a row write held in flight can
+// never land once its slot was given back.
 package objstore
 
 import (
@@ -46,7 +57,8 @@ type Config struct {
 	Bucket, Prefix string
 	// Limits must match the ones the ledger was created with.
 	Limits ledger.Limits
-	// Clock is the time source (default: the system clock).
+	// Clock is the host's clock, read only for the time elapsed since the store's last
+	// answer (default: the monotonic clock). It never decides anything on its own.
 	Clock ledger.Clock
 	// Create makes a new ledger when the prefix holds none.
 	Create bool
@@ -57,11 +69,13 @@ type Config struct {
 	StrandedAfter time.Duration
 	CleanupBatch  int
 	SweepBatch    int
-	// MaintenanceLease is how long one cleanup pass may hold maintenance (default 5 minutes).
+	// MaintenanceLease is how long one cleanup pass may hold maintenance (default 15 minutes,
+	// three times the cleanup function's timeout). It is checked by fence before every batch
+	// of deletes; safety never rests on it (deletes name versions), only progress.
 	MaintenanceLease time.Duration
-	// PendingGrace is how old an unfinished admission must be before another one settles it
-	// (default 2 minutes). An admission gives up before writing its row once half of it has
-	// passed.
+	// PendingGrace is how old, by the store's clock, an unfinished admission must be before
+	// another one settles it (default 2 minutes). Settling early only makes that admission
+	// retry; it never costs a slot or lets a row in without one.
 	PendingGrace time.Duration
 	// Owner names this handle in the maintenance lease (default: random).
 	Owner string
@@ -72,9 +86,6 @@ type Config struct {
 func (c *Config) defaults() error {
 	if c.Client == nil || c.Bucket == "" {
 		return fmt.Errorf("%w: objstore needs a client and a bucket", ledger.ErrInvalid)
-	}
-	if c.Clock == nil {
-		c.Clock = ledger.SystemClock{}
 	}
 	if c.Shards <= 0 {
 		c.Shards = 16
@@ -89,7 +100,7 @@ func (c *Config) defaults() error {
 		c.SweepBatch = 1000
 	}
 	if c.MaintenanceLease <= 0 {
-		c.MaintenanceLease = 5 * time.Minute
+		c.MaintenanceLease = 15 * time.Minute
 	}
 	if c.PendingGrace <= 0 {
 		c.PendingGrace = 2 * time.Minute
@@ -110,6 +121,7 @@ func (c *Config) defaults() error {
 // Ledger is a handle on an S3 ledger. It is safe for concurrent use.
 type Ledger struct {
 	s      store
+	clock  *storeClock
 	cfg    Config
 	shards int
 	hw     atomic.Int64 // high-water read at open or raised by this handle's cleanup
@@ -121,6 +133,8 @@ type Ledger struct {
 	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
 	// maintenance lease does not tell apart.
 	cleaning sync.Mutex
+	// versioned is set once the bucket was seen to keep versions.
+	versioned atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -163,11 +177,16 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	l := &Ledger{s: store{client: cfg.Client, bucket: cfg.Bucket, prefix: cfg.Prefix}, cfg: cfg, cache: map[ledger.Key]cachedRow{}}
+	clock := newStoreClock(cfg.Clock)
+	l := &Ledger{s: store{client: cfg.Client, bucket: cfg.Bucket, prefix: cfg.Prefix, clock: clock}, clock: clock, cfg: cfg,
+		cache: map[ledger.Key]cachedRow{}}
 	root, _, err := l.readRoot(ctx)
 	if errors.Is(err, errNotFound) {
 		if !cfg.Create {
 			return nil, fmt.Errorf("%w: %s is missing: not a ledger (create one first)", ledger.ErrRootMismatch, l.s.key(rootName))
+		}
+		if err := l.requireVersioning(ctx); err != nil {
+			return nil, err
 		}
 		if err := l.create(ctx); err != nil {
 			return nil, err
@@ -201,7 +220,7 @@ func (l *Ledger) create(ctx context.Context) error {
 			return err
 		}
 	}
-	now := l.cfg.Clock.Now().UnixNano()
+	now := l.clock.Now().UnixNano()
 	body, token, err := l.encode(kindRoot, rootData{Limits: l.cfg.Limits, Shards: l.shards, CreatedAt: now, HighWater: now})
 	if err != nil {
 		return err
@@ -269,30 +288,77 @@ func (l *Ledger) refreshHighWater(ctx context.Context) error {
 	return nil
 }
 
-// nowFor is the effective now of a decision on row (nil for a new key).
+// nowFor is the effective now of a decision on row (nil for a new key): the store's time,
+// raised by the persisted high-water and the row's own times.
 func (l *Ledger) nowFor(row *ledger.Row) time.Time {
 	if row == nil {
-		return ledger.MaxTime(l.cfg.Clock.Now(), l.highWater())
+		return ledger.MaxTime(l.clock.Now(), l.highWater())
 	}
-	return row.Now(l.cfg.Clock.Now(), l.highWater())
+	return row.Now(l.clock.Now(), l.highWater())
 }
 
-// getRow reads a row fresh from the store.
-func (l *Ledger) getRow(ctx context.Context, key ledger.Key) (rowData, string, error) {
+// requireVersioning checks, once per handle, that the bucket keeps versions.
+func (l *Ledger) requireVersioning(ctx context.Context) error {
+	if l.versioned.Load() {
+		return nil
+	}
+	if err := l.s.requireVersioning(ctx); err != nil {
+		return err
+	}
+	l.versioned.Store(true)
+	return nil
+}
+
+// keyState is what the store holds at a row's key: nothing, a reservation, or a row.
+type keyState struct {
+	row     *rowData
+	res     *reservationData
+	etag    string
+	version string
+}
+
+func (k keyState) absent() bool { return k.row == nil && k.res == nil }
+
+// readKey reads whatever the store holds at key, fresh. Only a row is remembered.
+func (l *Ledger) readKey(ctx context.Context, key ledger.Key) (keyState, error) {
 	o, err := l.s.get(ctx, rowName(key))
 	if errors.Is(err, errNotFound) {
 		l.forget(key)
-		return rowData{}, "", fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
+		return keyState{}, nil
 	}
 	if err != nil {
-		return rowData{}, "", err
+		return keyState{}, err
+	}
+	ks := keyState{etag: o.etag, version: o.version}
+	if kindOf(o.body) == kindReservation {
+		l.forget(key)
+		var res reservationData
+		if err := decode(l.s.key(rowName(key)), kindReservation, o.body, &res); err != nil {
+			return keyState{}, err
+		}
+		ks.res = &res
+		return ks, nil
 	}
 	rd, err := l.decodeRow(key, o.body)
 	if err != nil {
-		return rowData{}, "", err
+		return keyState{}, err
 	}
 	l.remember(key, o.etag, rd)
-	return rd, o.etag, nil
+	ks.row = &rd
+	return ks, nil
+}
+
+// getRow reads a row fresh from the store. A key that holds no row (nothing, or only the
+// reservation of an admission) is ErrUnknownDelivery.
+func (l *Ledger) getRow(ctx context.Context, key ledger.Key) (rowData, string, error) {
+	ks, err := l.readKey(ctx, key)
+	if err != nil {
+		return rowData{}, "", err
+	}
+	if ks.row == nil {
+		return rowData{}, "", fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
+	}
+	return *ks.row, ks.etag, nil
 }
 
 func (l *Ledger) decodeRow(key ledger.Key, body []byte) (rowData, error) {

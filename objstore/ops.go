@@ -11,10 +11,11 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Admit implements ledger.Ledger. A new key takes a slot from a capacity shard (its home
-// shard; only when that one is full are the others read), recording itself as pending there,
-// and then creates its row with If-None-Match. Admission issues no listing: a row read, a
-// shard read and write, and the row's creation.
+// Admit implements ledger.Ledger. A new key is admitted in three conditional writes: a
+// reservation at the row's key (If-None-Match, or If-Match over a void or abandoned one), a
+// slot in a capacity shard whose pending entry names that reservation (its home shard; only
+// when that one is full are the others read), and the row, created over the reservation
+// (If-Match). Admission issues no listing. A key that has a row is answered from it.
 func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	if err := d.Validate(); err != nil {
 		return ledger.Admission{}, err
@@ -24,14 +25,19 @@ func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w: subject of %d bytes, ceiling %d", key.Short(),
 			ledger.ErrTooLarge, len(d.Subject), l.cfg.Limits.MaxSubjectBytes)
 	}
+	if err := l.refreshHighWater(ctx); err != nil {
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
 	for attempt := 0; attempt < maxRetries; attempt++ {
-		a, err := l.readmit(ctx, d)
-		if !errors.Is(err, ledger.ErrUnknownDelivery) {
-			return a, err
+		if _, ok := l.cached(key); ok {
+			a, err := l.readmit(ctx, d)
+			if !errors.Is(err, ledger.ErrUnknownDelivery) {
+				return a, err
+			}
 		}
-		a, err = l.admitNew(ctx, d)
+		a, err := l.admitNew(ctx, d)
 		if errors.Is(err, errRaced) {
-			continue // another admission created the row first: answer as a re-admission
+			continue // the key changed under this admission: decide again
 		}
 		return a, err
 	}
@@ -51,11 +57,10 @@ func (l *Ledger) readmit(ctx context.Context, d ledger.Delivery) (ledger.Admissi
 	return out, nil
 }
 
+// admitNew admits a key this handle holds no row of. It answers errRaced when the key changed
+// under it (the caller decides again).
 func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	key := d.Key()
-	if err := l.refreshHighWater(ctx); err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
 	now := l.nowFor(nil)
 	id, err := ledger.NewEvaluationID(l.cfg.Random.Read)
 	if err != nil {
@@ -66,45 +71,87 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	if outcome != ledger.Admitted {
+		// Too old or too far ahead by the store's time: refused whatever the key holds,
+		// without a request (a row's own times could only make it older).
 		return ledger.Admission{Outcome: outcome, Key: key}, nil
 	}
 	rd := rowData{Row: row}
-	body, token, err := l.encode(kindRow, rd) // refuse an oversized row before taking a slot
+	if body, _, err := l.encode(kindRow, rd); err != nil { // refuse an oversized row before any write
+		return ledger.Admission{}, err
+	} else if len(body) > maxObjectBytes {
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w: row of %d bytes", key.Short(), ledger.ErrTooLarge, len(body))
+	}
+	res := reservationData{At: now.UnixNano()}
+	if res.ID, err = l.token(); err != nil {
+		return ledger.Admission{}, err
+	}
+	resTag, err := l.reserveKey(ctx, d, res)
 	if err != nil {
 		return ledger.Admission{}, err
 	}
-	if len(body) > maxObjectBytes {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w: row of %d bytes", key.Short(), ledger.ErrTooLarge, len(body))
-	}
-	started := time.Now()
-	shard, ok, err := l.reserve(ctx, key, now)
+	shard, ok, err := l.reserve(ctx, key, res, now)
 	if err != nil {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	if !ok {
+		// No slot was taken: void the reservation so the next admission of the key need not
+		// wait for the grace (best effort; an abandoned reservation is taken over later).
+		res.Void = true
+		if body, token, err := l.encode(kindReservation, res); err == nil {
+			l.s.put(ctx, rowName(key), body, token, resTag, false)
+		}
 		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
 	}
-	// Past half the grace, another admission may settle our pending entry as abandoned and
-	// give the slot back: creating the row then could understate use, so give up instead.
-	if time.Since(started) > l.cfg.PendingGrace/2 {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w: slot reserved too long ago", key.Short(), ledger.ErrUnavailable)
-	}
-	rd.Shard = shard
-	if body, token, err = l.encode(kindRow, rd); err != nil {
+	rd.Shard, rd.Reservation = shard, res.ID
+	body, token, err := l.encode(kindRow, rd)
+	if err != nil {
 		return ledger.Admission{}, err
 	}
-	etag, err := l.s.put(ctx, rowName(key), body, token, "", true)
-	if errors.Is(err, errRaced) {
-		// The row exists after all: give the slot back (best effort: a slot kept is an
-		// overstatement, which is safe) and answer from the row.
-		l.unreserve(ctx, shard, key)
-		return ledger.Admission{}, errRaced
-	}
+	etag, err := l.s.put(ctx, rowName(key), body, token, resTag, false)
 	if err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
+		// errRaced: the reservation was voided (its slot given back) or taken over; the
+		// pending entry is settled like any other. The caller decides again.
+		if !errors.Is(err, errRaced) {
+			err = fmt.Errorf("admit %s: %w", key.Short(), err)
+		}
+		return ledger.Admission{}, err
 	}
 	l.remember(key, etag, rd)
 	return row.Admission(ledger.Admitted), nil
+}
+
+// reserveKey writes the reservation res at d's key and returns its ETag. A key that holds a
+// row is answered by errRaced after remembering the row (the caller answers as a
+// re-admission).
+func (l *Ledger) reserveKey(ctx context.Context, d ledger.Delivery, res reservationData) (string, error) {
+	key := d.Key()
+	body, token, err := l.encode(kindReservation, res)
+	if err != nil {
+		return "", err
+	}
+	etag, err := l.s.put(ctx, rowName(key), body, token, "", true)
+	if err == nil {
+		return etag, nil
+	}
+	if !errors.Is(err, errRaced) {
+		return "", fmt.Errorf("admit %s: reserve: %w", key.Short(), err)
+	}
+	ks, err := l.readKey(ctx, key)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("admit %s: %w", key.Short(), err)
+	case ks.row != nil || ks.absent():
+		return "", errRaced // a row (now remembered), or gone again: decide again
+	}
+	// Another admission's reservation: void, abandoned by a crash, or still in flight (the
+	// same delivery admitted twice at once). Take the key over: that admission's row write
+	// (If-Match on its own reservation) can no longer land, and its pending entry is settled
+	// as not its row's. Two admissions taking it from each other end when one writes its row.
+	etag, err = l.s.put(ctx, rowName(key), body, token, ks.etag, false)
+	if err != nil && !errors.Is(err, errRaced) {
+		err = fmt.Errorf("admit %s: reserve: %w", key.Short(), err)
+	}
+	return etag, err
 }
 
 // shardState is a shard as read, with its ETag.
@@ -140,9 +187,9 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) error {
 	return err
 }
 
-// reserve takes a slot for key: from its home shard, or, only when that one is full, from any
-// other shard with room. ok is false when every shard is full.
-func (l *Ledger) reserve(ctx context.Context, key ledger.Key, now time.Time) (int, bool, error) {
+// reserve takes a slot for the reservation res of key: from its home shard, or, only when that
+// one is full, from any other shard with room. ok is false when every shard is full.
+func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationData, now time.Time) (int, bool, error) {
 	home := l.homeShard(key)
 	order := append([]int{home}, rand.Perm(l.shards)...)
 	tried := map[int]bool{}
@@ -151,7 +198,7 @@ func (l *Ledger) reserve(ctx context.Context, key ledger.Key, now time.Time) (in
 			continue
 		}
 		tried[i] = true
-		ok, err := l.reserveIn(ctx, i, key, now)
+		ok, err := l.reserveIn(ctx, i, key, res, now)
 		if err != nil || ok {
 			return i, ok, err
 		}
@@ -159,32 +206,20 @@ func (l *Ledger) reserve(ctx context.Context, key ledger.Key, now time.Time) (in
 	return 0, false, nil
 }
 
-func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, now time.Time) (bool, error) {
+func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time) (bool, error) {
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		st, err := l.readShard(ctx, i)
 		if err != nil {
 			return false, err
 		}
-		if _, err := l.settle(ctx, &st.data, now, false); err != nil {
+		if _, err := l.settle(ctx, &st.data, now, false, key); err != nil {
 			return false, err
 		}
-		// The key is already pending here, with no row (the caller found none): an earlier
-		// attempt of this very delivery, interrupted or still in flight, holds a slot for it.
-		// Share that slot; whichever attempt creates the row uses it.
-		reused := false
-		for j, p := range st.data.Pending {
-			if p.Key == key {
-				st.data.Pending[j].At = now.UnixNano()
-				reused = true
-			}
+		if st.data.Used >= st.data.Quota {
+			return false, nil
 		}
-		if !reused {
-			if st.data.Used >= st.data.Quota {
-				return false, nil
-			}
-			st.data.Used++
-			st.data.Pending = append(st.data.Pending, pendingEntry{Key: key, At: now.UnixNano()})
-		}
+		st.data.Used++
+		st.data.Pending = append(st.data.Pending, pendingEntry{Key: key, At: res.At, Reservation: res.ID})
 		err = l.writeShard(ctx, i, st)
 		if errors.Is(err, errRaced) {
 			continue
@@ -194,31 +229,35 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, now time.
 	return false, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
 }
 
-// settle drops pending entries whose admission is over. An entry older than the grace is read:
-// a row that exists is simply no longer pending, an absent one was an admission that never
-// finished, and its slot is given back. Younger entries are read too when thorough is set (by
-// cleanup) or when the list is at its bound: an entry whose row exists is dropped whatever its
-// age. It reports whether the shard changed.
-func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, thorough bool) (bool, error) {
+// settle drops the pending entries whose admission is over, giving back the slot of each that
+// made no row. An entry older than the grace (by the store's time) is judged by what its key
+// holds: its own row keeps the slot; anything else (nothing, another reservation, a row made
+// over another reservation) gives it back; its own reservation, still there, is first voided
+// by a conditional write, so the admission's row write, held however long, can never land
+// afterwards. Younger entries are judged too when thorough is set (by cleanup) or the list is
+// at its bound, and so are the entries of focus, the key an admission has just reserved
+// again (an earlier, interrupted admission of the same delivery left its entry); an admission
+// still in flight keeps its entry. It reports whether the shard changed.
+func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, thorough bool, focus ledger.Key) (bool, error) {
 	thorough = thorough || len(sd.Pending) >= maxPending
 	keep := sd.Pending[:0:0]
 	for _, p := range sd.Pending {
 		old := now.Sub(time.Unix(0, p.At)) > l.cfg.PendingGrace
-		if !old && !thorough {
+		if !old && !thorough && p.Key != focus {
 			keep = append(keep, p)
 			continue
 		}
-		_, err := l.s.get(ctx, rowName(p.Key))
-		switch {
-		case err == nil:
-		case errors.Is(err, errNotFound) && old:
+		mine, err := l.judgePending(ctx, p, old)
+		if err != nil {
+			return false, err
+		}
+		switch mine {
+		case entryInFlight:
+			keep = append(keep, p)
+		case entryFree:
 			if sd.Used > 0 {
 				sd.Used--
 			}
-		case errors.Is(err, errNotFound):
-			keep = append(keep, p)
-		default:
-			return false, err
 		}
 	}
 	changed := len(keep) != len(sd.Pending)
@@ -226,37 +265,53 @@ func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, thoro
 	return changed, nil
 }
 
-// unreserve is called when the row was created by another admission of the same delivery
-// while this one held a slot for it. Both shared the pending entry (see reserveIn) or each took
-// one: the entry is dropped and, if this admission's slot was its own, given back. It cannot
-// tell the two apart, so it gives back only when the key is pending twice; otherwise it leaves
-// the entry to be settled (a slot kept is an overstatement, the safe direction).
-func (l *Ledger) unreserve(ctx context.Context, i int, key ledger.Key) {
-	for attempt := 0; attempt < maxRetries; attempt++ {
-		st, err := l.readShard(ctx, i)
-		if err != nil {
-			return
-		}
-		n := 0
-		for _, p := range st.data.Pending {
-			if p.Key == key {
-				n++
-			}
-		}
-		if n < 2 {
-			return
-		}
-		for j, p := range st.data.Pending {
-			if p.Key == key {
-				st.data.Pending = append(st.data.Pending[:j], st.data.Pending[j+1:]...)
-				break
-			}
-		}
-		st.data.Used--
-		if err := l.writeShard(ctx, i, st); !errors.Is(err, errRaced) {
-			return
-		}
+// The verdicts on a pending entry.
+const (
+	entryInFlight = iota // its admission may still create its row: keep it
+	entryRow             // its row exists: the slot is the row's
+	entryFree            // its admission is over without a row: give the slot back
+)
+
+func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (int, error) {
+	ks, err := l.readKey(ctx, p.Key)
+	if errors.Is(err, ledger.ErrCorrupt) {
+		return entryInFlight, nil // unreadable: keep the slot (an overstatement); the sweep reports it
 	}
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case p.Reservation == "": // format 1: the row was created with If-None-Match alone
+		switch {
+		case ks.row != nil:
+			return entryRow, nil
+		case old:
+			return entryFree, nil
+		}
+		return entryInFlight, nil
+	case ks.row != nil && ks.row.Reservation == p.Reservation:
+		return entryRow, nil
+	case ks.res != nil && ks.res.ID == p.Reservation && !ks.res.Void:
+		if !old {
+			return entryInFlight, nil
+		}
+		void := *ks.res
+		void.Void = true
+		body, token, err := l.encode(kindReservation, void)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := l.s.put(ctx, rowName(p.Key), body, token, ks.etag, false); err != nil {
+			if errors.Is(err, errRaced) {
+				return l.judgePending(ctx, p, old) // the admission wrote its row meanwhile
+			}
+			return 0, err
+		}
+		return entryFree, nil
+	}
+	// Nothing at the key, or another admission's reservation or row: this entry's row write
+	// (If-Match on its own reservation) can never land.
+	return entryFree, nil
 }
 
 // Claim implements ledger.Ledger.

@@ -8,43 +8,68 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// store is the handful of S3 calls the ledger makes, with the ambiguity of each settled.
+// store is the handful of S3 calls the ledger makes, with the ambiguity of each settled. Every
+// answer's Date is handed to the store clock.
 type store struct {
 	client *s3.Client
 	bucket string
 	prefix string
+	clock  *storeClock
 }
 
 var (
 	errNotFound = errors.New("object not found")
-	// errRaced: a conditional write lost to another writer (412, or 409 for a concurrent
-	// conditional write), and the object does not hold our token.
+	// errRaced: a conditional write lost to another writer (412, 409 for a concurrent
+	// conditional write, or 404 for If-Match on an object that is gone), and the object does
+	// not hold our token.
 	errRaced = errors.New("conditional write lost")
 )
 
 type object struct {
-	body []byte
-	etag string
+	body    []byte
+	etag    string
+	version string
 }
 
 func (s *store) key(name string) string { return s.prefix + name }
 
+// dated adds a middleware to one call that reads the Date of its answers (every attempt's,
+// errors included) into the store clock.
+func (s *store) dated(o *s3.Options) {
+	if s.clock == nil {
+		return
+	}
+	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+		return st.Deserialize.Add(middleware.DeserializeMiddlewareFunc("amissStoreDate",
+			func(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (middleware.DeserializeOutput, middleware.Metadata, error) {
+				out, md, err := next.HandleDeserialize(ctx, in)
+				if resp, ok := out.RawResponse.(*smithyhttp.Response); ok {
+					if t, perr := http.ParseTime(resp.Header.Get("Date")); perr == nil {
+						s.clock.observe(t)
+					}
+				}
+				return out, md, err
+			}), middleware.After)
+	})
+}
+
 func (s *store) get(ctx context.Context, name string) (object, error) {
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name))})
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name))}, s.dated)
 	if err != nil {
-		var nsk *types.NoSuchKey
-		if errors.As(err, &nsk) || httpStatus(err) == http.StatusNotFound {
+		if isNotFound(err) {
 			return object{}, errNotFound
 		}
 		return object{}, fmt.Errorf("%w: get %s: %v", ledger.ErrUnavailable, s.key(name), err)
@@ -57,13 +82,18 @@ func (s *store) get(ctx context.Context, name string) (object, error) {
 	if len(body) > maxObjectBytes {
 		return object{}, fmt.Errorf("%w: %s is over %d bytes", ledger.ErrCorrupt, s.key(name), maxObjectBytes)
 	}
-	return object{body: body, etag: aws.ToString(out.ETag)}, nil
+	return object{body: body, etag: aws.ToString(out.ETag), version: aws.ToString(out.VersionId)}, nil
+}
+
+func isNotFound(err error) bool {
+	var nsk *types.NoSuchKey
+	return errors.As(err, &nsk) || httpStatus(err) == http.StatusNotFound
 }
 
 // put writes body (which carries token) with a condition: ifNoneMatch for a creation, or
-// ifMatch with the ETag that was read. A 412 or 409, or a transport error, is settled by
-// reading the object back: our token there means the write landed and only its answer was
-// lost.
+// ifMatch with the ETag that was read. A 412 or 409 (or a 404 for If-Match: the object is
+// gone, as MinIO answers), or a transport error, is settled by reading the object back: our
+// token there means the write landed and only its answer was lost.
 func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatch string, create bool) (string, error) {
 	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name)), Body: bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))), ContentType: aws.String("application/json")}
@@ -73,11 +103,11 @@ func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatc
 	case ifMatch != "":
 		in.IfMatch = aws.String(ifMatch)
 	}
-	out, err := s.client.PutObject(ctx, in)
+	out, err := s.client.PutObject(ctx, in, s.dated)
 	if err == nil {
 		return aws.ToString(out.ETag), nil
 	}
-	raced := isPrecondition(err)
+	raced := isPrecondition(err) || (ifMatch != "" && isNotFound(err))
 	back, gerr := s.get(ctx, name)
 	if gerr == nil && token != "" && tokenOf(back.body) == token {
 		return back.etag, nil
@@ -91,29 +121,155 @@ func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatc
 // putPlain writes an object unconditionally (index entries, which carry no state).
 func (s *store) putPlain(ctx context.Context, name string, body []byte) error {
 	_, err := s.client.PutObject(ctx, &s3.PutObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name)),
-		Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body)))})
+		Body: bytes.NewReader(body), ContentLength: aws.Int64(int64(len(body)))}, s.dated)
 	if err != nil {
 		return fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), err)
 	}
 	return nil
 }
 
-// deleteOnce sends one DELETE, without SDK retries, with If-Match (honoured by AWS, ignored by
-// MinIO). An error is ambiguous: the caller settles it by reading back.
-func (s *store) deleteOnce(ctx context.Context, name, ifMatch string) error {
-	in := &s3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name))}
-	if ifMatch != "" {
-		in.IfMatch = aws.String(ifMatch)
+// objectVersion is one version (or delete marker) of an object, as listed.
+type objectVersion struct {
+	id     string
+	latest bool
+	marker bool
+}
+
+// versions lists every version and delete marker of one object, newest first.
+func (s *store) versions(ctx context.Context, name string) ([]objectVersion, error) {
+	key := s.key(name)
+	var out []objectVersion
+	p := s3.NewListObjectVersionsPaginator(s.client, &s3.ListObjectVersionsInput{Bucket: &s.bucket, Prefix: aws.String(key)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx, s.dated)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list versions of %s: %v", ledger.ErrUnavailable, key, err)
+		}
+		for _, v := range page.Versions {
+			if aws.ToString(v.Key) == key {
+				out = append(out, objectVersion{id: aws.ToString(v.VersionId), latest: aws.ToBool(v.IsLatest)})
+			}
+		}
+		for _, m := range page.DeleteMarkers {
+			if aws.ToString(m.Key) == key {
+				out = append(out, objectVersion{id: aws.ToString(m.VersionId), latest: aws.ToBool(m.IsLatest), marker: true})
+			}
+		}
 	}
-	_, err := s.client.DeleteObject(ctx, in, func(o *s3.Options) { o.RetryMaxAttempts = 1 })
+	// Only the latest matters for order: every other one is older than it.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].latest && !out[j].latest })
+	return out, nil
+}
+
+// deleteVersion deletes one version of an object by its id. It never deletes by key alone: a
+// version that landed after the caller judged the object survives, however late this request
+// lands. Deleting a version that is already gone succeeds.
+func (s *store) deleteVersion(ctx context.Context, name, version string) error {
+	if version == "" {
+		return fmt.Errorf("%w: delete %s: no version id (is the bucket versioned?)", ledger.ErrInvalid, s.key(name))
+	}
+	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name)),
+		VersionId: aws.String(version)}, s.dated)
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("%w: delete %s version %s: %v", ledger.ErrUnavailable, s.key(name), version, err)
+	}
+	return nil
+}
+
+// removeVersion makes judged, the version of name that the caller read and judged, disappear
+// with the whole history below it: when judged is still the latest version, every older
+// version and delete marker is deleted first (so that none becomes current again), then judged
+// itself. When a newer version landed since the judgement, judged is left alone and that
+// version stays current. It reports whether judged was the latest version when listed; gone
+// reports that judged was not found at all (deleted before).
+func (s *store) removeVersion(ctx context.Context, name, judged string) (latest, gone bool, err error) {
+	vs, err := s.versions(ctx, name)
 	if err != nil {
-		if isPrecondition(err) {
-			return errRaced
+		return false, false, err
+	}
+	found := false
+	for _, v := range vs {
+		if v.id == judged {
+			found, latest = true, v.latest
 		}
-		if httpStatus(err) == http.StatusNotFound {
-			return nil
+	}
+	if !found {
+		return false, true, nil
+	}
+	if !latest {
+		return false, false, nil
+	}
+	for i := len(vs) - 1; i >= 0; i-- {
+		if vs[i].id != judged {
+			if err := s.deleteVersion(ctx, name, vs[i].id); err != nil {
+				return true, false, err
+			}
 		}
-		return fmt.Errorf("%w: delete %s: %v", ledger.ErrUnavailable, s.key(name), err)
+	}
+	return true, false, s.deleteVersion(ctx, name, judged)
+}
+
+// indexEntry is one name in the end-time index with the ids of its versions, newest first.
+type indexEntry struct {
+	name     string
+	versions []string
+}
+
+// listIndex lists up to max names under prefix whose latest version is an object (not a
+// delete marker), in name order, with every version id of each. Every page is one request;
+// any failure is an error.
+func (s *store) listIndex(ctx context.Context, prefix string, max int) ([]indexEntry, error) {
+	in := &s3.ListObjectVersionsInput{Bucket: &s.bucket, Prefix: aws.String(s.key(prefix)), MaxKeys: aws.Int32(int32(min(max, 1000)))}
+	byName := map[string]*indexEntry{}
+	current := map[string]bool{}
+	var order []string
+	p := s3.NewListObjectVersionsPaginator(s.client, in)
+	for p.HasMorePages() && len(current) < max {
+		page, err := p.NextPage(ctx, s.dated)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, s.key(prefix), err)
+		}
+		add := func(key, id string, latest, marker bool) {
+			name := strings.TrimPrefix(key, s.prefix)
+			e, ok := byName[name]
+			if !ok {
+				e = &indexEntry{name: name}
+				byName[name] = e
+				order = append(order, name)
+			}
+			if latest {
+				e.versions = append([]string{id}, e.versions...)
+				if !marker {
+					current[name] = true
+				}
+			} else {
+				e.versions = append(e.versions, id)
+			}
+		}
+		for _, v := range page.Versions {
+			add(aws.ToString(v.Key), aws.ToString(v.VersionId), aws.ToBool(v.IsLatest), false)
+		}
+		for _, m := range page.DeleteMarkers {
+			add(aws.ToString(m.Key), aws.ToString(m.VersionId), aws.ToBool(m.IsLatest), true)
+		}
+	}
+	sort.Strings(order)
+	var out []indexEntry
+	for _, n := range order {
+		if current[n] && len(out) < max {
+			out = append(out, *byName[n])
+		}
+	}
+	return out, nil
+}
+
+// dropIndex deletes the listed versions of an index entry, oldest first. A version written
+// after the listing (the same entry written again) survives.
+func (s *store) dropIndex(ctx context.Context, e indexEntry) error {
+	for i := len(e.versions) - 1; i >= 0; i-- {
+		if err := s.deleteVersion(ctx, e.name, e.versions[i]); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -128,7 +284,7 @@ func (s *store) list(ctx context.Context, prefix, startAfter string, max int) ([
 	var names []string
 	p := s3.NewListObjectsV2Paginator(s.client, in)
 	for p.HasMorePages() && len(names) < max {
-		page, err := p.NextPage(ctx)
+		page, err := p.NextPage(ctx, s.dated)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, s.key(prefix), err)
 		}
@@ -141,6 +297,26 @@ func (s *store) list(ctx context.Context, prefix, startAfter string, max int) ([
 		names = names[:max]
 	}
 	return names, more, nil
+}
+
+// errUnversioned: the bucket keeps no versions, so deleting by version id is impossible.
+var errUnversioned = errors.New("bucket versioning is not enabled")
+
+// requireVersioning fails unless the bucket keeps versions: the ledger never deletes by key
+// alone, and a bucket without versions cannot delete anything else.
+func (s *store) requireVersioning(ctx context.Context) error {
+	out, err := s.client.GetBucketVersioning(ctx, &s3.GetBucketVersioningInput{Bucket: &s.bucket}, s.dated)
+	if err != nil {
+		return fmt.Errorf("%w: read the versioning of bucket %s: %v", ledger.ErrUnavailable, s.bucket, err)
+	}
+	if out.Status != types.BucketVersioningStatusEnabled {
+		return fmt.Errorf("%w: %w on bucket %s (status %q): the S3 ledger deletes rows by version id so that a late DELETE "+
+			"can never remove a row written after it was judged. Enable it with `aws s3api put-bucket-versioning --bucket %s "+
+			"--versioning-configuration Status=Enabled` (or `amiss ledger s3-setup -root s3://%s/%s` on MinIO), and expire "+
+			"noncurrent versions with a lifecycle rule (docs/s3-ledger.md)",
+			ledger.ErrRootMismatch, errUnversioned, s.bucket, out.Status, s.bucket, s.bucket, s.prefix)
+	}
+	return nil
 }
 
 func httpStatus(err error) int {

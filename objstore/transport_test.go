@@ -1,10 +1,16 @@
 package objstore_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
 )
 
 var errInjected = errors.New("injected transport failure")
@@ -41,6 +47,53 @@ type transport struct {
 	listingsLeft int // listings left before they fail; -1: none
 	rule         func(req *http.Request) fault
 	latency      time.Duration // added before every request, as from a Lambda to S3
+	holds        []*hold
+	// storeClock, when set, is the store's clock: every answer's Date header is rewritten
+	// to it, so a test moves the time the store reports (the ledger's only clock).
+	storeClock ledger.Clock
+}
+
+// A hold keeps the first request it matches in flight until the test releases it: a paused
+// Lambda, a slow connection. The request then goes to the store as it was signed.
+type hold struct {
+	match   func(r *http.Request, body []byte) bool
+	arrived chan struct{}
+	release chan struct{}
+	done    chan error // what the store answered, once it was sent
+	taken   bool
+}
+
+// holdNext holds the next request that match accepts. arrived is closed when the request is
+// held; release sends it; the returned hold's done receives the outcome once it was sent.
+func (t *transport) holdNext(match func(r *http.Request, body []byte) bool) *hold {
+	h := &hold{match: match, arrived: make(chan struct{}), release: make(chan struct{}), done: make(chan error, 1)}
+	t.mu.Lock()
+	t.holds = append(t.holds, h)
+	t.mu.Unlock()
+	return h
+}
+
+// waitHeld waits until the hold has caught its request, failing the test after a minute.
+func (h *hold) waitHeld(t testing.TB) {
+	t.Helper()
+	select {
+	case <-h.arrived:
+	case <-time.After(time.Minute):
+		t.Fatalf("no request reached the hold")
+	}
+}
+
+// land releases the held request and waits for the store's answer.
+func (h *hold) land(t testing.TB) error {
+	t.Helper()
+	close(h.release)
+	select {
+	case err := <-h.done:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatalf("the held request never landed")
+	}
+	return nil
 }
 
 // fault is what a rule does to one request.
@@ -87,8 +140,35 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		t.listingsLeft--
 	}
-	rule, latency := t.rule, t.latency
+	rule, latency, storeClock := t.rule, t.latency, t.storeClock
+	var held *hold
+	if len(t.holds) > 0 {
+		body, err := peekBody(r)
+		if err != nil {
+			t.mu.Unlock()
+			return nil, err
+		}
+		for _, h := range t.holds {
+			if !h.taken && h.match(r, body) {
+				h.taken, held = true, h
+				break
+			}
+		}
+	}
 	t.mu.Unlock()
+	if held != nil {
+		close(held.arrived)
+		<-held.release
+		resp, err := t.base.RoundTrip(r)
+		if err == nil && resp.StatusCode/100 != 2 {
+			err = fmt.Errorf("held %s %s answered %s", r.Method, r.URL.Path, resp.Status)
+		}
+		held.done <- err
+		if err == nil {
+			resp = t.dated(resp, storeClock)
+		}
+		return resp, err
+	}
 	if latency > 0 {
 		time.Sleep(latency)
 	}
@@ -121,7 +201,35 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		return nil, errInjected
 	}
-	return resp, nil
+	return t.dated(resp, storeClock), nil
+}
+
+// peekBody reads a request's body and puts it back.
+func peekBody(r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, nil
+}
+
+// dated rewrites the answer's Date to the store clock, when the test sets one.
+func (t *transport) dated(resp *http.Response, storeClock ledger.Clock) *http.Response {
+	if storeClock != nil {
+		resp.Header.Set("Date", storeClock.Now().UTC().Format(http.TimeFormat))
+	}
+	return resp
+}
+
+func (t *transport) setStoreClock(c ledger.Clock) {
+	t.mu.Lock()
+	t.storeClock = c
+	t.mu.Unlock()
 }
 
 func (t *transport) crash(n int) {

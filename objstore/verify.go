@@ -24,8 +24,10 @@ func ReadLimits(ctx context.Context, client *s3.Client, bucket, prefix string) (
 // VerifyReport is what Verify found.
 type VerifyReport struct {
 	Objects, Rows int
-	CapacityUsed  int64
-	Problems      []string
+	// Reservations counts keys that hold an admission's reservation and no row.
+	Reservations int
+	CapacityUsed int64
+	Problems     []string
 }
 
 // OK reports whether Verify found nothing wrong.
@@ -72,10 +74,20 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 				problem("%s: not a row object name", l.s.key(n))
 				continue
 			}
-			if _, _, err := l.getRow(ctx, key); err != nil {
+			ks, err := l.readKey(ctx, key)
+			switch {
+			case err != nil:
 				problem("%v", err)
-			} else {
+			case ks.res != nil:
+				// The reservation of an admission that has not created its row (or was
+				// abandoned): no row, no slot of its own.
+				v.Rows--
+				v.Reservations++
 				v.Objects++
+			case ks.row != nil:
+				v.Objects++
+			default:
+				v.Rows-- // removed since it was listed
 			}
 			if progress != nil {
 				progress(v.Rows, v.CapacityUsed)

@@ -127,6 +127,10 @@ func start(ctx context.Context) (*Server, error) {
 	if err := s.Raw.MakeBucket(ctx, Bucket, minio.MakeBucketOptions{}); err != nil {
 		return s, fmt.Errorf("create bucket: %w", err)
 	}
+	// The S3 ledger deletes by version id and refuses a bucket that keeps no versions.
+	if err := s.Raw.EnableVersioning(ctx, Bucket); err != nil {
+		return s, fmt.Errorf("enable versioning: %w", err)
+	}
 	probeErr = s.probe(ctx)
 	return s, nil
 }

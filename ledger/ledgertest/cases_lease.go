@@ -250,7 +250,7 @@ func init() {
 		c := e.claim(d, "w", ledger.Execute)
 		old := e.save(*c.Lease, "r")
 		e.complete(old)
-		e.clock.Set(a1.RetainUntil.Add(time.Nanosecond))
+		e.clock.Set(a1.RetainUntil.Add(e.tick()))
 		if !removedKeys(e.cleanAll())[d.Key()] {
 			e.t.Fatalf("ended row not removed")
 		}
@@ -383,7 +383,7 @@ func init() {
 		if removedKeys(e.cleanAll())[d.Key()] {
 			e.t.Fatalf("abandoned row removed at the end instant of its retention")
 		}
-		e.clock.Set(a.RetainUntil.Add(time.Nanosecond))
+		e.clock.Set(a.RetainUntil.Add(e.tick()))
 		if !removedKeys(e.cleanAll())[d.Key()] || !e.gone(d) {
 			e.t.Fatalf("abandoned row past retention not removed")
 		}

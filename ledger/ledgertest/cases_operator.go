@@ -59,7 +59,7 @@ func init() {
 		e.claim(d, "w3", ledger.ClaimDuplicate)
 		wantErr(e.t, "revive of a done row", func() error { _, err := e.l.Revive(e.ctx, d.Key(), ""); return err }(), ledger.ErrInvalid)
 		// The revived row is cleaned like any done row, once, after its retention.
-		e.clock.Set(a.RetainUntil.Add(time.Nanosecond))
+		e.clock.Set(a.RetainUntil.Add(e.tick()))
 		rep := e.cleanAll()
 		if !removedKeys(rep)[d.Key()] || !e.gone(d) || len(rep.Removed) != 1 {
 			e.t.Fatalf("revived then done row not removed once after retention: %+v", rep.Removed)

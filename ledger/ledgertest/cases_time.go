@@ -54,11 +54,11 @@ func init() {
 		again := d
 		again.SignedAt = e.clock.Now()
 		a3 := e.admit(again, ledger.Duplicate)
-		e.clock.Set(a2.RetainUntil.Add(time.Nanosecond))
+		e.clock.Set(a2.RetainUntil.Add(e.tick()))
 		if removedKeys(e.cleanAll())[d.Key()] {
 			e.t.Fatalf("row removed before the latest signature went stale")
 		}
-		e.clock.Set(a3.RetainUntil.Add(time.Nanosecond))
+		e.clock.Set(a3.RetainUntil.Add(e.tick()))
 		if !removedKeys(e.cleanAll())[d.Key()] {
 			e.t.Fatalf("row kept after every signature went stale")
 		}
@@ -77,7 +77,7 @@ func init() {
 			e.t.Fatalf("row removed at the end instant of its retention")
 		}
 		e.admit(d, ledger.Stale) // the signature itself went stale long ago
-		e.clock.Set(r.RetainUntil.Add(time.Nanosecond))
+		e.clock.Set(r.RetainUntil.Add(e.tick()))
 		if !removedKeys(e.cleanAll())[d.Key()] || !e.gone(d) {
 			e.t.Fatalf("row kept past its retention")
 		}

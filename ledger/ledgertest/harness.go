@@ -48,6 +48,10 @@ type Harness interface {
 	// HoldMaintenance takes the maintenance lock or lease as another process would, until
 	// release is called.
 	HoldMaintenance(ctx context.Context) (release func(), err error)
+	// Resolution is the finest step of time the backend's decisions tell apart (zero: as
+	// fine as time.Time). Cases step the clock past an instant by at least this much. The S3
+	// ledger runs on the store's Date, which has whole seconds.
+	Resolution() time.Duration
 	// Close releases the harness and its store.
 	Close() error
 }

@@ -252,6 +252,14 @@ func registerCap(name string, recordCap int64, run func(e *env)) {
 	cases = append(cases, testCase{name: name, limits: func(l *ledger.Limits) { l.RecordCap = recordCap }, run: run})
 }
 
+// tick is the smallest step of the clock that the backend tells apart.
+func (e *env) tick() time.Duration {
+	if r := e.h.Resolution(); r > 0 {
+		return r
+	}
+	return time.Nanosecond
+}
+
 // bytesEqual is a helper for report comparisons with a readable failure.
 func (e *env) sameBytes(what string, got, want []byte) {
 	e.t.Helper()
