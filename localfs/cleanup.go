@@ -26,6 +26,10 @@ import (
 //     records the batch as applied. A repeated or resumed pass releases capacity once;
 //  5. read the sweep's rows and report the damaged and the stranded ones.
 func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.CleanupReport, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.CleanupReport{}, err
+	}
+	defer l.r.end()
 	r := l.r
 	var rep ledger.CleanupReport
 	unlock, err := lockFile(ctx, r.maintenance, r.cfg.LockWait)
@@ -211,12 +215,21 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 			batch.Pending = &k
 		}
 	}
+	// A row can be indexed under two ends (a Complete interrupted after its index entry, then
+	// repeated after a re-admission lengthened the retention). It enters the batch once, so
+	// its slot is released once; its other entry is dropped by a later pass, when the row is
+	// gone.
+	chosen := map[ledger.Key]bool{}
 	for _, e := range entries {
+		if chosen[e.key] {
+			continue
+		}
 		keep, err := r.classify(ctx, e, now, tally)
 		if err != nil {
 			return nil, err
 		}
 		if keep != nil {
+			chosen[e.key] = true
 			batch.Entries = append(batch.Entries, *keep)
 		}
 	}
@@ -304,10 +317,13 @@ func (r *root) applyBatch(ctx context.Context, b batchState, c *capacityState, n
 	if err := r.settleLocked(c); err != nil {
 		return nil, err
 	}
-	c.Used -= released
-	if c.Used < 0 {
-		c.Used = 0
+	if released > c.Used {
+		// The count may overstate use, never understate it: a batch that would take it
+		// below zero means the record is wrong, and guessing would overfill the root.
+		return nil, fmt.Errorf("%w: %s counts %d slots, batch %d removed %d rows", ledger.ErrCorrupt,
+			r.path(CapacityFile), c.Used, b.ID, released)
 	}
+	c.Used -= released
 	c.AppliedBatch = b.ID
 	if err := r.writeCapacity(*c); err != nil {
 		return nil, err
@@ -520,6 +536,10 @@ func (r *root) deadReport(keyName string) bool {
 
 // Stats implements ledger.Ledger. It reads every row.
 func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Stats{}, err
+	}
+	defer l.r.end()
 	r := l.r
 	st := ledger.Stats{ByState: map[ledger.State]int64{}, Limits: r.cfg.Limits}
 	rs, err := r.readRoot()

@@ -18,6 +18,10 @@ import (
 // the two leaves a count one too high with the key pending, settled by the next admission or
 // open.
 func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Admission{}, err
+	}
+	defer l.r.end()
 	if err := d.Validate(); err != nil {
 		return ledger.Admission{}, err
 	}
@@ -193,6 +197,10 @@ func (r *root) persistRefusal(row *ledger.Row, observed bool, refusal error) err
 
 // Claim implements ledger.Ledger.
 func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger.Digest, owner string, leaseFor time.Duration) (ledger.Claim, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Claim{}, err
+	}
+	defer l.r.end()
 	var out ledger.Claim
 	err := l.withRow(ctx, "claim", key, func(row *ledger.Row, now time.Time) error {
 		c, err := row.Claim(bindingDigest, owner, leaseFor, now)
@@ -222,6 +230,10 @@ func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger
 
 // Renew implements ledger.Ledger.
 func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Duration) (ledger.Lease, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Lease{}, err
+	}
+	defer l.r.end()
 	var out ledger.Lease
 	err := l.withRow(ctx, "renew", lease.Key, func(row *ledger.Row, now time.Time) error {
 		nl, changed, err := row.Renew(lease, leaseFor, now)
@@ -241,6 +253,10 @@ func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Du
 // state ever points at a missing report; a crash between the two leaves a dead report that
 // the next Save overwrites or Prepare collects.
 func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (ledger.Staged, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Staged{}, err
+	}
+	defer l.r.end()
 	r := l.r
 	if len(report) > r.cfg.Limits.MaxReportBytes {
 		return ledger.Staged{}, fmt.Errorf("save %s: %w: report of %d bytes, ceiling %d", lease.Key.Short(),
@@ -274,6 +290,10 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 // retention end), then the done state, then removes the report: nothing removes the evidence
 // while a claim could still be answered from it.
 func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
+	if err := l.r.begin(); err != nil {
+		return err
+	}
+	defer l.r.end()
 	return l.withRow(ctx, "complete", s.Lease.Key, func(row *ledger.Row, now time.Time) error {
 		changed, err := row.Complete(s, now)
 		if err != nil || !changed {
@@ -285,6 +305,10 @@ func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
 
 // Abandon implements ledger.Ledger, with the write order of Complete.
 func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) error {
+	if err := l.r.begin(); err != nil {
+		return err
+	}
+	defer l.r.end()
 	return l.withRow(ctx, "abandon", s.Lease.Key, func(row *ledger.Row, now time.Time) error {
 		changed, err := row.Abandon(s, reason, now)
 		if err != nil {
@@ -321,6 +345,10 @@ func (r *root) finish(row *ledger.Row) error {
 // Revive implements ledger.Ledger. The report file must still be there and match the digest
 // the row recorded before the row goes back to saved.
 func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string) (ledger.Row, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Row{}, err
+	}
+	defer l.r.end()
 	var out ledger.Row
 	err := l.withRow(ctx, "revive", key, func(row *ledger.Row, now time.Time) error {
 		changed, err := row.Revive(evaluationID, now)
@@ -343,6 +371,10 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 
 // Rows implements ledger.Ledger: up to limit rows in shard and key order after cursor.
 func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (ledger.RowPage, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.RowPage{}, err
+	}
+	defer l.r.end()
 	var page ledger.RowPage
 	if limit <= 0 {
 		return page, fmt.Errorf("%w: rows: limit must be positive", ledger.ErrInvalid)
@@ -369,6 +401,10 @@ func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (led
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
+	if err := l.r.begin(); err != nil {
+		return err
+	}
+	defer l.r.end()
 	return l.withRow(ctx, "release", lease.Key, func(row *ledger.Row, now time.Time) error {
 		if err := row.Release(lease, notBefore, now); err != nil {
 			return err
@@ -380,6 +416,10 @@ func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time
 // Inspect implements ledger.Ledger. It reads without locking: every file is replaced
 // atomically, so a reader sees the old row or the new one.
 func (l *Ledger) Inspect(ctx context.Context, key ledger.Key) (ledger.Row, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Row{}, err
+	}
+	defer l.r.end()
 	row, err := l.r.readRow(key)
 	if err != nil {
 		return ledger.Row{}, fmt.Errorf("inspect %s: %w", key.Short(), err)

@@ -111,6 +111,11 @@ type root struct {
 	shardDirs [256]bool
 	bucketDir map[string]bool
 	closed    bool
+	// inflight counts the operations running on the root; Close waits for them (idle is
+	// signalled when the count drops to zero), so no lock is dropped under a running
+	// operation.
+	inflight int
+	idle     *sync.Cond
 }
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.
@@ -136,6 +141,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 		return nil, fmt.Errorf("localfs: root %s: %w", dir, err)
 	}
 	r := &root{dir: abs, cfg: cfg, fs: cfg.FS, bucketDir: map[string]bool{}}
+	r.idle = sync.NewCond(&r.mu)
 	if !cfg.Create {
 		// Fail before creating lock files in a folder that is not a root.
 		if _, err := r.fs.Stat(r.path(RootFile)); errors.Is(err, fs.ErrNotExist) {
@@ -161,7 +167,12 @@ func Prepare(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := l.r.prepare(ctx); err != nil {
+	if err := l.r.begin(); err != nil {
+		return nil, err
+	}
+	err = l.r.prepare(ctx)
+	l.r.end()
+	if err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -176,12 +187,36 @@ func (l *Ledger) Session() *Ledger { return &Ledger{r: l.r, session: true} }
 // Dir returns the root folder.
 func (l *Ledger) Dir() string { return l.r.dir }
 
-// Close releases the handle's locks and descriptors. It writes nothing.
+// Close releases the handle's locks and descriptors. It writes nothing. Closing the handle
+// that opened the root waits for every operation running on it or on its sessions, and no
+// operation starts on the root afterwards (ErrUnavailable): a lock is never released under an
+// operation that holds it.
 func (l *Ledger) Close() error {
 	if !l.session {
 		l.r.close()
 	}
 	return nil
+}
+
+// begin registers an operation on the root, or refuses it once the root is closed.
+func (r *root) begin() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("%w: ledger handle on %s is closed", ledger.ErrUnavailable, r.dir)
+	}
+	r.inflight++
+	return nil
+}
+
+// end ends an operation registered by begin.
+func (r *root) end() {
+	r.mu.Lock()
+	r.inflight--
+	if r.inflight == 0 {
+		r.idle.Broadcast()
+	}
+	r.mu.Unlock()
 }
 
 func (r *root) path(name string) string { return filepath.Join(r.dir, name) }
@@ -213,6 +248,9 @@ func (r *root) close() {
 		return
 	}
 	r.closed = true
+	for r.inflight > 0 {
+		r.idle.Wait()
+	}
 	for _, l := range append([]*fileLock{r.maintenance, r.admission, r.clock}, r.rowLocks[:]...) {
 		if l != nil {
 			l.unref()

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -363,4 +365,103 @@ func TestLockWaitsAreBounded(t *testing.T) {
 	}
 	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease, "r"))
 
+}
+
+// TestCloseWaitsForOperationsInFlight: a handle is closed while one of its operations holds a
+// row lock and has decided (a claim about to write Execute); a second handle on the root in the
+// same process then claims the same row. The close must not drop the lock under the running
+// operation: exactly one of the two claims may be granted, and nothing starts on the closed
+// handle afterwards.
+func TestCloseWaitsForOperationsInFlight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	clock := ledger.NewManualClock(epoch)
+	d := newDelivery(time.Time{})
+	// Hold the claim's state write in flight: it has read the row and decided.
+	fsys := &holdingFS{match: d.Key().String() + ".state", arrived: make(chan struct{}), release: make(chan struct{})}
+	first := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys, LockWait: time.Minute})
+	ledgertest.MustAdmit(t, first, d)
+	fsys.armed.Store(true)
+	arrived, release := fsys.arrived, fsys.release
+	type claimed struct {
+		c   ledger.Claim
+		err error
+	}
+	firstDone := make(chan claimed, 1)
+	go func() {
+		c, err := first.Claim(ctx, d.Key(), d.Binding.Digest(), "first", time.Minute)
+		firstDone <- claimed{c, err}
+	}()
+	<-arrived
+	closed := make(chan error, 1)
+	go func() { closed <- first.Close() }()
+	// A close that does not wait returns at once; give it the time to, so that the second
+	// handle opens after it (a close that waits is still waiting: both orders are safe then).
+	var closeErr error
+	closeReturned := false
+	select {
+	case closeErr = <-closed:
+		closeReturned = true
+	case <-time.After(3 * time.Second):
+	}
+
+	second := openRoot(t, dir, localfs.Config{Clock: clock, LockWait: time.Minute})
+	defer second.Close()
+	secondDone := make(chan claimed, 1)
+	go func() {
+		c, err := second.Claim(ctx, d.Key(), d.Binding.Digest(), "second", time.Minute)
+		secondDone <- claimed{c, err}
+	}()
+	// Likewise, a claim that is not kept out by the running one finishes at once.
+	var b claimed
+	secondReturned := false
+	select {
+	case b = <-secondDone:
+		secondReturned = true
+	case <-time.After(3 * time.Second):
+	}
+	close(release)
+	a := <-firstDone
+	if !secondReturned {
+		b = <-secondDone
+	}
+	if !closeReturned {
+		closeErr = <-closed
+	}
+	if closeErr != nil {
+		t.Fatalf("close: %v", closeErr)
+	}
+	if a.err != nil || b.err != nil {
+		t.Fatalf("claims: %v, %v", a.err, b.err)
+	}
+	if a.c.Outcome == ledger.Execute && b.c.Outcome == ledger.Execute {
+		t.Fatalf("two Execute grants, fences %d and %d: the close dropped the row lock under a running claim",
+			a.c.Lease.Fence, b.c.Lease.Fence)
+	}
+	if a.c.Outcome != ledger.Execute || b.c.Outcome != ledger.Busy {
+		t.Fatalf("claims answered %v and %v, want execute then busy", a.c.Outcome, b.c.Outcome)
+	}
+	if _, err := first.Inspect(ctx, d.Key()); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("an operation on a closed handle: %v, want ErrUnavailable", err)
+	}
+	if _, err := first.Session().Claim(ctx, d.Key(), d.Binding.Digest(), "late", time.Minute); !errors.Is(err, ledger.ErrUnavailable) {
+		t.Fatalf("a claim through a session of a closed handle: %v, want ErrUnavailable", err)
+	}
+}
+
+// holdingFS holds the first rename onto a path ending in match, once armed, until release.
+type holdingFS struct {
+	localfs.OSFS
+	match            string
+	armed            atomic.Bool
+	once             sync.Once
+	arrived, release chan struct{}
+}
+
+func (h *holdingFS) Rename(oldpath, newpath string) error {
+	if h.armed.Load() && strings.HasSuffix(newpath, h.match) {
+		h.once.Do(func() { close(h.arrived); <-h.release })
+	}
+	return h.OSFS.Rename(oldpath, newpath)
 }

@@ -52,6 +52,10 @@ func (v VerifyReport) OK() bool { return len(v.Problems) == 0 }
 // It changes nothing. progress, when not nil, is called after each row with the rows read and
 // the capacity count (an estimate of the total).
 func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64)) (VerifyReport, error) {
+	if err := l.r.begin(); err != nil {
+		return VerifyReport{}, err
+	}
+	defer l.r.end()
 	r := l.r
 	var v VerifyReport
 	problem := func(format string, args ...any) { v.Problems = append(v.Problems, fmt.Sprintf(format, args...)) }

@@ -272,6 +272,50 @@ func init() {
 		e.capacityHolds(true)
 	})
 
+	register("RowIndexedTwiceReleasesItsSlotOnce", func(e *env) {
+		// A Complete that fails after it indexed the row's retention end, a re-signed retry
+		// that lengthens the retention, and the Complete again: the row may be indexed under
+		// two ends. Cleanup past both must remove it once and release its slot once. A
+		// permanent row beside it makes an understated count visible.
+		keep := e.finish(time.Time{})
+		interrupted := 0
+		for step := 0; step < 12; step++ {
+			t0 := e.clock.Now()
+			d := e.delivery(t0)
+			e.admit(d, ledger.Admitted)
+			s := e.save(*e.claim(d, "w", ledger.Execute).Lease, "verdict")
+			e.h.CrashAfter(step)
+			err := e.l.Complete(e.ctx, s)
+			e.h.CrashAfter(-1)
+			e.reopen()
+			if err == nil {
+				e.complete(s)
+				continue
+			}
+			if r := e.row(d); r.State != ledger.StateSaved {
+				continue // the failure came after the done state: nothing to retry
+			}
+			interrupted++
+			e.clock.Advance(time.Minute)
+			resigned := d
+			resigned.SignedAt = e.clock.Now()
+			e.admit(resigned, ledger.Pending)
+			e.complete(s)
+			e.clock.Set(e.row(d).RetainUntil.Add(e.tick()))
+			rep := e.cleanAll()
+			if n := len(rep.Removed); n != 1 || rep.Removed[0].Key != d.Key() {
+				e.t.Fatalf("step %d: cleanup removed %d rows (%v), want the row once", step, n, rep.Removed)
+			}
+			if st := e.stats(); st.Rows != 1 || e.gone(keep) {
+				e.t.Fatalf("step %d: %d rows left, want the permanent one", step, st.Rows)
+			}
+			e.capacityHolds(true)
+		}
+		if interrupted == 0 {
+			e.t.Fatalf("no Complete was interrupted before its done state")
+		}
+	})
+
 	registerCap("Invariant11_FullRefusesNewKeysWhileWorkCompletes", 6, func(e *env) {
 		var inside []ledger.Delivery
 		var leases []ledger.Lease
