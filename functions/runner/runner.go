@@ -68,7 +68,7 @@ type Runner struct {
 	PublishRetry, PublishRetryMax time.Duration
 	// Jitter returns a number in [0, 1) (default math/rand/v2's).
 	Jitter func() float64
-	Log        *slog.Logger
+	Log    *slog.Logger
 	// Metrics receives counters and latencies (nil: none).
 	Metrics Metrics
 	// Now is the wall clock for notBefore times (default time.Now).
