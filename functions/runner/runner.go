@@ -361,6 +361,18 @@ func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.S
 		log.Info("published", "state", rep.State)
 		return Result{Done: true}, nil
 	}
+	if ctx.Err() != nil {
+		// Cut by the caller (a shutdown), not refused by the provider: the lease is given back
+		// with an uncancelled context so that the next claim publishes at once.
+		now := r.now()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := r.Ledger.Release(rctx, s.Lease, now); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+			return Result{RetryAt: now}, rerr
+		}
+		log.Warn("publication cut; released for the next claim", "err", err)
+		return Result{RetryAt: now}, nil
+	}
 	r.count("publish_failures")
 	verdict := fmt.Sprintf("verdict %s: %q", rep.State, cutRunes(rep.Description, 255))
 	class := publish.ClassOf(err)

@@ -542,3 +542,35 @@ func TestPausedHolderHandsTheMessageBack(t *testing.T) {
 		t.Fatalf("%+v %v, published %+v, row %v", res, err, got, w.state(t))
 	}
 }
+
+// A publication cut by the caller (a shutdown) is not the provider's failure: the lease is
+// given back at once, so the next claim publishes without waiting for the schedule.
+func TestCancelledPublicationReleasesTheLease(t *testing.T) {
+	w := newWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	entered := make(chan struct{})
+	p := &blocking{entered: entered}
+	r := w.runner("a", verdict("success", "ok"))
+	r.Routes = func(string) (*runner.Route, error) {
+		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
+	}
+	done := make(chan runner.Result)
+	go func() { res, _ := r.Process(ctx, w.msg); done <- res }()
+	<-entered
+	cancel()
+	if res := <-done; res.Done {
+		t.Fatal("a cut publication reported done")
+	}
+	c, err := w.l.Claim(context.Background(), w.msg.Key, w.msg.Binding, "b", time.Minute)
+	if err != nil || c.Outcome != ledger.Publish {
+		t.Fatalf("claim after the cut: %v %v, want Publish at once", c.Outcome, err)
+	}
+}
+
+type blocking struct{ entered chan struct{} }
+
+func (b *blocking) Publish(ctx context.Context, s publish.Status) error {
+	close(b.entered)
+	<-ctx.Done()
+	return &publish.Error{Class: publish.Transient, Err: ctx.Err()}
+}
