@@ -417,21 +417,21 @@ func TestOutagesAreRiddenOutUntilTheBudget(t *testing.T) {
 	t.Run("budget spent", func(t *testing.T) {
 		w := newWorld(t)
 		p := &scripted{clock: w.clock, answer: func(time.Time) error { return outage(503) }}
-		r := w.runner("a", verdict("success", "ok"))
-		r.PublishBudget = 6 * time.Hour
+		r := w.runner("a", verdict("success", "ok")) // the default budget: 72 hours
 		r.Routes = func(string) (*runner.Route, error) {
 			return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 		}
-		drive(t, w, r, 100)
+		drive(t, w, r, 1000)
 		row, _ := w.l.Inspect(context.Background(), w.msg.Key)
 		last := p.attempts[len(p.attempts)-1]
-		if row.State != ledger.StateAbandoned || len(p.posted) != 0 || last.Before(epoch.Add(6*time.Hour)) ||
-			!strings.Contains(row.Reason, "publish budget of 6h0m0s spent") || !strings.Contains(row.Reason, `verdict success: "ok"`) {
+		if row.State != ledger.StateAbandoned || len(p.posted) != 0 || last.Before(epoch.Add(72*time.Hour)) ||
+			!strings.Contains(row.Reason, "publish budget of 72h0m0s spent") || !strings.Contains(row.Reason, `verdict success: "ok"`) {
 			t.Fatalf("row %v (%q), last attempt at %v", row.State, row.Reason, last.Sub(epoch))
 		}
-		if prev := p.attempts[len(p.attempts)-2]; prev.After(epoch.Add(6 * time.Hour)) {
+		if prev := p.attempts[len(p.attempts)-2]; prev.After(epoch.Add(72 * time.Hour)) {
 			t.Fatalf("two attempts after the budget's end")
 		}
+		t.Logf("a 72h outage: %d attempts, abandoned at %v", len(p.attempts), last.Sub(epoch))
 	})
 }
 
