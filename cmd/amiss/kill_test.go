@@ -214,9 +214,13 @@ routes:
 	}
 
 	second := startServe(t, args...)
-	var took time.Duration
+	var took, unleased time.Duration
 	for {
-		if st := rowStates(t, root); st[ledger.StateDone] == deliveries {
+		st := rowStates(t, root)
+		if unleased == 0 && st[ledger.StateDone] >= deliveries-held {
+			unleased = time.Since(second.up)
+		}
+		if st[ledger.StateDone] == deliveries {
 			took = time.Since(second.up)
 			break
 		}
@@ -241,8 +245,9 @@ routes:
 	if !strings.Contains(second.output(), fmt.Sprintf(`"recovered":%d`, deliveries-published)) {
 		t.Errorf("the restart did not report recovering %d rows:\n%s", deliveries-published, second.output())
 	}
-	t.Logf("restart with a %s lease: all %d deliveries published %v after the restart (%d recovered at start)",
-		lease, deliveries, took.Round(10*time.Millisecond), deliveries-published)
+	t.Logf("restart with a %s lease: the %d rows nobody held published %v after the restart, all %d (the %d the dead process "+
+		"held wait for its lease) %v after it; %d recovered at start", lease, deliveries-published-held,
+		unleased.Round(10*time.Millisecond), deliveries, held, took.Round(10*time.Millisecond), deliveries-published)
 
 	// The key a log line names is the key inspect takes.
 	var key string
