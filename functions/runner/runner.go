@@ -320,8 +320,12 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 	log = log.With("evaluation", s.Lease.EvaluationID, "publish_attempt", s.Lease.Attempt, "route", s.Lease.Route)
 	route, err := r.Routes(s.Lease.Route)
 	if err != nil {
-		r.Ledger.Release(ctx, s.Lease, r.now().Add(r.retryDelay()))
-		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", s.Lease.Route, err)
+		// The route cannot be built (its token cannot be read, it was removed from the
+		// configuration): an operator's to fix, retried on the publish schedule and budget.
+		var rep Report
+		json.Unmarshal(s.Report, &rep)
+		return r.publishFailed(ctx, log, s, leaseFor, rep,
+			&publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)})
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -373,6 +377,12 @@ func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.S
 		log.Warn("publication cut; released for the next claim", "err", err)
 		return Result{RetryAt: now}, nil
 	}
+	return r.publishFailed(ctx, log, s, leaseFor, rep, err)
+}
+
+// publishFailed decides what a failed publication means: abandon at once for a permanent
+// refusal or a spent budget, otherwise release the row for the next attempt on the schedule.
+func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.Staged, leaseFor time.Duration, rep Report, err error) (Result, error) {
 	r.count("publish_failures")
 	verdict := fmt.Sprintf("verdict %s: %q", rep.State, cutRunes(rep.Description, 255))
 	class := publish.ClassOf(err)
@@ -381,8 +391,8 @@ func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.S
 	}
 	if class == publish.Operator {
 		r.count("publish_refused")
-		log.Error("the provider refused the credentials or cannot see the repository: fix the token or the route; "+
-			"publication is retried until then", "status", publish.StatusOf(err), "err", err)
+		log.Error("the provider refused the credentials or cannot see the repository, or the route's token cannot be read: "+
+			"fix the token or the route; publication is retried until then", "status", publish.StatusOf(err), "err", err)
 	}
 	since, elapsed := r.budgetUsed(ctx, s, leaseFor)
 	budget := r.publishBudget()

@@ -574,3 +574,31 @@ func (b *blocking) Publish(ctx context.Context, s publish.Status) error {
 	<-ctx.Done()
 	return &publish.Error{Class: publish.Transient, Err: ctx.Err()}
 }
+
+// A route that cannot be built for a saved verdict (its token cannot be read) is the
+// operator's to fix: retried on the publish schedule, counted, and bounded by the budget.
+func TestUnbuildableRouteIsRetriedOnThePublishSchedule(t *testing.T) {
+	// The verdict is saved (its first publication fails), then its route breaks.
+	w2 := newWorld(t)
+	p := &scripted{clock: w2.clock, answer: func(time.Time) error { return outage(503) }}
+	r2 := w2.runner("a", verdict("success", "ok"))
+	r2.Routes = func(string) (*runner.Route, error) {
+		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
+	}
+	res, _ := r2.Process(context.Background(), w2.msg)
+	m := &counter{}
+	r2.Metrics = m
+	r2.Routes = func(string) (*runner.Route, error) { return nil, errors.New("publish token: secret not found") }
+	for i := 0; !res.Done; i++ {
+		if i > 1000 {
+			t.Fatal("never abandoned")
+		}
+		w2.clock.Set(res.RetryAt)
+		res, _ = r2.Process(context.Background(), w2.msg)
+	}
+	row, _ := w2.l.Inspect(context.Background(), w2.msg.Key)
+	if row.State != ledger.StateAbandoned || !strings.Contains(row.Reason, "secret not found") || m.get("publish_refused") < 10 ||
+		row.UpdatedAt.Before(epoch.Add(72*time.Hour)) {
+		t.Fatalf("row %v %q at %v, %d refusals counted", row.State, row.Reason, row.UpdatedAt.Sub(epoch), m.get("publish_refused"))
+	}
+}
