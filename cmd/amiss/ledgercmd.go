@@ -98,6 +98,12 @@ func progressBar(w io.Writer) func(done int, total int64) {
 }
 
 func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Writer) error {
+	switch sub {
+	case "list":
+		return runList(ctx, args, out, errOut)
+	case "republish":
+		return runRepublish(ctx, args, out)
+	}
 	fs, root, err := rootFlags("ledger "+sub, args)
 	if err != nil {
 		return err
@@ -117,7 +123,7 @@ func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Wr
 		return nil
 	case "inspect":
 		if fs.NArg() != 1 {
-			return fmt.Errorf("%w: inspect takes one key (64 hex digits)", errUsage)
+			return fmt.Errorf("%w: inspect takes one key (64 hex digits, as logs and amiss ledger list print it)", errUsage)
 		}
 		key, err := ledger.ParseKey(fs.Arg(0))
 		if err != nil {
@@ -134,7 +140,7 @@ func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Wr
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(row)
+		return enc.Encode(verdictOf(ctx, l, row))
 	case "verify":
 		l, err := openRoot(ctx, *root, false)
 		if err != nil {

@@ -1,13 +1,18 @@
 // Command amiss is the local entry point of the amiss delivery controller.
 //
-//	amiss serve  [-config FILE] [-root DIR] [-listen ADDR]
-//	                                      the three handlers in one process over a file root
+//	amiss serve  [-config FILE] [-root DIR] [-listen ADDR] [-stranded-after D]
+//	                                      the three handlers in one process over a file root;
+//	                                      unfinished rows are queued again at start
 //	amiss sign   [-config FILE] [-route NAME] [-title T]
 //	                                      print a curl command sending a signed webhook
 //	amiss demo   [-root DIR]              run a sample delivery through every state on a file root
 //	amiss ledger stats   [-root DIR]      counts by state, capacity, high-water clock
 //	                                      (DIR: a file root, or s3://bucket/prefix/)
-//	amiss ledger inspect [-root DIR] KEY  one row, as JSON
+//	amiss ledger list    [-root DIR] [-state S]
+//	                                      full keys by state, one row a line
+//	amiss ledger inspect [-root DIR] KEY  one row, as JSON, with the verdict it froze
+//	amiss ledger republish [-root DIR] [-queue URL] KEY | -abandoned [-since T]
+//	                                      revive abandoned verdicts (same bytes) and queue them
 //	amiss ledger verify  [-root DIR]      decode every file and check the capacity record
 //	amiss ledger cleanup [-root DIR]      run cleanup passes until a lap is done
 package main
@@ -37,7 +42,7 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: amiss serve|sign|demo|ledger stats|inspect|verify|cleanup (amiss COMMAND -h for its flags)")
+var errUsage = errors.New("usage: amiss serve|sign|demo|ledger stats|list|inspect|republish|verify|cleanup (amiss COMMAND -h for its flags)")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {

@@ -3,11 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/internal/miniotest"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/objstore"
@@ -49,6 +56,72 @@ func TestLedgerCommandsOnAnS3Prefix(t *testing.T) {
 	if err := run(ctx, []string{"ledger", "stats", "-root", "s3://" + miniotest.Bucket + "/nothing-here/"}, &out, &errOut); err == nil {
 		t.Fatal("stats of an empty prefix succeeded")
 	}
+
+	// An abandoned row: list prints its full key, republish revives it and sends it to SQS.
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "abandoned"}, Subject: []byte(`{}`)}
+	l.Admit(ctx, d)
+	c, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "o", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Save(ctx, *c.Lease, []byte(`{"state":"failure","description":"frozen"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Abandon(ctx, st, `provider refused it for good: 422 (verdict failure: "frozen")`); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"ledger", "list", "-root", root, "-state", "abandoned"}, &out, &errOut); err != nil ||
+		!strings.HasPrefix(out.String(), d.Key().String()+"\tabandoned\t") || strings.Count(out.String(), "\n") != 1 {
+		t.Fatalf("list: %v\n%s", err, out.String())
+	}
+	fake := &fakeSQS{}
+	sqsSrv := httptest.NewServer(fake)
+	defer sqsSrv.Close()
+	t.Setenv("AWS_ENDPOINT_URL_SQS", sqsSrv.URL)
+	queueURL := sqsSrv.URL + "/123456789012/amiss-deliveries"
+	out.Reset()
+	if err := run(ctx, []string{"ledger", "republish", "-root", root, "-queue", queueURL, d.Key().String()}, &out, &errOut); err != nil {
+		t.Fatalf("republish: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "queued: the runner publishes") || len(fake.bodies()) != 1 {
+		t.Fatalf("republish output:\n%s\nsent %q", out.String(), fake.bodies())
+	}
+	m, err := queue.Parse(fake.bodies()[0])
+	if err != nil || m.Key != d.Key() || m.Binding != d.Binding.Digest() {
+		t.Fatalf("message %+v %v", m, err)
+	}
+	c, err = l.Claim(ctx, d.Key(), d.Binding.Digest(), "o", time.Minute)
+	if err != nil || c.Outcome != ledger.Publish || string(c.Staged.Report) != `{"state":"failure","description":"frozen"}` {
+		t.Fatalf("claim after republish: %+v %v", c, err)
+	}
+}
+
+// fakeSQS speaks the SQS JSON protocol's SendMessage, as the current SDK does.
+type fakeSQS struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (f *fakeSQS) bodies() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.sent...)
+}
+
+func (f *fakeSQS) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var in struct{ QueueUrl, MessageBody string }
+	if r.Header.Get("X-Amz-Target") != "AmazonSQS.SendMessage" || json.NewDecoder(r.Body).Decode(&in) != nil || in.QueueUrl == "" {
+		http.Error(w, `{"__type":"InvalidAction"}`, http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.sent = append(f.sent, in.MessageBody)
+	f.mu.Unlock()
+	sum := md5.Sum([]byte(in.MessageBody))
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	json.NewEncoder(w).Encode(map[string]string{"MessageId": "5fea7756-0ea4-451a-a703-a558b933e274", "MD5OfMessageBody": hex.EncodeToString(sum[:])})
 }
 
 func TestProgressBar(t *testing.T) {

@@ -19,9 +19,11 @@ import (
 	"github.com/amiss-ci/amiss/functions/cleanup"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/ingress"
+	"github.com/amiss-ci/amiss/functions/operator"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/wiring"
+	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
 
@@ -30,6 +32,7 @@ type serveOptions struct {
 	config, root, listen string
 	workers              int
 	lease, cleanupEvery  time.Duration
+	strandedAfter        time.Duration
 	grace                time.Duration
 	// ready, when set, receives the address the server listens on.
 	ready chan<- string
@@ -44,9 +47,14 @@ func parseServe(args []string) (serveOptions, error) {
 	fs.IntVar(&o.workers, "workers", 4, "runner workers")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "runner lease window")
 	fs.DurationVar(&o.cleanupEvery, "cleanup-every", time.Minute, "cleanup interval")
+	fs.DurationVar(&o.strandedAfter, "stranded-after", time.Minute,
+		"idle time after which cleanup queues an unfinished row again (a revived row, a lost message)")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "time in-flight work gets to finish at shutdown")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if o.strandedAfter <= 0 || o.cleanupEvery <= 0 || o.lease <= 0 {
+		return o, fmt.Errorf("%w: -lease, -cleanup-every and -stranded-after must be positive", errUsage)
 	}
 	return o, nil
 }
@@ -61,13 +69,22 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	if err := os.MkdirAll(o.root, 0o700); err != nil {
 		return err
 	}
-	root, err := localfs.Prepare(ctx, o.root, localfs.Config{Limits: cfg.Limits(), Create: true})
+	root, err := localfs.Prepare(ctx, o.root, localfs.Config{Limits: cfg.Limits(), Create: true, StrandedAfter: o.strandedAfter})
 	if err != nil {
 		return err
 	}
 	defer root.Close()
 	secrets := wiring.Secrets(nil)
 	q := queue.NewLocal()
+	// Prompt recovery: the in-process queue died with the last process, so every unfinished
+	// row is queued again now (a row still leased by the dead process comes back as Busy and
+	// runs when its lease ends), instead of waiting for the stranded sweep.
+	recovered, err := operator.Recover(ctx, root.Session(), q, func(d ledger.DamagedRow) {
+		log.Error("damaged row skipped at recovery", "name", d.Name, "err", d.Err)
+	})
+	if err != nil {
+		return fmt.Errorf("recovery at start: %w", err)
+	}
 	h := &ingress.Handler{Config: cfg, Ledger: root.Session(), Queue: q, Secrets: secrets, Log: log}
 
 	mux := http.NewServeMux()
@@ -97,7 +114,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
-	log.Info("amiss serving", "listen", ln.Addr().String(), "root", root.Dir(), "routes", cfg.RouteNames())
+	log.Info("amiss serving", "listen", ln.Addr().String(), "root", root.Dir(), "routes", cfg.RouteNames(), "recovered", recovered)
 	if o.ready != nil {
 		o.ready <- ln.Addr().String()
 	}
@@ -107,7 +124,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	workCtx, stopWork := context.WithCancel(context.Background())
 	defer stopWork()
 	r := &runner.Runner{Ledger: root.Session(), Routes: wiring.Routes(cfg, secrets, nil, log), Owner: fmt.Sprintf("serve-%d", os.Getpid()),
-		Lease: o.lease, RetryDelay: 5 * time.Second, Log: log}
+		Lease: o.lease, RetryDelay: 5 * time.Second, Log: log, PublishBudget: cfg.PublishBudget()}
 	var wg sync.WaitGroup
 	for range o.workers {
 		wg.Add(1)
@@ -156,16 +173,19 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	q.Close() // workers drain what is ready, then stop
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	cut := false
 	select {
 	case <-done:
 	case <-sctx.Done():
-		// Cut what is still running: a cancelled evaluation releases nothing it did not
-		// save, and its lease ends by itself; the row is re-driven at the next start.
+		// Cut what is still running: a cancelled evaluation releases its lease; anything else
+		// keeps its lease until it ends by itself.
+		cut = true
 		stopWork()
 		<-done
 	}
-	if n := q.Len(); n > 0 {
-		log.Info("messages left in the in-process queue; their rows are re-driven by cleanup at the next start", "messages", n)
+	if n := q.Len(); n > 0 || cut {
+		log.Info("unfinished deliveries stay in the ledger: the next amiss serve on this root queues them again at start; "+
+			"a row whose work was cut runs again once its lease has ended", "queued", n, "cut", cut, "lease", o.lease)
 	}
 	log.Info("amiss stopped")
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.Canceled) {

@@ -5,12 +5,16 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
 )
 
 // syncBuffer is a bytes.Buffer safe for the server's writes and the test's reads.
@@ -87,5 +91,62 @@ func TestServeSignAndShutdown(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "amiss stopped") {
 		t.Fatalf("no clean stop:\n%s", out.String())
+	}
+}
+
+// A shutdown that cuts work in flight says truthfully when it resumes, and it does: the next
+// serve on the root queues the unfinished rows at start.
+func TestShutdownSaysWhenCutWorkResumes(t *testing.T) {
+	api := &standIn{bodies: map[string][]string{}, arrived: make(chan struct{}, 100), hold: 1}
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "amiss.yaml")
+	os.WriteFile(cfg, []byte(`
+routes:
+  gh:
+    provider: github
+    secrets: [{id: k, from: "env:HOOK_SECRET"}]
+    repositories: ["acme/*"]
+    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/verdict}
+`), 0o600)
+	t.Setenv("HOOK_SECRET", "kill-test-secret")
+	t.Setenv("GH_TOKEN", "gh-token")
+	o := serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 1, lease: 2 * time.Second,
+		cleanupEvery: time.Hour, strandedAfter: time.Hour, grace: 200 * time.Millisecond}
+	serve := func() (chan<- struct{}, <-chan error, *syncBuffer, string) {
+		ctx, stop := context.WithCancel(context.Background())
+		ready := make(chan string, 1)
+		out := &syncBuffer{}
+		done := make(chan error, 1)
+		o.ready = ready
+		go func() { done <- runServe(ctx, o, out) }()
+		stopc := make(chan struct{})
+		go func() { <-stopc; stop() }()
+		return stopc, done, out, <-ready
+	}
+	stop, done, out, addr := serve()
+	signedPush(t, addr, 1) // held at the provider: the one worker is busy
+	<-api.arrived
+	signedPush(t, addr, 2) // waits in the in-process queue
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "the next amiss serve on this root queues them again at start") ||
+		!strings.Contains(out.String(), `"cut":true`) {
+		t.Fatalf("shutdown message:\n%s", out.String())
+	}
+	stop, done, out, _ = serve()
+	defer func() { close(stop); <-done }()
+	// Within the lease the cut work held (2 s): the cut publication gave its lease back, the
+	// cut evaluation's lease ends by itself.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if st := rowStates(t, o.root); st[ledger.StateDone] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cut work did not resume at the next start: %v\n%s", rowStates(t, o.root), out.String())
+		}
 	}
 }

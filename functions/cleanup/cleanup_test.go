@@ -68,3 +68,50 @@ func TestShortDeadlineStillCleans(t *testing.T) {
 		t.Fatalf("%+v %v: a 5 s invocation with the default 10 s margin did nothing", sum, err)
 	}
 }
+
+// The worst case in Lambda: a saved verdict waiting for its next publish attempt (released
+// with notBefore) whose message went to the dead-letter queue. The scheduled cleanup (every 5
+// minutes, at any phase) re-drives it at most the stranded threshold (15 minutes) plus one
+// schedule period after the attempt was due, never before it was due.
+func TestDeadLetteredRowIsRedrivenWithinThresholdAndSchedule(t *testing.T) {
+	const every, threshold = 5 * time.Minute, 15 * time.Minute
+	worst := time.Duration(0)
+	for phase := time.Duration(0); phase < every; phase += 37 * time.Second {
+		ctx := context.Background()
+		start := time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)
+		clock := ledger.NewManualClock(start)
+		l, err := localfs.Open(ctx, filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(), Clock: clock,
+			Create: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "dlq"}}
+		l.Admit(ctx, d)
+		c, _ := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w", time.Minute)
+		s, _ := l.Save(ctx, *c.Lease, []byte("r"))
+		due := start.Add(2 * time.Hour) // the next publish attempt, after a failure
+		if err := l.Release(ctx, s.Lease, due); err != nil {
+			t.Fatal(err)
+		}
+		q := queue.NewLocal()
+		h := &cleanup.Handler{Ledger: l, Queue: q}
+		var redriven time.Time
+		for tick := start.Add(phase); tick.Before(due.Add(time.Hour)); tick = tick.Add(every) {
+			clock.Set(tick)
+			if _, err := h.Handle(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if q.Len() > 0 {
+				redriven = tick
+				break
+			}
+		}
+		l.Close()
+		delay := redriven.Sub(due)
+		if redriven.IsZero() || delay < threshold || delay > threshold+every {
+			t.Fatalf("phase %v: re-driven %v after the attempt was due, want within [%v, %v]", phase, delay, threshold, threshold+every)
+		}
+		worst = max(worst, delay)
+	}
+	t.Logf("a dead-lettered row is re-driven at most %v after its attempt was due (threshold %v + schedule %v)", worst, threshold, every)
+}

@@ -18,9 +18,11 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -41,6 +43,9 @@ type Controller struct {
 	MaxBodyBytes     int           `yaml:"max_body_bytes"`
 	MaxSubjectBytes  int           `yaml:"max_subject_bytes"`
 	MaxReportBytes   int           `yaml:"max_report_bytes"`
+	// PublishBudget is how long publication of a saved verdict is retried before it is
+	// abandoned (zero: the queue ceiling). Not recorded in the ledger root.
+	PublishBudget time.Duration `yaml:"publish_budget"`
 }
 
 // Route is one /hooks/{route}.
@@ -174,6 +179,23 @@ func (c *Config) Limits() ledger.Limits {
 	}
 }
 
+// DefaultPublishBudget is the publish budget when neither publish_budget nor queue_ceiling
+// gives one.
+const DefaultPublishBudget = 72 * time.Hour
+
+// PublishBudget is how long the runner retries publishing a saved verdict before abandoning
+// it: publish_budget, or else the queue ceiling (the time a delivery can still matter), or
+// else 72 hours.
+func (c *Config) PublishBudget() time.Duration {
+	switch {
+	case c.Controller.PublishBudget > 0:
+		return c.Controller.PublishBudget
+	case c.Controller.QueueCeiling > 0:
+		return c.Controller.QueueCeiling
+	}
+	return DefaultPublishBudget
+}
+
 // Route returns the named route, or nil.
 func (c *Config) Route(name string) *Route { return c.Routes[name] }
 
@@ -194,6 +216,9 @@ func (c *Config) validate() error {
 	if c.Controller.MaxBodyBytes <= 0 || c.Controller.MaxBodyBytes > 6<<20 {
 		return fmt.Errorf("controller.max_body_bytes: must be in (0, 6 MiB] (API Gateway's payload limit is 10 MB, Lambda's 6 MB), got %d", c.Controller.MaxBodyBytes)
 	}
+	if c.Controller.PublishBudget < 0 {
+		return fmt.Errorf("controller.publish_budget: must not be negative, got %s", c.Controller.PublishBudget)
+	}
 	if len(c.Routes) == 0 {
 		return errors.New("routes: at least one route is needed")
 	}
@@ -206,6 +231,26 @@ func (c *Config) validate() error {
 		if err := r.validate(c.Controller); err != nil {
 			return fmt.Errorf("routes.%s.%w", name, err)
 		}
+	}
+	return c.checkBitbucketKeys()
+}
+
+// checkBitbucketKeys refuses two different Bitbucket contexts that would be published under
+// one status key (the first 40 characters): each would overwrite the other's status.
+func (c *Config) checkBitbucketKeys() error {
+	owner := map[string]*Route{}
+	for _, name := range c.RouteNames() {
+		r := c.Routes[name]
+		if r.Publish.Provider != "bitbucket" {
+			continue
+		}
+		key := publish.BitbucketKey(r.Publish.Context)
+		if o, ok := owner[key]; ok && o.Publish.Context != r.Publish.Context {
+			return fmt.Errorf("routes.%s.publish.context: %q and routes.%s's %q share their first %d characters, "+
+				"Bitbucket's status key, so each would overwrite the other's status", name, r.Publish.Context, o.Name,
+				o.Publish.Context, publish.BitbucketKeyLength)
+		}
+		owner[key] = r
 	}
 	return nil
 }
@@ -343,6 +388,14 @@ func (p *Publish) validate() error {
 	}
 	if p.Context == "" {
 		p.Context = "amiss"
+	}
+	if p.Provider == "gitlab" {
+		if n := utf8.RuneCountInString(p.TargetURL); n > publish.GitLabMaxField {
+			return fieldErr("publish.target_url", "GitLab accepts at most %d characters, this one has %d", publish.GitLabMaxField, n)
+		}
+		if n := utf8.RuneCountInString(p.Context); n > publish.GitLabMaxField {
+			return fieldErr("publish.context", "GitLab accepts a status name of at most %d characters, this one has %d", publish.GitLabMaxField, n)
+		}
 	}
 	return nil
 }

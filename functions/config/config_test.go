@@ -8,6 +8,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/webhook"
+	"github.com/amiss-ci/amiss/ledger"
 )
 
 const base = `
@@ -80,12 +81,47 @@ func TestInvalidConfigurationNamesTheField(t *testing.T) {
 		"bad body limit":   {base + "controller: {max_body_bytes: 0}\n", "controller.max_body_bytes"},
 		"bad ceiling":      {base + "controller: {signed_age_ceiling: 0s}\n", "controller"},
 		"empty":            {"", "empty configuration"},
+		"negative budget":  {base + "controller: {publish_budget: -1h}\n", "controller.publish_budget"},
+		"gitlab long target url": {base + "    publish: {provider: gitlab, base_url: 'https://gitlab.com', token: {from: 'env:T'}, target_url: 'https://ci.example.com/" +
+			strings.Repeat("x", 240) + "'}\n", "routes.r.publish.target_url"},
+		"bitbucket keys collide": {strings.Replace(base, "provider: github", "provider: bitbucket", 1) +
+			"    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}, context: '" + strings.Repeat("é", 40) + "/lint'}\n" +
+			"  s:\n    provider: bitbucket\n    secrets: [{id: a, from: 'env:X'}]\n    repositories: [acme/app]\n" +
+			"    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}, context: '" + strings.Repeat("é", 40) + "/test'}\n",
+			"routes.s.publish.context"},
 	}
 	for name, c := range cases {
 		_, err := config.Parse([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: error %v does not name %q", name, err, c.field)
 		}
+	}
+}
+
+func TestPublishBudget(t *testing.T) {
+	c, err := config.Parse([]byte(base))
+	if err != nil || c.PublishBudget() != 72*time.Hour {
+		t.Fatalf("default budget %v (%v): want the queue ceiling, 72h", c.PublishBudget(), err)
+	}
+	c, _ = config.Parse([]byte(base + "controller: {queue_ceiling: 96h}\n"))
+	if c.PublishBudget() != 96*time.Hour {
+		t.Fatalf("budget %v: want the queue ceiling 96h", c.PublishBudget())
+	}
+	c, _ = config.Parse([]byte(base + "controller: {queue_ceiling: 0s}\n"))
+	if c.PublishBudget() != config.DefaultPublishBudget {
+		t.Fatalf("budget %v with no queue ceiling", c.PublishBudget())
+	}
+	c, _ = config.Parse([]byte(base + "controller: {publish_budget: 6h}\n"))
+	if c.PublishBudget() != 6*time.Hour || c.Limits() != ledger.DefaultLimits() {
+		t.Fatalf("budget %v, limits %+v: the budget is not a ledger limit", c.PublishBudget(), c.Limits())
+	}
+	// Two Bitbucket routes with the same context share a status on purpose.
+	same := strings.Replace(base, "provider: github", "provider: bitbucket", 1) +
+		"    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}, context: amiss}\n" +
+		"  s:\n    provider: bitbucket\n    secrets: [{id: a, from: 'env:X'}]\n    repositories: [acme/app]\n" +
+		"    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}, context: amiss}\n"
+	if _, err := config.Parse([]byte(same)); err != nil {
+		t.Fatalf("the same context on two routes: %v", err)
 	}
 }
 

@@ -163,7 +163,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		return h.unavailable(log, "ledger")
 	}
 	key := a.Key.String()
-	log = log.With("key", a.Key.Short())
+	log = log.With("key", a.Key.String())
 	switch a.Outcome {
 	case ledger.Admitted, ledger.Pending:
 		if err := h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {

@@ -138,8 +138,9 @@ func TestAdmitQueueRedeliverDuplicate(t *testing.T) {
 	if !strings.Contains(resp.Body, `"outcome":"admitted"`) || w.q.Len() != 1 {
 		t.Fatalf("admitted: %s, %d queued", resp.Body, w.q.Len())
 	}
+	w.q.Receive(context.Background())                         // taken by a runner that died with it
 	w.do(t, githubRequest("gh", "push", body), http.StatusOK) // pending: queued again
-	if w.q.Len() != 2 {
+	if w.q.Len() != 1 {
 		t.Fatalf("pending redelivery not queued again: %d", w.q.Len())
 	}
 	m, _ := w.q.Receive(context.Background())

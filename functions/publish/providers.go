@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
+	"unicode/utf8"
 )
 
 // api is what every provider's publisher holds: its base URL, its token and a retrying client.
@@ -16,8 +18,8 @@ type api struct {
 	client
 }
 
-func newAPI(baseURL, token string, hc *http.Client) api {
-	return api{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, client: client{HTTP: hc}}
+func newAPI(baseURL, token string, hc *http.Client, cls func(*http.Response, []byte) *Error) api {
+	return api{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, client: client{HTTP: hc, classify: cls}}
 }
 
 // GitHub posts to POST {base}/repos/{owner}/{repo}/statuses/{sha} (GitHub Enterprise: base is
@@ -26,7 +28,31 @@ type GitHub struct{ api }
 
 // NewGitHub returns a GitHub publisher.
 func NewGitHub(baseURL, token string, hc *http.Client) *GitHub {
-	return &GitHub{newAPI(baseURL, token, hc)}
+	return &GitHub{newAPI(baseURL, token, hc, classifyGitHub)}
+}
+
+// classifyGitHub: GitHub answers its rate limits with 403 or 429. The primary limit says
+// x-ratelimit-remaining: 0 and resets at x-ratelimit-reset; a secondary limit sends
+// Retry-After, or asks for at least a minute. Any other 403 is the token's scope.
+func classifyGitHub(resp *http.Response, body []byte) *Error {
+	e := classify(resp, body)
+	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
+		return e
+	}
+	h := resp.Header
+	if d, ok := retryAfter(h); ok {
+		e.Class, e.RetryAfter = Transient, d
+	} else if h.Get("X-Ratelimit-Remaining") == "0" {
+		e.Class = Transient
+		if d, ok := resetWait(h, "X-Ratelimit-Reset"); ok {
+			e.RetryAfter = d
+		} else {
+			e.RetryAfter = time.Minute
+		}
+	} else if strings.Contains(strings.ToLower(string(body)), "rate limit") {
+		e.Class, e.RetryAfter = Transient, time.Minute
+	}
+	return e
 }
 
 // Publish implements Publisher.
@@ -40,7 +66,7 @@ func (g *GitHub) Publish(ctx context.Context, s Status) error {
 		body["target_url"] = s.TargetURL
 	}
 	_, _, err = g.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/repos/%s/%s/statuses/%s", g.BaseURL,
-		url.PathEscape(owner), url.PathEscape(repo), s.SHA), body, map[string]string{
+		url.PathEscape(owner), url.PathEscape(repo), url.PathEscape(s.SHA)), body, map[string]string{
 		"Authorization": "Bearer " + g.Token, "Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}))
 	return err
 }
@@ -50,7 +76,7 @@ type Gitea struct{ api }
 
 // NewGitea returns a Gitea/Forgejo publisher.
 func NewGitea(baseURL, token string, hc *http.Client) *Gitea {
-	return &Gitea{newAPI(baseURL, token, hc)}
+	return &Gitea{newAPI(baseURL, token, hc, classify)}
 }
 
 // Publish implements Publisher.
@@ -62,18 +88,44 @@ func (g *Gitea) Publish(ctx context.Context, s Status) error {
 	body := map[string]string{"state": s.State, "description": cutRunes(s.Description, otherDescription), "context": s.Context,
 		"target_url": s.TargetURL}
 	_, _, err = g.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/api/v1/repos/%s/%s/statuses/%s", g.BaseURL,
-		url.PathEscape(owner), url.PathEscape(repo), s.SHA), body, map[string]string{"Authorization": "token " + g.Token}))
+		url.PathEscape(owner), url.PathEscape(repo), url.PathEscape(s.SHA)), body, map[string]string{"Authorization": "token " + g.Token}))
 	return err
 }
 
 // GitLab posts to POST {base}/api/v4/projects/{path}/statuses/{sha}. GitLab has no "error"
-// state: error and failure are both "failed". Posting the state a status already has answers
-// 400; the publisher then reads the commit's statuses back and counts a match as published.
+// state: error and failure are both "failed". Current GitLab answers 201 for a repeated final
+// state (it adds a job); older versions answered 400, so on a 400 the publisher reads the
+// commit's statuses back and counts a match as published. 409 means GitLab's per-commit lock
+// was busy: it is retried. target_url is limited to 255 characters: a longer one is left out
+// rather than cut into a broken link (the configuration refuses one).
 type GitLab struct{ api }
 
 // NewGitLab returns a GitLab publisher.
 func NewGitLab(baseURL, token string, hc *http.Client) *GitLab {
-	return &GitLab{newAPI(baseURL, token, hc)}
+	return &GitLab{newAPI(baseURL, token, hc, classifyGitLab)}
+}
+
+// GitLabMaxField is GitLab's limit on a status's target_url, description and name.
+const GitLabMaxField = 255
+
+// gitlabBusyWait is the wait after a 409: GitLab's status service holds its per-commit lock
+// for at most 5 s and retries it for about 2 s before answering 409.
+const gitlabBusyWait = 3 * time.Second
+
+// classifyGitLab: 409 is GitLab's per-commit lock being busy, a transient answer; 429 carries
+// Retry-After and RateLimit-Reset.
+func classifyGitLab(resp *http.Response, body []byte) *Error {
+	e := classify(resp, body)
+	switch resp.StatusCode {
+	case http.StatusConflict:
+		e.Class = Transient
+		e.RetryAfter = max(e.RetryAfter, gitlabBusyWait)
+	case http.StatusTooManyRequests:
+		if e.RetryAfter == 0 {
+			e.RetryAfter, _ = resetWait(resp.Header, "RateLimit-Reset")
+		}
+	}
+	return e
 }
 
 func gitlabState(s string) string {
@@ -87,20 +139,24 @@ func gitlabState(s string) string {
 func (g *GitLab) Publish(ctx context.Context, s Status) error {
 	project := url.PathEscape(s.Repository)
 	state := gitlabState(s.State)
-	body := map[string]string{"state": state, "name": s.Context, "description": cutRunes(s.Description, otherDescription)}
-	if s.TargetURL != "" {
+	body := map[string]string{"state": state, "name": s.Context, "description": cutRunes(s.Description, GitLabMaxField)}
+	if s.TargetURL != "" && utf8.RuneCountInString(s.TargetURL) <= GitLabMaxField {
 		body["target_url"] = s.TargetURL
 	}
 	hdr := map[string]string{"PRIVATE-TOKEN": g.Token}
-	status, _, err := g.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/api/v4/projects/%s/statuses/%s", g.BaseURL, project, s.SHA), body, hdr))
-	if err == nil || status != http.StatusBadRequest {
+	_, _, err := g.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/api/v4/projects/%s/statuses/%s", g.BaseURL, project,
+		url.PathEscape(s.SHA)), body, hdr))
+	if err == nil || StatusOf(err) != http.StatusBadRequest {
 		return err
 	}
-	// 400: maybe the status already holds this state. Read it back.
+	// 400 from an older GitLab: maybe the status already holds this state. Read it back.
 	_, list, rerr := g.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/api/v4/projects/%s/repository/commits/%s/statuses?name=%s&all=true",
-		g.BaseURL, project, s.SHA, url.QueryEscape(s.Context)), nil, hdr))
+		g.BaseURL, project, url.PathEscape(s.SHA), url.QueryEscape(s.Context)), nil, hdr))
 	if rerr != nil {
-		return errors.Join(err, rerr)
+		if ClassOf(rerr) == Permanent {
+			return err
+		}
+		return rerr // the read-back failed for now: try the whole thing again later
 	}
 	var statuses []struct {
 		Name, Status string
@@ -117,12 +173,45 @@ func (g *GitLab) Publish(ctx context.Context, s Status) error {
 
 // Bitbucket posts to POST {base}/2.0/repositories/{workspace}/{slug}/commit/{sha}/statuses/build
 // (base https://api.bitbucket.org). Its states are SUCCESSFUL and FAILED; a status needs a URL,
-// so the commit's page is used when no target URL is configured.
+// so the commit's page is used when no target URL is configured. The status key is the context
+// cut to BitbucketKeyLength characters (the configuration refuses two contexts that would share
+// a key). Bitbucket Cloud's pull request events carry abbreviated commit hashes: the publisher
+// resolves one to the full hash (GET .../commit/{hash}) and posts against that.
 type Bitbucket struct{ api }
 
 // NewBitbucket returns a Bitbucket Cloud publisher.
 func NewBitbucket(baseURL, token string, hc *http.Client) *Bitbucket {
-	return &Bitbucket{newAPI(baseURL, token, hc)}
+	return &Bitbucket{newAPI(baseURL, token, hc, classify)}
+}
+
+// BitbucketKeyLength is the longest status key Bitbucket accepts, in characters.
+const BitbucketKeyLength = 40
+
+// BitbucketKey is the status key a context is published under: its first 40 characters.
+func BitbucketKey(context string) string {
+	if utf8.RuneCountInString(context) <= BitbucketKeyLength {
+		return context
+	}
+	return string([]rune(context)[:BitbucketKeyLength])
+}
+
+// fullHashLength is the length of a full SHA-1 commit hash in hex.
+const fullHashLength = 40
+
+// resolve returns the full hash of an abbreviated one.
+func (b *Bitbucket) resolve(ctx context.Context, ws, slug, sha string) (string, error) {
+	_, body, err := b.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/2.0/repositories/%s/%s/commit/%s", b.BaseURL,
+		url.PathEscape(ws), url.PathEscape(slug), url.PathEscape(sha)), nil, map[string]string{"Authorization": "Bearer " + b.Token}))
+	if err != nil {
+		return "", err
+	}
+	var c struct {
+		Hash string `json:"hash"`
+	}
+	if err := json.Unmarshal(body, &c); err != nil || len(c.Hash) != fullHashLength || !strings.HasPrefix(c.Hash, sha) {
+		return "", &Error{Class: Transient, Err: errors.New("bitbucket answered the commit " + sha + " without its full hash")}
+	}
+	return c.Hash, nil
 }
 
 // Publish implements Publisher.
@@ -131,21 +220,23 @@ func (b *Bitbucket) Publish(ctx context.Context, s Status) error {
 	if err != nil {
 		return err
 	}
+	sha := strings.ToLower(s.SHA)
+	if len(sha) < fullHashLength {
+		if sha, err = b.resolve(ctx, ws, slug, sha); err != nil {
+			return err
+		}
+	}
 	state := "FAILED"
 	if s.State == "success" {
 		state = "SUCCESSFUL"
 	}
 	target := s.TargetURL
 	if target == "" {
-		target = fmt.Sprintf("https://bitbucket.org/%s/%s/commits/%s", ws, slug, s.SHA)
+		target = fmt.Sprintf("https://bitbucket.org/%s/%s/commits/%s", ws, slug, sha)
 	}
-	key := s.Context
-	if len(key) > 40 {
-		key = key[:40]
-	}
-	body := map[string]string{"key": key, "state": state, "name": s.Context, "url": target,
+	body := map[string]string{"key": BitbucketKey(s.Context), "state": state, "name": s.Context, "url": target,
 		"description": cutRunes(s.Description, otherDescription)}
 	_, _, err = b.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/2.0/repositories/%s/%s/commit/%s/statuses/build", b.BaseURL,
-		url.PathEscape(ws), url.PathEscape(slug), s.SHA), body, map[string]string{"Authorization": "Bearer " + b.Token}))
+		url.PathEscape(ws), url.PathEscape(slug), url.PathEscape(sha)), body, map[string]string{"Authorization": "Bearer " + b.Token}))
 	return err
 }

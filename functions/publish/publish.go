@@ -1,8 +1,18 @@
 // Package publish posts verdicts as commit statuses: GitHub (and GitHub Enterprise),
-// Gitea/Forgejo, GitLab and Bitbucket Cloud, and a log publisher for local use. Transient
-// failures (429, 5xx, transport errors) are retried with backoff, honouring Retry-After; a
-// permanent refusal (401, 403, 404, 422, other 4xx) is ErrPermanent, and the runner abandons
-// the delivery.
+// Gitea/Forgejo, GitLab and Bitbucket Cloud, and a log publisher for local use.
+//
+// A publisher makes a few quick attempts within one call (transport errors, 5xx, 429 and
+// GitLab's busy 409, honouring a short Retry-After) and then answers an *Error that classifies
+// the provider's last answer, so that the runner can schedule the next attempt:
+//
+//   - Transient: the provider or the network failed; retry later (RetryAfter, when the provider
+//     named a wait: Retry-After, or a rate limit's reset).
+//   - Operator: 401, 403 or 404: a token, a scope or a repository name an operator must fix;
+//     retry later, and say so loudly.
+//   - Permanent: a refusal that can never succeed for this verdict (for example 422 for a commit
+//     the provider does not know); errors.Is(err, ErrPermanent) holds.
+//
+// The table of answers for each provider is in docs/providers/*.md.
 package publish
 
 import (
@@ -38,7 +48,89 @@ type Publisher interface {
 // ErrPermanent: the provider refused the status for good; retrying cannot help.
 var ErrPermanent = errors.New("publish: refused for good")
 
-// Description limits by provider (GitHub documents 140 characters; the others are kept to 255).
+// Class says what a failed publication means for the verdict.
+type Class int
+
+// The classes of failure.
+const (
+	// Transient: the provider or the network failed; a later attempt may succeed.
+	Transient Class = iota + 1
+	// Operator: the provider refused the credentials or cannot see the repository (401, 403,
+	// 404); an operator fixes it, so it is retried on the long schedule and reported as an error.
+	Operator
+	// Permanent: the provider refused this status for good.
+	Permanent
+)
+
+func (c Class) String() string {
+	switch c {
+	case Transient:
+		return "transient"
+	case Operator:
+		return "operator"
+	case Permanent:
+		return "permanent"
+	}
+	return fmt.Sprintf("Class(%d)", int(c))
+}
+
+// Error is a failed publication: the class of the provider's last answer, its HTTP status (0
+// for a transport error), and the wait the provider asked for, if any.
+type Error struct {
+	Class  Class
+	Status int
+	// RetryAfter is the provider's own wait before the next attempt (Retry-After, a rate
+	// limit's reset), zero when it named none.
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Class == Permanent {
+		return fmt.Sprintf("%v: %v", ErrPermanent, e.Err)
+	}
+	return fmt.Sprintf("publish: %v (%v)", e.Err, e.Class)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrPermanent) hold for a permanent refusal.
+func (e *Error) Is(target error) bool { return target == ErrPermanent && e.Class == Permanent }
+
+// ClassOf classifies an error a publisher returned: its *Error's class, Permanent for an error
+// wrapping ErrPermanent, and Transient for anything else (a cancelled context, an unknown
+// failure).
+func ClassOf(err error) Class {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Class
+	}
+	if errors.Is(err, ErrPermanent) {
+		return Permanent
+	}
+	return Transient
+}
+
+// RetryAfterOf returns the wait the provider asked for, or zero.
+func RetryAfterOf(err error) time.Duration {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.RetryAfter
+	}
+	return 0
+}
+
+// StatusOf returns the provider's HTTP status in err, or zero.
+func StatusOf(err error) int {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Status
+	}
+	return 0
+}
+
+// Description limits by provider (GitHub documents 140 characters; GitLab 255; the others are
+// kept to 255).
 const (
 	githubDescription = 140
 	otherDescription  = 255
@@ -53,11 +145,27 @@ func cutRunes(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// client sends JSON requests with retries.
+// Defaults of one call's own retries. Longer waits are the runner's to schedule.
+const (
+	defaultAttempts = 3
+	firstWait       = time.Second
+	// maxCallWait is the longest wait a call sleeps through; a provider asking for more gets
+	// the error back with its RetryAfter, and the runner schedules the attempt.
+	maxCallWait = 10 * time.Second
+	// maxProviderWait bounds a wait computed from a provider's header (an hour is GitHub's
+	// rate-limit window), so a wrong clock or header cannot park a verdict for days.
+	maxProviderWait = time.Hour
+)
+
+// client sends JSON requests with a few quick retries.
 type client struct {
-	HTTP        *http.Client
+	HTTP *http.Client
+	// MaxAttempts is the attempts within one call (default 3).
 	MaxAttempts int
-	Sleep       func(context.Context, time.Duration) error
+	// Sleep waits between attempts (default: a timer, cut short by the context).
+	Sleep func(context.Context, time.Duration) error
+	// classify reads a provider's non-2xx answer (default: classify).
+	classify func(resp *http.Response, body []byte) *Error
 }
 
 func (c *client) httpClient() *http.Client {
@@ -78,68 +186,116 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// retryAfter reads a Retry-After header (seconds or an HTTP date).
-func retryAfter(h http.Header, fallback time.Duration) time.Duration {
-	v := h.Get("Retry-After")
-	if v == "" {
-		return fallback
+// providerNow is the provider's own time, from its Date header (so that waits computed from
+// its clock do not depend on ours), or our clock when it sent none.
+func providerNow(h http.Header) time.Time {
+	if t, err := http.ParseTime(h.Get("Date")); err == nil {
+		return t
 	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := time.Until(t); d > 0 {
-			return d
-		}
-		return 0
-	}
-	return fallback
+	return time.Now()
 }
 
-// do sends the request built by build, retrying transient failures. It returns the final
-// answer's status and body; a permanent refusal is ErrPermanent.
+// retryAfter reads a Retry-After header (seconds, or an HTTP date measured against the
+// answer's own Date), bounded by maxProviderWait. ok is false when there is none.
+func retryAfter(h http.Header) (time.Duration, bool) {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return min(time.Duration(s)*time.Second, maxProviderWait), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(t.Sub(providerNow(h)), 0), maxProviderWait), true
+	}
+	return 0, false
+}
+
+// resetWait reads a rate limit's reset time (Unix seconds in header name) against the
+// answer's own Date, bounded by maxProviderWait.
+func resetWait(h http.Header, name string) (time.Duration, bool) {
+	s, err := strconv.ParseInt(strings.TrimSpace(h.Get(name)), 10, 64)
+	if err != nil || s <= 0 {
+		return 0, false
+	}
+	return min(max(time.Unix(s, 0).Sub(providerNow(h)), 0), maxProviderWait), true
+}
+
+// answerText is a provider's answer for an error message: trimmed and bounded.
+func answerText(body []byte) string {
+	s := strings.TrimSpace(string(body))
+	if len(s) > 300 {
+		s = cutRunes(s[:300], 299)
+	}
+	return s
+}
+
+// classify is the table every provider starts from: 408, 425, 429 and 5xx are transient (with
+// the provider's Retry-After); 401, 403 and 404 are the operator's; 409 is transient; every
+// other 4xx (400, 410, 413, 422, ...) is permanent.
+func classify(resp *http.Response, body []byte) *Error {
+	e := &Error{Status: resp.StatusCode, Err: fmt.Errorf("%s %s answered %d: %s", resp.Request.Method, resp.Request.URL.Path,
+		resp.StatusCode, answerText(body))}
+	switch code := resp.StatusCode; {
+	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests, code >= 500,
+		code == http.StatusConflict:
+		e.Class = Transient
+		e.RetryAfter, _ = retryAfter(resp.Header)
+	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound:
+		e.Class = Operator
+	case code >= 400:
+		e.Class = Permanent
+	default: // 1xx, 3xx: nothing this client understands; a later attempt may do better
+		e.Class = Transient
+	}
+	return e
+}
+
+// do sends the request built by build, retrying transient failures within the call. It
+// returns the answer's status and body on 2xx, and an *Error otherwise.
 func (c *client) do(ctx context.Context, build func() (*http.Request, error)) (int, []byte, error) {
 	attempts := c.MaxAttempts
 	if attempts <= 0 {
-		attempts = 4
+		attempts = defaultAttempts
 	}
 	sleep := c.Sleep
 	if sleep == nil {
 		sleep = sleepCtx
 	}
-	backoff := 500 * time.Millisecond
-	var last error
-	for i := 0; i < attempts; i++ {
-		if i > 0 {
-			if err := sleep(ctx, backoff); err != nil {
-				return 0, nil, fmt.Errorf("publish: %w (last: %v)", err, last)
-			}
-			backoff = min(backoff*2, 30*time.Second)
-		}
+	cls := c.classify
+	if cls == nil {
+		cls = classify
+	}
+	wait := firstWait
+	for i := 0; ; i++ {
 		req, err := build()
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, &Error{Class: Permanent, Err: err}
 		}
+		var e *Error
 		resp, err := c.httpClient().Do(req.WithContext(ctx))
 		if err != nil {
-			last = err
-			continue
+			e = &Error{Class: Transient, Err: err}
+		} else {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return resp.StatusCode, body, nil
+			}
+			e = cls(resp, body)
 		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		switch {
-		case resp.StatusCode/100 == 2:
-			return resp.StatusCode, body, nil
-		case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-			last = fmt.Errorf("%s %s answered %d", req.Method, req.URL.Path, resp.StatusCode)
-			backoff = max(backoff, retryAfter(resp.Header, backoff))
-			continue
-		default:
-			return resp.StatusCode, body, fmt.Errorf("%w: %s %s answered %d: %s", ErrPermanent, req.Method, req.URL.Path,
-				resp.StatusCode, strings.TrimSpace(string(body)))
+		if e.Class != Transient || i+1 >= attempts || ctx.Err() != nil {
+			return 0, nil, e
 		}
+		w := max(wait, e.RetryAfter)
+		if w > maxCallWait {
+			return 0, nil, e // the runner schedules a wait this long
+		}
+		if err := sleep(ctx, w); err != nil {
+			return 0, nil, e
+		}
+		wait *= 2
 	}
-	return 0, nil, fmt.Errorf("publish: gave up after %d attempts: %v", attempts, last)
 }
 
 func jsonRequest(method, url string, body any, header map[string]string) func() (*http.Request, error) {
@@ -169,7 +325,7 @@ func jsonRequest(method, url string, body any, header map[string]string) func() 
 func splitRepo(repo string) (string, string, error) {
 	owner, name, ok := strings.Cut(repo, "/")
 	if !ok || owner == "" || name == "" {
-		return "", "", fmt.Errorf("%w: repository %q is not owner/name", ErrPermanent, repo)
+		return "", "", &Error{Class: Permanent, Err: fmt.Errorf("repository %q is not owner/name", repo)}
 	}
 	return owner, name, nil
 }

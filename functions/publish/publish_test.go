@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -159,7 +160,7 @@ func TestBitbucketCloud(t *testing.T) {
 	}
 }
 
-func TestRetriesHonourRetryAfterAndPermanentRefusals(t *testing.T) {
+func TestQuickRetriesWithinOneCall(t *testing.T) {
 	rec := &recorder{answers: []func(http.ResponseWriter){
 		status(http.StatusTooManyRequests, "Retry-After", "7"),
 		status(http.StatusBadGateway),
@@ -175,16 +176,206 @@ func TestRetriesHonourRetryAfterAndPermanentRefusals(t *testing.T) {
 	if len(rec.got) != 3 || len(waits) != 2 || waits[0] < 7*time.Second {
 		t.Fatalf("%d requests, waits %v: want 3 requests and a first wait of at least Retry-After 7s", len(rec.got), waits)
 	}
-	for _, code := range []int{401, 403, 404, 422} {
-		rec.answers = []func(http.ResponseWriter){status(code)}
+	rec.answers = []func(http.ResponseWriter){status(500), status(500), status(500), status(500)}
+	n := len(rec.got)
+	err := g.Publish(context.Background(), st())
+	if publish.ClassOf(err) != publish.Transient || errors.Is(err, publish.ErrPermanent) || len(rec.got) != n+3 {
+		t.Fatalf("exhausted retries: %v after %d requests (want transient after 3)", err, len(rec.got)-n)
+	}
+}
+
+// A provider asking for a long wait gets it from the runner's schedule: the call never sleeps
+// through it (an hour's Retry-After used to be slept inside the call).
+func TestLongWaitsAreTheRunnersToSchedule(t *testing.T) {
+	rec := &recorder{}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	g := publish.NewGitHub(srv.URL, "t", srv.Client())
+	var waits []time.Duration
+	g.Sleep = func(ctx context.Context, d time.Duration) error { waits = append(waits, d); return nil }
+	date := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name   string
+		answer func(http.ResponseWriter)
+		want   time.Duration
+	}{
+		{"retry-after seconds", status(http.StatusServiceUnavailable, "Retry-After", "3600"), time.Hour},
+		{"retry-after date, against the answer's own Date", status(http.StatusTooManyRequests, "Date", date.Format(http.TimeFormat),
+			"Retry-After", date.Add(20*time.Minute).Format(http.TimeFormat)), 20 * time.Minute},
+		{"primary rate limit", status(http.StatusForbidden, "Date", date.Format(http.TimeFormat), "X-Ratelimit-Remaining", "0",
+			"X-Ratelimit-Reset", fmt.Sprint(date.Add(15*time.Minute).Unix())), 15 * time.Minute},
+		{"secondary rate limit", status(http.StatusForbidden, "Retry-After", "60"), time.Minute},
+		{"a day's wait is bounded", status(http.StatusServiceUnavailable, "Retry-After", "86400"), time.Hour},
+	}
+	for _, c := range cases {
+		rec.answers = []func(http.ResponseWriter){c.answer}
+		waits = nil
 		n := len(rec.got)
-		if err := g.Publish(context.Background(), st()); !errors.Is(err, publish.ErrPermanent) || len(rec.got) != n+1 {
-			t.Fatalf("%d: %v after %d requests: want ErrPermanent after one", code, err, len(rec.got)-n)
+		err := g.Publish(context.Background(), st())
+		if publish.ClassOf(err) != publish.Transient || publish.RetryAfterOf(err) != c.want || len(rec.got) != n+1 || len(waits) != 0 {
+			t.Fatalf("%s: %v (class %v, retry after %v) after %d requests and waits %v: want transient, %v, one request, no sleep",
+				c.name, err, publish.ClassOf(err), publish.RetryAfterOf(err), len(rec.got)-n, waits, c.want)
 		}
 	}
-	rec.answers = []func(http.ResponseWriter){status(500), status(500), status(500), status(500)}
+}
+
+// The table of answers: only a refusal that can never succeed for this verdict is permanent;
+// 401, 403 and 404 are the operator's to fix, retried on the long schedule.
+func TestAnswersAreClassifiedByProvider(t *testing.T) {
+	rec := &recorder{}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	noSleep := func(context.Context, time.Duration) error { return nil }
+	gh := publish.NewGitHub(srv.URL, "t", srv.Client())
+	gh.Sleep = noSleep
+	gt := publish.NewGitea(srv.URL, "t", srv.Client())
+	gt.Sleep = noSleep
+	gl := publish.NewGitLab(srv.URL, "t", srv.Client())
+	gl.Sleep = noSleep
+	bb := publish.NewBitbucket(srv.URL, "t", srv.Client())
+	bb.Sleep = noSleep
+	pubs := map[string]publish.Publisher{"github": gh, "gitea": gt, "gitlab": gl, "bitbucket": bb}
+	type row struct {
+		code  int
+		class publish.Class
+	}
+	common := []row{{401, publish.Operator}, {403, publish.Operator}, {404, publish.Operator}, {422, publish.Permanent},
+		{413, publish.Permanent}, {410, publish.Permanent}, {500, publish.Transient}, {502, publish.Transient},
+		{503, publish.Transient}, {429, publish.Transient}, {408, publish.Transient}}
+	for name, p := range pubs {
+		rows := append([]row{}, common...)
+		if name != "gitlab" { // GitLab's 400 is read back first (below)
+			rows = append(rows, row{400, publish.Permanent})
+		}
+		rows = append(rows, row{409, publish.Transient})
+		for _, r := range rows {
+			rec.mu.Lock()
+			rec.answers = nil
+			for range 3 {
+				rec.answers = append(rec.answers, status(r.code))
+			}
+			rec.mu.Unlock()
+			err := p.Publish(context.Background(), st())
+			if got := publish.ClassOf(err); got != r.class {
+				t.Errorf("%s %d: %v, class %v; want %v", name, r.code, err, got, r.class)
+			}
+			if (r.class == publish.Permanent) != errors.Is(err, publish.ErrPermanent) {
+				t.Errorf("%s %d: errors.Is(ErrPermanent) disagrees with the class %v", name, r.code, r.class)
+			}
+			if publish.StatusOf(err) != r.code {
+				t.Errorf("%s %d: status %d in the error", name, r.code, publish.StatusOf(err))
+			}
+		}
+	}
+	// A transport failure is transient.
+	dead := publish.NewGitHub("http://127.0.0.1:1", "t", nil)
+	dead.Sleep = noSleep
+	if err := dead.Publish(context.Background(), st()); publish.ClassOf(err) != publish.Transient {
+		t.Fatalf("unreachable provider: %v", err)
+	}
+}
+
+// GitLab answers 409 while its per-commit lock is busy: a busy signal, retried.
+func TestGitLabBusyIsRetried(t *testing.T) {
+	rec := &recorder{answers: []func(http.ResponseWriter){
+		status(http.StatusConflict), status(http.StatusConflict),
+	}}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	g := publish.NewGitLab(srv.URL, "t", srv.Client())
+	var waits []time.Duration
+	g.Sleep = func(ctx context.Context, d time.Duration) error { waits = append(waits, d); return nil }
+	if err := g.Publish(context.Background(), st()); err != nil {
+		t.Fatalf("409 then 201: %v", err)
+	}
+	if len(rec.got) != 3 || len(waits) != 2 || waits[0] < 3*time.Second {
+		t.Fatalf("%d requests, waits %v: want 3 requests, waiting at least 3 s for GitLab's lock", len(rec.got), waits)
+	}
+	rec.answers = []func(http.ResponseWriter){status(http.StatusConflict), status(http.StatusConflict), status(http.StatusConflict)}
 	err := g.Publish(context.Background(), st())
-	if err == nil || errors.Is(err, publish.ErrPermanent) {
-		t.Fatalf("exhausted retries: %v (transient, not permanent)", err)
+	if publish.ClassOf(err) != publish.Transient || publish.RetryAfterOf(err) < 3*time.Second {
+		t.Fatalf("409 throughout: %v (want transient, retry after the lock)", err)
+	}
+}
+
+// GitLab limits target_url to 255 characters: a longer one is left out, never cut into a
+// broken link, and never makes GitLab refuse the verdict.
+func TestGitLabLeavesOutALongTargetURL(t *testing.T) {
+	rec := &recorder{}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	s := st()
+	s.TargetURL = "https://ci.example.com/" + strings.Repeat("r", 300)
+	if err := publish.NewGitLab(srv.URL, "t", srv.Client()).Publish(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := rec.got[0].Body["target_url"]; ok {
+		t.Fatalf("target_url of %d characters sent: %q", len(u), u)
+	}
+	s.TargetURL = "https://ci.example.com/" + strings.Repeat("r", 255-23)
+	publish.NewGitLab(srv.URL, "t", srv.Client()).Publish(context.Background(), s)
+	if rec.got[1].Body["target_url"] != s.TargetURL {
+		t.Fatalf("a 255-character target_url was not sent")
+	}
+}
+
+// Bitbucket's key is cut by characters, never inside one.
+func TestBitbucketKeyIsCutByCharacters(t *testing.T) {
+	rec := &recorder{}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	s := st()
+	s.Repository, s.Context = "team/app", "vérification/"+strings.Repeat("é", 40)
+	if err := publish.NewBitbucket(srv.URL, "t", srv.Client()).Publish(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	key := rec.got[0].Body["key"]
+	if utf8.RuneCountInString(key) != 40 || strings.ContainsRune(key, utf8.RuneError) || !strings.HasPrefix(s.Context, key) {
+		t.Fatalf("key %q (%d characters): want the context's first 40 characters", key, utf8.RuneCountInString(key))
+	}
+	if rec.got[0].Body["name"] != s.Context {
+		t.Fatalf("name %q", rec.got[0].Body["name"])
+	}
+}
+
+// Bitbucket Cloud's pull request events carry 12-character hashes: the publisher resolves one
+// to the full hash and posts against that.
+func TestBitbucketResolvesAbbreviatedHashes(t *testing.T) {
+	const full = "d3022fc0ca3d65c7f6bd7b6d8a9f3c3b9d3a6b1e"
+	rec := &recorder{answers: []func(http.ResponseWriter){
+		func(w http.ResponseWriter) {
+			// Shaped like GET /2.0/repositories/{workspace}/{repo_slug}/commit/{commit} on Cloud.
+			fmt.Fprintf(w, `{"type":"commit","hash":%q,"date":"2026-07-01T11:59:00+00:00","message":"fix: close the window\n",
+				"links":{"self":{"href":"https://api.bitbucket.org/2.0/repositories/team/app/commit/%s"}},
+				"repository":{"type":"repository","full_name":"team/app"}}`, full, full)
+		},
+	}}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	s := st()
+	s.Repository, s.SHA, s.TargetURL = "team/app", full[:12], ""
+	if err := publish.NewBitbucket(srv.URL, "bb_token", srv.Client()).Publish(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.got) != 2 || rec.got[0].Method != "GET" || rec.got[0].Path != "/2.0/repositories/team/app/commit/"+full[:12] ||
+		rec.got[0].Header.Get("Authorization") != "Bearer bb_token" {
+		t.Fatalf("resolution %+v", rec.got)
+	}
+	post := rec.got[1]
+	if post.Path != "/2.0/repositories/team/app/commit/"+full+"/statuses/build" || !strings.HasSuffix(post.Body["url"], "/commits/"+full) {
+		t.Fatalf("posted %s with url %q: want the full hash", post.Path, post.Body["url"])
+	}
+	// An abbreviated hash Bitbucket does not know is the operator's (404), never a wrong post.
+	rec.answers = []func(http.ResponseWriter){status(http.StatusNotFound)}
+	n := len(rec.got)
+	err := publish.NewBitbucket(srv.URL, "t", srv.Client()).Publish(context.Background(), s)
+	if publish.ClassOf(err) != publish.Operator || len(rec.got) != n+1 {
+		t.Fatalf("unknown abbreviated hash: %v after %d requests", err, len(rec.got)-n)
+	}
+	// An answer that does not extend the abbreviation is not trusted.
+	rec.answers = []func(http.ResponseWriter){func(w http.ResponseWriter) { w.Write([]byte(`{"hash":"` + sha + `"}`)) }}
+	n = len(rec.got)
+	if err := publish.NewBitbucket(srv.URL, "t", srv.Client()).Publish(context.Background(), s); err == nil || len(rec.got) != n+1 {
+		t.Fatalf("a hash that does not extend the abbreviation was used: %v", err)
 	}
 }

@@ -4,6 +4,7 @@
 package queue
 
 import (
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,24 +50,56 @@ type Queue interface {
 var ErrClosed = errors.New("queue: closed")
 
 // Local is the in-process queue of the local server: delayed messages become ready at their
-// time, and Receive hands them out in order of readiness. It is safe for concurrent use.
+// time, and Receive hands them out in order of readiness. A message sent while the same
+// message (key and binding) is still waiting is not added twice: the waiting one keeps the
+// earlier of the two times, so re-drives (a sweep, a recovery at start, a redelivered webhook)
+// never pile up. It is safe for concurrent use.
 type Local struct {
-	mu      sync.Mutex
-	pending []localItem
-	wake    chan struct{}
-	closed  bool
-	done    chan struct{} // closed by Close: wakes every receiver
-	now     func() time.Time
+	mu     sync.Mutex
+	items  localHeap
+	index  map[localID]*localItem
+	wake   chan struct{}
+	closed bool
+	done   chan struct{} // closed by Close: wakes every receiver
+	now    func() time.Time
+}
+
+type localID struct {
+	key     ledger.Key
+	binding ledger.Digest
 }
 
 type localItem struct {
-	m  Message
-	at time.Time
+	m   Message
+	at  time.Time
+	pos int
+}
+
+// localHeap orders waiting messages by readiness.
+type localHeap []*localItem
+
+func (h localHeap) Len() int           { return len(h) }
+func (h localHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h localHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos, h[j].pos = i, j
+}
+func (h *localHeap) Push(x any) {
+	it := x.(*localItem)
+	it.pos = len(*h)
+	*h = append(*h, it)
+}
+func (h *localHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return it
 }
 
 // NewLocal returns an empty in-process queue.
 func NewLocal() *Local {
-	return &Local{wake: make(chan struct{}, 1), done: make(chan struct{}), now: time.Now}
+	return &Local{index: map[localID]*localItem{}, wake: make(chan struct{}, 1), done: make(chan struct{}), now: time.Now}
 }
 
 // Send implements Queue.
@@ -76,7 +109,20 @@ func (q *Local) Send(ctx context.Context, m Message) error {
 	if q.closed {
 		return ErrClosed
 	}
-	q.pending = append(q.pending, localItem{m: m, at: q.now().Add(m.Delay)})
+	at := q.now().Add(m.Delay)
+	id := localID{m.Key, m.Binding}
+	if it, ok := q.index[id]; ok {
+		if at.Before(it.at) {
+			it.at = at
+			heap.Fix(&q.items, it.pos)
+		} else {
+			return nil
+		}
+	} else {
+		it := &localItem{m: m, at: at}
+		q.index[id] = it
+		heap.Push(&q.items, it)
+	}
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -88,32 +134,29 @@ func (q *Local) Send(ctx context.Context, m Message) error {
 func (q *Local) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.pending)
+	return len(q.items)
 }
 
-// Receive waits for the next ready message.
+// Receive waits for the next ready message. Once the queue is closed it hands out what is
+// ready and then answers ErrClosed, leaving messages that are not ready yet (Len counts them).
 func (q *Local) Receive(ctx context.Context) (Message, error) {
 	for {
 		q.mu.Lock()
-		if q.closed && len(q.pending) == 0 {
-			q.mu.Unlock()
-			return Message{}, ErrClosed
-		}
-		next, wait := -1, time.Hour
-		now := q.now()
-		for i, it := range q.pending {
-			if d := it.at.Sub(now); d <= 0 {
-				next = i
-				break
-			} else if d < wait {
-				wait = d
+		wait := time.Hour
+		if len(q.items) > 0 {
+			top := q.items[0]
+			if wait = top.at.Sub(q.now()); wait <= 0 {
+				heap.Pop(&q.items)
+				delete(q.index, localID{top.m.Key, top.m.Binding})
+				q.mu.Unlock()
+				m := top.m
+				m.Delay = 0
+				return m, nil
 			}
 		}
-		if next >= 0 {
-			m := q.pending[next].m
-			q.pending = append(q.pending[:next], q.pending[next+1:]...)
+		if q.closed {
 			q.mu.Unlock()
-			return m, nil
+			return Message{}, ErrClosed
 		}
 		q.mu.Unlock()
 		t := time.NewTimer(wait)
@@ -129,7 +172,7 @@ func (q *Local) Receive(ctx context.Context) (Message, error) {
 	}
 }
 
-// Close stops accepting messages; Receive drains what is left, then answers ErrClosed.
+// Close stops accepting messages; Receive hands out what is ready, then answers ErrClosed.
 func (q *Local) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()

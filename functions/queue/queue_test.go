@@ -50,6 +50,40 @@ func TestLocalOrderAndDelay(t *testing.T) {
 	}
 }
 
+// A message sent again while it waits is not added twice; the earlier time wins.
+func TestLocalKeepsOneOfEachMessage(t *testing.T) {
+	q := queue.NewLocal()
+	ctx := context.Background()
+	late := msg(1)
+	late.Delay = time.Hour
+	q.Send(ctx, late)
+	q.Send(ctx, late)
+	if q.Len() != 1 {
+		t.Fatalf("%d messages waiting, want 1", q.Len())
+	}
+	q.Send(ctx, msg(1)) // the same message, ready now: it moves up
+	other := msg(1)
+	other.Binding = ledger.Digest{1} // another binding is another message
+	q.Send(ctx, other)
+	if q.Len() != 2 {
+		t.Fatalf("%d messages waiting, want 2", q.Len())
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for range 2 {
+		if _, err := q.Receive(rctx); err != nil {
+			t.Fatalf("the re-sent message did not become ready at once: %v", err)
+		}
+	}
+	// Closing leaves what is not ready yet, without spinning or waiting for it.
+	late.Delay = time.Hour
+	q.Send(ctx, late)
+	q.Close()
+	if _, err := q.Receive(rctx); err != queue.ErrClosed || q.Len() != 1 {
+		t.Fatalf("receive after close with a delayed message: %v, %d left", err, q.Len())
+	}
+}
+
 func TestCloseWakesEveryReceiver(t *testing.T) {
 	q := queue.NewLocal()
 	errs := make(chan error, 4)

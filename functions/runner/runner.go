@@ -3,8 +3,16 @@
 //
 // Ownership is the ledger's to decide: the runner keeps its lease by renewing it before the
 // window closes (timed on the monotonic clock), and losing it cancels the evaluation's context;
-// the work is then dropped, never saved, never published. A verdict saved before the lease was
-// lost is published by whoever claims next, exactly as frozen.
+// the work is then dropped, never saved, never published, and the message is handed back to
+// come again when the lease ends (as for Busy), so the delivery never waits on a sweep. A
+// verdict saved before the lease was lost is published by whoever claims next, exactly as
+// frozen.
+//
+// Publication is retried for as long as the delivery can matter: on an exponential schedule
+// with jitter, never sooner than the provider asked (Retry-After, rate-limit resets), until the
+// publish budget (counted from when the verdict was saved or revived) is spent. Only a refusal
+// that can never succeed for this verdict abandons the row at once; 401, 403 and 404 are
+// retried like outages, and logged as errors for an operator to fix.
 package runner
 
 import (
@@ -13,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
@@ -44,13 +54,21 @@ type Runner struct {
 	// RenewEvery is how often a kept lease is renewed (default a third of the window).
 	RenewEvery time.Duration
 	// MaxAttempts is how many Execute attempts fail before an error verdict is published
-	// (default 3); MaxPublishAttempts how many publish attempts before the delivery is
-	// abandoned (default 5).
-	MaxAttempts        int
-	MaxPublishAttempts int
-	// RetryDelay is how long a failed attempt waits before the next claim (default 30 s).
+	// (default 3).
+	MaxAttempts int
+	// RetryDelay is how long a failed evaluation waits before the next claim (default 30 s).
 	RetryDelay time.Duration
-	Log        *slog.Logger
+	// PublishBudget is how long publication of a saved verdict is retried, counted from when
+	// it was saved or revived, before the row is abandoned (default 72 hours; the controller's
+	// is its publish_budget, by default the queue ceiling).
+	PublishBudget time.Duration
+	// PublishRetry is the wait after the first failed publication (default 30 s); each further
+	// failure doubles it, up to PublishRetryMax (default 30 minutes). Each wait is drawn
+	// between half and all of that (jitter), and is never shorter than the provider asked.
+	PublishRetry, PublishRetryMax time.Duration
+	// Jitter returns a number in [0, 1) (default math/rand/v2's).
+	Jitter func() float64
+	Log    *slog.Logger
 	// Metrics receives counters and latencies (nil: none).
 	Metrics Metrics
 	// Now is the wall clock for notBefore times (default time.Now).
@@ -117,7 +135,7 @@ func (r *Runner) leaseFor(ctx context.Context) time.Duration {
 // Process handles one message. An error is returned only when the ledger or a provider could
 // not be reached; the message should then come back.
 func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
-	log := r.log().With("key", m.Key.Short())
+	log := r.log().With("key", m.Key.String())
 	leaseFor := r.leaseFor(ctx)
 	if leaseFor <= 0 {
 		return Result{RetryAt: r.now()}, errors.New("runner: no time left for a lease")
@@ -242,8 +260,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, l ledger.Lease, 
 	r.latency("evaluation_latency", start)
 	if k.isLost() {
 		k.end()
-		log.Warn("lease lost during evaluation: result dropped")
-		return Result{Done: true}, nil
+		log.Warn("lease lost during evaluation: result dropped; the message comes back when the lease ends")
+		return Result{RetryAt: k.lease.Expires}, nil
 	}
 	if evalErr != nil {
 		max := r.MaxAttempts
@@ -281,32 +299,39 @@ func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, l ledger.
 			k.end()
 		}
 		if errors.Is(err, ledger.ErrLeaseLost) {
+			// Whoever holds the row now (or the next claim, when nobody does) finishes it: the
+			// message comes back when this lease ends, as for Busy, so the row never waits on
+			// the stranded sweep.
 			r.count("lease_lost")
-			log.Warn("lease lost before saving: result dropped")
-			return Result{Done: true}, nil
+			log.Warn("lease lost before saving: result dropped; the message comes back when the lease ends")
+			return Result{RetryAt: l.Expires}, nil
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: save: %w", err)
 	}
-	log.Info("verdict saved", "state", v.State)
+	log.Info("verdict saved", "state", v.State, "description", v.Description)
 	if k != nil {
 		k.swap(staged.Lease)
 		defer k.end()
 	}
-	return r.publishStaged(ctx, log, staged, route)
+	return r.publishStaged(ctx, log, staged, route, leaseFor)
 }
 
 func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged, leaseFor time.Duration) (Result, error) {
 	log = log.With("evaluation", s.Lease.EvaluationID, "publish_attempt", s.Lease.Attempt, "route", s.Lease.Route)
 	route, err := r.Routes(s.Lease.Route)
 	if err != nil {
-		r.Ledger.Release(ctx, s.Lease, r.now().Add(r.retryDelay()))
-		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", s.Lease.Route, err)
+		// The route cannot be built (its token cannot be read, it was removed from the
+		// configuration): an operator's to fix, retried on the publish schedule and budget.
+		var rep Report
+		json.Unmarshal(s.Report, &rep)
+		return r.publishFailed(ctx, log, s, leaseFor, rep,
+			&publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)})
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	k := r.keep(wctx, cancel, s.Lease, leaseFor)
 	defer k.end()
-	return r.publishStaged(ctx, log, s, route)
+	return r.publishStaged(ctx, log, s, route, leaseFor)
 }
 
 // Report is the frozen result a row holds: exactly what is published.
@@ -317,53 +342,142 @@ type Report struct {
 	TargetURL   string `json:"target_url,omitempty"`
 }
 
-func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.Staged, route *Route) (Result, error) {
+func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, leaseFor time.Duration) (Result, error) {
 	var rep Report
 	if err := json.Unmarshal(s.Report, &rep); err != nil {
-		r.Ledger.Abandon(ctx, s, "the saved report does not decode")
-		return Result{Done: true}, nil
+		return r.abandon(ctx, log, s, "the saved report does not decode")
 	}
 	var subj subject.Subject
 	if err := json.Unmarshal(s.Lease.Subject, &subj); err != nil || subj.Repository == "" {
-		r.Ledger.Abandon(ctx, s, "the delivery's subject does not decode")
-		log.Error("delivery abandoned: its subject does not decode")
-		return Result{Done: true}, nil
+		return r.abandon(ctx, log, s, "the delivery's subject does not decode")
 	}
 	start := time.Now()
 	err := route.Publisher.Publish(ctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
 		Description: rep.Description, Context: rep.Context, TargetURL: rep.TargetURL})
 	r.latency("publish_latency", start)
-	if err != nil {
-		r.count("publish_failures")
-		max := r.MaxPublishAttempts
-		if max <= 0 {
-			max = 5
+	if err == nil {
+		r.count("published")
+		if err := r.Ledger.Complete(ctx, s); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+			// Published but not marked done: the next claim answers Publish with the same bytes,
+			// and publishing them again posts the same status.
+			return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: complete: %w", err)
 		}
-		if errors.Is(err, publish.ErrPermanent) || s.Lease.Attempt+1 >= max {
-			reason := fmt.Sprintf("publish failed after %d attempts: %v", s.Lease.Attempt+1, err)
-			if errors.Is(err, publish.ErrPermanent) {
-				reason = "provider refused: " + err.Error()
-			}
-			if aerr := r.Ledger.Abandon(ctx, s, reason); aerr != nil && !errors.Is(aerr, ledger.ErrLeaseLost) {
-				return Result{RetryAt: r.now().Add(r.retryDelay())}, aerr
-			}
-			r.count("abandoned")
-			log.Error("delivery abandoned", "reason", reason)
-			return Result{Done: true}, nil
-		}
-		at := r.now().Add(r.retryDelay())
-		if rerr := r.Ledger.Release(ctx, s.Lease, at); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
-			return Result{RetryAt: at}, rerr
-		}
-		log.Warn("publish failed; released for a later attempt", "err", err)
-		return Result{RetryAt: at}, nil
+		log.Info("published", "state", rep.State)
+		return Result{Done: true}, nil
 	}
-	r.count("published")
-	if err := r.Ledger.Complete(ctx, s); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
-		// Published but not marked done: the next claim answers Publish with the same bytes,
-		// and publishing them again posts the same status.
-		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: complete: %w", err)
+	if ctx.Err() != nil {
+		// Cut by the caller (a shutdown), not refused by the provider: the lease is given back
+		// with an uncancelled context so that the next claim publishes at once.
+		now := r.now()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if rerr := r.Ledger.Release(rctx, s.Lease, now); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+			return Result{RetryAt: now}, rerr
+		}
+		log.Warn("publication cut; released for the next claim", "err", err)
+		return Result{RetryAt: now}, nil
 	}
-	log.Info("published", "state", rep.State)
+	return r.publishFailed(ctx, log, s, leaseFor, rep, err)
+}
+
+// publishFailed decides what a failed publication means: abandon at once for a permanent
+// refusal or a spent budget, otherwise release the row for the next attempt on the schedule.
+func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.Staged, leaseFor time.Duration, rep Report, err error) (Result, error) {
+	r.count("publish_failures")
+	verdict := fmt.Sprintf("verdict %s: %q", rep.State, cutRunes(rep.Description, 255))
+	class := publish.ClassOf(err)
+	if class == publish.Permanent {
+		return r.abandon(ctx, log, s, fmt.Sprintf("provider refused it for good: %v (%s)", err, verdict))
+	}
+	if class == publish.Operator {
+		r.count("publish_refused")
+		log.Error("the provider refused the credentials or cannot see the repository, or the route's token cannot be read: "+
+			"fix the token or the route; publication is retried until then", "status", publish.StatusOf(err), "err", err)
+	}
+	since, elapsed := r.budgetUsed(ctx, s, leaseFor)
+	budget := r.publishBudget()
+	if elapsed >= budget {
+		return r.abandon(ctx, log, s, fmt.Sprintf("publish budget of %s spent (since %s, %d attempts): last answer: %v (%s)",
+			budget, since.UTC().Format(time.RFC3339), s.Lease.Attempt+1, err, verdict))
+	}
+	// The next attempt: on the schedule, never after the budget's end, never before the
+	// provider asked.
+	asked := publish.RetryAfterOf(err)
+	at := r.now().Add(max(min(r.backoff(s.Lease.Attempt), budget-elapsed), asked))
+	if rerr := r.Ledger.Release(ctx, s.Lease, at); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		return Result{RetryAt: at}, rerr
+	}
+	if class != publish.Operator {
+		log.Warn("publish failed; retried later", "err", err, "retry_at", at, "budget_left", budget-elapsed)
+	}
+	return Result{RetryAt: at}, nil
+}
+
+// abandon ends a saved row that can never be published, keeping the reason (with the verdict
+// it froze). A lease lost meanwhile hands the message back to come again when the lease ends.
+func (r *Runner) abandon(ctx context.Context, log *slog.Logger, s ledger.Staged, reason string) (Result, error) {
+	reason = cutRunes(reason, 1024)
+	if err := r.Ledger.Abandon(ctx, s, reason); err != nil {
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			r.count("lease_lost")
+			return Result{RetryAt: s.Lease.Expires}, nil
+		}
+		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: abandon: %w", err)
+	}
+	r.count("abandoned")
+	log.Error("delivery abandoned; amiss ledger republish revives it once the cause is fixed", "reason", reason)
 	return Result{Done: true}, nil
+}
+
+func (r *Runner) publishBudget() time.Duration {
+	if r.PublishBudget > 0 {
+		return r.PublishBudget
+	}
+	return 72 * time.Hour
+}
+
+// budgetUsed is how much of the publish budget is spent, by the ledger's clock: from when the
+// verdict was saved or revived to the grant (or last renewal) of this publishing lease. A row
+// saved by an older version records no such time; its budget counts from its admission.
+func (r *Runner) budgetUsed(ctx context.Context, s ledger.Staged, leaseFor time.Duration) (time.Time, time.Duration) {
+	since := s.Lease.PublishSince
+	if since.IsZero() {
+		if row, err := r.Ledger.Inspect(ctx, s.Lease.Key); err == nil {
+			since = row.CreatedAt
+		}
+	}
+	if since.IsZero() || s.Lease.Expires.IsZero() {
+		return since, 0
+	}
+	return since, max(s.Lease.Expires.Add(-leaseFor).Sub(since), 0)
+}
+
+// backoff is the wait after the publication attempt numbered attempt (0 for the one right
+// after saving): PublishRetry doubled per attempt up to PublishRetryMax, drawn between half
+// and all of it.
+func (r *Runner) backoff(attempt int) time.Duration {
+	first, most := r.PublishRetry, r.PublishRetryMax
+	if first <= 0 {
+		first = 30 * time.Second
+	}
+	if most <= 0 {
+		most = 30 * time.Minute
+	}
+	d := first
+	for i := 0; i < attempt && d < most; i++ {
+		d *= 2
+	}
+	d = min(d, most)
+	jitter := r.Jitter
+	if jitter == nil {
+		jitter = rand.Float64
+	}
+	return d/2 + time.Duration(jitter()*float64(d/2))
+}
+
+func cutRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
 }

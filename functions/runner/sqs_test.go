@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,7 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/ledger"
 )
 
 type visibility struct {
@@ -37,5 +40,29 @@ func TestSQSBatch(t *testing.T) {
 	}
 	if len(vis.got) != 1 || aws.ToString(vis.got[0].ReceiptHandle) != "rh1" || vis.got[0].VisibilityTimeout < 50 || vis.got[0].VisibilityTimeout > 60 {
 		t.Fatalf("visibility %+v", vis.got)
+	}
+}
+
+// In Lambda the message carries the publish schedule: a failed publication makes it visible
+// again at the next attempt (here, the provider's Retry-After of two hours), never sooner, and
+// the row is not abandoned.
+func TestSQSVisibilityCarriesThePublishSchedule(t *testing.T) {
+	w := newWorld(t)
+	w.clock.Set(time.Now())
+	p := &scripted{clock: w.clock, answer: func(time.Time) error {
+		return &publish.Error{Class: publish.Transient, Status: 503, RetryAfter: 2 * time.Hour, Err: errors.New("503")}
+	}}
+	r := w.runner("a", verdict("success", "ok"))
+	r.Routes = func(string) (*runner.Route, error) {
+		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
+	}
+	vis := &visibility{}
+	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
+	out, err := h.Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m1", ReceiptHandle: "rh1", Body: w.msg.Body()}}})
+	if err != nil || len(out.BatchItemFailures) != 1 || w.state(t) != ledger.StateSaved {
+		t.Fatalf("%+v %v, row %v", out, err, w.state(t))
+	}
+	if len(vis.got) != 1 || vis.got[0].VisibilityTimeout < 7190 || vis.got[0].VisibilityTimeout > 7200 {
+		t.Fatalf("visibility %+v: want about two hours", vis.got)
 	}
 }

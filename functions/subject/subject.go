@@ -69,6 +69,7 @@ var (
 func Extract(provider string, h http.Header, body []byte) (Subject, error) {
 	var s Subject
 	var err error
+	abbreviated := false // whether the payload may carry an abbreviated commit hash
 	switch provider {
 	case "github":
 		s, err = fromGitHubFamily(provider, h.Get("X-GitHub-Event"), body)
@@ -83,7 +84,11 @@ func Extract(provider string, h http.Header, body []byte) (Subject, error) {
 	case "gitlab":
 		s, err = fromGitLab(body)
 	case "bitbucket":
-		s, err = fromBitbucket(h.Get("X-Event-Key"), body)
+		ev := h.Get("X-Event-Key")
+		s, err = fromBitbucket(ev, body)
+		// Bitbucket Cloud's pull request payloads abbreviate commit hashes (12 characters
+		// observed; at least 7); the publisher resolves them to the full hash.
+		abbreviated = strings.HasPrefix(ev, "pullrequest:")
 	case "standard-webhooks":
 		s, err = fromStandard(body)
 	default:
@@ -93,7 +98,7 @@ func Extract(provider string, h http.Header, body []byte) (Subject, error) {
 		return Subject{}, err
 	}
 	s.Provider = provider
-	if s.Repository == "" || !isSHA(s.SHA) {
+	if s.Repository == "" || !(isSHA(s.SHA) || abbreviated && isAbbreviatedSHA(s.SHA)) {
 		return Subject{}, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
 	}
 	s.bound()
@@ -109,6 +114,23 @@ func decode(body []byte, v any) error {
 
 func isSHA(s string) bool {
 	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// MinAbbreviatedSHA is the shortest abbreviated commit hash accepted where a provider is
+// known to abbreviate (git's own default abbreviation).
+const MinAbbreviatedSHA = 7
+
+// isAbbreviatedSHA reports whether s is lower-case hex of an abbreviated SHA-1 hash.
+func isAbbreviatedSHA(s string) bool {
+	if len(s) < MinAbbreviatedSHA || len(s) > 40 {
 		return false
 	}
 	for _, c := range s {

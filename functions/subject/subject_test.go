@@ -56,7 +56,10 @@ func TestFixtures(t *testing.T) {
 			Commits: []subject.Commit{{ID: "03f4a7270240708834de475bcf21532d6134777e", Message: "Prepare the router\n"},
 				{ID: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Message: "Add the health check\n"}}}},
 		{"bitbucket", "X-Event-Key", "pullrequest:created", "bitbucket-cloud/pullrequest_created.json", subject.Subject{Event: "pull_request",
-			Repository: "team/app", SHA: "a3b0c7e1d2f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8", Ref: "refs/heads/fix-window",
+			Repository: "team/app", SHA: "a3b0c7e1d2f4", Ref: "refs/heads/fix-window",
+			Pull: &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"}}},
+		{"bitbucket", "X-Event-Key", "pullrequest:updated", "bitbucket-cloud/pullrequest_updated.json", subject.Subject{Event: "pull_request",
+			Repository: "team/app", SHA: "e5f6a7b8c9d0", Ref: "refs/heads/fix-window",
 			Pull: &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"}}},
 		{"bitbucket", "X-Event-Key", "repo:refs_changed", "bitbucket-dc/refs_changed.json", subject.Subject{Event: "push",
 			Repository: "proj/repository", SHA: "178864a7d521b6f5e720b386b2c2b0ef8563e0dc", Ref: "refs/heads/master"}},
@@ -134,6 +137,32 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		if _, err := subject.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrMalformed) {
 			t.Errorf("malformed case %d (%s): %v", i, c.provider, err)
 		}
+	}
+}
+
+// Abbreviated hashes are accepted only where a provider sends them (Bitbucket Cloud's pull
+// request events), and only as lower-case hex of at least 7 characters.
+func TestAbbreviatedHashes(t *testing.T) {
+	pr := string(load(t, "bitbucket-cloud/pullrequest_created.json"))
+	h := http.Header{}
+	h.Set("X-Event-Key", "pullrequest:created")
+	for hash, ok := range map[string]bool{"a3b0c7e": true, "a3b0c7e1d2f4": true, "a3b0c7e1d2f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8": true,
+		"a3b0c7": false, "A3B0C7E1D2F4": false, "a3b0c7e1d2fz": false, "": false} {
+		_, err := subject.Extract("bitbucket", h, []byte(strings.Replace(pr, `"hash": "a3b0c7e1d2f4"`, `"hash": "`+hash+`"`, 1)))
+		if (err == nil) != ok || (err != nil && !errors.Is(err, subject.ErrMalformed)) {
+			t.Errorf("pull request hash %q: %v (accept: %v)", hash, err, ok)
+		}
+	}
+	// Pushes carry full hashes, on Cloud as elsewhere: an abbreviated one stays malformed.
+	push := strings.ReplaceAll(string(load(t, "bitbucket-cloud/push.json")), "709d658dc5b6d6afcd46049c2f332ee3f515a67d", "709d658dc5b6")
+	h.Set("X-Event-Key", "repo:push")
+	if _, err := subject.Extract("bitbucket", h, []byte(push)); !errors.Is(err, subject.ErrMalformed) {
+		t.Errorf("abbreviated push hash: %v", err)
+	}
+	gh := http.Header{}
+	gh.Set("X-GitHub-Event", "push")
+	if _, err := subject.Extract("github", gh, []byte(`{"after":"0d1a26e67d8f","repository":{"full_name":"a/b"}}`)); !errors.Is(err, subject.ErrMalformed) {
+		t.Errorf("abbreviated GitHub hash: %v", err)
 	}
 }
 

@@ -28,7 +28,7 @@ func main() {
 		owner = fmt.Sprintf("runner-%d", os.Getpid())
 	}
 	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(b.Config, wiring.Secrets(&b.AWS), nil, b.Log),
-		Owner: owner, Lease: lease, Log: b.Log, Metrics: m}
+		Owner: owner, Lease: lease, Log: b.Log, Metrics: m, PublishBudget: b.Config.PublishBudget()}
 	h := &runner.SQSHandler{Runner: r, SQS: sqs.NewFromConfig(b.AWS), QueueURL: wiring.Getenv(wiring.EnvQueueURL)}
 	lambda.Start(func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		defer m.Flush()

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/amiss-ci/amiss/functions/operator"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// runList prints one line per row, tab-separated: the full key (the one logs print, inspect
+// and republish take), the state, the last transition, the route, and for an abandoned row
+// its reason. Damaged rows are named on errOut.
+func runList(ctx context.Context, args []string, out, errOut io.Writer) error {
+	fs := flag.NewFlagSet("ledger list", flag.ContinueOnError)
+	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
+	stateName := fs.String("state", "", "only rows in this state: pending, running, saved, done or abandoned")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() != 0 {
+		return fmt.Errorf("%w: list takes no arguments (got %q)", errUsage, fs.Args())
+	}
+	var state ledger.State
+	if *stateName != "" {
+		if err := state.UnmarshalText([]byte(*stateName)); err != nil {
+			return fmt.Errorf("%w: -state %q: want pending, running, saved, done or abandoned", errUsage, *stateName)
+		}
+	}
+	l, err := openRoot(ctx, *root, false)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	damaged := 0
+	err = operator.List(ctx, l, state, func(r ledger.Row) error {
+		line := fmt.Sprintf("%s\t%s\t%s\t%s", r.Key, r.State, r.UpdatedAt.UTC().Format(time.RFC3339), r.Binding.Route)
+		if r.Reason != "" {
+			line += "\t" + strings.ReplaceAll(r.Reason, "\n", " ")
+		}
+		_, err := fmt.Fprintln(out, line)
+		return err
+	}, func(d ledger.DamagedRow) {
+		damaged++
+		fmt.Fprintf(errOut, "damaged: %s: %v\n", d.Name, d.Err)
+	})
+	if err != nil {
+		return err
+	}
+	if damaged > 0 {
+		return fmt.Errorf("%d rows could not be read (amiss ledger verify says more)", damaged)
+	}
+	return nil
+}
+
+// reportReader is a ledger that can read back the report a row froze. The ledger contract
+// does not offer it yet; a backend that does lights up inspect's verdict.
+type reportReader interface {
+	Report(ctx context.Context, key ledger.Key) ([]byte, error)
+}
+
+// inspected is what inspect prints: the row, and the verdict it froze when it can be read.
+type inspected struct {
+	ledger.Row
+	Verdict     json.RawMessage `json:"verdict,omitempty"`
+	VerdictNote string          `json:"verdict_note,omitempty"`
+}
+
+// verdictOf fills in the verdict a row froze, or says where to find it.
+func verdictOf(ctx context.Context, l ledger.Ledger, row ledger.Row) inspected {
+	out := inspected{Row: row}
+	if row.Report.IsZero() {
+		return out
+	}
+	if rr, ok := l.(reportReader); ok {
+		if b, err := rr.Report(ctx, row.Key); err == nil && json.Valid(b) {
+			out.Verdict = b
+			return out
+		}
+	}
+	switch row.State {
+	case ledger.StateAbandoned:
+		out.VerdictNote = "the reason names the verdict (state and description) the row froze"
+	case ledger.StateSaved:
+		out.VerdictNote = "the runner's \"verdict saved\" log line for this key holds the verdict; the ledger offers no read of a saved report"
+	case ledger.StateDone:
+		out.VerdictNote = "published; the ledger drops a report once its row is done"
+	}
+	return out
+}
+
+// queueFor returns the queue revived rows are sent to: the SQS queue url names (AWS
+// credentials and region from the environment), or nil when url is empty.
+func queueFor(ctx context.Context, url string) (queue.Queue, error) {
+	if url == "" {
+		return nil, nil
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &queue.SQS{Client: sqs.NewFromConfig(cfg), QueueURL: url}, nil
+}
+
+// parseSince reads -since: an RFC 3339 time, or a duration back from now (24h).
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: -since %q: want an RFC 3339 time (2026-07-01T12:00:00Z) or a duration back from now (24h)", errUsage, s)
+}
+
+// runRepublish revives abandoned rows (the frozen verdict, never evaluated again) and queues
+// them: `republish KEY` for one, `republish -abandoned [-since T]` for every one abandoned
+// since T.
+func runRepublish(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("ledger republish", flag.ContinueOnError)
+	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
+	all := fs.Bool("abandoned", false, "republish every abandoned row (with -since, those abandoned since then)")
+	sinceFlag := fs.String("since", "", "with -abandoned: only rows abandoned at or after this time (RFC 3339, or a duration back from now)")
+	queueURL := fs.String("queue", os.Getenv("AMISS_QUEUE_URL"), "SQS queue URL to queue revived rows on (default $AMISS_QUEUE_URL)")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	since, err := parseSince(*sinceFlag, time.Now())
+	if err != nil {
+		return err
+	}
+	var key ledger.Key
+	switch {
+	case *all && fs.NArg() == 0:
+	case !*all && fs.NArg() == 1 && *sinceFlag == "":
+		if key, err = ledger.ParseKey(fs.Arg(0)); err != nil {
+			return fmt.Errorf("%w: republish takes the row's full key (64 hex digits, as logs and amiss ledger list print it): %v", errUsage, err)
+		}
+	default:
+		return fmt.Errorf("%w: republish KEY, or republish -abandoned [-since T]", errUsage)
+	}
+	q, err := queueFor(ctx, *queueURL)
+	if err != nil {
+		return err
+	}
+	l, err := openRoot(ctx, *root, false)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	n, notQueued, failed := 0, 0, 0
+	report := func(row ledger.Row, err error) {
+		switch {
+		case err == nil:
+			n++
+			fmt.Fprintf(out, "republished %s (evaluation %s): %v\n", row.Key, row.EvaluationID, row.State)
+		case errors.Is(err, operator.ErrNotQueued):
+			notQueued++
+			failed++
+			fmt.Fprintf(out, "revived %s but not queued: %v\n", row.Key, err)
+		default:
+			failed++
+			fmt.Fprintf(out, "not republished %s: %v\n", row.Key, err)
+		}
+	}
+	if *all {
+		err = operator.RepublishAbandoned(ctx, l, q, since, func(o operator.Outcome) { report(o.Row, o.Err) },
+			func(d ledger.DamagedRow) { fmt.Fprintf(out, "damaged: %s: %v\n", d.Name, d.Err) })
+		if err != nil {
+			return err
+		}
+	} else {
+		row, err := operator.Republish(ctx, l, q, key, "")
+		if err != nil && !errors.Is(err, operator.ErrNotQueued) {
+			return fmt.Errorf("republish %s: %w", key, err)
+		}
+		row.Key = key
+		report(row, err)
+	}
+	if n > 0 {
+		fmt.Fprintln(out, whenPublished(*root, q != nil))
+	}
+	if notQueued > 0 {
+		fmt.Fprintln(out, whenPublished(*root, false))
+	}
+	if n == 0 && failed == 0 {
+		fmt.Fprintln(out, "no abandoned row to republish")
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d rows not republished", failed)
+	}
+	return nil
+}
+
+// whenPublished says truthfully when revived rows are published.
+func whenPublished(root string, queued bool) string {
+	switch {
+	case queued:
+		return "queued: the runner publishes them as it takes the messages"
+	case strings.HasPrefix(root, "s3://"):
+		return "not queued (no -queue or AMISS_QUEUE_URL): the cleanup function re-drives them once idle for its stranded " +
+			"threshold (15 minutes) at its next run (every 5 minutes)"
+	}
+	return "not queued: an amiss serve running on this root publishes them once idle for its -stranded-after (1 minute by " +
+		"default) at its next cleanup (-cleanup-every, 1 minute); otherwise the next amiss serve on this root queues them at start"
+}
