@@ -69,7 +69,7 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 		}
 		for _, st := range rep.Stranded {
 			if err := h.Queue.Send(ctx, queue.Message{Key: st.Key, Binding: st.BindingDigest}); err != nil {
-				log.Error("stranded row not re-enqueued", "key", st.Key.Short(), "err", err)
+				log.Error("stranded row not re-enqueued", "key", st.Key.String(), "err", err)
 				continue
 			}
 			s.Requeued++

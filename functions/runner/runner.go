@@ -117,7 +117,7 @@ func (r *Runner) leaseFor(ctx context.Context) time.Duration {
 // Process handles one message. An error is returned only when the ledger or a provider could
 // not be reached; the message should then come back.
 func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
-	log := r.log().With("key", m.Key.Short())
+	log := r.log().With("key", m.Key.String())
 	leaseFor := r.leaseFor(ctx)
 	if leaseFor <= 0 {
 		return Result{RetryAt: r.now()}, errors.New("runner: no time left for a lease")
