@@ -101,11 +101,20 @@ func ResolveSecrets(ctx context.Context, c *config.Config, res interface {
 }) error {
 	var errs []error
 	for _, u := range c.SecretUses() {
-		if _, err := res.Get(ctx, u.From); err != nil {
-			errs = append(errs, fmt.Errorf("%s: route %s: %s from %s cannot be read: %w; %s", u.Path, u.Route, u.What, u.From, err, remedy(u.From)))
-		}
+		errs = append(errs, ResolveSecret(ctx, res, u))
 	}
 	return errors.Join(errs...)
+}
+
+// ResolveSecret reads one secret and drops its value: the error, when it cannot be read,
+// names the field, the route and the source, and says what to do.
+func ResolveSecret(ctx context.Context, res interface {
+	Get(ctx context.Context, ref string) (string, error)
+}, u config.SecretUse) error {
+	if _, err := res.Get(ctx, u.From); err != nil {
+		return fmt.Errorf("%s: route %s: %s from %s cannot be read: %w; %s", u.Path, u.Route, u.What, u.From, err, remedy(u.From))
+	}
+	return nil
 }
 
 // remedy says how to make a secret reference readable.
