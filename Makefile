@@ -1,7 +1,9 @@
-# amiss: the two commands a newcomer types are `make run` and `make test`.
+# amiss: the two commands a newcomer types are `make run` and `make test`. `make help` lists the rest.
 GO        ?= go
 ROOT      ?= var/ledger
 CONFIG    ?= examples/amiss.yaml
+# The configuration sam build packages beside each function (see docs/deployment.md).
+DEPLOY_CONFIG ?= examples/aws.yaml
 LISTEN    ?= 127.0.0.1:8080
 # The example configuration's demo route reads its secret from here. This value is the
 # Standard Webhooks specification's test key: fine on 127.0.0.1, never for a deployment.
@@ -9,13 +11,25 @@ export AMISS_DEMO_SECRET ?= whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 PKGS      := ./...
+VERSION   := $(shell git describe --always --dirty 2>/dev/null)
 
 # MinIO for the S3 ledger's tests: a pinned release built from its Go module, in a local image.
 MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
 MINIO_IMAGE   ?= amiss-minio:local
 MINIO_BUILD   := .cache/minio
 
-.PHONY: run sign demo test build bench fuzz soak vet clean minio-image rie build-IngressFunction build-RunnerFunction build-CleanupFunction
+.DEFAULT_GOAL := help
+.PHONY: help run sign demo check test test-prepare build bench fuzz soak vet clean minio-image rie \
+	invoke-ingress invoke-runner invoke-cleanup invoke-fakes invoke-clean \
+	build-IngressFunction build-RunnerFunction build-CleanupFunction
+
+## help: this list
+help:
+	@echo "amiss: make TARGET [VAR=value]"
+	@echo
+	@sed -n 's/^## \([a-z-]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 18
+	@echo
+	@echo "Variables: CONFIG=$(CONFIG) ROOT=$(ROOT) LISTEN=$(LISTEN) DEPLOY_CONFIG=$(DEPLOY_CONFIG)"
 
 ## run: build amiss and serve the example configuration on 127.0.0.1:8080 over the file root var/ledger
 run: build
@@ -23,16 +37,39 @@ run: build
 
 ## sign: send a signed sample webhook to the server make run started (TITLE="..." for a pull request)
 sign: build
-	./bin/amiss sign -config $(CONFIG) -url http://$(LISTEN) $(if $(TITLE),-title "$(TITLE)") | sh
-	@echo
+	@./bin/amiss sign -send -config $(CONFIG) -url http://$(LISTEN) $(if $(TITLE),-title "$(TITLE)")
 
-## demo: take one delivery through every state of the ledger, without a server
+## demo: take one delivery through every state of the ledger root make run uses, without a server
 demo: build
-	./bin/amiss demo -root $(ROOT)
+	./bin/amiss demo -config $(CONFIG) -root $(ROOT)
 
-## test: vet, then every test with the race detector (verbose: figures such as "N crash points" are printed)
-test: vet
-	$(GO) test -race -count=1 -v -timeout 20m $(PKGS)
+## check: read every secret of CONFIG, probe the ledger ROOT and the publishers (posts nothing)
+check: build
+	./bin/amiss check -config $(CONFIG) -root $(ROOT)
+
+## test: vet, gofmt, then every test with the race detector; prepares MinIO and the emulator when it can; ends with a summary
+test: vet test-prepare
+	@mkdir -p .cache
+	@echo "== go test -race ./... (the whole output goes to .cache/test.log)"
+	@{ $(GO) test -race -count=1 -json -timeout 20m $(PKGS) 2>&1; echo "$$?" > .cache/test.rc; } \
+		| $(GO) run ./internal/testsummary -log .cache/test.log && [ "$$(cat .cache/test.rc)" = 0 ]
+
+# The S3 ledger's tests need MinIO in Docker, the Lambda tests the runtime interface emulator:
+# build and install them when this machine can, and say so loudly when it cannot (those tests
+# then skip, and the summary lists them with the reason).
+test: export TESTCONTAINERS_RYUK_DISABLED ?= true
+test: export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
+test: export AMISS_MINIO_IMAGE ?= $(MINIO_IMAGE)
+test-prepare:
+	@if docker info >/dev/null 2>&1; then \
+		docker image inspect $(MINIO_IMAGE) >/dev/null 2>&1 || { \
+			echo "== building the MinIO image $(MINIO_IMAGE) from the pinned release (once; about three minutes)"; \
+			$(MAKE) --no-print-directory minio-image; } \
+		|| echo "*** could not build $(MINIO_IMAGE): the S3 ledger's tests will be SKIPPED"; \
+	else \
+		echo "*** Docker is not running here: the S3 ledger's tests will be SKIPPED (start dockerd, then make test)"; \
+	fi
+	@$(MAKE) --no-print-directory rie >/dev/null || echo "*** could not install the runtime interface emulator (make rie): the Lambda tests will be SKIPPED"
 
 vet:
 	$(GO) vet $(PKGS)
@@ -40,7 +77,7 @@ vet:
 
 ## build: the amiss binary in bin/
 build:
-	$(GO) build -o bin/amiss ./cmd/amiss
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/amiss ./cmd/amiss
 
 ## bench: the measurements recorded in docs/benchmarks.md (the S3 ones need MinIO: see docs/s3-ledger.md)
 bench:
@@ -61,20 +98,61 @@ soak:
 	AMISS_SOAK=1 $(GO) test -run 'TestMultiProcess' -count=1 -timeout 60m -v ./localfs/
 
 # SAM's makefile build method: sam build calls build-<LogicalId> with ARTIFACTS_DIR set. Each
-# function is a bootstrap for provided.al2023 on arm64, with the configuration beside it.
-LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
+# function is a bootstrap for provided.al2023 (arm64; LAMBDA_ARCH for a local run), with the
+# packaged configuration beside it. The check refuses a configuration that reads a variable
+# the template does not declare (Lambda would not set it).
+LAMBDA_ARCH  ?= arm64
+LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
+PACKAGE_CHECK = $(GO) run ./cmd/amiss check -template template.yaml -config $(DEPLOY_CONFIG) -function
 
 build-IngressFunction:
+	$(PACKAGE_CHECK) IngressFunction >/dev/null || $(PACKAGE_CHECK) IngressFunction
 	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/ingress
-	cp $(CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
+	cp $(DEPLOY_CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
 
 build-RunnerFunction:
+	$(PACKAGE_CHECK) RunnerFunction >/dev/null || $(PACKAGE_CHECK) RunnerFunction
 	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/runner
-	cp $(CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
+	cp $(DEPLOY_CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
 
 build-CleanupFunction:
+	$(PACKAGE_CHECK) CleanupFunction >/dev/null || $(PACKAGE_CHECK) CleanupFunction
 	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/cleanup
-	cp $(CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
+	cp $(DEPLOY_CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
+
+# The local Lambda loop: each function built as sam build builds it (for this machine's
+# architecture), run under the pinned runtime interface emulator with the variables of
+# events/env.json (only those the template declares, as SAM does), over a file ledger in
+# INVOKE_STATE, with a stand-in SQS queue and Secrets Manager on loopback.
+INVOKE_STATE ?= var/invoke
+INVOKE_BUILD := .cache/invoke
+INVOKE_FLAGS ?=
+HOST_ARCH    := $(shell $(GO) env GOARCH)
+INVOKE = $(GO) run ./internal/invoke -template template.yaml -env events/env.json -secrets events/secrets.json \
+	-state $(INVOKE_STATE) -rie .cache/rie/bin/aws-lambda-rie -set AMISS_LEDGER=file:$(abspath $(INVOKE_STATE))/ledger $(INVOKE_FLAGS)
+
+invoke-build-%:
+	@$(MAKE) --no-print-directory build-$* ARTIFACTS_DIR=$(abspath $(INVOKE_BUILD)/$*) LAMBDA_ARCH=$(HOST_ARCH)
+
+## invoke-ingress: the ingress under the emulator with events/ingress-webhook.json (EVENT=file for another)
+invoke-ingress: rie invoke-build-IngressFunction
+	$(INVOKE) -function IngressFunction -bootstrap $(INVOKE_BUILD)/IngressFunction/bootstrap -event $(or $(EVENT),events/ingress-webhook.json)
+
+## invoke-runner: the runner under the emulator, fed the message the ingress queued for the key it answered
+invoke-runner: rie invoke-build-RunnerFunction
+	$(INVOKE) -function RunnerFunction -bootstrap $(INVOKE_BUILD)/RunnerFunction/bootstrap -event $(or $(EVENT),queued)
+
+## invoke-cleanup: the cleanup under the emulator with events/cleanup-schedule.json
+invoke-cleanup: rie invoke-build-CleanupFunction
+	$(INVOKE) -function CleanupFunction -bootstrap $(INVOKE_BUILD)/CleanupFunction/bootstrap -event $(or $(EVENT),events/cleanup-schedule.json)
+
+## invoke-fakes: serve the stand-in SQS and Secrets Manager at events/env.json's addresses (for sam local invoke)
+invoke-fakes:
+	$(INVOKE) -fakes
+
+## invoke-clean: forget the local Lambda loop's ledger and queue
+invoke-clean:
+	rm -rf $(INVOKE_STATE)
 
 ## minio-image: build the pinned MinIO release from source into the image $(MINIO_IMAGE)
 minio-image:
@@ -88,7 +166,7 @@ RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 
 ## rie: install the pinned runtime interface emulator into .cache/rie/bin
 rie:
-	test -x .cache/rie/bin/aws-lambda-rie || GOBIN=$(abspath .cache/rie/bin) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
+	@test -x .cache/rie/bin/aws-lambda-rie || GOBIN=$(abspath .cache/rie/bin) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
 clean:
 	rm -rf bin var bench.out .cache

@@ -2,6 +2,8 @@ package integration_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,7 +13,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/awslabs/goformation/v7"
 
+	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/webhook"
+	"github.com/amiss-ci/amiss/internal/samtemplate"
+	"github.com/amiss-ci/amiss/ledger"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -23,7 +29,17 @@ const root = ".."
 
 // localOnly are variables the code reads that a deployment leaves unset on purpose.
 var localOnly = map[string]string{
-	"AMISS_S3_ENDPOINT": "an S3-compatible endpoint, for stores other than AWS S3",
+	"AMISS_CONFIG": "defaults to amiss.yaml beside the bootstrap, where sam build puts the packaged configuration",
+}
+
+// deployConfig is the configuration the build targets package (the Makefile's DEPLOY_CONFIG).
+func deployConfig(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^DEPLOY_CONFIG\s*\?=\s*(\S+)`).FindStringSubmatch(readFile(t, "Makefile"))
+	if m == nil {
+		t.Fatal("the Makefile sets no DEPLOY_CONFIG")
+	}
+	return m[1]
 }
 
 func readFile(t *testing.T, path string) string {
@@ -71,6 +87,10 @@ func actions(n *yaml.Node, into map[string]bool) {
 	if n == nil {
 		return
 	}
+	if n.Kind == yaml.AliasNode {
+		actions(n.Alias, into)
+		return
+	}
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			if n.Content[i].Value == "Action" {
@@ -115,9 +135,14 @@ func TestTemplate(t *testing.T) {
 			t.Fatalf("%s missing", name)
 		}
 		// The build target exists and builds the function's main package.
-		target := regexp.MustCompile(`(?m)^build-` + name + `:\n\t\$\(LAMBDA_BUILD\) -o \$\(ARTIFACTS_DIR\)/bootstrap \./functions/cmd/` + w.cmd + `\n`)
+		// The build target checks the packaged configuration against the template, then builds
+		// the function's main package and puts the configuration beside it.
+		target := regexp.MustCompile(`(?m)^build-` + name + `:\n\t\$\(PACKAGE_CHECK\) ` + name + `\b.*\n\t\$\(LAMBDA_BUILD\) -o \$\(ARTIFACTS_DIR\)/bootstrap \./functions/cmd/` + w.cmd + `\n\tcp \$\(DEPLOY_CONFIG\) \$\(ARTIFACTS_DIR\)/amiss.yaml\n`)
 		if !target.MatchString(makefile) {
-			t.Fatalf("Makefile has no build-%s target building ./functions/cmd/%s", name, w.cmd)
+			t.Fatalf("Makefile has no build-%s target checking the packaged configuration and building ./functions/cmd/%s", name, w.cmd)
+		}
+		if !regexp.MustCompile(`(?m)^PACKAGE_CHECK = \$\(GO\) run \./cmd/amiss check -template template\.yaml -config \$\(DEPLOY_CONFIG\) -function$`).MatchString(makefile) {
+			t.Fatal("PACKAGE_CHECK is not amiss check -template template.yaml -config $(DEPLOY_CONFIG) -function")
 		}
 		main := readFile(t, "functions/cmd/"+w.cmd+"/main.go")
 		if !strings.Contains(main, "package main") || !strings.Contains(main, "lambda.Start") {
@@ -177,6 +202,22 @@ func TestEnvironmentReadIsEnvironmentSet(t *testing.T) {
 	if len(read) == 0 {
 		t.Fatal("found no environment variable read by the functions")
 	}
+	// The packaged configuration's ${NAME} and env:NAME are read too: Lambda sets only what
+	// the template declares, so each one must be set (defect: a default deploy refused every
+	// webhook because the configuration read variables the template never set).
+	uses, err := config.EnvUses([]byte(readFile(t, deployConfig(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(uses) == 0 {
+		t.Fatalf("%s reads no variable: where do its secrets come from?", deployConfig(t))
+	}
+	for _, u := range uses {
+		if u.Secret {
+			t.Errorf("%s: %s reads a secret from env:%s; the packaged configuration takes its secrets from Secrets Manager", deployConfig(t), u.Path, u.Name)
+		}
+		read[u.Name] = true
+	}
 	for v := range read {
 		if !set[v] && localOnly[v] == "" {
 			t.Errorf("the code reads %s but template.yaml never sets it", v)
@@ -195,9 +236,20 @@ var s3Calls = map[string]string{"GetObject": "s3:GetObject", "PutObject": "s3:Pu
 
 func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 	raw := rawTemplate(t)
+	// Each function runs with a role of the template's own (SAM would attach the VPC policy to
+	// a generated role in the S3 variant too): its actions are that role's.
 	policy := func(fn string) map[string]bool {
+		props := child(child(child(raw, "Resources"), fn), "Properties")
+		if child(props, "Policies") != nil {
+			t.Fatalf("%s has SAM Policies: its generated role would carry the VPC policy in the S3 variant", fn)
+		}
+		role := child(props, "Role")
+		if role == nil || role.Tag != "!GetAtt" {
+			t.Fatalf("%s: Role is not !GetAtt ROLE.Arn", fn)
+		}
+		name, _ := strings.CutSuffix(role.Value, ".Arn")
 		out := map[string]bool{}
-		actions(child(child(child(child(raw, "Resources"), fn), "Properties"), "Policies"), out)
+		actions(child(child(child(child(raw, "Resources"), name), "Properties"), "Policies"), out)
 		return out
 	}
 	// S3: every call of objstore's store; the ledger is used by all three functions, and
@@ -238,15 +290,20 @@ func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 		!strings.Contains(readFile(t, "functions/runner/sqs.go"), "ChangeMessageVisibility(") {
 		t.Fatal("the SQS calls moved: update this test")
 	}
-	for fn, action := range map[string]string{"IngressFunction": "sqs:SendMessage", "CleanupFunction": "sqs:SendMessage",
-		"RunnerFunction": "sqs:ChangeMessageVisibility"} {
-		if !policy(fn)[action] {
-			t.Errorf("%s lacks %s", fn, action)
+	// The runner's role is the template's own, so it also needs what the SQS event source
+	// mapping does on its behalf.
+	for _, need := range [][2]string{{"IngressFunction", "sqs:SendMessage"}, {"CleanupFunction", "sqs:SendMessage"},
+		{"RunnerFunction", "sqs:ChangeMessageVisibility"}, {"RunnerFunction", "sqs:ReceiveMessage"},
+		{"RunnerFunction", "sqs:DeleteMessage"}, {"RunnerFunction", "sqs:GetQueueAttributes"}} {
+		if !policy(need[0])[need[1]] {
+			t.Errorf("%s lacks %s", need[0], need[1])
 		}
 	}
 }
 
-// The sample events decode into the handlers' inputs, with no field the types do not know.
+// The sample events decode into the handlers' inputs, with no field the types do not know;
+// the runner's sample carries the key and binding the ingress's sample admits, under the
+// packaged configuration and the local secret the stand-in Secrets Manager serves.
 func TestSampleEvents(t *testing.T) {
 	for file, into := range map[string]any{
 		"events/ingress-webhook.json":  &events.APIGatewayV2HTTPRequest{},
@@ -261,7 +318,219 @@ func TestSampleEvents(t *testing.T) {
 	}
 	var ev events.SQSEvent
 	json.Unmarshal([]byte(readFile(t, "events/runner-sqs.json")), &ev)
-	if _, err := queue.Parse(ev.Records[0].Body); err != nil {
+	msg, err := queue.Parse(ev.Records[0].Body)
+	if err != nil {
 		t.Fatalf("the sample SQS message is not a queue message: %v", err)
 	}
+
+	env := localEnv(t, "IngressFunction")
+	cfg, err := config.ParseEnv([]byte(readFile(t, deployConfig(t))), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("the packaged configuration with events/env.json: %v", err)
+	}
+	var req events.APIGatewayV2HTTPRequest
+	json.Unmarshal([]byte(readFile(t, "events/ingress-webhook.json")), &req)
+	route := cfg.Route(req.PathParameters["route"])
+	if route == nil {
+		t.Fatalf("the ingress sample's route %q is not in %s", req.PathParameters["route"], deployConfig(t))
+	}
+	var values map[string]string
+	if err := json.Unmarshal([]byte(readFile(t, "events/secrets.json")), &values); err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := strings.CutPrefix(route.Secrets[0].From, "aws-secretsmanager:")
+	secret, ok := values[ref]
+	if !ok {
+		t.Fatalf("events/secrets.json has no value for %s", ref)
+	}
+	h := http.Header{}
+	for k, v := range req.Headers {
+		h.Set(k, v)
+	}
+	v, _ := webhook.New(route.Scheme)
+	proof, err := v.Verify(webhook.Request{Header: h, Body: []byte(req.Body)}, []webhook.Secret{{ID: "local", Value: secret}})
+	if err != nil {
+		t.Fatalf("the ingress sample is not signed with the local secret: %v", err)
+	}
+	b := ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: proof.Identity, BodyDigest: ledger.SumBody([]byte(req.Body))}
+	if msg.Key != b.Key() || msg.Binding != b.Digest() {
+		t.Fatalf("the runner sample names key %s binding %s; the ingress sample admits key %s binding %s", msg.Key, msg.Binding, b.Key(), b.Digest())
+	}
+}
+
+// localEnv is what events/env.json gives a function ("Parameters", then its own section).
+func localEnv(t *testing.T, fn string) map[string]string {
+	var file map[string]map[string]string
+	if err := json.Unmarshal([]byte(readFile(t, "events/env.json")), &file); err != nil {
+		t.Fatalf("events/env.json: %v", err)
+	}
+	env := map[string]string{}
+	for _, section := range []string{"Parameters", fn} {
+		for k, v := range file[section] {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// Every variable events/env.json sets is one the template declares for the functions it
+// names: SAM passes no other (defect: --env-vars could not supply what a local run needs).
+func TestLocalEnvironmentIsDeclared(t *testing.T) {
+	tpl, err := samtemplate.Read(filepath.Join(root, "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file map[string]map[string]string
+	json.Unmarshal([]byte(readFile(t, "events/env.json")), &file)
+	for section, vars := range file {
+		fns := []string{section}
+		if section == "Parameters" {
+			fns = tpl.FunctionNames()
+		} else if _, ok := tpl.Functions[section]; !ok {
+			t.Errorf("events/env.json: %s is not a function of the template", section)
+			continue
+		}
+		for _, fn := range fns {
+			for name := range vars {
+				if _, ok := tpl.Functions[fn].Env[name]; !ok {
+					t.Errorf("events/env.json sets %s for %s, which the template does not declare: SAM would drop it", name, fn)
+				}
+			}
+		}
+	}
+	for _, need := range []string{"AMISS_LEDGER", "AMISS_QUEUE_URL", "AMISS_SQS_ENDPOINT", "AMISS_SECRETS_ENDPOINT", "AMISS_S3_ENDPOINT"} {
+		for _, fn := range tpl.FunctionNames() {
+			if _, ok := tpl.Functions[fn].Env[need]; !ok {
+				t.Errorf("%s does not declare %s, which a local run overrides", fn, need)
+			}
+		}
+	}
+}
+
+// The template defects found by a first deploy, each held here.
+func TestTemplateDeploysSafely(t *testing.T) {
+	tpl, err := goformation.Open(filepath.Join(root, "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := rawTemplate(t)
+	res := child(raw, "Resources")
+
+	// EFS functions depend on the mount targets (SAM requires it); a DependsOn may not name
+	// a conditional resource, so it goes through a handle that references both.
+	handle := ""
+	for name, f := range tpl.GetAllServerlessFunctionResources() {
+		if len(f.AWSCloudFormationDependsOn) != 1 {
+			t.Fatalf("%s depends on %v", name, f.AWSCloudFormationDependsOn)
+		}
+		handle = f.AWSCloudFormationDependsOn[0]
+	}
+	meta := child(child(res, handle), "Metadata")
+	refs := map[string]bool{}
+	for _, kv := range meta.Content {
+		if kv.Tag == "!If" && len(kv.Content) == 3 && kv.Content[0].Value == "UseEFS" && kv.Content[1].Tag == "!Ref" {
+			refs[kv.Content[1].Value] = true
+		}
+	}
+	for name := range tpl.GetAllEFSMountTargetResources() {
+		if !refs[name] {
+			t.Errorf("the functions do not depend on the mount target %s (through %s)", name, handle)
+		}
+	}
+
+	// The schedule gets a generated name, so two stacks in one account do not collide.
+	ev := child(child(child(child(child(res, "CleanupFunction"), "Properties"), "Events"), "Every5Minutes"), "Properties")
+	if v := child(ev, "OmitName"); v == nil || v.Value != "true" {
+		t.Error("the ScheduleV2 event has a fixed name (set OmitName: true)")
+	}
+
+	// The lease ends inside the runner's timeout.
+	maxLease := child(child(child(raw, "Parameters"), "LeaseSeconds"), "MaxValue")
+	timeout := child(child(child(res, "RunnerFunction"), "Properties"), "Timeout")
+	var lease, limit int
+	fmt.Sscan(maxLease.Value, &lease)
+	fmt.Sscan(timeout.Value, &limit)
+	if lease == 0 || limit == 0 || lease >= limit {
+		t.Errorf("LeaseSeconds may reach %d s against a runner timeout of %d s", lease, limit)
+	}
+
+	// Every function's log group has a retention.
+	groups := map[string]bool{}
+	for _, g := range tpl.GetAllLogsLogGroupResources() {
+		if g.RetentionInDays == nil {
+			t.Error("a log group without retention")
+		}
+	}
+	for _, kv := range pairsOf(res) {
+		if v := child(kv[1], "Type"); v != nil && v.Value == "AWS::Logs::LogGroup" {
+			groups[child(child(kv[1], "Properties"), "LogGroupName").Value] = true
+		}
+	}
+	for name := range tpl.GetAllServerlessFunctionResources() {
+		if !groups["/aws/lambda/${"+name+"}"] {
+			t.Errorf("%s has no log group with a retention", name)
+		}
+	}
+
+	// An alarm watches the dead-letter queue.
+	alarmed := false
+	for _, kv := range pairsOf(res) {
+		if v := child(kv[1], "Type"); v != nil && v.Value == "AWS::CloudWatch::Alarm" {
+			for _, d := range child(child(kv[1], "Properties"), "Dimensions").Content {
+				if q := child(d, "Value"); q != nil && q.Tag == "!GetAtt" && q.Value == "DeadLetterQueue.QueueName" {
+					alarmed = true
+				}
+			}
+		}
+	}
+	if !alarmed {
+		t.Error("no alarm on the dead-letter queue")
+	}
+
+	// The bucket refuses requests without TLS.
+	tls := false
+	for _, kv := range pairsOf(res) {
+		if v := child(kv[1], "Type"); v != nil && v.Value == "AWS::S3::BucketPolicy" {
+			for _, st := range child(child(child(kv[1], "Properties"), "PolicyDocument"), "Statement").Content {
+				cond := child(child(child(st, "Condition"), "Bool"), "aws:SecureTransport")
+				if child(st, "Effect").Value == "Deny" && cond != nil && cond.Value == "false" {
+					tls = true
+				}
+			}
+		}
+	}
+	if !tls {
+		t.Error("no bucket policy denying requests without TLS")
+	}
+
+	// The VPC execution policy only in the EFS variant.
+	for _, kv := range pairsOf(res) {
+		if v := child(kv[1], "Type"); v == nil || v.Value != "AWS::IAM::Role" {
+			continue
+		}
+		var arns []*yaml.Node
+		m := child(child(kv[1], "Properties"), "ManagedPolicyArns")
+		for m != nil && m.Kind == yaml.AliasNode {
+			m = m.Alias
+		}
+		if m != nil {
+			arns = m.Content
+		}
+		for _, a := range arns {
+			if strings.Contains(a.Value, "VPCAccess") {
+				t.Errorf("%s carries the VPC execution policy unconditionally", kv[0].Value)
+			}
+			if a.Tag == "!If" && strings.Contains(a.Content[1].Value, "VPCAccess") && a.Content[0].Value != "UseEFS" {
+				t.Errorf("%s: the VPC execution policy depends on %s, not UseEFS", kv[0].Value, a.Content[0].Value)
+			}
+		}
+	}
+}
+
+func pairsOf(n *yaml.Node) [][2]*yaml.Node {
+	var out [][2]*yaml.Node
+	for i := 0; n != nil && i+1 < len(n.Content); i += 2 {
+		out = append(out, [2]*yaml.Node{n.Content[i], n.Content[i+1]})
+	}
+	return out
 }

@@ -8,25 +8,35 @@ import (
 	"os"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/ledger"
-	"github.com/amiss-ci/amiss/localfs"
 )
 
-// runDemo creates (or reopens) a file root and takes one sample delivery through every state,
-// printing each answer of the ledger, then the root's stats.
+// placeholderEnv lets a configuration load for its limits alone: ${NAME} reads the variable
+// when it is set, and a placeholder otherwise.
+func placeholderEnv(name string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return "placeholder"
+}
+
+// runDemo creates (or reopens) a file root with the configuration's limits, as amiss serve
+// does, so that make demo and make run share one root, and takes one sample delivery through
+// every state, printing each answer of the ledger, then the root's stats.
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
-	_, root, err := rootFlags("demo", args)
+	fs := newFlags("demo", "[-config FILE] [-root DIR]")
+	cfgPath := fs.String("config", "examples/amiss.yaml", "configuration whose limits the root records (the one amiss serve uses)")
+	root := fs.String("root", defaultRoot, "ledger root folder (created when missing)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// Only the limits are used: the demo reads no secret and needs none set.
+	cfg, err := config.LoadEnv(*cfgPath, placeholderEnv)
 	if err != nil {
 		return err
 	}
-	limits := ledger.DefaultLimits()
-	if got, err := localfs.ReadLimits(*root, nil); err == nil {
-		limits = got
-	}
-	if err := os.MkdirAll(*root, 0o700); err != nil {
-		return err
-	}
-	l, err := localfs.Prepare(ctx, *root, localfs.Config{Limits: limits, Create: true})
+	l, err := prepareRoot(ctx, cfg, *root, 0)
 	if err != nil {
 		return err
 	}
@@ -49,7 +59,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	step("admit     -> %v (key %s, evaluation %s, retained until %s)", a.Outcome, a.Key.Short(), a.EvaluationID,
+	step("admit     -> %v (key %s, evaluation %s, retained until %s)", a.Outcome, a.Key, a.EvaluationID,
 		a.RetainUntil.Format(time.RFC3339))
 	again, err := l.Admit(ctx, d)
 	if err != nil {
@@ -88,5 +98,6 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	printStats(out, st)
+	fmt.Fprintf(out, "\nthe row, as JSON: amiss ledger inspect -root %s %s\n", *root, a.Key)
 	return nil
 }

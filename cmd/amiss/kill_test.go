@@ -85,7 +85,7 @@ type child struct {
 	up   time.Time
 }
 
-func startServe(t *testing.T, args ...string) *child {
+func startServeProcess(t *testing.T, args ...string) *child {
 	t.Helper()
 	c := &child{cmd: exec.Command(os.Args[0], append([]string{"serve"}, args...)...)}
 	c.cmd.Env = append(os.Environ(), "AMISS_TEST_RUN_MAIN=1", "HOOK_SECRET=kill-test-secret", "GH_TOKEN=gh-token")
@@ -186,7 +186,7 @@ routes:
 	api.mu.Lock()
 	api.hold = 0
 	api.mu.Unlock()
-	first := startServe(t, args...)
+	first := startServeProcess(t, args...)
 	// The first verdicts are published; then the provider holds two requests, which holds
 	// both workers, and the rest wait in the in-process queue.
 	var shas []string
@@ -213,7 +213,7 @@ routes:
 		t.Fatalf("the kill did not land mid-batch: %v", states)
 	}
 
-	second := startServe(t, args...)
+	second := startServeProcess(t, args...)
 	var took, unleased time.Duration
 	for {
 		st := rowStates(t, root)

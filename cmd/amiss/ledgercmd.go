@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 	"github.com/amiss-ci/amiss/objstore"
@@ -43,8 +43,7 @@ func openRoot(ctx context.Context, dir string, prepare bool) (verifier, error) {
 		if prefix != "" && !strings.HasSuffix(prefix, "/") {
 			prefix += "/"
 		}
-		endpoint := os.Getenv("AMISS_S3_ENDPOINT")
-		client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: os.Getenv("AWS_REGION"), Endpoint: endpoint, PathStyle: endpoint != ""})
+		client, err := wiring.S3Client(ctx, dir)
 		if err != nil {
 			return nil, err
 		}

@@ -3,9 +3,14 @@
 //	amiss serve  [-config FILE] [-root DIR] [-listen ADDR] [-stranded-after D]
 //	                                      the three handlers in one process over a file root;
 //	                                      unfinished rows are queued again at start
-//	amiss sign   [-config FILE] [-route NAME] [-title T]
-//	                                      print a curl command sending a signed webhook
-//	amiss demo   [-root DIR]              run a sample delivery through every state on a file root
+//	amiss sign   [-config FILE] [-route NAME] [-title T] [-send]
+//	                                      a signed sample webhook: print its curl command, or send it
+//	amiss demo   [-config FILE] [-root DIR]
+//	                                      run a sample delivery through every state on a file root
+//	amiss check  [-config FILE] [-root DIR]
+//	                                      read every secret, probe the ledger and the publishers
+//	amiss check  -template template.yaml [-function NAME] [-config FILE]
+//	                                      the variables the configuration reads are declared
 //	amiss ledger stats   [-root DIR]      counts by state, capacity, high-water clock
 //	                                      (DIR: a file root, or s3://bucket/prefix/)
 //	amiss ledger list    [-root DIR] [-state S]
@@ -15,6 +20,7 @@
 //	                                      revive abandoned verdicts (same bytes) and queue them
 //	amiss ledger verify  [-root DIR]      decode every file and check the capacity record
 //	amiss ledger cleanup [-root DIR]      run cleanup passes until a lap is done
+//	amiss version                         the build: version, commit, Go
 package main
 
 import (
@@ -25,6 +31,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -42,9 +50,55 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: amiss serve|sign|demo|ledger stats|list|inspect|republish|verify|cleanup (amiss COMMAND -h for its flags)")
+const usage = `usage: amiss COMMAND [flags]   (amiss COMMAND -h for a command's flags)
+
+  serve     the ingress, the runner and the cleanup in one process over a file root
+  sign      a signed sample webhook: print its curl command, or send it (-send)
+  demo      one sample delivery through every state of a file root, without a server
+  check     read every secret, probe the ledger and the publishers' base URLs;
+            with -template, check a packaged configuration against a SAM template
+  ledger    stats | list | inspect KEY | republish | verify | cleanup,
+            on a file root or s3://bucket/prefix/
+  version   the build: version, commit, Go`
+
+var errUsage = errors.New("usage: amiss serve|sign|demo|check|ledger stats|list|inspect|republish|verify|cleanup|version (amiss -h for help)")
+
+// flagOutput receives flag usage and errors (run points it at its stderr).
+var flagOutput io.Writer = os.Stderr
+
+// newFlags returns a flag set for "amiss NAME" whose usage names the command.
+func newFlags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(flagOutput)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: amiss %s %s\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; -h answers flag.ErrHelp (run prints nothing more and succeeds), any
+// other mistake is a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flagOutput = stderr
+	err := dispatch(ctx, args, stdout, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the flag set printed its usage
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errUsage
 	}
@@ -59,23 +113,63 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runSign(args[1:], stdout)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout)
+	case "check":
+		return runCheck(ctx, args[1:], stdout)
 	case "ledger":
 		if len(args) < 2 {
 			return errUsage
 		}
 		return runLedger(ctx, args[1], args[2:], stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, errUsage.Error())
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionString())
+		return nil
+	case "help", "-h", "-help", "--help":
+		fmt.Fprintln(stdout, usage)
 		return nil
 	}
 	return fmt.Errorf("%w (unknown command %q)", errUsage, args[0])
 }
 
+// version is set at build time by the Makefile (-ldflags "-X main.version=..."); without it
+// the module's build information is used.
+var version string
+
+func versionString() string {
+	v, rev, modified := version, "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	s := "amiss " + v
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		s += " commit " + rev
+		if modified {
+			s += " (modified)"
+		}
+	}
+	return fmt.Sprintf("%s %s %s/%s", s, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 func rootFlags(name string, args []string) (*flag.FlagSet, *string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := newFlags(name, "[-root DIR]")
 	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
-	if err := fs.Parse(args); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, nil, err
 	}
 	return fs, root, nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,12 +33,14 @@ type serveOptions struct {
 	lease, cleanupEvery  time.Duration
 	strandedAfter        time.Duration
 	grace                time.Duration
+	// readTimeout bounds reading one request, body included (default 30s).
+	readTimeout time.Duration
 	// ready, when set, receives the address the server listens on.
 	ready chan<- string
 }
 
 func parseServe(args []string) (serveOptions, error) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs := newFlags("serve", "[-config FILE] [-root DIR] [-listen ADDR] [flags]")
 	o := serveOptions{}
 	fs.StringVar(&o.config, "config", "examples/amiss.yaml", "configuration file")
 	fs.StringVar(&o.root, "root", defaultRoot, "ledger root folder (created when missing)")
@@ -50,13 +51,31 @@ func parseServe(args []string) (serveOptions, error) {
 	fs.DurationVar(&o.strandedAfter, "stranded-after", time.Minute,
 		"idle time after which cleanup queues an unfinished row again (a revived row, a lost message)")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "time in-flight work gets to finish at shutdown")
-	if err := fs.Parse(args); err != nil {
-		return o, fmt.Errorf("%w: %v", errUsage, err)
+	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest time to read one request, its body included")
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
 	}
 	if o.strandedAfter <= 0 || o.cleanupEvery <= 0 || o.lease <= 0 {
 		return o, fmt.Errorf("%w: -lease, -cleanup-every and -stranded-after must be positive", errUsage)
 	}
 	return o, nil
+}
+
+// prepareRoot prepares the file root dir (created when missing) with cfg's limits; a root made
+// with other limits is refused with the differing settings named and the remedy.
+func prepareRoot(ctx context.Context, cfg *config.Config, dir string, strandedAfter time.Duration) (*localfs.Ledger, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	l, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: cfg.Limits(), Create: true, StrandedAfter: strandedAfter})
+	if errors.Is(err, ledger.ErrRootMismatch) {
+		if stored, rerr := localfs.ReadLimits(dir, nil); rerr == nil {
+			if lerr := wiring.LimitsError(cfg, dir, stored); lerr != nil {
+				return nil, lerr
+			}
+		}
+	}
+	return l, err
 }
 
 // runServe runs the three handlers in one process over a file root: the embedded default.
@@ -66,15 +85,16 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.root, 0o700); err != nil {
-		return err
+	// Every secret is read once, now: a route that could never authenticate stops amiss here.
+	secrets := wiring.Secrets(nil)
+	if err := wiring.ResolveSecrets(ctx, cfg, secrets); err != nil {
+		return fmt.Errorf("cannot start: %w", err)
 	}
-	root, err := localfs.Prepare(ctx, o.root, localfs.Config{Limits: cfg.Limits(), Create: true, StrandedAfter: o.strandedAfter})
+	root, err := prepareRoot(ctx, cfg, o.root, o.strandedAfter)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	secrets := wiring.Secrets(nil)
 	q := queue.NewLocal()
 	// Prompt recovery: the in-process queue died with the last process, so every unfinished
 	// row is queued again now (a row still leased by the dead process comes back as Busy and
@@ -112,7 +132,10 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if o.readTimeout <= 0 {
+		o.readTimeout = 30 * time.Second
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: o.readTimeout, MaxHeaderBytes: 64 << 10}
 	go srv.Serve(ln)
 	log.Info("amiss serving", "listen", ln.Addr().String(), "root", root.Dir(), "routes", cfg.RouteNames(), "recovered", recovered)
 	if o.ready != nil {
@@ -166,7 +189,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	}()
 
 	<-ctx.Done()
-	log.Info("amiss shutting down: no new webhooks; in-flight work gets the grace period", "grace", o.grace)
+	log.Info("amiss shutting down: no new webhooks; in-flight work gets the grace period", "grace", o.grace.String())
 	sctx, cancel := context.WithTimeout(context.Background(), o.grace)
 	defer cancel()
 	srv.Shutdown(sctx)

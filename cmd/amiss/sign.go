@@ -1,14 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -18,16 +19,18 @@ import (
 	"github.com/amiss-ci/amiss/functions/wiring"
 )
 
-// runSign prints a ready curl command that sends a correctly signed webhook to a route.
+// runSign prints a ready curl command that sends a correctly signed webhook to a route, or,
+// with -send, sends it and prints the answer.
 func runSign(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("sign", flag.ContinueOnError)
+	fs := newFlags("sign", "[-config FILE] [-route NAME] [-url URL] [-title T] [-body FILE] [-send]")
 	cfgPath := fs.String("config", "examples/amiss.yaml", "configuration file")
 	route := fs.String("route", "demo", "route to send to")
 	url := fs.String("url", "http://127.0.0.1:8080", "base URL of amiss serve")
 	file := fs.String("body", "", "file holding the payload (default: a sample push for the route)")
 	title := fs.String("title", "", "send a pull request with this title instead of a push")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	send := fs.Bool("send", false, "send the webhook and print the answer, instead of printing a curl command")
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
@@ -53,11 +56,37 @@ func runSign(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "curl -sS -X POST %s/hooks/%s \\\n", strings.TrimRight(*url, "/"), *route)
+	target := strings.TrimRight(*url, "/") + "/hooks/" + *route
+	if *send {
+		return sendSigned(target, headers, body, out)
+	}
+	fmt.Fprintf(out, "curl -sS -X POST %s \\\n", target)
 	for _, h := range headers {
 		fmt.Fprintf(out, "  -H '%s' \\\n", h)
 	}
 	fmt.Fprintf(out, "  --data-binary '%s'\n", strings.ReplaceAll(string(body), "'", `'\''`))
+	return nil
+}
+
+// sendSigned posts the webhook and prints the answer's status and body. A server that is not
+// there is explained, with the command that starts it.
+func sendSigned(target string, headers []string, body []byte, out io.Writer) error {
+	req, err := http.NewRequest(http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	for _, h := range headers {
+		k, v, _ := strings.Cut(h, ": ")
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		base, _, _ := strings.Cut(target, "/hooks/")
+		return fmt.Errorf("nothing answers at %s: start the server first (make run, in another terminal), or point -url at it: %w", base, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	fmt.Fprintf(out, "HTTP %d %s\n", resp.StatusCode, strings.TrimSpace(string(answer)))
 	return nil
 }
 

@@ -3,17 +3,19 @@
 // repositories the route may publish for, its evaluation rules and its publish target.
 //
 // Loading is strict: an unknown field, a missing field or a bad value fails with an error that
-// names the field (for example "routes.acme.secrets[0].from: ..."). Secrets are never in the
-// file, only references to where they are read at run time.
+// names the field by its YAML path (for example "routes.acme.secrets[0].from: ..."), never by
+// a Go type. Secrets are never in the file, only references to where they are read at run
+// time. A value may name an environment variable as ${NAME}, replaced when the file is loaded
+// (a list item that is exactly ${NAME} becomes one item per comma-separated value): that is
+// how a deployment passes secret ARNs and repository lists to a packaged file.
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -137,29 +139,46 @@ var (
 	knownEvent = map[string]bool{"push": true, "pull_request": true}
 )
 
-// Load reads and validates a configuration file.
-func Load(file string) (*Config, error) {
+// Load reads and validates a configuration file, expanding ${NAME} from the process
+// environment.
+func Load(file string) (*Config, error) { return LoadEnv(file, os.Getenv) }
+
+// LoadEnv is Load with the environment read through getenv.
+func LoadEnv(file string, getenv func(string) string) (*Config, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	c, err := Parse(data)
+	c, err := ParseEnv(data, getenv)
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", file, err)
 	}
 	return c, nil
 }
 
-// Parse decodes and validates a configuration.
-func Parse(data []byte) (*Config, error) {
-	c := &Config{Controller: defaultController}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, errors.New("empty configuration")
-		}
+// Parse decodes and validates a configuration, expanding ${NAME} from the process
+// environment.
+func Parse(data []byte) (*Config, error) { return ParseEnv(data, os.Getenv) }
+
+// ParseEnv is Parse with the environment read through getenv.
+func ParseEnv(data []byte, getenv func(string) string) (*Config, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if len(doc.Content) == 0 {
+		return nil, errors.New("empty configuration")
+	}
+	if err := expand(&doc, "", getenv); err != nil {
 		return nil, err
+	}
+	if err := checkShape(&doc, reflect.TypeOf(Config{}), ""); err != nil {
+		return nil, err
+	}
+	c := &Config{Controller: defaultController}
+	if err := doc.Decode(c); err != nil {
+		// checkShape catches what Decode refuses; this is a backstop that still names no type.
+		return nil, fmt.Errorf("cannot read the configuration: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -372,6 +391,9 @@ func (r Rules) validate() error {
 }
 
 func (p *Publish) validate() error {
+	if p.Context == "" {
+		p.Context = "amiss"
+	}
 	switch p.Provider {
 	case "", "log":
 		p.Provider = "log"
@@ -385,9 +407,6 @@ func (p *Publish) validate() error {
 	}
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)
-	}
-	if p.Context == "" {
-		p.Context = "amiss"
 	}
 	if p.Provider == "gitlab" {
 		if n := utf8.RuneCountInString(p.TargetURL); n > publish.GitLabMaxField {

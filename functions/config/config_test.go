@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -155,5 +156,125 @@ func errorsUnwrapAll(err error) error {
 			return err
 		}
 		err = u.Unwrap()
+	}
+}
+
+// A user's mistake is reported by its YAML path, in YAML's words: never a Go type.
+func TestErrorsNameTheYAMLPathAndNoGoType(t *testing.T) {
+	cases := map[string]struct{ yaml, want string }{
+		"unknown field in a route": {base + "    secret: {id: b}\n", "routes.r.secret: unknown field"},
+		"unknown field in a secret": {strings.Replace(base, `{id: a, from: "env:X"}`, `{id: a, form: "env:X"}`, 1),
+			"routes.r.secrets[0].form: unknown field"},
+		"unknown controller field": {base + "controller: {recordcap: 5}\n", "controller.recordcap: unknown field"},
+		"duration":                 {strings.Replace(base, "provider: github", "provider: standard-webhooks", 1) + "    max_age: soon\n", `routes.r.max_age: "soon" is not a duration`},
+		"number":                   {base + "controller: {record_cap: lots}\n", `controller.record_cap: "lots" is not a whole number`},
+		"list":                     {strings.Replace(base, `["acme/app"]`, `acme/app`, 1), "routes.r.repositories: want a list"},
+		"mapping":                  {base + "    publish: log\n", "routes.r.publish: want a mapping"},
+		"route not a mapping":      {"routes:\n  r: [1, 2]\n", "routes.r: want a mapping"},
+	}
+	for name, c := range cases {
+		_, err := config.Parse([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to say %q", name, err, c.want)
+			continue
+		}
+		for _, goWord := range []string{"config.", "time.Duration", "int64", "not found in type", "unmarshal", "!!"} {
+			if strings.Contains(err.Error(), goWord) {
+				t.Errorf("%s: error %q speaks Go (%q)", name, err, goWord)
+			}
+		}
+		if !strings.Contains(err.Error(), "(line ") {
+			t.Errorf("%s: error %q gives no line", name, err)
+		}
+	}
+}
+
+func TestEnvironmentExpansion(t *testing.T) {
+	const arn = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks-AbCdEf"
+	doc := `
+routes:
+  gh:
+    provider: github
+    secrets: [{id: current, from: "aws-secretsmanager:${HOOK_ARN}#github"}]
+    repositories: ["${REPOS}", "extra/one"]
+`
+	env := map[string]string{"HOOK_ARN": arn, "REPOS": "acme/*, tools/lint ,"}
+	c, err := config.ParseEnv([]byte(doc), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Route("gh")
+	if r.Secrets[0].From != "aws-secretsmanager:"+arn+"#github" {
+		t.Fatalf("from = %q", r.Secrets[0].From)
+	}
+	if got := strings.Join(r.Repositories, " "); got != "acme/* tools/lint extra/one" {
+		t.Fatalf("repositories = %q", got)
+	}
+	delete(env, "HOOK_ARN")
+	_, err = config.ParseEnv([]byte(doc), func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), "routes.gh.secrets[0].from: ${HOOK_ARN}: the environment variable HOOK_ARN is not set") {
+		t.Fatalf("unset variable: %v", err)
+	}
+
+	uses, err := config.EnvUses([]byte(doc + "  local:\n    provider: github\n    secrets: [{id: a, from: 'env:LOCAL_SECRET'}]\n    repositories: [a/b]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, u := range uses {
+		got = append(got, fmt.Sprintf("%s@%s secret=%v", u.Name, u.Path, u.Secret))
+	}
+	want := []string{"HOOK_ARN@routes.gh.secrets[0].from secret=false", "REPOS@routes.gh.repositories[0] secret=false",
+		"LOCAL_SECRET@routes.local.secrets[0].from secret=true"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("env uses:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The status context defaults to amiss for every publisher, the log one included.
+func TestPublishContextDefault(t *testing.T) {
+	c, err := config.Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Route("r").Publish.Context; got != "amiss" {
+		t.Fatalf("log publisher context %q, want amiss", got)
+	}
+}
+
+func TestSecretUsesAndLimitsMismatch(t *testing.T) {
+	c, err := config.Parse([]byte(base + "    evaluator: {url: 'https://e', secret: {from: 'env:E'}}\n" +
+		"    publish: {provider: github, base_url: 'https://api.github.com', token: {from: 'file:/t'}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, u := range c.SecretUses() {
+		got = append(got, u.Path+" "+u.What+" "+u.From)
+	}
+	want := "routes.r.secrets[0].from webhook secret a env:X|routes.r.evaluator.secret.from evaluator secret env:E|routes.r.publish.token.from publish token file:/t"
+	if strings.Join(got, "|") != want {
+		t.Fatalf("secret uses %q", got)
+	}
+	stored := c.Limits()
+	if m := c.LimitsMismatch(stored); m != nil {
+		t.Fatalf("equal limits differ: %v", m)
+	}
+	stored.RecordCap, stored.QueueCeiling = 7, time.Hour
+	m := strings.Join(c.LimitsMismatch(stored), "\n")
+	if !strings.Contains(m, "controller.queue_ceiling: the root records 1h0m0s, the configuration asks for 72h0m0s") ||
+		!strings.Contains(m, "controller.record_cap: the root records 7, the configuration asks for 1000000") || strings.Contains(m, "{") {
+		t.Fatalf("mismatch:\n%s", m)
+	}
+}
+
+// Every example loads once the variables it names are set.
+func TestEveryExampleLoads(t *testing.T) {
+	env := map[string]string{"AMISS_REPOSITORIES": "acme/*",
+		"AMISS_WEBHOOK_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:000000000000:secret:amiss-webhook"}
+	for _, f := range []string{"amiss.yaml", "github.yaml", "aws.yaml"} {
+		if _, err := config.LoadEnv("../../examples/"+f, func(k string) string { return env[k] }); err != nil {
+			t.Errorf("examples/%s: %v", f, err)
+		}
 	}
 }

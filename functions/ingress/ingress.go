@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -67,7 +68,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if routeName == "" {
 		routeName, _ = strings.CutPrefix(req.RawPath, "/hooks/")
 	}
-	log = log.With("route", routeName)
+	log = log.With("route", loggable(routeName))
 	reply := func(status int, r response, attrs ...any) (events.APIGatewayV2HTTPResponse, error) {
 		log.Info("webhook", append([]any{"status", status, "outcome", r.Outcome}, attrs...)...)
 		h.count(r.Outcome)
@@ -163,7 +164,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		return h.unavailable(log, "ledger")
 	}
 	key := a.Key.String()
-	log = log.With("key", a.Key.String())
+	log = log.With("key", key) // whole, as amiss ledger inspect takes it
 	switch a.Outcome {
 	case ledger.Admitted, ledger.Pending:
 		if err := h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {
@@ -180,7 +181,10 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	case ledger.BindingConflict:
 		return reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"})
 	case ledger.Stale:
-		return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: "signed time outside the accepted window"})
+		limits := h.Config.Limits()
+		return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
+			"signed at %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
+			d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)})
 	case ledger.Full:
 		log.Warn("ledger full")
 		return h.unavailable(log, "full")
@@ -218,6 +222,18 @@ func (h *Handler) reply(status int, r response) events.APIGatewayV2HTTPResponse 
 		resp.Body = string(b)
 	}
 	return resp
+}
+
+// maxLoggedRoute is the longest route name logged whole: longer than any valid name.
+const maxLoggedRoute = 64
+
+// loggable bounds what a log line holds of a route name taken from the request path: an
+// unknown name may be as long as the path.
+func loggable(route string) string {
+	if len(route) <= maxLoggedRoute {
+		return route
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strings.ToValidUTF8(route[:maxLoggedRoute], ""), len(route))
 }
 
 // identityDigest is what logs show of an identity: enough to correlate, nothing more.

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -235,6 +236,30 @@ func TestFullAndQueueFailures(t *testing.T) {
 	w2.do(t, githubRequest("gh", "push", body), http.StatusOK) // the sender's retry queues it
 	if w2.q.Len() != 1 {
 		t.Fatal("retry after a failed send not queued")
+	}
+}
+
+// A stale request is told the window it missed; an unknown route's name is logged bounded,
+// whatever its length; logs carry the whole key, as amiss ledger inspect takes it.
+func TestAnswersAndLogsAnOperatorCanUse(t *testing.T) {
+	w := newWorld(t, 100)
+	sw := fmt.Sprintf(`{"type":"push","data":{"repository":"acme/app","sha":%q}}`, sha1)
+	resp := w.do(t, standardRequest("msg_old", time.Now().Add(-10*time.Minute), sw), http.StatusUnauthorized)
+	if !strings.Contains(resp.Body, "at most 5m0s old") || !strings.Contains(resp.Body, "at most 1m0s ahead") {
+		t.Fatalf("stale answer does not name the window: %s", resp.Body)
+	}
+	long := strings.Repeat("x", 500_000)
+	w.logs.Reset()
+	w.do(t, githubRequest(long, "push", push("octo-org/a", sha1)), http.StatusNotFound)
+	if w.logs.Len() > 1000 || !strings.Contains(w.logs.String(), "(500000 bytes)") {
+		t.Fatalf("unknown route logged in %d bytes: %.300s", w.logs.Len(), w.logs.String())
+	}
+	w.logs.Reset()
+	resp = w.do(t, githubRequest("gh", "push", push("octo-org/keys", sha1)), http.StatusAccepted)
+	var answer struct{ Key string }
+	json.Unmarshal([]byte(resp.Body), &answer)
+	if len(answer.Key) != 64 || !strings.Contains(w.logs.String(), `"key":"`+answer.Key+`"`) {
+		t.Fatalf("the log does not carry the whole key %q:\n%s", answer.Key, w.logs.String())
 	}
 }
 

@@ -30,7 +30,7 @@ func (q *SQS) Send(ctx context.Context, m Message) error {
 		in.DelaySeconds = min(secs, maxDelaySeconds)
 	}
 	if _, err := q.Client.SendMessage(ctx, in); err != nil {
-		return fmt.Errorf("queue: send %s: %w", m.Key.String(), err)
+		return fmt.Errorf("queue: send %s: %w", m.Key, err)
 	}
 	return nil
 }

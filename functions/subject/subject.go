@@ -141,7 +141,8 @@ func isAbbreviatedSHA(s string) bool {
 	return true
 }
 
-func zeroSHA(s string) bool { return strings.Trim(s, "0") == "" }
+// zeroSHA reports the all-zero sha a provider sends for a deleted ref; an absent sha is not one.
+func zeroSHA(s string) bool { return s != "" && strings.Trim(s, "0") == "" }
 
 // cut shortens s to at most n bytes on a rune boundary.
 func cut(s string, n int) (string, bool) {

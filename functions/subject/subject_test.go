@@ -123,6 +123,9 @@ func TestIgnoredAndMalformed(t *testing.T) {
 	}{
 		{"github", h("X-GitHub-Event", "push"), `not json`},
 		{"github", http.Header{}, `{}`},
+		{"github", h("X-GitHub-Event", "push"), `{}`}, // no after: not a deletion, a payload without its commit
+		{"gitea", h("X-Gitea-Event", "push"), `{"ref":"refs/heads/main","repository":{"full_name":"a/b"}}`},
+		{"gitlab", nil, `{"object_kind":"push","project":{"path_with_namespace":"a/b"}}`},
 		{"github", h("X-GitHub-Event", "push"), `{"after":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"}`},
 		{"github", h("X-GitHub-Event", "push"), `{"after":"nothex","repository":{"full_name":"a/b"}}`},
 		{"gitlab", nil, `{}`},

@@ -10,7 +10,7 @@ type giteaFamily struct {
 func (g giteaFamily) Scheme() string { return g.scheme }
 
 func (g giteaFamily) Verify(r Request, secrets []Secret) (Proof, error) {
-	sig, err := single(r.Header, g.header)
+	sig, err := signatureHeader(r.Header, g.header)
 	if err != nil {
 		return Proof{}, err
 	}

@@ -18,7 +18,7 @@ func (github) Verify(r Request, secrets []Secret) (Proof, error) {
 
 // verifyPrefixed checks a "sha256=<hex>" body signature (GitHub, Bitbucket).
 func verifyPrefixed(scheme, header, delivery string, r Request, secrets []Secret) (Proof, error) {
-	v, err := single(r.Header, header)
+	v, err := signatureHeader(r.Header, header)
 	if err != nil {
 		return Proof{}, err
 	}

@@ -35,7 +35,7 @@ func (s standard) Verify(r Request, secrets []Secret) (Proof, error) {
 	if len(id) > maxIdentity {
 		return Proof{}, fmt.Errorf("%w: webhook-id over %d bytes", ErrMalformed, maxIdentity)
 	}
-	ts, err := single(r.Header, "webhook-timestamp")
+	ts, err := signatureHeader(r.Header, "webhook-timestamp")
 	if err != nil {
 		return Proof{}, err
 	}
@@ -90,6 +90,10 @@ func ParseSignatures(header string) ([][]byte, error) {
 	}
 	var out [][]byte
 	for _, f := range fields {
+		if strings.Count(f, ",") > 1 {
+			// "v1,a,v1,b": two headers joined with a comma, as API Gateway joins repeats.
+			return nil, fmt.Errorf("%w: webhook-signature given more than once (joined with a comma)", ErrMalformed)
+		}
 		version, sig, ok := strings.Cut(f, ",")
 		if !ok {
 			return nil, fmt.Errorf("%w: webhook-signature entry %q has no version", ErrUnauthenticated, f)

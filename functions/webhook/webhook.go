@@ -125,6 +125,17 @@ func single(h http.Header, name string) (string, error) {
 	return strings.TrimSpace(vs[0]), nil
 }
 
+// signatureHeader is single for a header whose value never holds a comma (a hex MAC, a
+// timestamp): a comma there is the header given twice and joined, as API Gateway joins
+// repeated headers, so it is ErrMalformed rather than a signature that does not match.
+func signatureHeader(h http.Header, name string) (string, error) {
+	v, err := single(h, name)
+	if err == nil && strings.Contains(v, ",") {
+		return "", fmt.Errorf("%w: %s header given more than once (joined with a comma)", ErrMalformed, name)
+	}
+	return v, err
+}
+
 // optional returns a header's first value, cut to a loggable length.
 func optional(h http.Header, name string) string {
 	v := h.Get(name)

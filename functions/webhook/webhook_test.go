@@ -190,7 +190,13 @@ func TestNegativeCases(t *testing.T) {
 			h.Add("webhook-id", "msg_other")
 			return h
 		}(), swPayload, webhook.ErrMalformed},
-		"duplicated github signature":              {webhook.SchemeGitHub, hdr("X-Hub-Signature-256", ghSig, "X-Hub-Signature-256", ghSig), ghPayload, webhook.ErrMalformed},
+		"duplicated github signature": {webhook.SchemeGitHub, hdr("X-Hub-Signature-256", ghSig, "X-Hub-Signature-256", ghSig), ghPayload, webhook.ErrMalformed},
+		// API Gateway (and amiss serve, like it) joins a header given twice with a comma.
+		"github signature given twice, joined":     {webhook.SchemeGitHub, hdr("X-Hub-Signature-256", ghSig+","+ghSig), ghPayload, webhook.ErrMalformed},
+		"gitea signature given twice, joined":      {webhook.SchemeGitea, hdr("X-Gitea-Signature", hexMAC(ghSecret, ghPayload)+","+hexMAC(ghSecret, ghPayload)), ghPayload, webhook.ErrMalformed},
+		"bitbucket signature given twice, joined":  {webhook.SchemeBitbucket, hdr("X-Hub-Signature", ghSig+","+ghSig), ghPayload, webhook.ErrMalformed},
+		"standard signature given twice, joined":   {webhook.SchemeStandardWebhooks, with("webhook-signature", swSig+","+swSig), swPayload, webhook.ErrMalformed},
+		"standard timestamp given twice, joined":   {webhook.SchemeStandardWebhooks, with("webhook-timestamp", swTimestamp+","+swTimestamp), swPayload, webhook.ErrMalformed},
 		"github wrong prefix":                      {webhook.SchemeGitHub, hdr("X-Hub-Signature-256", strings.Replace(ghSig, "sha256=", "sha1=", 1)), ghPayload, webhook.ErrUnauthenticated},
 		"github no prefix":                         {webhook.SchemeGitHub, hdr("X-Hub-Signature-256", strings.TrimPrefix(ghSig, "sha256=")), ghPayload, webhook.ErrUnauthenticated},
 		"github truncated mac":                     {webhook.SchemeGitHub, hdr("X-Hub-Signature-256", ghSig[:len(ghSig)-2]), ghPayload, webhook.ErrUnauthenticated},

@@ -4,13 +4,18 @@
 //
 // Environment:
 //
-//	AMISS_CONFIG       path of the YAML configuration (default amiss.yaml beside the binary)
-//	AMISS_LEDGER       file:/mnt/ledger (a FileLedger root, EFS in AWS) or s3://bucket/prefix/
-//	AMISS_S3_ENDPOINT  an S3-compatible endpoint (optional; path-style addressing is then used)
-//	AMISS_QUEUE_URL    the SQS queue the ingress and cleanup send to (the runner's, for visibility)
-//	AMISS_LEASE        the runner's lease window (default 1m; keep it short in tests)
-//	AMISS_SECRET_ARNS  the Secrets Manager ARNs the functions may read (the template's IAM grant)
-//	AWS_REGION         set by Lambda
+//	AMISS_CONFIG            path of the YAML configuration (default amiss.yaml beside the binary)
+//	AMISS_LEDGER            file:/mnt/ledger (a FileLedger root, EFS in AWS) or s3://bucket/prefix/
+//	AMISS_S3_ENDPOINT       an S3-compatible endpoint (optional; path-style addressing is then used)
+//	AMISS_QUEUE_URL         the SQS queue the ingress and cleanup send to (the runner's, for visibility)
+//	AMISS_SQS_ENDPOINT      another SQS endpoint (optional: a local run's stand-in queue)
+//	AMISS_SECRETS_ENDPOINT  another Secrets Manager endpoint (optional: a local run's stand-in)
+//	AMISS_LEASE             the runner's lease window (default 1m; keep it short in tests)
+//	AMISS_SECRET_ARNS       the Secrets Manager ARNs the functions may read (the template's IAM grant)
+//	AWS_REGION              set by Lambda
+//
+// The configuration may read more variables through ${NAME} (see package config): the
+// template declares those its packaged configuration reads.
 package wiring
 
 import (
@@ -24,6 +29,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -43,6 +49,9 @@ const (
 	EnvQueueURL   = "AMISS_QUEUE_URL"
 	EnvSecretARNs = "AMISS_SECRET_ARNS"
 	EnvLease      = "AMISS_LEASE"
+	// EnvSQSEndpoint and EnvSecretsEndpoint point the clients at stand-ins (a local run).
+	EnvSQSEndpoint     = "AMISS_SQS_ENDPOINT"
+	EnvSecretsEndpoint = "AMISS_SECRETS_ENDPOINT"
 )
 
 // Getenv reads the environment (tests replace it).
@@ -70,32 +79,56 @@ func checkSecretARNs(c *config.Config, allowed []string) error {
 	for _, a := range allowed {
 		ok[strings.TrimSpace(a)] = true
 	}
-	check := func(field, ref string) error {
-		arn, isSM := strings.CutPrefix(ref, "aws-secretsmanager:")
+	for _, u := range c.SecretUses() {
+		arn, isSM := strings.CutPrefix(u.From, "aws-secretsmanager:")
 		if !isSM {
-			return nil
+			continue
 		}
 		arn, _, _ = strings.Cut(arn, "#")
 		if !ok[arn] {
-			return fmt.Errorf("%s: %s is not among %s (the function's role cannot read it)", field, arn, EnvSecretARNs)
-		}
-		return nil
-	}
-	for _, name := range c.RouteNames() {
-		r := c.Route(name)
-		for i, s := range r.Secrets {
-			if err := check(fmt.Sprintf("routes.%s.secrets[%d].from", name, i), s.From); err != nil {
-				return err
-			}
-		}
-		if err := check("routes."+name+".publish.token.from", r.Publish.Token.From); err != nil {
-			return err
-		}
-		if err := check("routes."+name+".evaluator.secret.from", r.Evaluator.Secret.From); err != nil {
-			return err
+			return fmt.Errorf("%s: %s is not among %s (the function's role cannot read it: add it to the template's SecretArns parameter)", u.Path, arn, EnvSecretARNs)
 		}
 	}
 	return nil
+}
+
+// ResolveSecrets reads every secret the configuration refers to, once, so that a secret that
+// cannot be read stops the process at start instead of failing each request. The error lists
+// every secret that failed, each by its field, its route and its source, with the remedy; it
+// never holds a secret's value.
+func ResolveSecrets(ctx context.Context, c *config.Config, res interface {
+	Get(ctx context.Context, ref string) (string, error)
+}) error {
+	var errs []error
+	for _, u := range c.SecretUses() {
+		errs = append(errs, ResolveSecret(ctx, res, u))
+	}
+	return errors.Join(errs...)
+}
+
+// ResolveSecret reads one secret and drops its value: the error, when it cannot be read,
+// names the field, the route and the source, and says what to do.
+func ResolveSecret(ctx context.Context, res interface {
+	Get(ctx context.Context, ref string) (string, error)
+}, u config.SecretUse) error {
+	if _, err := res.Get(ctx, u.From); err != nil {
+		return fmt.Errorf("%s: route %s: %s from %s cannot be read: %w; %s", u.Path, u.Route, u.What, u.From, err, remedy(u.From))
+	}
+	return nil
+}
+
+// remedy says how to make a secret reference readable.
+func remedy(ref string) string {
+	kind, rest, _ := strings.Cut(ref, ":")
+	switch kind {
+	case "env":
+		return fmt.Sprintf("set %s in amiss's environment (export %s=...; in Lambda the template must declare it)", rest, rest)
+	case "file":
+		return "create the file, readable by amiss, holding the secret"
+	case "aws-secretsmanager":
+		return "check the ARN (and the #key of a JSON secret), that the secret has a value, and that the role may read it (the template's WebhookSecretArn or SecretArns)"
+	}
+	return "use env:NAME, file:PATH or aws-secretsmanager:ARN"
 }
 
 func loadConfig() (*config.Config, error) {
@@ -107,7 +140,7 @@ func loadConfig() (*config.Config, error) {
 		}
 		path = filepath.Join(filepath.Dir(exe), "amiss.yaml")
 	}
-	return config.Load(path)
+	return config.LoadEnv(path, Getenv)
 }
 
 // AWS loads the AWS configuration (region and credentials from the default chain).
@@ -116,17 +149,30 @@ func AWS(ctx context.Context) (aws.Config, error) {
 }
 
 // Ledger opens the ledger AMISS_LEDGER names, with the limits of cfg. A Lambda cold start
-// only opens (no scan); prepare is for long-lived processes and cleanup.
+// only opens (no scan); prepare is for long-lived processes and cleanup. A root created with
+// other limits is refused with the differing settings named (see LimitsError).
 func Ledger(ctx context.Context, cfg *config.Config, prepare bool) (ledger.Ledger, error) {
 	spec := Getenv(EnvLedger)
 	switch {
 	case strings.HasPrefix(spec, "file:"):
 		dir := strings.TrimPrefix(spec, "file:")
 		c := localfs.Config{Limits: cfg.Limits(), Create: true}
+		open := localfs.Open
 		if prepare {
-			return localfs.Prepare(ctx, dir, c)
+			open = localfs.Prepare
 		}
-		return localfs.Open(ctx, dir, c)
+		l, err := open(ctx, dir, c)
+		if errors.Is(err, ledger.ErrRootMismatch) {
+			if stored, rerr := localfs.ReadLimits(dir, nil); rerr == nil {
+				if lerr := LimitsError(cfg, spec, stored); lerr != nil {
+					return nil, lerr
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
 	case strings.HasPrefix(spec, "s3://"):
 		bucket, prefix, _ := strings.Cut(strings.TrimPrefix(spec, "s3://"), "/")
 		if bucket == "" {
@@ -135,17 +181,55 @@ func Ledger(ctx context.Context, cfg *config.Config, prepare bool) (ledger.Ledge
 		if prefix != "" && !strings.HasSuffix(prefix, "/") {
 			prefix += "/"
 		}
-		endpoint := Getenv(EnvS3Endpoint)
-		client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: Getenv("AWS_REGION"), Endpoint: endpoint,
-			PathStyle: endpoint != ""})
+		client, err := S3Client(ctx, spec)
 		if err != nil {
 			return nil, err
 		}
-		return objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: prefix, Limits: cfg.Limits(), Create: true})
+		l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: prefix, Limits: cfg.Limits(), Create: true})
+		if errors.Is(err, ledger.ErrRootMismatch) {
+			if stored, rerr := objstore.ReadLimits(ctx, client, bucket, prefix); rerr == nil {
+				if lerr := LimitsError(cfg, spec, stored); lerr != nil {
+					return nil, lerr
+				}
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
 	case spec == "":
 		return nil, errors.New(EnvLedger + " is not set (file:/path or s3://bucket/prefix/)")
 	}
 	return nil, fmt.Errorf("%s: %q is neither file:/path nor s3://bucket/prefix/", EnvLedger, spec)
+}
+
+// ErrLimitsDiffer: a ledger root records other limits than the configuration asks for.
+var ErrLimitsDiffer = errors.New("the ledger root was created with other limits")
+
+// LimitsError explains, setting by setting, why a root created with the limits stored cannot
+// be opened with cfg, and what to do; nil when the limits match.
+func LimitsError(cfg *config.Config, root string, stored ledger.Limits) error {
+	diff := cfg.LimitsMismatch(stored)
+	if diff == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s\n  %s\nA root keeps the limits it was created with: use another root (a new folder or prefix), or a configuration with the root's values",
+		ErrLimitsDiffer, root, strings.Join(diff, "\n  "))
+}
+
+// S3Client returns an S3 client for the ledger named spec (for messages): the region and
+// credentials from the default chain, AMISS_S3_ENDPOINT for an S3-compatible store. Without a
+// region it fails with the remedy, rather than at the first request.
+func S3Client(ctx context.Context, spec string) (*s3.Client, error) {
+	endpoint := Getenv(EnvS3Endpoint)
+	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: Getenv("AWS_REGION"), Endpoint: endpoint, PathStyle: endpoint != ""})
+	if err != nil {
+		return nil, err
+	}
+	if client.Options().Region == "" {
+		return nil, fmt.Errorf("%s: no AWS region: set AWS_REGION to the bucket's region (for example AWS_REGION=eu-west-1), or a region in your AWS profile; for MinIO and other S3-compatible stores any region, such as us-east-1, with %s", spec, EnvS3Endpoint)
+	}
+	return client, nil
 }
 
 // Duration reads a duration variable (such as AMISS_LEASE=45s), or def when unset.
@@ -161,21 +245,36 @@ func Duration(name string, def time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
+// SQSClient returns an SQS client, pointed at AMISS_SQS_ENDPOINT when it is set.
+func SQSClient(awsCfg aws.Config) *sqs.Client {
+	endpoint := Getenv(EnvSQSEndpoint)
+	return sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+	})
+}
+
 // SQSQueue returns the SQS queue AMISS_QUEUE_URL names.
 func SQSQueue(awsCfg aws.Config) (*queue.SQS, error) {
 	url := Getenv(EnvQueueURL)
 	if url == "" {
 		return nil, errors.New(EnvQueueURL + " is not set")
 	}
-	return &queue.SQS{Client: sqs.NewFromConfig(awsCfg), QueueURL: url}, nil
+	return &queue.SQS{Client: SQSClient(awsCfg), QueueURL: url}, nil
 }
 
-// Secrets returns a resolver reading Secrets Manager (cached a minute), the environment and
-// files.
+// Secrets returns a resolver reading Secrets Manager (cached a minute; AMISS_SECRETS_ENDPOINT
+// when set), the environment and files.
 func Secrets(awsCfg *aws.Config) *secrets.Resolver {
 	r := &secrets.Resolver{Getenv: Getenv}
 	if awsCfg != nil {
-		r.SecretsManager = secretsmanager.NewFromConfig(*awsCfg)
+		endpoint := Getenv(EnvSecretsEndpoint)
+		r.SecretsManager = secretsmanager.NewFromConfig(*awsCfg, func(o *secretsmanager.Options) {
+			if endpoint != "" {
+				o.BaseEndpoint = aws.String(endpoint)
+			}
+		})
 	}
 	return r
 }

@@ -2,13 +2,21 @@ package wiring_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/wiring"
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
 )
 
 func env(t *testing.T, m map[string]string) {
@@ -61,23 +69,140 @@ func (f fixedSecrets) Get(ctx context.Context, ref string) (string, error) {
 }
 
 func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
-	cfg, err := config.Load("../../examples/amiss.yaml")
+	demoCfg, err := config.Load("../../examples/amiss.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo, err := wiring.Routes(demoCfg, fixedSecrets{}, nil, nil)("demo")
+	if err != nil || demo.Evaluator == nil || demo.Publisher == nil || demo.Context != "amiss/demo" {
+		t.Fatalf("demo: %+v %v", demo, err)
+	}
+	cfg, err := config.LoadEnv("../../examples/github.yaml", func(k string) string { return map[string]string{"AMISS_REPOSITORIES": "acme/*"}[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	routes := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
-	demo, err := routes("demo")
-	if err != nil || demo.Evaluator == nil || demo.Publisher == nil || demo.Context != "amiss/demo" {
-		t.Fatalf("demo: %+v %v", demo, err)
+	if gh, err := routes("github"); err != nil || gh.Context != "amiss/local" {
+		t.Fatalf("github: %+v %v", gh, err)
 	}
-	if gh, err := routes("acme-github"); err != nil || gh.Context != "amiss/verdict" {
-		t.Fatalf("acme-github: %+v %v", gh, err)
-	}
-	if _, err := wiring.Routes(cfg, fixedSecrets{}, nil, nil)("acme-github"); err == nil {
+	if _, err := wiring.Routes(cfg, fixedSecrets{}, nil, nil)("github"); err == nil {
 		t.Fatal("a route whose token is missing was built")
 	}
 	if _, err := routes("nope"); err == nil {
 		t.Fatal("an unknown route was built")
+	}
+}
+
+// Every secret is read once at start; each one that cannot be read is named by its field,
+// its route and its source, with the remedy, and no secret value is ever in the error.
+func TestSecretsAreResolvedAtStart(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+routes:
+  hooks:
+    provider: github
+    secrets: [{id: current, from: "env:AMISS_TEST_MISSING"}, {id: next, from: "env:AMISS_TEST_SET"}]
+    repositories: [acme/app]
+    publish: {provider: github, base_url: "https://api.github.com", token: {from: "file:/nonexistent/token"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env(t, map[string]string{"AMISS_TEST_SET": "the-secret-value"})
+	err = wiring.ResolveSecrets(context.Background(), cfg, wiring.Secrets(nil))
+	if err == nil {
+		t.Fatal("missing secrets resolved")
+	}
+	msg := err.Error()
+	for _, want := range []string{
+		"routes.hooks.secrets[0].from: route hooks: webhook secret current from env:AMISS_TEST_MISSING cannot be read",
+		"export AMISS_TEST_MISSING=",
+		"routes.hooks.publish.token.from: route hooks: publish token from file:/nonexistent/token cannot be read",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not say %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "the-secret-value") || strings.Contains(msg, "secrets[1]") {
+		t.Errorf("error mentions the secret that was read:\n%s", msg)
+	}
+	env(t, map[string]string{"AMISS_TEST_SET": "v", "AMISS_TEST_MISSING": "w"})
+	p := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(p, []byte("tok\n"), 0o600)
+	cfg.Route("hooks").Publish.Token.From = "file:" + p
+	if err := wiring.ResolveSecrets(context.Background(), cfg, wiring.Secrets(nil)); err != nil {
+		t.Fatalf("readable secrets: %v", err)
+	}
+}
+
+// A root made with other limits is refused with each differing setting named in the
+// configuration's terms and a remedy, not with Go structs.
+func TestLedgerWithOtherLimitsIsExplained(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	l, err := localfs.Prepare(context.Background(), dir, localfs.Config{Limits: ledger.DefaultLimits(), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	cfg, err := config.Load("../../examples/amiss.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env(t, map[string]string{wiring.EnvLedger: "file:" + dir})
+	_, err = wiring.Ledger(context.Background(), cfg, false)
+	if !errors.Is(err, wiring.ErrLimitsDiffer) {
+		t.Fatalf("open with other limits: %v", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "controller.record_cap: the root records 1000000, the configuration asks for 100000") ||
+		!strings.Contains(msg, "use another root") || strings.Contains(msg, "{") {
+		t.Fatalf("message:\n%s", msg)
+	}
+}
+
+// An S3 ledger without a region fails at once, saying which variable to set.
+func TestS3LedgerWithoutARegion(t *testing.T) {
+	t.Setenv("AWS_REGION", "")
+	t.Setenv("AWS_DEFAULT_REGION", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_PROFILE", "")
+	cfg, err := config.Load("../../examples/amiss.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env(t, map[string]string{wiring.EnvLedger: "s3://bucket/prefix/"})
+	_, err = wiring.Ledger(context.Background(), cfg, false)
+	if err == nil || !strings.Contains(err.Error(), "no AWS region: set AWS_REGION") {
+		t.Fatalf("no region: %v", err)
+	}
+}
+
+// AMISS_SQS_ENDPOINT and AMISS_SECRETS_ENDPOINT point the clients at local stand-ins.
+func TestEndpointOverrides(t *testing.T) {
+	var targets []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		targets = append(targets, r.Header.Get("X-Amz-Target"))
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		switch r.Header.Get("X-Amz-Target") {
+		case "secretsmanager.GetSecretValue":
+			w.Write([]byte(`{"ARN":"arn:aws:secretsmanager:us-east-1:000000000000:secret:s","Name":"s","SecretString":"from-the-stand-in"}`))
+		default:
+			w.Write([]byte(`{"MessageId":"m1","MD5OfMessageBody":"x"}`))
+		}
+	}))
+	defer srv.Close()
+	env(t, map[string]string{wiring.EnvSQSEndpoint: srv.URL, wiring.EnvSecretsEndpoint: srv.URL, wiring.EnvQueueURL: srv.URL + "/000000000000/q"})
+	awsCfg := awsConfigForTest()
+	awsCfg.Credentials = credentials.NewStaticCredentialsProvider("k", "s", "")
+	v, err := wiring.Secrets(&awsCfg).Get(context.Background(), "aws-secretsmanager:arn:aws:secretsmanager:us-east-1:000000000000:secret:s")
+	if err != nil || v != "from-the-stand-in" {
+		t.Fatalf("secret through the stand-in: %q %v", v, err)
+	}
+	q, err := wiring.SQSQueue(awsCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Send(context.Background(), queue.Message{Key: ledger.Key{1}, Binding: ledger.Digest{2}})
+	if strings.Join(targets, ",") != "secretsmanager.GetSecretValue,AmazonSQS.SendMessage" {
+		t.Fatalf("calls that reached the stand-in: %q", targets)
 	}
 }
 

@@ -50,12 +50,15 @@ var (
 	probeErr error // it runs but does not honour conditional writes
 )
 
+// Remedy says how to get MinIO for the tests.
+const Remedy = "make test builds the image itself when Docker runs; by hand: start dockerd, make minio-image, then AMISS_MINIO_IMAGE=amiss-minio:local go test ..."
+
 // Start starts the shared server (once) and reports why it is unavailable, if it is.
 func Start() (*Server, error) {
 	once.Do(func() {
 		server, startErr = start(context.Background())
 		if startErr != nil {
-			fmt.Fprintf(os.Stderr, "\n*** MinIO not started: %v\n*** Tests that need it will %s.\n\n", startErr,
+			fmt.Fprintf(os.Stderr, "\n*** MinIO not started: %v\n*** %s.\n*** Tests that need it will %s.\n\n", startErr, Remedy,
 				map[bool]string{true: "FAIL (AMISS_REQUIRE_DOCKER=1)", false: "be SKIPPED"}[os.Getenv("AMISS_REQUIRE_DOCKER") == "1"])
 		}
 	})
@@ -83,7 +86,7 @@ func Require(t testing.TB) *Server {
 	if os.Getenv("AMISS_REQUIRE_DOCKER") == "1" {
 		t.Fatalf("MinIO is required (AMISS_REQUIRE_DOCKER=1) but not available: %v", err)
 	}
-	t.Skipf("SKIPPED: MinIO not available (%v); set AMISS_REQUIRE_DOCKER=1 to make this a failure", err)
+	t.Skipf("SKIPPED: MinIO not available (%v). %s; AMISS_REQUIRE_DOCKER=1 makes this a failure", err, Remedy)
 	return nil
 }
 

@@ -11,7 +11,7 @@ import (
 )
 
 func main() {
-	b := wiring.Start(context.Background(), "cleanup", true)
+	b := wiring.Start(context.Background(), wiring.Function{Name: "cleanup", Prepare: true})
 	q, err := wiring.SQSQueue(b.AWS)
 	if err != nil {
 		b.Fail("queue", err)

@@ -11,11 +11,11 @@ import (
 )
 
 func main() {
-	b := wiring.Start(context.Background(), "ingress", false)
+	b := wiring.Start(context.Background(), wiring.Function{Name: "ingress", Secrets: true})
 	q, err := wiring.SQSQueue(b.AWS)
 	if err != nil {
 		b.Fail("queue", err)
 	}
-	h := &ingress.Handler{Config: b.Config, Ledger: b.Ledger, Queue: q, Secrets: wiring.Secrets(&b.AWS), Log: b.Log}
+	h := &ingress.Handler{Config: b.Config, Ledger: b.Ledger, Queue: q, Secrets: b.Secrets, Log: b.Log}
 	lambda.Start(h.Handle)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/amiss-ci/amiss/functions/metrics"
 	"github.com/amiss-ci/amiss/functions/runner"
@@ -17,7 +16,7 @@ import (
 )
 
 func main() {
-	b := wiring.Start(context.Background(), "runner", false)
+	b := wiring.Start(context.Background(), wiring.Function{Name: "runner", Secrets: true})
 	lease, err := wiring.Duration(wiring.EnvLease, time.Minute)
 	if err != nil {
 		b.Fail("lease", err)
@@ -27,9 +26,9 @@ func main() {
 	if owner == "" {
 		owner = fmt.Sprintf("runner-%d", os.Getpid())
 	}
-	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(b.Config, wiring.Secrets(&b.AWS), nil, b.Log),
+	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(b.Config, b.Secrets, nil, b.Log),
 		Owner: owner, Lease: lease, Log: b.Log, Metrics: m, PublishBudget: b.Config.PublishBudget()}
-	h := &runner.SQSHandler{Runner: r, SQS: sqs.NewFromConfig(b.AWS), QueueURL: wiring.Getenv(wiring.EnvQueueURL)}
+	h := &runner.SQSHandler{Runner: r, SQS: wiring.SQSClient(b.AWS), QueueURL: wiring.Getenv(wiring.EnvQueueURL)}
 	lambda.Start(func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		defer m.Flush()
 		return h.Handle(ctx, ev)

@@ -1,0 +1,60 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// SecretUse is one secret a configuration refers to, with where it is referred to.
+type SecretUse struct {
+	// Path is the YAML path of the reference, such as routes.acme.secrets[0].from.
+	Path  string
+	Route string
+	// What says what the secret is for: "webhook secret ID", "evaluator secret" or
+	// "publish token".
+	What string
+	// From is the reference: env:NAME, file:PATH or aws-secretsmanager:ARN[#key].
+	From string
+}
+
+// SecretUses lists every secret the configuration refers to, route by route in name order:
+// webhook secrets, evaluator secrets and publish tokens.
+func (c *Config) SecretUses() []SecretUse {
+	var out []SecretUse
+	for _, name := range c.RouteNames() {
+		r := c.Routes[name]
+		for i, s := range r.Secrets {
+			out = append(out, SecretUse{Path: fmt.Sprintf("routes.%s.secrets[%d].from", name, i), Route: name,
+				What: "webhook secret " + s.ID, From: s.From})
+		}
+		if r.Evaluator.URL != "" {
+			out = append(out, SecretUse{Path: "routes." + name + ".evaluator.secret.from", Route: name,
+				What: "evaluator secret", From: r.Evaluator.Secret.From})
+		}
+		if r.Publish.Provider != "log" && r.Publish.Token.From != "" {
+			out = append(out, SecretUse{Path: "routes." + name + ".publish.token.from", Route: name,
+				What: "publish token", From: r.Publish.Token.From})
+		}
+	}
+	return out
+}
+
+// LimitsMismatch describes, field by field in the configuration's terms, how the limits a
+// ledger root recorded differ from the ones this configuration asks for (nil when they match).
+func (c *Config) LimitsMismatch(stored ledger.Limits) []string {
+	want := c.Limits()
+	var out []string
+	diff := func(field string, root, conf any) {
+		if root != conf {
+			out = append(out, fmt.Sprintf("controller.%s: the root records %v, the configuration asks for %v", field, root, conf))
+		}
+	}
+	diff("signed_age_ceiling", stored.SignedAgeCeiling, want.SignedAgeCeiling)
+	diff("queue_ceiling", stored.QueueCeiling, want.QueueCeiling)
+	diff("future_skew", stored.FutureSkew, want.FutureSkew)
+	diff("record_cap", stored.RecordCap, want.RecordCap)
+	diff("max_subject_bytes", stored.MaxSubjectBytes, want.MaxSubjectBytes)
+	diff("max_report_bytes", stored.MaxReportBytes, want.MaxReportBytes)
+	return out
+}
