@@ -77,6 +77,11 @@ type Ledger interface {
 	// Inspect returns a copy of the row stored for key, or ErrUnknownDelivery.
 	Inspect(ctx context.Context, key Key) (Row, error)
 
+	// Report returns the report a saved or abandoned row froze, byte for byte, for operators.
+	// A done row keeps no report (ErrInvalid, as for a row that saved none); a key without a
+	// row is ErrUnknownDelivery.
+	Report(ctx context.Context, key Key) ([]byte, error)
+
 	// Rows lists up to limit rows after cursor (empty: from the start) in the backend's
 	// key order, for operators and never for the request path. A row that cannot be read is
 	// listed in Damaged, never skipped silently; a listing that fails is an error. Next is

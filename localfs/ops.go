@@ -369,6 +369,40 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 	return out, err
 }
 
+// Report implements ledger.Ledger. It reads without locking, as Inspect does: a report file is
+// written before the state that names it and removed only after the state is done.
+func (l *Ledger) Report(ctx context.Context, key ledger.Key) ([]byte, error) {
+	if err := l.r.begin(); err != nil {
+		return nil, err
+	}
+	defer l.r.end()
+	row, err := l.r.readRow(key)
+	if err != nil {
+		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+	}
+	if err := reportKept(&row); err != nil {
+		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+	}
+	rep, err := l.r.readReport(&row)
+	if err != nil {
+		if row.State == ledger.StateAbandoned && errors.Is(err, ledger.ErrCorrupt) {
+			if _, serr := l.r.fs.Stat(l.r.reportPath(key)); errors.Is(serr, fs.ErrNotExist) {
+				return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
+			}
+		}
+		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+	}
+	return rep, nil
+}
+
+// reportKept refuses a row that holds no report: one not saved yet, or done.
+func reportKept(row *ledger.Row) error {
+	if (row.State != ledger.StateSaved && row.State != ledger.StateAbandoned) || row.Report.IsZero() {
+		return fmt.Errorf("%w: a %v row keeps no report", ledger.ErrInvalid, row.State)
+	}
+	return nil
+}
+
 // Rows implements ledger.Ledger: up to limit rows in shard and key order after cursor.
 func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (ledger.RowPage, error) {
 	if err := l.r.begin(); err != nil {

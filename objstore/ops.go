@@ -433,6 +433,22 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 	return out, err
 }
 
+// Report implements ledger.Ledger.
+func (l *Ledger) Report(ctx context.Context, key ledger.Key) ([]byte, error) {
+	rd, _, err := l.getRow(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+	}
+	st := rd.Row.State
+	switch {
+	case (st != ledger.StateSaved && st != ledger.StateAbandoned) || rd.Row.Report.IsZero():
+		return nil, fmt.Errorf("report %s: %w: a %v row keeps no report", key.Short(), ledger.ErrInvalid, st)
+	case len(rd.Report) == 0:
+		return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
+	}
+	return rd.Report, nil
+}
+
 // Rows implements ledger.Ledger: up to limit rows in key order after cursor.
 func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (ledger.RowPage, error) {
 	var page ledger.RowPage

@@ -64,12 +64,6 @@ func runList(ctx context.Context, args []string, out, errOut io.Writer) error {
 	return nil
 }
 
-// reportReader is a ledger that can read back the report a row froze. The ledger contract
-// does not offer it yet; a backend that does lights up inspect's verdict.
-type reportReader interface {
-	Report(ctx context.Context, key ledger.Key) ([]byte, error)
-}
-
 // inspected is what inspect prints: the row, and the verdict it froze when it can be read.
 type inspected struct {
 	ledger.Row
@@ -83,19 +77,16 @@ func verdictOf(ctx context.Context, l ledger.Ledger, row ledger.Row) inspected {
 	if row.Report.IsZero() {
 		return out
 	}
-	if rr, ok := l.(reportReader); ok {
-		if b, err := rr.Report(ctx, row.Key); err == nil && json.Valid(b) {
-			out.Verdict = b
-			return out
-		}
-	}
-	switch row.State {
-	case ledger.StateAbandoned:
-		out.VerdictNote = "the reason names the verdict (state and description) the row froze"
-	case ledger.StateSaved:
-		out.VerdictNote = "the runner's \"verdict saved\" log line for this key holds the verdict; the ledger offers no read of a saved report"
-	case ledger.StateDone:
+	b, err := l.Report(ctx, row.Key)
+	switch {
+	case err == nil && json.Valid(b):
+		out.Verdict = b
+	case err == nil:
+		out.VerdictNote = fmt.Sprintf("the frozen report is not JSON: %q", b)
+	case row.State == ledger.StateDone:
 		out.VerdictNote = "published; the ledger drops a report once its row is done"
+	default:
+		out.VerdictNote = err.Error()
 	}
 	return out
 }

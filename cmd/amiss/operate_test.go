@@ -111,11 +111,14 @@ func TestListInspectRepublishOnAFileRoot(t *testing.T) {
 		t.Fatalf("inspect: %v", err)
 	}
 	var row struct {
-		State       string `json:"state"`
-		Reason      string `json:"reason"`
-		VerdictNote string `json:"verdict_note"`
+		State   string `json:"state"`
+		Reason  string `json:"reason"`
+		Verdict struct {
+			State, Description string
+		} `json:"verdict"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &row); err != nil || row.State != "abandoned" || row.VerdictNote == "" ||
+	if err := json.Unmarshal(out.Bytes(), &row); err != nil || row.State != "abandoned" || row.Verdict.State != "failure" ||
+		!strings.HasPrefix(row.Verdict.Description, "failed: pull request title (evaluation ") ||
 		!strings.Contains(row.Reason, `verdict failure: "failed: pull request title (evaluation `) {
 		t.Fatalf("inspect: %v\n%s", err, out.String())
 	}

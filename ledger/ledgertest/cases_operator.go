@@ -6,6 +6,16 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
+// report checks the report the row of d froze.
+func (e *env) report(d ledger.Delivery, want string) {
+	e.t.Helper()
+	got, err := e.l.Report(e.ctx, d.Key())
+	if err != nil {
+		e.t.Fatalf("report: %v", err)
+	}
+	e.sameBytes("report", got, []byte(want))
+}
+
 // Cases of the operator's transitions and views: reviving an abandoned verdict, listing rows.
 func init() {
 	register("RevivedVerdictIsPublishedWithTheSameBytes", func(e *env) {
@@ -20,9 +30,11 @@ func init() {
 		if s.Lease.PublishSince.IsZero() || !s.Lease.PublishSince.Equal(saved.PublishSince) {
 			e.t.Fatalf("publishing lease carries publish start %v, row %v", s.Lease.PublishSince, saved.PublishSince)
 		}
+		e.report(d, "verdict:failure rule=title")
 		if err := e.l.Abandon(e.ctx, s, "provider answered 422"); err != nil {
 			e.t.Fatalf("abandon: %v", err)
 		}
+		e.report(d, "verdict:failure rule=title")
 		wantErr(e.t, "revive of another evaluation", func() error {
 			_, err := e.l.Revive(e.ctx, d.Key(), "not-"+s.Lease.EvaluationID)
 			return err
@@ -56,6 +68,8 @@ func init() {
 		}
 		e.claim(d, "w3", ledger.Busy)
 		e.complete(*p.Staged)
+		_, err = e.l.Report(e.ctx, d.Key())
+		wantErr(e.t, "report of a done row", err, ledger.ErrInvalid)
 		e.claim(d, "w3", ledger.ClaimDuplicate)
 		wantErr(e.t, "revive of a done row", func() error { _, err := e.l.Revive(e.ctx, d.Key(), ""); return err }(), ledger.ErrInvalid)
 		// The revived row is cleaned like any done row, once, after its retention.
@@ -72,8 +86,12 @@ func init() {
 			_, err := e.l.Revive(e.ctx, e.delivery(time.Time{}).Key(), "")
 			return err
 		}(), ledger.ErrUnknownDelivery)
+		_, err := e.l.Report(e.ctx, e.delivery(time.Time{}).Key())
+		wantErr(e.t, "report of an unknown key", err, ledger.ErrUnknownDelivery)
 		d := e.delivery(time.Time{})
 		e.admit(d, ledger.Admitted)
+		_, err = e.l.Report(e.ctx, d.Key())
+		wantErr(e.t, "report of a pending row", err, ledger.ErrInvalid)
 		revive := func() error {
 			_, err := e.l.Revive(e.ctx, d.Key(), "")
 			return err
