@@ -91,7 +91,7 @@ func TestModelRefusesKnownViolations(t *testing.T) {
 		"SecondVerdictSaved": (&history{}).add(0, admitted()).add(0, execute(1, 0)).add(time.Second, save(1, "r")).
 			add(2*time.Second, save(1, "other")),
 		"TwoLiveOwners": (&history{}).add(0, admitted()).add(0, execute(1, 0)).add(5*time.Second, execute(2, 5*time.Second)),
-		"ReusedFence": (&history{}).add(0, admitted()).add(0, execute(1, 0)).add(time.Minute, execute(1, time.Minute)),
+		"ReusedFence":   (&history{}).add(0, admitted()).add(0, execute(1, 0)).add(time.Minute, execute(1, time.Minute)),
 		"ExpiredOwnerSaves": (&history{}).add(0, admitted()).add(0, execute(1, 0)).
 			add(time.Minute, save(1, "r")),
 		"DuplicateBeforeDone": (&history{}).add(0, admitted()).
