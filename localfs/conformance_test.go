@@ -2,6 +2,7 @@ package localfs_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -23,6 +24,58 @@ type harness struct {
 	mu      sync.Mutex
 	handles []*faultfs.FS
 	listing faultfs.Rule
+	faults  faultCounts
+}
+
+// faultCounts counts injected faults by kind.
+type faultCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *faultCounts) add(kind string) {
+	f.mu.Lock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[kind]++
+	f.mu.Unlock()
+}
+
+func (f *faultCounts) snapshot() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.n {
+		out[k] = v
+	}
+	return out
+}
+
+// randomFaults is the rule of a handle opened with a fault plan: each mutating operation is
+// hit with the plan's rate, failing before or after its effect, or killing the handle (as
+// the process dying there) before or after the effect.
+func randomFaults(plan ledgertest.FaultPlan, counts *faultCounts) faultfs.Rule {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(plan.Seed, 0x5eed))
+	return func(op faultfs.Op, path string) faultfs.Action {
+		if !op.Mutating() {
+			return faultfs.Pass
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.Float64() >= plan.Rate {
+			return faultfs.Pass
+		}
+		kinds := []struct {
+			name string
+			a    faultfs.Action
+		}{{"fail-before", faultfs.FailBefore}, {"fail-after", faultfs.FailAfter}, {"crash", faultfs.Crash},
+			{"crash-after-effect", faultfs.CrashAfterEffect}}
+		k := kinds[rng.IntN(len(kinds))]
+		counts.add(k.name)
+		return k.a
+	}
 }
 
 func newHarness(ctx context.Context, t ledgertest.TB) (ledgertest.Harness, error) {
@@ -37,6 +90,9 @@ func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.O
 		fsys.SetRule("list", h.listing)
 	}
 	h.mu.Unlock()
+	if o.Faults != nil {
+		fsys.SetRule("random", randomFaults(*o.Faults, &h.faults))
+	}
 	return localfs.Open(ctx, h.dir, localfs.Config{
 		Limits: limits, Clock: o.Clock, FS: fsys, Create: true,
 		StrandedAfter: o.StrandedAfter, CleanupBatch: o.CleanupBatch, LockWait: 300 * time.Millisecond,
@@ -89,6 +145,11 @@ func (h *harness) HoldMaintenance(ctx context.Context) (func(), error) {
 }
 
 func (h *harness) Resolution() time.Duration { return 0 }
+
+// UsesStoreClock: the FileLedger decides on its host's clock (raised by the root's high-water).
+func (h *harness) UsesStoreClock() bool { return false }
+
+func (h *harness) Faults() map[string]int { return h.faults.snapshot() }
 
 func (h *harness) Close() error { return nil }
 

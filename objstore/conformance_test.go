@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"io"
 	"net/http"
 	"sync"
@@ -25,6 +26,56 @@ type harness struct {
 	mu         sync.Mutex
 	transports []*transport
 	listings   int
+	faults     faultCounts
+}
+
+// faultCounts counts injected faults by kind.
+type faultCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (f *faultCounts) add(kind string) {
+	f.mu.Lock()
+	if f.n == nil {
+		f.n = map[string]int{}
+	}
+	f.n[kind]++
+	f.mu.Unlock()
+}
+
+func (f *faultCounts) snapshot() map[string]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range f.n {
+		out[k] = v
+	}
+	return out
+}
+
+// randomFaults is the rule of a handle opened with a fault plan: each request is hit with the
+// plan's rate: failed before it is sent, applied with its answer lost, answered 503, held in
+// flight while the others go on (landing late), or the handle dies (every later request
+// fails, as a Lambda killed mid-call).
+func randomFaults(plan ledgertest.FaultPlan, counts *faultCounts) func(*http.Request) fault {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(plan.Seed, 0x5eed))
+	return func(r *http.Request) fault {
+		mu.Lock()
+		defer mu.Unlock()
+		if rng.Float64() >= plan.Rate {
+			return pass
+		}
+		kinds := []struct {
+			name string
+			f    fault
+		}{{"fail-before", failBefore}, {"lost-answer", loseResponse}, {"slow-down", slowDown}, {"reset-after", reset},
+			{"held", holdInFlight}, {"held", holdInFlight}, {"crash", crash}}
+		k := kinds[rng.IntN(len(kinds))]
+		counts.add(k.name)
+		return k.f
+	}
 }
 
 func newHarness(ctx context.Context, t ledgertest.TB) (ledgertest.Harness, error) {
@@ -38,11 +89,18 @@ func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.O
 	h.transports = append(h.transports, tr)
 	tr.failListings(h.listings)
 	h.mu.Unlock()
-	// The suite's clock is the store's: every answer's Date is the suite's clock.
-	tr.setStoreClock(o.Clock)
+	// The store's clock is the suite's: every answer's Date reports it.
+	store := o.StoreClock
+	if store == nil {
+		store = o.Clock
+	}
+	tr.setStoreClock(store)
+	if o.Faults != nil {
+		tr.setRule(randomFaults(*o.Faults, &h.faults))
+	}
 	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
 		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
-		DisableClockSkewCorrection: true})
+		DisableClockSkewCorrection: true, Retryer: fastRetryer})
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +162,11 @@ func (h *harness) HoldMaintenance(ctx context.Context) (func(), error) {
 	}
 	return func() { minioRaw.RemoveObject(context.Background(), testBucket, name, minio.RemoveObjectOptions{}) }, nil
 }
+
+// UsesStoreClock: the S3 ledger decides on the store's Date.
+func (h *harness) UsesStoreClock() bool { return true }
+
+func (h *harness) Faults() map[string]int { return h.faults.snapshot() }
 
 // Resolution: the S3 ledger's clock is the store's Date, in whole seconds.
 func (h *harness) Resolution() time.Duration { return time.Second }

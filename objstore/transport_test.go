@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"testing"
@@ -105,6 +106,8 @@ const (
 	loseResponse       // the request is applied, the answer lost
 	slowDown           // a 503 SlowDown answer, nothing applied
 	reset              // the connection is reset after the request is applied
+	holdInFlight       // the request is held in flight a while, then sent (it lands late)
+	crash              // the handle dies: this request and every later one fail unsent
 )
 
 func newTransport(c *counter) *transport {
@@ -183,6 +186,13 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		f = rule(r)
 	}
 	switch f {
+	case crash:
+		t.mu.Lock()
+		t.dead = true
+		t.mu.Unlock()
+		return nil, errInjected
+	case holdInFlight:
+		time.Sleep(time.Duration(5+rand.IntN(60)) * time.Millisecond)
 	case failBefore:
 		return nil, errInjected
 	case slowDown:

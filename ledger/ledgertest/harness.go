@@ -11,7 +11,13 @@ import (
 
 // Options are the per-handle settings the suite opens a ledger with.
 type Options struct {
+	// Clock is the host's clock, the one the handle is given.
 	Clock ledger.Clock
+	// StoreClock is the store's own clock, for a backend that decides on it (UsesStoreClock):
+	// the time the store reports. Nil means Clock.
+	StoreClock ledger.Clock
+	// Faults, when set, asks for a handle whose storage operations fail at random.
+	Faults *FaultPlan
 	// StrandedAfter is the idle time after which Cleanup reports an unfinished row.
 	StrandedAfter time.Duration
 	// CleanupBatch bounds the rows one Cleanup pass removes.
@@ -48,12 +54,29 @@ type Harness interface {
 	// HoldMaintenance takes the maintenance lock or lease as another process would, until
 	// release is called.
 	HoldMaintenance(ctx context.Context) (release func(), err error)
+	// UsesStoreClock reports whether the backend decides on the store's clock
+	// (Options.StoreClock) rather than the host's.
+	UsesStoreClock() bool
+	// Faults counts the faults injected so far into handles opened with a FaultPlan, by kind.
+	Faults() map[string]int
 	// Resolution is the finest step of time the backend's decisions tell apart (zero: as
 	// fine as time.Time). Cases step the clock past an instant by at least this much. The S3
 	// ledger runs on the store's Date, which has whole seconds.
 	Resolution() time.Duration
 	// Close releases the harness and its store.
 	Close() error
+}
+
+// FaultPlan asks a harness for a handle whose storage operations fail at random, as its store
+// can fail: the harness chooses the kinds (for files: a failure before or after the effect, a
+// crash that kills the handle; for an object store: a failure before sending, a lost answer, a
+// request held in flight and landing late, a crash). Every failure reaches the caller as an
+// error of unknown outcome.
+type FaultPlan struct {
+	// Rate is the chance that one storage operation is hit.
+	Rate float64
+	// Seed makes the choices repeatable.
+	Seed uint64
 }
 
 // NewHarness makes a harness over a new, empty store.

@@ -1,0 +1,22 @@
+package objstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
+)
+
+// TestHistories checks whole histories of the S3 ledger against MinIO: workers on handles of
+// their own (each with its own HTTP transport, cache and a host clock minutes off), requests
+// failed before they are sent, applied with their answer lost, answered 503, held in flight
+// and landing late, handles killed mid-call, a cleaner running throughout, a sliding window of
+// keys. Every history must be linearizable under the contract's model with the store's clock
+// as the only clock, and end exactly counted (ledgertest.RunHistories).
+func TestHistories(t *testing.T) {
+	requireMinIO(t)
+	t.Parallel()
+	ledgertest.RunHistories(t, newHarness, ledgertest.HistoryConfig{
+		Histories: 2, Workers: 4, Steps: 150, Keys: 10, Skew: 3 * time.Minute, FaultRate: 0.02, Seed: 1,
+	})
+}
