@@ -93,9 +93,11 @@ fuzz:
 		done; \
 	done
 
-## soak: the multi-process test at a larger scale
-soak:
-	AMISS_SOAK=1 $(GO) test -run 'TestMultiProcess' -count=1 -timeout 60m -v ./localfs/
+## soak: the multi-process tests and the history checks of both backends at a larger scale
+soak: test-prepare
+	AMISS_SOAK=1 AMISS_MINIO_IMAGE=$(MINIO_IMAGE) TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
+		$(GO) test -run 'TestMultiProcess|TestHistories' -count=1 -timeout 90m -v ./localfs/ ./objstore/ \
+		| grep -E '^(---|ok|FAIL|PASS)|history check|killed|workers'
 
 # SAM's makefile build method: sam build calls build-<LogicalId> with ARTIFACTS_DIR set. Each
 # function is a bootstrap for provided.al2023 (arm64; LAMBDA_ARCH for a local run), with the

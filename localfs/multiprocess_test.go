@@ -193,6 +193,13 @@ func readLog(t *testing.T, dir, prefix string) map[int][]string {
 // TestMain runs a worker process of TestMultiProcess when the environment says so, and the
 // tests otherwise.
 func TestMain(m *testing.M) {
+	if role := os.Getenv(envHistRole); role != "" {
+		if err := historyProcess(role); err != nil {
+			fmt.Fprintln(os.Stderr, role, os.Getenv(envHistID)+":", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if id := os.Getenv(envWorker); id != "" {
 		if err := mpWorker(id); err != nil {
 			fmt.Fprintln(os.Stderr, "worker", id+":", err)

@@ -64,6 +64,11 @@ func randomFaults(plan ledgertest.FaultPlan, counts *faultCounts) func(*http.Req
 	return func(r *http.Request) fault {
 		mu.Lock()
 		defer mu.Unlock()
+		// A DELETE is where a late landing hurts most: hold one in ten.
+		if r.Method == http.MethodDelete && rng.Float64() < 0.1 {
+			counts.add("held-delete")
+			return holdInFlight
+		}
 		if rng.Float64() >= plan.Rate {
 			return pass
 		}

@@ -1,6 +1,7 @@
 package objstore_test
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 func TestHistories(t *testing.T) {
 	requireMinIO(t)
 	t.Parallel()
-	ledgertest.RunHistories(t, newHarness, ledgertest.HistoryConfig{
-		Histories: 2, Workers: 4, Steps: 150, Keys: 10, Skew: 3 * time.Minute, FaultRate: 0.02, Seed: 1,
-	})
+	cfg := ledgertest.HistoryConfig{Histories: 2, Workers: 4, Steps: 150, Keys: 10, Skew: 3 * time.Minute, FaultRate: 0.02, Seed: 1}
+	if os.Getenv("AMISS_SOAK") != "" {
+		cfg.Histories, cfg.Workers, cfg.Steps = 20, 8, 600
+	}
+	ledgertest.RunHistories(t, newHarness, cfg)
 }

@@ -192,7 +192,16 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		t.mu.Unlock()
 		return nil, errInjected
 	case holdInFlight:
-		time.Sleep(time.Duration(5+rand.IntN(60)) * time.Millisecond)
+		// Held until the store's clock has moved on by up to a minute (leases end, others
+		// go on), or at most half a second of real time.
+		if storeClock == nil {
+			time.Sleep(time.Duration(5+rand.IntN(60)) * time.Millisecond)
+			break
+		}
+		until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
+		for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 	case failBefore:
 		return nil, errInjected
 	case slowDown:

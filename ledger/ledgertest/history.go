@@ -68,8 +68,9 @@ func HistoryLimits() ledger.Limits {
 
 const historyLease = 10 * time.Second
 
-// RunHistories runs cfg.Histories history checks against the backend newHarness makes and
-// fails t on the first history the model refuses or whose end state breaks the contract.
+// RunHistories runs cfg.Histories history checks against the backend newHarness makes, its
+// callers goroutines of one process, and fails t on the first history the model refuses or
+// whose end state breaks the contract.
 func RunHistories(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryStats {
 	t.Helper()
 	total := HistoryStats{Faults: map[string]int{}}
@@ -77,15 +78,7 @@ func RunHistories(t *testing.T, newHarness NewHarness, cfg HistoryConfig) Histor
 		c := cfg
 		c.Seed = cfg.Seed + uint64(i)*7919
 		st := runHistory(t, newHarness, c)
-		total.Histories++
-		total.Ops += st.Ops
-		total.Unknown += st.Unknown
-		total.Reopens += st.Reopens
-		total.Removed += st.Removed
-		total.Rows += st.Rows
-		for k, v := range st.Faults {
-			total.Faults[k] += v
-		}
+		total.add(st)
 		if t.Failed() {
 			break
 		}
@@ -94,130 +87,274 @@ func RunHistories(t *testing.T, newHarness NewHarness, cfg HistoryConfig) Histor
 	return total
 }
 
-// world is one history's clocks: a base clock all others derive from, and the highest
-// reading any of them gave (the ledger's now never exceeds it).
-type world struct {
-	base    *ledger.ManualClock
-	maxRead atomic.Int64
-	steps   bool // the base may step back (never for a store's own clock)
+func (s *HistoryStats) add(o HistoryStats) {
+	s.Histories++
+	s.Ops += o.Ops
+	s.Unknown += o.Unknown
+	s.Reopens += o.Reopens
+	s.Removed += o.Removed
+	s.Rows += o.Rows
+	if s.Faults == nil {
+		s.Faults = map[string]int{}
+	}
+	for k, v := range o.Faults {
+		s.Faults[k] += v
+	}
 }
 
-func (w *world) saw(t time.Time) {
-	n := t.UnixNano()
+func runHistory(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryStats {
+	t.Helper()
+	ctx := context.Background()
+	h, err := newHarness(ctx, t)
+	if err != nil {
+		t.Fatalf("new harness: %v", err)
+	}
+	defer h.Close()
+	sink := &memSink{}
+	env := &HistoryEnv{
+		Open: func(ctx context.Context, o Options) (ledger.Ledger, error) {
+			return h.Open(ctx, HistoryLimits(), o)
+		},
+		World: newMemWorld(), Sink: sink, Resolution: h.Resolution(), StoreClocked: h.UsesStoreClock(),
+		Steps: !h.UsesStoreClock(), Config: cfg,
+	}
+	var reopens atomic.Int64
+	stop := make(chan struct{})
+	cleaned := make(chan int, 1)
+	go func() { cleaned <- RunHistoryCleaner(ctx, env, cfg.Workers, cfg.Seed, stop) }()
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.Workers)
+	for i := range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := RunHistoryWorker(ctx, env, i, cfg.Seed+uint64(i)*104729)
+			reopens.Add(int64(n))
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	reopens.Add(int64(<-cleaned))
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+	removed, st := FinishHistory(t, ctx, env, cfg.Workers+1)
+	ops := sink.ops
+	CheckHistory(t, ops, HistoryLimits())
+	unknown := 0
+	for _, o := range ops {
+		if o.Unknown {
+			unknown++
+		}
+	}
+	return HistoryStats{Ops: len(ops), Unknown: unknown, Reopens: int(reopens.Load()), Removed: removed,
+		Rows: int(st.Rows), Faults: h.Faults()}
+}
+
+// HistoryWorld is what every caller of one history shares, across goroutines or processes: a
+// base clock all others derive from, the highest reading any clock gave (the ledger's now
+// never exceeds it), the real-time order of calls, the window of live identities, and the
+// high-water of the last completed cleanup.
+type HistoryWorld interface {
+	// Now reads the base clock; Advance moves it (back when negative). SteppedBack is the
+	// sum of every step back so far: a clock read during a call is no lower than its reading
+	// at the call less the steps back until the call returned.
+	Now() time.Time
+	Advance(d time.Duration)
+	SteppedBack() int64
+	// Saw records a clock reading; MaxRead is the highest recorded (Unix nanoseconds).
+	Saw(t time.Time)
+	MaxRead() int64
+	// Tick returns the next instant of the history's real-time order.
+	Tick() int64
+	// Window is the lowest live identity; Slide moves the window on by one.
+	Window() int64
+	Slide()
+	// HWFloor is the lowest now a completed cleanup guarantees every later admission;
+	// RaiseHWFloor raises it.
+	HWFloor() int64
+	RaiseHWFloor(n int64)
+}
+
+// OpSink receives the calls of a history.
+type OpSink interface {
+	// Begin is told of a call about to be made, with an unknown outcome: a process that
+	// dies during the call leaves it so.
+	Begin(o Op)
+	// End is told of the call as it returned.
+	End(o Op)
+}
+
+// memWorld is the world of callers in one process.
+type memWorld struct {
+	base    *ledger.ManualClock
+	back    atomic.Int64
+	maxRead atomic.Int64
+	seq     atomic.Int64
+	window  atomic.Int64
+	hw      atomic.Int64
+}
+
+func newMemWorld() *memWorld {
+	w := &memWorld{base: ledger.NewManualClock(Epoch)}
+	w.Saw(Epoch)
+	return w
+}
+
+func (w *memWorld) Now() time.Time          { return w.base.Now() }
+func (w *memWorld) Advance(d time.Duration) {
+	if d < 0 {
+		w.back.Add(int64(-d)) // counted first: a reader that sees the step sees it counted
+	}
+	w.base.Advance(d)
+}
+func (w *memWorld) SteppedBack() int64 { return w.back.Load() }
+func (w *memWorld) Saw(t time.Time)         { RaiseInt64(&w.maxRead, t.UnixNano()) }
+func (w *memWorld) MaxRead() int64          { return w.maxRead.Load() }
+func (w *memWorld) Tick() int64             { return w.seq.Add(1) }
+func (w *memWorld) Window() int64           { return w.window.Load() }
+func (w *memWorld) Slide()                  { w.window.Add(1) }
+func (w *memWorld) HWFloor() int64          { return w.hw.Load() }
+func (w *memWorld) RaiseHWFloor(n int64)    { RaiseInt64(&w.hw, n) }
+
+// RaiseInt64 raises v to at least n.
+func RaiseInt64(v *atomic.Int64, n int64) {
 	for {
-		cur := w.maxRead.Load()
-		if n <= cur || w.maxRead.CompareAndSwap(cur, n) {
+		cur := v.Load()
+		if n <= cur || v.CompareAndSwap(cur, n) {
 			return
 		}
 	}
 }
 
+// memSink keeps the calls of a history in memory.
+type memSink struct {
+	mu  sync.Mutex
+	ops []Op
+}
+
+func (s *memSink) Begin(Op) {}
+func (s *memSink) End(o Op) {
+	s.mu.Lock()
+	s.ops = append(s.ops, o)
+	s.mu.Unlock()
+}
+
 // hostClock is a handle's clock: the base moved by a skew that may step, recording reads.
 type hostClock struct {
-	w    *world
+	w    HistoryWorld
 	skew atomic.Int64
 }
 
 func (c *hostClock) Now() time.Time {
-	t := c.w.base.Now().Add(time.Duration(c.skew.Load()))
-	c.w.saw(t)
+	t := c.w.Now().Add(time.Duration(c.skew.Load()))
+	c.w.Saw(t)
 	return t
 }
 
 // storeClock is the store's own clock (the base), recording reads.
-type storeClock struct{ w *world }
+type storeClock struct{ w HistoryWorld }
 
 func (c storeClock) Now() time.Time {
-	t := c.w.base.Now()
-	c.w.saw(t)
+	t := c.w.Now()
+	c.w.Saw(t)
 	return t
 }
 
-// recorder collects the operations of one history.
-type recorder struct {
-	mu  sync.Mutex
-	ops []porcupine.Operation
-	seq atomic.Int64
-
-	hwFloor atomic.Int64 // the high-water of the last completed cleanup
-	unknown atomic.Int64
-
-	verdicts sync.Map // evaluation id -> *sync.Map of report digests
-	breaks   []string
+// HistoryEnv is what the callers of a history need: how to open a handle, the world, where the
+// calls go, and what the backend is like.
+type HistoryEnv struct {
+	// Open opens a new handle with the given options (clocks, faults, cleanup settings).
+	Open func(ctx context.Context, o Options) (ledger.Ledger, error)
+	World HistoryWorld
+	Sink  OpSink
+	// Resolution and StoreClocked are the harness's (Resolution, UsesStoreClock).
+	Resolution   time.Duration
+	StoreClocked bool
+	// Steps says whether the base clock may step back (never for a store's own clock).
+	Steps  bool
+	Config HistoryConfig
 }
 
-func (r *recorder) add(o Op) {
-	r.mu.Lock()
-	r.ops = append(r.ops, porcupine.Operation{ClientId: o.Client, Input: o, Output: o, Call: o.Call, Return: o.Return})
-	r.mu.Unlock()
-	if o.Unknown {
-		r.unknown.Add(1)
-	}
-}
-
-// broken records a break of the contract seen outside the model.
-func (r *recorder) broken(what string) {
-	r.mu.Lock()
-	r.breaks = append(r.breaks, what)
-	r.mu.Unlock()
-}
-
-// verdict records a report seen for an evaluation (saved or handed out for publication).
-func (r *recorder) verdict(eval, digest string) {
-	m, _ := r.verdicts.LoadOrStore(eval, &sync.Map{})
-	m.(*sync.Map).Store(digest, true)
-}
+// maxStepBack is the furthest a worker steps the base clock back at once.
+const maxStepBack = 25 * time.Second
 
 // caller is one client of a history: a handle, the clock it decides with, and its bookkeeping.
 type caller struct {
 	id     int
-	h      Harness
+	env    *HistoryEnv
 	l      ledger.Ledger
 	host   *hostClock
 	decide ledger.Clock
-	w      *world
-	rec    *recorder
-	res    time.Duration
 	opts   Options
-	limits ledger.Limits
-	faulty bool
+}
+
+func newCaller(ctx context.Context, env *HistoryEnv, id int, faulty bool, rng *rand.Rand) (*caller, error) {
+	host := &hostClock{w: env.World}
+	if skew := env.Config.Skew; skew > 0 {
+		host.skew.Store(rng.Int64N(2*int64(skew)+1) - int64(skew))
+	}
+	c := &caller{id: id, env: env, host: host, decide: ledger.Clock(host)}
+	if env.StoreClocked {
+		c.decide = storeClock{env.World}
+	}
+	c.opts = Options{Clock: host, StoreClock: storeClock{env.World}, StrandedAfter: time.Minute, CleanupBatch: 50}
+	if faulty && env.Config.FaultRate > 0 {
+		c.opts.Faults = &FaultPlan{Rate: env.Config.FaultRate, Seed: rng.Uint64()}
+	}
+	return c, c.reopen(ctx)
 }
 
 // call records one call: its interval, the bounds of the ledger's now, and its answer.
 func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
+	w, res := c.env.World, int64(c.env.Resolution)
 	o.Client = c.id
+	back1 := w.SteppedBack()
 	lo1 := c.decide.Now()
-	o.Call = c.rec.seq.Add(1)
+	o.Call = w.Tick()
+	// Should this process die during the call, its decision came after lo1 less the steps
+	// back of the clock until it died (Back lets the reader of Begin work that out).
+	o.Lo, o.Back, o.Unknown, o.Return, o.Hi = lo1.UnixNano()-res, back1, true, Timeless, Timeless
+	c.env.Sink.Begin(o)
 	err := do(&o)
-	o.Return = c.rec.seq.Add(1)
+	o.Return = w.Tick()
 	lo2 := c.decide.Now()
-	o.Lo = min(lo1.UnixNano(), lo2.UnixNano()) - int64(c.res)
-	o.Hi = c.w.maxRead.Load()
+	o.Lo = min(lo1.UnixNano()-(w.SteppedBack()-back1), lo2.UnixNano()) - res
+	o.Hi = w.MaxRead()
 	if class, known := ErrClass(err); known {
-		o.Err = class
+		o.Err, o.Unknown = class, false
 	} else {
-		o.Unknown, o.Return, o.Hi = true, Timeless, Timeless
+		o.Return, o.Hi = Timeless, Timeless
 	}
-	c.rec.add(o)
+	c.env.Sink.End(o)
 	return o, err
 }
 
-// reopen replaces the handle, as a process restarted after a crash (with faults of its own).
+// reopen replaces the handle, as a process restarted after a crash (with faults of its own;
+// a start that a fault hits is tried again, as a process would be restarted again).
 func (c *caller) reopen(ctx context.Context) error {
 	if c.l != nil {
 		c.l.Close()
+		c.l = nil
 	}
-	if c.opts.Faults != nil {
-		plan := *c.opts.Faults
-		plan.Seed = plan.Seed*6364136223846793005 + 1442695040888963407
-		c.opts.Faults = &plan
+	var err error
+	for range 20 {
+		if c.opts.Faults != nil {
+			plan := *c.opts.Faults
+			plan.Seed = plan.Seed*6364136223846793005 + 1442695040888963407
+			c.opts.Faults = &plan
+		}
+		var l ledger.Ledger
+		if l, err = c.env.Open(ctx, c.opts); err == nil {
+			c.l = l
+			return nil
+		}
 	}
-	l, err := c.h.Open(ctx, c.limits, c.opts)
-	if err != nil {
-		return err
-	}
-	c.l = l
-	return nil
+	return err
 }
 
 func historyDelivery(id int, signedAt time.Time) ledger.Delivery {
@@ -232,181 +369,87 @@ func historyDelivery(id int, signedAt time.Time) ledger.Delivery {
 
 func digest(b []byte) string { return ledger.SumBody(b).String() }
 
-func runHistory(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryStats {
-	t.Helper()
-	ctx := context.Background()
-	h, err := newHarness(ctx, t)
+// RunHistoryWorker is one worker of a history: env.Config.Steps calls, on a handle it reopens
+// (a restarted process, remembering nothing) after every call of unknown outcome. Worker 0
+// slides the window. It reports how often it reopened; an error means it could not go on.
+func RunHistoryWorker(ctx context.Context, env *HistoryEnv, id int, seed uint64) (int, error) {
+	rng := rand.New(rand.NewPCG(seed, uint64(id)))
+	c, err := newCaller(ctx, env, id, true, rng)
 	if err != nil {
-		t.Fatalf("new harness: %v", err)
+		return 0, fmt.Errorf("open: %w", err)
 	}
-	defer h.Close()
-	limits := HistoryLimits()
-	w := &world{base: ledger.NewManualClock(Epoch), steps: !h.UsesStoreClock()}
-	w.saw(Epoch)
-	rec := &recorder{}
-	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
-	var rngMu sync.Mutex
-	newCaller := func(id int, faulty bool) *caller {
-		rngMu.Lock()
-		defer rngMu.Unlock()
-		host := &hostClock{w: w}
-		if cfg.Skew > 0 {
-			host.skew.Store(rng.Int64N(2*int64(cfg.Skew)+1) - int64(cfg.Skew))
-		}
-		c := &caller{id: id, h: h, host: host, w: w, rec: rec, res: h.Resolution(), limits: limits, faulty: faulty}
-		c.decide = host
-		if h.UsesStoreClock() {
-			c.decide = storeClock{w}
-		}
-		c.opts = Options{Clock: host, StoreClock: storeClock{w}, StrandedAfter: time.Minute, CleanupBatch: 50}
-		if faulty && cfg.FaultRate > 0 {
-			c.opts.Faults = &FaultPlan{Rate: cfg.FaultRate, Seed: rng.Uint64()}
-		}
-		if err := c.reopen(ctx); err != nil {
-			t.Fatalf("open: %v", err)
-		}
-		return c
-	}
-
-	var window atomic.Int64
-	var reopens atomic.Int64
-	stop := make(chan struct{})
-	var cleanerWG sync.WaitGroup
-	cleaner := newCaller(cfg.Workers, true)
-	cleanerWG.Add(1)
-	go func() {
-		defer cleanerWG.Done()
-		cur := ledger.Cursor("")
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			rep, err := cleanupRecorded(ctx, cleaner, cur)
-			switch {
-			case err == nil:
-				cur = rep.Next
-			case errors.Is(err, ledger.ErrBusy):
-			default:
-				reopens.Add(1)
-				if err := cleaner.reopen(ctx); err != nil {
-					t.Errorf("cleaner reopen: %v", err)
-					return
-				}
-			}
-			time.Sleep(2 * time.Millisecond)
+	defer func() {
+		if c.l != nil {
+			c.l.Close()
 		}
 	}()
+	k := &worker{c: c, rng: rng, cfg: env.Config}
+	k.forget()
+	reopens := 0
+	for step := range env.Config.Steps {
+		if id == 0 && step%10 == 9 {
+			env.World.Slide()
+		}
+		if err := k.step(ctx); err != nil {
+			reopens++
+			k.forget()
+			if err := c.reopen(ctx); err != nil {
+				return reopens, fmt.Errorf("reopen: %w", err)
+			}
+		}
+	}
+	return reopens, nil
+}
 
-	var wg sync.WaitGroup
-	for i := range cfg.Workers {
-		c := newCaller(i, true)
-		seed := rng.Uint64()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			wk := &worker{c: c, rng: rand.New(rand.NewPCG(seed, uint64(i))), cfg: cfg, window: &window, held: map[int]*ledger.Staged{},
-				leases: map[int]ledger.Lease{}}
-			for step := range cfg.Steps {
-				if i == 0 && step%10 == 9 {
-					window.Add(1)
-				}
-				if err := wk.step(ctx); err != nil {
-					reopens.Add(1)
-					wk.forget()
-					if err := c.reopen(ctx); err != nil {
-						t.Errorf("worker %d reopen: %v", i, err)
-						return
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	cleanerWG.Wait()
-	if t.Failed() {
-		return HistoryStats{}
-	}
-
-	// The end: a healthy handle finishes every row, then cleanup forgets what it may.
-	fin := newCaller(cfg.Workers+1, false)
-	defer fin.l.Close()
-	cleaner.l.Close()
-	rows := finishAll(t, ctx, fin)
-	checkVerdicts(t, rec)
-	for _, b := range rec.breaks {
-		t.Errorf("%s", b)
-	}
-	w.base.Set(time.Unix(0, w.maxRead.Load()).Add(2 * (limits.SignedAgeCeiling + limits.QueueCeiling)))
-	removed := 0
-	for lap := 0; ; lap++ {
-		if lap > 20 {
-			t.Fatalf("cleanup keeps removing rows after 20 laps")
-		}
-		n := 0
-		for cur := ledger.Cursor(""); ; {
-			rep, err := cleanupRecorded(ctx, fin, cur)
-			if err != nil {
-				t.Fatalf("cleanup at the end: %v", err)
-			}
-			n += len(rep.Removed)
-			if rep.Done {
-				break
-			}
-			cur = rep.Next
-		}
-		removed += n
-		if n == 0 {
-			break
-		}
-	}
-	if err := fin.reopen(ctx); err != nil {
-		t.Fatalf("reopen at the end: %v", err)
-	}
-	st, err := fin.l.Stats(ctx)
+// RunHistoryCleaner runs cleanup passes, one after the other, until stop is closed; it
+// reopens its handle after a failed pass. It reports how often it reopened.
+func RunHistoryCleaner(ctx context.Context, env *HistoryEnv, id int, seed uint64, stop <-chan struct{}) int {
+	rng := rand.New(rand.NewPCG(seed, uint64(id)))
+	c, err := newCaller(ctx, env, id, true, rng)
 	if err != nil {
-		t.Fatalf("stats at the end: %v", err)
+		return 0
 	}
-	if st.CapacityUsed != st.Rows {
-		t.Fatalf("after cleanup the capacity record counts %d slots for %d rows", st.CapacityUsed, st.Rows)
+	defer func() { c.l.Close() }()
+	reopens := 0
+	cur := ledger.Cursor("")
+	for {
+		select {
+		case <-stop:
+			return reopens
+		default:
+		}
+		rep, err := cleanupRecorded(ctx, c, cur)
+		switch {
+		case err == nil:
+			cur = rep.Next
+		case errors.Is(err, ledger.ErrBusy):
+		default:
+			reopens++
+			if c.reopen(ctx) != nil {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
-	if st.Damaged != 0 || st.ByState[ledger.StatePending]+st.ByState[ledger.StateRunning]+st.ByState[ledger.StateSaved] != 0 {
-		t.Fatalf("at the end: %+v: every row must be finished and legible", st)
-	}
-	_ = rows
-	checkModel(t, rec, limits)
-	return HistoryStats{Ops: len(rec.ops), Unknown: int(rec.unknown.Load()), Reopens: int(reopens.Load()), Removed: removed,
-		Rows: int(st.Rows), Faults: h.Faults()}
 }
 
 // cleanupRecorded runs one cleanup pass and records the rows it reports removed, each as a
-// removal over the pass's interval; it checks that the pass names each key at most once.
+// removal over the pass's interval (CheckHistory checks that a pass names a key once).
 func cleanupRecorded(ctx context.Context, c *caller, cur ledger.Cursor) (ledger.CleanupReport, error) {
+	w, res := c.env.World, int64(c.env.Resolution)
+	back1 := w.SteppedBack()
 	lo1 := c.decide.Now()
-	call := c.rec.seq.Add(1)
+	call := w.Tick()
 	rep, err := c.l.Cleanup(ctx, cur)
-	ret := c.rec.seq.Add(1)
+	ret := w.Tick()
 	lo2 := c.decide.Now()
-	hi := c.w.maxRead.Load()
-	seen := map[ledger.Key]bool{}
+	hi := w.MaxRead()
 	for _, r := range rep.Removed {
-		if seen[r.Key] {
-			c.rec.broken(fmt.Sprintf("cleanup reported %s removed twice in one pass", r.Key))
-		}
-		seen[r.Key] = true
-		c.rec.add(Op{Client: c.id, Key: r.Key, Kind: OpRemove, Eval: r.EvaluationID, Call: call, Return: ret,
-			Lo: min(lo1.UnixNano(), lo2.UnixNano()) - int64(c.res), Hi: hi})
+		c.env.Sink.End(Op{Client: c.id, Key: r.Key, Kind: OpRemove, Eval: r.EvaluationID, Call: call, Return: ret,
+			Lo: min(lo1.UnixNano()-(w.SteppedBack()-back1), lo2.UnixNano()) - res, Hi: hi})
 	}
 	if err == nil {
-		floor := rep.HighWater.UnixNano() - int64(c.res)
-		for {
-			cur := c.rec.hwFloor.Load()
-			if floor <= cur || c.rec.hwFloor.CompareAndSwap(cur, floor) {
-				break
-			}
-		}
+		w.RaiseHWFloor(rep.HighWater.UnixNano() - res)
 	}
 	return rep, err
 }
@@ -417,7 +460,6 @@ type worker struct {
 	c      *caller
 	rng    *rand.Rand
 	cfg    HistoryConfig
-	window *atomic.Int64
 	held   map[int]*ledger.Staged // publishing leases, by identity
 	leases map[int]ledger.Lease   // executing leases, by identity
 	stale  []ledger.Lease
@@ -432,8 +474,8 @@ func (k *worker) forget() {
 // step makes one call. An error whose outcome is unknown is returned: the caller restarts.
 func (k *worker) step(ctx context.Context) error {
 	c := k.c
-	id := int(k.window.Load()) + k.rng.IntN(k.cfg.Keys)
-	now := c.w.base.Now()
+	id := int(c.env.World.Window()) + k.rng.IntN(k.cfg.Keys)
+	now := c.env.World.Now()
 	p := k.rng.Float64()
 	switch {
 	case p < 0.08:
@@ -473,17 +515,17 @@ func unknownOnly(err error) error {
 }
 
 func (k *worker) moveClock() {
-	w := k.c.w
+	env := k.c.env
 	switch p := k.rng.Float64(); {
-	case p < 0.05 && w.steps:
-		w.base.Advance(-time.Duration(5+k.rng.IntN(20)) * time.Second) // a clock stepped back
-	case p < 0.15 && !k.c.h.UsesStoreClock():
+	case p < 0.05 && env.Steps:
+		env.World.Advance(-time.Duration(5+k.rng.IntN(int(maxStepBack/time.Second)-4)) * time.Second) // a clock stepped back
+	case p < 0.15 && !env.StoreClocked:
 		// A host's clock stepped. (A backend on the store's clock measures elapsed time on
 		// the monotonic clock, which never steps; its hosts differ only from handle to
 		// handle.)
 		k.c.host.skew.Store(int64(time.Duration(k.rng.IntN(2*int(k.cfg.Skew/time.Second)+1))*time.Second - k.cfg.Skew))
 	default:
-		w.base.Advance(time.Duration(1+k.rng.IntN(6)) * time.Second)
+		env.World.Advance(time.Duration(1+k.rng.IntN(6)) * time.Second)
 	}
 }
 
@@ -497,7 +539,7 @@ func (k *worker) admit(ctx context.Context, id int, now time.Time) error {
 		signed = signed.Add(20 * time.Second) // signed far ahead
 	}
 	d := historyDelivery(id, signed)
-	o := Op{Key: d.Key(), Kind: OpAdmit, HWFloor: c.rec.hwFloor.Load()}
+	o := Op{Key: d.Key(), Kind: OpAdmit, HWFloor: c.env.World.HWFloor()}
 	if !d.SignedAt.IsZero() {
 		o.SignedAt = d.SignedAt.UnixNano()
 	}
@@ -528,7 +570,6 @@ func (k *worker) claim(ctx context.Context, id int) error {
 		case ledger.Publish:
 			o.OutFence, o.Expires = cl.Staged.Lease.Fence, cl.Staged.Lease.Expires.UnixNano()
 			o.OutReport = digest(cl.Staged.Report)
-			c.rec.verdict(cl.EvaluationID, o.OutReport)
 			k.held[id] = cl.Staged
 		}
 		return nil
@@ -567,7 +608,7 @@ func (k *worker) execute(ctx context.Context, id int, l ledger.Lease) error {
 	case p < 0.33:
 		delete(k.leases, id)
 		o := k.leaseOp(OpRelease, l)
-		nb := c.w.base.Now().Add(time.Duration(k.rng.IntN(3)) * time.Second)
+		nb := c.env.World.Now().Add(time.Duration(k.rng.IntN(3)) * time.Second)
 		o.NotBefore = nb.UnixNano()
 		_, err := c.call(o, func(o *Op) error { return c.l.Release(ctx, l, nb) })
 		return unknownOnly(err)
@@ -579,7 +620,6 @@ func (k *worker) execute(ctx context.Context, id int, l ledger.Lease) error {
 	_, err := c.call(o, func(o *Op) error {
 		s, err := c.l.Save(ctx, l, report)
 		if err == nil {
-			c.rec.verdict(l.EvaluationID, digest(s.Report))
 			k.held[id] = &s
 		}
 		return err
@@ -601,7 +641,7 @@ func (k *worker) publish(ctx context.Context, id int, s *ledger.Staged) error {
 		_, err = c.call(o, func(*Op) error { return c.l.Abandon(ctx, *s, "the provider refuses it") })
 	case p < 0.16:
 		o.Kind = OpRelease
-		o.NotBefore = c.w.base.Now().UnixNano()
+		o.NotBefore = c.env.World.Now().UnixNano()
 		_, err = c.call(o, func(*Op) error { return c.l.Release(ctx, s.Lease, time.Unix(0, o.NotBefore)) })
 	case p < 0.24:
 		o.Kind, o.LeaseFor = OpRenew, historyLease
@@ -635,10 +675,7 @@ func (k *worker) replayStale(ctx context.Context) error {
 		o := k.leaseOp(OpSave, l)
 		o.Report = digest(report)
 		_, err = c.call(o, func(o *Op) error {
-			s, err := c.l.Save(ctx, l, report)
-			if err == nil {
-				c.rec.verdict(l.EvaluationID, digest(s.Report))
-			}
+			_, err := c.l.Save(ctx, l, report)
 			return err
 		})
 	case p < 0.8:
@@ -658,10 +695,17 @@ func (k *worker) replayStale(ctx context.Context) error {
 	return unknownOnly(err)
 }
 
-// finishAll drives every row to done or abandoned with a healthy handle, recording each call.
-func finishAll(t *testing.T, ctx context.Context, c *caller) int {
+// FinishHistory ends a history with a healthy handle: it drives every row to done or
+// abandoned, moves the clock past every retention, runs cleanup until it removes nothing,
+// reopens, and checks that every row is finished and legible and that the capacity record
+// counts exactly the rows. Every call is recorded. It reports the rows removed and the stats.
+func FinishHistory(t *testing.T, ctx context.Context, env *HistoryEnv, id int) (int, ledger.Stats) {
 	t.Helper()
-	rows := 0
+	c, err := newCaller(ctx, env, id, false, rand.New(rand.NewPCG(uint64(id), 7)))
+	if err != nil {
+		t.Fatalf("open at the end: %v", err)
+	}
+	defer func() { c.l.Close() }()
 	for cur := ledger.Cursor(""); ; {
 		page, err := c.l.Rows(ctx, cur, 200)
 		if err != nil {
@@ -671,14 +715,51 @@ func finishAll(t *testing.T, ctx context.Context, c *caller) int {
 			t.Fatalf("damaged rows at the end: %v", page.Damaged)
 		}
 		for _, row := range page.Rows {
-			rows++
 			finishRecorded(t, ctx, c, row)
 		}
 		if page.Next == "" {
-			return rows
+			break
 		}
 		cur = page.Next
 	}
+	limits := HistoryLimits()
+	env.World.Advance(time.Unix(0, env.World.MaxRead()).Sub(env.World.Now()) + 2*(limits.SignedAgeCeiling+limits.QueueCeiling+env.Config.Skew))
+	removed := 0
+	for lap := 0; ; lap++ {
+		if lap > 20 {
+			t.Fatalf("cleanup keeps removing rows after 20 laps")
+		}
+		n := 0
+		for cur := ledger.Cursor(""); ; {
+			rep, err := cleanupRecorded(ctx, c, cur)
+			if err != nil {
+				t.Fatalf("cleanup at the end: %v", err)
+			}
+			n += len(rep.Removed)
+			if rep.Done {
+				break
+			}
+			cur = rep.Next
+		}
+		removed += n
+		if n == 0 {
+			break
+		}
+	}
+	if err := c.reopen(ctx); err != nil {
+		t.Fatalf("reopen at the end: %v", err)
+	}
+	st, err := c.l.Stats(ctx)
+	if err != nil {
+		t.Fatalf("stats at the end: %v", err)
+	}
+	if st.CapacityUsed != st.Rows {
+		t.Fatalf("after cleanup the capacity record counts %d slots for %d rows", st.CapacityUsed, st.Rows)
+	}
+	if st.Damaged != 0 || st.ByState[ledger.StatePending]+st.ByState[ledger.StateRunning]+st.ByState[ledger.StateSaved] != 0 {
+		t.Fatalf("at the end: %+v: every row must be finished and legible", st)
+	}
+	return removed, st
 }
 
 func finishRecorded(t *testing.T, ctx context.Context, c *caller, row ledger.Row) {
@@ -697,7 +778,6 @@ func finishRecorded(t *testing.T, ctx context.Context, c *caller, row ledger.Row
 				o.OutFence, o.Expires = cl.Lease.Fence, cl.Lease.Expires.UnixNano()
 			case ledger.Publish:
 				o.OutFence, o.Expires, o.OutReport = cl.Staged.Lease.Fence, cl.Staged.Lease.Expires.UnixNano(), digest(cl.Staged.Report)
-				c.rec.verdict(cl.EvaluationID, o.OutReport)
 			}
 			return nil
 		})
@@ -713,7 +793,7 @@ func finishRecorded(t *testing.T, ctx context.Context, c *caller, row ledger.Row
 			return
 		case ledger.Busy:
 			if wait := cl.RetryAt.Sub(c.decide.Now()); wait >= 0 {
-				c.w.base.Advance(wait + c.res + time.Nanosecond)
+				c.env.World.Advance(wait + c.env.Resolution + time.Nanosecond)
 			}
 			continue
 		case ledger.Execute:
@@ -726,7 +806,6 @@ func finishRecorded(t *testing.T, ctx context.Context, c *caller, row ledger.Row
 			}); err != nil {
 				t.Fatalf("finish %s: save: %v", row.Key, err)
 			}
-			c.rec.verdict(cl.EvaluationID, digest(s.Report))
 		case ledger.Publish:
 			s = *cl.Staged
 		}
@@ -739,35 +818,91 @@ func finishRecorded(t *testing.T, ctx context.Context, c *caller, row ledger.Row
 	t.Fatalf("finish %s: the row never finished", row.Key)
 }
 
-// checkVerdicts fails when an evaluation saved or handed out two different reports.
-func checkVerdicts(t *testing.T, rec *recorder) {
+// CheckHistory checks a recorded history: one verdict per evaluation (every report saved or
+// handed out for publication under one evaluation is the same), each key at most once in the
+// report of one cleanup pass, and the whole history linearizable under Model. A refused
+// history is written out as porcupine's visualization for reading.
+func CheckHistory(t *testing.T, ops []Op, limits ledger.Limits) {
 	t.Helper()
-	rec.verdicts.Range(func(eval, m any) bool {
-		n := 0
-		m.(*sync.Map).Range(func(any, any) bool { n++; return true })
-		if n > 1 {
-			t.Errorf("evaluation %s has %d different verdicts", eval, n)
+	verdicts := map[string]map[string]bool{}
+	seen := func(eval, report string) {
+		if verdicts[eval] == nil {
+			verdicts[eval] = map[string]bool{}
 		}
-		return true
-	})
-}
-
-// checkModel checks the whole history against the model; a refused history is written out as
-// porcupine's visualization for reading.
-func checkModel(t *testing.T, rec *recorder, limits ledger.Limits) {
-	t.Helper()
+		verdicts[eval][report] = true
+	}
+	type pass struct {
+		client int
+		call   int64
+	}
+	removed := map[pass]map[ledger.Key]bool{}
+	hist := make([]porcupine.Operation, 0, len(ops))
+	for _, o := range ops {
+		switch {
+		case o.Unknown:
+		case o.Kind == OpSave && o.Err == "":
+			seen(o.Eval, o.Report)
+		case o.Kind == OpClaim && o.Outcome == ledger.Publish.String():
+			seen(o.OutEval, o.OutReport)
+		case o.Kind == OpRemove:
+			p := pass{o.Client, o.Call}
+			if removed[p] == nil {
+				removed[p] = map[ledger.Key]bool{}
+			}
+			if removed[p][o.Key] {
+				t.Errorf("one cleanup pass reported %s removed twice", o.Key)
+			}
+			removed[p][o.Key] = true
+		}
+		hist = append(hist, porcupine.Operation{ClientId: o.Client, Input: o, Output: o, Call: o.Call, Return: o.Return})
+	}
+	for eval, reports := range verdicts {
+		if len(reports) > 1 {
+			t.Errorf("evaluation %s has %d different verdicts", eval, len(reports))
+		}
+	}
 	m := Model(limits, 0)
-	res, info := porcupine.CheckOperationsVerbose(m, rec.ops, 5*time.Minute)
+	res, info := porcupine.CheckOperationsVerbose(m, hist, 5*time.Minute)
 	switch res {
 	case porcupine.Ok:
 		return
 	case porcupine.Unknown:
-		t.Fatalf("the history of %d operations could not be checked within the time limit", len(rec.ops))
+		t.Fatalf("the history of %d operations could not be checked within the time limit", len(hist))
 	}
 	path := filepath.Join(os.TempDir(), fmt.Sprintf("amiss-history-%d.html", time.Now().UnixNano()))
 	if f, err := os.Create(path); err == nil {
 		porcupine.Visualize(m, info, f)
 		f.Close()
 	}
-	t.Fatalf("the history of %d operations is not linearizable under the contract's model (visualization: %s)", len(rec.ops), path)
+	t.Fatalf("the history of %d operations is not linearizable under the contract's model (visualization: %s)\n%s",
+		len(hist), path, refusedKey(m, hist))
+}
+
+// refusedKey describes the calls on the first key whose history the model refuses.
+func refusedKey(m porcupine.Model, hist []porcupine.Operation) string {
+	for _, part := range m.Partition(hist) {
+		if porcupine.CheckOperations(m, part) {
+			continue
+		}
+		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
+		out := fmt.Sprintf("calls on key %s:\n", part[0].Input.(Op).Key)
+		at := func(n int64) string {
+			if n == Timeless {
+				return "-"
+			}
+			return time.Unix(0, n).UTC().Format("15:04:05.000")
+		}
+		for _, p := range part {
+			o := p.Input.(Op)
+			ret := fmt.Sprint(o.Return)
+			if o.Return == Timeless {
+				ret = "?"
+			}
+			out += fmt.Sprintf("  [%d,%s] client %d %-8s now in [%s, %s] fence %d eval %.8s signed %s report %.8s -> unknown %v err %q %s eval %.8s fence %d expires %s retain %s report %.8s state %v\n",
+				o.Call, ret, o.Client, o.Kind, at(o.Lo), at(o.Hi), o.Fence, o.Eval, at(o.SignedAt), o.Report,
+				o.Unknown, o.Err, o.Outcome, o.OutEval, o.OutFence, at(o.Expires), at(o.RetainUntil), o.OutReport, o.OutState)
+		}
+		return out
+	}
+	return ""
 }

@@ -67,6 +67,9 @@ type Op struct {
 	Return int64 `json:"return"`
 	Lo     int64 `json:"lo"`
 	Hi     int64 `json:"hi"`
+	// Back is the world's SteppedBack when the call was made: for a call whose process died,
+	// Lo is lowered by the steps back until the death.
+	Back int64 `json:"back,omitempty"`
 
 	// Inputs.
 	SignedAt  int64         `json:"signed_at,omitempty"` // admit: 0 for a permanent delivery
