@@ -231,8 +231,13 @@ func TestEnvironmentReadIsEnvironmentSet(t *testing.T) {
 }
 
 // s3Calls maps the S3 API calls the ledger makes to IAM actions.
-var s3Calls = map[string]string{"GetObject": "s3:GetObject", "PutObject": "s3:PutObject", "DeleteObject": "s3:DeleteObject",
-	"ListObjectsV2": "s3:ListBucket", "NewListObjectsV2Paginator": "s3:ListBucket"}
+var s3Calls = map[string]string{"GetObject": "s3:GetObject", "PutObject": "s3:PutObject", "DeleteObject": "s3:DeleteObjectVersion",
+	"ListObjectsV2": "s3:ListBucket", "NewListObjectsV2Paginator": "s3:ListBucket",
+	"NewListObjectVersionsPaginator": "s3:ListBucketVersions", "GetBucketVersioning": "s3:GetBucketVersioning"}
+
+// cleanupOnly are the S3 actions only cleanup needs: deletions by version, and the listing of
+// versions that precedes them.
+var cleanupOnly = map[string]bool{"s3:DeleteObjectVersion": true, "s3:ListBucketVersions": true}
 
 func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 	raw := rawTemplate(t)
@@ -253,8 +258,12 @@ func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 		return out
 	}
 	// S3: every call of objstore's store; the ledger is used by all three functions, and
-	// deletion only by cleanup (store.deleteOnce is called from objstore/cleanup.go only).
+	// deletion only by cleanup (the store's deleting and version-listing methods are called
+	// from objstore/cleanup.go only), and only by version id.
 	store := readFile(t, "objstore/store.go")
+	if n, v := strings.Count(store, "DeleteObjectInput{"), strings.Count(store, "VersionId: aws.String(version)"); n != 1 || v != 1 {
+		t.Fatalf("objstore/store.go builds %d DeleteObject inputs, %d with a version id: every delete must name a version", n, v)
+	}
 	called := map[string]bool{}
 	for call, action := range s3Calls {
 		if regexp.MustCompile(`\b` + call + `\(`).MatchString(store) {
@@ -263,17 +272,23 @@ func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 	}
 	// GetObject of a missing key answers 403 without ListBucket: every function needs it.
 	called["s3:ListBucket"] = true
-	for _, f := range []string{"objstore/ops.go", "objstore/ledger.go"} {
-		if strings.Contains(readFile(t, f), "deleteOnce(") {
-			t.Fatalf("%s deletes: the policies assume only cleanup does", f)
+	for _, f := range []string{"objstore/ops.go", "objstore/ledger.go", "objstore/verify.go", "objstore/clock.go"} {
+		src := readFile(t, f)
+		for _, m := range []string{"deleteVersion(", "removeVersion(", "dropIndex(", ".versions(", "listIndex("} {
+			if strings.Contains(src, m) {
+				t.Fatalf("%s calls %s: the policies assume only cleanup deletes or lists versions", f, m)
+			}
 		}
 	}
 	for _, fn := range []string{"IngressFunction", "RunnerFunction", "CleanupFunction"} {
 		p := policy(fn)
+		if p["s3:DeleteObject"] {
+			t.Errorf("%s may delete ledger objects by key; the ledger deletes only by version", fn)
+		}
 		for action := range called {
-			if action == "s3:DeleteObject" && fn != "CleanupFunction" {
+			if cleanupOnly[action] && fn != "CleanupFunction" {
 				if p[action] {
-					t.Errorf("%s may delete ledger objects; only cleanup needs to", fn)
+					t.Errorf("%s has %s; only cleanup needs it", fn, action)
 				}
 				continue
 			}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/internal/miniotest"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -32,7 +33,9 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	miniotest.Stop() // the MinIO the S3 tests shared, when one was started
+	os.Exit(code)
 }
 
 // standIn is a commit-status API shaped like GitHub's (POST /repos/{owner}/{repo}/statuses/{sha}

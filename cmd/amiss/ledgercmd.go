@@ -102,6 +102,8 @@ func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Wr
 		return runList(ctx, args, out, errOut)
 	case "republish":
 		return runRepublish(ctx, args, out)
+	case "s3-setup":
+		return runS3Setup(ctx, args, out)
 	}
 	fs, root, err := rootFlags("ledger "+sub, args)
 	if err != nil {
@@ -204,4 +206,32 @@ func printStats(out io.Writer, st ledger.Stats) {
 	fmt.Fprintf(out, "high-water %s\n", st.HighWater.Format(time.RFC3339Nano))
 	fmt.Fprintf(out, "limits: signed age %s, queue %s, future skew %s, subject %d B, report %d B\n",
 		st.Limits.SignedAgeCeiling, st.Limits.QueueCeiling, st.Limits.FutureSkew, st.Limits.MaxSubjectBytes, st.Limits.MaxReportBytes)
+}
+
+// runS3Setup makes the bucket of an s3:// root fit for a ledger: versioning on, and a lifecycle
+// rule that expires noncurrent versions (for a local MinIO, or a bucket made by hand).
+func runS3Setup(ctx context.Context, args []string, out io.Writer) error {
+	fs := newFlags("ledger s3-setup", "-root s3://bucket/prefix/ [-noncurrent-days N]")
+	root := fs.String("root", "", "the ledger's bucket and prefix, s3://bucket/prefix/")
+	days := fs.Int("noncurrent-days", 1, "days a version is kept after it stopped being current")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	rest, ok := strings.CutPrefix(*root, "s3://")
+	bucket, prefix, _ := strings.Cut(rest, "/")
+	if !ok || bucket == "" {
+		return fmt.Errorf("%w: s3-setup needs -root s3://bucket/prefix/, got %q", errUsage, *root)
+	}
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	client, err := wiring.S3Client(ctx, *root)
+	if err != nil {
+		return err
+	}
+	if err := objstore.SetupBucket(ctx, client, bucket, prefix, int32(*days)); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "bucket %s: versioning enabled; versions under %q expire %d day(s) after they stop being current\n", bucket, prefix, *days)
+	return nil
 }

@@ -18,6 +18,8 @@
 //	amiss ledger inspect [-root DIR] KEY  one row, as JSON, with the verdict it froze
 //	amiss ledger republish [-root DIR] [-queue URL] KEY | -abandoned [-since T]
 //	                                      revive abandoned verdicts (same bytes) and queue them
+//	amiss ledger s3-setup -root s3://bucket/prefix/ [-noncurrent-days N]
+//	                                      versioning and a lifecycle rule on the ledger's bucket
 //	amiss ledger verify  [-root DIR]      decode every file and check the capacity record
 //	amiss ledger cleanup [-root DIR]      run cleanup passes until a lap is done
 //	amiss version                         the build: version, commit, Go
@@ -58,10 +60,10 @@ const usage = `usage: amiss COMMAND [flags]   (amiss COMMAND -h for a command's 
   check     read every secret, probe the ledger and the publishers' base URLs;
             with -template, check a packaged configuration against a SAM template
   ledger    stats | list | inspect KEY | republish | verify | cleanup,
-            on a file root or s3://bucket/prefix/
+            on a file root or s3://bucket/prefix/; s3-setup readies a bucket
   version   the build: version, commit, Go`
 
-var errUsage = errors.New("usage: amiss serve|sign|demo|check|ledger stats|list|inspect|republish|verify|cleanup|version (amiss -h for help)")
+var errUsage = errors.New("usage: amiss serve|sign|demo|check|ledger stats|list|inspect|republish|verify|cleanup|s3-setup|version (amiss -h for help)")
 
 // flagOutput receives flag usage and errors (run points it at its stderr).
 var flagOutput io.Writer = os.Stderr

@@ -6,6 +6,7 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7"
 
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/internal/miniotest"
@@ -23,7 +26,6 @@ import (
 // The ledger commands take an S3 prefix as well as a file root.
 func TestLedgerCommandsOnAnS3Prefix(t *testing.T) {
 	s := miniotest.Require(t)
-	defer miniotest.Stop()
 	t.Setenv("AMISS_S3_ENDPOINT", s.Endpoint)
 	t.Setenv("AWS_REGION", "us-east-1")
 	t.Setenv("AWS_ACCESS_KEY_ID", miniotest.User)
@@ -141,5 +143,47 @@ func TestProgressBar(t *testing.T) {
 	small(5, 10)
 	if b.Len() != 0 {
 		t.Fatal("a bar for a short run")
+	}
+}
+
+// A bucket that keeps no versions is refused, with a message that says how to fix it;
+// `amiss ledger s3-setup` fixes it (versioning and a lifecycle rule for noncurrent versions).
+func TestS3SetupReadiesABucket(t *testing.T) {
+	s := miniotest.Require(t)
+	t.Setenv("AMISS_S3_ENDPOINT", s.Endpoint)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", miniotest.User)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", miniotest.Secret)
+	ctx := context.Background()
+	bucket := fmt.Sprintf("plain-%d", time.Now().UnixNano())
+	if err := s.Raw.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: s.Endpoint, PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() error {
+		l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: "ledger/", Limits: ledger.DefaultLimits(), Create: true})
+		if err == nil {
+			l.Close()
+		}
+		return err
+	}
+	err = open()
+	if !errors.Is(err, ledger.ErrRootMismatch) || !strings.Contains(err.Error(), "versioning") || !strings.Contains(err.Error(), "amiss ledger s3-setup") {
+		t.Fatalf("a ledger in a bucket without versions: %v", err)
+	}
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"ledger", "s3-setup", "-root", "s3://" + bucket + "/ledger/"}, &out, &errOut); err != nil {
+		t.Fatalf("s3-setup: %v\n%s", err, errOut.String())
+	}
+	if err := open(); err != nil {
+		t.Fatalf("open after s3-setup: %v", err)
+	}
+	rules, err := s.Raw.GetBucketLifecycle(ctx, bucket)
+	if err != nil || len(rules.Rules) != 1 || rules.Rules[0].NoncurrentVersionExpiration.NoncurrentDays != 1 ||
+		rules.Rules[0].RuleFilter.Prefix != "ledger/" {
+		t.Fatalf("lifecycle after s3-setup: %+v %v", rules, err)
 	}
 }
