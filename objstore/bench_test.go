@@ -60,23 +60,73 @@ func lifecycle(tb testing.TB, l ledger.Ledger, c *counter, d ledger.Delivery) [4
 }
 
 // TestRequestsPerLifecycle counts (does not time) the requests of one uncontended delivery
-// lifecycle, for a permanent and for a signed delivery. The target is at most 10.
+// lifecycle, for a permanent and for a signed delivery: admitted by one handle (the ingress),
+// claimed, saved and completed by another (the runner), as in Lambda. The target is at most 10.
+// It also counts what cleanup spends on each row it removes.
 func TestRequestsPerLifecycle(t *testing.T) {
 	requireMinIO(t)
-	c := &counter{}
-	l := openOn(t, newPrefix(t), newTransport(c), ledger.SystemClock{}, ledgertest.Limits(), 0)
-	for _, signed := range []bool{false, true} {
+	ctx := context.Background()
+	prefix := newPrefix(t)
+	clock := ledger.NewManualClock(time.Now().Truncate(time.Second))
+	ci, cr := &counter{}, &counter{}
+	ingress := openOn(t, prefix, newTransport(ci), clock, ledgertest.Limits(), 0)
+	runner := openOn(t, prefix, newTransport(cr), clock, ledgertest.Limits(), 0)
+	var signed []ledger.Delivery
+	for _, sig := range []bool{false, true} {
 		at := time.Time{}
-		if signed {
-			at = time.Now()
+		if sig {
+			at = clock.Now()
 		}
-		steps := lifecycle(t, l, c, benchDelivery("count", map[bool]int{false: 1, true: 2}[signed], at))
-		total := steps[0] + steps[1] + steps[2] + steps[3]
-		t.Logf("signed=%v: admit %d, claim %d, save %d, complete %d: %d requests", signed, steps[0], steps[1], steps[2], steps[3], total)
+		d := benchDelivery(prefix, map[bool]int{false: 1, true: 2}[sig], at)
+		ci.reset()
+		if _, err := ingress.Admit(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		admit, _ := ci.snapshot()
+		var steps [3]int
+		var s ledger.Staged
+		for i, f := range []func() error{
+			func() error {
+				c, err := runner.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
+				if err == nil {
+					s, err = runner.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))
+				}
+				return err
+			},
+			func() error { return runner.Complete(ctx, s) },
+		} {
+			cr.reset()
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+			steps[i], _ = cr.snapshot()
+		}
+		total := admit + steps[0] + steps[1]
+		t.Logf("signed=%v: admit %d (ingress), claim and save %d, complete %d (runner): %d requests", sig, admit, steps[0], steps[1], total)
 		if total > 10 {
-			t.Fatalf("signed=%v: %d requests for one lifecycle, target at most 10", signed, total)
+			t.Fatalf("signed=%v: %d requests for one lifecycle, target at most 10", sig, total)
+		}
+		if sig {
+			signed = append(signed, d)
 		}
 	}
+	// Cleanup: ten more signed rows, then one pass past their retention.
+	for i := range 10 {
+		d := benchDelivery(prefix, 10+i, clock.Now())
+		ledgertest.MustAdmit(t, ingress, d)
+		ledgertest.MustComplete(t, runner, ledgertest.MustSave(t, runner, *ledgertest.MustClaim(t, runner, d, ledger.Execute).Lease, "r"))
+	}
+	clock.Advance(2 * time.Hour)
+	cc := &counter{}
+	cleaner := openOn(t, prefix, newTransport(cc), clock, ledgertest.Limits(), 0)
+	cc.reset()
+	rep, err := cleaner.Cleanup(ctx, "")
+	if err != nil || len(rep.Removed) != 11 {
+		t.Fatalf("cleanup removed %d rows: %v", len(rep.Removed), err)
+	}
+	ops, _ := cc.snapshot()
+	t.Logf("cleanup pass removing %d rows (each with the %d versions its lifecycle wrote; a lifecycle rule leaves one): %d requests %v",
+		len(rep.Removed), 5, ops, cc.kinds())
 }
 
 // BenchmarkOperationLatency times each step of the lifecycle against MinIO (no added latency).

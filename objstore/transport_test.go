@@ -20,7 +20,18 @@ var errInjected = errors.New("injected transport failure")
 type counter struct {
 	mu            sync.Mutex
 	ops, listings int
-	puts, deletes int
+	byKind        map[string]int // GET, PUT, DELETE, LIST (objects), LIST-VERSIONS
+}
+
+// kinds returns the requests counted by kind.
+func (c *counter) kinds() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range c.byKind {
+		out[k] = v
+	}
+	return out
 }
 
 func (c *counter) snapshot() (ops, listings int) {
@@ -31,7 +42,7 @@ func (c *counter) snapshot() (ops, listings int) {
 
 func (c *counter) reset() {
 	c.mu.Lock()
-	c.ops, c.listings, c.puts, c.deletes = 0, 0, 0, 0
+	c.ops, c.listings, c.byKind = 0, 0, nil
 	c.mu.Unlock()
 }
 
@@ -177,9 +188,19 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	t.count.mu.Lock()
 	t.count.ops++
-	if isListing(r) {
+	kind := r.Method
+	switch {
+	case isListing(r):
 		t.count.listings++
+		kind = "LIST"
+	case r.Method == http.MethodGet && r.URL.Query().Has("versions"):
+		t.count.listings++
+		kind = "LIST-VERSIONS"
 	}
+	if t.count.byKind == nil {
+		t.count.byKind = map[string]int{}
+	}
+	t.count.byKind[kind]++
 	t.count.mu.Unlock()
 	f := pass
 	if rule != nil {
