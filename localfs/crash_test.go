@@ -40,6 +40,9 @@ func TestCrashAtEveryStep(t *testing.T) {
 	healthy := openRoot(t, dir, localfs.Config{Clock: clock})
 	defer healthy.Close()
 	points := 0
+	// Each crash point is followed by the next continuation in turn: over an operation's steps,
+	// a crash is followed by each of them, not only by the same operation again.
+	continuations := ledgertest.Continuations()
 	for _, op := range ledgertest.FaultOps() {
 		for _, mode := range crashModes {
 			for step := 0; ; step++ {
@@ -76,7 +79,8 @@ func TestCrashAtEveryStep(t *testing.T) {
 					fsys.SetRule("inject", nil)
 				}
 				what := fmt.Sprintf("%s/%s step %d", op.Name, mode.name, step)
-				ledgertest.CheckAfterFault(t, l, clock, op, what, d, before, err)
+				next := continuations[points%len(continuations)]
+				ledgertest.CheckAfterFault(t, l, clock, op, what, d, before, err, next)
 				if l != ledger.Ledger(faulty) {
 					l.Close()
 				}

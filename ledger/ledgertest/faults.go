@@ -198,11 +198,73 @@ func RowState(t testing.TB, l ledger.Ledger, d ledger.Delivery) (string, ledger.
 	return row.State.String(), row
 }
 
+// A Continuation is what runs next on a row after a fault: not only the same operation again,
+// but whatever a restarted process, another worker or the sender may do.
+type Continuation struct {
+	Name string
+	Run  func(t testing.TB, l ledger.Ledger, clock *ledger.ManualClock, d ledger.Delivery) error
+}
+
+// Continuations lists what may follow a fault. Each answers an error only when the contract
+// broke (an answer it allows, such as Stale or ErrInvalid for a revive of a row that is not
+// abandoned, is not one).
+func Continuations() []Continuation {
+	ctx := context.Background()
+	allowed := func(err error) error {
+		if err == nil || errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrUnknownDelivery) ||
+			errors.Is(err, ledger.ErrLeaseLost) || errors.Is(err, ledger.ErrBusy) {
+			return nil
+		}
+		return err
+	}
+	return []Continuation{
+		{"the same work finished", func(testing.TB, ledger.Ledger, *ledger.ManualClock, ledger.Delivery) error { return nil }},
+		{"a re-signed retry", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock, d ledger.Delivery) error {
+			if !d.SignedAt.IsZero() {
+				d.SignedAt = c.Now()
+			}
+			_, err := l.Admit(ctx, d)
+			return err
+		}},
+		{"a cleanup pass", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock, d ledger.Delivery) error {
+			_, err := l.Cleanup(ctx, "")
+			return allowed(err)
+		}},
+		{"a claim by another owner that gives its lease back", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock, d ledger.Delivery) error {
+			cl, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "other", lease)
+			if err != nil {
+				return allowed(err)
+			}
+			switch cl.Outcome {
+			case ledger.Execute:
+				return l.Release(ctx, *cl.Lease, time.Time{})
+			case ledger.Publish:
+				return l.Release(ctx, cl.Staged.Lease, time.Time{})
+			}
+			return nil
+		}},
+		{"an operator's revive", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock, d ledger.Delivery) error {
+			_, err := l.Revive(ctx, d.Key(), "")
+			return allowed(err)
+		}},
+		{"readers", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock, d ledger.Delivery) error {
+			if _, err := l.Inspect(ctx, d.Key()); allowed(err) != nil {
+				return err
+			}
+			if _, err := l.Report(ctx, d.Key()); allowed(err) != nil {
+				return err
+			}
+			_, err := l.Rows(ctx, "", 100)
+			return err
+		}},
+	}
+}
+
 // CheckAfterFault checks the row after op ran under a fault (err is what op answered) and
 // before was the row before it: legible, nothing or the whole effect, fence never lower,
-// capacity never understated; then it finishes the row's work and runs cleanup to the end of a
-// lap, so a later case starts from a settled store.
-func CheckAfterFault(t testing.TB, l ledger.Ledger, clock *ledger.ManualClock, op FaultOp, what string, d ledger.Delivery, before ledger.Row, err error) {
+// capacity never understated; then it runs the continuation, checks again, finishes the row's
+// work and runs cleanup to the end of a lap, so a later case starts from a settled store.
+func CheckAfterFault(t testing.TB, l ledger.Ledger, clock *ledger.ManualClock, op FaultOp, what string, d ledger.Delivery, before ledger.Row, err error, next Continuation) {
 	t.Helper()
 	ctx := context.Background()
 	state, after := RowState(t, l, d)
@@ -215,6 +277,17 @@ func CheckAfterFault(t testing.TB, l ledger.Ledger, clock *ledger.ManualClock, o
 	if st, serr := l.Stats(ctx); serr != nil || st.CapacityUsed < st.Rows {
 		t.Fatalf("%s: stats %+v %v: capacity understates", what, st, serr)
 	}
+	if cerr := next.Run(t, l, clock, d); cerr != nil {
+		t.Fatalf("%s, then %s: %v", what, next.Name, cerr)
+	}
+	state2, after2 := RowState(t, l, d)
+	if state2 != "" && state != "" && after2.Fence < after.Fence {
+		t.Fatalf("%s, then %s: fence went back from %d to %d", what, next.Name, after.Fence, after2.Fence)
+	}
+	if state != "" && state2 == "" && !after.Removable(after.Now(clock.Now(), time.Time{})) {
+		t.Fatalf("%s, then %s: the %s row vanished inside its retention", what, next.Name, state)
+	}
+	state = state2
 	if state == "" && op.Name == "admit" {
 		MustAdmit(t, l, d)
 		state = "pending"
