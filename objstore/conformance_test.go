@@ -3,8 +3,8 @@ package objstore_test
 import (
 	"bytes"
 	"context"
-	"math/rand/v2"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"testing"

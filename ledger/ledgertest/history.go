@@ -205,21 +205,21 @@ func newMemWorld() *memWorld {
 	return w
 }
 
-func (w *memWorld) Now() time.Time          { return w.base.Now() }
+func (w *memWorld) Now() time.Time { return w.base.Now() }
 func (w *memWorld) Advance(d time.Duration) {
 	if d < 0 {
 		w.back.Add(int64(-d)) // counted first: a reader that sees the step sees it counted
 	}
 	w.base.Advance(d)
 }
-func (w *memWorld) SteppedBack() int64 { return w.back.Load() }
-func (w *memWorld) Saw(t time.Time)         { RaiseInt64(&w.maxRead, t.UnixNano()) }
-func (w *memWorld) MaxRead() int64          { return w.maxRead.Load() }
-func (w *memWorld) Tick() int64             { return w.seq.Add(1) }
-func (w *memWorld) Window() int64           { return w.window.Load() }
-func (w *memWorld) Slide()                  { w.window.Add(1) }
-func (w *memWorld) HWFloor() int64          { return w.hw.Load() }
-func (w *memWorld) RaiseHWFloor(n int64)    { RaiseInt64(&w.hw, n) }
+func (w *memWorld) SteppedBack() int64   { return w.back.Load() }
+func (w *memWorld) Saw(t time.Time)      { RaiseInt64(&w.maxRead, t.UnixNano()) }
+func (w *memWorld) MaxRead() int64       { return w.maxRead.Load() }
+func (w *memWorld) Tick() int64          { return w.seq.Add(1) }
+func (w *memWorld) Window() int64        { return w.window.Load() }
+func (w *memWorld) Slide()               { w.window.Add(1) }
+func (w *memWorld) HWFloor() int64       { return w.hw.Load() }
+func (w *memWorld) RaiseHWFloor(n int64) { RaiseInt64(&w.hw, n) }
 
 // RaiseInt64 raises v to at least n.
 func RaiseInt64(v *atomic.Int64, n int64) {
@@ -269,7 +269,7 @@ func (c storeClock) Now() time.Time {
 // calls go, and what the backend is like.
 type HistoryEnv struct {
 	// Open opens a new handle with the given options (clocks, faults, cleanup settings).
-	Open func(ctx context.Context, o Options) (ledger.Ledger, error)
+	Open  func(ctx context.Context, o Options) (ledger.Ledger, error)
 	World HistoryWorld
 	Sink  OpSink
 	// Resolution and StoreClocked are the harness's (Resolution, UsesStoreClock).
