@@ -334,7 +334,9 @@ func (r *Row) Release(l Lease, notBefore, now time.Time) error {
 }
 
 // Removable reports whether Cleanup may forget the row at now: done or abandoned, not
-// permanent, and retention ended strictly before now.
+// permanent, and retention ended strictly before now. Cleanup passes its own now (the one it
+// persists as the high-water), never one raised by the row's times: after the row is gone,
+// only the high-water keeps a replay of its requests stale.
 func (r *Row) Removable(now time.Time) bool {
 	return r.State.Terminal() && !r.Permanent && !r.RetainUntil.IsZero() && now.After(r.RetainUntil)
 }

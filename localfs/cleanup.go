@@ -270,7 +270,7 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally 
 		// writes it again when it is repeated.
 		return nil, r.removeIndex(e)
 	}
-	if row.Removable(row.Now(now, time.Time{})) {
+	if row.Removable(now) {
 		return &batchEntry{Key: e.key, EvaluationID: row.EvaluationID, Index: e.bucket + "/" + e.name}, nil
 	}
 	if !row.Permanent && row.RetainUntil.After(e.end) {
@@ -349,7 +349,7 @@ func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool
 	if row.EvaluationID != e.EvaluationID {
 		return true, r.removeIndexNamed(e) // removed before, and the key was admitted again
 	}
-	if !row.Removable(row.Now(now, time.Time{})) {
+	if !row.Removable(now) {
 		return false, nil // re-admitted with a later signed time since the batch was chosen
 	}
 	if err := r.fs.Remove(r.statePath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {

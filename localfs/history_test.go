@@ -320,7 +320,7 @@ func multiProcessHistory(t *testing.T, cfg ledgertest.HistoryConfig, seed uint64
 	env := &ledgertest.HistoryEnv{Open: openHistoryHandle(root), World: world, Sink: sink, Steps: true, Config: cfg}
 	removed, st := ledgertest.FinishHistory(t, ctx, env, cfg.Workers+1)
 	ops = append(ops, sink.ops...)
-	ledgertest.CheckHistory(t, ops, ledgertest.HistoryLimits())
+	ledgertest.CheckHistory(t, ops, ledgertest.HistoryLimits(), 0)
 	unknown := 0
 	for _, o := range ops {
 		if o.Unknown {

@@ -80,6 +80,11 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	l.raiseHighWater(now)
 	rep.HighWater = now
 	j := &judge{l: l, now: now, tally: &ledger.Tally{Now: now, StrandedAfter: l.cfg.StrandedAfter}, chosen: map[ledger.Key]bool{}}
+	// Every pass settles every shard, so that after a pass the capacity shards count exactly
+	// the rows and the admissions still in flight.
+	if _, err := j.unsettled(ctx, ledger.Key{}); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	for _, group := range ended {
 		if err := j.indexed(ctx, group); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
@@ -202,7 +207,7 @@ type judge struct {
 
 // unsettled reports whether key has a pending capacity entry: its row is left for a later
 // pass, so that a slot is released by the batch or by settlement, never by both. Every shard
-// is settled (thoroughly) once per pass, when the first removable row is met.
+// is settled (thoroughly) once per pass.
 func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 	if j.pending == nil {
 		p, err := j.l.settleAll(ctx, j.now)
@@ -214,10 +219,26 @@ func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 	return j.pending[key], nil
 }
 
+// requestLife is how long after it was signed a request can still land: S3 refuses a SigV4
+// request whose signing time is more than 15 minutes from its own clock (the SDK signs with
+// the store's time); a minute more covers the estimates' error. A key is not emptied, nor a
+// reservation removed, sooner than that after the reservation landed (see reservationData).
+const requestLife = 16 * time.Minute
+
+// keyAged reports whether every request that could recreate the reservation a row was made
+// over has expired.
+func (j *judge) keyAged(rd *rowData) bool {
+	at := rd.ReservedAt
+	if at == 0 {
+		at = rd.Row.CreatedAt.UnixNano() // format 1: the row's own creation
+	}
+	return j.now.Sub(time.Unix(0, at)) > requestLife
+}
+
 // choose adds a removable row to the batch, once.
 func (j *judge) choose(ctx context.Context, ks keyState, idx []indexEntry) error {
 	row := &ks.row.Row
-	if j.chosen[row.Key] {
+	if j.chosen[row.Key] || !j.keyAged(ks.row) {
 		return nil
 	}
 	if p, err := j.unsettled(ctx, row.Key); err != nil || p {
@@ -251,7 +272,7 @@ func (j *judge) indexed(ctx context.Context, g endedGroup) error {
 	switch {
 	case !row.State.Terminal():
 		return nil // it can still become done: its entry stays
-	case row.Removable(row.Now(j.now, time.Time{})):
+	case row.Removable(j.now):
 		return j.choose(ctx, ks, g.entries)
 	case row.Permanent:
 		return j.drop(ctx, g.entries, "")
@@ -308,7 +329,7 @@ func (j *judge) sweep(ctx context.Context, names []string) ([]sweptRow, error) {
 			continue
 		}
 		row := &ks.row.Row
-		if row.Removable(row.Now(j.now, time.Time{})) {
+		if row.Removable(j.now) {
 			if err := j.choose(ctx, ks, nil); err != nil {
 				return nil, err
 			}
@@ -318,17 +339,34 @@ func (j *judge) sweep(ctx context.Context, names []string) ([]sweptRow, error) {
 	return out, nil
 }
 
-// tidyReservation removes a reservation that no admission can use any more (void, or older
-// than the grace with no pending entry): by version, so a reservation or row written after it
-// was read survives.
+// tidyReservation clears away a reservation no admission can use any more. One older than the
+// grace with no pending entry is voided first (by a conditional write); a void one is removed,
+// by version (a reservation or row written after it was read survives), once requestLife has
+// passed since it was voided.
 func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState) error {
-	if !ks.res.Void && j.now.Sub(time.Unix(0, ks.res.At)) <= j.l.cfg.PendingGrace {
+	l := j.l
+	if !ks.res.Void {
+		if j.now.Sub(time.Unix(0, ks.res.At)) <= l.cfg.PendingGrace {
+			return nil
+		}
+		if p, err := j.unsettled(ctx, key); err != nil || p {
+			return err
+		}
+		void := *ks.res
+		void.Void, void.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano()
+		body, token, err := l.encode(kindReservation, void)
+		if err != nil {
+			return err
+		}
+		if _, err := l.s.put(ctx, rowName(key), body, token, ks.etag, false); err != nil && !errors.Is(err, errRaced) {
+			return err
+		}
 		return nil
 	}
-	if p, err := j.unsettled(ctx, key); err != nil || p {
-		return err
+	if j.now.Sub(time.Unix(0, ks.res.VoidedAt)) <= requestLife {
+		return nil
 	}
-	_, _, err := j.l.s.removeVersion(ctx, rowName(key), ks.version)
+	_, _, err := l.s.removeVersion(ctx, rowName(key), ks.version)
 	return err
 }
 
@@ -345,7 +383,7 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]b
 			if err != nil {
 				return nil, err
 			}
-			changed, err := l.settle(ctx, &st.data, now, true, ledger.Key{})
+			changed, err := l.settle(ctx, &st.data, now, settleThorough, ledger.Key{})
 			if err != nil {
 				return nil, err
 			}
@@ -427,7 +465,7 @@ func (l *Ledger) removeRow(ctx context.Context, e batchEntry) (bool, error) {
 		if ks.row == nil || ks.row.Row.EvaluationID != e.EvaluationID {
 			return true, l.dropIndexes(ctx, e)
 		}
-		if !ks.row.Row.Removable(ks.row.Row.Now(l.nowFor(nil), time.Time{})) {
+		if !ks.row.Row.Removable(l.nowFor(nil)) {
 			return false, nil
 		}
 		version = ks.version

@@ -115,18 +115,28 @@ type rowData struct {
 	Report []byte     `json:"report,omitempty"`
 	// Shard is the capacity shard whose slot the row holds.
 	Shard int `json:"shard"`
-	// Reservation is the reservation the row was created over (empty for format 1 rows).
+	// Reservation is the reservation the row was created over (empty for format 1 rows), and
+	// ReservedAt when it landed, by the store's clock (at the latest): the key is not emptied
+	// until every request that could write that reservation again has expired.
 	Reservation string `json:"reservation,omitempty"`
+	ReservedAt  int64  `json:"reserved_at_unix_nano,omitempty"`
 }
 
 // reservationData is what an admission writes at a new key before it takes a slot: the row is
 // then created only over this very object (If-Match on its ETag). Settling a pending entry
 // whose admission is over marks the reservation void (If-Match again), so a row write held in
 // flight can never land after its slot was given back.
+//
+// A reservation is never removed, and a row never removed (the key emptied) sooner than
+// requestLife after the reservation landed: a copy of the reservation's PUT delivered late
+// (its bytes, so its ETag, are the same in every attempt) could otherwise create it again on an
+// empty key, and let a row write held in flight over it land without a slot. VoidedAt, when it
+// was voided, is after it landed.
 type reservationData struct {
-	ID   string `json:"id"`
-	At   int64  `json:"at_unix_nano"`
-	Void bool   `json:"void,omitempty"`
+	ID       string `json:"id"`
+	At       int64  `json:"at_unix_nano"`
+	Void     bool   `json:"void,omitempty"`
+	VoidedAt int64  `json:"voided_at_unix_nano,omitempty"`
 }
 
 type maintenanceData struct {

@@ -76,7 +76,7 @@ func randomFaults(plan ledgertest.FaultPlan, counts *faultCounts) func(*http.Req
 			name string
 			f    fault
 		}{{"fail-before", failBefore}, {"lost-answer", loseResponse}, {"slow-down", slowDown}, {"reset-after", reset},
-			{"held", holdInFlight}, {"held", holdInFlight}, {"crash", crash}}
+			{"held", holdInFlight}, {"held", holdInFlight}, {"duplicated", duplicate}, {"duplicated", duplicate}, {"crash", crash}}
 		k := kinds[rng.IntN(len(kinds))]
 		counts.add(k.name)
 		return k.f

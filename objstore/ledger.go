@@ -311,10 +311,11 @@ func (l *Ledger) requireVersioning(ctx context.Context) error {
 
 // keyState is what the store holds at a row's key: nothing, a reservation, or a row.
 type keyState struct {
-	row     *rowData
-	res     *reservationData
-	etag    string
-	version string
+	row      *rowData
+	res      *reservationData
+	etag     string
+	version  string
+	modified time.Time
 }
 
 func (k keyState) absent() bool { return k.row == nil && k.res == nil }
@@ -329,7 +330,7 @@ func (l *Ledger) readKey(ctx context.Context, key ledger.Key) (keyState, error) 
 	if err != nil {
 		return keyState{}, err
 	}
-	ks := keyState{etag: o.etag, version: o.version}
+	ks := keyState{etag: o.etag, version: o.version, modified: o.modified}
 	if kindOf(o.body) == kindReservation {
 		l.forget(key)
 		var res reservationData
@@ -431,8 +432,14 @@ type step func(rd *rowData, now time.Time) (write bool, err error)
 // has the row), decide, write with If-Match. A write that loses, or any answer decided on
 // cached data that is not a successful write, is decided again on a fresh read, so no answer
 // ever rests on a stale copy.
+//
+// Every decision that depends on time (all but complete and release) is made on a fresh read,
+// at the store's time of its answer: on a cached copy it would be made at the store time
+// estimated from the last answer plus the host's elapsed time, and a host that was suspended
+// (whose monotonic clock stopped) would find an ended lease live, or grant a lease that ends
+// sooner than it says.
 func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step) error {
-	fresh := false
+	fresh := op != "complete" && op != "release"
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		var rd rowData
 		var etag string

@@ -89,35 +89,72 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	if err != nil {
 		return ledger.Admission{}, err
 	}
+	void := func() {
+		// Best effort: the next admission of the key need not wait for the grace, and an
+		// abandoned reservation is taken over later anyway.
+		res.Void, res.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano()
+		if body, token, err := l.encode(kindReservation, res); err == nil {
+			l.s.put(ctx, rowName(key), body, token, resTag, false)
+		}
+	}
+	// The reservation has landed: decide again at the store's time as of its answer. The
+	// first decision may be far behind it: the request may have been held in flight, or this
+	// host suspended, while the delivery was admitted elsewhere, finished and forgotten as
+	// stale (then the key is empty again, and only this second decision refuses the replay).
+	now = l.nowFor(nil)
+	reservedAt := now.Add(time.Second) // a Date is truncated to the second
+	row, outcome, err = ledger.NewRow(d, l.cfg.Limits, now, id)
+	if err != nil || outcome != ledger.Admitted {
+		void()
+		if err != nil {
+			return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
+		}
+		return ledger.Admission{Outcome: outcome, Key: key}, nil
+	}
 	shard, ok, err := l.reserve(ctx, key, res, now)
 	if err != nil {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	if !ok {
-		// No slot was taken: void the reservation so the next admission of the key need not
-		// wait for the grace (best effort; an abandoned reservation is taken over later).
-		res.Void = true
-		if body, token, err := l.encode(kindReservation, res); err == nil {
-			l.s.put(ctx, rowName(key), body, token, resTag, false)
-		}
+		void()
 		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
 	}
-	rd.Shard, rd.Reservation = shard, res.ID
+	rd = rowData{Row: row, Shard: shard, Reservation: res.ID, ReservedAt: reservedAt.UnixNano()}
 	body, token, err := l.encode(kindRow, rd)
 	if err != nil {
 		return ledger.Admission{}, err
 	}
 	etag, err := l.s.put(ctx, rowName(key), body, token, resTag, false)
 	if err != nil {
-		// errRaced: the reservation was voided (its slot given back) or taken over; the
-		// pending entry is settled like any other. The caller decides again.
-		if !errors.Is(err, errRaced) {
-			err = fmt.Errorf("admit %s: %w", key.Short(), err)
+		// errRaced: the reservation was voided (its slot given back) or taken over by another
+		// admission of the delivery. This admission is over: give its slot back now, so that
+		// Full keeps meaning the whole cap is in use, and let the caller decide again.
+		if errors.Is(err, errRaced) {
+			l.settleShard(ctx, shard, key)
+			return ledger.Admission{}, err
 		}
-		return ledger.Admission{}, err
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	l.remember(key, etag, rd)
 	return row.Admission(ledger.Admitted), nil
+}
+
+// settleShard settles the entries of focus in shard i, best effort (a failure leaves them to
+// the next settlement).
+func (l *Ledger) settleShard(ctx context.Context, i int, focus ledger.Key) {
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		st, err := l.readShard(ctx, i)
+		if err != nil {
+			return
+		}
+		changed, err := l.settle(ctx, &st.data, l.nowFor(nil), settleFocus, focus)
+		if err != nil || !changed {
+			return
+		}
+		if err := l.writeShard(ctx, i, st); !errors.Is(err, errRaced) {
+			return
+		}
+	}
 }
 
 // reserveKey writes the reservation res at d's key and returns its ETag. A key that holds a
@@ -188,38 +225,48 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) error {
 }
 
 // reserve takes a slot for the reservation res of key: from its home shard, or, only when that
-// one is full, from any other shard with room. ok is false when every shard is full.
+// one is full, from any other shard with room. Before it answers that every shard is full, it
+// settles every shard thoroughly and looks again, so that Full means the whole cap is in use
+// (by rows, and by admissions still in flight). ok is false when every shard is full.
 func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationData, now time.Time) (int, bool, error) {
 	home := l.homeShard(key)
 	order := append([]int{home}, rand.Perm(l.shards)...)
-	tried := map[int]bool{}
-	for _, i := range order {
-		if tried[i] {
-			continue
-		}
-		tried[i] = true
-		ok, err := l.reserveIn(ctx, i, key, res, now)
-		if err != nil || ok {
-			return i, ok, err
+	for _, mode := range []settleMode{settleBudgeted, settleThorough} {
+		tried := map[int]bool{}
+		for _, i := range order {
+			if tried[i] {
+				continue
+			}
+			tried[i] = true
+			ok, err := l.reserveIn(ctx, i, key, res, now, mode)
+			if err != nil || ok {
+				return i, ok, err
+			}
 		}
 	}
 	return 0, false, nil
 }
 
-func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time) (bool, error) {
+func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode settleMode) (bool, error) {
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		st, err := l.readShard(ctx, i)
 		if err != nil {
 			return false, err
 		}
-		if _, err := l.settle(ctx, &st.data, now, false, key); err != nil {
+		changed, err := l.settle(ctx, &st.data, now, mode, key)
+		if err != nil {
 			return false, err
 		}
 		if st.data.Used >= st.data.Quota {
+			if changed {
+				if err := l.writeShard(ctx, i, st); err != nil && !errors.Is(err, errRaced) {
+					return false, err
+				}
+			}
 			return false, nil
 		}
 		st.data.Used++
-		st.data.Pending = append(st.data.Pending, pendingEntry{Key: key, At: res.At, Reservation: res.ID})
+		st.data.Pending = append(st.data.Pending, pendingEntry{Key: key, At: now.UnixNano(), Reservation: res.ID})
 		err = l.writeShard(ctx, i, st)
 		if errors.Is(err, errRaced) {
 			continue
@@ -229,21 +276,55 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reser
 	return false, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
 }
 
+// settleMode says which pending entries a settlement judges.
+type settleMode int
+
+const (
+	// settleBudgeted (an admission): entries older than the grace (or any entry, once the
+	// shard holds more than pendingSoftCap), at most settleBudget of them, oldest first, so
+	// that an admission's requests stay bounded whatever the recent traffic; and every entry
+	// of the focus key.
+	settleBudgeted settleMode = iota
+	// settleFocus: only the entries of the focus key.
+	settleFocus
+	// settleThorough (cleanup, or before answering Full): every entry, whatever its age; an
+	// admission still in flight keeps its entry.
+	settleThorough
+)
+
+// settleBudget bounds the entries one admission judges (one read of a key each); past
+// pendingSoftCap entries, young ones are judged too (those whose row exists are dropped), so
+// the list stays short under any admission rate.
+const (
+	settleBudget   = 4
+	pendingSoftCap = 64
+)
+
 // settle drops the pending entries whose admission is over, giving back the slot of each that
-// made no row. An entry older than the grace (by the store's time) is judged by what its key
-// holds: its own row keeps the slot; anything else (nothing, another reservation, a row made
-// over another reservation) gives it back; its own reservation, still there, is first voided
+// made no row. An entry is judged by what its key holds: its own row keeps the slot; anything
+// else (nothing, another reservation, a row made over another reservation) gives it back; its
+// own reservation, still there and older than the grace (by the store's time), is first voided
 // by a conditional write, so the admission's row write, held however long, can never land
-// afterwards. Younger entries are judged too when thorough is set (by cleanup) or the list is
-// at its bound, and so are the entries of focus, the key an admission has just reserved
-// again (an earlier, interrupted admission of the same delivery left its entry); an admission
-// still in flight keeps its entry. It reports whether the shard changed.
-func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, thorough bool, focus ledger.Key) (bool, error) {
-	thorough = thorough || len(sd.Pending) >= maxPending
+// afterwards. Which entries are judged depends on mode; focus is the key an admission has
+// just reserved (an earlier, interrupted or outrun admission of the same delivery left its
+// entry). It reports whether the shard changed.
+func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, mode settleMode, focus ledger.Key) (bool, error) {
 	keep := sd.Pending[:0:0]
+	budget := settleBudget
+	crowded := len(sd.Pending) > pendingSoftCap
 	for _, p := range sd.Pending {
 		old := now.Sub(time.Unix(0, p.At)) > l.cfg.PendingGrace
-		if !old && !thorough && p.Key != focus {
+		judge := p.Key == focus
+		switch mode {
+		case settleThorough:
+			judge = true
+		case settleBudgeted:
+			if !judge && (old || crowded) && budget > 0 {
+				judge = true
+				budget--
+			}
+		}
+		if !judge {
 			keep = append(keep, p)
 			continue
 		}
@@ -262,6 +343,9 @@ func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, thoro
 	}
 	changed := len(keep) != len(sd.Pending)
 	sd.Pending = keep
+	if len(sd.Pending) > maxPending {
+		return changed, fmt.Errorf("%w: %d admissions pending in one capacity shard", ledger.ErrBusy, len(sd.Pending))
+	}
 	return changed, nil
 }
 
@@ -281,9 +365,12 @@ func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (in
 		return 0, err
 	}
 	switch {
-	case p.Reservation == "": // format 1: the row was created with If-None-Match alone
+	case p.Reservation == "":
+		// Format 1: the row was created with If-None-Match alone. A format 1 row at the key
+		// is its row; a format 2 row or reservation was made by another admission (the
+		// format 1 one died, or is still going and cannot land while the key is taken).
 		switch {
-		case ks.row != nil:
+		case ks.row != nil && ks.row.Reservation == "":
 			return entryRow, nil
 		case old:
 			return entryFree, nil
@@ -296,7 +383,7 @@ func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (in
 			return entryInFlight, nil
 		}
 		void := *ks.res
-		void.Void = true
+		void.Void, void.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano() // after the read that found it
 		body, token, err := l.encode(kindReservation, void)
 		if err != nil {
 			return 0, err

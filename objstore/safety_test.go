@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -435,4 +436,52 @@ func TestClientClocksDecideNothing(t *testing.T) {
 			t.Fatalf("after a cleaner ten minutes fast, a fresh delivery was answered %v %v", a.Outcome, err)
 		}
 	})
+}
+
+// TestRetriedWriteIsNotALostRaceWithoutReadingBack: a conditional write lands but its
+// connection is reset; the SDK's retry is answered 412 (by the write's own landing), and the
+// read-back that would tell the two apart fails. That is not a lost race: taking it for one,
+// an admission wrote a second pending entry for one reservation (a slot held for good), or
+// answered Pending for the row it had just created. The answer must be an error of unknown
+// outcome, and capacity must end exact.
+func TestRetriedWriteIsNotALostRaceWithoutReadingBack(t *testing.T) {
+	for _, target := range []string{"capacity-shard", "row"} {
+		t.Run(target, func(t *testing.T) {
+			w := newWorld(t)
+			w.shards = 1
+			l, tr := w.handle("ingress", 0, nil)
+			d := w.delivery(time.Time{})
+			// 0: waiting for the write; 1: it was applied and its answer lost (the SDK retries
+			// and gets 412); from 2: every attempt of the read-back fails.
+			var step atomic.Int32
+			tr.setRule(func(r *http.Request) fault {
+				body, _ := peekBody(r)
+				switch {
+				case step.Load() == 0 && r.Method == http.MethodPut && bytes.Contains(body, []byte(`"kind":"`+target+`"`)):
+					step.Store(1)
+					return reset
+				case step.Load() >= 1 && step.Load() < 4 && r.Method == http.MethodGet && !isListing(r):
+					step.Add(1)
+					return failBefore
+				}
+				return pass
+			})
+			a, err := l.Admit(w.ctx, d)
+			tr.setRule(nil)
+			if step.Load() < 2 {
+				t.Fatalf("the faults did not fire (step %d)", step.Load())
+			}
+			if err == nil && a.Outcome != ledger.Admitted {
+				t.Fatalf("an admission of a new delivery answered %v: it made the row, or it must say it cannot tell", a.Outcome)
+			}
+			if err == nil {
+				t.Logf("admitted after the ambiguous write")
+			}
+			w.store.Advance(10 * time.Minute)
+			w.cleanLap(l)
+			if st := w.exact(l); st.Rows > 1 {
+				t.Fatalf("%d rows for one delivery", st.Rows)
+			}
+		})
+	}
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -39,9 +41,10 @@ var (
 )
 
 type object struct {
-	body    []byte
-	etag    string
-	version string
+	body     []byte
+	etag     string
+	version  string
+	modified time.Time // when this version was written, by the store's clock
 }
 
 func (s *store) key(name string) string { return s.prefix + name }
@@ -82,7 +85,7 @@ func (s *store) get(ctx context.Context, name string) (object, error) {
 	if len(body) > maxObjectBytes {
 		return object{}, fmt.Errorf("%w: %s is over %d bytes", ledger.ErrCorrupt, s.key(name), maxObjectBytes)
 	}
-	return object{body: body, etag: aws.ToString(out.ETag), version: aws.ToString(out.VersionId)}, nil
+	return object{body: body, etag: aws.ToString(out.ETag), version: aws.ToString(out.VersionId), modified: aws.ToTime(out.LastModified)}, nil
 }
 
 func isNotFound(err error) bool {
@@ -90,32 +93,63 @@ func isNotFound(err error) bool {
 	return errors.As(err, &nsk) || httpStatus(err) == http.StatusNotFound
 }
 
+// putAttempts bounds the attempts of one conditional write.
+const putAttempts = 4
+
+// noRetries makes one call a single attempt: put settles what each attempt did before it sends
+// another.
+func noRetries(o *s3.Options) { o.RetryMaxAttempts = 1 }
+
 // put writes body (which carries token) with a condition: ifNoneMatch for a creation, or
-// ifMatch with the ETag that was read. A 412 or 409 (or a 404 for If-Match: the object is
-// gone, as MinIO answers), or a transport error, is settled by reading the object back: our
-// token there means the write landed and only its answer was lost.
+// ifMatch with the ETag that was read. It answers the new ETag, errRaced when the write
+// certainly lost, or ErrUnavailable when its outcome cannot be known.
+//
+// It makes its own attempts, not the SDK's, because the answer to a retry cannot be read
+// alone: a 412 to the first attempt means the write lost; a 412 to a later one may answer an
+// earlier attempt that landed after all. So after any failure it reads the object back: its
+// token there means the write landed; the object unchanged means nothing landed and the write
+// is tried again; anything else after an attempt that may have reached the store is an
+// outcome it cannot know.
 func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatch string, create bool) (string, error) {
-	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name)), Body: bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))), ContentType: aws.String("application/json")}
-	switch {
-	case create:
-		in.IfNoneMatch = aws.String("*")
-	case ifMatch != "":
-		in.IfMatch = aws.String(ifMatch)
+	sent := false // an earlier attempt may have reached the store (and may still land)
+	for attempt := 1; ; attempt++ {
+		in := &s3.PutObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name)), Body: bytes.NewReader(body),
+			ContentLength: aws.Int64(int64(len(body))), ContentType: aws.String("application/json")}
+		switch {
+		case create:
+			in.IfNoneMatch = aws.String("*")
+		case ifMatch != "":
+			in.IfMatch = aws.String(ifMatch)
+		}
+		out, err := s.client.PutObject(ctx, in, s.dated, noRetries)
+		if err == nil {
+			return aws.ToString(out.ETag), nil
+		}
+		conditional := isPrecondition(err) || (ifMatch != "" && isNotFound(err))
+		if conditional && !sent {
+			return "", errRaced
+		}
+		if !conditional && httpStatus(err) != http.StatusServiceUnavailable {
+			sent = true // only a 503 is known to have applied nothing
+		}
+		back, gerr := s.get(ctx, name)
+		switch {
+		case gerr == nil && token != "" && tokenOf(back.body) == token:
+			return back.etag, nil
+		case gerr != nil && !errors.Is(gerr, errNotFound):
+			return "", fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), errors.Join(err, gerr))
+		}
+		unchanged := (create && errors.Is(gerr, errNotFound)) || (!create && gerr == nil && back.etag == ifMatch)
+		if conditional || !unchanged || attempt == putAttempts || ctx.Err() != nil {
+			return "", fmt.Errorf("%w: put %s: the outcome is unknown: %v", ledger.ErrUnavailable, s.key(name), err)
+		}
+		// Nothing landed: try again (an attempt still in flight can only land over the same
+		// object, which this one then finds changed, or carries the same token).
+		select {
+		case <-time.After(time.Duration(25<<attempt)*time.Millisecond + time.Duration(rand.IntN(25))*time.Millisecond):
+		case <-ctx.Done():
+		}
 	}
-	out, err := s.client.PutObject(ctx, in, s.dated)
-	if err == nil {
-		return aws.ToString(out.ETag), nil
-	}
-	raced := isPrecondition(err) || (ifMatch != "" && isNotFound(err))
-	back, gerr := s.get(ctx, name)
-	if gerr == nil && token != "" && tokenOf(back.body) == token {
-		return back.etag, nil
-	}
-	if raced {
-		return "", errRaced
-	}
-	return "", fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), err)
 }
 
 // putPlain writes an object unconditionally (index entries, which carry no state).

@@ -2,6 +2,7 @@ package objstore_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -118,6 +119,7 @@ const (
 	slowDown           // a 503 SlowDown answer, nothing applied
 	reset              // the connection is reset after the request is applied
 	holdInFlight       // the request is held in flight a while, then sent (it lands late)
+	duplicate          // the request is sent, and a copy of it again later (a network's retry)
 	crash              // the handle dies: this request and every later one fail unsent
 )
 
@@ -223,6 +225,27 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
+	case duplicate:
+		// The copy goes out as signed, once the store's clock has moved on or half a second
+		// has passed; nobody reads its answer.
+		body, err := peekBody(r)
+		if err != nil {
+			return nil, err
+		}
+		cp := r.Clone(context.Background())
+		go func() {
+			if storeClock != nil {
+				until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
+				for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			cp.Body = io.NopCloser(bytes.NewReader(body))
+			if resp, err := t.base.RoundTrip(cp); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
 	case failBefore:
 		return nil, errInjected
 	case slowDown:

@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -144,7 +145,7 @@ func runHistory(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryS
 	}
 	removed, st := FinishHistory(t, ctx, env, cfg.Workers+1)
 	ops := sink.ops
-	CheckHistory(t, ops, HistoryLimits())
+	CheckHistory(t, ops, HistoryLimits(), h.Resolution())
 	unknown := 0
 	for _, o := range ops {
 		if o.Unknown {
@@ -520,10 +521,13 @@ func (k *worker) moveClock() {
 	case p < 0.05 && env.Steps:
 		env.World.Advance(-time.Duration(5+k.rng.IntN(int(maxStepBack/time.Second)-4)) * time.Second) // a clock stepped back
 	case p < 0.15 && !env.StoreClocked:
-		// A host's clock stepped. (A backend on the store's clock measures elapsed time on
-		// the monotonic clock, which never steps; its hosts differ only from handle to
-		// handle.)
+		// A host's clock stepped.
 		k.c.host.skew.Store(int64(time.Duration(k.rng.IntN(2*int(k.cfg.Skew/time.Second)+1))*time.Second - k.cfg.Skew))
+	case p < 0.15:
+		// A backend on the store's clock measures elapsed time on the host's monotonic clock,
+		// which never steps forward or back, but stops while the host is suspended: the
+		// host falls behind.
+		k.c.host.skew.Add(-int64(time.Duration(1+k.rng.IntN(60)) * time.Second))
 	default:
 		env.World.Advance(time.Duration(1+k.rng.IntN(6)) * time.Second)
 	}
@@ -822,7 +826,7 @@ func finishRecorded(t *testing.T, ctx context.Context, c *caller, row ledger.Row
 // handed out for publication under one evaluation is the same), each key at most once in the
 // report of one cleanup pass, and the whole history linearizable under Model. A refused
 // history is written out as porcupine's visualization for reading.
-func CheckHistory(t *testing.T, ops []Op, limits ledger.Limits) {
+func CheckHistory(t *testing.T, ops []Op, limits ledger.Limits, resolution time.Duration) {
 	t.Helper()
 	verdicts := map[string]map[string]bool{}
 	seen := func(eval, report string) {
@@ -861,7 +865,7 @@ func CheckHistory(t *testing.T, ops []Op, limits ledger.Limits) {
 			t.Errorf("evaluation %s has %d different verdicts", eval, len(reports))
 		}
 	}
-	m := Model(limits, 0)
+	m := Model(limits, 0, resolution)
 	res, info := porcupine.CheckOperationsVerbose(m, hist, 5*time.Minute)
 	switch res {
 	case porcupine.Ok:
@@ -886,6 +890,15 @@ func refusedKey(m porcupine.Model, hist []porcupine.Operation) string {
 		}
 		sort.Slice(part, func(i, j int) bool { return part[i].Call < part[j].Call })
 		out := fmt.Sprintf("calls on key %s:\n", part[0].Input.(Op).Key)
+		if os.Getenv("AMISS_HISTORY_DUMP") != "" {
+			var ops []Op
+			for _, p := range part {
+				ops = append(ops, p.Input.(Op))
+			}
+			if b, err := json.Marshal(ops); err == nil {
+				os.WriteFile(os.Getenv("AMISS_HISTORY_DUMP"), b, 0o600)
+			}
+		}
 		at := func(n int64) string {
 			if n == Timeless {
 				return "-"

@@ -112,6 +112,10 @@ const Timeless = math.MaxInt64
 // rowModel is the model's state of one key. Times are Unix nanoseconds; a lease end known
 // only within bounds (granted by a call whose answer was lost) is [LeaseLo, LeaseHi].
 type rowModel struct {
+	// Floor is the lowest the ledger's now can be for a decision on the key from here on:
+	// every write (and removal) leaves a time in the row (or the high-water) that later
+	// decisions are raised to.
+	Floor    int64
 	Exists   bool
 	Eval     string // "" while unknown (admitted by a call whose answer was lost)
 	PrevEval string
@@ -133,9 +137,12 @@ type rowModel struct {
 // a signed request admitted when it is surely stale (by its call's clock bounds or a completed
 // cleanup's high-water), and removal of a row that is unfinished, permanent or inside its
 // retention.
-func Model(l ledger.Limits, routeMaxAge time.Duration) porcupine.Model {
+//
+// resolution is the backend's (Harness.Resolution): a time the ledger wrote can be that much
+// above the now a later decision is made at.
+func Model(l ledger.Limits, routeMaxAge, resolution time.Duration) porcupine.Model {
 	m := model{limits: l, age: int64(l.AcceptedAge(routeMaxAge)), skew: int64(l.FutureSkew),
-		keep: int64(l.SignedAgeCeiling + l.QueueCeiling)}
+		keep: int64(l.SignedAgeCeiling + l.QueueCeiling), res: int64(resolution)}
 	nm := &porcupine.NondeterministicModel{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 			by := map[ledger.Key][]porcupine.Operation{}
@@ -175,6 +182,7 @@ type model struct {
 	age    int64
 	skew   int64
 	keep   int64
+	res    int64
 }
 
 func states(rs ...rowModel) []interface{} {
@@ -187,11 +195,41 @@ func states(rs ...rowModel) []interface{} {
 
 // step returns every state the row may be in after o, or none when o's answer is impossible.
 func (m model) step(r rowModel, o Op) []interface{} {
+	// The ledger decided at a now no lower than the row's floor; a call whose every reading
+	// was below it cannot come here. Cleanup decides on its own now, never raised by the
+	// row's times (what it persists as the high-water).
+	if o.Kind != OpRemove {
+		o.Lo = max(o.Lo, r.Floor)
+	}
+	if o.Lo > o.Hi {
+		return nil
+	}
+	var out []rowModel
 	if o.Unknown {
 		// No effect, or any effect the call could have had at any time after it was made.
-		return states(append([]rowModel{r}, m.effects(r, o)...)...)
+		out = append([]rowModel{r}, m.effects(r, o)...)
+	} else {
+		out = m.answer(r, o)
 	}
-	return states(m.answer(r, o)...)
+	for i := range out {
+		// A transition records its now in the row (its last transition), and later decisions
+		// on the row are raised to it. A re-admission that only lengthened the retention
+		// records none.
+		// A removal this call did not make (it found the row gone) records nothing of it.
+		readmitted := o.Kind == OpAdmit && r.Exists && out[i].Exists && sameEval(r, out[i].Eval)
+		removedByOther := !out[i].Exists && o.Kind != OpRemove
+		if out[i] != r && !readmitted && !removedByOther {
+			out[i].Floor = max(out[i].Floor, o.Lo)
+		}
+	}
+	return states(out...)
+}
+
+// forgotten is the key after its row r was removed: the removal was decided at a now past
+// the row's retention, which cleanup persisted as the high-water before it. The row's own
+// times are gone with it: only the high-water raises later decisions on the key.
+func (m model) forgotten(r rowModel) rowModel {
+	return rowModel{PrevEval: r.Eval, Floor: r.Retain + 1 - m.res}
 }
 
 // gone reports whether the row may have been removed by a cleanup whose report the history
@@ -242,7 +280,7 @@ func (m model) unknownPossible(r rowModel, o Op) (rowModel, bool) {
 		return r, true
 	}
 	if m.removable(r, o.Hi) {
-		return rowModel{PrevEval: r.Eval}, true
+		return m.forgotten(r), true
 	}
 	return r, false
 }
@@ -265,7 +303,9 @@ func (m model) answer(r rowModel, o Op) []rowModel {
 		return m.claim(r, o)
 	case OpRemove:
 		if m.removable(r, o.Hi) && sameEval(r, o.Eval) {
-			return []rowModel{{PrevEval: o.Eval}}
+			f := m.forgotten(r)
+			f.PrevEval = o.Eval
+			return []rowModel{f}
 		}
 		return nil
 	}
@@ -360,7 +400,7 @@ func pick(model, seen string) string {
 }
 
 func (m model) admitted(r rowModel, o Op, eval string, retain int64) rowModel {
-	return rowModel{Exists: true, Eval: eval, PrevEval: r.PrevEval, State: ledger.StatePending, Perm: o.SignedAt == 0, Retain: retain}
+	return rowModel{Floor: r.Floor, Exists: true, Eval: eval, PrevEval: r.PrevEval, State: ledger.StatePending, Perm: o.SignedAt == 0, Retain: retain}
 }
 
 func (m model) retainFor(o Op) int64 {
@@ -377,27 +417,25 @@ func (m model) admit(r rowModel, o Op) []rowModel {
 	signed := o.SignedAt != 0
 	var out []rowModel
 	if !r.Exists || m.removable(r, o.Hi) {
-		prev := r.PrevEval
+		gone := r
 		if r.Exists {
-			prev = r.Eval
+			gone = m.forgotten(r) // removed by a cleanup the history does not report
 		}
+		og := o
+		og.Lo = max(o.Lo, gone.Floor)
 		switch o.Outcome {
 		case ledger.Full.String():
-			if !r.Exists {
-				out = append(out, r)
-			} else {
-				out = append(out, rowModel{PrevEval: prev})
-			}
+			out = append(out, gone)
 		case ledger.Stale.String():
-			if signed && m.stalePossible(o) {
-				out = append(out, r)
-				if r.Exists {
-					out = append(out, rowModel{PrevEval: prev})
-				}
+			if signed && m.stalePossible(og) {
+				out = append(out, gone)
 			}
 		case ledger.Admitted.String():
-			if (!signed || m.freshPossible(o)) && o.OutEval != "" && o.OutEval != prev && o.RetainUntil == m.retainFor(o) {
-				out = append(out, m.admitted(rowModel{PrevEval: prev}, o, o.OutEval, o.RetainUntil))
+			if og.Lo <= og.Hi && (!signed || m.freshPossible(og)) && o.OutEval != "" && o.OutEval != gone.PrevEval &&
+				o.RetainUntil == m.retainFor(o) {
+				n := m.admitted(gone, o, o.OutEval, o.RetainUntil)
+				n.Floor = max(gone.Floor, og.Lo)
+				out = append(out, n)
 			}
 		}
 		if !r.Exists {
@@ -520,7 +558,9 @@ func (m model) effects(r rowModel, o Op) []rowModel {
 	switch o.Kind {
 	case OpAdmit:
 		if !exists {
-			if o.SignedAt == 0 || m.freshPossible(o) {
+			og := o
+			og.Lo = max(o.Lo, r.Floor)
+			if o.SignedAt == 0 || m.freshPossible(og) {
 				out = append(out, m.admitted(r, o, "", m.retainFor(o)))
 			}
 			return out

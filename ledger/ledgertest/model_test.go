@@ -33,7 +33,7 @@ func (h *history) add(now time.Duration, o Op) *history {
 }
 
 func (h *history) linearizable() bool {
-	return porcupine.CheckOperations(Model(Limits(), 0), h.ops)
+	return porcupine.CheckOperations(Model(Limits(), 0, 0), h.ops)
 }
 
 const lf = 30 * time.Second
