@@ -46,8 +46,8 @@ func RunConformanceTests(t *testing.T, newHarness NewHarness) {
 			}
 			defer h.Close()
 			e := &env{t: t, ctx: ctx, h: h, clock: ledger.NewManualClock(Epoch), limits: Limits()}
-			if c.limits != nil {
-				c.limits(&e.limits)
+			if c.recordCap != 0 {
+				e.limits.RecordCap = c.recordCap
 			}
 			e.open()
 			defer func() { e.l.Close() }()
@@ -58,9 +58,9 @@ func RunConformanceTests(t *testing.T, newHarness NewHarness) {
 
 type testCase struct {
 	name string
-	// limits adjusts the limits the store is created with.
-	limits func(l *ledger.Limits)
-	run    func(e *env)
+	// recordCap, when not zero, is the record cap the store is created with.
+	recordCap int64
+	run       func(e *env)
 }
 
 // env is one case's world: a store, a handle on it and the clock both share.
@@ -243,13 +243,52 @@ func (e *env) capacityHolds(exact bool) {
 	}
 }
 
-var cases []testCase
-
-func register(name string, run func(e *env)) { cases = append(cases, testCase{name: name, run: run}) }
-
-// registerCap registers a case whose store is created with the given record cap.
-func registerCap(name string, recordCap int64, run func(e *env)) {
-	cases = append(cases, testCase{name: name, limits: func(l *ledger.Limits) { l.RecordCap = recordCap }, run: run})
+// cases lists every conformance case, by topic: the subtest's name, the record cap its store is
+// created with (0: the suite's), and the case.
+var cases = []testCase{
+	// cases_lease.go
+	{"Lifecycle", 0, caseLifecycle},
+	{"UnknownKeyIsAnError", 0, caseUnknownKeyIsAnError},
+	{"Invariant1_ConcurrentClaimsGrantOneOwner", 0, caseInvariant1ConcurrentClaimsGrantOneOwner},
+	{"Invariant2_FencesGrowAcrossReopen", 0, caseInvariant2FencesGrowAcrossReopen},
+	{"Invariant3_ForgedExpiryIsRefused", 0, caseInvariant3ForgedExpiryIsRefused},
+	{"Invariant4_ExpiredOwnerCannotSave", 0, caseInvariant4ExpiredOwnerCannotSave},
+	{"Invariant5_SavedResultIsPublishedWithIdenticalBytes", 0, caseInvariant5SavedResultIsPublishedWithIdenticalBytes},
+	{"Invariant6_CompletionIsRepeatableAndGrantsNothing", 0, caseInvariant6CompletionIsRepeatableAndGrantsNothing},
+	{"Invariant8_FreshEvaluationIDPerRow", 0, caseInvariant8FreshEvaluationIDPerRow},
+	{"ExpiredOwnerCannotRenewButLivePublishLeaseCan", 0, caseExpiredOwnerCannotRenewButLivePublishLeaseCan},
+	{"ReleaseHandsBackEarlyAndHoldsOffUntilNotBefore", 0, caseReleaseHandsBackEarlyAndHoldsOffUntilNotBefore},
+	{"RepeatedSaveAnswersTheSameStagedResult", 0, caseRepeatedSaveAnswersTheSameStagedResult},
+	{"AbandonedRowAnswersDuplicate", 0, caseAbandonedRowAnswersDuplicate},
+	// cases_admission.go
+	{"Invariant7_BindingConflictOnAdmitAndClaim", 0, caseInvariant7BindingConflictOnAdmitAndClaim},
+	{"Invariant10_AdmissionIssuesNoListingAndBoundedOperations", 1000, caseInvariant10AdmissionIssuesNoListingAndBoundedOperations},
+	{"Invariant11_FullRefusesNewKeysWhileWorkCompletes", 6, caseInvariant11FullRefusesNewKeysWhileWorkCompletes},
+	{"Invariant11_FullOnlyWhenTheWholeCapIsUsed", 40, caseInvariant11FullOnlyWhenTheWholeCapIsUsed},
+	{"Invariant13_OversizedStateOrReportIsRefusedWhole", 0, caseInvariant13OversizedStateOrReportIsRefusedWhole},
+	// cases_time.go
+	{"Invariant9_RouteCannotWidenAcceptance", 0, caseInvariant9RouteCannotWidenAcceptance},
+	{"Invariant9_LaterSignedTimeLengthensRetention", 0, caseInvariant9LaterSignedTimeLengthensRetention},
+	{"EndInstantOfReplayLifetimeIsInsideTheWindow", 0, caseEndInstantOfReplayLifetimeIsInsideTheWindow},
+	{"Invariant12_ClockMovedBackwardsReopensNothing", 0, caseInvariant12ClockMovedBackwardsReopensNothing},
+	{"StaleStaysRefusedAfterCleanupAndClockStepBack", 0, caseStaleStaysRefusedAfterCleanupAndClockStepBack},
+	// cases_cleanup.go
+	{"PermanentRowsAreNeverCleaned", 0, casePermanentRowsAreNeverCleaned},
+	{"UnfinishedRowsSurviveCleanupWhateverTheirAge", 0, caseUnfinishedRowsSurviveCleanupWhateverTheirAge},
+	{"StrandedRowsOfEveryKindAreReported", 0, caseStrandedRowsOfEveryKindAreReported},
+	{"OnlyOneCleanupRunsAtATime", 0, caseOnlyOneCleanupRunsAtATime},
+	{"FailedListingRemovesNothing", 0, caseFailedListingRemovesNothing},
+	{"RepeatedCleanupReleasesCapacityOnce", 0, caseRepeatedCleanupReleasesCapacityOnce},
+	{"RowIndexedTwiceReleasesItsSlotOnce", 0, caseRowIndexedTwiceReleasesItsSlotOnce},
+	// cases_durability.go
+	{"DamagedRowIsSkippedAndReported", 0, caseDamagedRowIsSkippedAndReported},
+	{"Invariant14_UnreadableRowFailsClosed", 0, caseInvariant14UnreadableRowFailsClosed},
+	{"InterruptedAdmissionIsSettled", 0, caseInterruptedAdmissionIsSettled},
+	{"CrashAtEveryStepLeavesEveryOperationLegible", 10000, caseCrashAtEveryStepLeavesEveryOperationLegible},
+	// cases_operator.go
+	{"RevivedVerdictIsPublishedWithTheSameBytes", 0, caseRevivedVerdictIsPublishedWithTheSameBytes},
+	{"OnlyAnAbandonedRowCanBeRevived", 0, caseOnlyAnAbandonedRowCanBeRevived},
+	{"RowsListsEveryRowOnceAndNamesTheDamaged", 0, caseRowsListsEveryRowOnceAndNamesTheDamaged},
 }
 
 // tick is the smallest step of the clock that the backend tells apart.
