@@ -272,7 +272,15 @@ func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 	}
 	// GetObject of a missing key answers 403 without ListBucket: every function needs it.
 	called["s3:ListBucket"] = true
-	for _, f := range []string{"objstore/ops.go", "objstore/ledger.go", "objstore/verify.go", "objstore/clock.go"} {
+	sources, err := filepath.Glob(filepath.Join(root, "objstore", "*.go"))
+	if err != nil || len(sources) == 0 {
+		t.Fatalf("objstore sources: %v", err)
+	}
+	for _, path := range sources {
+		f := filepath.Join("objstore", filepath.Base(path))
+		if strings.HasSuffix(f, "_test.go") || f == filepath.Join("objstore", "cleanup.go") || f == filepath.Join("objstore", "store.go") {
+			continue
+		}
 		src := readFile(t, f)
 		for _, m := range []string{"deleteVersion(", "removeVersion(", "dropIndex(", ".versions(", "listIndex("} {
 			if strings.Contains(src, m) {

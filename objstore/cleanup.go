@@ -27,6 +27,23 @@ import (
 // An index entry is dropped only when its row is gone, or is finished with another end (it is
 // indexed again first); the entry of a row that is not finished stays, since that row can
 // still become done. A finished row whose entry is missing is found by the sweep.
+
+// Cleanup implements ledger.Ledger. One pass:
+//  1. checks that the bucket keeps versions, and takes the maintenance lease (a fenced object
+//     written by compare-and-swap; a live lease of another owner answers ErrBusy);
+//  2. finishes the previous batch if it was left unfinished;
+//  3. lists the end-time index (with versions) and the next page of rows for the sweep; if
+//     any page fails, the pass removes nothing;
+//  4. persists its now (the store's time) as the high-water in the root object;
+//  5. judges the rows the index names, and the rows the sweep reads, and writes the removable
+//     ones (each with the exact version judged) as a new batch by compare-and-swap; then,
+//     with the lease checked by fence, removes each judged version with the history below it
+//     and releases the slots of the rows the batch really removed, once per shard per batch;
+//  6. reports the damaged and the stranded rows the sweep read.
+//
+// An index entry is dropped only when its row is gone, or is finished with another end (it is
+// indexed again first); the entry of a row that is not finished stays, since that row can
+// still become done. A finished row whose entry is missing is found by the sweep.
 func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.CleanupReport, error) {
 	var rep ledger.CleanupReport
 	if !l.cleaning.TryLock() {
@@ -370,39 +387,6 @@ func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState
 	return err
 }
 
-// settleAll settles every shard's pending entries (reading each pending key) and returns the
-// keys still pending: admissions that may still create their row.
-func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]bool, error) {
-	pending := map[ledger.Key]bool{}
-	for i := range l.shards {
-		for attempt := 0; ; attempt++ {
-			if attempt == maxRetries {
-				return nil, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
-			}
-			st, err := l.readShard(ctx, i)
-			if err != nil {
-				return nil, err
-			}
-			changed, err := l.settle(ctx, &st.data, now, settleThorough, ledger.Key{})
-			if err != nil {
-				return nil, err
-			}
-			if changed {
-				if err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
-					continue
-				} else if err != nil {
-					return nil, err
-				}
-			}
-			for _, p := range st.data.Pending {
-				pending[p.Key] = true
-			}
-			break
-		}
-	}
-	return pending, nil
-}
-
 // applyBatch removes the batch's rows and releases their slots, then marks the batch done. The
 // maintenance lease is checked by fence before the first delete and again before the release.
 // Every step can be repeated: a row counts as removed by the batch when the version it judged
@@ -506,30 +490,6 @@ func (l *Ledger) dropIndexes(ctx context.Context, e batchEntry) error {
 	return l.s.dropIndex(ctx, indexEntry{name: e.Index, versions: ids})
 }
 
-// release gives back n slots of a shard for batch id, once.
-func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) error {
-	for attempt := 0; attempt < maxRetries; attempt++ {
-		st, err := l.readShard(ctx, shard)
-		if err != nil {
-			return err
-		}
-		if st.data.AppliedBatch >= id {
-			return nil
-		}
-		if n > st.data.Used {
-			return fmt.Errorf("%w: %s counts %d slots, batch %d would release %d", ledger.ErrCorrupt,
-				l.s.key(shardName(shard)), st.data.Used, id, n)
-		}
-		st.data.Used -= n
-		st.data.AppliedBatch = id
-		err = l.writeShard(ctx, shard, st)
-		if !errors.Is(err, errRaced) {
-			return err
-		}
-	}
-	return fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, shard)
-}
-
 func (l *Ledger) readBatch(ctx context.Context) (*batchData, string, error) {
 	o, err := l.s.get(ctx, batchName)
 	if errors.Is(err, errNotFound) {
@@ -543,107 +503,4 @@ func (l *Ledger) readBatch(ctx context.Context) (*batchData, string, error) {
 		return nil, "", err
 	}
 	return &b, o.etag, nil
-}
-
-// takeMaintenance takes the maintenance lease with the next fence, unless another owner's
-// lease is live.
-func (l *Ledger) takeMaintenance(ctx context.Context) (maintenanceData, error) {
-	now := l.nowFor(nil)
-	o, err := l.s.get(ctx, maintenanceName)
-	var cur maintenanceData
-	create := errors.Is(err, errNotFound)
-	if err != nil && !create {
-		return cur, err
-	}
-	if !create {
-		if err := decode(l.s.key(maintenanceName), kindMaintenance, o.body, &cur); err != nil {
-			return cur, err
-		}
-		if cur.Owner != l.cfg.Owner && now.Before(time.Unix(0, cur.Until)) {
-			return cur, fmt.Errorf("%w: maintenance held by %s until %s", ledger.ErrBusy, cur.Owner,
-				time.Unix(0, cur.Until).UTC().Format(time.RFC3339))
-		}
-	}
-	next := maintenanceData{Owner: l.cfg.Owner, Fence: cur.Fence + 1, Until: now.Add(l.cfg.MaintenanceLease).UnixNano()}
-	body, token, err := l.encode(kindMaintenance, next)
-	if err != nil {
-		return next, err
-	}
-	if _, err := l.s.put(ctx, maintenanceName, body, token, o.etag, create); err != nil {
-		if errors.Is(err, errRaced) {
-			return next, fmt.Errorf("%w: another cleanup took maintenance", ledger.ErrBusy)
-		}
-		return next, err
-	}
-	return next, nil
-}
-
-// checkMaintenance confirms the lease is still ours and live.
-func (l *Ledger) checkMaintenance(ctx context.Context, lease maintenanceData) error {
-	o, err := l.s.get(ctx, maintenanceName)
-	if err != nil {
-		return err
-	}
-	var cur maintenanceData
-	if err := decode(l.s.key(maintenanceName), kindMaintenance, o.body, &cur); err != nil {
-		return err
-	}
-	if cur.Fence != lease.Fence || !l.nowFor(nil).Before(time.Unix(0, cur.Until)) {
-		return fmt.Errorf("%w: maintenance lease (fence %d) lost", ledger.ErrLeaseLost, lease.Fence)
-	}
-	return nil
-}
-
-// dropMaintenance ends our lease early so the next pass need not wait for it.
-func (l *Ledger) dropMaintenance(ctx context.Context, lease maintenanceData) {
-	o, err := l.s.get(ctx, maintenanceName)
-	if err != nil {
-		return
-	}
-	var cur maintenanceData
-	if decode(l.s.key(maintenanceName), kindMaintenance, o.body, &cur) != nil || cur.Fence != lease.Fence {
-		return
-	}
-	cur.Until = 0
-	if body, token, err := l.encode(kindMaintenance, cur); err == nil {
-		l.s.put(ctx, maintenanceName, body, token, o.etag, false)
-	}
-}
-
-// Stats implements ledger.Ledger. It lists and reads every row.
-func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
-	st := ledger.Stats{ByState: map[ledger.State]int64{}, Limits: l.cfg.Limits}
-	root, _, err := l.readRoot(ctx)
-	if err != nil {
-		return st, err
-	}
-	st.HighWater = time.Unix(0, root.HighWater).UTC()
-	for i := range l.shards {
-		sh, err := l.readShard(ctx, i)
-		if err != nil {
-			return st, err
-		}
-		st.CapacityUsed += sh.data.Used
-	}
-	after := ""
-	for {
-		names, more, err := l.s.list(ctx, rowsPrefix, after, 1000)
-		if err != nil {
-			return st, fmt.Errorf("stats: %w", err)
-		}
-		for _, n := range names {
-			key, ok := keyOf(n)
-			if !ok {
-				continue
-			}
-			rd, _, err := l.getRow(ctx, key)
-			if err := st.Count(&rd.Row, err); err != nil {
-				return st, fmt.Errorf("stats: %w", err)
-			}
-		}
-		if !more || len(names) == 0 {
-			return st, nil
-		}
-		after = names[len(names)-1]
-	}
 }

@@ -11,6 +11,8 @@ import (
 )
 
 // ClientConfig describes how to reach the store.
+
+// ClientConfig describes how to reach the store.
 type ClientConfig struct {
 	// Region is the bucket's region (for MinIO any region, such as us-east-1).
 	Region string

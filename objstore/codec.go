@@ -13,6 +13,11 @@ import (
 // added reservations (a row is created only over the reservation of its key, whose pending
 // capacity entry names it), kept the report of an abandoned row, and deletes by version id.
 // Objects of format 1 are read as they are.
+
+// FormatVersion is the object format this code writes; a newer one fails closed. Format 2
+// added reservations (a row is created only over the reservation of its key, whose pending
+// capacity entry names it), kept the report of an abandoned row, and deletes by version id.
+// Objects of format 1 are read as they are.
 const FormatVersion = 2
 
 // maxObjectBytes bounds every object the ledger reads.

@@ -1,36 +1,3 @@
-// Package objstore is the S3 ledger: the ledger contract over one bucket and prefix, with
-// conditional writes (If-None-Match: * to create, If-Match on the ETag read to change) as the
-// only coordination. It works with AWS S3 and with S3-compatible stores that honour
-// conditional PUTs (MinIO from RELEASE.2025-09-07T16-13-09Z), in a versioned bucket.
-//
-// Layout under the prefix:
-//
-//	root.json              limits, shard count, creation time, high-water clock
-//	capacity/NN.json       capacity shards: quota, slots used, pending admissions, last batch
-//	rows/<key>.json        one object per row: the row, and its report while it may be
-//	                       published; or, before the row exists, the reservation of its key
-//	ended/<end>-<key>      empty index entries of finished rows with a retention end
-//	maintenance.json       the fenced maintenance lease (one cleanup at a time)
-//	batch.json             the last cleanup batch
-//
-// Every object carries a format version, a CRC-32C of its data and a unique write token, so a
-// write whose answer was lost is recognised as one's own when read back.
-//
-// Clock: the store's. Every answer carries a Date; every decision (lease liveness, freshness,
-// retention, the high-water) uses the store's time estimated from the latest Date, raised by
-// the persisted high-water and the row's own times. Hosts' clocks decide nothing. The
-// resolution is one second: a lease may be honoured up to a second (plus one answer's transit)
-// past its end, so lease windows are tens of seconds.
-//
-// Deletion names the exact version it judged: cleanup deletes a removable row's older versions,
-// then the judged version by its version id, never by key. A write that landed after the
-// judgement is a newer version and survives any late DELETE. The bucket must keep versions;
-// a lifecycle rule expires the noncurrent ones.
-//
-// Capacity is exact: an admission writes a reservation at its key, takes a slot naming that
-// reservation, and creates the row only over the reservation (If-Match). Settling an entry
-// whose admission is over voids the reservation first, so a row write held in flight can
-// never land once its slot was given back.
 package objstore
 
 import (
@@ -48,6 +15,8 @@ import (
 
 	"github.com/amiss-ci/amiss/ledger"
 )
+
+// Config configures a handle on an S3 ledger.
 
 // Config configures a handle on an S3 ledger.
 type Config struct {
@@ -139,11 +108,6 @@ type Ledger struct {
 
 var _ ledger.Ledger = (*Ledger)(nil)
 
-type cachedRow struct {
-	etag string
-	data rowData
-}
-
 const (
 	rootName        = "root.json"
 	maintenanceName = "maintenance.json"
@@ -155,18 +119,7 @@ const (
 	maxCache        = 4096
 )
 
-func shardName(i int) string                 { return fmt.Sprintf("capacity/%02d.json", i) }
-func rowName(k ledger.Key) string            { return rowsPrefix + k.String() + ".json" }
-func (l *Ledger) homeShard(k ledger.Key) int { return int(k[1]) % l.shards }
-
-func (l *Ledger) quota(i int) int64 {
-	c := l.cfg.Limits.RecordCap
-	q := c / int64(l.shards)
-	if int64(i) < c%int64(l.shards) {
-		q++
-	}
-	return q
-}
+func rowName(k ledger.Key) string { return rowsPrefix + k.String() + ".json" }
 
 // Open opens the ledger under cfg.Prefix: it reads the root object and checks the limits. A
 // missing or damaged root, or other limits, fail closed with an error naming the object.
@@ -307,182 +260,4 @@ func (l *Ledger) requireVersioning(ctx context.Context) error {
 	}
 	l.versioned.Store(true)
 	return nil
-}
-
-// keyState is what the store holds at a row's key: nothing, a reservation, or a row.
-type keyState struct {
-	row      *rowData
-	res      *reservationData
-	etag     string
-	version  string
-	modified time.Time
-}
-
-func (k keyState) absent() bool { return k.row == nil && k.res == nil }
-
-// readKey reads whatever the store holds at key, fresh. Only a row is remembered.
-func (l *Ledger) readKey(ctx context.Context, key ledger.Key) (keyState, error) {
-	o, err := l.s.get(ctx, rowName(key))
-	if errors.Is(err, errNotFound) {
-		l.forget(key)
-		return keyState{}, nil
-	}
-	if err != nil {
-		return keyState{}, err
-	}
-	ks := keyState{etag: o.etag, version: o.version, modified: o.modified}
-	if kindOf(o.body) == kindReservation {
-		l.forget(key)
-		var res reservationData
-		if err := decode(l.s.key(rowName(key)), kindReservation, o.body, &res); err != nil {
-			return keyState{}, err
-		}
-		ks.res = &res
-		return ks, nil
-	}
-	rd, err := l.decodeRow(key, o.body)
-	if err != nil {
-		return keyState{}, err
-	}
-	l.remember(key, o.etag, rd)
-	ks.row = &rd
-	return ks, nil
-}
-
-// getRow reads a row fresh from the store. A key that holds no row (nothing, or only the
-// reservation of an admission) is ErrUnknownDelivery.
-func (l *Ledger) getRow(ctx context.Context, key ledger.Key) (rowData, string, error) {
-	ks, err := l.readKey(ctx, key)
-	if err != nil {
-		return rowData{}, "", err
-	}
-	if ks.row == nil {
-		return rowData{}, "", fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
-	}
-	return *ks.row, ks.etag, nil
-}
-
-func (l *Ledger) decodeRow(key ledger.Key, body []byte) (rowData, error) {
-	name := l.s.key(rowName(key))
-	var rd rowData
-	if err := decode(name, kindRow, body, &rd); err != nil {
-		return rowData{}, err
-	}
-	if err := rd.Row.Check(); err != nil {
-		return rowData{}, fmt.Errorf("%s: %w", name, err)
-	}
-	if rd.Row.Key != key {
-		return rowData{}, fmt.Errorf("%w: %s holds row %s", ledger.ErrCorrupt, name, rd.Row.Key)
-	}
-	if len(rd.Report) > l.cfg.Limits.MaxReportBytes || len(rd.Row.Subject) > l.cfg.Limits.MaxSubjectBytes {
-		return rowData{}, fmt.Errorf("%w: %s holds data over its ceilings", ledger.ErrCorrupt, name)
-	}
-	kept := rd.Row.State == ledger.StateSaved || (rd.Row.State == ledger.StateAbandoned && len(rd.Report) > 0)
-	if kept && ledger.SumBody(rd.Report) != rd.Row.Report.Digest {
-		return rowData{}, fmt.Errorf("%w: %s: the saved report does not match its digest", ledger.ErrCorrupt, name)
-	}
-	return rd, nil
-}
-
-func (l *Ledger) remember(key ledger.Key, etag string, rd rowData) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.cache) >= maxCache {
-		for k := range l.cache {
-			delete(l.cache, k)
-			break
-		}
-	}
-	l.cache[key] = cachedRow{etag: etag, data: rd}
-}
-
-func (l *Ledger) forget(key ledger.Key) {
-	l.mu.Lock()
-	delete(l.cache, key)
-	l.mu.Unlock()
-}
-
-func (l *Ledger) cached(key ledger.Key) (cachedRow, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	c, ok := l.cache[key]
-	return c, ok
-}
-
-// putRow writes a row over the version read (etag).
-func (l *Ledger) putRow(ctx context.Context, rd rowData, etag string) error {
-	body, token, err := l.encode(kindRow, rd)
-	if err != nil {
-		return err
-	}
-	newTag, err := l.s.put(ctx, rowName(rd.Row.Key), body, token, etag, false)
-	if err != nil {
-		l.forget(rd.Row.Key)
-		return err
-	}
-	l.remember(rd.Row.Key, newTag, rd)
-	return nil
-}
-
-// step is one decision on a row: it changes rd in place and says whether to write it; err is
-// the answer when the decision refuses.
-type step func(rd *rowData, now time.Time) (write bool, err error)
-
-// update runs a decision as an optimistic transaction: read (from this handle's cache when it
-// has the row), decide, write with If-Match. A write that loses, or any answer decided on
-// cached data that is not a successful write, is decided again on a fresh read, so no answer
-// ever rests on a stale copy.
-//
-// Every decision that depends on time (all but complete and release) is made on a fresh read,
-// at the store's time of its answer: on a cached copy it would be made at the store time
-// estimated from the last answer plus the host's elapsed time, and a host that was suspended
-// (whose monotonic clock stopped) would find an ended lease live, or grant a lease that ends
-// sooner than it says.
-func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step) error {
-	fresh := op != "complete" && op != "release"
-	for attempt := 0; attempt < maxRetries; attempt++ {
-		var rd rowData
-		var etag string
-		if c, ok := l.cached(key); ok && !fresh {
-			rd, etag = cloneRow(c.data), c.etag
-		} else {
-			var err error
-			if rd, etag, err = l.getRow(ctx, key); err != nil {
-				return fmt.Errorf("%s %s: %w", op, key.Short(), err)
-			}
-			fresh = true
-		}
-		now := l.nowFor(&rd.Row)
-		write, ferr := fn(&rd, now)
-		if !write {
-			if !fresh {
-				fresh = true
-				continue
-			}
-			if ferr != nil {
-				return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
-			}
-			return nil
-		}
-		if err := l.putRow(ctx, rd, etag); err != nil {
-			if errors.Is(err, errRaced) {
-				fresh = true
-				continue
-			}
-			return fmt.Errorf("%s %s: %w", op, key.Short(), err)
-		}
-		// The write's If-Match proves the data decided on was current, cached or not.
-		if ferr != nil {
-			return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
-		}
-		return nil
-	}
-	return fmt.Errorf("%s %s: %w: %d conflicting writers in a row", op, key.Short(), ledger.ErrBusy, maxRetries)
-}
-
-func cloneRow(rd rowData) rowData {
-	out := rd
-	out.Row.Subject = append([]byte(nil), rd.Row.Subject...)
-	out.Report = append([]byte(nil), rd.Report...)
-	return out
 }

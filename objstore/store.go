@@ -25,6 +25,9 @@ import (
 
 // store is the handful of S3 calls the ledger makes, with the ambiguity of each settled. Every
 // answer's Date is handed to the store clock.
+
+// store is the handful of S3 calls the ledger makes, with the ambiguity of each settled. Every
+// answer's Date is handed to the store clock.
 type store struct {
 	client *s3.Client
 	bucket string

@@ -12,6 +12,9 @@ import (
 
 // ReadLimits returns the limits recorded in the ledger under bucket and prefix, so operator
 // tools can open it without being told how it was created.
+
+// ReadLimits returns the limits recorded in the ledger under bucket and prefix, so operator
+// tools can open it without being told how it was created.
 func ReadLimits(ctx context.Context, client *s3.Client, bucket, prefix string) (ledger.Limits, error) {
 	l := &Ledger{s: store{client: client, bucket: bucket, prefix: prefix}}
 	root, _, err := l.readRoot(ctx)

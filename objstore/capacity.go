@@ -1,0 +1,309 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// settleAll settles every shard's pending entries (reading each pending key) and returns the
+// keys still pending: admissions that may still create their row.
+func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]bool, error) {
+	pending := map[ledger.Key]bool{}
+	for i := range l.shards {
+		for attempt := 0; ; attempt++ {
+			if attempt == maxRetries {
+				return nil, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
+			}
+			st, err := l.readShard(ctx, i)
+			if err != nil {
+				return nil, err
+			}
+			changed, err := l.settle(ctx, &st.data, now, settleThorough, ledger.Key{})
+			if err != nil {
+				return nil, err
+			}
+			if changed {
+				if err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
+					continue
+				} else if err != nil {
+					return nil, err
+				}
+			}
+			for _, p := range st.data.Pending {
+				pending[p.Key] = true
+			}
+			break
+		}
+	}
+	return pending, nil
+}
+
+// release gives back n slots of a shard for batch id, once.
+func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) error {
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		st, err := l.readShard(ctx, shard)
+		if err != nil {
+			return err
+		}
+		if st.data.AppliedBatch >= id {
+			return nil
+		}
+		if n > st.data.Used {
+			return fmt.Errorf("%w: %s counts %d slots, batch %d would release %d", ledger.ErrCorrupt,
+				l.s.key(shardName(shard)), st.data.Used, id, n)
+		}
+		st.data.Used -= n
+		st.data.AppliedBatch = id
+		err = l.writeShard(ctx, shard, st)
+		if !errors.Is(err, errRaced) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, shard)
+}
+
+func shardName(i int) string { return fmt.Sprintf("capacity/%02d.json", i) }
+
+func (l *Ledger) homeShard(k ledger.Key) int { return int(k[1]) % l.shards }
+
+func (l *Ledger) quota(i int) int64 {
+	c := l.cfg.Limits.RecordCap
+	q := c / int64(l.shards)
+	if int64(i) < c%int64(l.shards) {
+		q++
+	}
+	return q
+}
+
+// settleShard settles the entries of focus in shard i, best effort (a failure leaves them to
+// the next settlement).
+func (l *Ledger) settleShard(ctx context.Context, i int, focus ledger.Key) {
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		st, err := l.readShard(ctx, i)
+		if err != nil {
+			return
+		}
+		changed, err := l.settle(ctx, &st.data, l.nowFor(nil), settleFocus, focus)
+		if err != nil || !changed {
+			return
+		}
+		if err := l.writeShard(ctx, i, st); !errors.Is(err, errRaced) {
+			return
+		}
+	}
+}
+
+// shardState is a shard as read, with its ETag.
+type shardState struct {
+	data shardData
+	etag string
+}
+
+func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
+	o, err := l.s.get(ctx, shardName(i))
+	if errors.Is(err, errNotFound) {
+		return shardState{}, fmt.Errorf("%w: %s is missing: capacity cannot be rebuilt by guessing", ledger.ErrRootMismatch, l.s.key(shardName(i)))
+	}
+	if err != nil {
+		return shardState{}, err
+	}
+	var sd shardData
+	if err := decode(l.s.key(shardName(i)), kindShard, o.body, &sd); err != nil {
+		return shardState{}, err
+	}
+	if sd.Used < 0 || sd.Quota != l.quota(i) {
+		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(shardName(i)), sd.Used, sd.Quota, l.quota(i))
+	}
+	return shardState{data: sd, etag: o.etag}, nil
+}
+
+func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) error {
+	body, token, err := l.encode(kindShard, st.data)
+	if err != nil {
+		return err
+	}
+	_, err = l.s.put(ctx, shardName(i), body, token, st.etag, false)
+	return err
+}
+
+// reserve takes a slot for the reservation res of key: from its home shard, or, only when that
+// one is full, from any other shard with room. Before it answers that every shard is full, it
+// settles every shard thoroughly and looks again, so that Full means the whole cap is in use
+// (by rows, and by admissions still in flight). ok is false when every shard is full.
+func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationData, now time.Time) (int, bool, error) {
+	home := l.homeShard(key)
+	order := append([]int{home}, rand.Perm(l.shards)...)
+	for _, mode := range []settleMode{settleBudgeted, settleThorough} {
+		tried := map[int]bool{}
+		for _, i := range order {
+			if tried[i] {
+				continue
+			}
+			tried[i] = true
+			ok, err := l.reserveIn(ctx, i, key, res, now, mode)
+			if err != nil || ok {
+				return i, ok, err
+			}
+		}
+	}
+	return 0, false, nil
+}
+
+func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode settleMode) (bool, error) {
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		st, err := l.readShard(ctx, i)
+		if err != nil {
+			return false, err
+		}
+		changed, err := l.settle(ctx, &st.data, now, mode, key)
+		if err != nil {
+			return false, err
+		}
+		if st.data.Used >= st.data.Quota {
+			if changed {
+				if err := l.writeShard(ctx, i, st); err != nil && !errors.Is(err, errRaced) {
+					return false, err
+				}
+			}
+			return false, nil
+		}
+		st.data.Used++
+		st.data.Pending = append(st.data.Pending, pendingEntry{Key: key, At: now.UnixNano(), Reservation: res.ID})
+		err = l.writeShard(ctx, i, st)
+		if errors.Is(err, errRaced) {
+			continue
+		}
+		return err == nil, err
+	}
+	return false, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
+}
+
+// settleMode says which pending entries a settlement judges.
+type settleMode int
+
+const (
+	// settleBudgeted (an admission): entries older than the grace (or any entry, once the
+	// shard holds more than pendingSoftCap), at most settleBudget of them, oldest first, so
+	// that an admission's requests stay bounded whatever the recent traffic; and every entry
+	// of the focus key.
+	settleBudgeted settleMode = iota
+	// settleFocus: only the entries of the focus key.
+	settleFocus
+	// settleThorough (cleanup, or before answering Full): every entry, whatever its age; an
+	// admission still in flight keeps its entry.
+	settleThorough
+)
+
+// settleBudget bounds the entries one admission judges (one read of a key each); past
+// pendingSoftCap entries, young ones are judged too (those whose row exists are dropped), so
+// the list stays short under any admission rate.
+const (
+	settleBudget   = 4
+	pendingSoftCap = 64
+)
+
+// settle drops the pending entries whose admission is over, giving back the slot of each that
+// made no row. An entry is judged by what its key holds: its own row keeps the slot; anything
+// else (nothing, another reservation, a row made over another reservation) gives it back; its
+// own reservation, still there and older than the grace (by the store's time), is first voided
+// by a conditional write, so the admission's row write, held however long, can never land
+// afterwards. Which entries are judged depends on mode; focus is the key an admission has
+// just reserved (an earlier, interrupted or outrun admission of the same delivery left its
+// entry). It reports whether the shard changed.
+func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, mode settleMode, focus ledger.Key) (bool, error) {
+	keep := sd.Pending[:0:0]
+	budget := settleBudget
+	crowded := len(sd.Pending) > pendingSoftCap
+	for _, p := range sd.Pending {
+		old := now.Sub(time.Unix(0, p.At)) > l.cfg.PendingGrace
+		judge := p.Key == focus
+		switch mode {
+		case settleThorough:
+			judge = true
+		case settleBudgeted:
+			if !judge && (old || crowded) && budget > 0 {
+				judge = true
+				budget--
+			}
+		}
+		if !judge {
+			keep = append(keep, p)
+			continue
+		}
+		mine, err := l.judgePending(ctx, p, old)
+		if err != nil {
+			return false, err
+		}
+		switch mine {
+		case entryInFlight:
+			keep = append(keep, p)
+		case entryFree:
+			if sd.Used > 0 {
+				sd.Used--
+			}
+		}
+	}
+	changed := len(keep) != len(sd.Pending)
+	sd.Pending = keep
+	if len(sd.Pending) > maxPending {
+		return changed, fmt.Errorf("%w: %d admissions pending in one capacity shard", ledger.ErrBusy, len(sd.Pending))
+	}
+	return changed, nil
+}
+
+// The verdicts on a pending entry.
+const (
+	entryInFlight = iota // its admission may still create its row: keep it
+	entryRow             // its row exists: the slot is the row's
+	entryFree            // its admission is over without a row: give the slot back
+)
+
+func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (int, error) {
+	ks, err := l.readKey(ctx, p.Key)
+	if errors.Is(err, ledger.ErrCorrupt) {
+		return entryInFlight, nil // unreadable: keep the slot (an overstatement); the sweep reports it
+	}
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case p.Reservation == "":
+		// Format 1: the row was created with If-None-Match alone. A format 1 row at the key
+		// is its row; a format 2 row or reservation was made by another admission (the
+		// format 1 one died, or is still going and cannot land while the key is taken).
+		switch {
+		case ks.row != nil && ks.row.Reservation == "":
+			return entryRow, nil
+		case old:
+			return entryFree, nil
+		}
+		return entryInFlight, nil
+	case ks.row != nil && ks.row.Reservation == p.Reservation:
+		return entryRow, nil
+	case ks.res != nil && ks.res.ID == p.Reservation && !ks.res.Void:
+		if !old {
+			return entryInFlight, nil
+		}
+		void := *ks.res
+		void.Void, void.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano() // after the read that found it
+		body, token, err := l.encode(kindReservation, void)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := l.s.put(ctx, rowName(p.Key), body, token, ks.etag, false); err != nil {
+			if errors.Is(err, errRaced) {
+				return l.judgePending(ctx, p, old) // the admission wrote its row meanwhile
+			}
+			return 0, err
+		}
+		return entryFree, nil
+	}
+	// Nothing at the key, or another admission's reservation or row: this entry's row write
+	// (If-Match on its own reservation) can never land.
+	return entryFree, nil
+}

@@ -1,0 +1,34 @@
+// Package objstore is the S3 ledger: the ledger contract over one bucket and prefix, with
+// conditional writes (If-None-Match: * to create, If-Match on the ETag read to change) as the
+// only coordination. It works with AWS S3 and with S3-compatible stores that honour
+// conditional PUTs (MinIO from RELEASE.2025-09-07T16-13-09Z), in a versioned bucket.
+//
+// Layout under the prefix:
+//
+//	root.json              limits, shard count, creation time, high-water clock
+//	capacity/NN.json       capacity shards: quota, slots used, pending admissions, last batch
+//	rows/<key>.json        one object per row: the row, and its report while it may be
+//	                       published; or, before the row exists, the reservation of its key
+//	ended/<end>-<key>      empty index entries of finished rows with a retention end
+//	maintenance.json       the fenced maintenance lease (one cleanup at a time)
+//	batch.json             the last cleanup batch
+//
+// Every object carries a format version, a CRC-32C of its data and a unique write token, so a
+// write whose answer was lost is recognised as one's own when read back.
+//
+// Clock: the store's. Every answer carries a Date; every decision (lease liveness, freshness,
+// retention, the high-water) uses the store's time estimated from the latest Date, raised by
+// the persisted high-water and the row's own times. Hosts' clocks decide nothing. The
+// resolution is one second: a lease may be honoured up to a second (plus one answer's transit)
+// past its end, so lease windows are tens of seconds.
+//
+// Deletion names the exact version it judged: cleanup deletes a removable row's older versions,
+// then the judged version by its version id, never by key. A write that landed after the
+// judgement is a newer version and survives any late DELETE. The bucket must keep versions;
+// a lifecycle rule expires the noncurrent ones.
+//
+// Capacity is exact: an admission writes a reservation at its key, takes a slot naming that
+// reservation, and creates the row only over the reservation (If-Match). Settling an entry
+// whose admission is over voids the reservation first, so a row write held in flight can
+// never land once its slot was given back.
+package objstore

@@ -1,0 +1,193 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+type cachedRow struct {
+	etag string
+	data rowData
+}
+
+// keyState is what the store holds at a row's key: nothing, a reservation, or a row.
+type keyState struct {
+	row      *rowData
+	res      *reservationData
+	etag     string
+	version  string
+	modified time.Time
+}
+
+func (k keyState) absent() bool { return k.row == nil && k.res == nil }
+
+// readKey reads whatever the store holds at key, fresh. Only a row is remembered.
+func (l *Ledger) readKey(ctx context.Context, key ledger.Key) (keyState, error) {
+	o, err := l.s.get(ctx, rowName(key))
+	if errors.Is(err, errNotFound) {
+		l.forget(key)
+		return keyState{}, nil
+	}
+	if err != nil {
+		return keyState{}, err
+	}
+	ks := keyState{etag: o.etag, version: o.version, modified: o.modified}
+	if kindOf(o.body) == kindReservation {
+		l.forget(key)
+		var res reservationData
+		if err := decode(l.s.key(rowName(key)), kindReservation, o.body, &res); err != nil {
+			return keyState{}, err
+		}
+		ks.res = &res
+		return ks, nil
+	}
+	rd, err := l.decodeRow(key, o.body)
+	if err != nil {
+		return keyState{}, err
+	}
+	l.remember(key, o.etag, rd)
+	ks.row = &rd
+	return ks, nil
+}
+
+// getRow reads a row fresh from the store. A key that holds no row (nothing, or only the
+// reservation of an admission) is ErrUnknownDelivery.
+func (l *Ledger) getRow(ctx context.Context, key ledger.Key) (rowData, string, error) {
+	ks, err := l.readKey(ctx, key)
+	if err != nil {
+		return rowData{}, "", err
+	}
+	if ks.row == nil {
+		return rowData{}, "", fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
+	}
+	return *ks.row, ks.etag, nil
+}
+
+func (l *Ledger) decodeRow(key ledger.Key, body []byte) (rowData, error) {
+	name := l.s.key(rowName(key))
+	var rd rowData
+	if err := decode(name, kindRow, body, &rd); err != nil {
+		return rowData{}, err
+	}
+	if err := rd.Row.Check(); err != nil {
+		return rowData{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if rd.Row.Key != key {
+		return rowData{}, fmt.Errorf("%w: %s holds row %s", ledger.ErrCorrupt, name, rd.Row.Key)
+	}
+	if len(rd.Report) > l.cfg.Limits.MaxReportBytes || len(rd.Row.Subject) > l.cfg.Limits.MaxSubjectBytes {
+		return rowData{}, fmt.Errorf("%w: %s holds data over its ceilings", ledger.ErrCorrupt, name)
+	}
+	kept := rd.Row.State == ledger.StateSaved || (rd.Row.State == ledger.StateAbandoned && len(rd.Report) > 0)
+	if kept && ledger.SumBody(rd.Report) != rd.Row.Report.Digest {
+		return rowData{}, fmt.Errorf("%w: %s: the saved report does not match its digest", ledger.ErrCorrupt, name)
+	}
+	return rd, nil
+}
+
+func (l *Ledger) remember(key ledger.Key, etag string, rd rowData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.cache) >= maxCache {
+		for k := range l.cache {
+			delete(l.cache, k)
+			break
+		}
+	}
+	l.cache[key] = cachedRow{etag: etag, data: rd}
+}
+
+func (l *Ledger) forget(key ledger.Key) {
+	l.mu.Lock()
+	delete(l.cache, key)
+	l.mu.Unlock()
+}
+
+func (l *Ledger) cached(key ledger.Key) (cachedRow, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.cache[key]
+	return c, ok
+}
+
+// putRow writes a row over the version read (etag).
+func (l *Ledger) putRow(ctx context.Context, rd rowData, etag string) error {
+	body, token, err := l.encode(kindRow, rd)
+	if err != nil {
+		return err
+	}
+	newTag, err := l.s.put(ctx, rowName(rd.Row.Key), body, token, etag, false)
+	if err != nil {
+		l.forget(rd.Row.Key)
+		return err
+	}
+	l.remember(rd.Row.Key, newTag, rd)
+	return nil
+}
+
+// step is one decision on a row: it changes rd in place and says whether to write it; err is
+// the answer when the decision refuses.
+type step func(rd *rowData, now time.Time) (write bool, err error)
+
+// update runs a decision as an optimistic transaction: read (from this handle's cache when it
+// has the row), decide, write with If-Match. A write that loses, or any answer decided on
+// cached data that is not a successful write, is decided again on a fresh read, so no answer
+// ever rests on a stale copy.
+//
+// Every decision that depends on time (all but complete and release) is made on a fresh read,
+// at the store's time of its answer: on a cached copy it would be made at the store time
+// estimated from the last answer plus the host's elapsed time, and a host that was suspended
+// (whose monotonic clock stopped) would find an ended lease live, or grant a lease that ends
+// sooner than it says.
+func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step) error {
+	fresh := op != "complete" && op != "release"
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		var rd rowData
+		var etag string
+		if c, ok := l.cached(key); ok && !fresh {
+			rd, etag = cloneRow(c.data), c.etag
+		} else {
+			var err error
+			if rd, etag, err = l.getRow(ctx, key); err != nil {
+				return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+			}
+			fresh = true
+		}
+		now := l.nowFor(&rd.Row)
+		write, ferr := fn(&rd, now)
+		if !write {
+			if !fresh {
+				fresh = true
+				continue
+			}
+			if ferr != nil {
+				return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
+			}
+			return nil
+		}
+		if err := l.putRow(ctx, rd, etag); err != nil {
+			if errors.Is(err, errRaced) {
+				fresh = true
+				continue
+			}
+			return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+		}
+		// The write's If-Match proves the data decided on was current, cached or not.
+		if ferr != nil {
+			return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s %s: %w: %d conflicting writers in a row", op, key.Short(), ledger.ErrBusy, maxRetries)
+}
+
+func cloneRow(rd rowData) rowData {
+	out := rd
+	out.Row.Subject = append([]byte(nil), rd.Row.Subject...)
+	out.Report = append([]byte(nil), rd.Report...)
+	return out
+}
