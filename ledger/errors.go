@@ -4,6 +4,11 @@ import "errors"
 
 // Sentinel errors. Backends wrap them with context (the operation, the key, the file or
 // object); callers match them with errors.Is.
+//
+// Wrapping: a backend wraps exactly one sentinel with %w, so errors.Is answers one class; the
+// cause from below (an os or SDK error) is flattened into the message with %v, never wrapped,
+// so no caller comes to depend on a storage library's error types. Where two failures are
+// reported together (a write and its read-back), errors.Join keeps both messages.
 var (
 	// ErrLeaseLost: the lease's fence is stale, or the row's own lease has ended by the
 	// ledger's effective now. The holder must drop its work: not save it, not publish it.

@@ -336,9 +336,6 @@ func (s *store) list(ctx context.Context, prefix, startAfter string, max int) ([
 	return names, more, nil
 }
 
-// errUnversioned: the bucket keeps no versions, so deleting by version id is impossible.
-var errUnversioned = errors.New("bucket versioning is not enabled")
-
 // requireVersioning fails unless the bucket keeps versions: the ledger never deletes by key
 // alone, and a bucket without versions cannot delete anything else.
 func (s *store) requireVersioning(ctx context.Context) error {
@@ -347,11 +344,11 @@ func (s *store) requireVersioning(ctx context.Context) error {
 		return fmt.Errorf("%w: read the versioning of bucket %s: %v", ledger.ErrUnavailable, s.bucket, err)
 	}
 	if out.Status != types.BucketVersioningStatusEnabled {
-		return fmt.Errorf("%w: %w on bucket %s (status %q): the S3 ledger deletes rows by version id so that a late DELETE "+
+		return fmt.Errorf("%w: bucket versioning is not enabled on bucket %s (status %q): the S3 ledger deletes rows by version id so that a late DELETE "+
 			"can never remove a row written after it was judged. Enable it with `aws s3api put-bucket-versioning --bucket %s "+
 			"--versioning-configuration Status=Enabled` (or `amiss ledger s3-setup -root s3://%s/%s` on MinIO), and expire "+
 			"noncurrent versions with a lifecycle rule (docs/s3-ledger.md)",
-			ledger.ErrRootMismatch, errUnversioned, s.bucket, out.Status, s.bucket, s.bucket, s.prefix)
+			ledger.ErrRootMismatch, s.bucket, out.Status, s.bucket, s.bucket, s.prefix)
 	}
 	return nil
 }
