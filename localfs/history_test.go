@@ -68,6 +68,7 @@ const (
 	swWindow
 	swHW
 	swBack
+	swStore
 	swSize
 )
 
@@ -94,6 +95,7 @@ func openSharedWorld(path string, create bool) (*sharedWorld, error) {
 	if create {
 		atomic.StoreInt64(w.at(swBase), ledgertest.Epoch.UnixNano())
 		atomic.StoreInt64(w.at(swMax), ledgertest.Epoch.UnixNano())
+		atomic.StoreInt64(w.at(swStore), ledgertest.Epoch.UnixNano())
 	}
 	return w, nil
 }
@@ -116,9 +118,14 @@ func (w *sharedWorld) Advance(d time.Duration) {
 	}
 	atomic.AddInt64(w.at(swBase), int64(d))
 }
-func (w *sharedWorld) SteppedBack() int64   { return atomic.LoadInt64(w.at(swBack)) }
-func (w *sharedWorld) Saw(t time.Time)      { w.raise(swMax, t.UnixNano()) }
-func (w *sharedWorld) MaxRead() int64       { return atomic.LoadInt64(w.at(swMax)) }
+func (w *sharedWorld) SteppedBack() int64 { return atomic.LoadInt64(w.at(swBack)) }
+func (w *sharedWorld) Saw(t time.Time)    { w.raise(swMax, t.UnixNano()) }
+func (w *sharedWorld) MaxRead() int64     { return atomic.LoadInt64(w.at(swMax)) }
+func (w *sharedWorld) SawStore(t time.Time) {
+	w.raise(swStore, t.UnixNano())
+	w.Saw(t)
+}
+func (w *sharedWorld) MaxStoreRead() int64  { return atomic.LoadInt64(w.at(swStore)) }
 func (w *sharedWorld) Tick() int64          { return atomic.AddInt64(w.at(swSeq), 1) }
 func (w *sharedWorld) Window() int64        { return atomic.LoadInt64(w.at(swWindow)) }
 func (w *sharedWorld) Slide()               { atomic.AddInt64(w.at(swWindow), 1) }

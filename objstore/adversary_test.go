@@ -67,8 +67,9 @@ func TestAdversaryHeldReservationReadmitsAForgottenDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Past its retention, and past the life of any request that could write its reservation
-	// again (the key is not emptied sooner).
-	w.store.Set(ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(17*time.Minute)).Add(time.Second))
+	// again (the key is not emptied sooner; its reservation landed a second or so after the
+	// row's creation time).
+	w.store.Set(ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife)).Add(time.Minute))
 	if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
 		t.Fatalf("cleanup removed %d rows, want 1", len(rep.Removed))
 	}
@@ -418,7 +419,7 @@ func TestAdversarySuspendedIngressReadmitsAForgottenDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	asleep := ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(17*time.Minute)).Add(time.Minute).Sub(w.store.Now())
+	asleep := ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife)).Add(time.Minute).Sub(w.store.Now())
 	w.store.Advance(asleep)
 	host.sleep(asleep)
 	if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {

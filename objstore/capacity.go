@@ -27,6 +27,9 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]b
 			if err != nil {
 				return nil, err
 			}
+			if hw := now.UnixNano(); hw > st.data.HighWater {
+				st.data.HighWater, changed = hw, true
+			}
 			if changed {
 				if err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
 					continue
@@ -131,21 +134,26 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) error {
 	return err
 }
 
+// errStale: the shard's high-water makes the request being admitted stale.
+var errStale = errors.New("stale by the shard's high-water")
+
 // reserve takes a slot for the reservation res of key: from its home shard, or, only when that
 // one is full, from any other shard with room. Before it answers that every shard is full, it
-// settles every shard thoroughly and looks again, so that Full means the whole cap is in use
-// (by rows, and by admissions still in flight). ok is false when every shard is full.
-func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationData, now time.Time) (int, bool, error) {
+// judges every pending entry older than the grace in every shard, so that Full means the whole
+// cap is in use by rows and by admissions in flight (a young entry is one, or finished with its
+// row: judging it would not free its slot). ok is false when every shard is full; errStale
+// when a shard's high-water makes the request stale (stale says whether a high-water does).
+func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationData, now time.Time, stale func(time.Time) bool) (int, bool, error) {
 	home := l.homeShard(key)
 	order := append([]int{home}, rand.Perm(l.shards)...)
-	for _, mode := range []settleMode{settleBudgeted, settleThorough} {
+	for _, mode := range []settleMode{settleBudgeted, settleOld} {
 		tried := map[int]bool{}
 		for _, i := range order {
 			if tried[i] {
 				continue
 			}
 			tried[i] = true
-			ok, err := l.reserveIn(ctx, i, key, res, now, mode)
+			ok, err := l.reserveIn(ctx, i, key, res, now, mode, stale)
 			if err != nil || ok {
 				return i, ok, err
 			}
@@ -154,11 +162,19 @@ func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationDat
 	return 0, false, nil
 }
 
-func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode settleMode) (bool, error) {
+func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode settleMode, stale func(time.Time) bool) (bool, error) {
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		st, err := l.readShard(ctx, i)
 		if err != nil {
 			return false, err
+		}
+		for _, p := range st.data.Pending {
+			if p.Reservation == res.ID {
+				return true, nil // this admission's slot: an earlier write of it landed
+			}
+		}
+		if stale != nil && stale(time.Unix(0, st.data.HighWater)) {
+			return false, errStale
 		}
 		changed, err := l.settle(ctx, &st.data, now, mode, key)
 		if err != nil {
@@ -176,7 +192,7 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reser
 		st.data.Pending = append(st.data.Pending, pendingEntry{Key: key, At: now.UnixNano(), Reservation: res.ID})
 		err = l.writeShard(ctx, i, st)
 		if errors.Is(err, errRaced) {
-			continue
+			continue // read again: the entry is there if a copy of this write landed
 		}
 		return err == nil, err
 	}
@@ -194,6 +210,9 @@ const (
 	settleBudgeted settleMode = iota
 	// settleFocus: only the entries of the focus key.
 	settleFocus
+	// settleOld (before answering Full): every entry older than the grace, and the entries of
+	// the focus key, besides the budget of younger ones when the shard is crowded.
+	settleOld
 	// settleThorough (cleanup, or before answering Full): every entry, whatever its age; an
 	// admission still in flight keeps its entry.
 	settleThorough
@@ -225,6 +244,12 @@ func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, mode 
 		switch mode {
 		case settleThorough:
 			judge = true
+		case settleOld:
+			if !judge && old {
+				judge = true
+				break
+			}
+			fallthrough
 		case settleBudgeted:
 			if !judge && (old || crowded) && budget > 0 {
 				judge = true
@@ -279,10 +304,28 @@ func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (in
 		switch {
 		case ks.row != nil && ks.row.Reservation == "":
 			return entryRow, nil
-		case old:
-			return entryFree, nil
+		case !old:
+			return entryInFlight, nil
+		case ks.absent():
+			// Take the empty key with a void reservation first, so that the format 1
+			// admission's create, however late, can no longer land once its slot is given
+			// back.
+			void := reservationData{At: p.At, Void: true, VoidedAt: l.nowFor(nil).Add(time.Second).UnixNano()}
+			if void.ID, err = l.token(); err != nil {
+				return 0, err
+			}
+			body, token, err := l.encode(kindReservation, void)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := l.s.put(ctx, rowName(p.Key), body, token, "", true); err != nil {
+				if errors.Is(err, errRaced) {
+					return l.judgePending(ctx, p, old) // the create landed meanwhile
+				}
+				return 0, err
+			}
 		}
-		return entryInFlight, nil
+		return entryFree, nil
 	case ks.row != nil && ks.row.Reservation == p.Reservation:
 		return entryRow, nil
 	case ks.res != nil && ks.res.ID == p.Reservation && !ks.res.Void:

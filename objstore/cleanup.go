@@ -237,10 +237,12 @@ func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 }
 
 // requestLife is how long after it was signed a request can still land: S3 refuses a SigV4
-// request whose signing time is more than 15 minutes from its own clock (the SDK signs with
-// the store's time); a minute more covers the estimates' error. A key is not emptied, nor a
+// request whose signing time is more than 15 minutes from its own clock. The SDK signs with the
+// host's wall clock corrected by the last skew it measured; a host clock that stepped up to 15
+// minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
+// and a minute for the estimates. A key is not emptied, nor a
 // reservation removed, sooner than that after the reservation landed (see reservationData).
-const requestLife = 16 * time.Minute
+const requestLife = 31 * time.Minute
 
 // keyAged reports whether every request that could recreate the reservation a row was made
 // over has expired.

@@ -104,6 +104,10 @@ type shardData struct {
 	Used         int64          `json:"used"`
 	Pending      []pendingEntry `json:"pending,omitempty"`
 	AppliedBatch uint64         `json:"applied_batch"`
+	// HighWater is the high-water of the last cleanup that settled the shard: an admission
+	// reads it with the shard and refuses a request it makes stale, so a clock that steps back
+	// cannot let a replay in through a handle's copy of the root, however old.
+	HighWater int64 `json:"high_water_unix_nano,omitempty"`
 }
 
 // pendingEntry is an admission that took a slot and may not have created its row yet. The

@@ -9,3 +9,6 @@ func EncodeMaintenanceForTest(owner string, fence uint64, until int64) ([]byte, 
 const MaintenanceName = maintenanceName
 
 var RowName = rowName
+
+// RequestLife is how long after it was signed a request can still land (see requestLife).
+const RequestLife = requestLife

@@ -116,7 +116,17 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		}
 		return ledger.Admission{Outcome: outcome, Key: key}, nil
 	}
-	shard, ok, err := l.reserve(ctx, key, res, now)
+	// The shard read for the slot brings the last cleanup's high-water: a request it makes
+	// stale is refused there (the handle's copy of the root may be a minute old).
+	stale := func(hw time.Time) bool {
+		_, o, err := ledger.NewRow(d, l.cfg.Limits, ledger.MaxTime(now, hw), id)
+		return err == nil && o != ledger.Admitted
+	}
+	shard, ok, err := l.reserve(ctx, key, res, now, stale)
+	if errors.Is(err, errStale) {
+		void()
+		return ledger.Admission{Outcome: ledger.Stale, Key: key}, nil
+	}
 	if err != nil {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
@@ -130,14 +140,19 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		return ledger.Admission{}, err
 	}
 	etag, err := l.s.put(ctx, rowName(key), body, token, resTag, false)
-	if err != nil {
-		// errRaced: the reservation was voided (its slot given back) or taken over by another
+	if errors.Is(err, errRaced) {
+		// The row made over this reservation is this admission's, whichever copy of the
+		// write put it there.
+		if ks, rerr := l.readKey(ctx, key); rerr == nil && ks.row != nil && ks.row.Reservation == res.ID {
+			return ks.row.Row.Admission(ledger.Admitted), nil
+		}
+		// The reservation was voided (its slot given back) or taken over by another
 		// admission of the delivery. This admission is over: give its slot back now, so that
 		// Full keeps meaning the whole cap is in use, and let the caller decide again.
-		if errors.Is(err, errRaced) {
-			l.settleShard(ctx, shard, key)
-			return ledger.Admission{}, err
-		}
+		l.settleShard(ctx, shard, key)
+		return ledger.Admission{}, err
+	}
+	if err != nil {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	l.remember(key, etag, rd)

@@ -129,18 +129,23 @@ func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatc
 			return aws.ToString(out.ETag), nil
 		}
 		conditional := isPrecondition(err) || (ifMatch != "" && isNotFound(err))
-		if conditional && !sent {
-			return "", errRaced
-		}
 		if !conditional && httpStatus(err) != http.StatusServiceUnavailable {
 			sent = true // only a 503 is known to have applied nothing
 		}
+		// Read back, after a 412 too: a copy of this very request, delivered twice by the
+		// network, may be what the store holds.
 		back, gerr := s.get(ctx, name)
 		switch {
 		case gerr == nil && token != "" && tokenOf(back.body) == token:
 			return back.etag, nil
 		case gerr != nil && !errors.Is(gerr, errNotFound):
 			return "", fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), errors.Join(err, gerr))
+		case conditional && !sent:
+			// Lost: the first attempt was refused and the store holds another write. (Had a
+			// copy of it landed and been overwritten since, the write is answered as lost
+			// although it applied: callers whose writes name their own reservation or entry
+			// recognise them when they read again.)
+			return "", errRaced
 		}
 		unchanged := (create && errors.Is(gerr, errNotFound)) || (!create && gerr == nil && back.etag == ifMatch)
 		if conditional || !unchanged || attempt == putAttempts || ctx.Err() != nil {

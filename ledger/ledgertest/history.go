@@ -168,8 +168,13 @@ type HistoryWorld interface {
 	Advance(d time.Duration)
 	SteppedBack() int64
 	// Saw records a clock reading; MaxRead is the highest recorded (Unix nanoseconds).
+	// SawStore records a reading of the store's own clock (and Saw's it too); MaxStoreRead
+	// is the highest of those: the bound of the now of a ledger that decides on the store's
+	// clock, which host clocks ahead of it must not loosen.
 	Saw(t time.Time)
 	MaxRead() int64
+	SawStore(t time.Time)
+	MaxStoreRead() int64
 	// Tick returns the next instant of the history's real-time order.
 	Tick() int64
 	// Window is the lowest live identity; Slide moves the window on by one.
@@ -192,17 +197,18 @@ type OpSink interface {
 
 // memWorld is the world of callers in one process.
 type memWorld struct {
-	base    *ledger.ManualClock
-	back    atomic.Int64
-	maxRead atomic.Int64
-	seq     atomic.Int64
-	window  atomic.Int64
-	hw      atomic.Int64
+	base     *ledger.ManualClock
+	back     atomic.Int64
+	maxRead  atomic.Int64
+	maxStore atomic.Int64
+	seq      atomic.Int64
+	window   atomic.Int64
+	hw       atomic.Int64
 }
 
 func newMemWorld() *memWorld {
 	w := &memWorld{base: ledger.NewManualClock(Epoch)}
-	w.Saw(Epoch)
+	w.SawStore(Epoch)
 	return w
 }
 
@@ -213,9 +219,14 @@ func (w *memWorld) Advance(d time.Duration) {
 	}
 	w.base.Advance(d)
 }
-func (w *memWorld) SteppedBack() int64   { return w.back.Load() }
-func (w *memWorld) Saw(t time.Time)      { RaiseInt64(&w.maxRead, t.UnixNano()) }
-func (w *memWorld) MaxRead() int64       { return w.maxRead.Load() }
+func (w *memWorld) SteppedBack() int64 { return w.back.Load() }
+func (w *memWorld) Saw(t time.Time)    { RaiseInt64(&w.maxRead, t.UnixNano()) }
+func (w *memWorld) MaxRead() int64     { return w.maxRead.Load() }
+func (w *memWorld) SawStore(t time.Time) {
+	RaiseInt64(&w.maxStore, t.UnixNano())
+	w.Saw(t)
+}
+func (w *memWorld) MaxStoreRead() int64  { return w.maxStore.Load() }
 func (w *memWorld) Tick() int64          { return w.seq.Add(1) }
 func (w *memWorld) Window() int64        { return w.window.Load() }
 func (w *memWorld) Slide()               { w.window.Add(1) }
@@ -262,7 +273,7 @@ type storeClock struct{ w HistoryWorld }
 
 func (c storeClock) Now() time.Time {
 	t := c.w.Now()
-	c.w.Saw(t)
+	c.w.SawStore(t)
 	return t
 }
 
@@ -325,7 +336,7 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	o.Return = w.Tick()
 	lo2 := c.decide.Now()
 	o.Lo = min(lo1.UnixNano()-(w.SteppedBack()-back1), lo2.UnixNano()) - res
-	o.Hi = w.MaxRead()
+	o.Hi = c.maxNow()
 	if class, known := ErrClass(err); known {
 		o.Err, o.Unknown = class, false
 	} else {
@@ -333,6 +344,17 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	}
 	c.env.Sink.End(o)
 	return o, err
+}
+
+// maxNow bounds the ledger's now at the end of a call: the highest reading of any clock it
+// may decide on. A ledger on the store's clock never reads a host's: its bound is the store's
+// alone (a host clock ahead would hide a live lease taken over, or a row removed inside its
+// retention).
+func (c *caller) maxNow() int64 {
+	if c.env.StoreClocked {
+		return c.env.World.MaxStoreRead()
+	}
+	return c.env.World.MaxRead()
 }
 
 // reopen replaces the handle, as a process restarted after a crash (with faults of its own;
@@ -444,7 +466,7 @@ func cleanupRecorded(ctx context.Context, c *caller, cur ledger.Cursor) (ledger.
 	rep, err := c.l.Cleanup(ctx, cur)
 	ret := w.Tick()
 	lo2 := c.decide.Now()
-	hi := w.MaxRead()
+	hi := c.maxNow()
 	for _, r := range rep.Removed {
 		c.env.Sink.End(Op{Client: c.id, Key: r.Key, Kind: OpRemove, Eval: r.EvaluationID, Call: call, Return: ret,
 			Lo: min(lo1.UnixNano()-(w.SteppedBack()-back1), lo2.UnixNano()) - res, Hi: hi})
