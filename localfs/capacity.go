@@ -1,0 +1,318 @@
+package localfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"sync"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Capacity is sharded like the rows: capacity shard XX lives in rows/XX/capacity.state and is
+// guarded by row shard XX's lock. Its quota is its share of the record cap. An admission takes
+// a slot from its key's home shard, under the one lock it takes anyway; only when that shard
+// is full does it look at the others (reading their records without locks, then locking the
+// chosen one), so Full is answered only when every shard is full. A row records the shard
+// whose slot it holds, and cleanup gives the slot back there.
+//
+// A shard's count may overstate the rows holding its slots, never understate them. The slot
+// is counted before the row exists: the shard record, with the key pending, is renamed into
+// place before the row, in the same folder, and one folder sync after both makes them
+// durable. On the file systems the FileLedger supports, entries of one folder reach the disk
+// in the order they were made (ext4 and XFS journal them in order; on NFS every namespace
+// operation is stable when it returns), so a crash can leave the count without the row
+// (settled below) but never the row without the count.
+
+// quota is shard s's share of the record cap.
+func quota(recordCap int64, s int) int64 {
+	q := recordCap / shardCount
+	if int64(s) < recordCap%shardCount {
+		q++
+	}
+	return q
+}
+
+func (r *root) readShard(s int) (shardState, error) {
+	p := r.shardCapPath(s)
+	data, err := r.fs.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+		}
+		return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	sh, err := decodeShard(data)
+	if err == nil && sh.Shard != s {
+		err = fmt.Errorf("%w: the record of shard %d holds shard %d", ledger.ErrCorrupt, s, sh.Shard)
+	}
+	if err != nil {
+		return shardState{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return sh, nil
+}
+
+func (r *root) stageShard(sh shardState) (*staged, error) {
+	data, err := encodeJSON(kindShard, sh)
+	if err != nil {
+		return nil, err
+	}
+	return r.stage(r.shardCapPath(sh.Shard), data)
+}
+
+// settle judges the shard's pending keys; the caller holds the shard's lock, so no admission
+// that took one of its slots is in flight. A pending key whose row exists and holds this
+// shard's slot keeps it; one whose row is absent, or holds another shard's slot, gives it back
+// (the admission never finished, or was repeated and took another slot), unless an unfinished
+// cleanup batch removed that row (the batch gives the slot back itself, once). A pending row
+// that cannot be read keeps its slot (an overstatement). It reports whether sh changed.
+func (r *root) settle(sh *shardState) (bool, error) {
+	if len(sh.Pending) == 0 {
+		return false, nil
+	}
+	var batch *batchState
+	batchRead := false
+	keep := sh.Pending[:0:0]
+	for _, k := range sh.Pending {
+		row, err := r.readRow(k)
+		switch {
+		case err == nil && row.Shard == sh.Shard:
+			continue // the row holds the slot
+		case err == nil || errors.Is(err, ledger.ErrUnknownDelivery):
+			if err != nil {
+				if !batchRead {
+					if batch, err = r.readBatch(); err != nil {
+						return false, err
+					}
+					batchRead = true
+				}
+				if batch != nil && batch.ID > sh.AppliedBatch && batch.has(k, sh.Shard) {
+					continue // the batch releases it
+				}
+			}
+			if sh.Used > 0 {
+				sh.Used--
+			}
+		case errors.Is(err, ledger.ErrCorrupt):
+			keep = append(keep, k)
+		default:
+			return false, err
+		}
+	}
+	sh.Pending = keep
+	return true, nil
+}
+
+func (b *batchState) has(k ledger.Key, shard int) bool {
+	for _, e := range b.Entries {
+		if e.Key == k && e.Shard == shard {
+			return true
+		}
+	}
+	return false
+}
+
+// admitNew admits a key that had no row when its shard was last looked at. It holds the home
+// shard's lock (and nothing else) on the common path.
+func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	r := l.r
+	key := d.Key()
+	home := int(key[0])
+	unlock, err := r.lockShard(ctx, byte(home))
+	if err != nil {
+		return ledger.Admission{}, err
+	}
+	a, full, err := l.admitIn(ctx, d, home, home, false)
+	unlock()
+	if err != nil || !full {
+		return a, err
+	}
+	return l.borrow(ctx, d)
+}
+
+// admitIn decides the admission of d with a slot of shard s, holding the locks of s and of
+// the key's home shard. full reports that s has no room (nothing was written).
+func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, strict bool) (ledger.Admission, bool, error) {
+	r := l.r
+	key := d.Key()
+	// Another admission may have created the row while no lock was held.
+	if row, err := r.readRow(key); err == nil {
+		a, err := r.readmitLocked(&row, d)
+		return a, false, err
+	} else if !errors.Is(err, ledger.ErrUnknownDelivery) {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	// Only freshness needs the persisted high-water; a permanent delivery is decided without it
+	// (every later decision on the row takes the high-water into account anyway).
+	now := r.cfg.Clock.Now()
+	if !d.SignedAt.IsZero() {
+		var err error
+		if now, err = r.now(nil); err != nil {
+			return ledger.Admission{}, false, err
+		}
+	}
+	id, err := r.evaluationID()
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	row, outcome, err := ledger.NewRow(d, r.cfg.Limits, now, id)
+	if err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	if outcome != ledger.Admitted {
+		return ledger.Admission{Outcome: outcome, Key: key}, false, nil
+	}
+	rec := storedRow{rowRecord: rowRecord{Row: row, Shard: s}}
+	data, err := encodeRow(&rec, r.cfg.Limits) // refuse an oversized state before any write
+	if err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	sh, err := r.readShard(s)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	changed, err := r.settle(&sh)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if sh.Used >= quota(r.cfg.Limits.RecordCap, s) {
+		if changed {
+			// Keep what settling found (slots given back), durably: a full shard is read again
+			// by every admission that borrows.
+			st, err := r.stageShard(sh)
+			if err == nil {
+				err = r.commitAll([]*staged{st})
+			}
+			if err != nil {
+				return ledger.Admission{}, false, err
+			}
+		}
+		return ledger.Admission{}, true, nil
+	}
+	sh.Used++
+	sh.Pending = append(sh.Pending, key)
+	capSt, err := r.stageShard(sh)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	rowSt, err := r.stage(r.statePath(key), data)
+	if err != nil {
+		abortAll([]*staged{capSt})
+		return ledger.Admission{}, false, err
+	}
+	if !strict {
+		// Home shard: record and row share a folder. One sync makes both files' data
+		// durable, the record is renamed before the row, and one sync of the folder makes
+		// both entries durable (a crash before it cannot keep the row without the record:
+		// see the note at the top of this file).
+		if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
+			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+		}
+		return row.Admission(ledger.Admitted), false, nil
+	}
+	// A borrowed slot: the record lives in another folder, so it is made durable, entry
+	// included, before the row is renamed into place.
+	if err := r.commitAll([]*staged{capSt}); err != nil {
+		abortAll([]*staged{rowSt})
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	if err := r.commitAll([]*staged{rowSt}); err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	return row.Admission(ledger.Admitted), false, nil
+}
+
+// borrow admits d with a slot of another shard, the home shard being full. It reads every
+// shard's record without locks to find candidates (a shard with room, or with pending keys
+// that settling may free), then tries them one by one under the locks of the candidate and of
+// the home shard, taken in ascending order. Full is answered when no shard has room.
+func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	r := l.r
+	key := d.Key()
+	home := int(key[0])
+	states, err := r.readAllShards(ctx)
+	if err != nil {
+		return ledger.Admission{}, err
+	}
+	var mine, roomy, pending []int
+	for s, sh := range states {
+		switch {
+		case slices.Contains(sh.Pending, key):
+			// An earlier admission of this key took a slot here and was interrupted:
+			// settling gives that slot back, and this admission takes it again.
+			mine = append(mine, s)
+		case sh.Used < quota(r.cfg.Limits.RecordCap, s):
+			roomy = append(roomy, s)
+		case len(sh.Pending) > 0:
+			pending = append(pending, s)
+		}
+	}
+	// Start at a shard that depends on the key, so borrowers spread over the shards.
+	rotate := func(xs []int) []int {
+		if len(xs) == 0 {
+			return xs
+		}
+		i := int(key[1]) % len(xs)
+		return append(xs[i:len(xs):len(xs)], xs[:i]...)
+	}
+	for _, s := range slices.Concat(mine, rotate(roomy), pending) {
+		unlock, err := r.lockShards(ctx, []int{home, s})
+		if err != nil {
+			return ledger.Admission{}, err
+		}
+		a, full, err := l.admitIn(ctx, d, s, home, s != home)
+		unlock()
+		if err != nil || !full {
+			return a, err
+		}
+	}
+	return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
+}
+
+// readAllShards reads every capacity shard's record (without locks: each is replaced
+// atomically), a few at a time.
+func (r *root) readAllShards(ctx context.Context) ([]shardState, error) {
+	out := make([]shardState, shardCount)
+	errs := make([]error, shardCount)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range next {
+				out[s], errs[s] = r.readShard(s)
+			}
+		}()
+	}
+	for s := range shardCount {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- s
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ledger.ErrBusy, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// capacityUsed sums the shards' counts.
+func (r *root) capacityUsed(ctx context.Context) (int64, []shardState, error) {
+	states, err := r.readAllShards(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	total := int64(0)
+	for _, sh := range states {
+		total += sh.Used
+	}
+	return total, states, nil
+}

@@ -1,0 +1,141 @@
+package localfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// migrate turns a format 1 root into a format 2 one, in place. Format 1 kept one capacity
+// record (.amiss-capacity.state) for the whole root, taken under the admission lock; format 2
+// keeps one per row folder. The migration holds the maintenance lock and the admission lock,
+// so no format 1 admission or cleanup is in flight, and no format 2 process admits anything
+// before the root state says format 2. Under them it:
+//
+//  1. reads the format 1 capacity record (missing or damaged: fail closed, as format 1 did);
+//  2. counts the row files of each row folder: every format 1 row holds a slot of its home
+//     shard, and with no admission or removal in flight the count is exact (an interrupted
+//     format 1 admission or cleanup batch is thereby settled: its row exists or it does not);
+//  3. writes every folder's capacity shard, then the root state as format 2 (carrying the
+//     last batch id, so batch ids stay new), then removes the format 1 record and batch.
+//
+// A crash before step 3's root state leaves a format 1 root (a format 1 process may go on
+// admitting: the next migration counts again). Once the root state says format 2, a format 1
+// process fails closed on its next operation (every file it reads is of a newer format, and
+// the record it admits with is gone). This lists every row folder once: on a large root,
+// migrate ahead of traffic (any `amiss ledger` command opens, and so migrates, the root).
+func (r *root) migrate(ctx context.Context) error {
+	unlockM, err := lockFile(ctx, r.maintenance, r.cfg.LockWait)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", r.dir, err)
+	}
+	defer unlockM()
+	unlockA, err := lockFile(ctx, r.admission, r.cfg.LockWait)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", r.dir, err)
+	}
+	defer unlockA()
+	data, err := r.fs.ReadFile(r.path(RootFile))
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
+	}
+	st, version, err := decodeRootVersion(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.path(RootFile), err)
+	}
+	if version >= FormatVersion {
+		return nil // migrated by another process meanwhile
+	}
+	c, err := r.readCapacityV1()
+	if err != nil {
+		return err
+	}
+	var sts []*staged
+	for s := range shardCount {
+		dir := r.shardDirOf(s)
+		if err := r.mkdir(dir); err != nil {
+			abortAll(sts)
+			return err
+		}
+		names, err := r.fs.ReadDir(dir)
+		if err != nil {
+			abortAll(sts)
+			return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
+		}
+		n := int64(0)
+		for _, e := range names {
+			if k, ok := strings.CutSuffix(e.Name(), ".state"); ok {
+				if _, err := ledger.ParseKey(k); err == nil {
+					n++
+				}
+			}
+		}
+		st, err := r.stageShard(shardState{Shard: s, Used: n})
+		if err != nil {
+			abortAll(sts)
+			return err
+		}
+		sts = append(sts, st)
+	}
+	if err := r.commitAll(sts); err != nil {
+		return err
+	}
+	st.LastBatch = max(st.LastBatch, c.AppliedBatch)
+	if b, err := r.readBatchV1(); err != nil {
+		return err
+	} else if b > st.LastBatch {
+		st.LastBatch = b
+	}
+	out, err := encodeJSON(kindRoot, st)
+	if err != nil {
+		return err
+	}
+	if err := r.replace(r.path(RootFile), out, durableFull); err != nil {
+		return err
+	}
+	for _, name := range []string{CapacityFile, BatchFile} {
+		if err := r.fs.Remove(r.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(name), err)
+		}
+	}
+	return r.sync.syncDirs(r.dir)
+}
+
+// readCapacityV1 reads the format 1 capacity record.
+func (r *root) readCapacityV1() (capacityState, error) {
+	p := r.path(CapacityFile)
+	data, err := r.fs.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return capacityState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+		}
+		return capacityState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	c, err := decodeCapacity(data)
+	if err != nil {
+		return capacityState{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return c, nil
+}
+
+// readBatchV1 returns the id of a format 1 cleanup batch left behind (0 when there is none).
+// Its rows are counted as they stand; the index entries of those it removed are dropped by a
+// later pass when it finds the rows gone.
+func (r *root) readBatchV1() (uint64, error) {
+	data, err := r.fs.ReadFile(r.path(BatchFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
+	}
+	b, err := decodeBatch(data)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", r.path(BatchFile), err)
+	}
+	return b.ID, nil
+}
