@@ -53,3 +53,13 @@ func ReframeForTest(data []byte, version uint16) []byte {
 	}
 	return encodeFrameVersion(k, version, payload)
 }
+
+// SetSyncGatherForTest makes every group-commit round of l's root wait (up to wait) until n
+// requests are in it, so that a round of several is certain.
+func SetSyncGatherForTest(l *Ledger, n int, wait time.Duration) {
+	l.r.sync.gather, l.r.sync.gatherWait = n, wait
+}
+
+// SetAfterSyncForTest runs f after each group-commit round's sync, before its callers are
+// answered (f receives the number of requests in the round).
+func SetAfterSyncForTest(l *Ledger, f func(n int)) { l.r.sync.afterSync = f }
