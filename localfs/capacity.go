@@ -12,7 +12,8 @@ import (
 )
 
 // Capacity is sharded like the rows: capacity shard XX lives in rows/XX/capacity.state and is
-// guarded by row shard XX's lock. Its quota is its share of the record cap. An admission takes
+// guarded by row shard XX's lock. Its quota is its share of the record cap (the quotas add up
+// to the cap). An admission takes
 // a slot from its key's home shard, under the one lock it takes anyway; only when that shard
 // is full does it look at the others (reading their records without locks, then locking the
 // chosen one), so Full is answered only when every shard is full. A row records the shard
@@ -26,7 +27,9 @@ import (
 // operation is stable when it returns), so a crash can leave the count without the row
 // (settled below) but never the row without the count.
 
-// quota is shard s's share of the record cap.
+// quota is shard s's share of the record cap in a new root. A shard's quota is kept in its
+// record (a migrated root shares the cap out according to the rows it already holds); the
+// quotas of all shards add up to the record cap.
 func quota(recordCap int64, s int) int64 {
 	q := recordCap / shardCount
 	if int64(s) < recordCap%shardCount {
@@ -177,7 +180,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, st
 	if err != nil {
 		return ledger.Admission{}, false, err
 	}
-	if sh.Used >= quota(r.cfg.Limits.RecordCap, s) {
+	if sh.Used >= sh.Quota {
 		if changed {
 			// Keep what settling found (slots given back), durably: a full shard is read again
 			// by every admission that borrows.
@@ -243,7 +246,7 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 			// An earlier admission of this key took a slot here and was interrupted:
 			// settling gives that slot back, and this admission takes it again.
 			mine = append(mine, s)
-		case sh.Used < quota(r.cfg.Limits.RecordCap, s):
+		case sh.Used < sh.Quota:
 			roomy = append(roomy, s)
 		case len(sh.Pending) > 0:
 			pending = append(pending, s)

@@ -511,9 +511,14 @@ func (r *root) readBatch() (*batchState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
 	}
-	b, err := decodeBatch(data)
+	b, version, err := decodeBatchVersion(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
+	}
+	if version < FormatVersion {
+		// Only a format 1 process writes one, and none runs on a format 2 root: the migration
+		// counted its rows as they stood, and format 2 never applies it (it names no shards).
+		return nil, nil
 	}
 	return &b, nil
 }

@@ -148,12 +148,13 @@ type capacityState struct {
 	AppliedBatch uint64      `json:"applied_batch"`
 }
 
-// shardState is rows/XX/capacity.state (format 2): the slots shard XX has handed out (never
-// fewer than the rows whose record names it), the keys whose admission took one of them and
-// may not have created its row yet, and the last cleanup batch whose releases it applied. Its
-// quota is not stored: it follows from the record cap (see quota).
+// shardState is rows/XX/capacity.state (format 2): its share of the record cap, the slots
+// shard XX has handed out (never fewer than the rows whose record names it), the keys whose
+// admission took one of them and may not have created its row yet, and the last cleanup batch
+// whose releases it applied.
 type shardState struct {
 	Shard        int          `json:"shard"`
+	Quota        int64        `json:"quota"`
 	Used         int64        `json:"used"`
 	Pending      []ledger.Key `json:"pending,omitempty"`
 	AppliedBatch uint64       `json:"applied_batch"`
@@ -234,8 +235,8 @@ func decodeShard(data []byte) (shardState, error) {
 	_, err := decodeJSON(kindShard, data, maxShardPayload, &s)
 	switch {
 	case err != nil:
-	case s.Used < 0:
-		err = fmt.Errorf("%w: capacity shard holds a negative count %d", ledger.ErrCorrupt, s.Used)
+	case s.Used < 0 || s.Quota < 0:
+		err = fmt.Errorf("%w: capacity shard holds a negative count %d or quota %d", ledger.ErrCorrupt, s.Used, s.Quota)
 	case s.Shard < 0 || s.Shard >= shardCount:
 		err = fmt.Errorf("%w: capacity shard number %d", ledger.ErrCorrupt, s.Shard)
 	case len(s.Pending) > maxPending:
@@ -254,12 +255,17 @@ func decodeCapacity(data []byte) (capacityState, error) {
 }
 
 func decodeBatch(data []byte) (batchState, error) {
+	s, _, err := decodeBatchVersion(data)
+	return s, err
+}
+
+func decodeBatchVersion(data []byte) (batchState, uint16, error) {
 	var s batchState
-	_, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
+	v, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
 	if err == nil && (s.ID == 0 || len(s.Entries) > maxBatchEntries) {
 		err = fmt.Errorf("%w: cleanup batch id %d with %d entries", ledger.ErrCorrupt, s.ID, len(s.Entries))
 	}
-	return s, err
+	return s, v, err
 }
 
 func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {

@@ -20,8 +20,9 @@ import (
 //  2. counts the row files of each row folder: every format 1 row holds a slot of its home
 //     shard, and with no admission or removal in flight the count is exact (an interrupted
 //     format 1 admission or cleanup batch is thereby settled: its row exists or it does not);
-//  3. writes every folder's capacity shard, then the root state as format 2 (carrying the
-//     last batch id, so batch ids stay new), then removes the format 1 record and batch.
+//  3. writes every folder's capacity shard (quotas shared out so that no shard starts over
+//     its quota and they add up to the cap), removes the format 1 batch, writes the root
+//     state as format 2 (carrying the last batch id), then removes the format 1 record.
 //
 // A crash before step 3's root state leaves a format 1 root (a format 1 process may go on
 // admitting: the next migration counts again). Once the root state says format 2, a format 1
@@ -54,27 +55,31 @@ func (r *root) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var sts []*staged
+	counts := make([]int64, shardCount)
 	for s := range shardCount {
 		dir := r.shardDirOf(s)
 		if err := r.mkdir(dir); err != nil {
-			abortAll(sts)
 			return err
 		}
 		names, err := r.fs.ReadDir(dir)
 		if err != nil {
-			abortAll(sts)
 			return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
 		}
-		n := int64(0)
 		for _, e := range names {
 			if k, ok := strings.CutSuffix(e.Name(), ".state"); ok {
 				if _, err := ledger.ParseKey(k); err == nil {
-					n++
+					counts[s]++
 				}
 			}
 		}
-		st, err := r.stageShard(shardState{Shard: s, Used: n})
+	}
+	quotas, err := shareQuotas(r.cfg.Limits.RecordCap, counts)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", r.dir, err)
+	}
+	var sts []*staged
+	for s := range shardCount {
+		st, err := r.stageShard(shardState{Shard: s, Quota: quotas[s], Used: counts[s]})
 		if err != nil {
 			abortAll(sts)
 			return err
@@ -84,12 +89,21 @@ func (r *root) migrate(ctx context.Context) error {
 	if err := r.commitAll(sts); err != nil {
 		return err
 	}
-	st.LastBatch = max(st.LastBatch, c.AppliedBatch)
 	if b, err := r.readBatchV1(); err != nil {
 		return err
-	} else if b > st.LastBatch {
-		st.LastBatch = b
+	} else {
+		st.LastBatch = max(st.LastBatch, b)
 	}
+	// The format 1 batch goes before the root state says format 2: its rows were counted as
+	// they stand, and format 2 must never apply it (it names no shards). A crash before this
+	// removal leaves a format 1 root that the next open migrates again.
+	if err := r.fs.Remove(r.path(BatchFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
+	}
+	if err := r.sync.syncDirs(r.dir); err != nil {
+		return err
+	}
+	st.LastBatch = max(st.LastBatch, c.AppliedBatch)
 	out, err := encodeJSON(kindRoot, st)
 	if err != nil {
 		return err
@@ -97,12 +111,42 @@ func (r *root) migrate(ctx context.Context) error {
 	if err := r.replace(r.path(RootFile), out, durableFull); err != nil {
 		return err
 	}
-	for _, name := range []string{CapacityFile, BatchFile} {
-		if err := r.fs.Remove(r.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(name), err)
-		}
+	if err := r.fs.Remove(r.path(CapacityFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(CapacityFile), err)
 	}
 	return r.sync.syncDirs(r.dir)
+}
+
+// shareQuotas shares the record cap out among the shards of a migrated root: each shard gets
+// at least the rows it holds, the rest of the cap goes to the shards below their usual share,
+// so the quotas add up to the cap and no shard starts over its quota.
+func shareQuotas(recordCap int64, counts []int64) ([]int64, error) {
+	quotas := make([]int64, len(counts))
+	total := int64(0)
+	for s, n := range counts {
+		quotas[s] = max(n, quota(recordCap, s))
+		total += quotas[s]
+	}
+	// Take the excess back from shards holding more quota than rows, largest spare first.
+	for excess := total - recordCap; excess > 0; {
+		best := -1
+		for s := range quotas {
+			if quotas[s] > counts[s] && (best < 0 || quotas[s]-counts[s] > quotas[best]-counts[best]) {
+				best = s
+			}
+		}
+		if best < 0 {
+			rows := int64(0)
+			for _, n := range counts {
+				rows += n
+			}
+			return nil, fmt.Errorf("%w: the root holds %d rows, over its record cap of %d", ledger.ErrCorrupt, rows, recordCap)
+		}
+		take := min(excess, quotas[best]-counts[best])
+		quotas[best] -= take
+		excess -= take
+	}
+	return quotas, nil
 }
 
 // readCapacityV1 reads the format 1 capacity record.

@@ -396,7 +396,7 @@ func (r *root) create(ctx context.Context) error {
 			abortAll(sts)
 			return err
 		}
-		data, err := encodeJSON(kindShard, shardState{Shard: s})
+		data, err := encodeJSON(kindShard, shardState{Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)})
 		if err != nil {
 			abortAll(sts)
 			return err
