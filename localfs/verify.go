@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -66,6 +67,7 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 	}
 	used := make([]int64, shardCount)
 	known := make([]bool, shardCount)
+	quotas, all := int64(0), true
 	for s := range shardCount {
 		sh, err := r.readShard(s)
 		if err != nil {
@@ -75,6 +77,13 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 		v.Files++
 		used[s], known[s] = sh.Used, true
 		v.CapacityUsed += sh.Used
+		quotas += sh.Quota
+		if sh.Used > sh.Quota {
+			problem("%s: count %d over the shard's quota %d", r.shardCapPath(s), sh.Used, sh.Quota)
+		}
+	}
+	if all = !slices.Contains(known, false); all && quotas != r.cfg.Limits.RecordCap {
+		problem("%s: the capacity shards' quotas add up to %d, the record cap is %d", r.path(RowsDir), quotas, r.cfg.Limits.RecordCap)
 	}
 	if data, err := r.fs.ReadFile(r.path(BatchFile)); err == nil {
 		v.Files++
