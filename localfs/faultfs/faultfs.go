@@ -294,6 +294,9 @@ func (w *wrappedFile) Close() error {
 
 func (w *wrappedFile) Fd() uintptr { return w.base.Fd() }
 
+// Flock passes advisory locks on to the wrapped file (which may model their cost).
+func (w *wrappedFile) Flock(how int) error { return vfs.Flock(w.base, how) }
+
 // CrashAfter returns a rule that lets n mutating operations pass and then crashes (with
 // Crash, or CrashAfterEffect when afterEffect is set).
 func CrashAfter(n int, afterEffect bool) Rule {
