@@ -94,7 +94,7 @@ func seedRoot(b *testing.B, dir string, limits ledger.Limits, prefix string, n i
 			b.Fatal(err)
 		}
 		sh.Used += perShard[shard]
-		data, err := encodeJSON(kindShard, sh)
+		data, err := shardFile(sh)
 		if err != nil {
 			b.Fatal(err)
 		}

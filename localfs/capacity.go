@@ -20,12 +20,9 @@ import (
 // whose slot it holds, and cleanup gives the slot back there.
 //
 // A shard's count may overstate the rows holding its slots, never understate them. The slot
-// is counted before the row exists: the shard record, with the key pending, is renamed into
-// place before the row, in the same folder, and one folder sync after both makes them
-// durable. On the file systems the FileLedger supports, entries of one folder reach the disk
-// in the order they were made (ext4 and XFS journal them in order; on NFS every namespace
-// operation is stable when it returns), so a crash can leave the count without the row
-// (settled below) but never the row without the count.
+// is counted before the row exists: the shard record, with the key pending, is written in
+// place and synced before the row is renamed into place, so a crash can leave the count
+// without the row (settled below) but never the row without the count.
 
 // quota is shard s's share of the record cap in a new root. A shard's quota is kept in its
 // record (a migrated root shares the cap out according to the rows it already holds); the
@@ -47,7 +44,7 @@ func (r *root) readShard(s int) (shardState, error) {
 		}
 		return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 	}
-	sh, err := decodeShard(data)
+	sh, err := decodeShardFile(data)
 	if err == nil && sh.Shard != s {
 		err = fmt.Errorf("%w: the record of shard %d holds shard %d", ledger.ErrCorrupt, s, sh.Shard)
 	}
@@ -57,12 +54,15 @@ func (r *root) readShard(s int) (shardState, error) {
 	return sh, nil
 }
 
+// stageShard writes sh, as the next record, over the shard's file in place (both copies, one
+// write); the caller syncs its data (commitAll) under the shard's lock.
 func (r *root) stageShard(sh shardState) (*staged, error) {
-	data, err := encodeJSON(kindShard, sh)
+	sh.Seq++
+	data, err := shardFile(sh)
 	if err != nil {
 		return nil, err
 	}
-	return r.stage(r.shardCapPath(sh.Shard), data)
+	return r.stageAt(r.shardCapPath(sh.Shard), 0, data)
 }
 
 // settle judges the shard's pending keys; the caller holds the shard's lock, so no admission
@@ -127,7 +127,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	if err != nil {
 		return ledger.Admission{}, err
 	}
-	a, full, err := l.admitIn(ctx, d, home, home, false)
+	a, full, err := l.admitIn(ctx, d, home, home)
 	unlock()
 	if err != nil || !full {
 		return a, err
@@ -137,7 +137,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 
 // admitIn decides the admission of d with a slot of shard s, holding the locks of s and of
 // the key's home shard. full reports that s has no room (nothing was written).
-func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, strict bool) (ledger.Admission, bool, error) {
+func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (ledger.Admission, bool, error) {
 	r := l.r
 	key := d.Key()
 	// Another admission may have created the row while no lock was held.
@@ -205,23 +205,10 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, st
 		abortAll([]*staged{capSt})
 		return ledger.Admission{}, false, err
 	}
-	if !strict {
-		// Home shard: record and row share a folder. One sync makes both files' data
-		// durable, the record is renamed before the row, and one sync of the folder makes
-		// both entries durable (a crash before it cannot keep the row without the record:
-		// see the note at the top of this file).
-		if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
-			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-		}
-		return row.Admission(ledger.Admitted), false, nil
-	}
-	// A borrowed slot: the record lives in another folder, so it is made durable, entry
-	// included, before the row is renamed into place.
-	if err := r.commitAll([]*staged{capSt}); err != nil {
-		abortAll([]*staged{rowSt})
-		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	if err := r.commitAll([]*staged{rowSt}); err != nil {
+	// The record is written in place and the row to a temporary file; one sync makes both
+	// durable, and only then is the row renamed into place (and its folder synced): the
+	// count covers the row before the row exists, whichever folder the slot comes from.
+	if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	return row.Admission(ledger.Admitted), false, nil
@@ -265,7 +252,7 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 		if err != nil {
 			return ledger.Admission{}, err
 		}
-		a, full, err := l.admitIn(ctx, d, s, home, s != home)
+		a, full, err := l.admitIn(ctx, d, s, home)
 		unlock()
 		if err != nil || !full {
 			return a, err

@@ -165,6 +165,8 @@ type staged struct {
 	r         *root
 	f         File
 	tmp, path string
+	// inPlace: written into path itself (a slot of a capacity shard); nothing to rename.
+	inPlace bool
 }
 
 // abort closes and removes the temporary file (best effort: debris collection takes what is
@@ -174,7 +176,9 @@ func (st *staged) abort(op string, err error) error {
 		st.f.Close()
 		st.f = nil
 	}
-	st.r.fs.Remove(st.tmp)
+	if !st.inPlace {
+		st.r.fs.Remove(st.tmp)
+	}
 	if err == nil {
 		return nil
 	}
@@ -188,6 +192,9 @@ func (st *staged) rename() error {
 		return st.abort("close", err)
 	}
 	st.f = nil
+	if st.inPlace {
+		return nil
+	}
 	if err := st.r.fs.Rename(st.tmp, st.path); err != nil {
 		return st.abort("rename", err)
 	}

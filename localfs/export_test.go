@@ -91,3 +91,17 @@ func EncodeBatchV1ForTest(id uint64, keys ...ledger.Key) []byte {
 func FrameVersionForTest(data []byte) uint16 {
 	return uint16(data[len(frameMagic)+1])<<8 | uint16(data[len(frameMagic)+2])
 }
+
+// ReframeShardForTest rewrites both copies of a capacity shard file with another version.
+func ReframeShardForTest(data []byte, version uint16) []byte {
+	out := append([]byte(nil), data...)
+	for i := range 2 {
+		half := out[i*shardSlot : (i+1)*shardSlot]
+		n := int(uint32(half[len(frameMagic)+3])<<24 | uint32(half[len(frameMagic)+4])<<16 | uint32(half[len(frameMagic)+5])<<8 | uint32(half[len(frameMagic)+6]))
+		copy(half, ReframeForTest(half[:frameOverhead+n], version))
+	}
+	return out
+}
+
+// ShardSlotForTest is the size of one copy of a capacity shard record.
+const ShardSlotForTest = shardSlot

@@ -3,6 +3,7 @@ package localfs
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 
@@ -152,7 +153,16 @@ type capacityState struct {
 // shard XX has handed out (never fewer than the rows whose record names it), the keys whose
 // admission took one of them and may not have created its row yet, and the last cleanup batch
 // whose releases it applied.
+//
+// The file holds the record twice, in two halves of shardSlot bytes, each a checksummed
+// frame. A change writes the next Seq into both halves with one write, in place, and syncs its
+// data: no new file, no rename, no folder sync. The record read is the valid half with the
+// higher Seq. A crash in the middle of the write (not synced, so its admission has renamed no
+// row yet) leaves halves that are old, new or torn: either record is then safe (the new one
+// overstates, with its key pending, and is settled). Once a write is synced both halves hold
+// it, so one damaged half loses nothing; both damaged fail closed.
 type shardState struct {
+	Seq          uint64       `json:"seq"`
 	Shard        int          `json:"shard"`
 	Quota        int64        `json:"quota"`
 	Used         int64        `json:"used"`
@@ -203,8 +213,9 @@ const (
 	// maxPending bounds a capacity shard's pending keys. An admission settles every pending
 	// key before it adds its own, so a shard holds more than one only when a pending row is
 	// unreadable (kept, as an overstatement, until it can be judged).
-	maxPending      = 64
-	maxShardPayload = maxPending*70 + 256
+	maxPending      = 32
+	shardSlot       = 4096
+	maxShardPayload = shardSlot - frameOverhead
 )
 
 // maxRowPayload is the ceiling of a row's JSON: the subject and the report (base64) plus
@@ -228,6 +239,55 @@ func decodeRootVersion(data []byte) (rootState, uint16, error) {
 		}
 	}
 	return s, v, err
+}
+
+// decodeShardFile decodes a capacity shard file: the valid half with the higher Seq. A file
+// of the wrong size, or with no valid half, is corrupt.
+func decodeShardFile(data []byte) (shardState, error) {
+	if len(data) != 2*shardSlot {
+		return shardState{}, fmt.Errorf("%w: %v file of %d bytes, want %d", ledger.ErrCorrupt, kindShard, len(data), 2*shardSlot)
+	}
+	var best shardState
+	var errs []error
+	found := false
+	for i := range 2 {
+		slot := data[i*shardSlot : (i+1)*shardSlot]
+		n := int(binary.BigEndian.Uint32(slot[len(frameMagic)+3:]))
+		if n > maxShardPayload {
+			errs = append(errs, fmt.Errorf("copy %d: payload of %d bytes", i+1, n))
+			continue
+		}
+		sh, err := decodeShard(slot[:frameOverhead+n])
+		if err != nil {
+			if errors.Is(err, ledger.ErrRootMismatch) {
+				return shardState{}, err // a newer format: never read as this one
+			}
+			errs = append(errs, fmt.Errorf("copy %d: %v", i+1, err))
+			continue
+		}
+		if !found || sh.Seq > best.Seq {
+			best, found = sh, true
+		}
+	}
+	if !found {
+		return shardState{}, fmt.Errorf("%w: neither copy of the record is valid: %v", ledger.ErrCorrupt, errors.Join(errs...))
+	}
+	return best, nil
+}
+
+// shardFile is the content of a capacity shard file holding sh: the record, twice.
+func shardFile(sh shardState) ([]byte, error) {
+	frame, err := encodeJSON(kindShard, sh)
+	if err != nil {
+		return nil, err
+	}
+	if len(frame) > shardSlot {
+		return nil, fmt.Errorf("%w: capacity shard record of %d bytes", ledger.ErrTooLarge, len(frame))
+	}
+	out := make([]byte, 2*shardSlot)
+	copy(out, frame)
+	copy(out[shardSlot:], frame)
+	return out, nil
 }
 
 func decodeShard(data []byte) (shardState, error) {

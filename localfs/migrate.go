@@ -79,7 +79,12 @@ func (r *root) migrate(ctx context.Context) error {
 	}
 	var sts []*staged
 	for s := range shardCount {
-		st, err := r.stageShard(shardState{Shard: s, Quota: quotas[s], Used: counts[s]})
+		data, err := shardFile(shardState{Seq: 1, Shard: s, Quota: quotas[s], Used: counts[s]})
+		if err != nil {
+			abortAll(sts)
+			return err
+		}
+		st, err := r.stage(r.shardCapPath(s), data)
 		if err != nil {
 			abortAll(sts)
 			return err

@@ -205,7 +205,12 @@ func TestNewerFormatFailsClosed(t *testing.T) {
 	if after, _ := os.ReadFile(state); string(after) != string(before) {
 		t.Fatalf("a newer-format row was rewritten")
 	}
-	if err := bumpVersion(shardFile(0x21))(dir); err != nil {
+	shard := filepath.Join(dir, shardFile(0x21))
+	data, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shard, localfs.ReframeShardForTest(data, localfs.FormatVersion+1), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Admit(ctx, deliveryInShard(0x21)); !errors.Is(err, ledger.ErrRootMismatch) || !strings.Contains(err.Error(), shardFile(0x21)) {

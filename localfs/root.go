@@ -396,7 +396,7 @@ func (r *root) create(ctx context.Context) error {
 			abortAll(sts)
 			return err
 		}
-		data, err := encodeJSON(kindShard, shardState{Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)})
+		data, err := shardFile(shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)})
 		if err != nil {
 			abortAll(sts)
 			return err
@@ -437,7 +437,9 @@ func (r *root) commitAll(sts []*staged) error {
 			abortAll(sts[i+1:])
 			return err
 		}
-		dirs = append(dirs, filepath.Dir(st.path))
+		if !st.inPlace {
+			dirs = append(dirs, filepath.Dir(st.path))
+		}
 	}
 	return r.sync.syncDirs(dirs...)
 }
@@ -577,6 +579,20 @@ func (r *root) stage(path string, data []byte) (*staged, error) {
 	}
 	st.f = f
 	if _, err := f.Write(data); err != nil {
+		return nil, st.abort("write", err)
+	}
+	return st, nil
+}
+
+// stageAt writes data into path at off, in place, and keeps the file open, unsynced.
+func (r *root) stageAt(path string, off int64, data []byte) (*staged, error) {
+	st := &staged{r: r, path: path, inPlace: true}
+	f, err := r.fs.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, path, err)
+	}
+	st.f = f
+	if _, err := f.WriteAt(data, off); err != nil {
 		return nil, st.abort("write", err)
 	}
 	return st, nil

@@ -130,7 +130,12 @@ func TestOpenFailsClosed(t *testing.T) {
 		want   error
 	}{
 		{"missing capacity shard", func(dir string) error { return os.Remove(filepath.Join(dir, shardFile(0x5a))) }, ledger.ErrRootMismatch},
-		{"damaged capacity shard", flipByte(shardFile(0x5a), 20), ledger.ErrCorrupt},
+		{"damaged capacity shard (both copies)", func(dir string) error {
+			if err := flipByte(shardFile(0x5a), 20)(dir); err != nil {
+				return err
+			}
+			return flipByte(shardFile(0x5a), localfs.ShardSlotForTest+20)(dir)
+		}, ledger.ErrCorrupt},
 		{"truncated capacity shard", truncate(shardFile(0x5a), 10), ledger.ErrCorrupt},
 		{"capacity shard of another folder", func(dir string) error {
 			data, err := os.ReadFile(filepath.Join(dir, shardFile(0x11)))
@@ -162,6 +167,28 @@ func TestOpenFailsClosed(t *testing.T) {
 			}
 			if _, err := l.Inspect(ctx, d.Key()); !errors.Is(err, ledger.ErrUnknownDelivery) {
 				t.Fatalf("a refused admission stored a row: %v", err)
+			}
+		})
+	}
+	// One damaged copy of a capacity shard's record loses nothing: the other holds the same.
+	for _, at := range []int{20, localfs.ShardSlotForTest + 20} {
+		t.Run(fmt.Sprintf("one damaged copy of a capacity shard at byte %d", at), func(t *testing.T) {
+			dir := mk(t)
+			l := openRoot(t, dir, localfs.Config{})
+			in := deliveryInShard(0x5a)
+			ledgertest.MustAdmit(t, l, in)
+			l.Close()
+			if err := flipByte(shardFile(0x5a), at)(dir); err != nil {
+				t.Fatal(err)
+			}
+			p, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits()})
+			if err != nil {
+				t.Fatalf("prepare: %v", err)
+			}
+			defer p.Close()
+			st, err := p.Stats(ctx)
+			if err != nil || st.CapacityUsed != st.Rows || st.Rows != 2 {
+				t.Fatalf("stats %+v %v: want both rows counted", st, err)
 			}
 		})
 	}
@@ -247,6 +274,13 @@ func TestDamagedFilesNameTheFile(t *testing.T) {
 			for _, f := range []string{shardFile(d.Key()[0]), localfs.RootFile} {
 				if err := damage(filepath.Join(dir, f)); err != nil {
 					t.Fatal(err)
+				}
+				if f != localfs.RootFile && name == "bit-flipped" {
+					// A capacity shard keeps its record twice; one damaged copy loses nothing
+					// (see TestOpenFailsClosed), so damage the other as well.
+					if err := flipByte(f, localfs.ShardSlotForTest+17)(dir); err != nil {
+						t.Fatal(err)
+					}
 				}
 				_, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits()})
 				if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), f) {

@@ -123,15 +123,16 @@ func TestConcurrentOperationsShareSyncs(t *testing.T) {
 	defer l.Close()
 	var leases []ledger.Lease
 	var saved []ledger.Delivery
-	for range n / 2 {
-		d := newDelivery(time.Time{})
+	// Each in a shard of its own: operations on one shard wait for each other's lock.
+	for i := range n / 2 {
+		d := deliveryInShard(byte(0x10 + i))
 		ledgertest.MustAdmit(t, l, d)
 		leases = append(leases, *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease)
 		saved = append(saved, d)
 	}
 	var fresh []ledger.Delivery
-	for range n / 2 {
-		fresh = append(fresh, newDelivery(time.Time{}))
+	for i := range n / 2 {
+		fresh = append(fresh, deliveryInShard(byte(0x80+i)))
 	}
 	localfs.SetSyncGatherForTest(l, n, 10*time.Second)
 	var rounds []int

@@ -277,6 +277,11 @@ func (w *wrappedFile) Write(p []byte) (n int, err error) {
 	return n, err
 }
 
+func (w *wrappedFile) WriteAt(p []byte, off int64) (n int, err error) {
+	err = w.f.do(OpWrite, w.name, func() error { n, err = w.base.WriteAt(p, off); return err })
+	return n, err
+}
+
 func (w *wrappedFile) Sync() error {
 	return w.f.do(OpSync, w.name, func() error { return w.base.Sync() })
 }
