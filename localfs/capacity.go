@@ -196,6 +196,8 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	}
 	sh.Used++
 	sh.Pending = append(sh.Pending, key)
+	r.sync.enter()
+	defer r.sync.exit()
 	capSt, err := r.stageShard(sh)
 	if err != nil {
 		return ledger.Admission{}, false, err

@@ -28,6 +28,11 @@ type syncer struct {
 	mu      sync.Mutex
 	running bool
 	waiting []*syncReq
+	// writers counts the operations between enter and exit: staging files, waiting for a
+	// round, renaming. A leader gives those not waiting yet a moment (at most maxDelay) to
+	// join its round, so concurrent writers share one sync instead of following each other.
+	writers  int
+	maxDelay time.Duration
 	// gather, for tests, makes a leader wait (up to gatherWait) until that many requests are
 	// in its round, so a round of several is certain.
 	gather     int
@@ -46,7 +51,22 @@ type syncReq struct {
 	lead  chan struct{}
 }
 
-func newSyncer(fsys FS, dir string) *syncer { return &syncer{fs: fsys, dir: dir} }
+func newSyncer(fsys FS, dir string) *syncer {
+	return &syncer{fs: fsys, dir: dir, maxDelay: 400 * time.Microsecond}
+}
+
+// enter registers an operation that is about to write and sync; exit ends it.
+func (s *syncer) enter() {
+	s.mu.Lock()
+	s.writers++
+	s.mu.Unlock()
+}
+
+func (s *syncer) exit() {
+	s.mu.Lock()
+	s.writers--
+	s.mu.Unlock()
+}
 
 // syncData makes the data of the staged files durable (their temporary names included).
 func (s *syncer) syncData(sts ...*staged) error {
@@ -112,6 +132,17 @@ func (s *syncer) leadRound(req *syncReq) error {
 			}
 			time.Sleep(time.Millisecond)
 		}
+	}
+	// Writers that are staging or renaming will ask for a sync in a moment: wait for them
+	// (briefly) rather than sync without them and make them wait a whole round.
+	for deadline := time.Now().Add(s.maxDelay); ; {
+		s.mu.Lock()
+		busy := s.writers - len(s.waiting)
+		s.mu.Unlock()
+		if busy <= 0 || !time.Now().Before(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Microsecond)
 	}
 	s.mu.Lock()
 	round := s.waiting
@@ -224,6 +255,8 @@ const (
 
 // replace writes data to path by atomic replacement with the given durability.
 func (r *root) replace(path string, data []byte, d durability) error {
+	r.sync.enter()
+	defer r.sync.exit()
 	st, err := r.stage(path, data)
 	if err != nil {
 		return err
