@@ -60,12 +60,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if sweepErr != nil && !errors.Is(sweepErr, ledger.ErrCorrupt) {
 		return rep, fmt.Errorf("cleanup: %w", sweepErr)
 	}
-	lap := sweepState.LapShard
-	if cursor != "" {
-		if lap, _, _, err = parseCursor(cursor); err != nil {
-			return rep, err
-		}
-	}
+	lap := position{shard: sweepState.LapShard, name: sweepState.LapRow}
 	sweep, err := r.listRows(lap, cursor, r.cfg.SweepBatch)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -107,10 +102,14 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := r.collectDebris(ctx, sweep.debris); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	// The next lap starts where this pass stopped (a finished lap: where it started).
 	next := sweepState
-	next.LapShard = lap
 	if sweep.next != "" {
-		_, next.LapShard, _, _ = parseCursor(sweep.next)
+		_, at, _ := parseCursor(sweep.next)
+		next.LapShard, next.LapRow = at.shard, at.name
+	} else if cursor != "" {
+		l, _, _ := parseCursor(cursor)
+		next.LapShard, next.LapRow = l.shard, l.name
 	}
 	if err := r.writeSweep(next); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -208,16 +207,34 @@ func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 	return out, nil
 }
 
-// A cursor is "LL:XX/<key>": the lap's first folder LL and the last row read, in folder XX.
-func parseCursor(c ledger.Cursor) (lap, shard int, name string, err error) {
-	lapS, rest, ok1 := strings.Cut(string(c), ":")
-	shardS, name, ok2 := strings.Cut(rest, "/")
-	l, err1 := strconv.ParseUint(lapS, 16, 8)
-	s, err2 := strconv.ParseUint(shardS, 16, 8)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil || len(lapS) != 2 || len(shardS) != 2 {
-		return 0, 0, "", fmt.Errorf("%w: cleanup cursor %q", ledger.ErrInvalid, c)
+// position is a place in the row folders: folder shard, after the row named name ("" for the
+// start of the folder).
+type position struct {
+	shard int
+	name  string
+}
+
+func (p position) String() string { return fmt.Sprintf("%02x/%s", p.shard, p.name) }
+
+func parsePosition(s string) (position, bool) {
+	shardS, name, ok := strings.Cut(s, "/")
+	v, err := strconv.ParseUint(shardS, 16, 8)
+	if !ok || err != nil || len(shardS) != 2 || (name != "" && len(name) != 64) {
+		return position{}, false
 	}
-	return int(l), int(s), name, nil
+	return position{int(v), name}, true
+}
+
+// A cursor is "<lap start>:<last row read>", each a position: the lap ends when it is back
+// at its start.
+func parseCursor(c ledger.Cursor) (lap, at position, err error) {
+	lapS, atS, ok := strings.Cut(string(c), ":")
+	lap, ok1 := parsePosition(lapS)
+	at, ok2 := parsePosition(atS)
+	if !ok || !ok1 || !ok2 {
+		return position{}, position{}, fmt.Errorf("%w: cleanup cursor %q", ledger.ErrInvalid, c)
+	}
+	return lap, at, nil
 }
 
 // listing is one slice of a lap: the row keys, where the next slice starts ("" when the lap is
@@ -228,22 +245,33 @@ type listing struct {
 	debris map[int][]string
 }
 
-// listRows lists up to limit row keys after cursor, going round the folders from lap (an empty
-// cursor starts at the beginning of folder lap). Each folder is listed without a lock.
-func (r *root) listRows(lap int, cursor ledger.Cursor, limit int) (listing, error) {
+// listRows lists up to limit row keys after cursor in a lap that starts at lap (an empty
+// cursor starts the lap). A lap goes round the 256 folders in order, from lap's folder (after
+// lap's row) back to it (up to lap's row), so it lists every row once wherever it starts.
+// Each folder is listed without a lock.
+func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing, error) {
 	out := listing{debris: map[int][]string{}}
-	start, after := lap, ""
+	at := lap
 	if cursor != "" {
 		var err error
-		if lap, start, after, err = parseCursor(cursor); err != nil {
+		if lap, at, err = parseCursor(cursor); err != nil {
 			return out, err
 		}
 	}
-	// Folders in lap order from start: start, start+1, ... up to the one before lap.
+	// Visits: the folder of at, from at; the following ones; and, to close the lap, the
+	// lap's folder again up to the lap's row when the lap started inside it.
+	closing := at.shard == lap.shard && lap.name != "" && at.name <= lap.name && cursor != ""
 	for i := 0; ; i++ {
-		s := (start + i) % shardCount
-		if i > 0 && s == lap {
-			break
+		s := (at.shard + i) % shardCount
+		after, upTo := "", ""
+		if i == 0 {
+			after = at.name
+		}
+		if s == lap.shard && (i > 0 || closing) {
+			if lap.name == "" {
+				break // back at a lap that started at the top of this folder
+			}
+			upTo = lap.name
 		}
 		dir := r.shardDirOf(s)
 		names, err := r.fs.ReadDir(dir)
@@ -257,7 +285,7 @@ func (r *root) listRows(lap int, cursor ledger.Cursor, limit int) (listing, erro
 				continue
 			}
 			key, ok := strings.CutSuffix(name, ".state")
-			if !ok || (i == 0 && after != "" && key <= after) {
+			if !ok || (after != "" && key <= after) || (upTo != "" && key > upTo) {
 				continue
 			}
 			k, err := ledger.ParseKey(key)
@@ -266,11 +294,14 @@ func (r *root) listRows(lap int, cursor ledger.Cursor, limit int) (listing, erro
 			}
 			out.keys = append(out.keys, k)
 			if len(out.keys) >= limit {
-				out.next = ledger.Cursor(fmt.Sprintf("%02x:%02x/%s", lap, s, key))
+				out.next = ledger.Cursor(lap.String() + ":" + position{s, key}.String())
 				return out, nil
 			}
 		}
-		if (s+1)%shardCount == lap {
+		if upTo != "" {
+			break // the lap is closed
+		}
+		if (s+1)%shardCount == lap.shard && lap.name == "" {
 			break
 		}
 	}
@@ -720,7 +751,7 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 	st.CapacityUsed = used
 	cursor := ledger.Cursor("")
 	for {
-		res, err := r.listRows(0, cursor, 4096)
+		res, err := r.listRows(position{}, cursor, 4096)
 		if err != nil {
 			return st, fmt.Errorf("stats: %w", err)
 		}

@@ -387,14 +387,16 @@ func decodeReport(data []byte, l ledger.Limits) ([]byte, error) {
 // next Prepare goes on collecting debris. It is advisory: a lost or damaged one only makes
 // the next lap or collection start elsewhere; every lap still covers every row once.
 type sweepState struct {
-	LapShard    int `json:"lap_shard"`
-	DebrisShard int `json:"debris_shard"`
+	LapShard    int    `json:"lap_shard"`
+	LapRow      string `json:"lap_row,omitempty"`
+	DebrisShard int    `json:"debris_shard"`
 }
 
 func decodeSweep(data []byte) (sweepState, error) {
 	var s sweepState
 	_, err := decodeJSON(kindSweep, data, maxRootPayload, &s)
-	if err == nil && (s.LapShard < 0 || s.LapShard >= shardCount || s.DebrisShard < 0 || s.DebrisShard >= shardCount) {
+	if err == nil && (s.LapShard < 0 || s.LapShard >= shardCount || s.DebrisShard < 0 || s.DebrisShard >= shardCount ||
+		(s.LapRow != "" && len(s.LapRow) != 64)) {
 		err = fmt.Errorf("%w: maintenance state names shards %d and %d", ledger.ErrCorrupt, s.LapShard, s.DebrisShard)
 	}
 	return s, err

@@ -345,7 +345,7 @@ func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (led
 	if limit <= 0 {
 		return page, fmt.Errorf("%w: rows: limit must be positive", ledger.ErrInvalid)
 	}
-	res, err := l.r.listRows(0, cursor, limit)
+	res, err := l.r.listRows(position{}, cursor, limit)
 	if err != nil {
 		return page, fmt.Errorf("rows: %w", err)
 	}
