@@ -57,6 +57,14 @@ func seedRoot(b *testing.B, dir string, limits ledger.Limits, prefix string, n i
 	defer l.Close()
 	r := l.r
 	perShard := make([]int64, shardCount)
+	used, quotas := make([]int64, shardCount), make([]int64, shardCount)
+	for s := range shardCount {
+		sh, err := r.readShard(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		used[s], quotas[s] = sh.Used, sh.Quota
+	}
 	for i := range n {
 		d := benchDelivery(prefix, i, signedAt)
 		row, _, err := ledger.NewRow(d, limits, benchEpoch, fmt.Sprintf("%032x", i))
@@ -67,7 +75,22 @@ func seedRoot(b *testing.B, dir string, limits ledger.Limits, prefix string, n i
 		row.Fence = 1
 		row.Attempts = 1
 		row.Report = ledger.ReportRef{Digest: ledger.SumBody([]byte("r")), Size: 1, Fence: 1}
-		rec := storedRow{rowRecord: rowRecord{Row: row, Shard: int(row.Key[0])}}
+		// Charge the row as an admission would: its home shard while it has room, else the
+		// first shard with room.
+		charge := int(row.Key[0])
+		if perShard[charge]+used[charge] >= quotas[charge] {
+			charge = -1
+			for s := range shardCount {
+				if perShard[s]+used[s] < quotas[s] {
+					charge = s
+					break
+				}
+			}
+			if charge < 0 {
+				b.Fatalf("seeding %d rows: the record cap is full", n)
+			}
+		}
+		rec := storedRow{rowRecord: rowRecord{Row: row, Shard: charge}}
 		data, err := encodeRow(&rec, limits)
 		if err != nil {
 			b.Fatal(err)
@@ -75,7 +98,7 @@ func seedRoot(b *testing.B, dir string, limits ledger.Limits, prefix string, n i
 		if err := os.WriteFile(r.statePath(row.Key), data, 0o600); err != nil {
 			b.Fatal(err)
 		}
-		perShard[row.Key[0]]++
+		perShard[charge]++
 		if !row.Permanent {
 			bucket, name := indexName(&row)
 			os.MkdirAll(filepath.Join(dir, EndedDir, bucket), 0o700)

@@ -2,9 +2,12 @@ package localfs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 	"slices"
 	"sync"
 
@@ -71,10 +74,16 @@ func (r *root) stageShard(sh shardState) (*staged, error) {
 // (the admission never finished, or was repeated and took another slot), unless an unfinished
 // cleanup batch removed that row (the batch gives the slot back itself, once). A pending row
 // that cannot be read keeps its slot (an overstatement). It reports whether sh changed.
-func (r *root) settle(sh *shardState) (bool, error) {
+func (r *root) settle(sh *shardState) (changed bool, err error) {
 	if len(sh.Pending) == 0 {
 		return false, nil
 	}
+	used := sh.Used
+	defer func() {
+		if err == nil && sh.Used < used {
+			err = r.bumpRoom() // room appears: a cached proof of Full is void from now on
+		}
+	}()
 	var batch *batchState
 	batchRead := false
 	keep := sh.Pending[:0:0]
@@ -224,6 +233,14 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 	r := l.r
 	key := d.Key()
 	home := int(key[0])
+	// A refusal proved by an earlier scan stands while no shard has gained room since.
+	epoch, known := r.roomEpoch()
+	r.mu.Lock()
+	proved := r.fullProof
+	r.mu.Unlock()
+	if known && proved != nil && *proved == epoch {
+		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
+	}
 	states, err := r.readAllShards(ctx)
 	if err != nil {
 		return ledger.Admission{}, err
@@ -260,7 +277,64 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 			return a, err
 		}
 	}
+	// Every shard was full when read, and none gained room between the two readings of the
+	// epoch (a release changes it before it shows): Full is proved for this epoch.
+	if after, ok := r.roomEpoch(); known && ok && after == epoch {
+		r.mu.Lock()
+		r.fullProof = &epoch
+		r.mu.Unlock()
+	}
 	return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
+}
+
+// The room epoch (.amiss-room.epoch) changes, to a fresh random value, before any capacity
+// shard gains room (a cleanup batch's release, a pending slot given back). A process that has
+// read every shard full keeps the epoch it saw before and after that scan, and answers Full
+// without scanning again while the epoch is the same: one read instead of 256 for every
+// refusal of a full root. The file is not synced: it orders what live processes see, and a
+// crash that loses it also ends the processes that could have kept a proof (EFS loses
+// nothing). An unreadable one proves nothing (every refusal scans); none at all means no
+// room has appeared since the root was made. A release that cannot change it fails, before
+// any shard shows the room.
+
+func (r *root) roomEpoch() (uint64, bool) {
+	data, err := r.fs.ReadFile(r.path(RoomFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, true // no room has appeared since the root was made
+	}
+	if err != nil {
+		return 0, false
+	}
+	_, payload, err := decodeFrame(kindRoom, data, 64)
+	if err != nil || len(payload) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(payload), true
+}
+
+// bumpRoom gives the room epoch a fresh value. The caller gives room only if it succeeds.
+func (r *root) bumpRoom() error {
+	r.mu.Lock()
+	r.fullProof = nil
+	r.mu.Unlock()
+	var v [8]byte
+	r.randMu.Lock()
+	_, err := io.ReadFull(r.cfg.Random, v[:])
+	r.randMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("localfs: room epoch: %w", err)
+	}
+	v[0] |= 1 // never 0, the value of a root that has none yet
+	f, err := r.fs.OpenFile(r.path(RoomFile), os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, r.path(RoomFile), err)
+	}
+	_, werr := f.WriteAt(encodeFrame(kindRoom, v[:]), 0)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		return fmt.Errorf("%w: write %s: %v", ledger.ErrUnavailable, r.path(RoomFile), err)
+	}
+	return nil
 }
 
 // readAllShards reads every capacity shard's record (without locks: each is replaced

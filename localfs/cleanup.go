@@ -435,6 +435,10 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger
 		return err
 	}
 	defer unlock()
+	// Before any shard shows the room: a proof of Full is void from now on.
+	if err := r.bumpRoom(); err != nil {
+		return err
+	}
 	var sts []*staged
 	for _, s := range shards {
 		sh, err := r.readShard(s)

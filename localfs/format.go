@@ -41,6 +41,7 @@ const (
 	kindBatch    kind = 'B'
 	kindShard    kind = 'S'
 	kindSweep    kind = 'M'
+	kindRoom     kind = 'E'
 )
 
 func (k kind) String() string {
@@ -59,6 +60,8 @@ func (k kind) String() string {
 		return "capacity shard"
 	case kindSweep:
 		return "maintenance state"
+	case kindRoom:
+		return "room epoch"
 	}
 	return fmt.Sprintf("kind %q", byte(k))
 }

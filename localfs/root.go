@@ -6,6 +6,7 @@
 //	.amiss-root.state          format version, limits, creation time, high-water clock, last batch
 //	.amiss-cleanup.batch       only while a cleanup batch is being removed
 //	.amiss-maintenance.state   where the next sweep lap and debris collection start (advisory)
+//	.amiss-room.epoch          changes before any capacity shard gains room (advisory)
 //	.amiss-maintenance.lock    .amiss-admission.lock   .amiss-clock.lock
 //	.amiss-row-XX.lock         at most 256, one per first key byte, created lazily
 //	rows/XX/capacity.state     capacity shard XX: slots used (never understated), pending keys
@@ -48,6 +49,8 @@ const (
 	EndedDir        = "ended"
 	// ShardCapacityFile is the capacity shard's record inside each rows/XX folder.
 	ShardCapacityFile = "capacity.state"
+	// RoomFile changes before any capacity shard gains room (see capacity.go).
+	RoomFile = ".amiss-room.epoch"
 	// CapacityFile is the capacity record of format 1, read only to migrate.
 	CapacityFile = ".amiss-capacity.state"
 	tmpMarker    = ".tmp-"
@@ -132,6 +135,8 @@ type root struct {
 	inflight int
 	idle     *sync.Cond
 	randMu   sync.Mutex
+	// fullProof is the room epoch under which this process read every shard full.
+	fullProof *uint64
 }
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.

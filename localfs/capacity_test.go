@@ -1,0 +1,64 @@
+package localfs_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
+	"github.com/amiss-ci/amiss/localfs"
+	"github.com/amiss-ci/amiss/localfs/faultfs"
+)
+
+// TestRefusalOfAFullRoot: a full root refuses a new key after reading every capacity shard
+// once; later refusals read only the room epoch, until a slot is freed anywhere (here by
+// another process's cleanup), after which the next new key is admitted, not refused.
+func TestRefusalOfAFullRoot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	limits := testLimits()
+	limits.RecordCap = 20
+	clock := ledger.NewManualClock(epoch)
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	l := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock, FS: fsys})
+	defer l.Close()
+	var first ledger.Delivery
+	for i := range 20 {
+		d := newDelivery(clock.Now())
+		ledgertest.MustAdmit(t, l, d)
+		if i == 0 {
+			first = d
+		}
+	}
+	refuse := func() faultfs.Counts {
+		t.Helper()
+		fsys.Counter().Reset()
+		if a, err := l.Admit(ctx, newDelivery(time.Time{})); err != nil || a.Outcome != ledger.Full {
+			t.Fatalf("admission into a full root: %+v %v", a, err)
+		}
+		return fsys.Counter().Snapshot()
+	}
+	scan := refuse()
+	if scan.ByOp[faultfs.OpReadFile] < 256 {
+		t.Fatalf("the first refusal read %d files: it must read every shard", scan.ByOp[faultfs.OpReadFile])
+	}
+	again := refuse()
+	if again.ByOp[faultfs.OpReadFile] > 6 || again.Listings != 0 || again.Mutating != 0 {
+		t.Fatalf("a second refusal: %v, want a few reads", again)
+	}
+	t.Logf("refusal: %v the first time, %v after", scan, again)
+	// Another process frees a slot.
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, first, ledger.Execute).Lease, "r"))
+	other := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock})
+	clock.Advance(3 * time.Hour)
+	rep, err := other.Cleanup(ctx, "")
+	other.Close()
+	if err != nil || len(rep.Removed) != 1 {
+		t.Fatalf("cleanup: %+v %v", rep, err)
+	}
+	ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
+	refuse()
+}
