@@ -46,8 +46,10 @@ func TestRefusalOfAFullRoot(t *testing.T) {
 		t.Fatalf("the first refusal read %d files: it must read every shard", scan.ByOp[faultfs.OpReadFile])
 	}
 	again := refuse()
-	if again.ByOp[faultfs.OpReadFile] > 6 || again.Listings != 0 || again.Mutating != 0 {
-		t.Fatalf("a second refusal: %v, want a few reads", again)
+	writes := again.ByOp[faultfs.OpWrite] + again.ByOp[faultfs.OpRename] + again.ByOp[faultfs.OpRemove] + again.Fsyncs
+	if again.ByOp[faultfs.OpReadFile] > 6 || again.Listings != 0 || writes != 0 {
+		// (An open may be the key's row-lock file, opened once per process.)
+		t.Fatalf("a second refusal: %v, want a few reads and no write", again)
 	}
 	t.Logf("refusal: %v the first time, %v after", scan, again)
 	// Another process frees a slot.
