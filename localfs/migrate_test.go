@@ -126,7 +126,7 @@ func TestMigrationCrashAtEveryStep(t *testing.T) {
 	total := count.Counter().Snapshot().Mutating
 	var steps []int
 	for s := 0; s <= total; s++ {
-		if s < 6 || s > total-16 || s%256 < 2 {
+		if s < 4 || s > total-12 || s%512 < 2 {
 			steps = append(steps, s)
 		}
 	}

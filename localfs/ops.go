@@ -185,14 +185,9 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 			return r.persistRefusal(row, changed, err)
 		}
 		if changed {
-			wasV1 := row.v1
 			row.Frozen = append([]byte(nil), report...)
-			row.v1 = false // the report is inline now; a format 1 report file beside it is dead
 			if err := r.writeRow(row, durableFull); err != nil {
 				return err
-			}
-			if wasV1 {
-				r.removeQuietly(r.reportPath(row.Key))
 			}
 		}
 		out = ledger.Staged{Lease: pl, Report: append([]byte(nil), report...)}
@@ -246,18 +241,12 @@ func (r *root) finish(row *storedRow) error {
 			return err
 		}
 	}
-	wasV1 := row.v1
 	if row.State == ledger.StateDone {
 		row.Frozen = nil
-		row.v1 = false
 	}
-	if err := r.writeRow(row, durableData); err != nil {
-		return err
-	}
-	if wasV1 && row.State == ledger.StateDone {
-		r.removeQuietly(r.reportPath(row.Key)) // dead now; debris collection takes it if this is lost
-	}
-	return nil
+	// (A format 1 row is written with its folder synced, then its report file removed: see
+	// writeRow.)
+	return r.writeRow(row, durableData)
 }
 
 // Revive implements ledger.Ledger. The report must still be kept and match the digest the row

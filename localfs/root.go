@@ -647,6 +647,11 @@ func (r *root) writeRow(s *storedRow, d durability) error {
 	if err != nil {
 		return err
 	}
+	if s.v1 {
+		// The format 1 report file is removed next: the state that no longer needs it must be
+		// on disk first, or a crash could keep the removal and lose the rename. Once per row.
+		d = durableFull
+	}
 	if err := r.replace(r.statePath(s.Key), data, d); err != nil {
 		return err
 	}
