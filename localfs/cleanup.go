@@ -19,12 +19,20 @@ import (
 //  1. finish a batch a crashed pass left behind;
 //  2. list what the pass will look at: the end-time index up to now, and the next slice of
 //     rows for the sweep. A listing that fails ends the pass with nothing removed;
-//  3. persist the effective now as the high-water;
+//  3. persist the effective now as the high-water (and reserve the batch's id);
 //  4. pick the removable rows from the index (reading only finished rows with a retention
 //     end, never the permanent ones), write them as one batch record, remove them, make the
-//     removals durable with one syncfs, and release their capacity in one write that also
-//     records the batch as applied. A repeated or resumed pass releases capacity once;
-//  5. read the sweep's rows and report the damaged and the stranded ones.
+//     removals durable with one syncfs, and release their slots in the capacity shards that
+//     held them, each shard once per batch (its record notes the batch applied), with one
+//     sync for the records' data and one for their renames;
+//  5. read the sweep's rows and report the damaged and the stranded ones; a row met past its
+//     retention gets its index entry again (Complete does not sync it); collect the debris
+//     found in the folders listed.
+//
+// The sweep goes round the 256 row folders in laps. An empty cursor starts a lap at the folder
+// where the last pass stopped (kept in .amiss-maintenance.state), so a cleanup that is cut
+// short by its time limit every time still reaches every row; a lap ends when it is back
+// where it started (Done), having covered every row once.
 func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.CleanupReport, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.CleanupReport{}, err
@@ -48,16 +56,25 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	sweep, next, err := r.listSweep(cursor, r.cfg.SweepBatch)
+	sweepState, sweepErr := r.readSweep()
+	if sweepErr != nil && !errors.Is(sweepErr, ledger.ErrCorrupt) {
+		return rep, fmt.Errorf("cleanup: %w", sweepErr)
+	}
+	lap := position{shard: sweepState.LapShard, name: sweepState.LapRow}
+	sweep, err := r.listRows(lap, cursor, r.cfg.SweepBatch)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	if err := r.persistHighWater(ctx, now); err != nil {
+	batchID, err := r.persistRoot(ctx, now, len(entries) > 0)
+	if err != nil {
 		return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
 	}
 	rep.HighWater = now
 	tally := &ledger.Tally{Now: now, StrandedAfter: r.cfg.StrandedAfter}
-	removed, err := r.removeEnded(ctx, entries, now, tally)
+	if sweepErr != nil {
+		tally.Damage(r.path(SweepFile), sweepErr) // reported; the lap started at the first folder
+	}
+	removed, err := r.removeEnded(ctx, entries, now, batchID, tally)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -66,19 +83,72 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	for _, x := range removed {
 		gone[x.Key] = true
 	}
-	for _, key := range sweep {
+	for _, key := range sweep.keys {
 		if gone[key] {
 			continue
 		}
 		row, err := r.readRow(key)
-		if err := tally.Add(r.statePath(key), &row, err); err != nil {
+		if err := tally.Add(r.statePath(key), &row.Row, err); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
+		if err == nil && row.Removable(row.Now(now, time.Time{})) {
+			// Past its retention and still here: its index entry may have been lost with a
+			// crash (Complete does not sync it). Creating it again is harmless if it exists.
+			if err := r.addIndex(&row.Row); err != nil {
+				return rep, fmt.Errorf("cleanup: %w", err)
+			}
+		}
+	}
+	if err := r.collectDebris(ctx, sweep.debris); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
+	if err := r.settleShards(ctx, sweep.shards); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
+	// The next lap starts where this pass stopped (a finished lap: where it started).
+	next := sweepState
+	if sweep.next != "" {
+		_, at, _ := parseCursor(sweep.next)
+		next.LapShard, next.LapRow = at.shard, at.name
+	} else if cursor != "" {
+		l, _, _ := parseCursor(cursor)
+		next.LapShard, next.LapRow = l.shard, l.name
+	}
+	if err := r.writeSweep(next); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	tally.Fill(&rep)
-	rep.Next = next
-	rep.Done = next == ""
+	rep.Next = sweep.next
+	rep.Done = sweep.next == ""
 	return rep, nil
+}
+
+// readSweep reads the maintenance state; a missing one is the default (start at folder 00).
+// A damaged one is returned with the default and an error wrapping ErrCorrupt: it is advisory,
+// so the caller reports it and goes on.
+func (r *root) readSweep() (sweepState, error) {
+	data, err := r.fs.ReadFile(r.path(SweepFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return sweepState{}, nil
+	}
+	if err != nil {
+		return sweepState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(SweepFile), err)
+	}
+	s, err := decodeSweep(data)
+	if err != nil {
+		return sweepState{}, fmt.Errorf("%s: %w", r.path(SweepFile), err)
+	}
+	return s, nil
+}
+
+// writeSweep replaces the maintenance state, data synced, rename not: losing it only makes a
+// later lap or collection start at an older place.
+func (r *root) writeSweep(s sweepState) error {
+	data, err := encodeJSON(kindSweep, s)
+	if err != nil {
+		return err
+	}
+	return r.replace(r.path(SweepFile), data, durableData)
 }
 
 // indexEntry is one name in the end-time index.
@@ -140,81 +210,116 @@ func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 	return out, nil
 }
 
-// listSweep lists up to limit row keys after cursor, in shard and name order. The cursor is
-// "XX/<key>" (the last key read); the next cursor is empty when the lap is finished.
-func (r *root) listSweep(cursor ledger.Cursor, limit int) ([]ledger.Key, ledger.Cursor, error) {
-	afterShard, afterName := "", ""
+// position is a place in the row folders: folder shard, after the row named name ("" for the
+// start of the folder).
+type position struct {
+	shard int
+	name  string
+}
+
+func (p position) String() string { return fmt.Sprintf("%02x/%s", p.shard, p.name) }
+
+func parsePosition(s string) (position, bool) {
+	shardS, name, ok := strings.Cut(s, "/")
+	v, err := strconv.ParseUint(shardS, 16, 8)
+	if !ok || err != nil || len(shardS) != 2 || (name != "" && len(name) != 64) {
+		return position{}, false
+	}
+	return position{int(v), name}, true
+}
+
+// A cursor is "<lap start>:<last row read>", each a position: the lap ends when it is back
+// at its start.
+func parseCursor(c ledger.Cursor) (lap, at position, err error) {
+	lapS, atS, ok := strings.Cut(string(c), ":")
+	lap, ok1 := parsePosition(lapS)
+	at, ok2 := parsePosition(atS)
+	if !ok || !ok1 || !ok2 {
+		return position{}, position{}, fmt.Errorf("%w: cleanup cursor %q", ledger.ErrInvalid, c)
+	}
+	return lap, at, nil
+}
+
+// listing is one slice of a lap: the row keys, where the next slice starts ("" when the lap is
+// finished), and the debris seen in the folders listed.
+type listing struct {
+	keys   []ledger.Key
+	next   ledger.Cursor
+	debris map[int][]string
+	// shards are the row folders listed (whole or in part), in the order visited.
+	shards []int
+}
+
+// listRows lists up to limit row keys after cursor in a lap that starts at lap (an empty
+// cursor starts the lap). A lap goes round the 256 folders in order, from lap's folder (after
+// lap's row) back to it (up to lap's row), so it lists every row once wherever it starts.
+// Each folder is listed without a lock.
+func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing, error) {
+	out := listing{debris: map[int][]string{}}
+	at := lap
 	if cursor != "" {
-		var ok bool
-		afterShard, afterName, ok = strings.Cut(string(cursor), "/")
-		if !ok || len(afterShard) != 2 {
-			return nil, "", fmt.Errorf("%w: cleanup cursor %q", ledger.ErrInvalid, cursor)
+		var err error
+		if lap, at, err = parseCursor(cursor); err != nil {
+			return out, err
 		}
 	}
-	dir := filepath.Join(r.dir, RowsDir)
-	shards, err := r.fs.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", nil
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
-	}
-	var out []ledger.Key
-	for _, s := range shards {
-		if !s.IsDir() || s.Name() < afterShard {
-			continue
+	// Visits: the folder of at, from at; the following ones; and, to close the lap, the
+	// lap's folder again up to the lap's row when the lap started inside it.
+	closing := at.shard == lap.shard && lap.name != "" && at.name <= lap.name && cursor != ""
+	for i := 0; ; i++ {
+		s := (at.shard + i) % shardCount
+		after, upTo := "", ""
+		if i == 0 {
+			after = at.name
 		}
-		names, err := r.fs.ReadDir(filepath.Join(dir, s.Name()))
+		if s == lap.shard && (i > 0 || closing) {
+			if lap.name == "" {
+				break // back at a lap that started at the top of this folder
+			}
+			upTo = lap.name
+		}
+		dir := r.shardDirOf(s)
+		names, err := r.fs.ReadDir(dir)
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, filepath.Join(dir, s.Name()), err)
+			return out, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
 		}
+		out.shards = append(out.shards, s)
 		for _, n := range names {
-			name, ok := strings.CutSuffix(n.Name(), ".state")
-			if !ok || (s.Name() == afterShard && name <= afterName) {
+			name := n.Name()
+			if strings.Contains(name, tmpMarker) || strings.HasSuffix(name, ".report") {
+				out.debris[s] = append(out.debris[s], name)
 				continue
 			}
-			key, err := ledger.ParseKey(name)
+			key, ok := strings.CutSuffix(name, ".state")
+			if !ok || (after != "" && key <= after) || (upTo != "" && key > upTo) {
+				continue
+			}
+			k, err := ledger.ParseKey(key)
 			if err != nil {
 				continue
 			}
-			out = append(out, key)
-			if len(out) >= limit {
-				return out, ledger.Cursor(s.Name() + "/" + name), nil
+			out.keys = append(out.keys, k)
+			if len(out.keys) >= limit {
+				out.next = ledger.Cursor(lap.String() + ":" + position{s, key}.String())
+				return out, nil
 			}
 		}
+		if upTo != "" {
+			break // the lap is closed
+		}
+		if (s+1)%shardCount == lap.shard && lap.name == "" {
+			break
+		}
 	}
-	return out, "", nil
+	return out, nil
 }
 
-// removeEnded removes the removable rows among entries as one batch.
-func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, tally *ledger.Tally) ([]ledger.RemovedRow, error) {
+// removeEnded removes the removable rows among entries as one batch with the given id.
+func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, id uint64, tally *ledger.Tally) ([]ledger.RemovedRow, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
-	unlockAdm, err := lockFile(ctx, r.admission, r.cfg.LockWait)
-	if err != nil {
-		return nil, err
-	}
-	defer unlockAdm()
-	c, err := r.readCapacity()
-	if err != nil {
-		return nil, err
-	}
-	var batch batchState
-	batch.ID = c.AppliedBatch + 1
-	// The pending key is settled in the capacity write that ends the batch. If its row exists
-	// now, the batch records it, so that nobody gives its slot back when the row is gone
-	// before that write lands (this batch may remove it).
-	if c.Pending != nil {
-		exists, err := r.rowExists(*c.Pending)
-		if err != nil {
-			return nil, err
-		}
-		if exists {
-			k := *c.Pending
-			batch.Pending = &k
-		}
-	}
+	batch := batchState{ID: id}
 	// A row can be indexed under two ends (a Complete interrupted after its index entry, then
 	// repeated after a re-admission lengthened the retention). It enters the batch once, so
 	// its slot is released once; its other entry is dropped by a later pass, when the row is
@@ -240,10 +345,11 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 	if err != nil {
 		return nil, err
 	}
-	if err := r.writeAtomic(r.path(BatchFile), data); err != nil {
+	// Synced before the first removal: after a crash it says what to finish.
+	if err := r.replace(r.path(BatchFile), data, durableFull); err != nil {
 		return nil, err
 	}
-	return r.applyBatch(ctx, batch, &c, now)
+	return r.applyBatch(ctx, batch, now)
 }
 
 // classify looks at one index entry under its row lock: it returns the batch entry of a
@@ -271,10 +377,10 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally 
 		return nil, r.removeIndex(e)
 	}
 	if row.Removable(now) {
-		return &batchEntry{Key: e.key, EvaluationID: row.EvaluationID, Index: e.bucket + "/" + e.name}, nil
+		return &batchEntry{Key: e.key, EvaluationID: row.EvaluationID, Index: e.bucket + "/" + e.name, Shard: row.Shard}, nil
 	}
 	if !row.Permanent && row.RetainUntil.After(e.end) {
-		if err := r.addIndex(&row); err != nil {
+		if err := r.addIndex(&row.Row); err != nil {
 			return nil, err
 		}
 		return nil, r.removeIndex(e)
@@ -289,46 +395,105 @@ func (r *root) removeIndex(e indexEntry) error {
 	return nil
 }
 
-// applyBatch removes the batch's rows, makes the removals durable, and releases their
-// capacity once. The caller holds the maintenance and admission locks and has read c. It is
-// also how a crashed pass is finished: every step is repeatable, and the slots released are
-// counted from what the store holds, not from what this run removed.
-func (r *root) applyBatch(ctx context.Context, b batchState, c *capacityState, now time.Time) ([]ledger.RemovedRow, error) {
-	if c.AppliedBatch >= b.ID {
-		return nil, r.dropBatchFile()
-	}
+// applyBatch removes the batch's rows, makes the removals durable, and releases their slots in
+// the capacity shards that held them, each shard once. The caller holds the maintenance lock.
+// It is also how a crashed pass is finished: every step is repeatable, the slots released are
+// counted from what the store holds, not from what this run removed, and a shard whose record
+// already notes the batch is left alone.
+func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]ledger.RemovedRow, error) {
 	var removed []ledger.RemovedRow
-	released := int64(0)
+	released := map[int][]ledger.Key{}
 	for _, e := range b.Entries {
 		gone, err := r.removeRow(ctx, e, now)
 		if err != nil {
 			return nil, err
 		}
 		if gone {
-			released++
+			released[e.Shard] = append(released[e.Shard], e.Key)
 			removed = append(removed, ledger.RemovedRow{Key: e.Key, EvaluationID: e.EvaluationID})
 		}
 	}
-	// One syncfs makes every removal of the batch durable before the count goes down: a lost
+	// One syncfs makes every removal of the batch durable before any count goes down: a lost
 	// removal must never bring back a row whose slot was released.
 	if err := r.fs.SyncFS(r.dir); err != nil {
 		return nil, fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, r.dir, err)
 	}
-	if err := r.settleLocked(c); err != nil {
-		return nil, err
-	}
-	if released > c.Used {
-		// The count may overstate use, never understate it: a batch that would take it
-		// below zero means the record is wrong, and guessing would overfill the root.
-		return nil, fmt.Errorf("%w: %s counts %d slots, batch %d removed %d rows", ledger.ErrCorrupt,
-			r.path(CapacityFile), c.Used, b.ID, released)
-	}
-	c.Used -= released
-	c.AppliedBatch = b.ID
-	if err := r.writeCapacity(*c); err != nil {
+	if err := r.release(ctx, b.ID, released); err != nil {
 		return nil, err
 	}
 	return removed, r.dropBatchFile()
+}
+
+// release gives back the slots of the rows batch id removed, shard by shard. It holds the locks
+// of every shard concerned (taken in ascending order) while it reads, writes and renames their
+// records, with one sync for the data and one for the renames.
+func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger.Key) error {
+	if len(released) == 0 {
+		return nil
+	}
+	shards := make([]int, 0, len(released))
+	for s := range released {
+		shards = append(shards, s)
+	}
+	sortInts(shards)
+	unlock, err := r.lockShards(ctx, shards)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Before any shard shows the room: a proof of Full is void from now on.
+	if err := r.bumpRoom(); err != nil {
+		return err
+	}
+	var sts []*staged
+	for _, s := range shards {
+		sh, err := r.readShard(s)
+		if err != nil {
+			abortAll(sts)
+			return err
+		}
+		if sh.AppliedBatch >= id {
+			continue
+		}
+		keys := released[s]
+		// A released key still pending (its row was removed before any admission in the
+		// shard settled it) is released here, once, not again by settling.
+		sh.Pending = deleteKeys(sh.Pending, keys)
+		n := int64(len(keys))
+		if n > sh.Used {
+			// The count may overstate use, never understate it: a batch that would take it
+			// below zero means the record is wrong, and guessing would overfill the root.
+			abortAll(sts)
+			return fmt.Errorf("%w: %s counts %d slots, batch %d removed %d rows", ledger.ErrCorrupt,
+				r.shardCapPath(s), sh.Used, id, n)
+		}
+		sh.Used -= n
+		sh.AppliedBatch = id
+		st, err := r.stageShard(sh)
+		if err != nil {
+			abortAll(sts)
+			return err
+		}
+		sts = append(sts, st)
+	}
+	return r.commitAll(sts)
+}
+
+func deleteKeys(xs []ledger.Key, del []ledger.Key) []ledger.Key {
+	out := xs[:0:0]
+	for _, x := range xs {
+		found := false
+		for _, d := range del {
+			if x == d {
+				found = true
+				break
+			}
+		}
+		if !found {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // removeRow removes one batch row if it is still the row the batch named and still
@@ -355,8 +520,10 @@ func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool
 	if err := r.fs.Remove(r.statePath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.statePath(e.Key), err)
 	}
-	if err := r.fs.Remove(r.reportPath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.reportPath(e.Key), err)
+	if row.v1 {
+		if err := r.fs.Remove(r.reportPath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.reportPath(e.Key), err)
+		}
 	}
 	return true, r.removeIndexNamed(e)
 }
@@ -376,6 +543,27 @@ func (r *root) dropBatchFile() error {
 	return nil
 }
 
+// readBatch returns the cleanup batch record, or nil when there is none.
+func (r *root) readBatch() (*batchState, error) {
+	data, err := r.fs.ReadFile(r.path(BatchFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
+	}
+	b, version, err := decodeBatchVersion(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
+	}
+	if version < FormatVersion {
+		// Only a format 1 process writes one, and none runs on a format 2 root: the migration
+		// counted its rows as they stood, and format 2 never applies it (it names no shards).
+		return nil, nil
+	}
+	return &b, nil
+}
+
 // recoverBatch finishes a batch a crashed cleanup left behind. The caller holds the
 // maintenance lock.
 func (r *root) recoverBatch(ctx context.Context) (bool, error) {
@@ -383,20 +571,11 @@ func (r *root) recoverBatch(ctx context.Context) (bool, error) {
 	if err != nil || b == nil {
 		return false, err
 	}
-	unlockAdm, err := lockFile(ctx, r.admission, r.cfg.LockWait)
-	if err != nil {
-		return false, err
-	}
-	defer unlockAdm()
-	c, err := r.readCapacity()
-	if err != nil {
-		return false, err
-	}
 	now, err := r.now(nil)
 	if err != nil {
 		return false, err
 	}
-	if _, err := r.applyBatch(ctx, *b, &c, now); err != nil {
+	if _, err := r.applyBatch(ctx, *b, now); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -415,7 +594,9 @@ func (r *root) recoverBatchIfAny(ctx context.Context) (bool, error) {
 	return r.recoverBatch(ctx)
 }
 
-// prepare finishes a leftover batch and collects debris.
+// prepare finishes a leftover batch, checks every capacity shard, and collects debris: in the
+// root folder, and in row folders from where the last Prepare stopped, listing at most
+// DebrisBudget entries.
 func (r *root) prepare(ctx context.Context) error {
 	unlock, err := lockFile(ctx, r.maintenance, r.cfg.LockWait)
 	if err != nil {
@@ -425,31 +606,46 @@ func (r *root) prepare(ctx context.Context) error {
 	if _, err := r.recoverBatch(ctx); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
+	if _, err := r.readAllShards(ctx); err != nil {
+		return fmt.Errorf("prepare: %w", err)
+	}
 	if err := r.collectRootDebris(ctx); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
-	dir := filepath.Join(r.dir, RowsDir)
-	shards, err := r.fs.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	st, err := r.readSweep()
+	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
+		return fmt.Errorf("prepare: %w", err)
 	}
-	if err != nil {
-		return fmt.Errorf("prepare: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
-	}
-	for _, s := range shards {
-		shard, err := strconv.ParseUint(s.Name(), 16, 8)
-		if !s.IsDir() || err != nil || len(s.Name()) != 2 {
-			continue
+	listed := 0
+	s := st.DebrisShard
+	for i := 0; i < shardCount && listed < r.cfg.DebrisBudget; i++ {
+		dir := r.shardDirOf(s)
+		names, err := r.fs.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("prepare: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
 		}
-		if err := r.collectShardDebris(ctx, byte(shard)); err != nil {
+		listed += len(names)
+		var debris []string
+		for _, n := range names {
+			if strings.Contains(n.Name(), tmpMarker) || strings.HasSuffix(n.Name(), ".report") {
+				debris = append(debris, n.Name())
+			}
+		}
+		if err := r.collectDebris(ctx, map[int][]string{s: debris}); err != nil {
 			return fmt.Errorf("prepare: %w", err)
 		}
+		s = (s + 1) % shardCount
+	}
+	st.DebrisShard = s
+	if err := r.writeSweep(st); err != nil {
+		return fmt.Errorf("prepare: %w", err)
 	}
 	return nil
 }
 
-// collectRootDebris removes temporary files of the root-level records; it holds every lock
-// whose holder writes them (maintenance: batch; admission: capacity; clock: root state).
+// collectRootDebris removes temporary files and format 1 leftovers of the root folder; it
+// holds every lock whose holder writes them (maintenance: batch and maintenance state;
+// admission: creation and migration; clock: root state).
 func (r *root) collectRootDebris(ctx context.Context) error {
 	unlockAdm, err := lockFile(ctx, r.admission, r.cfg.LockWait)
 	if err != nil {
@@ -466,7 +662,7 @@ func (r *root) collectRootDebris(ctx context.Context) error {
 		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.dir, err)
 	}
 	for _, e := range entries {
-		if strings.Contains(e.Name(), tmpMarker) {
+		if strings.Contains(e.Name(), tmpMarker) || strings.HasPrefix(e.Name(), CapacityFile) {
 			if err := r.fs.Remove(r.path(e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(e.Name()), err)
 			}
@@ -475,23 +671,31 @@ func (r *root) collectRootDebris(ctx context.Context) error {
 	return nil
 }
 
-// collectShardDebris removes, under the shard's row lock, temporary files and reports no
-// saved row names.
-func (r *root) collectShardDebris(ctx context.Context, shard byte) error {
-	var key ledger.Key
-	key[0] = shard
-	unlock, err := r.lockRow(ctx, key)
-	if err != nil {
-		return err
+// collectDebris removes, for each folder, the named candidates that are still debris: a
+// temporary file (only a holder of the folder's lock writes one, and it renames or removes it
+// before letting go), or a report no format 1 saved or abandoned row names. The folders were
+// listed without a lock; each folder with candidates is locked only to remove them.
+func (r *root) collectDebris(ctx context.Context, debris map[int][]string) error {
+	for s, names := range debris {
+		if len(names) == 0 {
+			continue
+		}
+		unlock, err := r.lockShard(ctx, byte(s))
+		if err != nil {
+			return err
+		}
+		err = r.collectLocked(s, names)
+		unlock()
+		if err != nil {
+			return err
+		}
 	}
-	defer unlock()
-	dir := r.shardDir(key)
-	names, err := r.fs.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
-	}
-	for _, n := range names {
-		name := n.Name()
+	return nil
+}
+
+func (r *root) collectLocked(s int, names []string) error {
+	dir := r.shardDirOf(s)
+	for _, name := range names {
 		dead := strings.Contains(name, tmpMarker)
 		if k, ok := strings.CutSuffix(name, ".report"); ok {
 			dead = r.deadReport(k)
@@ -507,10 +711,10 @@ func (r *root) collectShardDebris(ctx context.Context, shard byte) error {
 }
 
 // deadReport reports whether the report file of the named key is no saved or abandoned row's
-// result: its row is gone, done or unfinished, or holds another report (a Save that crashed before its state
-// was written and was then superseded). A report beside a damaged row, or one that does not
-// decode beside a saved row, is kept: it may be the only copy of a verdict, and Claim reports
-// it as corrupt.
+// result: its row is gone, done or unfinished, keeps its report inline (format 2), or holds
+// another report (a Save that crashed before its state was written and was then superseded).
+// A report beside a damaged row, or one that does not decode beside a format 1 saved row, is
+// kept: it may be the only copy of a verdict, and Claim reports it as corrupt.
 func (r *root) deadReport(keyName string) bool {
 	key, err := ledger.ParseKey(keyName)
 	if err != nil {
@@ -526,6 +730,9 @@ func (r *root) deadReport(keyName string) bool {
 	if row.State != ledger.StateSaved && row.State != ledger.StateAbandoned {
 		return true
 	}
+	if !row.v1 {
+		return true
+	}
 	data, err := r.fs.ReadFile(r.reportPath(row.Key))
 	if err != nil {
 		return false
@@ -534,7 +741,7 @@ func (r *root) deadReport(keyName string) bool {
 	return err == nil && ledger.SumBody(rep) != row.Report.Digest
 }
 
-// Stats implements ledger.Ledger. It reads every row.
+// Stats implements ledger.Ledger. It reads every row and every capacity shard.
 func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Stats{}, err
@@ -547,26 +754,26 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 		return st, err
 	}
 	st.HighWater = time.Unix(0, rs.HighWater).UTC()
-	c, err := r.readCapacity()
+	used, _, err := r.capacityUsed(ctx)
 	if err != nil {
 		return st, err
 	}
-	st.CapacityUsed = c.Used
+	st.CapacityUsed = used
 	cursor := ledger.Cursor("")
 	for {
-		keys, next, err := r.listSweep(cursor, 4096)
+		res, err := r.listRows(position{}, cursor, 4096)
 		if err != nil {
 			return st, fmt.Errorf("stats: %w", err)
 		}
-		for _, k := range keys {
+		for _, k := range res.keys {
 			row, err := r.readRow(k)
-			if err := st.Count(&row, err); err != nil {
+			if err := st.Count(&row.Row, err); err != nil {
 				return st, fmt.Errorf("stats: %w", err)
 			}
 		}
-		if next == "" {
+		if res.next == "" {
 			return st, nil
 		}
-		cursor = next
+		cursor = res.next
 	}
 }

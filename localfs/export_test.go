@@ -2,6 +2,7 @@ package localfs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -53,3 +54,54 @@ func ReframeForTest(data []byte, version uint16) []byte {
 	}
 	return encodeFrameVersion(k, version, payload)
 }
+
+// SetSyncGatherForTest makes every group-commit round of l's root wait (up to wait) until n
+// requests are in it, so that a round of several is certain.
+func SetSyncGatherForTest(l *Ledger, n int, wait time.Duration) {
+	l.r.sync.gather, l.r.sync.gatherWait = n, wait
+}
+
+// SetAfterSyncForTest runs f after each group-commit round's sync, before its callers are
+// answered (f receives the number of requests in the round).
+func SetAfterSyncForTest(l *Ledger, f func(n int)) { l.r.sync.afterSync = f }
+
+// EncodeCapacityV1ForTest encodes a format 1 capacity record.
+func EncodeCapacityV1ForTest(used int64, pending *ledger.Key, applied uint64) []byte {
+	p, err := json.Marshal(capacityState{Used: used, Pending: pending, AppliedBatch: applied})
+	if err != nil {
+		panic(err)
+	}
+	return encodeFrameVersion(kindCapacity, 1, p)
+}
+
+// EncodeBatchV1ForTest encodes a format 1 cleanup batch naming keys.
+func EncodeBatchV1ForTest(id uint64, keys ...ledger.Key) []byte {
+	var entries []map[string]any
+	for _, k := range keys {
+		entries = append(entries, map[string]any{"key": k, "evaluation_id": "x"})
+	}
+	p, err := json.Marshal(map[string]any{"id": id, "entries": entries})
+	if err != nil {
+		panic(err)
+	}
+	return encodeFrameVersion(kindBatch, 1, p)
+}
+
+// FrameVersionForTest returns the format version a file's frame carries.
+func FrameVersionForTest(data []byte) uint16 {
+	return uint16(data[len(frameMagic)+1])<<8 | uint16(data[len(frameMagic)+2])
+}
+
+// ReframeShardForTest rewrites both copies of a capacity shard file with another version.
+func ReframeShardForTest(data []byte, version uint16) []byte {
+	out := append([]byte(nil), data...)
+	for i := range 2 {
+		half := out[i*shardSlot : (i+1)*shardSlot]
+		n := int(uint32(half[len(frameMagic)+3])<<24 | uint32(half[len(frameMagic)+4])<<16 | uint32(half[len(frameMagic)+5])<<8 | uint32(half[len(frameMagic)+6]))
+		copy(half, ReframeForTest(half[:frameOverhead+n], version))
+	}
+	return out
+}
+
+// ShardSlotForTest is the size of one copy of a capacity shard record.
+const ShardSlotForTest = shardSlot

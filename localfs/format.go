@@ -3,6 +3,7 @@ package localfs
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 
@@ -11,7 +12,14 @@ import (
 
 // FormatVersion is the on-disk format this code writes. Every file carries its version; a
 // file of a newer version fails closed, an older released one is migrated when read.
-const FormatVersion = 1
+//
+// Format 1 kept one capacity record for the whole root and each saved report in a file of its
+// own. Format 2 shards the capacity record (one per row shard, in the shard's folder, guarded
+// by the shard's row lock), keeps a saved report inside its row's state file, and records in
+// each row the capacity shard that holds its slot. A format 1 root is migrated when opened
+// (see migrate.go); format 1 row files are read as they are and rewritten as format 2 by the
+// next change to the row.
+const FormatVersion = 2
 
 // A frame is: "AMISS" | kind (1 byte) | version (uint16) | payload length (uint32) | payload |
 // CRC-32C of everything before it (uint32). Payloads of state files are JSON; a report's
@@ -31,6 +39,9 @@ const (
 	kindRow      kind = 'W'
 	kindReport   kind = 'P'
 	kindBatch    kind = 'B'
+	kindShard    kind = 'S'
+	kindSweep    kind = 'M'
+	kindRoom     kind = 'E'
 )
 
 func (k kind) String() string {
@@ -45,6 +56,12 @@ func (k kind) String() string {
 		return "report"
 	case kindBatch:
 		return "cleanup batch"
+	case kindShard:
+		return "capacity shard"
+	case kindSweep:
+		return "maintenance state"
+	case kindRoom:
+		return "room epoch"
 	}
 	return fmt.Sprintf("kind %q", byte(k))
 }
@@ -121,14 +138,54 @@ type rootState struct {
 	Limits    ledger.Limits `json:"limits"`
 	CreatedAt int64         `json:"created_at_unix_nano"`
 	HighWater int64         `json:"high_water_unix_nano"`
+	// LastBatch is the id of the last cleanup batch (format 2): every capacity shard has
+	// applied at most this one, so the next batch's id is new to all of them.
+	LastBatch uint64 `json:"last_batch,omitempty"`
 }
 
-// capacityState is .amiss-capacity.state: a slot count that may overstate use but never
-// understates it, at most one exact pending key, and the last cleanup batch applied.
+// capacityState is the format 1 capacity record .amiss-capacity.state: a slot count for the
+// whole root that may overstate use but never understates it, at most one exact pending key,
+// and the last cleanup batch applied. Format 2 reads it only to migrate.
 type capacityState struct {
 	Used         int64       `json:"used"`
 	Pending      *ledger.Key `json:"pending,omitempty"`
 	AppliedBatch uint64      `json:"applied_batch"`
+}
+
+// shardState is rows/XX/capacity.state (format 2): its share of the record cap, the slots
+// shard XX has handed out (never fewer than the rows whose record names it), the keys whose
+// admission took one of them and may not have created its row yet, and the last cleanup batch
+// whose releases it applied.
+//
+// The file holds the record twice, in two halves of shardSlot bytes, each a checksummed
+// frame. A change writes the next Seq into both halves with one write, in place, and syncs its
+// data: no new file, no rename, no folder sync. The record read is the valid half with the
+// higher Seq. A crash in the middle of the write (not synced, so its admission has renamed no
+// row yet) leaves halves that are old, new or torn: either record is then safe (the new one
+// overstates, with its key pending, and is settled). Once a write is synced both halves hold
+// it, so one damaged half loses nothing; both damaged fail closed.
+type shardState struct {
+	Seq          uint64       `json:"seq"`
+	Shard        int          `json:"shard"`
+	Quota        int64        `json:"quota"`
+	Used         int64        `json:"used"`
+	Pending      []ledger.Key `json:"pending,omitempty"`
+	AppliedBatch uint64       `json:"applied_batch"`
+}
+
+// rowRecord is a row state file's payload in format 2: the row, the capacity shard whose slot
+// it holds, and, while the row is saved or abandoned, its report.
+type rowRecord struct {
+	ledger.Row
+	Shard  int    `json:"capacity_shard"`
+	Frozen []byte `json:"frozen_report,omitempty"`
+}
+
+// A stored row as read: the record, and whether it was written by format 1 (its report, if
+// any, is then the file beside it, and its slot is in its home shard).
+type storedRow struct {
+	rowRecord
+	v1 bool
 }
 
 // batchState is .amiss-cleanup.batch: the rows one cleanup batch removes, written before the
@@ -146,6 +203,9 @@ type batchEntry struct {
 	Key          ledger.Key `json:"key"`
 	EvaluationID string     `json:"evaluation_id"`
 	Index        string     `json:"index,omitempty"`
+	// Shard is the capacity shard whose slot the row held (format 2; format 1 batches were
+	// finished by the migration).
+	Shard int `json:"shard"`
 }
 
 const (
@@ -153,18 +213,97 @@ const (
 	maxCapacityPayload = 1 << 10
 	maxBatchEntries    = 10_000
 	maxBatchPayload    = maxBatchEntries*256 + 1024
+	// maxPending bounds a capacity shard's pending keys. An admission settles every pending
+	// key before it adds its own, so a shard holds more than one only when a pending row is
+	// unreadable (kept, as an overstatement, until it can be judged).
+	maxPending      = 32
+	shardSlot       = 4096
+	maxShardPayload = shardSlot - frameOverhead
 )
 
-// maxRowPayload is the ceiling of a row's JSON: the subject (base64) plus fixed fields.
-func maxRowPayload(l ledger.Limits) int { return (l.MaxSubjectBytes+2)/3*4 + 8<<10 }
+// maxRowPayload is the ceiling of a row's JSON: the subject and the report (base64) plus
+// fixed fields.
+func maxRowPayload(l ledger.Limits) int {
+	return (l.MaxSubjectBytes+2)/3*4 + (l.MaxReportBytes+2)/3*4 + 8<<10
+}
 
 func decodeRoot(data []byte) (rootState, error) {
+	s, _, err := decodeRootVersion(data)
+	return s, err
+}
+
+// decodeRootVersion decodes the root state and reports the format that wrote it.
+func decodeRootVersion(data []byte) (rootState, uint16, error) {
 	var s rootState
-	_, err := decodeJSON(kindRoot, data, maxRootPayload, &s)
+	v, err := decodeJSON(kindRoot, data, maxRootPayload, &s)
 	if err == nil {
 		if verr := s.Limits.Validate(); verr != nil {
 			err = fmt.Errorf("%w: root state holds invalid limits: %v", ledger.ErrCorrupt, verr)
 		}
+	}
+	return s, v, err
+}
+
+// decodeShardFile decodes a capacity shard file: the valid half with the higher Seq. A file
+// of the wrong size, or with no valid half, is corrupt.
+func decodeShardFile(data []byte) (shardState, error) {
+	if len(data) != 2*shardSlot {
+		return shardState{}, fmt.Errorf("%w: %v file of %d bytes, want %d", ledger.ErrCorrupt, kindShard, len(data), 2*shardSlot)
+	}
+	var best shardState
+	var errs []error
+	found := false
+	for i := range 2 {
+		slot := data[i*shardSlot : (i+1)*shardSlot]
+		n := int(binary.BigEndian.Uint32(slot[len(frameMagic)+3:]))
+		if n > maxShardPayload {
+			errs = append(errs, fmt.Errorf("copy %d: payload of %d bytes", i+1, n))
+			continue
+		}
+		sh, err := decodeShard(slot[:frameOverhead+n])
+		if err != nil {
+			if errors.Is(err, ledger.ErrRootMismatch) {
+				return shardState{}, err // a newer format: never read as this one
+			}
+			errs = append(errs, fmt.Errorf("copy %d: %v", i+1, err))
+			continue
+		}
+		if !found || sh.Seq > best.Seq {
+			best, found = sh, true
+		}
+	}
+	if !found {
+		return shardState{}, fmt.Errorf("%w: neither copy of the record is valid: %v", ledger.ErrCorrupt, errors.Join(errs...))
+	}
+	return best, nil
+}
+
+// shardFile is the content of a capacity shard file holding sh: the record, twice.
+func shardFile(sh shardState) ([]byte, error) {
+	frame, err := encodeJSON(kindShard, sh)
+	if err != nil {
+		return nil, err
+	}
+	if len(frame) > shardSlot {
+		return nil, fmt.Errorf("%w: capacity shard record of %d bytes", ledger.ErrTooLarge, len(frame))
+	}
+	out := make([]byte, 2*shardSlot)
+	copy(out, frame)
+	copy(out[shardSlot:], frame)
+	return out, nil
+}
+
+func decodeShard(data []byte) (shardState, error) {
+	var s shardState
+	_, err := decodeJSON(kindShard, data, maxShardPayload, &s)
+	switch {
+	case err != nil:
+	case s.Used < 0 || s.Quota < 0:
+		err = fmt.Errorf("%w: capacity shard holds a negative count %d or quota %d", ledger.ErrCorrupt, s.Used, s.Quota)
+	case s.Shard < 0 || s.Shard >= shardCount:
+		err = fmt.Errorf("%w: capacity shard number %d", ledger.ErrCorrupt, s.Shard)
+	case len(s.Pending) > maxPending:
+		err = fmt.Errorf("%w: capacity shard holds %d pending keys", ledger.ErrCorrupt, len(s.Pending))
 	}
 	return s, err
 }
@@ -179,30 +318,60 @@ func decodeCapacity(data []byte) (capacityState, error) {
 }
 
 func decodeBatch(data []byte) (batchState, error) {
-	var s batchState
-	_, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
-	if err == nil && (s.ID == 0 || len(s.Entries) > maxBatchEntries) {
-		err = fmt.Errorf("%w: cleanup batch id %d with %d entries", ledger.ErrCorrupt, s.ID, len(s.Entries))
-	}
+	s, _, err := decodeBatchVersion(data)
 	return s, err
 }
 
-func decodeRow(data []byte, l ledger.Limits) (ledger.Row, error) {
-	var r ledger.Row
-	if _, err := decodeJSON(kindRow, data, maxRowPayload(l), &r); err != nil {
-		return ledger.Row{}, err
+func decodeBatchVersion(data []byte) (batchState, uint16, error) {
+	var s batchState
+	v, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
+	if err == nil && (s.ID == 0 || len(s.Entries) > maxBatchEntries) {
+		err = fmt.Errorf("%w: cleanup batch id %d with %d entries", ledger.ErrCorrupt, s.ID, len(s.Entries))
 	}
-	if err := r.Check(); err != nil {
-		return ledger.Row{}, err
-	}
-	if len(r.Subject) > l.MaxSubjectBytes {
-		return ledger.Row{}, fmt.Errorf("%w: row subject of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(r.Subject), l.MaxSubjectBytes)
-	}
-	return r, nil
+	return s, v, err
 }
 
-func encodeRow(r *ledger.Row, l ledger.Limits) ([]byte, error) {
-	p, err := json.Marshal(r)
+func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {
+	version, payload, err := decodeFrame(kindRow, data, maxRowPayload(l))
+	if err != nil {
+		return storedRow{}, err
+	}
+	var s storedRow
+	if version == 1 {
+		if err := unmarshalStrict(payload, &s.Row); err != nil {
+			return storedRow{}, fmt.Errorf("%w: %v payload: %v", ledger.ErrCorrupt, kindRow, err)
+		}
+		s.v1, s.Shard = true, int(s.Key[0])
+	} else if err := unmarshalStrict(payload, &s.rowRecord); err != nil {
+		return storedRow{}, fmt.Errorf("%w: %v payload: %v", ledger.ErrCorrupt, kindRow, err)
+	}
+	if err := s.Check(); err != nil {
+		return storedRow{}, err
+	}
+	switch {
+	case len(s.Subject) > l.MaxSubjectBytes:
+		return storedRow{}, fmt.Errorf("%w: row subject of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Subject), l.MaxSubjectBytes)
+	case s.Shard < 0 || s.Shard >= shardCount:
+		return storedRow{}, fmt.Errorf("%w: row names capacity shard %d", ledger.ErrCorrupt, s.Shard)
+	case len(s.Frozen) > l.MaxReportBytes:
+		return storedRow{}, fmt.Errorf("%w: row report of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Frozen), l.MaxReportBytes)
+	}
+	if !s.v1 {
+		// A format 2 row that keeps a report keeps it inline, and it must be the one recorded.
+		// (An abandoned row may keep none: abandoned by a version that did not keep it.)
+		keeps := s.State == ledger.StateSaved || (s.State == ledger.StateAbandoned && len(s.Frozen) > 0)
+		switch {
+		case keeps && ledger.SumBody(s.Frozen) != s.Report.Digest:
+			return storedRow{}, fmt.Errorf("%w: the row's report does not match the digest it recorded", ledger.ErrCorrupt)
+		case s.State != ledger.StateSaved && s.State != ledger.StateAbandoned && len(s.Frozen) > 0:
+			return storedRow{}, fmt.Errorf("%w: a %v row holds a report", ledger.ErrCorrupt, s.State)
+		}
+	}
+	return s, nil
+}
+
+func encodeRow(s *storedRow, l ledger.Limits) ([]byte, error) {
+	p, err := json.Marshal(&s.rowRecord)
 	if err != nil {
 		return nil, fmt.Errorf("localfs: encode row: %w", err)
 	}
@@ -215,4 +384,23 @@ func encodeRow(r *ledger.Row, l ledger.Limits) ([]byte, error) {
 func decodeReport(data []byte, l ledger.Limits) ([]byte, error) {
 	_, p, err := decodeFrame(kindReport, data, l.MaxReportBytes)
 	return p, err
+}
+
+// sweepState is .amiss-maintenance.state: where the next cleanup lap starts and where the
+// next Prepare goes on collecting debris. It is advisory: a lost or damaged one only makes
+// the next lap or collection start elsewhere; every lap still covers every row once.
+type sweepState struct {
+	LapShard    int    `json:"lap_shard"`
+	LapRow      string `json:"lap_row,omitempty"`
+	DebrisShard int    `json:"debris_shard"`
+}
+
+func decodeSweep(data []byte) (sweepState, error) {
+	var s sweepState
+	_, err := decodeJSON(kindSweep, data, maxRootPayload, &s)
+	if err == nil && (s.LapShard < 0 || s.LapShard >= shardCount || s.DebrisShard < 0 || s.DebrisShard >= shardCount ||
+		(s.LapRow != "" && len(s.LapRow) != 64)) {
+		err = fmt.Errorf("%w: maintenance state names shards %d and %d", ledger.ErrCorrupt, s.LapShard, s.DebrisShard)
+	}
+	return s, err
 }

@@ -3,6 +3,7 @@ package localfs_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -17,7 +18,7 @@ import (
 	"github.com/amiss-ci/amiss/localfs"
 )
 
-var updateFixtures = flag.Bool("update-fixtures", false, "rewrite localfs/testdata/format-vN for the current format")
+var updateFixtures = flag.Bool("update-fixtures", false, "write localfs/testdata/format-vN for the current format N (released fixtures are never rewritten)")
 
 // fixtureLimits are the limits every fixture root was created with.
 func fixtureLimits() ledger.Limits {
@@ -89,7 +90,7 @@ func writeFixture(t *testing.T, dir string) {
 // forgets the ended rows only, and the root verifies clean.
 func TestReleasedFormatsOpen(t *testing.T) {
 	if *updateFixtures {
-		writeFixture(t, filepath.Join("testdata", "format-v1"))
+		writeFixture(t, filepath.Join("testdata", fmt.Sprintf("format-v%d", localfs.FormatVersion)))
 	}
 	dirs, _ := filepath.Glob(filepath.Join("testdata", "format-v*"))
 	if len(dirs) == 0 {

@@ -3,6 +3,7 @@ package localfs_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,5 +46,20 @@ func newDelivery(signedAt time.Time) ledger.Delivery {
 			BodyDigest: ledger.SumBody(body)},
 		Subject:  fmt.Appendf(nil, `{"sha":"%040d"}`, n),
 		SignedAt: signedAt,
+	}
+}
+
+// shardFile is the capacity shard record of row folder s, relative to the root.
+func shardFile(s byte) string {
+	return filepath.Join(localfs.RowsDir, fmt.Sprintf("%02x", s), localfs.ShardCapacityFile)
+}
+
+// deliveryInShard makes a new permanent delivery whose key falls in row shard s.
+func deliveryInShard(s byte) ledger.Delivery {
+	for {
+		d := newDelivery(time.Time{})
+		if d.Key()[0] == s {
+			return d
+		}
 	}
 }

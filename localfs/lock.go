@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
 // A fileLock pairs an in-process semaphore with an advisory lock on a file. flock(2) and
@@ -71,7 +72,7 @@ func (l *fileLock) lock(ctx context.Context, wait time.Duration) error {
 	}
 	backoff := 50 * time.Microsecond
 	for {
-		err := unix.Flock(int(l.f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		err := vfs.Flock(l.f, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
 			return nil
 		}
@@ -97,6 +98,6 @@ func (l *fileLock) lock(ctx context.Context, wait time.Duration) error {
 func (l *fileLock) unlock() {
 	// Unlocking a descriptor we hold cannot fail in a way we could act on; a process that
 	// dies releases it anyway.
-	_ = unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+	_ = vfs.Flock(l.f, unix.LOCK_UN)
 	<-l.sem
 }

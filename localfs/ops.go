@@ -12,11 +12,30 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
+// What each write makes durable, and why (see also durable.go and capacity.go):
+//
+//   - A row's new state is always written to a temporary file whose data is synced before it
+//     is renamed over the old one, so a crash never leaves a name pointing at lost bytes.
+//   - The rename itself is synced (a sync of the row's folder) before the answer only where
+//     someone outside the host relies on it surviving a crash of the host: an admission (the
+//     sender was told 202 and will not send again), a Save (the verdict is published next,
+//     and must never be evaluated again), a re-admission that lengthens retention (the sender
+//     was answered for a signed time the row must outlive) and a Revive (an operator's act).
+//   - Claim, Renew, Release, Complete and Abandon leave their rename to the next sync of the
+//     folder (or the file system's own writeback). A rename is lost only if the host crashes
+//     before it reaches the disk; on EFS every namespace operation is stable when it returns,
+//     so this concerns a local disk, where the crash also ends every process that held or was
+//     granted a lease on this root. What comes back is the row as its last synced write left
+//     it: a claim or renewal forgotten (its holder died with the host, and a fence is only
+//     ever used by a Save, which is synced and carries the fence), a release forgotten (the
+//     lease runs out instead), a Complete or Abandon forgotten (the row is saved again and
+//     publishes the same frozen bytes again, or is abandoned again: never a second verdict).
+
 // Admit implements ledger.Ledger. A key that already has a row is answered under its row-shard
-// lock alone. A new key also takes the admission lock and consults only the capacity record:
-// it writes the record (count plus one, the key as pending) and then the row. A crash between
-// the two leaves a count one too high with the key pending, settled by the next admission or
-// open.
+// lock alone. A new key takes a slot in its home capacity shard under that same lock (see
+// capacity.go): the shard record (count plus one, the key pending) and the row are written
+// in the shard's folder and made durable together. A crash in between leaves the count one too
+// high with the key pending, settled by the next admission in that shard.
 func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Admission{}, err
@@ -29,13 +48,9 @@ func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w: subject of %d bytes, ceiling %d", d.Key().Short(),
 			ledger.ErrTooLarge, len(d.Subject), l.r.cfg.Limits.MaxSubjectBytes)
 	}
-	a, err, done := l.readmit(ctx, d)
-	if done {
-		return a, err
-	}
-	a, err = l.admitNew(ctx, d)
+	a, err := l.admitNew(ctx, d)
 	if err == nil && a.Outcome == ledger.Full {
-		// A cleanup that crashed after removing rows leaves the count high until its batch is
+		// A cleanup that crashed after removing rows leaves counts high until its batch is
 		// finished; finish it before refusing, so Full means the whole cap is in use.
 		if recovered, rerr := l.r.recoverBatchIfAny(ctx); rerr == nil && recovered {
 			return l.admitNew(ctx, d)
@@ -44,126 +59,24 @@ func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission
 	return a, err
 }
 
-// readmit answers a key that has a row. done is false when the key has none.
-func (l *Ledger) readmit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error, bool) {
-	r := l.r
-	key := d.Key()
-	unlock, err := r.lockRow(ctx, key)
-	if err != nil {
-		return ledger.Admission{}, err, true
-	}
-	defer unlock()
-	row, err := r.readRow(key)
-	if errors.Is(err, ledger.ErrUnknownDelivery) {
-		return ledger.Admission{}, nil, false
-	}
-	if err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err), true
-	}
-	a, err := r.readmitLocked(&row, d)
-	return a, err, true
-}
-
-func (r *root) readmitLocked(row *ledger.Row, d ledger.Delivery) (ledger.Admission, error) {
-	now, err := r.now(row)
+func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admission, error) {
+	now, err := r.now(&row.Row)
 	if err != nil {
 		return ledger.Admission{}, err
 	}
 	o, changed := row.Readmit(d, r.cfg.Limits, now)
 	if changed {
-		if err := r.writeRow(row); err != nil {
+		// Synced before the answer: the sender was answered for a signed time the row must
+		// now outlive.
+		if err := r.writeRow(row, durableFull); err != nil {
 			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
 		}
 	}
 	return row.Admission(o), nil
 }
 
-func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
-	r := l.r
-	key := d.Key()
-	unlockAdm, err := lockFile(ctx, r.admission, r.cfg.LockWait)
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	defer unlockAdm()
-	unlock, err := r.lockRow(ctx, key)
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	defer unlock()
-	// Another admission may have created the row while no lock was held.
-	if row, err := r.readRow(key); err == nil {
-		return r.readmitLocked(&row, d)
-	} else if !errors.Is(err, ledger.ErrUnknownDelivery) {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	// Only freshness needs the persisted high-water; a permanent delivery is decided without it
-	// (every later decision on the row takes the high-water into account anyway).
-	now := r.cfg.Clock.Now()
-	if !d.SignedAt.IsZero() {
-		if now, err = r.now(nil); err != nil {
-			return ledger.Admission{}, err
-		}
-	}
-	id, err := r.evaluationID()
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	row, outcome, err := ledger.NewRow(d, r.cfg.Limits, now, id)
-	if err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	if outcome != ledger.Admitted {
-		return ledger.Admission{Outcome: outcome, Key: key}, nil
-	}
-	data, err := encodeRow(&row, r.cfg.Limits) // refuse an oversized state before any write
-	if err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	c, err := r.readCapacity()
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	if err := r.settleLocked(&c); err != nil {
-		return ledger.Admission{}, err
-	}
-	if c.Used >= r.cfg.Limits.RecordCap {
-		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
-	}
-	c.Used++
-	c.Pending = &key
-	if err := r.ensureShardDir(key); err != nil {
-		return ledger.Admission{}, err
-	}
-	// The row's temporary file is invisible until renamed, so it is written and fsynced while
-	// the capacity record is replaced; only the rename waits for the record to be durable.
-	// That keeps the order that matters (the count covers the row before the row exists) and
-	// overlaps the two fsyncs.
-	type stageResult struct {
-		st  *staged
-		err error
-	}
-	rowStaged := make(chan stageResult, 1)
-	go func() {
-		st, err := r.stage(r.statePath(key), data)
-		rowStaged <- stageResult{st, err}
-	}()
-	capErr := r.writeCapacity(c)
-	res := <-rowStaged
-	if capErr != nil || res.err != nil {
-		if res.st != nil {
-			res.st.abort("admit", capErr)
-		}
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), errors.Join(capErr, res.err))
-	}
-	if err := res.st.commit(); err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	return row.Admission(ledger.Admitted), nil
-}
-
 // withRow runs fn on key's row under its row-shard lock, at the row's effective now.
-func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn func(row *ledger.Row, now time.Time) error) error {
+func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn func(row *storedRow, now time.Time) error) error {
 	r := l.r
 	unlock, err := r.lockRow(ctx, key)
 	if err != nil {
@@ -174,7 +87,7 @@ func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn func
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
 	}
-	now, err := r.now(&row)
+	now, err := r.now(&row.Row)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
 	}
@@ -185,24 +98,27 @@ func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn func
 }
 
 // persistRefusal writes a row whose refusal recorded the effective now, so a clock stepping
-// back cannot undo the refusal; the refusal itself is what the caller sees.
-func (r *root) persistRefusal(row *ledger.Row, observed bool, refusal error) error {
+// back cannot undo the refusal; the refusal itself is what the caller sees. Data sync only: a
+// forgotten refusal means the host crashed, and the persisted high-water still bounds how far
+// back the clock can go.
+func (r *root) persistRefusal(row *storedRow, observed bool, refusal error) error {
 	if observed {
-		if err := r.writeRow(row); err != nil {
+		if err := r.writeRow(row, durableData); err != nil {
 			return errors.Join(refusal, err)
 		}
 	}
 	return refusal
 }
 
-// Claim implements ledger.Ledger.
+// Claim implements ledger.Ledger. The grant is written with its data synced and its rename
+// left to the folder's next sync (see the note at the top of this file).
 func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger.Digest, owner string, leaseFor time.Duration) (ledger.Claim, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Claim{}, err
 	}
 	defer l.r.end()
 	var out ledger.Claim
-	err := l.withRow(ctx, "claim", key, func(row *ledger.Row, now time.Time) error {
+	err := l.withRow(ctx, "claim", key, func(row *storedRow, now time.Time) error {
 		c, err := row.Claim(bindingDigest, owner, leaseFor, now)
 		if err != nil {
 			return err
@@ -210,7 +126,7 @@ func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger
 		switch c.Outcome {
 		case ledger.Execute:
 		case ledger.Publish:
-			rep, err := l.r.readReport(row)
+			rep, err := l.r.report(row)
 			if err != nil {
 				return err
 			}
@@ -219,7 +135,7 @@ func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger
 			out = c
 			return nil
 		}
-		if err := l.r.writeRow(row); err != nil {
+		if err := l.r.writeRow(row, durableData); err != nil {
 			return err
 		}
 		out = c
@@ -228,19 +144,19 @@ func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger
 	return out, err
 }
 
-// Renew implements ledger.Ledger.
+// Renew implements ledger.Ledger (data synced, rename left to the folder's next sync).
 func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Duration) (ledger.Lease, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Lease{}, err
 	}
 	defer l.r.end()
 	var out ledger.Lease
-	err := l.withRow(ctx, "renew", lease.Key, func(row *ledger.Row, now time.Time) error {
+	err := l.withRow(ctx, "renew", lease.Key, func(row *storedRow, now time.Time) error {
 		nl, changed, err := row.Renew(lease, leaseFor, now)
 		if err != nil {
 			return l.r.persistRefusal(row, changed, err)
 		}
-		if err := l.r.writeRow(row); err != nil {
+		if err := l.r.writeRow(row, durableData); err != nil {
 			return err
 		}
 		out = nl
@@ -249,9 +165,8 @@ func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Du
 	return out, err
 }
 
-// Save implements ledger.Ledger. The report is written before the state that names it, so no
-// state ever points at a missing report; a crash between the two leaves a dead report that
-// the next Save overwrites or Prepare collects.
+// Save implements ledger.Ledger. The report is frozen inside the row's state file, so saving
+// is one replacement, synced before the answer (the verdict is published next).
 func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (ledger.Staged, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Staged{}, err
@@ -263,20 +178,15 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 			ledger.ErrTooLarge, len(report), r.cfg.Limits.MaxReportBytes)
 	}
 	var out ledger.Staged
-	err := l.withRow(ctx, "save", lease.Key, func(row *ledger.Row, now time.Time) error {
+	err := l.withRow(ctx, "save", lease.Key, func(row *storedRow, now time.Time) error {
 		ref := ledger.ReportRef{Digest: ledger.SumBody(report), Size: len(report)}
 		pl, changed, err := row.Save(lease, ref, now)
 		if err != nil {
 			return r.persistRefusal(row, changed, err)
 		}
 		if changed {
-			if err := r.ensureShardDir(row.Key); err != nil {
-				return err
-			}
-			if err := r.writeAtomic(r.reportPath(row.Key), encodeFrame(kindReport, report)); err != nil {
-				return err
-			}
-			if err := r.writeRow(row); err != nil {
+			row.Frozen = append([]byte(nil), report...)
+			if err := r.writeRow(row, durableFull); err != nil {
 				return err
 			}
 		}
@@ -286,15 +196,17 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 	return out, err
 }
 
-// Complete implements ledger.Ledger. It writes the end-time index entry (for rows with a
-// retention end), then the done state, then removes the report: nothing removes the evidence
-// while a claim could still be answered from it.
+// Complete implements ledger.Ledger. It creates the end-time index entry (for rows with a
+// retention end), then writes the done state, which keeps no report. Neither is synced before
+// the answer (see the note at the top of this file): a forgotten done state leaves the row
+// saved, to be published again with the same bytes; a forgotten index entry beside a done
+// state is created again by the cleanup sweep when it meets the row past its retention.
 func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
 	if err := l.r.begin(); err != nil {
 		return err
 	}
 	defer l.r.end()
-	return l.withRow(ctx, "complete", s.Lease.Key, func(row *ledger.Row, now time.Time) error {
+	return l.withRow(ctx, "complete", s.Lease.Key, func(row *storedRow, now time.Time) error {
 		changed, err := row.Complete(s, now)
 		if err != nil || !changed {
 			return err
@@ -309,7 +221,7 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 		return err
 	}
 	defer l.r.end()
-	return l.withRow(ctx, "abandon", s.Lease.Key, func(row *ledger.Row, now time.Time) error {
+	return l.withRow(ctx, "abandon", s.Lease.Key, func(row *storedRow, now time.Time) error {
 		changed, err := row.Abandon(s, reason, now)
 		if err != nil {
 			return l.r.persistRefusal(row, changed && !row.State.Terminal(), err)
@@ -322,77 +234,86 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 }
 
 // finish persists a row that just became done or abandoned. An abandoned row keeps its
-// report, so that Revive can publish it again.
-func (r *root) finish(row *ledger.Row) error {
+// report, so that Revive can publish it again; a done one drops it.
+func (r *root) finish(row *storedRow) error {
 	if !row.Permanent {
-		if err := r.addIndex(row); err != nil {
+		if err := r.addIndex(&row.Row); err != nil {
 			return err
 		}
 	}
-	if err := r.writeRow(row); err != nil {
-		return err
+	if row.State == ledger.StateDone {
+		row.Frozen = nil
 	}
-	if row.State != ledger.StateDone {
-		return nil
-	}
-	// The report is dead now; if this removal is lost, Prepare collects it.
-	if err := r.fs.Remove(r.reportPath(row.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.reportPath(row.Key), err)
-	}
-	return nil
+	// (A format 1 row is written with its folder synced, then its report file removed: see
+	// writeRow.)
+	return r.writeRow(row, durableData)
 }
 
-// Revive implements ledger.Ledger. The report file must still be there and match the digest
-// the row recorded before the row goes back to saved.
+// Revive implements ledger.Ledger. The report must still be kept and match the digest the row
+// recorded before the row goes back to saved.
 func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string) (ledger.Row, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Row{}, err
 	}
 	defer l.r.end()
 	var out ledger.Row
-	err := l.withRow(ctx, "revive", key, func(row *ledger.Row, now time.Time) error {
+	err := l.withRow(ctx, "revive", key, func(row *storedRow, now time.Time) error {
+		if row.State == ledger.StateAbandoned {
+			if _, err := l.r.report(row); err != nil {
+				return fmt.Errorf("%w: the report of the abandoned row is not available: %v", ledger.ErrInvalid, err)
+			}
+		}
 		changed, err := row.Revive(evaluationID, now)
 		if err != nil {
 			return err
 		}
 		if changed {
-			if _, err := l.r.readReport(row); err != nil {
-				return fmt.Errorf("%w: the report of the abandoned row is not available: %v", ledger.ErrInvalid, err)
-			}
-			if err := l.r.writeRow(row); err != nil {
+			if err := l.r.writeRow(row, durableFull); err != nil {
 				return err
 			}
 		}
-		out = *row
+		out = row.Row
 		return nil
 	})
 	return out, err
 }
 
-// Report implements ledger.Ledger. It reads without locking, as Inspect does: a report file is
-// written before the state that names it and removed only after the state is done.
+// Report implements ledger.Ledger. It reads without locking, as Inspect does: a format 2 row
+// keeps its report inside its state file; a format 1 row's report file is written before the
+// state that names it and removed only after the state no longer does (read again once if it
+// vanished meanwhile).
 func (l *Ledger) Report(ctx context.Context, key ledger.Key) ([]byte, error) {
 	if err := l.r.begin(); err != nil {
 		return nil, err
 	}
 	defer l.r.end()
-	row, err := l.r.readRow(key)
-	if err != nil {
-		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-	}
-	if err := reportKept(&row); err != nil {
-		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-	}
-	rep, err := l.r.readReport(&row)
-	if err != nil {
-		if row.State == ledger.StateAbandoned && errors.Is(err, ledger.ErrCorrupt) {
+	for attempt := 0; ; attempt++ {
+		row, err := l.r.readRow(key)
+		if err != nil {
+			return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+		}
+		if err := reportKept(&row.Row); err != nil {
+			return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+		}
+		if row.State == ledger.StateAbandoned && !row.v1 && len(row.Frozen) == 0 {
+			return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
+		}
+		rep, err := l.r.report(&row)
+		if err == nil {
+			return rep, nil
+		}
+		if row.v1 && errors.Is(err, ledger.ErrCorrupt) {
 			if _, serr := l.r.fs.Stat(l.r.reportPath(key)); errors.Is(serr, fs.ErrNotExist) {
-				return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
+				if attempt == 0 {
+					continue // rewritten as format 2 meanwhile?
+				}
+				if row.State == ledger.StateAbandoned {
+					return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
+				}
 			}
 		}
 		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
 	}
-	return rep, nil
 }
 
 // reportKept refuses a row that holds no report: one not saved yet, or done.
@@ -413,11 +334,11 @@ func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (led
 	if limit <= 0 {
 		return page, fmt.Errorf("%w: rows: limit must be positive", ledger.ErrInvalid)
 	}
-	keys, next, err := l.r.listSweep(cursor, limit)
+	res, err := l.r.listRows(position{}, cursor, limit)
 	if err != nil {
 		return page, fmt.Errorf("rows: %w", err)
 	}
-	for _, k := range keys {
+	for _, k := range res.keys {
 		row, err := l.r.readRow(k)
 		switch {
 		case errors.Is(err, ledger.ErrUnknownDelivery):
@@ -426,24 +347,24 @@ func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (led
 		case err != nil:
 			return page, fmt.Errorf("rows: %w", err)
 		default:
-			page.Rows = append(page.Rows, row)
+			page.Rows = append(page.Rows, row.Row)
 		}
 	}
-	page.Next = next
+	page.Next = res.next
 	return page, nil
 }
 
-// Release implements ledger.Ledger.
+// Release implements ledger.Ledger (data synced, rename left to the folder's next sync).
 func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
 	if err := l.r.begin(); err != nil {
 		return err
 	}
 	defer l.r.end()
-	return l.withRow(ctx, "release", lease.Key, func(row *ledger.Row, now time.Time) error {
+	return l.withRow(ctx, "release", lease.Key, func(row *storedRow, now time.Time) error {
 		if err := row.Release(lease, notBefore, now); err != nil {
 			return err
 		}
-		return l.r.writeRow(row)
+		return l.r.writeRow(row, durableData)
 	})
 }
 
@@ -458,7 +379,7 @@ func (l *Ledger) Inspect(ctx context.Context, key ledger.Key) (ledger.Row, error
 	if err != nil {
 		return ledger.Row{}, fmt.Errorf("inspect %s: %w", key.Short(), err)
 	}
-	return row, nil
+	return row.Row, nil
 }
 
 // indexName is the end-time index entry of a row: ended/<hour>/<end nanos>-<key>.
@@ -470,7 +391,9 @@ func indexName(row *ledger.Row) (bucket, name string) {
 	return fmt.Sprintf("%012d", end/int64(time.Hour)), fmt.Sprintf("%020d-%s", end, row.Key)
 }
 
-// addIndex creates the row's entry in the end-time index, durably.
+// addIndex creates the row's entry in the end-time index (an empty file). The entry is not
+// synced: see Complete. A new hour's folder is made durable once per process, so entries
+// created in it later are not lost with it.
 func (r *root) addIndex(row *ledger.Row) error {
 	bucket, name := indexName(row)
 	dir := filepath.Join(r.dir, EndedDir, bucket)
@@ -496,8 +419,17 @@ func (r *root) addIndex(row *ledger.Row) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("%w: close %s: %v", ledger.ErrUnavailable, p, err)
 	}
-	if err := r.fs.SyncDir(dir); err != nil {
-		return fmt.Errorf("%w: sync %s: %v", ledger.ErrUnavailable, dir, err)
-	}
 	return nil
+}
+
+// mkdirDurable creates dir if it is missing and makes its entry durable in the parent.
+func (r *root) mkdirDurable(dir string) error {
+	err := r.fs.Mkdir(dir, 0o700)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
+	}
+	return r.sync.syncDirs(filepath.Dir(dir))
 }

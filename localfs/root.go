@@ -1,20 +1,23 @@
 // Package localfs is the FileLedger: the ledger contract over ordinary files in one root
 // folder, on local disk or on EFS (NFSv4.1), with advisory locks and atomic replacement.
 //
-// Layout of a root:
+// Layout of a root (format 2):
 //
-//	.amiss-root.state         format version, limits, creation time, high-water clock
-//	.amiss-capacity.state     slot count (never understated), one pending key, last batch applied
-//	.amiss-cleanup.batch      only while a cleanup batch is being removed
-//	.amiss-maintenance.lock   .amiss-admission.lock   .amiss-clock.lock
-//	.amiss-row-XX.lock        at most 256, one per first key byte, created lazily
-//	rows/XX/<key>.state       one bounded state file per row
-//	rows/XX/<key>.report      one bounded report, only while a saved result awaits completion
-//	ended/<hour>/<end>-<key>  index of finished rows with a retention end, by end time
+//	.amiss-root.state          format version, limits, creation time, high-water clock, last batch
+//	.amiss-cleanup.batch       only while a cleanup batch is being removed
+//	.amiss-maintenance.state   where the next sweep lap and debris collection start (advisory)
+//	.amiss-room.epoch          changes before any capacity shard gains room (advisory)
+//	.amiss-maintenance.lock    .amiss-admission.lock   .amiss-clock.lock
+//	.amiss-row-XX.lock         at most 256, one per first key byte, created lazily
+//	rows/XX/capacity.state     capacity shard XX: slots used (never understated), pending keys
+//	rows/XX/<key>.state        one bounded state file per row, its saved report inline
+//	ended/<hour>/<end>-<key>   index of finished rows with a retention end, by end time
 //
 // Every file is a checksummed frame with a format version, written by atomic replacement
-// (temporary file, fsync, rename, fsync of the folder). Locks are taken in one order
-// (maintenance, admission, row shards ascending, clock) with bounded waits.
+// (temporary file, sync of its data, rename; then a sync of the folder where an answer depends
+// on the rename). Locks are taken in one order (maintenance, admission, row shards ascending,
+// clock) with bounded waits. A row shard's lock guards its rows and its capacity shard, so an
+// admission takes one lock; only when its home shard is full does it look at the others.
 package localfs
 
 import (
@@ -37,15 +40,24 @@ import (
 // File names inside a root.
 const (
 	RootFile        = ".amiss-root.state"
-	CapacityFile    = ".amiss-capacity.state"
 	BatchFile       = ".amiss-cleanup.batch"
+	SweepFile       = ".amiss-maintenance.state"
 	MaintenanceLock = ".amiss-maintenance.lock"
 	AdmissionLock   = ".amiss-admission.lock"
 	ClockLock       = ".amiss-clock.lock"
 	RowsDir         = "rows"
 	EndedDir        = "ended"
-	tmpMarker       = ".tmp-"
+	// ShardCapacityFile is the capacity shard's record inside each rows/XX folder.
+	ShardCapacityFile = "capacity.state"
+	// RoomFile changes before any capacity shard gains room (see capacity.go).
+	RoomFile = ".amiss-room.epoch"
+	// CapacityFile is the capacity record of format 1, read only to migrate.
+	CapacityFile = ".amiss-capacity.state"
+	tmpMarker    = ".tmp-"
 )
+
+// shardCount is the number of row shards, and of capacity shards: one per first key byte.
+const shardCount = 256
 
 // Config configures a FileLedger handle.
 type Config struct {
@@ -67,6 +79,9 @@ type Config struct {
 	// SweepBatch bounds the rows one Cleanup pass reads looking for stranded and damaged
 	// rows (default 2000).
 	SweepBatch int
+	// DebrisBudget bounds the folder entries Prepare lists looking for debris (default
+	// 20,000); the next Prepare goes on where this one stopped.
+	DebrisBudget int
 	// Random is the source of evaluation ids and temporary names (default crypto/rand).
 	Random io.Reader
 }
@@ -93,6 +108,9 @@ func (c *Config) defaults() {
 	if c.SweepBatch <= 0 {
 		c.SweepBatch = 2000
 	}
+	if c.DebrisBudget <= 0 {
+		c.DebrisBudget = 20_000
+	}
 	if c.Random == nil {
 		c.Random = rand.Reader
 	}
@@ -100,15 +118,15 @@ func (c *Config) defaults() {
 
 // root is what every handle on one opened root shares.
 type root struct {
-	dir string
-	cfg Config
-	fs  FS
+	dir  string
+	cfg  Config
+	fs   FS
+	sync *syncer
 
 	maintenance, admission, clock *fileLock
 
 	mu        sync.Mutex
-	rowLocks  [256]*fileLock
-	shardDirs [256]bool
+	rowLocks  [shardCount]*fileLock
 	bucketDir map[string]bool
 	closed    bool
 	// inflight counts the operations running on the root; Close waits for them (idle is
@@ -116,6 +134,9 @@ type root struct {
 	// operation.
 	inflight int
 	idle     *sync.Cond
+	randMu   sync.Mutex
+	// fullProof is the room epoch under which this process read every shard full.
+	fullProof *uint64
 }
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.
@@ -126,11 +147,12 @@ type Ledger struct {
 
 var _ ledger.Ledger = (*Ledger)(nil)
 
-// Open opens the root in dir: it reads the root state and the capacity record, checks the
-// limits, and settles the one pending key. It lists nothing, so it is cheap enough for every
-// Lambda cold start. A missing or damaged root state or capacity record, or limits that differ
-// from cfg.Limits, fail closed with an error naming the file. With cfg.Create, a folder that
-// holds no root yet gets a new one.
+// Open opens the root in dir: it reads the root state and checks the limits. It lists nothing
+// and reads one file, so it is cheap enough for every Lambda cold start. A root written by
+// format 1 is migrated first (see migrate.go). A missing or damaged root state, or limits that
+// differ from cfg.Limits, fail closed with an error naming the file; a missing or damaged
+// capacity shard fails closed when an admission or Prepare reads it. With cfg.Create, a folder
+// that holds no root yet gets a new one.
 func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	cfg.defaults()
 	if err := cfg.Limits.Validate(); err != nil {
@@ -141,6 +163,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 		return nil, fmt.Errorf("localfs: root %s: %w", dir, err)
 	}
 	r := &root{dir: abs, cfg: cfg, fs: cfg.FS, bucketDir: map[string]bool{}}
+	r.sync = newSyncer(r.fs, abs)
 	r.idle = sync.NewCond(&r.mu)
 	if !cfg.Create {
 		// Fail before creating lock files in a folder that is not a root.
@@ -158,9 +181,12 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	return &Ledger{r: r}, nil
 }
 
-// Prepare opens the root and collects debris: it finishes an interrupted cleanup batch, and
-// removes leftover temporary files and dead reports, each under the lock its writer holds, so
-// a write in progress in another process is never mistaken for debris. A long-running process
+// Prepare opens the root, checks every capacity shard, finishes an interrupted cleanup batch
+// and collects debris: leftover temporary files and dead reports, each removed only under the
+// lock its writer holds, so a write in progress in another process is never mistaken for
+// debris. Its work is bounded whatever the size of the root: it lists the root folder and at
+// most Config.DebrisBudget entries of row folders, going on where the previous Prepare stopped
+// (the cleanup sweep collects debris too, in the folders it lists). A long-running process
 // prepares once and then hands out sessions.
 func Prepare(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	l, err := Open(ctx, dir, cfg)
@@ -275,9 +301,9 @@ func (r *root) rowLock(shard byte) (*fileLock, error) {
 	return l, nil
 }
 
-// lockRow takes the row-shard lock of key.
-func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
-	l, err := r.rowLock(key[0])
+// lockShard takes the lock of row shard s, which guards its rows and its capacity shard.
+func (r *root) lockShard(ctx context.Context, s byte) (func(), error) {
+	l, err := r.rowLock(s)
 	if err != nil {
 		return nil, err
 	}
@@ -287,6 +313,38 @@ func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
 	return l.unlock, nil
 }
 
+// lockRow takes the row-shard lock of key.
+func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
+	return r.lockShard(ctx, key[0])
+}
+
+// lockShards takes the locks of the given shards in ascending order (the lock order), and
+// returns one function releasing them all.
+func (r *root) lockShards(ctx context.Context, shards []int) (func(), error) {
+	sorted := append([]int(nil), shards...)
+	sortInts(sorted)
+	var unlocks []func()
+	release := func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	last := -1
+	for _, s := range sorted {
+		if s == last {
+			continue
+		}
+		last = s
+		u, err := r.lockShard(ctx, byte(s))
+		if err != nil {
+			release()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return release, nil
+}
+
 func lockFile(ctx context.Context, l *fileLock, wait time.Duration) (func(), error) {
 	if err := l.lock(ctx, wait); err != nil {
 		return nil, err
@@ -294,7 +352,7 @@ func lockFile(ctx context.Context, l *fileLock, wait time.Duration) (func(), err
 	return l.unlock, nil
 }
 
-// load reads the root state and capacity record, creating them when asked to.
+// load reads the root state, creating the root or migrating it from format 1 when needed.
 func (r *root) load(ctx context.Context) error {
 	data, err := r.fs.ReadFile(r.path(RootFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -309,25 +367,22 @@ func (r *root) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
 	}
-	st, err := decodeRoot(data)
+	st, version, err := decodeRootVersion(data)
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.path(RootFile), err)
 	}
 	if d := st.Limits.Diff(r.cfg.Limits); d != "" {
 		return fmt.Errorf("%w: %s: %s", ledger.ErrRootMismatch, r.path(RootFile), d)
 	}
-	capa, err := r.readCapacity()
-	if err != nil {
-		return err
-	}
-	if capa.Pending != nil {
-		return r.settlePending(ctx, *capa.Pending)
+	if version < FormatVersion {
+		return r.migrate(ctx)
 	}
 	return nil
 }
 
-// create writes a new root under the admission lock. The capacity record is written first and
-// the root state last, so a root state on disk always has its capacity record beside it.
+// create writes a new root under the admission lock: the 256 row folders, each with its
+// capacity shard, made durable by one syncfs, and the root state last, so a root state on
+// disk always has every capacity shard beside it.
 func (r *root) create(ctx context.Context) error {
 	unlock, err := lockFile(ctx, r.admission, r.cfg.LockWait)
 	if err != nil {
@@ -337,19 +392,30 @@ func (r *root) create(ctx context.Context) error {
 	if _, err := r.fs.Stat(r.path(RootFile)); err == nil {
 		return nil // another process created it first
 	}
-	entries, err := r.fs.ReadDir(r.dir)
-	if err != nil {
-		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.dir, err)
+	if err := r.checkEmptyForCreate(); err != nil {
+		return err
 	}
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasSuffix(n, ".lock") || strings.Contains(n, tmpMarker) || n == CapacityFile {
-			continue // a creation interrupted before its root state
+	var sts []*staged
+	for s := range shardCount {
+		if err := r.mkdir(r.shardDirOf(s)); err != nil {
+			abortAll(sts)
+			return err
 		}
-		return fmt.Errorf("%w: %s is missing but the folder holds %s: refusing to create a root over ledger data",
-			ledger.ErrRootMismatch, r.path(RootFile), n)
+		data, err := shardFile(shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)})
+		if err != nil {
+			abortAll(sts)
+			return err
+		}
+		st, err := r.stage(r.shardCapPath(s), data)
+		if err != nil {
+			abortAll(sts)
+			return err
+		}
+		sts = append(sts, st)
 	}
-	if err := r.writeCapacity(capacityState{}); err != nil {
+	// One syncfs for all 256 records, then the renames, then another for the renames: the
+	// root state that follows finds every record durable.
+	if err := r.commitAll(sts); err != nil {
 		return err
 	}
 	now := r.cfg.Clock.Now()
@@ -357,7 +423,80 @@ func (r *root) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return r.writeAtomic(r.path(RootFile), data)
+	return r.replace(r.path(RootFile), data, durableFull)
+}
+
+// commitAll makes the data of the staged files durable with one sync, renames them in the
+// order given, and makes the renames durable with one more.
+func (r *root) commitAll(sts []*staged) error {
+	if len(sts) == 0 {
+		return nil
+	}
+	if err := r.sync.syncData(sts...); err != nil {
+		abortAll(sts)
+		return err
+	}
+	var dirs []string
+	for i, st := range sts {
+		if err := st.rename(); err != nil {
+			abortAll(sts[i+1:])
+			return err
+		}
+		if !st.inPlace {
+			dirs = append(dirs, filepath.Dir(st.path))
+		}
+	}
+	return r.sync.syncDirs(dirs...)
+}
+
+// checkEmptyForCreate refuses to create a root over ledger data: the folder may hold lock
+// files, temporary files and what an interrupted creation left (row folders holding only
+// capacity shards), nothing else.
+func (r *root) checkEmptyForCreate() error {
+	entries, err := r.fs.ReadDir(r.dir)
+	if err != nil {
+		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.dir, err)
+	}
+	refuse := func(n string) error {
+		return fmt.Errorf("%w: %s is missing but the folder holds %s: refusing to create a root over ledger data",
+			ledger.ErrRootMismatch, r.path(RootFile), n)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case strings.HasSuffix(n, ".lock") || strings.Contains(n, tmpMarker):
+		case n == RowsDir:
+			shards, err := r.fs.ReadDir(r.path(RowsDir))
+			if err != nil {
+				return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.path(RowsDir), err)
+			}
+			for _, s := range shards {
+				names, err := r.fs.ReadDir(filepath.Join(r.path(RowsDir), s.Name()))
+				if err != nil {
+					return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, filepath.Join(r.path(RowsDir), s.Name()), err)
+				}
+				for _, f := range names {
+					if f.Name() != ShardCapacityFile && !strings.Contains(f.Name(), tmpMarker) {
+						return refuse(filepath.Join(RowsDir, s.Name(), f.Name()))
+					}
+				}
+			}
+		default:
+			return refuse(n)
+		}
+	}
+	return nil
+}
+
+// mkdir creates dir if it is missing (durability comes with the files written into it).
+func (r *root) mkdir(dir string) error {
+	if err := r.fs.Mkdir(filepath.Dir(dir), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, filepath.Dir(dir), err)
+	}
+	if err := r.fs.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
+	}
+	return nil
 }
 
 func (r *root) readRoot() (rootState, error) {
@@ -368,9 +507,12 @@ func (r *root) readRoot() (rootState, error) {
 		}
 		return rootState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
 	}
-	st, err := decodeRoot(data)
+	st, version, err := decodeRootVersion(data)
 	if err != nil {
 		return rootState{}, fmt.Errorf("%s: %w", r.path(RootFile), err)
+	}
+	if version < FormatVersion {
+		return rootState{}, fmt.Errorf("%w: %s is of format %d: it must be migrated (open it again)", ledger.ErrRootMismatch, r.path(RootFile), version)
 	}
 	return st, nil
 }
@@ -384,133 +526,41 @@ func (r *root) highWater() (time.Time, error) {
 	return time.Unix(0, st.HighWater).UTC(), nil
 }
 
-// persistHighWater raises the persisted high-water to at least t, under the clock lock.
-func (r *root) persistHighWater(ctx context.Context, t time.Time) error {
+// persistRoot raises the persisted high-water to at least t and, when newBatch is set,
+// reserves the next cleanup batch id, under the clock lock. It returns the id reserved.
+func (r *root) persistRoot(ctx context.Context, t time.Time, newBatch bool) (uint64, error) {
 	unlock, err := lockFile(ctx, r.clock, r.cfg.LockWait)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer unlock()
 	st, err := r.readRoot()
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if t.UnixNano() <= st.HighWater {
-		return nil
+	if t.UnixNano() <= st.HighWater && !newBatch {
+		return 0, nil
 	}
-	st.HighWater = t.UnixNano()
+	st.HighWater = max(st.HighWater, t.UnixNano())
+	if newBatch {
+		st.LastBatch++
+	}
 	data, err := encodeJSON(kindRoot, st)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return r.writeAtomic(r.path(RootFile), data)
+	// Full durability: the high-water must be on disk before cleanup deletes anything, and a
+	// batch id must never be handed out twice.
+	return st.LastBatch, r.replace(r.path(RootFile), data, durableFull)
 }
 
-func (r *root) readCapacity() (capacityState, error) {
-	p := r.path(CapacityFile)
-	data, err := r.fs.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return capacityState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
-		}
-		return capacityState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	c, err := decodeCapacity(data)
-	if err != nil {
-		return capacityState{}, fmt.Errorf("%s: %w", p, err)
-	}
-	return c, nil
+func shardName(s int) string { return fmt.Sprintf("%02x", s) }
+
+func (r *root) shardDirOf(s int) string { return filepath.Join(r.dir, RowsDir, shardName(s)) }
+func (r *root) shardCapPath(s int) string {
+	return filepath.Join(r.shardDirOf(s), ShardCapacityFile)
 }
-
-func (r *root) writeCapacity(c capacityState) error {
-	data, err := encodeJSON(kindCapacity, c)
-	if err != nil {
-		return err
-	}
-	return r.writeAtomic(r.path(CapacityFile), data)
-}
-
-// settlePending finishes the bookkeeping of an admission that may have been interrupted: if
-// the pending key's row was never written, its slot is given back. Cleanup never removes the
-// pending key's row, so an absent row can only mean an interrupted admission.
-func (r *root) settlePending(ctx context.Context, key ledger.Key) error {
-	if exists, err := r.rowExists(key); err != nil || exists {
-		return err
-	}
-	unlock, err := lockFile(ctx, r.admission, r.cfg.LockWait)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	c, err := r.readCapacity()
-	if err != nil {
-		return err
-	}
-	if c.Pending == nil || *c.Pending != key {
-		return nil // settled by someone else meanwhile
-	}
-	if err := r.settleLocked(&c); err != nil {
-		return err
-	}
-	return r.writeCapacity(c)
-}
-
-// settleLocked settles c's pending key in memory; the caller holds the admission lock and
-// writes c. A pending row that exists is simply no longer pending. An absent one is an
-// admission that never finished, whose slot is given back, unless an unfinished cleanup batch
-// recorded it as existing (that batch removed it and releases its slot itself).
-func (r *root) settleLocked(c *capacityState) error {
-	if c.Pending == nil {
-		return nil
-	}
-	exists, err := r.rowExists(*c.Pending)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		b, err := r.readBatch()
-		if err != nil {
-			return err
-		}
-		recorded := b != nil && b.ID > c.AppliedBatch && b.Pending != nil && *b.Pending == *c.Pending
-		if !recorded && c.Used > 0 {
-			c.Used--
-		}
-	}
-	c.Pending = nil
-	return nil
-}
-
-// readBatch returns the cleanup batch record, or nil when there is none.
-func (r *root) readBatch() (*batchState, error) {
-	data, err := r.fs.ReadFile(r.path(BatchFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
-	}
-	b, err := decodeBatch(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
-	}
-	return &b, nil
-}
-
-func (r *root) rowExists(key ledger.Key) (bool, error) {
-	_, err := r.fs.Stat(r.statePath(key))
-	if err == nil {
-		return true, nil
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	return false, fmt.Errorf("%w: stat %s: %v", ledger.ErrUnavailable, r.statePath(key), err)
-}
-
-func shardName(key ledger.Key) string { return fmt.Sprintf("%02x", key[0]) }
-
-func (r *root) shardDir(key ledger.Key) string { return filepath.Join(r.dir, RowsDir, shardName(key)) }
+func (r *root) shardDir(key ledger.Key) string { return r.shardDirOf(int(key[0])) }
 func (r *root) statePath(key ledger.Key) string {
 	return filepath.Join(r.shardDir(key), key.String()+".state")
 }
@@ -518,63 +568,13 @@ func (r *root) reportPath(key ledger.Key) string {
 	return filepath.Join(r.shardDir(key), key.String()+".report")
 }
 
-// ensureShardDir creates rows/XX once per process.
-func (r *root) ensureShardDir(key ledger.Key) error {
-	r.mu.Lock()
-	known := r.shardDirs[key[0]]
-	r.mu.Unlock()
-	if known {
-		return nil
-	}
-	if err := r.mkdirDurable(filepath.Join(r.dir, RowsDir)); err != nil {
-		return err
-	}
-	if err := r.mkdirDurable(r.shardDir(key)); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.shardDirs[key[0]] = true
-	r.mu.Unlock()
-	return nil
-}
-
-// mkdirDurable creates dir if it is missing and makes its entry durable in the parent.
-func (r *root) mkdirDurable(dir string) error {
-	err := r.fs.Mkdir(dir, 0o700)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
-	}
-	if err := r.fs.SyncDir(filepath.Dir(dir)); err != nil {
-		return fmt.Errorf("%w: sync %s: %v", ledger.ErrUnavailable, filepath.Dir(dir), err)
-	}
-	return nil
-}
-
-// writeAtomic replaces path with data durably: a temporary file beside it, written and
-// fsynced, renamed over path, and the folder fsynced. A failure before the rename leaves the
-// old file; a failure after it leaves the new one.
-func (r *root) writeAtomic(path string, data []byte) error {
-	st, err := r.stage(path, data)
-	if err != nil {
-		return err
-	}
-	return st.commit()
-}
-
-// staged is a temporary file written and fsynced, not yet renamed into place: invisible to
-// every reader until commit.
-type staged struct {
-	r         *root
-	tmp, path string
-}
-
-// stage writes data durably to a temporary file beside path.
+// stage writes data to a new temporary file beside path and keeps it open, unsynced.
 func (r *root) stage(path string, data []byte) (*staged, error) {
 	var rnd [8]byte
-	if _, err := io.ReadFull(r.cfg.Random, rnd[:]); err != nil {
+	r.randMu.Lock()
+	_, err := io.ReadFull(r.cfg.Random, rnd[:])
+	r.randMu.Unlock()
+	if err != nil {
 		return nil, fmt.Errorf("localfs: temporary name: %w", err)
 	}
 	st := &staged{r: r, tmp: path + tmpMarker + hex.EncodeToString(rnd[:]), path: path}
@@ -582,80 +582,108 @@ func (r *root) stage(path string, data []byte) (*staged, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, st.tmp, err)
 	}
+	st.f = f
 	if _, err := f.Write(data); err != nil {
-		f.Close()
 		return nil, st.abort("write", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, st.abort("fsync", err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, st.abort("close", err)
 	}
 	return st, nil
 }
 
-// abort removes the temporary file (best effort: prepare collects what is left) and describes
-// the failure.
-func (st *staged) abort(op string, err error) error {
-	st.r.fs.Remove(st.tmp)
-	return fmt.Errorf("%w: %s %s: %v", ledger.ErrUnavailable, op, st.path, err)
-}
-
-// commit renames the temporary file into place and fsyncs the folder.
-func (st *staged) commit() error {
-	if err := st.r.fs.Rename(st.tmp, st.path); err != nil {
-		return st.abort("rename", err)
+// stageAt writes data into path at off, in place, and keeps the file open, unsynced.
+func (r *root) stageAt(path string, off int64, data []byte) (*staged, error) {
+	st := &staged{r: r, path: path, inPlace: true}
+	f, err := r.fs.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, path, err)
 	}
-	if err := st.r.fs.SyncDir(filepath.Dir(st.path)); err != nil {
-		return fmt.Errorf("%w: sync folder of %s: %v", ledger.ErrUnavailable, st.path, err)
+	st.f = f
+	if _, err := f.WriteAt(data, off); err != nil {
+		return nil, st.abort("write", err)
 	}
-	return nil
+	return st, nil
 }
 
 // readRow reads and checks a row; an absent row is ErrUnknownDelivery, a damaged one
 // ErrCorrupt naming the file.
-func (r *root) readRow(key ledger.Key) (ledger.Row, error) {
+func (r *root) readRow(key ledger.Key) (storedRow, error) {
 	p := r.statePath(key)
 	data, err := r.fs.ReadFile(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return ledger.Row{}, fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
+			return storedRow{}, fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
 		}
-		return ledger.Row{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+		return storedRow{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 	}
 	return r.decodeRowFile(p, key, data)
 }
 
-func (r *root) decodeRowFile(p string, key ledger.Key, data []byte) (ledger.Row, error) {
+func (r *root) decodeRowFile(p string, key ledger.Key, data []byte) (storedRow, error) {
 	row, err := decodeRow(data, r.cfg.Limits)
 	if err != nil {
-		return ledger.Row{}, fmt.Errorf("%s: %w", p, err)
+		return storedRow{}, fmt.Errorf("%s: %w", p, err)
 	}
 	if row.Key != key {
-		return ledger.Row{}, fmt.Errorf("%s: %w: file holds row %s", p, ledger.ErrCorrupt, row.Key)
+		return storedRow{}, fmt.Errorf("%s: %w: file holds row %s", p, ledger.ErrCorrupt, row.Key)
 	}
 	return row, nil
 }
 
-func (r *root) writeRow(row *ledger.Row) error {
-	data, err := encodeRow(row, r.cfg.Limits)
+// writeRow replaces the row's state file with the given durability. A row read from format 1
+// is written as format 2: its report, if it keeps one, moves inline (the file beside it is
+// then dead: removed here, or collected as debris if that removal is lost).
+func (r *root) writeRow(s *storedRow, d durability) error {
+	if s.v1 && len(s.Frozen) == 0 && (s.State == ledger.StateSaved || s.State == ledger.StateAbandoned) && !s.Report.IsZero() {
+		rep, err := r.readReportFile(s)
+		switch {
+		case err == nil:
+			s.Frozen = rep
+		case s.State == ledger.StateAbandoned && errors.Is(err, ledger.ErrCorrupt):
+			// Abandoned by a version that did not keep its report: nothing to carry.
+		default:
+			return err
+		}
+	}
+	data, err := encodeRow(s, r.cfg.Limits)
 	if err != nil {
 		return err
 	}
-	if err := r.ensureShardDir(row.Key); err != nil {
+	if s.v1 {
+		// The format 1 report file is removed next: the state that no longer needs it must be
+		// on disk first, or a crash could keep the removal and lose the rename. Once per row.
+		d = durableFull
+	}
+	if err := r.replace(r.statePath(s.Key), data, d); err != nil {
 		return err
 	}
-	return r.writeAtomic(r.statePath(row.Key), data)
+	if s.v1 {
+		s.v1 = false
+		r.removeQuietly(r.reportPath(s.Key))
+	}
+	return nil
 }
 
-func (r *root) readReport(row *ledger.Row) ([]byte, error) {
-	p := r.reportPath(row.Key)
+// removeQuietly removes a file that has become debris; a removal that fails leaves it to
+// debris collection.
+func (r *root) removeQuietly(p string) { r.fs.Remove(p) }
+
+// report returns the report a saved or abandoned row keeps.
+func (r *root) report(s *storedRow) ([]byte, error) {
+	if s.v1 {
+		return r.readReportFile(s)
+	}
+	if len(s.Frozen) == 0 {
+		return nil, fmt.Errorf("%w: %s: the %v row keeps no report", ledger.ErrCorrupt, r.statePath(s.Key), s.State)
+	}
+	return append([]byte(nil), s.Frozen...), nil
+}
+
+// readReportFile reads the report file of a format 1 row.
+func (r *root) readReportFile(s *storedRow) ([]byte, error) {
+	p := r.reportPath(s.Key)
 	data, err := r.fs.ReadFile(p)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s: the %v row names a report that is missing", ledger.ErrCorrupt, p, row.State)
+			return nil, fmt.Errorf("%w: %s: the %v row names a report that is missing", ledger.ErrCorrupt, p, s.State)
 		}
 		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 	}
@@ -663,7 +691,7 @@ func (r *root) readReport(row *ledger.Row) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	if ledger.SumBody(rep) != row.Report.Digest {
+	if ledger.SumBody(rep) != s.Report.Digest {
 		return nil, fmt.Errorf("%w: %s does not match the digest its row recorded", ledger.ErrCorrupt, p)
 	}
 	return rep, nil
@@ -683,5 +711,15 @@ func (r *root) now(row *ledger.Row) (time.Time, error) {
 }
 
 func (r *root) evaluationID() (string, error) {
+	r.randMu.Lock()
+	defer r.randMu.Unlock()
 	return ledger.NewEvaluationID(r.cfg.Random.Read)
+}
+
+func sortInts(xs []int) {
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
 }

@@ -3,6 +3,7 @@ package localfs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,18 +19,22 @@ import (
 	"github.com/amiss-ci/amiss/localfs/faultfs"
 )
 
-// TestLockGrowthIsFixed admits and completes 10,000 deliveries and checks that the root holds
+// TestLockGrowthIsFixed admits and completes 2,000 deliveries (10,000 in the soak) and checks that the root holds
 // the three fixed locks plus at most 256 row-lock shards, however many rows there are.
 func TestLockGrowthIsFixed(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("10,000 deliveries: skipped with -short")
+		t.Skip("2,000 deliveries: skipped with -short")
 	}
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "root")
 	l := openRoot(t, dir, localfs.Config{Clock: ledger.NewManualClock(epoch)})
 	defer l.Close()
-	const n = 10_000
+	// 2,000 keys reach all but a handful of the 256 shards; the soak runs 10,000.
+	n := 2_000
+	if os.Getenv("AMISS_SOAK") != "" {
+		n = 10_000
+	}
 	for i := range n {
 		d := newDelivery(time.Time{})
 		ledgertest.MustAdmit(t, l, d)
@@ -44,7 +49,7 @@ func TestLockGrowthIsFixed(t *testing.T) {
 		}
 	}
 	st, err := l.Stats(ctx)
-	if err != nil || st.Rows != n || st.ByState[ledger.StateDone] != n {
+	if err != nil || st.Rows != int64(n) || st.ByState[ledger.StateDone] != int64(n) {
 		t.Fatalf("stats %+v %v", st, err)
 	}
 }
@@ -95,9 +100,6 @@ func TestOpenFailsClosed(t *testing.T) {
 	}{
 		{"changed record cap", nil, func(l *ledger.Limits) { l.RecordCap++ }, ledger.ErrRootMismatch, localfs.RootFile},
 		{"changed signed-age ceiling", nil, func(l *ledger.Limits) { l.SignedAgeCeiling = time.Hour }, ledger.ErrRootMismatch, localfs.RootFile},
-		{"missing capacity record", func(dir string) error { return os.Remove(filepath.Join(dir, localfs.CapacityFile)) }, nil, ledger.ErrRootMismatch, localfs.CapacityFile},
-		{"damaged capacity record", flipByte(localfs.CapacityFile, 20), nil, ledger.ErrCorrupt, localfs.CapacityFile},
-		{"truncated capacity record", truncate(localfs.CapacityFile, 10), nil, ledger.ErrCorrupt, localfs.CapacityFile},
 		{"damaged root state", flipByte(localfs.RootFile, 30), nil, ledger.ErrCorrupt, localfs.RootFile},
 		{"truncated root state", truncate(localfs.RootFile, 3), nil, ledger.ErrCorrupt, localfs.RootFile},
 		{"missing root state", func(dir string) error { return os.Remove(filepath.Join(dir, localfs.RootFile)) }, nil, ledger.ErrRootMismatch, localfs.RootFile},
@@ -121,6 +123,76 @@ func TestOpenFailsClosed(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), c.names) {
 				t.Fatalf("error does not name %s: %v", c.names, err)
+			}
+		})
+	}
+	// A capacity shard is read by the admissions of its keys and checked by Prepare: a
+	// missing or damaged one fails both closed, naming it, and never admits.
+	shardCases := []struct {
+		name   string
+		damage func(dir string) error
+		want   error
+	}{
+		{"missing capacity shard", func(dir string) error { return os.Remove(filepath.Join(dir, shardFile(0x5a))) }, ledger.ErrRootMismatch},
+		{"damaged capacity shard (both copies)", func(dir string) error {
+			if err := flipByte(shardFile(0x5a), 20)(dir); err != nil {
+				return err
+			}
+			return flipByte(shardFile(0x5a), localfs.ShardSlotForTest+20)(dir)
+		}, ledger.ErrCorrupt},
+		{"truncated capacity shard", truncate(shardFile(0x5a), 10), ledger.ErrCorrupt},
+		{"capacity shard of another folder", func(dir string) error {
+			data, err := os.ReadFile(filepath.Join(dir, shardFile(0x11)))
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, shardFile(0x5a)), data, 0o600)
+		}, ledger.ErrCorrupt},
+	}
+	for _, c := range shardCases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := mk(t)
+			if err := c.damage(dir); err != nil {
+				t.Fatal(err)
+			}
+			_, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits()})
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), shardFile(0x5a)) {
+				t.Fatalf("prepare: %v, want %v naming %s", err, c.want, shardFile(0x5a))
+			}
+			l, err := localfs.Open(ctx, dir, localfs.Config{Limits: testLimits()})
+			if err != nil {
+				t.Fatalf("open (reads no capacity shard): %v", err)
+			}
+			defer l.Close()
+			d := deliveryInShard(0x5a)
+			a, err := l.Admit(ctx, d)
+			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), shardFile(0x5a)) {
+				t.Fatalf("admit into the damaged shard: %+v %v, want %v", a, err, c.want)
+			}
+			if _, err := l.Inspect(ctx, d.Key()); !errors.Is(err, ledger.ErrUnknownDelivery) {
+				t.Fatalf("a refused admission stored a row: %v", err)
+			}
+		})
+	}
+	// One damaged copy of a capacity shard's record loses nothing: the other holds the same.
+	for _, at := range []int{20, localfs.ShardSlotForTest + 20} {
+		t.Run(fmt.Sprintf("one damaged copy of a capacity shard at byte %d", at), func(t *testing.T) {
+			dir := mk(t)
+			l := openRoot(t, dir, localfs.Config{})
+			in := deliveryInShard(0x5a)
+			ledgertest.MustAdmit(t, l, in)
+			l.Close()
+			if err := flipByte(shardFile(0x5a), at)(dir); err != nil {
+				t.Fatal(err)
+			}
+			p, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits()})
+			if err != nil {
+				t.Fatalf("prepare: %v", err)
+			}
+			defer p.Close()
+			st, err := p.Stats(ctx)
+			if err != nil || st.CapacityUsed != st.Rows || st.Rows != 2 {
+				t.Fatalf("stats %+v %v: want both rows counted", st, err)
 			}
 		})
 	}
@@ -186,17 +258,14 @@ func TestDamagedFilesNameTheFile(t *testing.T) {
 			ledgertest.MustSave(t, l, *c.Lease, "verdict")
 			clock.Advance(time.Minute)
 			key := d.Key().String()
-			report := filepath.Join(dir, localfs.RowsDir, key[:2], key+".report")
-			if err := damage(report); err != nil {
-				t.Fatal(err)
-			}
-			_, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w2", time.Minute)
-			if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), report) {
-				t.Fatalf("claim over a %s report: %v", name, err)
-			}
+			// The saved report is kept inside the row's state file.
 			state := filepath.Join(dir, localfs.RowsDir, key[:2], key+".state")
 			if err := damage(state); err != nil {
 				t.Fatal(err)
+			}
+			_, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w2", time.Minute)
+			if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), state) {
+				t.Fatalf("claim over a %s saved state: %v", name, err)
 			}
 			_, err = l.Inspect(ctx, d.Key())
 			if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), state) {
@@ -206,13 +275,20 @@ func TestDamagedFilesNameTheFile(t *testing.T) {
 			if err != nil || v.OK() {
 				t.Fatalf("verify of a %s root: %v %+v", name, err, v)
 			}
-			for _, f := range []string{localfs.CapacityFile, localfs.RootFile} {
+			for _, f := range []string{shardFile(d.Key()[0]), localfs.RootFile} {
 				if err := damage(filepath.Join(dir, f)); err != nil {
 					t.Fatal(err)
 				}
-				_, err := localfs.Open(ctx, dir, localfs.Config{Limits: testLimits()})
+				if f != localfs.RootFile && name == "bit-flipped" {
+					// A capacity shard keeps its record twice; one damaged copy loses nothing
+					// (see TestOpenFailsClosed), so damage the other as well.
+					if err := flipByte(f, localfs.ShardSlotForTest+17)(dir); err != nil {
+						t.Fatal(err)
+					}
+				}
+				_, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits()})
 				if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), f) {
-					t.Fatalf("open with a %s %s: %v", name, f, err)
+					t.Fatalf("prepare with a %s %s: %v", name, f, err)
 				}
 			}
 		})
@@ -246,8 +322,8 @@ func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
 	shard := func(d ledger.Delivery) string {
 		return filepath.Join(dir, localfs.RowsDir, d.Key().String()[:2])
 	}
-	liveReport := filepath.Join(shard(live), live.Key().String()+".report")
-	data, err := os.ReadFile(liveReport)
+	liveState := filepath.Join(shard(live), live.Key().String()+".state")
+	data, err := os.ReadFile(liveState)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,8 +360,8 @@ func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
 			t.Fatalf("prepare left %s", gone)
 		}
 	}
-	if _, err := os.Stat(liveReport); err != nil {
-		t.Fatalf("prepare removed a live report: %v", err)
+	if _, err := os.Stat(liveState); err != nil {
+		t.Fatalf("prepare removed a live row: %v", err)
 	}
 	c, err := p.Claim(ctx, live.Key(), live.Binding.Digest(), "p", time.Minute)
 	if err != nil || c.Outcome != ledger.Busy {
@@ -335,36 +411,54 @@ func TestColdOpenReadsOnlyTheRootRecords(t *testing.T) {
 	}
 }
 
-// TestLockWaitsAreBounded checks that a held admission lock turns an admission into ErrBusy
-// within the configured wait instead of a hang.
+// TestLockWaitsAreBounded checks that a held row-shard lock turns an admission into that
+// shard into ErrBusy within the configured wait instead of a hang, and that no lock outside the
+// key's own shard stands in an admission's way: not the admission lock, not other shards.
 func TestLockWaitsAreBounded(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "root")
 	l := openRoot(t, dir, localfs.Config{LockWait: 50 * time.Millisecond})
 	defer l.Close()
-	release, err := localfs.HoldLockForTest(ctx, dir, localfs.AdmissionLock)
+	d := deliveryInShard(0x42)
+	release, err := localfs.HoldRowLockForTest(ctx, dir, d.Key())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
-	_, err = l.Admit(ctx, newDelivery(time.Time{}))
+	_, err = l.Admit(ctx, d)
 	if !errors.Is(err, ledger.ErrBusy) {
-		t.Fatalf("admit with the admission lock held elsewhere: %v", err)
+		t.Fatalf("admit with the key's shard lock held elsewhere: %v", err)
 	}
-	// Work on existing rows does not need the admission lock.
 	release()
-	d := newDelivery(time.Time{})
-	ledgertest.MustAdmit(t, l, d)
-	release2, err := localfs.HoldLockForTest(ctx, dir, localfs.AdmissionLock)
-	if err != nil {
-		t.Fatal(err)
+	// Every lock but the key's own shard's held elsewhere: the admission goes through.
+	var held []func()
+	defer func() {
+		for _, r := range held {
+			r()
+		}
+	}()
+	for _, name := range []string{localfs.AdmissionLock, localfs.MaintenanceLock, localfs.ClockLock} {
+		r, err := localfs.HoldLockForTest(ctx, dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, r)
 	}
-	defer release2()
+	for s := range 256 {
+		if s == 0x42 {
+			continue
+		}
+		r, err := localfs.HoldLockForTest(ctx, dir, fmt.Sprintf(".amiss-row-%02x.lock", s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, r)
+	}
+	ledgertest.MustAdmit(t, l, d)
 	if a, err := l.Admit(ctx, d); err != nil || a.Outcome != ledger.Pending {
-		t.Fatalf("re-admission with the admission lock held: %+v %v", a, err)
+		t.Fatalf("re-admission: %+v %v", a, err)
 	}
 	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease, "r"))
-
 }
 
 // TestCloseWaitsForOperationsInFlight: a handle is closed while one of its operations holds a

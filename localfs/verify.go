@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -36,9 +37,9 @@ func ReadLimits(dir string, fsys FS) (ledger.Limits, error) {
 type VerifyReport struct {
 	// Files counts the files read and decoded.
 	Files int
-	// Rows counts the row state files, Reports the report files.
+	// Rows counts the row state files, Reports the format 1 report files.
 	Rows, Reports int
-	// CapacityUsed is the count the capacity record holds.
+	// CapacityUsed is the sum of the capacity shards' counts.
 	CapacityUsed int64
 	// Problems lists every file that failed, and every inconsistency, one line each.
 	Problems []string
@@ -48,9 +49,9 @@ type VerifyReport struct {
 func (v VerifyReport) OK() bool { return len(v.Problems) == 0 }
 
 // Verify reads every file of the root and checks that it decodes, that every saved row's
-// report is present and matches, and that the capacity record does not understate the rows.
-// It changes nothing. progress, when not nil, is called after each row with the rows read and
-// the capacity count (an estimate of the total).
+// report is kept and matches, and that no capacity shard counts fewer slots than the rows
+// that name it. It changes nothing. progress, when not nil, is called after each row with the
+// rows read and the capacity count (an estimate of the total).
 func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64)) (VerifyReport, error) {
 	if err := l.r.begin(); err != nil {
 		return VerifyReport{}, err
@@ -64,12 +65,25 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 	} else {
 		v.Files++
 	}
-	c, err := r.readCapacity()
-	if err != nil {
-		problem("%v", err)
-	} else {
+	used := make([]int64, shardCount)
+	known := make([]bool, shardCount)
+	quotas, all := int64(0), true
+	for s := range shardCount {
+		sh, err := r.readShard(s)
+		if err != nil {
+			problem("%v", err)
+			continue
+		}
 		v.Files++
-		v.CapacityUsed = c.Used
+		used[s], known[s] = sh.Used, true
+		v.CapacityUsed += sh.Used
+		quotas += sh.Quota
+		if sh.Used > sh.Quota {
+			problem("%s: count %d over the shard's quota %d", r.shardCapPath(s), sh.Used, sh.Quota)
+		}
+	}
+	if all = !slices.Contains(known, false); all && quotas != r.cfg.Limits.RecordCap {
+		problem("%s: the capacity shards' quotas add up to %d, the record cap is %d", r.path(RowsDir), quotas, r.cfg.Limits.RecordCap)
 	}
 	if data, err := r.fs.ReadFile(r.path(BatchFile)); err == nil {
 		v.Files++
@@ -79,16 +93,22 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 			problem("%s: a cleanup batch was interrupted; the next cleanup or prepare finishes it", r.path(BatchFile))
 		}
 	}
-	rowsDir := filepath.Join(r.dir, RowsDir)
-	shards, err := r.fs.ReadDir(rowsDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return v, fmt.Errorf("verify: %w: list %s: %v", ledger.ErrUnavailable, rowsDir, err)
+	if data, err := r.fs.ReadFile(r.path(SweepFile)); err == nil {
+		if _, err := decodeSweep(data); err != nil {
+			problem("%s: %v (advisory: the next cleanup rewrites it)", r.path(SweepFile), err)
+		} else {
+			v.Files++
+		}
 	}
-	for _, s := range shards {
+	if _, err := r.fs.Stat(r.path(CapacityFile)); err == nil {
+		problem("%s: the format 1 capacity record was left by a migration (prepare removes it)", r.path(CapacityFile))
+	}
+	charged := make([]int64, shardCount)
+	for s := range shardCount {
 		if err := ctx.Err(); err != nil {
 			return v, err
 		}
-		dir := filepath.Join(rowsDir, s.Name())
+		dir := r.shardDirOf(s)
 		names, err := r.fs.ReadDir(dir)
 		if err != nil {
 			return v, fmt.Errorf("verify: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
@@ -96,8 +116,9 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 		for _, n := range names {
 			p := filepath.Join(dir, n.Name())
 			switch {
+			case n.Name() == ShardCapacityFile:
 			case strings.Contains(n.Name(), tmpMarker):
-				problem("%s: leftover temporary file (prepare collects it)", p)
+				problem("%s: leftover temporary file (prepare or the cleanup sweep collects it)", p)
 			case strings.HasSuffix(n.Name(), ".state"):
 				v.Rows++
 				key, err := ledger.ParseKey(strings.TrimSuffix(n.Name(), ".state"))
@@ -111,16 +132,19 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 					continue
 				}
 				v.Files++
+				charged[row.Shard]++
 				switch row.State {
 				case ledger.StateSaved:
-					if _, err := r.readReport(&row); err != nil {
+					if _, err := r.report(&row); err != nil {
 						problem("%v", err)
 					}
 				case ledger.StateAbandoned:
-					// Kept for Revive by this version; older versions removed it.
-					if _, err := r.fs.Stat(r.reportPath(key)); err == nil {
-						if _, err := r.readReport(&row); err != nil {
-							problem("%v", err)
+					// Kept for Revive; versions before it removed it.
+					if row.v1 {
+						if _, err := r.fs.Stat(r.reportPath(key)); err == nil {
+							if _, err := r.readReportFile(&row); err != nil {
+								problem("%v", err)
+							}
 						}
 					}
 				}
@@ -143,8 +167,10 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 			}
 		}
 	}
-	if v.CapacityUsed < int64(v.Rows) {
-		problem("%s: count %d understates the %d rows stored", r.path(CapacityFile), v.CapacityUsed, v.Rows)
+	for s := range shardCount {
+		if known[s] && used[s] < charged[s] {
+			problem("%s: count %d understates the %d rows holding its slots", r.shardCapPath(s), used[s], charged[s])
+		}
 	}
 	return v, nil
 }

@@ -119,6 +119,13 @@ func runHistory(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryS
 		World: newMemWorld(), Sink: sink, Resolution: h.Resolution(), StoreClocked: h.UsesStoreClock(),
 		Steps: !h.UsesStoreClock(), Config: cfg,
 	}
+	// The root is made first, without faults: the history checks the ledger's operations, and
+	// making a root is a one-time step with tests of its own.
+	first, err := newCaller(ctx, env, cfg.Workers+1, false, rand.New(rand.NewPCG(cfg.Seed, 0)))
+	if err != nil {
+		t.Fatalf("make the root: %v", err)
+	}
+	first.l.Close()
 	var reopens atomic.Int64
 	stop := make(chan struct{})
 	cleaned := make(chan int, 1)

@@ -277,6 +277,11 @@ func (w *wrappedFile) Write(p []byte) (n int, err error) {
 	return n, err
 }
 
+func (w *wrappedFile) WriteAt(p []byte, off int64) (n int, err error) {
+	err = w.f.do(OpWrite, w.name, func() error { n, err = w.base.WriteAt(p, off); return err })
+	return n, err
+}
+
 func (w *wrappedFile) Sync() error {
 	return w.f.do(OpSync, w.name, func() error { return w.base.Sync() })
 }
@@ -293,6 +298,9 @@ func (w *wrappedFile) Close() error {
 }
 
 func (w *wrappedFile) Fd() uintptr { return w.base.Fd() }
+
+// Flock passes advisory locks on to the wrapped file (which may model their cost).
+func (w *wrappedFile) Flock(how int) error { return vfs.Flock(w.base, how) }
 
 // CrashAfter returns a rule that lets n mutating operations pass and then crashes (with
 // Crash, or CrashAfterEffect when afterEffect is set).

@@ -37,6 +37,8 @@ type FS interface {
 // File is an open file.
 type File interface {
 	Write(p []byte) (int, error)
+	// WriteAt writes at an offset without moving the file's position (pwrite).
+	WriteAt(p []byte, off int64) (int, error)
 	Sync() error
 	Close() error
 	Fd() uintptr

@@ -1,0 +1,427 @@
+package localfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Capacity is sharded like the rows: capacity shard XX lives in rows/XX/capacity.state and is
+// guarded by row shard XX's lock. Its quota is its share of the record cap (the quotas add up
+// to the cap). An admission takes
+// a slot from its key's home shard, under the one lock it takes anyway; only when that shard
+// is full does it look at the others (reading their records without locks, then locking the
+// chosen one), so Full is answered only when every shard is full. A row records the shard
+// whose slot it holds, and cleanup gives the slot back there.
+//
+// A shard's count may overstate the rows holding its slots, never understate them. The slot
+// is counted before the row exists: the shard record, with the key pending, is written in
+// place and synced before the row is renamed into place, so a crash can leave the count
+// without the row (settled below) but never the row without the count.
+
+// quota is shard s's share of the record cap in a new root. A shard's quota is kept in its
+// record (a migrated root shares the cap out according to the rows it already holds); the
+// quotas of all shards add up to the record cap.
+func quota(recordCap int64, s int) int64 {
+	q := recordCap / shardCount
+	if int64(s) < recordCap%shardCount {
+		q++
+	}
+	return q
+}
+
+func (r *root) readShard(s int) (shardState, error) {
+	p := r.shardCapPath(s)
+	data, err := r.fs.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+		}
+		return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	sh, err := decodeShardFile(data)
+	if err == nil && sh.Shard != s {
+		err = fmt.Errorf("%w: the record of shard %d holds shard %d", ledger.ErrCorrupt, s, sh.Shard)
+	}
+	if err != nil {
+		return shardState{}, fmt.Errorf("%s: %w", p, err)
+	}
+	return sh, nil
+}
+
+// stageShard writes sh, as the next record, over the shard's file in place (both copies, one
+// write); the caller syncs its data (commitAll) under the shard's lock.
+func (r *root) stageShard(sh shardState) (*staged, error) {
+	sh.Seq++
+	data, err := shardFile(sh)
+	if err != nil {
+		return nil, err
+	}
+	return r.stageAt(r.shardCapPath(sh.Shard), 0, data)
+}
+
+// settle judges the shard's pending keys; the caller holds the shard's lock, so no admission
+// that took one of its slots is in flight. A pending key whose row exists and holds this
+// shard's slot keeps it; one whose row is absent, or holds another shard's slot, gives it back
+// (the admission never finished, or was repeated and took another slot), unless an unfinished
+// cleanup batch removed that row (the batch gives the slot back itself, once). A pending row
+// that cannot be read keeps its slot (an overstatement). It reports whether sh changed.
+func (r *root) settle(sh *shardState) (changed bool, err error) {
+	if len(sh.Pending) == 0 {
+		return false, nil
+	}
+	used := sh.Used
+	defer func() {
+		if err == nil && sh.Used < used {
+			err = r.bumpRoom() // room appears: a cached proof of Full is void from now on
+		}
+	}()
+	var batch *batchState
+	batchRead := false
+	keep := sh.Pending[:0:0]
+	for _, k := range sh.Pending {
+		row, err := r.readRow(k)
+		switch {
+		case err == nil && row.Shard == sh.Shard:
+			continue // the row holds the slot
+		case err == nil || errors.Is(err, ledger.ErrUnknownDelivery):
+			if err != nil {
+				if !batchRead {
+					if batch, err = r.readBatch(); err != nil {
+						return false, err
+					}
+					batchRead = true
+				}
+				if batch != nil && batch.ID > sh.AppliedBatch && batch.has(k, sh.Shard) {
+					continue // the batch releases it
+				}
+			}
+			if sh.Used > 0 {
+				sh.Used--
+			}
+		case errors.Is(err, ledger.ErrCorrupt):
+			keep = append(keep, k)
+		default:
+			return false, err
+		}
+	}
+	sh.Pending = keep
+	return true, nil
+}
+
+// settleShards settles the pending keys of the given capacity shards, each under its lock. The
+// sweep calls it for the folders it lists, so one lap gives back every slot an interrupted
+// admission left with no row, even in a shard no admission comes to again. A shard with no
+// pending key costs one read and no lock.
+func (r *root) settleShards(ctx context.Context, shards []int) error {
+	for _, s := range shards {
+		sh, err := r.readShard(s)
+		if err != nil {
+			return err
+		}
+		if len(sh.Pending) == 0 {
+			continue
+		}
+		if err := r.settleShard(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *root) settleShard(ctx context.Context, s int) error {
+	unlock, err := r.lockShard(ctx, byte(s))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sh, err := r.readShard(s) // again, under the lock: an admission may have changed it
+	if err != nil {
+		return err
+	}
+	changed, err := r.settle(&sh)
+	if err != nil || !changed {
+		return err
+	}
+	r.sync.enter()
+	defer r.sync.exit()
+	st, err := r.stageShard(sh)
+	if err != nil {
+		return err
+	}
+	return r.commitAll([]*staged{st})
+}
+
+func (b *batchState) has(k ledger.Key, shard int) bool {
+	for _, e := range b.Entries {
+		if e.Key == k && e.Shard == shard {
+			return true
+		}
+	}
+	return false
+}
+
+// admitNew admits a key that had no row when its shard was last looked at. It holds the home
+// shard's lock (and nothing else) on the common path.
+func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	r := l.r
+	key := d.Key()
+	home := int(key[0])
+	unlock, err := r.lockShard(ctx, byte(home))
+	if err != nil {
+		return ledger.Admission{}, err
+	}
+	a, full, err := l.admitIn(ctx, d, home, home)
+	unlock()
+	if err != nil || !full {
+		return a, err
+	}
+	return l.borrow(ctx, d)
+}
+
+// admitIn decides the admission of d with a slot of shard s, holding the locks of s and of
+// the key's home shard. full reports that s has no room (nothing was written).
+func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (ledger.Admission, bool, error) {
+	r := l.r
+	key := d.Key()
+	// Another admission may have created the row while no lock was held.
+	if row, err := r.readRow(key); err == nil {
+		a, err := r.readmitLocked(&row, d)
+		return a, false, err
+	} else if !errors.Is(err, ledger.ErrUnknownDelivery) {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	// Only freshness needs the persisted high-water; a permanent delivery is decided without it
+	// (every later decision on the row takes the high-water into account anyway).
+	now := r.cfg.Clock.Now()
+	if !d.SignedAt.IsZero() {
+		var err error
+		if now, err = r.now(nil); err != nil {
+			return ledger.Admission{}, false, err
+		}
+	}
+	id, err := r.evaluationID()
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	row, outcome, err := ledger.NewRow(d, r.cfg.Limits, now, id)
+	if err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	if outcome != ledger.Admitted {
+		return ledger.Admission{Outcome: outcome, Key: key}, false, nil
+	}
+	rec := storedRow{rowRecord: rowRecord{Row: row, Shard: s}}
+	data, err := encodeRow(&rec, r.cfg.Limits) // refuse an oversized state before any write
+	if err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	sh, err := r.readShard(s)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	changed, err := r.settle(&sh)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	if sh.Used >= sh.Quota {
+		if changed {
+			// Keep what settling found (slots given back), durably: a full shard is read again
+			// by every admission that borrows.
+			st, err := r.stageShard(sh)
+			if err == nil {
+				err = r.commitAll([]*staged{st})
+			}
+			if err != nil {
+				return ledger.Admission{}, false, err
+			}
+		}
+		return ledger.Admission{}, true, nil
+	}
+	sh.Used++
+	sh.Pending = append(sh.Pending, key)
+	r.sync.enter()
+	defer r.sync.exit()
+	capSt, err := r.stageShard(sh)
+	if err != nil {
+		return ledger.Admission{}, false, err
+	}
+	rowSt, err := r.stage(r.statePath(key), data)
+	if err != nil {
+		abortAll([]*staged{capSt})
+		return ledger.Admission{}, false, err
+	}
+	// The record is written in place and the row to a temporary file; one sync makes both
+	// durable, and only then is the row renamed into place (and its folder synced): the
+	// count covers the row before the row exists, whichever folder the slot comes from.
+	if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	return row.Admission(ledger.Admitted), false, nil
+}
+
+// borrow admits d with a slot of another shard, the home shard being full. It reads every
+// shard's record without locks to find candidates (a shard with room, or with pending keys
+// that settling may free), then tries them one by one under the locks of the candidate and of
+// the home shard, taken in ascending order. Full is answered when no shard has room.
+func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	r := l.r
+	key := d.Key()
+	home := int(key[0])
+	// A refusal proved by an earlier scan stands while no shard has gained room since.
+	epoch, known := r.roomEpoch()
+	r.mu.Lock()
+	proved := r.fullProof
+	r.mu.Unlock()
+	if known && proved != nil && *proved == epoch {
+		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
+	}
+	states, err := r.readAllShards(ctx)
+	if err != nil {
+		return ledger.Admission{}, err
+	}
+	var mine, roomy, pending []int
+	for s, sh := range states {
+		switch {
+		case slices.Contains(sh.Pending, key):
+			// An earlier admission of this key took a slot here and was interrupted:
+			// settling gives that slot back, and this admission takes it again.
+			mine = append(mine, s)
+		case sh.Used < sh.Quota:
+			roomy = append(roomy, s)
+		case len(sh.Pending) > 0:
+			pending = append(pending, s)
+		}
+	}
+	// Start at a shard that depends on the key, so borrowers spread over the shards.
+	rotate := func(xs []int) []int {
+		if len(xs) == 0 {
+			return xs
+		}
+		i := int(key[1]) % len(xs)
+		return append(xs[i:len(xs):len(xs)], xs[:i]...)
+	}
+	for _, s := range slices.Concat(mine, rotate(roomy), pending) {
+		unlock, err := r.lockShards(ctx, []int{home, s})
+		if err != nil {
+			return ledger.Admission{}, err
+		}
+		a, full, err := l.admitIn(ctx, d, s, home)
+		unlock()
+		if err != nil || !full {
+			return a, err
+		}
+	}
+	// Every shard was full when read, and none gained room between the two readings of the
+	// epoch (a release changes it before it shows): Full is proved for this epoch.
+	if after, ok := r.roomEpoch(); known && ok && after == epoch {
+		r.mu.Lock()
+		r.fullProof = &epoch
+		r.mu.Unlock()
+	}
+	return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
+}
+
+// The room epoch (.amiss-room.epoch) changes, to a fresh random value, before any capacity
+// shard gains room (a cleanup batch's release, a pending slot given back). A process that has
+// read every shard full keeps the epoch it saw before and after that scan, and answers Full
+// without scanning again while the epoch is the same: one read instead of 256 for every
+// refusal of a full root. The file is not synced: it orders what live processes see, and a
+// crash that loses it also ends the processes that could have kept a proof (EFS loses
+// nothing). An unreadable one proves nothing (every refusal scans); none at all means no
+// room has appeared since the root was made. A release that cannot change it fails, before
+// any shard shows the room.
+
+func (r *root) roomEpoch() (uint64, bool) {
+	data, err := r.fs.ReadFile(r.path(RoomFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, true // no room has appeared since the root was made
+	}
+	if err != nil {
+		return 0, false
+	}
+	_, payload, err := decodeFrame(kindRoom, data, 64)
+	if err != nil || len(payload) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(payload), true
+}
+
+// bumpRoom gives the room epoch a fresh value. The caller gives room only if it succeeds.
+func (r *root) bumpRoom() error {
+	r.mu.Lock()
+	r.fullProof = nil
+	r.mu.Unlock()
+	var v [8]byte
+	r.randMu.Lock()
+	_, err := io.ReadFull(r.cfg.Random, v[:])
+	r.randMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("localfs: room epoch: %w", err)
+	}
+	v[0] |= 1 // never 0, the value of a root that has none yet
+	f, err := r.fs.OpenFile(r.path(RoomFile), os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, r.path(RoomFile), err)
+	}
+	_, werr := f.WriteAt(encodeFrame(kindRoom, v[:]), 0)
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		return fmt.Errorf("%w: write %s: %v", ledger.ErrUnavailable, r.path(RoomFile), err)
+	}
+	return nil
+}
+
+// readAllShards reads every capacity shard's record (without locks: each is replaced
+// atomically), a few at a time.
+func (r *root) readAllShards(ctx context.Context) ([]shardState, error) {
+	out := make([]shardState, shardCount)
+	errs := make([]error, shardCount)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range next {
+				out[s], errs[s] = r.readShard(s)
+			}
+		}()
+	}
+	for s := range shardCount {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- s
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ledger.ErrBusy, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// capacityUsed sums the shards' counts.
+func (r *root) capacityUsed(ctx context.Context) (int64, []shardState, error) {
+	states, err := r.readAllShards(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	total := int64(0)
+	for _, sh := range states {
+		total += sh.Used
+	}
+	return total, states, nil
+}

@@ -1,0 +1,109 @@
+package localfs_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
+	"github.com/amiss-ci/amiss/localfs"
+	"github.com/amiss-ci/amiss/localfs/faultfs"
+)
+
+// TestRefusalOfAFullRoot: a full root refuses a new key after reading every capacity shard
+// once; later refusals read only the room epoch, until a slot is freed anywhere (here by
+// another process's cleanup), after which the next new key is admitted, not refused.
+func TestRefusalOfAFullRoot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	limits := testLimits()
+	limits.RecordCap = 20
+	clock := ledger.NewManualClock(epoch)
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	l := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock, FS: fsys})
+	defer l.Close()
+	var first ledger.Delivery
+	for i := range 20 {
+		d := newDelivery(clock.Now())
+		ledgertest.MustAdmit(t, l, d)
+		if i == 0 {
+			first = d
+		}
+	}
+	refuse := func() faultfs.Counts {
+		t.Helper()
+		fsys.Counter().Reset()
+		if a, err := l.Admit(ctx, newDelivery(time.Time{})); err != nil || a.Outcome != ledger.Full {
+			t.Fatalf("admission into a full root: %+v %v", a, err)
+		}
+		return fsys.Counter().Snapshot()
+	}
+	scan := refuse()
+	if scan.ByOp[faultfs.OpReadFile] < 256 {
+		t.Fatalf("the first refusal read %d files: it must read every shard", scan.ByOp[faultfs.OpReadFile])
+	}
+	again := refuse()
+	writes := again.ByOp[faultfs.OpWrite] + again.ByOp[faultfs.OpRename] + again.ByOp[faultfs.OpRemove] + again.Fsyncs
+	if again.ByOp[faultfs.OpReadFile] > 6 || again.Listings != 0 || writes != 0 {
+		// (An open may be the key's row-lock file, opened once per process.)
+		t.Fatalf("a second refusal: %v, want a few reads and no write", again)
+	}
+	t.Logf("refusal: %v the first time, %v after", scan, again)
+	// Another process frees a slot.
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, first, ledger.Execute).Lease, "r"))
+	other := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock})
+	clock.Advance(3 * time.Hour)
+	rep, err := other.Cleanup(ctx, "")
+	other.Close()
+	if err != nil || len(rep.Removed) != 1 {
+		t.Fatalf("cleanup: %+v %v", rep, err)
+	}
+	ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
+	refuse()
+}
+
+// TestCleanupGivesBackTheSlotOfACutAdmission: an admission that dies after its slot is
+// durable and before its row is renamed into place holds a slot with no row. With no later
+// admission in that shard to settle it, one cleanup lap must give it back: a slot held for
+// good shrinks the root until it refuses every delivery.
+func TestCleanupGivesBackTheSlotOfACutAdmission(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	clock := ledger.NewManualClock(epoch)
+	openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock}).Close()
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	fsys.SetRule("die at the row's rename", func(op faultfs.Op, p string) faultfs.Action {
+		if op == faultfs.OpRename && filepath.Ext(p) == ".state" && filepath.Base(p) != localfs.ShardCapacityFile {
+			return faultfs.Crash
+		}
+		return faultfs.Pass
+	})
+	dying := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
+	if _, err := dying.Admit(ctx, newDelivery(time.Time{})); err == nil {
+		t.Fatal("the admission survived its crash")
+	}
+	dying.Close()
+	l := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock})
+	defer l.Close()
+	st, err := l.Stats(ctx)
+	if err != nil || st.Rows != 0 || st.CapacityUsed != 1 {
+		t.Fatalf("after the cut admission: %+v %v, want no row and one slot held", st, err)
+	}
+	for cur := ledger.Cursor(""); ; {
+		rep, err := l.Cleanup(ctx, cur)
+		if err != nil {
+			t.Fatalf("cleanup: %v", err)
+		}
+		if rep.Done {
+			break
+		}
+		cur = rep.Next
+	}
+	if st, err = l.Stats(ctx); err != nil || st.CapacityUsed != 0 {
+		t.Fatalf("after a cleanup lap: %+v %v, want the slot given back", st, err)
+	}
+}

@@ -1,0 +1,274 @@
+package localfs
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// syncer is the FileLedger's group commit. An operation that needs its writes durable hands
+// the syncer what it needs (the data of some staged files, the entries of some folders) and
+// waits. One caller at a time leads: it takes every request gathered so far, makes them all
+// durable with as few syncs as it can, and answers each one; requests that arrive meanwhile
+// wait for the next round, led by the first of them. A caller is answered only after a sync
+// that started after its request has finished, so no caller is answered before its own
+// writes are durable, and a sync that fails fails every request it carried.
+//
+// A round of one request with one file or one folder syncs exactly that (fsync); a round
+// with more calls syncfs(2) once, which makes everything written to the file system durable,
+// data and folder entries alike. Operations keep their own locks while they wait, so what a
+// round carries was decided under those locks.
+type syncer struct {
+	fs  FS
+	dir string
+
+	mu      sync.Mutex
+	running bool
+	waiting []*syncReq
+	// writers counts the operations between enter and exit: staging files, waiting for a
+	// round, renaming. A leader gives those not waiting yet a moment (at most maxDelay) to
+	// join its round, so concurrent writers share one sync instead of following each other.
+	writers  int
+	maxDelay time.Duration
+	// gather, for tests, makes a leader wait (up to gatherWait) until that many requests are
+	// in its round, so a round of several is certain.
+	gather     int
+	gatherWait time.Duration
+	// afterSync, for tests, runs after a round's sync and before its callers are answered.
+	afterSync func(n int)
+}
+
+// syncReq is one operation's need: the data of files (open, written, not yet synced) and the
+// entries of folders.
+type syncReq struct {
+	files []File
+	names []string // the files' names, for errors
+	dirs  []string
+	done  chan error
+	lead  chan struct{}
+}
+
+func newSyncer(fsys FS, dir string) *syncer {
+	return &syncer{fs: fsys, dir: dir, maxDelay: 400 * time.Microsecond}
+}
+
+// enter registers an operation that is about to write and sync; exit ends it.
+func (s *syncer) enter() {
+	s.mu.Lock()
+	s.writers++
+	s.mu.Unlock()
+}
+
+func (s *syncer) exit() {
+	s.mu.Lock()
+	s.writers--
+	s.mu.Unlock()
+}
+
+// syncData makes the data of the staged files durable (their temporary names included).
+func (s *syncer) syncData(sts ...*staged) error {
+	req := &syncReq{}
+	for _, st := range sts {
+		req.files = append(req.files, st.f)
+		req.names = append(req.names, st.tmp)
+	}
+	return s.sync(req)
+}
+
+// syncDirs makes the entries of the folders durable: every rename or removal made in them
+// before the call.
+func (s *syncer) syncDirs(dirs ...string) error {
+	return s.sync(&syncReq{dirs: dedupe(dirs)})
+}
+
+func dedupe(xs []string) []string {
+	out := xs[:0:0]
+	seen := map[string]bool{}
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (s *syncer) sync(req *syncReq) error {
+	if len(req.files) == 0 && len(req.dirs) == 0 {
+		return nil
+	}
+	req.done = make(chan error, 1)
+	req.lead = make(chan struct{}, 1)
+	s.mu.Lock()
+	s.waiting = append(s.waiting, req)
+	if s.running {
+		s.mu.Unlock()
+		select {
+		case err := <-req.done:
+			return err
+		case <-req.lead:
+		}
+	} else {
+		s.running = true
+		s.mu.Unlock()
+	}
+	return s.leadRound(req)
+}
+
+// leadRound runs one round, which includes req, and hands the lead to the next waiting
+// request, if any.
+func (s *syncer) leadRound(req *syncReq) error {
+	if s.gather > 1 {
+		deadline := time.Now().Add(s.gatherWait)
+		for time.Now().Before(deadline) {
+			s.mu.Lock()
+			n := len(s.waiting)
+			s.mu.Unlock()
+			if n >= s.gather {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Writers that are staging or renaming will ask for a sync in a moment: wait for them
+	// (briefly) rather than sync without them and make them wait a whole round.
+	for deadline := time.Now().Add(s.maxDelay); ; {
+		s.mu.Lock()
+		busy := s.writers - len(s.waiting)
+		s.mu.Unlock()
+		if busy <= 0 || !time.Now().Before(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	s.mu.Lock()
+	round := s.waiting
+	s.waiting = nil
+	s.mu.Unlock()
+	err := s.run(round)
+	if s.afterSync != nil {
+		s.afterSync(len(round))
+	}
+	for _, r := range round {
+		if r != req {
+			r.done <- err
+		}
+	}
+	s.mu.Lock()
+	if len(s.waiting) > 0 {
+		s.waiting[0].lead <- struct{}{}
+	} else {
+		s.running = false
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// run makes one round durable.
+func (s *syncer) run(round []*syncReq) error {
+	if len(round) == 1 {
+		r := round[0]
+		switch {
+		case len(r.files) == 1 && len(r.dirs) == 0:
+			if err := r.files[0].Sync(); err != nil {
+				return fmt.Errorf("%w: fsync %s: %v", ledger.ErrUnavailable, r.names[0], err)
+			}
+			return nil
+		case len(r.files) == 0 && len(r.dirs) == 1:
+			if err := s.fs.SyncDir(r.dirs[0]); err != nil {
+				return fmt.Errorf("%w: sync folder %s: %v", ledger.ErrUnavailable, r.dirs[0], err)
+			}
+			return nil
+		}
+	}
+	if err := s.fs.SyncFS(s.dir); err != nil {
+		return fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, s.dir, err)
+	}
+	return nil
+}
+
+// staged is a temporary file written, open and not yet synced, then renamed into place:
+// invisible to every reader until renamed.
+type staged struct {
+	r         *root
+	f         File
+	tmp, path string
+	// inPlace: written into path itself (a slot of a capacity shard); nothing to rename.
+	inPlace bool
+}
+
+// abort closes and removes the temporary file (best effort: debris collection takes what is
+// left) and describes the failure.
+func (st *staged) abort(op string, err error) error {
+	if st.f != nil {
+		st.f.Close()
+		st.f = nil
+	}
+	if !st.inPlace {
+		st.r.fs.Remove(st.tmp)
+	}
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %s %s: %v", ledger.ErrUnavailable, op, st.path, err)
+}
+
+// rename closes the synced temporary file and renames it into place.
+func (st *staged) rename() error {
+	if err := st.f.Close(); err != nil {
+		st.f = nil
+		return st.abort("close", err)
+	}
+	st.f = nil
+	if st.inPlace {
+		return nil
+	}
+	if err := st.r.fs.Rename(st.tmp, st.path); err != nil {
+		return st.abort("rename", err)
+	}
+	return nil
+}
+
+func abortAll(sts []*staged) {
+	for _, st := range sts {
+		if st != nil && st.f != nil {
+			st.abort("", nil)
+		}
+	}
+}
+
+// Durability classes of a single-file replacement.
+type durability int
+
+const (
+	// durableData: the file's data is synced before it is renamed into place, so the name
+	// never points at bytes that a crash could lose; the rename itself is not synced. Used
+	// where a lost rename is harmless (see the argument beside each caller).
+	durableData durability = iota + 1
+	// durableFull: the data and then the folder entry are synced before the caller is
+	// answered.
+	durableFull
+)
+
+// replace writes data to path by atomic replacement with the given durability.
+func (r *root) replace(path string, data []byte, d durability) error {
+	r.sync.enter()
+	defer r.sync.exit()
+	st, err := r.stage(path, data)
+	if err != nil {
+		return err
+	}
+	if err := r.sync.syncData(st); err != nil {
+		return st.abort("sync", err)
+	}
+	if err := st.rename(); err != nil {
+		return err
+	}
+	if d == durableFull {
+		return r.sync.syncDirs(filepath.Dir(path))
+	}
+	return nil
+}
