@@ -110,8 +110,13 @@ func writeFixture(t *testing.T, dir string) {
 func openFixture(t *testing.T, prefix string, clock ledger.Clock, create bool, random io.Reader) *objstore.Ledger {
 	t.Helper()
 	ctx := context.Background()
+	// The fixture's clock is the store's: every answer's Date reports it, so a fixture is
+	// written at its epoch whenever it is regenerated.
+	tr := newTransport(&counter{})
+	tr.setStoreClock(clock)
 	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
-		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Timeout: 30 * time.Second}})
+		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		DisableClockSkewCorrection: true})
 	if err != nil {
 		t.Fatal(err)
 	}
