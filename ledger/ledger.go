@@ -135,6 +135,12 @@ func (d Delivery) Validate() error {
 	return nil
 }
 
+// Timed reports whether the delivery carries a time its freshness is decided on (a signed
+// time or a body time). A backend must decide the admission of a timed delivery on the
+// ledger's effective now, the persisted high-water included: after a row was forgotten, only
+// the high-water keeps a replay of it stale when the clock steps back.
+func (d Delivery) Timed() bool { return !d.SignedAt.IsZero() || !d.BodyAt.IsZero() }
+
 // Lifetime says what bounds a row's replay memory.
 type Lifetime int
 
