@@ -9,3 +9,7 @@ func EncodeMaintenanceForTest(owner string, fence uint64, until int64) ([]byte, 
 const MaintenanceName = maintenanceName
 
 var RowName = rowName
+
+// RereadRootNextForTest makes the handle's next admission re-read the root, as it does once a
+// minute.
+func RereadRootNextForTest(l *Ledger) { l.hwRead.Store(-int64(hwRefresh)) }

@@ -109,6 +109,15 @@ func writeFixture(t *testing.T, dir string) {
 
 func openFixture(t *testing.T, prefix string, clock ledger.Clock, create bool, random io.Reader) *objstore.Ledger {
 	t.Helper()
+	l, err := openFixtureWith(prefix, clock, create, random, fixtureLimits())
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	return l
+}
+
+// openFixtureWith opens a fixture ledger with the given limits.
+func openFixtureWith(prefix string, clock ledger.Clock, create bool, random io.Reader, limits ledger.Limits) (*objstore.Ledger, error) {
 	ctx := context.Background()
 	// The fixture's clock is the store's: every answer's Date reports it, so a fixture is
 	// written at its epoch whenever it is regenerated.
@@ -118,14 +127,10 @@ func openFixture(t *testing.T, prefix string, clock ledger.Clock, create bool, r
 		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
 		DisableClockSkewCorrection: true})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: prefix, Limits: fixtureLimits(),
+	return objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: prefix, Limits: limits,
 		Clock: clock, Create: create, Shards: 4, Random: random, Owner: "fixture-cleanup"})
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	return l
 }
 
 // uploadFixture copies a fixture folder under a new prefix.
