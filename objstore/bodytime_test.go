@@ -13,7 +13,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/amiss-ci/amiss/ledger"
-		"github.com/amiss-ci/amiss/objstore"
+	"github.com/amiss-ci/amiss/objstore"
 )
 
 // rootObject reads the root object under prefix as stored: its format version and limits.
