@@ -112,7 +112,7 @@ func giteaBodyTime(body []byte) (time.Time, string) {
 }
 
 type bitbucketTimes struct {
-	EventKey *string        `json:"eventKey"`
+	EventKey *string         `json:"eventKey"`
 	Date     json.RawMessage `json:"date"`
 }
 
