@@ -8,7 +8,10 @@
 //	                +----------+ (lease expired or released)
 //
 // and is forgotten by Cleanup only when it is done or abandoned, its replay retention has
-// ended, and it is not permanent.
+// ended, and it is not permanent. A row's lifetime is fixed when it is written: permanent when
+// nothing the signature proves says when the delivery stops being acceptable, or bounded by a
+// signed time (a header the signature covers) or by a body time (a time the provider set inside
+// the signed body), each with its ceiling recorded in the root's Limits.
 //
 // The package holds no I/O. Besides the types and the Ledger interface, it holds the state
 // machine itself (Row and its transition methods), so that every backend makes the same

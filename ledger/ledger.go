@@ -104,6 +104,17 @@ type Delivery struct {
 	// MaxAge is the route's accepted signed age. Zero means the controller's ceiling; a value
 	// above the ceiling is clamped to it, so a route can only narrow.
 	MaxAge time.Duration
+	// BodyAt is a time the provider itself set inside the signed body, at or after the event,
+	// that no sender chooses (the tables in docs/providers say which field, per provider and
+	// event kind). Like a signed time it bounds the replay lifetime: the delivery is accepted
+	// while BodyAt is within the accepted body age of the ledger's effective now, and its row
+	// is retained until every copy of the body has gone stale. The zero time means the body
+	// carries no such time; so does any BodyAt on a root that records no body-age ceiling: the
+	// row is then permanent. A delivery has at most one of SignedAt and BodyAt.
+	BodyAt time.Time
+	// MaxBodyAge is the route's accepted body age. Zero means the body-age ceiling; a value
+	// above it is clamped to it, so a route can only narrow.
+	MaxBodyAge time.Duration
 }
 
 // Key returns the delivery key.
@@ -115,10 +126,66 @@ func (d Delivery) Validate() error {
 	if b.Route == "" || b.Scheme == "" || b.Identity == "" {
 		return fmt.Errorf("%w: binding needs route, scheme and identity", ErrInvalid)
 	}
-	if d.MaxAge < 0 {
+	if d.MaxAge < 0 || d.MaxBodyAge < 0 {
 		return fmt.Errorf("%w: negative accepted age", ErrInvalid)
 	}
+	if !d.SignedAt.IsZero() && !d.BodyAt.IsZero() {
+		return fmt.Errorf("%w: a delivery has a signed time or a body time, not both", ErrInvalid)
+	}
 	return nil
+}
+
+// Timed reports whether the delivery carries a time its freshness is decided on (a signed
+// time or a body time). A backend must decide the admission of a timed delivery on the
+// ledger's effective now, the persisted high-water included: after a row was forgotten, only
+// the high-water keeps a replay of it stale when the clock steps back.
+func (d Delivery) Timed() bool { return !d.SignedAt.IsZero() || !d.BodyAt.IsZero() }
+
+// Lifetime says what bounds a row's replay memory.
+type Lifetime int
+
+// Lifetimes.
+const (
+	// LifetimePermanent: nothing the signature proves says when the delivery stops being
+	// acceptable; the row is never forgotten.
+	LifetimePermanent Lifetime = iota + 1
+	// LifetimeSigned: a signed issue time (a header the signature covers) bounds it.
+	LifetimeSigned
+	// LifetimeBody: a provider-set time inside the signed body bounds it.
+	LifetimeBody
+)
+
+// Lifetimes lists every lifetime kind.
+var Lifetimes = []Lifetime{LifetimePermanent, LifetimeSigned, LifetimeBody}
+
+var lifetimeNames = map[Lifetime]string{LifetimePermanent: "permanent", LifetimeSigned: "signed", LifetimeBody: "body"}
+
+func (k Lifetime) String() string {
+	if n, ok := lifetimeNames[k]; ok {
+		return n
+	}
+	return fmt.Sprintf("Lifetime(%d)", int(k))
+}
+
+// replayTime is the time that bounds the delivery's replay lifetime under the limits l, and
+// whether it is a body time. The zero time means none: the row is permanent.
+func (d Delivery) replayTime(l Limits) (time.Time, bool) {
+	switch {
+	case !d.SignedAt.IsZero():
+		return d.SignedAt, false
+	case !d.BodyAt.IsZero() && l.BodyAgeCeiling > 0:
+		return d.BodyAt, true
+	}
+	return time.Time{}, false
+}
+
+// fresh reports whether the delivery's replay time (t, a body time when body) is inside the
+// window the route accepts at now.
+func (d Delivery) fresh(l Limits, t time.Time, body bool, now time.Time) bool {
+	if body {
+		return l.FreshBody(t, d.MaxBodyAge, now)
+	}
+	return l.Fresh(t, d.MaxAge, now)
 }
 
 // AdmitOutcome is Admit's answer.
@@ -153,6 +220,8 @@ type Admission struct {
 	State        State
 	// RetainUntil is the end of the row's retention (zero when permanent).
 	RetainUntil time.Time
+	// Lifetime says what bounds the row's replay memory.
+	Lifetime Lifetime
 }
 
 // Err maps the refusals to sentinel errors: Full to ErrFull and Stale to ErrStale; every other
@@ -320,6 +389,9 @@ type CleanupReport struct {
 	Stranded []StrandedRow
 	// HighWater is the effective now the pass persisted before deleting.
 	HighWater time.Time
+	// CapacityUsed and RecordCap are the slots in use after the pass and the cap, as the
+	// backend's capacity records hold them (RecordCap zero: the backend did not report them).
+	CapacityUsed, RecordCap int64
 	// Next is where the next pass continues; Done reports that this pass finished a lap.
 	Next Cursor
 	Done bool
@@ -349,10 +421,40 @@ type StrandedRow struct {
 
 // Stats is the operator's view of a ledger.
 type Stats struct {
-	Rows         int64
-	ByState      map[State]int64
+	Rows    int64
+	ByState map[State]int64
+	// ByLifetime counts the rows by what bounds their replay memory.
+	ByLifetime   map[Lifetime]int64
 	Damaged      int64
 	CapacityUsed int64
 	Limits       Limits
 	HighWater    time.Time
+	// Now is the effective now the figures below were taken at: backends set it before they
+	// count (zero: the high-water is used).
+	Now time.Time
+	// AdmittedLastDay counts the rows created in the day before Now, and EndingNextDay the
+	// rows whose retention ends in the day after it: the day's admissions and the rows cleanup
+	// may forget in the next one.
+	AdmittedLastDay, EndingNextDay int64
+}
+
+// CapacityWarning is the share of the record cap in use at which cleanup warns (a log line
+// and a metric), long before admissions are refused.
+const CapacityWarning = 0.8
+
+// DaysToFull projects when the record cap will be reached at the current admission rate: the
+// free capacity divided by the net growth per day (the rows admitted in the last day, less
+// those whose retention ends in the next one). ok is false when the ledger does not grow at
+// this rate: every admission of the last day is matched by a row that will be forgotten,
+// as body-time and signed rows are once a window of traffic is retained.
+func (s Stats) DaysToFull() (days float64, ok bool) {
+	growth := s.AdmittedLastDay - s.EndingNextDay
+	if growth <= 0 {
+		return 0, false
+	}
+	free := s.Limits.RecordCap - s.CapacityUsed
+	if free < 0 {
+		free = 0
+	}
+	return float64(free) / float64(growth), true
 }

@@ -18,7 +18,11 @@ type Row struct {
 	// Permanent rows have no provable end and are never cleaned.
 	Permanent bool `json:"permanent"`
 	// SignedAt is the latest signed time seen for the identity; RetainUntil follows from it.
-	SignedAt    time.Time `json:"signed_at,omitzero"`
+	SignedAt time.Time `json:"signed_at,omitzero"`
+	// BodyTime reports that SignedAt is a provider-set time inside the signed body rather
+	// than a signed header time (Delivery.BodyAt); RetainUntil then follows from the body-age
+	// ceiling.
+	BodyTime    bool      `json:"body_time,omitempty"`
 	RetainUntil time.Time `json:"retain_until,omitzero"`
 	// Fence is the last fence granted; Owner and LeaseUntil describe the current lease.
 	Fence      uint64    `json:"fence"`
@@ -68,7 +72,8 @@ func NewRow(d Delivery, l Limits, now time.Time, evaluationID string) (Row, Admi
 	if len(d.Subject) > l.MaxSubjectBytes {
 		return Row{}, 0, fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, len(d.Subject), l.MaxSubjectBytes)
 	}
-	if !d.SignedAt.IsZero() && !l.Fresh(d.SignedAt, d.MaxAge, now) {
+	t, body := d.replayTime(l)
+	if !t.IsZero() && !d.fresh(l, t, body, now) {
 		return Row{}, Stale, nil
 	}
 	r := Row{
@@ -77,30 +82,53 @@ func NewRow(d Delivery, l Limits, now time.Time, evaluationID string) (Row, Admi
 		EvaluationID: evaluationID,
 		State:        StatePending,
 		Subject:      append([]byte(nil), d.Subject...),
-		Permanent:    d.SignedAt.IsZero(),
+		Permanent:    t.IsZero(),
 		CreatedAt:    now,
 		UpdatedAt:    now,
 	}
 	if !r.Permanent {
-		r.SignedAt = d.SignedAt.Round(0)
-		r.RetainUntil = l.RetainUntil(r.SignedAt)
+		r.SignedAt = t.Round(0)
+		r.BodyTime = body
+		r.RetainUntil = r.retainUntil(l)
 	}
 	return r, Admitted, nil
+}
+
+// retainUntil is the end of retention that the row's latest time gives under l.
+func (r *Row) retainUntil(l Limits) time.Time {
+	if r.BodyTime {
+		return l.BodyRetainUntil(r.SignedAt)
+	}
+	return l.RetainUntil(r.SignedAt)
+}
+
+// Lifetime says what bounds the row's replay memory.
+func (r *Row) Lifetime() Lifetime {
+	switch {
+	case r.Permanent:
+		return LifetimePermanent
+	case r.BodyTime:
+		return LifetimeBody
+	}
+	return LifetimeSigned
 }
 
 // Readmit answers a delivery whose key already has this row. It reports whether the row
 // changed (a later signed time lengthens retention).
 func (r *Row) Readmit(d Delivery, l Limits, now time.Time) (AdmitOutcome, bool) {
-	if !d.SignedAt.IsZero() && !l.Fresh(d.SignedAt, d.MaxAge, now) {
+	t, body := d.replayTime(l)
+	if !t.IsZero() && !d.fresh(l, t, body, now) {
 		return Stale, false
 	}
 	if d.Binding != r.Binding {
 		return BindingConflict, false
 	}
 	changed := false
-	if !r.Permanent && d.SignedAt.After(r.SignedAt) {
-		r.SignedAt = d.SignedAt.Round(0)
-		if until := l.RetainUntil(r.SignedAt); until.After(r.RetainUntil) {
+	// A row keeps the lifetime it was written with: a permanent row stays permanent, and only
+	// a later time of the row's own kind lengthens retention.
+	if !r.Permanent && body == r.BodyTime && t.After(r.SignedAt) {
+		r.SignedAt = t.Round(0)
+		if until := r.retainUntil(l); until.After(r.RetainUntil) {
 			r.RetainUntil = until
 		}
 		changed = true
@@ -113,7 +141,8 @@ func (r *Row) Readmit(d Delivery, l Limits, now time.Time) (AdmitOutcome, bool) 
 
 // Admission describes the row as Admit answers it.
 func (r *Row) Admission(o AdmitOutcome) Admission {
-	return Admission{Outcome: o, Key: r.Key, EvaluationID: r.EvaluationID, State: r.State, RetainUntil: r.RetainUntil}
+	return Admission{Outcome: o, Key: r.Key, EvaluationID: r.EvaluationID, State: r.State, RetainUntil: r.RetainUntil,
+		Lifetime: r.Lifetime()}
 }
 
 func (r *Row) leaseLive(now time.Time) bool {
@@ -367,6 +396,8 @@ func (r *Row) Check() error {
 		return fmt.Errorf("%w: row state %d", ErrCorrupt, int(r.State))
 	case r.Permanent != r.RetainUntil.IsZero():
 		return fmt.Errorf("%w: row permanence and retention disagree", ErrCorrupt)
+	case r.Permanent && r.BodyTime:
+		return fmt.Errorf("%w: a permanent row bounded by a body time", ErrCorrupt)
 	case (r.State == StateSaved || r.State == StateDone) && r.Report.IsZero():
 		return fmt.Errorf("%w: %v row names no report", ErrCorrupt, r.State)
 	}
@@ -376,7 +407,7 @@ func (r *Row) Check() error {
 // Equal reports whether two rows hold the same record, for tests and read-back checks.
 func (r *Row) Equal(o *Row) bool {
 	return r.Key == o.Key && r.Binding == o.Binding && r.EvaluationID == o.EvaluationID && r.State == o.State &&
-		bytes.Equal(r.Subject, o.Subject) && r.Permanent == o.Permanent && r.SignedAt.Equal(o.SignedAt) &&
+		bytes.Equal(r.Subject, o.Subject) && r.Permanent == o.Permanent && r.SignedAt.Equal(o.SignedAt) && r.BodyTime == o.BodyTime &&
 		r.RetainUntil.Equal(o.RetainUntil) && r.Fence == o.Fence && r.Owner == o.Owner &&
 		r.LeaseUntil.Equal(o.LeaseUntil) && r.NotBefore.Equal(o.NotBefore) && r.Attempts == o.Attempts &&
 		r.PublishAttempts == o.PublishAttempts && r.PublishSince.Equal(o.PublishSince) && r.Report == o.Report && r.Reason == o.Reason &&

@@ -73,7 +73,23 @@ func (s *Stats) Count(row *Row, err error) error {
 	if s.ByState == nil {
 		s.ByState = map[State]int64{}
 	}
+	if s.ByLifetime == nil {
+		s.ByLifetime = map[Lifetime]int64{}
+	}
 	s.Rows++
 	s.ByState[row.State]++
+	s.ByLifetime[row.Lifetime()]++
+	now := s.Now
+	if now.IsZero() {
+		now = s.HighWater
+	}
+	const day = 24 * time.Hour
+	if now.Sub(row.CreatedAt) < day {
+		s.AdmittedLastDay++
+	}
+	// A row whose retention already ended waits for the next pass: it goes within the day too.
+	if !row.RetainUntil.IsZero() && !row.RetainUntil.After(now.Add(day)) {
+		s.EndingNextDay++
+	}
 	return nil
 }

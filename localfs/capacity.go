@@ -202,7 +202,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	// Only freshness needs the persisted high-water; a permanent delivery is decided without it
 	// (every later decision on the row takes the high-water into account anyway).
 	now := r.cfg.Clock.Now()
-	if !d.SignedAt.IsZero() {
+	if d.Timed() {
 		var err error
 		if now, err = r.now(nil); err != nil {
 			return ledger.Admission{}, false, err

@@ -105,6 +105,11 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := r.settleShards(ctx, sweep.shards); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	// Capacity after the pass, for the operator's metrics (256 small reads, no lock).
+	if rep.CapacityUsed, _, err = r.capacityUsed(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
+	rep.RecordCap = r.cfg.Limits.RecordCap
 	// The next lap starts where this pass stopped (a finished lap: where it started).
 	next := sweepState
 	if sweep.next != "" {
@@ -754,6 +759,9 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 		return st, err
 	}
 	st.HighWater = time.Unix(0, rs.HighWater).UTC()
+	if st.Now, err = r.now(nil); err != nil {
+		return st, err
+	}
 	used, _, err := r.capacityUsed(ctx)
 	if err != nil {
 		return st, err

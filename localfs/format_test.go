@@ -2,6 +2,7 @@ package localfs_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -172,5 +173,75 @@ func copyTree(t *testing.T, src, dst string) {
 	})
 	if err != nil {
 		t.Fatalf("copy fixture: %v", err)
+	}
+}
+
+// TestReleasedFormatsAdoptBodyTimes: a root created before body times (every fixture), opened
+// with a body-age ceiling, records the ceiling and when it adopted it, once; its rows keep the
+// lifetimes they were written with; no body-time row ends within BodyPolicyGrace of the
+// adoption; a handle opened before the adoption stops at its next decision by time rather than
+// act under the older policy; every other change of the recorded ceiling fails closed.
+func TestReleasedFormatsAdoptBodyTimes(t *testing.T) {
+	dirs, _ := filepath.Glob(filepath.Join("testdata", "format-v*"))
+	for _, src := range dirs {
+		t.Run(filepath.Base(src), func(t *testing.T) {
+			ctx := context.Background()
+			dir := filepath.Join(t.TempDir(), "root")
+			copyTree(t, src, dir)
+			at := fixtureEpoch.Add(time.Hour)
+			clock := ledger.NewManualClock(at)
+			older, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), Clock: clock})
+			if err != nil {
+				t.Fatalf("open under the older policy: %v", err)
+			}
+			defer older.Close()
+			withBody := fixtureLimits()
+			withBody.BodyAgeCeiling = 96 * time.Hour
+			l, err := localfs.Open(ctx, dir, localfs.Config{Limits: withBody, Clock: clock})
+			if err != nil {
+				t.Fatalf("open with a body-age ceiling: %v", err)
+			}
+			defer l.Close()
+			recorded, err := localfs.ReadLimits(dir, nil)
+			if err != nil || recorded.BodyAgeCeiling != withBody.BodyAgeCeiling || !recorded.BodyTimesSince.Equal(at) {
+				t.Fatalf("recorded limits %+v %v, want the ceiling adopted at %v", recorded, err, at)
+			}
+			st, err := l.Stats(ctx)
+			if err != nil || st.ByLifetime[ledger.LifetimeSigned] != 3 || st.ByLifetime[ledger.LifetimePermanent] != 3 {
+				t.Fatalf("lifetimes after adoption %v %v, want the rows as written", st.ByLifetime, err)
+			}
+			// A body made long ago would end at once by its time; the grace keeps it an hour.
+			body := []byte(`{"repository":{"pushed_at":1}}`)
+			d := ledger.Delivery{Binding: ledger.Binding{Route: "fixture", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
+				BodyDigest: ledger.SumBody(body)}, Subject: []byte(`{"sha":"1"}`), BodyAt: at.Add(-95 * time.Hour)}
+			a, err := l.Admit(ctx, d)
+			if err != nil || a.Outcome != ledger.Admitted || a.Lifetime != ledger.LifetimeBody {
+				t.Fatalf("body-time admission %+v %v", a, err)
+			}
+			if want := at.Add(ledger.BodyPolicyGrace); a.RetainUntil.Before(want) {
+				t.Fatalf("a body-time row retained until %v, before the adoption's grace ends at %v", a.RetainUntil, want)
+			}
+			// The handle opened before the adoption stops at its next decision by time.
+			if _, err := older.Admit(ctx, fixtureDelivery(0)); !errors.Is(err, ledger.ErrRootMismatch) {
+				t.Fatalf("a handle of the older policy admitted after the adoption: %v, want ErrRootMismatch", err)
+			}
+			// Opening again with the same ceiling keeps the adoption time; any other fails closed.
+			clock.Advance(time.Hour)
+			again, err := localfs.Open(ctx, dir, localfs.Config{Limits: withBody, Clock: clock})
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			again.Close()
+			if recorded, _ := localfs.ReadLimits(dir, nil); !recorded.BodyTimesSince.Equal(at) {
+				t.Fatalf("reopening moved the adoption time to %v", recorded.BodyTimesSince)
+			}
+			for _, ceiling := range []time.Duration{0, 48 * time.Hour} {
+				other := fixtureLimits()
+				other.BodyAgeCeiling = ceiling
+				if _, err := localfs.Open(ctx, dir, localfs.Config{Limits: other, Clock: clock}); !errors.Is(err, ledger.ErrRootMismatch) {
+					t.Fatalf("open with a body-age ceiling of %v: %v, want ErrRootMismatch", ceiling, err)
+				}
+			}
+		})
 	}
 }

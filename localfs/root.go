@@ -371,11 +371,68 @@ func (r *root) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.path(RootFile), err)
 	}
-	if d := st.Limits.Diff(r.cfg.Limits); d != "" {
-		return fmt.Errorf("%w: %s: %s", ledger.ErrRootMismatch, r.path(RootFile), d)
+	// Limits that differ fail closed before anything is written; a body-age ceiling to adopt
+	// is recorded after a migration, in a root state of this format.
+	_, adopt, err := st.Limits.Reconcile(r.cfg.Limits, time.Unix(0, st.HighWater))
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.path(RootFile), err)
 	}
 	if version < FormatVersion {
-		return r.migrate(ctx)
+		if err := r.migrate(ctx); err != nil {
+			return err
+		}
+	}
+	if adopt {
+		if err := r.adoptBodyTimes(ctx); err != nil {
+			return err
+		}
+	}
+	// The handle decides with the limits the root records (the time body times were adopted
+	// included), which Reconcile found equal to the configured ones.
+	st, err = r.readRoot()
+	if err != nil {
+		return err
+	}
+	r.cfg.Limits = st.Limits
+	return nil
+}
+
+// adoptBodyTimes records a configured body-age ceiling, and when it was adopted, in a root
+// created without one (ledger.Limits.Reconcile), under the clock lock that guards every write
+// of the root state, so a high-water or batch id written meanwhile is never lost. The
+// adoption time is the root's effective now. It is durable before the root is used.
+func (r *root) adoptBodyTimes(ctx context.Context) error {
+	unlock, err := lockFile(ctx, r.clock, r.cfg.LockWait)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	data, err := r.fs.ReadFile(r.path(RootFile))
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
+	}
+	st, version, err := decodeRootVersion(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.path(RootFile), err)
+	}
+	if version < FormatVersion {
+		return fmt.Errorf("%w: %s is of format %d: it must be migrated (open it again)", ledger.ErrRootMismatch, r.path(RootFile), version)
+	}
+	now := ledger.MaxTime(r.cfg.Clock.Now(), time.Unix(0, st.HighWater).UTC())
+	limits, adopt, err := st.Limits.Reconcile(r.cfg.Limits, now)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.path(RootFile), err)
+	}
+	if !adopt {
+		return nil // another process adopted them first
+	}
+	st.Limits = limits
+	out, err := encodeJSON(kindRoot, st)
+	if err != nil {
+		return err
+	}
+	if err := r.replace(r.path(RootFile), out, durableFull); err != nil {
+		return fmt.Errorf("record body times in %s: %w", r.path(RootFile), err)
 	}
 	return nil
 }
@@ -522,6 +579,11 @@ func (r *root) highWater() (time.Time, error) {
 	st, err := r.readRoot()
 	if err != nil {
 		return time.Time{}, err
+	}
+	// A root whose recorded policy changed since this handle opened it (another process
+	// adopted body times) is never acted on under the older one: the handle stops.
+	if d := st.Limits.Diff(r.cfg.Limits); d != "" {
+		return time.Time{}, fmt.Errorf("%w: %s changed since this handle opened it (reopen): %s", ledger.ErrRootMismatch, r.path(RootFile), d)
 	}
 	return time.Unix(0, st.HighWater).UTC(), nil
 }

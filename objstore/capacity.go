@@ -12,20 +12,21 @@ import (
 
 // settleAll settles every shard's pending entries (reading each pending key) and returns the
 // keys still pending: admissions that may still create their row.
-func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]bool, error) {
+func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]bool, int64, error) {
 	pending := map[ledger.Key]bool{}
+	var used int64
 	for i := range l.shards {
 		for attempt := 0; ; attempt++ {
 			if attempt == maxRetries {
-				return nil, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
+				return nil, 0, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
 			}
 			st, err := l.readShard(ctx, i)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			changed, err := l.settle(ctx, &st.data, now, settleThorough, ledger.Key{})
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			if hw := now.UnixNano(); hw > st.data.HighWater {
 				st.data.HighWater, changed = hw, true
@@ -34,16 +35,17 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]b
 				if err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
 					continue
 				} else if err != nil {
-					return nil, err
+					return nil, 0, err
 				}
 			}
 			for _, p := range st.data.Pending {
 				pending[p.Key] = true
 			}
+			used += st.data.Used
 			break
 		}
 	}
-	return pending, nil
+	return pending, used, nil
 }
 
 // release gives back n slots of a shard for batch id, once.

@@ -145,6 +145,10 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		}
 	}
 	j.tally.Fill(&rep)
+	// Capacity after the pass: the shards as every pass settles them, less the slots this
+	// pass released.
+	rep.RecordCap = l.cfg.Limits.RecordCap
+	rep.CapacityUsed = max(0, j.used-int64(len(rep.Removed)))
 	if more && len(sweep) > 0 {
 		rep.Next = ledger.Cursor(strings.TrimPrefix(sweep[len(sweep)-1], rowsPrefix))
 	}
@@ -220,6 +224,7 @@ type judge struct {
 	batch   batchData
 	chosen  map[ledger.Key]bool
 	pending map[ledger.Key]bool // keys whose admission is not settled; nil until needed
+	used    int64               // slots the shards counted when they were settled
 }
 
 // unsettled reports whether key has a pending capacity entry: its row is left for a later
@@ -227,11 +232,11 @@ type judge struct {
 // is settled (thoroughly) once per pass.
 func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 	if j.pending == nil {
-		p, err := j.l.settleAll(ctx, j.now)
+		p, used, err := j.l.settleAll(ctx, j.now)
 		if err != nil {
 			return false, err
 		}
-		j.pending = p
+		j.pending, j.used = p, used
 	}
 	return j.pending[key], nil
 }

@@ -12,13 +12,12 @@ import (
 // FormatVersion is the object format this code writes; a newer one fails closed. Format 2
 // added reservations (a row is created only over the reservation of its key, whose pending
 // capacity entry names it), kept the report of an abandoned row, and deletes by version id.
-// Objects of format 1 are read as they are.
-
-// FormatVersion is the object format this code writes; a newer one fails closed. Format 2
-// added reservations (a row is created only over the reservation of its key, whose pending
-// capacity entry names it), kept the report of an abandoned row, and deletes by version id.
-// Objects of format 1 are read as they are.
-const FormatVersion = 2
+// Format 3 added body times: the root records a body-age ceiling (and, for a root that adopted
+// one, when), and a row may be bounded by a provider-set time inside its signed body. A
+// format 2 build reading a format 3 object fails closed ("written by format 3"), so once a
+// root records body times no handle of an older build can admit under the older policy.
+// Objects of formats 1 and 2 are read as they are.
+const FormatVersion = 3
 
 // maxObjectBytes bounds every object the ledger reads.
 const maxObjectBytes = 8 << 20

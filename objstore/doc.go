@@ -5,7 +5,8 @@
 //
 // Layout under the prefix:
 //
-//	root.json              limits, shard count, creation time, high-water clock
+//	root.json              limits (the body-age ceiling, and when an older root adopted
+//	                       it), shard count, creation time, high-water clock
 //	capacity/NN.json       capacity shards: quota, slots used, pending admissions, last batch
 //	rows/<key>.json        one object per row: the row, and its report while it may be
 //	                       published; or, before the row exists, the reservation of its key

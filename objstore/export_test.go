@@ -12,3 +12,7 @@ var RowName = rowName
 
 // RequestLife is how long after it was signed a request can still land (see requestLife).
 const RequestLife = requestLife
+
+// RereadRootNextForTest makes the handle's next admission re-read the root, as it does once a
+// minute.
+func RereadRootNextForTest(l *Ledger) { l.hwRead.Store(-int64(hwRefresh)) }

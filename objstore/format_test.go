@@ -109,18 +109,28 @@ func writeFixture(t *testing.T, dir string) {
 
 func openFixture(t *testing.T, prefix string, clock ledger.Clock, create bool, random io.Reader) *objstore.Ledger {
 	t.Helper()
-	ctx := context.Background()
-	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
-		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Timeout: 30 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: prefix, Limits: fixtureLimits(),
-		Clock: clock, Create: create, Shards: 4, Random: random, Owner: "fixture-cleanup"})
+	l, err := openFixtureWith(prefix, clock, create, random, fixtureLimits())
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
 	return l
+}
+
+// openFixtureWith opens a fixture ledger with the given limits.
+func openFixtureWith(prefix string, clock ledger.Clock, create bool, random io.Reader, limits ledger.Limits) (*objstore.Ledger, error) {
+	ctx := context.Background()
+	// The fixture's clock is the store's: every answer's Date reports it, so a fixture is
+	// written at its epoch whenever it is regenerated.
+	tr := newTransport(&counter{})
+	tr.setStoreClock(clock)
+	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
+		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		DisableClockSkewCorrection: true})
+	if err != nil {
+		return nil, err
+	}
+	return objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: prefix, Limits: limits,
+		Clock: clock, Create: create, Shards: 4, Random: random, Owner: "fixture-cleanup"})
 }
 
 // uploadFixture copies a fixture folder under a new prefix.

@@ -133,7 +133,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	clock := newStoreClock(cfg.Clock)
 	l := &Ledger{s: store{client: cfg.Client, bucket: cfg.Bucket, prefix: cfg.Prefix, clock: clock}, clock: clock, cfg: cfg,
 		cache: map[ledger.Key]cachedRow{}}
-	root, _, err := l.readRoot(ctx)
+	root, rootTag, err := l.readRoot(ctx)
 	if errors.Is(err, errNotFound) {
 		if !cfg.Create {
 			return nil, fmt.Errorf("%w: %s is missing: not a ledger (create one first)", ledger.ErrRootMismatch, l.s.key(rootName))
@@ -144,14 +144,17 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 		if err := l.create(ctx); err != nil {
 			return nil, err
 		}
-		root, _, err = l.readRoot(ctx)
+		root, rootTag, err = l.readRoot(ctx)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if d := root.Limits.Diff(cfg.Limits); d != "" {
-		return nil, fmt.Errorf("%w: %s: %s", ledger.ErrRootMismatch, l.s.key(rootName), d)
+	if root, err = l.reconcile(ctx, root, rootTag); err != nil {
+		return nil, err
 	}
+	// The handle decides with the limits the root records (a body-age adoption time
+	// included), which Reconcile found equal to the configured ones.
+	l.cfg.Limits = root.Limits
 	if root.Shards <= 0 || root.Shards > 256 {
 		return nil, fmt.Errorf("%w: %s: %d capacity shards", ledger.ErrCorrupt, l.s.key(rootName), root.Shards)
 	}
@@ -159,6 +162,40 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	l.hw.Store(root.HighWater)
 	l.start = time.Now()
 	return l, nil
+}
+
+// reconcile checks the root's limits against the configured ones and records an adoption of a
+// body-age ceiling (ledger.Limits.Reconcile) with a conditional write of the root it read, so
+// that the high-water and batch state written meanwhile by a cleanup are never lost: on a lost
+// race it reads the root again and decides again. It returns the root as recorded.
+func (l *Ledger) reconcile(ctx context.Context, root rootData, tag string) (rootData, error) {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxRetries {
+			return rootData{}, fmt.Errorf("%w: %s contended while recording body times", ledger.ErrBusy, l.s.key(rootName))
+		}
+		now := ledger.MaxTime(l.clock.Now(), time.Unix(0, root.HighWater).UTC())
+		limits, adopt, err := root.Limits.Reconcile(l.cfg.Limits, now)
+		if err != nil {
+			return rootData{}, fmt.Errorf("%s: %w", l.s.key(rootName), err)
+		}
+		if !adopt {
+			return root, nil
+		}
+		adopted := root
+		adopted.Limits = limits
+		body, token, err := l.encode(kindRoot, adopted)
+		if err != nil {
+			return rootData{}, err
+		}
+		if _, err = l.s.put(ctx, rootName, body, token, tag, false); err == nil {
+			return adopted, nil
+		} else if !errors.Is(err, errRaced) {
+			return rootData{}, fmt.Errorf("record body times in %s: %w", l.s.key(rootName), err)
+		}
+		if root, tag, err = l.readRoot(ctx); err != nil {
+			return rootData{}, err
+		}
+	}
 }
 
 // create writes the shards, then the root: a root object always has its shards.
@@ -235,6 +272,11 @@ func (l *Ledger) refreshHighWater(ctx context.Context) error {
 	root, _, err := l.readRoot(ctx)
 	if err != nil {
 		return err
+	}
+	// A root whose recorded policy changed since this handle opened it (another handle
+	// adopted body times) is never acted on under the older one: this handle stops.
+	if d := root.Limits.Diff(l.cfg.Limits); d != "" {
+		return fmt.Errorf("%w: %s changed since this handle opened it (reopen): %s", ledger.ErrRootMismatch, l.s.key(rootName), d)
 	}
 	l.hwRead.Store(int64(since))
 	l.raiseHighWater(time.Unix(0, root.HighWater))

@@ -389,6 +389,7 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 		return st, err
 	}
 	st.HighWater = time.Unix(0, root.HighWater).UTC()
+	st.Now = ledger.MaxTime(l.clock.Now(), st.HighWater, l.highWater())
 	for i := range l.shards {
 		sh, err := l.readShard(ctx, i)
 		if err != nil {

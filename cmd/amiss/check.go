@@ -152,6 +152,11 @@ func (c *checker) compareLimits(cfg *config.Config, spec string, stored ledger.L
 		c.fail("%v", err)
 		return
 	}
+	if cfg.AdoptsBodyTimes(stored) {
+		c.ok("ledger %s: its root records the configuration's limits but no body-age ceiling: it adopts body_age_ceiling %s "+
+			"when first opened (rows written so far stay permanent)", spec, cfg.Controller.BodyAgeCeiling)
+		return
+	}
 	c.ok("ledger %s: its root records the configuration's limits", spec)
 }
 

@@ -203,9 +203,38 @@ func printStats(out io.Writer, st ledger.Stats) {
 	if st.Damaged > 0 {
 		fmt.Fprintf(out, "  %-9s %d\n", "damaged", st.Damaged)
 	}
+	fmt.Fprintln(out, "retained rows by lifetime:")
+	for _, k := range ledger.Lifetimes {
+		fmt.Fprintf(out, "  %-9s %d  %s\n", k, st.ByLifetime[k], lifetimeNote[k])
+	}
+	fmt.Fprintf(out, "last day: %d admitted; next day: %d end their retention\n", st.AdmittedLastDay, st.EndingNextDay)
+	if days, ok := st.DaysToFull(); ok {
+		fmt.Fprintf(out, "projected full in %.1f days at this rate (%d of %d slots free)\n", days,
+			max(0, st.Limits.RecordCap-st.CapacityUsed), st.Limits.RecordCap)
+	} else {
+		fmt.Fprintln(out, "projected full: never at this rate (the rows ending match the admissions)")
+	}
+	if st.Limits.RecordCap > 0 && float64(st.CapacityUsed) >= ledger.CapacityWarning*float64(st.Limits.RecordCap) {
+		fmt.Fprintf(out, "warning: %d%% of the record cap is in use; at the cap new deliveries are refused (503)\n",
+			100*st.CapacityUsed/st.Limits.RecordCap)
+	}
 	fmt.Fprintf(out, "high-water %s\n", st.HighWater.Format(time.RFC3339Nano))
 	fmt.Fprintf(out, "limits: signed age %s, queue %s, future skew %s, subject %d B, report %d B\n",
 		st.Limits.SignedAgeCeiling, st.Limits.QueueCeiling, st.Limits.FutureSkew, st.Limits.MaxSubjectBytes, st.Limits.MaxReportBytes)
+	switch {
+	case st.Limits.BodyAgeCeiling == 0:
+		fmt.Fprintln(out, "body times: off (every body-only delivery keeps a permanent marker)")
+	case !st.Limits.BodyTimesSince.IsZero():
+		fmt.Fprintf(out, "body times: ceiling %s, adopted %s\n", st.Limits.BodyAgeCeiling, st.Limits.BodyTimesSince.Format(time.RFC3339))
+	default:
+		fmt.Fprintf(out, "body times: ceiling %s\n", st.Limits.BodyAgeCeiling)
+	}
+}
+
+var lifetimeNote = map[ledger.Lifetime]string{
+	ledger.LifetimePermanent: "(never forgotten: the signature proves no time)",
+	ledger.LifetimeSigned:    "(a signed header time)",
+	ledger.LifetimeBody:      "(a provider-set time in the signed body)",
 }
 
 // runS3Setup makes the bucket of an s3:// root fit for a ledger: versioning on, and a lifecycle

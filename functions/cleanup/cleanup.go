@@ -22,6 +22,11 @@ type Handler struct {
 	// Margin is the time kept free before the context's deadline (default 10 seconds, and
 	// never more than a fifth of the time the invocation has, so a short one still cleans).
 	Margin time.Duration
+	// Metrics receives the capacity in use after the last pass (capacity_used, a count, and
+	// capacity_used_percent); nil: none.
+	Metrics interface {
+		Gauge(name string, v float64, unit string)
+	}
 }
 
 // Summary is what one invocation did.
@@ -29,6 +34,9 @@ type Summary struct {
 	Passes, Removed, Retained, Damaged, Stranded, Requeued int
 	// LapDone reports that the sweep reached the end of the ledger.
 	LapDone bool
+	// CapacityUsed and RecordCap are the slots in use after the last pass and the cap
+	// (RecordCap zero: the backend did not report them).
+	CapacityUsed, RecordCap int64
 }
 
 // Handle runs cleanup passes until a lap is done or the time is nearly up.
@@ -64,6 +72,9 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 		s.Retained += rep.Retained
 		s.Damaged += len(rep.Damaged)
 		s.Stranded += len(rep.Stranded)
+		if rep.RecordCap > 0 {
+			s.CapacityUsed, s.RecordCap = rep.CapacityUsed, rep.RecordCap
+		}
 		for _, d := range rep.Damaged {
 			log.Error("damaged row skipped", "name", d.Name, "err", d.Err)
 		}
@@ -82,5 +93,24 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 	}
 	log.Info("cleanup", "passes", s.Passes, "removed", s.Removed, "retained", s.Retained, "damaged", s.Damaged,
 		"stranded", s.Stranded, "requeued", s.Requeued, "lap_done", s.LapDone)
+	h.capacity(log, s)
 	return s, nil
+}
+
+// capacity reports the capacity in use as metrics, and warns once it reaches
+// ledger.CapacityWarning of the record cap: at the cap every new delivery is refused (503).
+func (h *Handler) capacity(log *slog.Logger, s Summary) {
+	if s.RecordCap <= 0 {
+		return
+	}
+	pct := 100 * float64(s.CapacityUsed) / float64(s.RecordCap)
+	if h.Metrics != nil {
+		h.Metrics.Gauge("capacity_used", float64(s.CapacityUsed), "Count")
+		h.Metrics.Gauge("capacity_used_percent", pct, "Percent")
+	}
+	if float64(s.CapacityUsed) >= ledger.CapacityWarning*float64(s.RecordCap) {
+		log.Warn("ledger capacity: the record cap is nearly used; at the cap new deliveries are refused (503). "+
+			"amiss ledger stats shows the rows by lifetime and the days to full",
+			"capacity_used", s.CapacityUsed, "record_cap", s.RecordCap, "percent", int(pct))
+	}
 }

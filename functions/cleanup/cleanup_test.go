@@ -1,8 +1,11 @@
 package cleanup_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +117,48 @@ func TestDeadLetteredRowIsRedrivenWithinThresholdAndSchedule(t *testing.T) {
 		worst = max(worst, delay)
 	}
 	t.Logf("a dead-lettered row is re-driven at most %v after its attempt was due (threshold %v + schedule %v)", worst, threshold, every)
+}
+
+// passLedger answers Cleanup with one finished pass reporting the given capacity.
+type passLedger struct {
+	ledger.Ledger
+	used, cap int64
+}
+
+func (p passLedger) Cleanup(context.Context, ledger.Cursor) (ledger.CleanupReport, error) {
+	return ledger.CleanupReport{Done: true, CapacityUsed: p.used, RecordCap: p.cap}, nil
+}
+
+type gauges map[string]float64
+
+func (g gauges) Gauge(name string, v float64, unit string) { g[name+" "+unit] = v }
+
+// Cleanup reports the capacity in use as metrics after every run, and warns with a log line
+// from 80% of the record cap on, before admissions are refused at the cap.
+func TestCapacityMetricAndWarningAt80Percent(t *testing.T) {
+	for _, c := range []struct {
+		used int64
+		warn bool
+	}{{799, false}, {800, true}, {1000, true}} {
+		logs := &bytes.Buffer{}
+		g := gauges{}
+		h := &cleanup.Handler{Ledger: passLedger{used: c.used, cap: 1000}, Queue: queue.NewLocal(),
+			Log: slog.New(slog.NewJSONHandler(logs, nil)), Metrics: g}
+		sum, err := h.Handle(context.Background())
+		if err != nil || sum.CapacityUsed != c.used || sum.RecordCap != 1000 {
+			t.Fatalf("%d: %+v %v", c.used, sum, err)
+		}
+		if g["capacity_used Count"] != float64(c.used) || g["capacity_used_percent Percent"] != float64(c.used)/10 {
+			t.Fatalf("%d: metrics %v", c.used, g)
+		}
+		warned := strings.Contains(logs.String(), `"level":"WARN","msg":"ledger capacity`)
+		if warned != c.warn {
+			t.Fatalf("%d of 1000 in use: warned %v, want %v\n%s", c.used, warned, c.warn, logs)
+		}
+	}
+	// A backend that reports no capacity gets no metric and no warning.
+	g := gauges{}
+	if _, err := (&cleanup.Handler{Ledger: passLedger{}, Queue: queue.NewLocal(), Metrics: g}).Handle(context.Background()); err != nil || len(g) != 0 {
+		t.Fatalf("no capacity reported: %v %v", g, err)
+	}
 }

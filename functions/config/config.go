@@ -45,6 +45,10 @@ type Controller struct {
 	MaxBodyBytes     int           `yaml:"max_body_bytes"`
 	MaxSubjectBytes  int           `yaml:"max_subject_bytes"`
 	MaxReportBytes   int           `yaml:"max_report_bytes"`
+	// BodyAgeCeiling is the longest accepted age of a provider-set time inside a signed body
+	// (GitHub, Gitea, Forgejo, Bitbucket: the tables in docs/providers), recorded by the ledger
+	// root; zero switches body times off (every body-only delivery keeps a permanent marker).
+	BodyAgeCeiling time.Duration `yaml:"body_age_ceiling"`
 	// PublishBudget is how long publication of a saved verdict is retried before it is
 	// abandoned (zero: the queue ceiling). Not recorded in the ledger root.
 	PublishBudget time.Duration `yaml:"publish_budget"`
@@ -62,6 +66,9 @@ type Route struct {
 	Events []string `yaml:"events"`
 	// MaxAge narrows the accepted signed age (signed schemes only).
 	MaxAge time.Duration `yaml:"max_age"`
+	// MaxBodyAge narrows the accepted age of a body's provider-set time (body-signed schemes
+	// only: github-sha256, gitea-sha256, forgejo-sha256, bitbucket-sha256).
+	MaxBodyAge time.Duration `yaml:"max_body_age"`
 	// Repositories the route may publish for: "owner/name" or "owner/*".
 	Repositories []string `yaml:"repositories"`
 	Rules        Rules    `yaml:"rules"`
@@ -111,6 +118,7 @@ var defaultController = Controller{
 	MaxBodyBytes:     1 << 20,
 	MaxSubjectBytes:  32 << 10,
 	MaxReportBytes:   64 << 10,
+	BodyAgeCeiling:   ledger.DefaultBodyAgeCeiling,
 }
 
 var defaultScheme = map[string]string{
@@ -131,6 +139,11 @@ var schemesOf = map[string][]string{
 	"gitlab":            {webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken},
 	"standard-webhooks": {webhook.SchemeStandardWebhooks},
 }
+
+// bodySigned lists the schemes whose signature covers the body and nothing else: the ones a
+// provider-set time inside the body can bound.
+var bodySigned = map[string]bool{webhook.SchemeGitHub: true, webhook.SchemeGitea: true, webhook.SchemeForgejo: true,
+	webhook.SchemeBitbucket: true}
 
 var (
 	routeName  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
@@ -195,6 +208,7 @@ func (c *Config) Limits() ledger.Limits {
 		FutureSkew:       c.Controller.FutureSkew,
 		MaxSubjectBytes:  c.Controller.MaxSubjectBytes,
 		MaxReportBytes:   c.Controller.MaxReportBytes,
+		BodyAgeCeiling:   c.Controller.BodyAgeCeiling,
 	}
 }
 
@@ -322,6 +336,16 @@ func (r *Route) validate(ctl Controller) error {
 		return fieldErr("max_age", "scheme %s signs no time, so there is no age to narrow", r.Scheme)
 	case r.MaxAge > ctl.SignedAgeCeiling:
 		return fieldErr("max_age", "%s is over the controller's signed_age_ceiling %s: a route can only narrow", r.MaxAge, ctl.SignedAgeCeiling)
+	}
+	switch {
+	case r.MaxBodyAge < 0:
+		return fieldErr("max_body_age", "must not be negative")
+	case r.MaxBodyAge > 0 && !bodySigned[r.Scheme]:
+		return fieldErr("max_body_age", "scheme %s does not sign the body alone, so no body time bounds it", r.Scheme)
+	case r.MaxBodyAge > 0 && ctl.BodyAgeCeiling == 0:
+		return fieldErr("max_body_age", "the controller's body_age_ceiling is 0: body times are off")
+	case r.MaxBodyAge > ctl.BodyAgeCeiling:
+		return fieldErr("max_body_age", "%s is over the controller's body_age_ceiling %s: a route can only narrow", r.MaxBodyAge, ctl.BodyAgeCeiling)
 	}
 	if len(r.Repositories) == 0 {
 		if r.Scheme == webhook.SchemeGitLabToken {

@@ -64,6 +64,13 @@ func TestInvalidConfigurationNamesTheField(t *testing.T) {
 		"secret manager not arn": {strings.Replace(base, "env:X", "aws-secretsmanager:mysecret", 1), "routes.r.secrets[0].from"},
 		"unknown event":          {base + "    events: [push, release]\n", "routes.r.events[1]"},
 		"max age unsigned":       {base + "    max_age: 1m\n", "routes.r.max_age"},
+		"max body age negative":  {base + "    max_body_age: -1m\n", "routes.r.max_body_age"},
+		"max body age widens":    {base + "    max_body_age: 97h\n", "routes.r.max_body_age"},
+		"max body age of a header-signed scheme": {strings.Replace(base, "provider: github", "provider: standard-webhooks", 1) +
+			"    max_body_age: 1h\n", "routes.r.max_body_age"},
+		"max body age with body times off": {"controller: {body_age_ceiling: 0s}\n" + base + "    max_body_age: 1h\n",
+			"routes.r.max_body_age"},
+		"body age ceiling over a month": {"controller: {body_age_ceiling: 800h}\n" + base, "controller"},
 		"max age widens": {strings.Replace(base, "provider: github", "provider: standard-webhooks", 1) + "    max_age: 1h\n",
 			"routes.r.max_age"},
 		"no repositories": {strings.Replace(base, `    repositories: ["acme/app"]`+"\n", "", 1), "routes.r.repositories"},
@@ -276,5 +283,36 @@ func TestEveryExampleLoads(t *testing.T) {
 		if _, err := config.LoadEnv("../../examples/"+f, func(k string) string { return env[k] }); err != nil {
 			t.Errorf("examples/%s: %v", f, err)
 		}
+	}
+}
+
+// The body-age ceiling is recorded like the other limits; a route narrows it, and a root that
+// records none adopts it rather than mismatching.
+func TestBodyAgeCeilingAndRouteNarrowing(t *testing.T) {
+	c, err := config.Parse([]byte(base + "    max_body_age: 72h\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Controller.BodyAgeCeiling != ledger.DefaultBodyAgeCeiling || c.Limits().BodyAgeCeiling != ledger.DefaultBodyAgeCeiling ||
+		c.Route("r").MaxBodyAge != 72*time.Hour {
+		t.Fatalf("body ages: controller %s, route %s", c.Controller.BodyAgeCeiling, c.Route("r").MaxBodyAge)
+	}
+	stored := c.Limits()
+	stored.BodyAgeCeiling = 0 // a root created before body times
+	if m := c.LimitsMismatch(stored); m != nil || !c.AdoptsBodyTimes(stored) {
+		t.Fatalf("a root without a ceiling: mismatch %v, adopts %v", m, c.AdoptsBodyTimes(stored))
+	}
+	stored.BodyAgeCeiling = time.Hour
+	if m := strings.Join(c.LimitsMismatch(stored), "\n"); !strings.Contains(m, "controller.body_age_ceiling: the root records 1h0m0s") ||
+		!strings.Contains(m, "never changes") || c.AdoptsBodyTimes(stored) {
+		t.Fatalf("another ceiling: %q", m)
+	}
+	off, err := config.Parse([]byte("controller: {body_age_ceiling: 0s}\n" + base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored.BodyAgeCeiling = ledger.DefaultBodyAgeCeiling
+	if m := strings.Join(off.LimitsMismatch(stored), "\n"); !strings.Contains(m, "switching body times off") {
+		t.Fatalf("switching off: %q", m)
 	}
 }

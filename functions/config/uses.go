@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -42,8 +43,15 @@ func (c *Config) SecretUses() []SecretUse {
 
 // LimitsMismatch describes, field by field in the configuration's terms, how the limits a
 // ledger root recorded differ from the ones this configuration asks for (nil when they match).
+//
+// A root that records no body-age ceiling and differs in nothing else is not a mismatch: it
+// adopts the configured ceiling when it is next opened (see ledger.Limits.Reconcile and
+// AdoptsBodyTimes).
 func (c *Config) LimitsMismatch(stored ledger.Limits) []string {
 	want := c.Limits()
+	if _, _, err := stored.Reconcile(want, time.Time{}); err == nil {
+		return nil
+	}
 	var out []string
 	diff := func(field string, root, conf any) {
 		if root != conf {
@@ -56,5 +64,24 @@ func (c *Config) LimitsMismatch(stored ledger.Limits) []string {
 	diff("record_cap", stored.RecordCap, want.RecordCap)
 	diff("max_subject_bytes", stored.MaxSubjectBytes, want.MaxSubjectBytes)
 	diff("max_report_bytes", stored.MaxReportBytes, want.MaxReportBytes)
+	switch {
+	case stored.BodyAgeCeiling == want.BodyAgeCeiling:
+	case stored.BodyAgeCeiling == 0:
+		out = append(out, fmt.Sprintf("controller.body_age_ceiling: the root records none (permanent markers), the configuration asks for %v: "+
+			"the root adopts it once the other limits match", want.BodyAgeCeiling))
+	case want.BodyAgeCeiling == 0:
+		out = append(out, fmt.Sprintf("controller.body_age_ceiling: the root records %v and has forgotten rows under it; switching body times off "+
+			"would admit a replay of a forgotten body as new", stored.BodyAgeCeiling))
+	default:
+		out = append(out, fmt.Sprintf("controller.body_age_ceiling: the root records %v, the configuration asks for %v: a recorded ceiling never changes "+
+			"(narrow it per route with max_body_age)", stored.BodyAgeCeiling, want.BodyAgeCeiling))
+	}
 	return out
+}
+
+// AdoptsBodyTimes reports whether a root recording stored would adopt this configuration's
+// body-age ceiling when next opened (it records none, and every other limit matches).
+func (c *Config) AdoptsBodyTimes(stored ledger.Limits) bool {
+	_, adopt, err := stored.Reconcile(c.Limits(), time.Time{})
+	return err == nil && adopt
 }

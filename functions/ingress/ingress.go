@@ -150,10 +150,15 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 
 	d := ledger.Delivery{
-		Binding:  ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: proof.Identity, BodyDigest: ledger.SumBody(body)},
-		Subject:  encoded,
-		SignedAt: proof.SignedAt,
-		MaxAge:   route.MaxAge,
+		Binding:    ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: proof.Identity, BodyDigest: ledger.SumBody(body)},
+		Subject:    encoded,
+		SignedAt:   proof.SignedAt,
+		MaxAge:     route.MaxAge,
+		BodyAt:     proof.BodyAt,
+		MaxBodyAge: route.MaxBodyAge,
+	}
+	if !d.BodyAt.IsZero() {
+		log = log.With("body_time", d.BodyAt.UTC().Format(time.RFC3339), "body_time_field", proof.BodyTimeField)
 	}
 	a, err := h.Ledger.Admit(ctx, d)
 	if errors.Is(err, ledger.ErrTooLarge) {
@@ -165,6 +170,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	key := a.Key.String()
 	log = log.With("key", key) // whole, as amiss ledger inspect takes it
+	if a.Lifetime != 0 {
+		log = log.With("lifetime", a.Lifetime.String())
+	}
 	switch a.Outcome {
 	case ledger.Admitted, ledger.Pending:
 		if err := h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {
@@ -182,6 +190,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		return reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"})
 	case ledger.Stale:
 		limits := h.Config.Limits()
+		if !d.BodyAt.IsZero() {
+			return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
+				"the body's %s is %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
+				proof.BodyTimeField, d.BodyAt.UTC().Format(time.RFC3339), limits.AcceptedBodyAge(route.MaxBodyAge), limits.FutureSkew)})
+		}
 		return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
 			"signed at %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
 			d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)})

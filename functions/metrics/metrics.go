@@ -22,6 +22,12 @@ type EMF struct {
 	mu        sync.Mutex
 	counts    map[string]float64
 	latencies map[string][]float64
+	gauges    map[string]gauge
+}
+
+type gauge struct {
+	value float64
+	unit  string
 }
 
 // Count adds n to a counter.
@@ -32,6 +38,17 @@ func (e *EMF) Count(name string, n int) {
 		e.counts = map[string]float64{}
 	}
 	e.counts[name] += float64(n)
+}
+
+// Gauge records the current value of a quantity (the last one recorded before a flush wins),
+// with its CloudWatch unit ("Count", "Percent", ...).
+func (e *EMF) Gauge(name string, v float64, unit string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gauges == nil {
+		e.gauges = map[string]gauge{}
+	}
+	e.gauges[name] = gauge{v, unit}
 }
 
 // Latency records one duration, in milliseconds.
@@ -47,10 +64,10 @@ func (e *EMF) Latency(name string, d time.Duration) {
 // Flush writes what was collected since the last flush (nothing when empty).
 func (e *EMF) Flush() error {
 	e.mu.Lock()
-	counts, latencies := e.counts, e.latencies
-	e.counts, e.latencies = nil, nil
+	counts, latencies, gauges := e.counts, e.latencies, e.gauges
+	e.counts, e.latencies, e.gauges = nil, nil, nil
 	e.mu.Unlock()
-	if len(counts) == 0 && len(latencies) == 0 {
+	if len(counts) == 0 && len(latencies) == 0 && len(gauges) == 0 {
 		return nil
 	}
 	now := time.Now
@@ -72,6 +89,10 @@ func (e *EMF) Flush() error {
 	for name, v := range counts {
 		defs = append(defs, metric{name, "Count"})
 		line[name] = v
+	}
+	for name, g := range gauges {
+		defs = append(defs, metric{name, g.unit})
+		line[name] = g.value
 	}
 	for name, vs := range latencies {
 		defs = append(defs, metric{name, "Milliseconds"})

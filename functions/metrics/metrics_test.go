@@ -49,3 +49,23 @@ func TestEMFLine(t *testing.T) {
 		t.Fatal("a flush repeated the previous values")
 	}
 }
+
+// A gauge is written with its unit; the last value before a flush wins, and a flush with only
+// gauges still writes a line.
+func TestEMFGauge(t *testing.T) {
+	var out bytes.Buffer
+	m := &metrics.EMF{Namespace: "amiss", Dimensions: map[string]string{"Function": "cleanup"}, Out: &out}
+	m.Gauge("capacity_used_percent", 50, "Percent")
+	m.Gauge("capacity_used_percent", 81.5, "Percent")
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	defs := line["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)["Metrics"].([]any)
+	if line["capacity_used_percent"].(float64) != 81.5 || len(defs) != 1 || defs[0].(map[string]any)["Unit"] != "Percent" {
+		t.Fatalf("gauge line %s", out.String())
+	}
+}

@@ -2,7 +2,9 @@ package webhook
 
 // giteaFamily verifies Gitea's X-Gitea-Signature and Forgejo's X-Forgejo-Signature: the bare
 // hex HMAC-SHA256 of the body, with no prefix. Like GitHub's, the signature covers the body and
-// nothing else (no time, no delivery id), so the replay marker is permanent.
+// nothing else (no time, no delivery id): the replay marker is bounded by a provider-set time
+// in the body where one is trusted (only an opened pull request's, see bodytime.go), or
+// permanent.
 type giteaFamily struct {
 	scheme, header, delivery string
 }
@@ -18,5 +20,7 @@ func (g giteaFamily) Verify(r Request, secrets []Secret) (Proof, error) {
 	if err != nil {
 		return Proof{}, err
 	}
-	return Proof{Scheme: g.scheme, Identity: bodyIdentity(r.Body), SecretID: id, DeliveryID: optional(r.Header, g.delivery)}, nil
+	p := Proof{Scheme: g.scheme, Identity: bodyIdentity(r.Body), SecretID: id, DeliveryID: optional(r.Header, g.delivery)}
+	p.BodyAt, p.BodyTimeField = bodyTime(g.scheme, r.Body)
+	return p, nil
 }

@@ -6,8 +6,9 @@ import (
 )
 
 // github verifies X-Hub-Signature-256: "sha256=" and the hex HMAC-SHA256 of the body. The
-// signature covers the body and nothing else, so the identity is the body's digest and the
-// replay marker is permanent. X-GitHub-Delivery is not signed: it is logged, never trusted.
+// signature covers the body and nothing else, so the identity is the body's digest; the replay
+// marker is bounded by the provider-set time the body carries (bodytime.go), or permanent.
+// X-GitHub-Delivery is not signed: it is logged, never trusted.
 type github struct{}
 
 func (github) Scheme() string { return SchemeGitHub }
@@ -30,5 +31,7 @@ func verifyPrefixed(scheme, header, delivery string, r Request, secrets []Secret
 	if err != nil {
 		return Proof{}, err
 	}
-	return Proof{Scheme: scheme, Identity: bodyIdentity(r.Body), SecretID: id, DeliveryID: optional(r.Header, delivery)}, nil
+	p := Proof{Scheme: scheme, Identity: bodyIdentity(r.Body), SecretID: id, DeliveryID: optional(r.Header, delivery)}
+	p.BodyAt, p.BodyTimeField = bodyTime(scheme, r.Body)
+	return p, nil
 }

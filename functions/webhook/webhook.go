@@ -67,9 +67,16 @@ type Proof struct {
 	// Identity is the replay identity: the signed webhook id, or the digest of the body when
 	// the signature proves no id.
 	Identity string
-	// SignedAt is the issue time the signature covers; zero when it covers none, and the
-	// delivery's replay marker is then permanent.
+	// SignedAt is the issue time the signature covers (a signed header); zero when it covers
+	// none.
 	SignedAt time.Time
+	// BodyAt is a time the provider itself set inside the signed body, at or after the event,
+	// that no sender chooses (see bodytime.go and docs/providers), and BodyTimeField the field
+	// it was read from; zero when the body carries none amiss trusts. It is read from the body
+	// alone, never from a header the signature does not cover. With neither SignedAt nor
+	// BodyAt the delivery's replay marker is permanent.
+	BodyAt        time.Time
+	BodyTimeField string
 	// SecretID names the secret that matched.
 	SecretID string
 	// DeliveryID is a delivery-id header the signature does not cover: for logs, never for

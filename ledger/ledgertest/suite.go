@@ -25,6 +25,7 @@ func Limits() ledger.Limits {
 		FutureSkew:       time.Minute,
 		MaxSubjectBytes:  4 << 10,
 		MaxReportBytes:   8 << 10,
+		BodyAgeCeiling:   4 * time.Hour,
 	}
 }
 
@@ -272,6 +273,10 @@ var cases = []testCase{
 	{"EndInstantOfReplayLifetimeIsInsideTheWindow", 0, caseEndInstantOfReplayLifetimeIsInsideTheWindow},
 	{"Invariant12_ClockMovedBackwardsReopensNothing", 0, caseInvariant12ClockMovedBackwardsReopensNothing},
 	{"StaleStaysRefusedAfterCleanupAndClockStepBack", 0, caseStaleStaysRefusedAfterCleanupAndClockStepBack},
+	// cases_bodytime.go
+	{"BodyTimeBoundsReplayMemory", 0, caseBodyTimeBoundsReplayMemory},
+	{"Invariant9_BodyAgeRouteCannotWiden", 0, caseInvariant9BodyAgeRouteCannotWiden},
+	{"RowsOfEveryLifetimeSideBySide", 0, caseRowsOfEveryLifetimeSideBySide},
 	// cases_cleanup.go
 	{"PermanentRowsAreNeverCleaned", 0, casePermanentRowsAreNeverCleaned},
 	{"UnfinishedRowsSurviveCleanupWhateverTheirAge", 0, caseUnfinishedRowsSurviveCleanupWhateverTheirAge},

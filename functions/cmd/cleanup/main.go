@@ -3,10 +3,12 @@ package main
 
 import (
 	"context"
+	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/amiss-ci/amiss/functions/cleanup"
+	"github.com/amiss-ci/amiss/functions/metrics"
 	"github.com/amiss-ci/amiss/functions/wiring"
 )
 
@@ -16,6 +18,10 @@ func main() {
 	if err != nil {
 		b.Fail("queue", err)
 	}
-	h := &cleanup.Handler{Ledger: b.Ledger, Queue: q, Log: b.Log}
-	lambda.Start(func(ctx context.Context) (cleanup.Summary, error) { return h.Handle(ctx) })
+	m := &metrics.EMF{Namespace: "amiss", Dimensions: map[string]string{"Function": "cleanup"}, Out: os.Stdout}
+	h := &cleanup.Handler{Ledger: b.Ledger, Queue: q, Log: b.Log, Metrics: m}
+	lambda.Start(func(ctx context.Context) (cleanup.Summary, error) {
+		defer m.Flush()
+		return h.Handle(ctx)
+	})
 }
