@@ -68,12 +68,13 @@ func (r *root) stageShard(sh shardState) (*staged, error) {
 	return r.stageAt(r.shardCapPath(sh.Shard), 0, data)
 }
 
-// settle judges the shard's pending keys; the caller holds the shard's lock, so no admission
-// that took one of its slots is in flight. A pending key whose row exists and holds this
-// shard's slot keeps it; one whose row is absent, or holds another shard's slot, gives it back
-// (the admission never finished, or was repeated and took another slot), unless an unfinished
-// cleanup batch removed that row (the batch gives the slot back itself, once). A pending row
-// that cannot be read keeps its slot (an overstatement). It reports whether sh changed.
+// settle judges the shard's pending slots; the caller holds the shard's lock, so no admission
+// that took one of its slots is in flight. A pending slot whose row exists (the same
+// incarnation: its evaluation id) and holds this shard's slot keeps it; any other gives it
+// back (the admission never finished, was repeated and took another slot, or its row was
+// replaced by a later incarnation that holds a slot of its own), unless an unfinished cleanup
+// batch removed that row (the batch gives the slot back itself, once). A pending row that
+// cannot be read keeps its slot (an overstatement). It reports whether sh changed.
 func (r *root) settle(sh *shardState) (changed bool, err error) {
 	if len(sh.Pending) == 0 {
 		return false, nil
@@ -87,28 +88,26 @@ func (r *root) settle(sh *shardState) (changed bool, err error) {
 	var batch *batchState
 	batchRead := false
 	keep := sh.Pending[:0:0]
-	for _, k := range sh.Pending {
-		row, err := r.readRow(k)
+	for _, p := range sh.Pending {
+		row, err := r.readRow(p.Key)
 		switch {
-		case err == nil && row.Shard == sh.Shard:
+		case err == nil && row.Shard == sh.Shard && p.is(p.Key, row.EvaluationID):
 			continue // the row holds the slot
 		case err == nil || errors.Is(err, ledger.ErrUnknownDelivery):
-			if err != nil {
-				if !batchRead {
-					if batch, err = r.readBatch(); err != nil {
-						return false, err
-					}
-					batchRead = true
+			if !batchRead {
+				if batch, err = r.readBatch(); err != nil {
+					return false, err
 				}
-				if batch != nil && batch.ID > sh.AppliedBatch && batch.has(k, sh.Shard) {
-					continue // the batch releases it
-				}
+				batchRead = true
+			}
+			if batch != nil && batch.ID > sh.AppliedBatch && batch.has(p, sh.Shard) {
+				continue // the batch releases it
 			}
 			if sh.Used > 0 {
 				sh.Used--
 			}
 		case errors.Is(err, ledger.ErrCorrupt):
-			keep = append(keep, k)
+			keep = append(keep, p)
 		default:
 			return false, err
 		}
@@ -160,9 +159,10 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	return r.commitAll([]*staged{st})
 }
 
-func (b *batchState) has(k ledger.Key, shard int) bool {
+// has reports whether the batch removes the row whose slot p stands for, in shard.
+func (b *batchState) has(p pendingSlot, shard int) bool {
 	for _, e := range b.Entries {
-		if e.Key == k && e.Shard == shard {
+		if e.Shard == shard && p.is(e.Key, e.EvaluationID) {
 			return true
 		}
 	}
@@ -247,7 +247,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, true, nil
 	}
 	sh.Used++
-	sh.Pending = append(sh.Pending, key)
+	sh.Pending = append(sh.Pending, pendingSlot{Key: key, EvaluationID: row.EvaluationID})
 	r.sync.enter()
 	defer r.sync.exit()
 	capSt, err := r.stageShard(sh)
@@ -291,7 +291,7 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 	var mine, roomy, pending []int
 	for s, sh := range states {
 		switch {
-		case slices.Contains(sh.Pending, key):
+		case slices.ContainsFunc(sh.Pending, func(p pendingSlot) bool { return p.Key == key }):
 			// An earlier admission of this key took a slot here and was interrupted:
 			// settling gives that slot back, and this admission takes it again.
 			mine = append(mine, s)

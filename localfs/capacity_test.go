@@ -107,3 +107,71 @@ func TestCleanupGivesBackTheSlotOfACutAdmission(t *testing.T) {
 		t.Fatalf("after a cleanup lap: %+v %v, want the slot given back", st, err)
 	}
 }
+
+// TestReleaseLeavesALaterAdmissionsPendingSlot: a cleanup batch removes a row and dies before
+// it releases the slot; the same key is admitted again (a new signature, the row forgotten)
+// and that admission dies after taking its slot, before its row exists. Finishing the batch
+// must give back the removed row's slot only: the new admission's pending slot, which it never
+// used, must stay pending until settled, not be erased as if it were the removed row's. Else
+// that slot is held for good with no row and no pending key to settle.
+func TestReleaseLeavesALaterAdmissionsPendingSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	clock := ledger.NewManualClock(epoch)
+	l := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock})
+	d := newDelivery(clock.Now())
+	ledgertest.MustAdmit(t, l, d) // its key stays pending in its shard: no admission there since
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease, "r"))
+	l.Close()
+	clock.Advance(3 * time.Hour)
+
+	// A cleanup that dies once the batch's removals are made durable, before any release.
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	fsys.SetRule("die before the release", func(op faultfs.Op, p string) faultfs.Action {
+		if op == faultfs.OpSyncFS {
+			return faultfs.Crash
+		}
+		return faultfs.Pass
+	})
+	dying := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
+	if _, err := dying.Cleanup(ctx, ""); err == nil {
+		t.Fatal("the cleanup survived its crash")
+	}
+	dying.Close()
+
+	// The same key, signed again: admitted as new, and dies before its row is renamed.
+	again := d
+	again.SignedAt = clock.Now()
+	fsys = faultfs.New(localfs.OSFS{}, nil)
+	fsys.SetRule("die at the row's rename", func(op faultfs.Op, p string) faultfs.Action {
+		if op == faultfs.OpRename && filepath.Ext(p) == ".state" && filepath.Base(p) != localfs.ShardCapacityFile {
+			return faultfs.Crash
+		}
+		return faultfs.Pass
+	})
+	dying = openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
+	if _, err := dying.Admit(ctx, again); err == nil {
+		t.Fatal("the admission survived its crash")
+	}
+	dying.Close()
+
+	l = openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock})
+	defer l.Close()
+	for lap := 0; lap < 2; lap++ {
+		for cur := ledger.Cursor(""); ; {
+			rep, err := l.Cleanup(ctx, cur)
+			if err != nil {
+				t.Fatalf("cleanup: %v", err)
+			}
+			if rep.Done {
+				break
+			}
+			cur = rep.Next
+		}
+	}
+	st, err := l.Stats(ctx)
+	if err != nil || st.Rows != 0 || st.CapacityUsed != 0 {
+		t.Fatalf("after the batch was finished and two laps: %d rows, %d slots (%v): want none held", st.Rows, st.CapacityUsed, err)
+	}
+}

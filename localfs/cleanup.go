@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -407,14 +408,14 @@ func (r *root) removeIndex(e indexEntry) error {
 // already notes the batch is left alone.
 func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]ledger.RemovedRow, error) {
 	var removed []ledger.RemovedRow
-	released := map[int][]ledger.Key{}
+	released := map[int][]batchEntry{}
 	for _, e := range b.Entries {
 		gone, err := r.removeRow(ctx, e, now)
 		if err != nil {
 			return nil, err
 		}
 		if gone {
-			released[e.Shard] = append(released[e.Shard], e.Key)
+			released[e.Shard] = append(released[e.Shard], e)
 			removed = append(removed, ledger.RemovedRow{Key: e.Key, EvaluationID: e.EvaluationID})
 		}
 	}
@@ -432,7 +433,7 @@ func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]l
 // release gives back the slots of the rows batch id removed, shard by shard. It holds the locks
 // of every shard concerned (taken in ascending order) while it reads, writes and renames their
 // records, with one sync for the data and one for the renames.
-func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger.Key) error {
+func (r *root) release(ctx context.Context, id uint64, released map[int][]batchEntry) error {
 	if len(released) == 0 {
 		return nil
 	}
@@ -460,11 +461,12 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger
 		if sh.AppliedBatch >= id {
 			continue
 		}
-		keys := released[s]
-		// A released key still pending (its row was removed before any admission in the
-		// shard settled it) is released here, once, not again by settling.
-		sh.Pending = deleteKeys(sh.Pending, keys)
-		n := int64(len(keys))
+		rows := released[s]
+		// A removed row still pending (removed before any admission in the shard settled it)
+		// is released here, once, not again by settling. Only that row's entry goes: a later
+		// admission of the same key keeps its own (another evaluation id) until settled.
+		sh.Pending = deletePending(sh.Pending, rows)
+		n := int64(len(rows))
 		if n > sh.Used {
 			// The count may overstate use, never understate it: a batch that would take it
 			// below zero means the record is wrong, and guessing would overfill the root.
@@ -484,18 +486,11 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger
 	return r.commitAll(sts)
 }
 
-func deleteKeys(xs []ledger.Key, del []ledger.Key) []ledger.Key {
-	out := xs[:0:0]
-	for _, x := range xs {
-		found := false
-		for _, d := range del {
-			if x == d {
-				found = true
-				break
-			}
-		}
-		if !found {
-			out = append(out, x)
+func deletePending(ps []pendingSlot, rows []batchEntry) []pendingSlot {
+	out := ps[:0:0]
+	for _, p := range ps {
+		if !slices.ContainsFunc(rows, func(e batchEntry) bool { return p.is(e.Key, e.EvaluationID) }) {
+			out = append(out, p)
 		}
 	}
 	return out

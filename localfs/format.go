@@ -165,12 +165,38 @@ type capacityState struct {
 // overstates, with its key pending, and is settled). Once a write is synced both halves hold
 // it, so one damaged half loses nothing; both damaged fail closed.
 type shardState struct {
-	Seq          uint64       `json:"seq"`
-	Shard        int          `json:"shard"`
-	Quota        int64        `json:"quota"`
-	Used         int64        `json:"used"`
-	Pending      []ledger.Key `json:"pending,omitempty"`
-	AppliedBatch uint64       `json:"applied_batch"`
+	Seq          uint64        `json:"seq"`
+	Shard        int           `json:"shard"`
+	Quota        int64         `json:"quota"`
+	Used         int64         `json:"used"`
+	Pending      []pendingSlot `json:"pending,omitempty"`
+	AppliedBatch uint64        `json:"applied_batch"`
+}
+
+// pendingSlot is one admission whose slot a shard counts before its row is known to exist:
+// the key, and the evaluation id of the row that admission creates. The id tells one
+// incarnation of a key from another: a cleanup batch that removed an earlier row of the key
+// releases that row's slot and erases that row's entry only, never a later admission's.
+// An entry written without an id (the first records of format 2 wrote keys alone) stands for
+// any incarnation of its key, as those records meant.
+type pendingSlot struct {
+	Key          ledger.Key `json:"key"`
+	EvaluationID string     `json:"evaluation_id,omitempty"`
+}
+
+// UnmarshalJSON reads an entry as written now ({"key":..,"evaluation_id":..}) or as a bare key.
+func (p *pendingSlot) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		*p = pendingSlot{}
+		return json.Unmarshal(b, &p.Key)
+	}
+	type plain pendingSlot
+	return json.Unmarshal(b, (*plain)(p))
+}
+
+// is reports whether the entry stands for the row of key k with evaluation id e.
+func (p pendingSlot) is(k ledger.Key, e string) bool {
+	return p.Key == k && (p.EvaluationID == "" || p.EvaluationID == e)
 }
 
 // rowRecord is a row state file's payload in format 2: the row, the capacity shard whose slot

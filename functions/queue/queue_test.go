@@ -30,9 +30,11 @@ func TestLocalOrderAndDelay(t *testing.T) {
 	defer cancel()
 	late := msg(1)
 	late.Delay = 150 * time.Millisecond
+	// The delay runs from the send: measured from before it, so a slow machine cannot make a
+	// correct queue look early.
+	start := time.Now()
 	q.Send(ctx, late)
 	q.Send(ctx, msg(2))
-	start := time.Now()
 	first, _ := q.Receive(ctx)
 	second, _ := q.Receive(ctx)
 	if first.Key != msg(2).Key || second.Key != late.Key {
