@@ -147,6 +147,7 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err != nil {
 		return err
 	}
+	used := sh.Used
 	changed, err := r.settle(&sh)
 	if err != nil || !changed {
 		return err
@@ -157,7 +158,21 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err != nil {
 		return err
 	}
-	return r.commitAll([]*staged{st})
+	if err := r.commitAll([]*staged{st}); err != nil {
+		return err
+	}
+	return r.roomShown(used, sh.Used)
+}
+
+// roomShown changes the room epoch again once a shard record that gained room (its count went
+// from before to after) is written: a process that scanned every shard between the first
+// change (before the write) and the write saw them all full under the changed epoch, and its
+// proof of Full must not outlive the room it missed.
+func (r *root) roomShown(before, after int64) error {
+	if after < before {
+		return r.bumpRoom()
+	}
+	return nil
 }
 
 func (b *batchState) has(k ledger.Key, shard int) bool {
@@ -228,6 +243,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	if err != nil {
 		return ledger.Admission{}, false, err
 	}
+	used := sh.Used
 	changed, err := r.settle(&sh)
 	if err != nil {
 		return ledger.Admission{}, false, err
@@ -239,6 +255,9 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 			st, err := r.stageShard(sh)
 			if err == nil {
 				err = r.commitAll([]*staged{st})
+			}
+			if err == nil {
+				err = r.roomShown(used, sh.Used)
 			}
 			if err != nil {
 				return ledger.Admission{}, false, err
@@ -263,6 +282,9 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	// durable, and only then is the row renamed into place (and its folder synced): the
 	// count covers the row before the row exists, whichever folder the slot comes from.
 	if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	if err := r.roomShown(used, sh.Used); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	return row.Admission(ledger.Admitted), false, nil

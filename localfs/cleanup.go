@@ -481,7 +481,15 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger
 		}
 		sts = append(sts, st)
 	}
-	return r.commitAll(sts)
+	if err := r.commitAll(sts); err != nil {
+		return err
+	}
+	if len(sts) == 0 {
+		return nil
+	}
+	// And again once the room shows: a proof of Full taken between the first change and the
+	// writes (every shard read full under the changed epoch) is void too.
+	return r.bumpRoom()
 }
 
 func deleteKeys(xs []ledger.Key, del []ledger.Key) []ledger.Key {
@@ -576,7 +584,11 @@ func (r *root) recoverBatch(ctx context.Context) (bool, error) {
 	if err != nil || b == nil {
 		return false, err
 	}
-	now, err := r.now(nil)
+	// The batch's rows are judged at the persisted high-water, never at this process's own
+	// clock: the pass that chose them persisted its now before writing the batch, and a row
+	// re-admitted since with a later signed time must not be removed at a now nobody
+	// persisted (a replay of its signature would then be fresh, and admitted again).
+	now, err := r.highWater()
 	if err != nil {
 		return false, err
 	}
