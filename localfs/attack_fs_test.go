@@ -165,3 +165,67 @@ func TestAttackBatchFinishedAtAnUnpersistedNow(t *testing.T) {
 			"at a now it never persisted", a)
 	}
 }
+
+// TestAttackReadmissionCutDuringABatchLeaksASlot: "a slot is never held for good". A
+// cleanup dies after removing a signed row and before releasing its slot (the batch is
+// left). The sender's retry, signed anew (the same key), is admitted into the same shard and
+// dies after its slot is durable and before its row is renamed: its slot is pending under the
+// same key. The batch, finished later, releases the old slot and deletes the key from the
+// shard's pending keys, so the new admission's slot is counted with no pending key and no
+// row: nothing ever gives it back.
+func TestAttackReadmissionCutDuringABatchLeaksASlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	limits := testLimits()
+	limits.QueueCeiling = 0
+	clock := ledger.NewManualClock(epoch)
+	l := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock})
+	defer l.Close()
+	d := newDelivery(epoch)
+	ledgertest.MustAdmit(t, l, d)
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease, "v"))
+
+	clock.Set(epoch.Add(6 * time.Minute))
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	fsys.SetRule("die before the removals are durable", func(op faultfs.Op, p string) faultfs.Action {
+		if op == faultfs.OpSyncFS {
+			return faultfs.Crash
+		}
+		return faultfs.Pass
+	})
+	cleaner := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock, FS: fsys})
+	if _, err := cleaner.Cleanup(ctx, ""); err == nil {
+		t.Fatal("the cleanup survived its crash")
+	}
+	cleaner.Close()
+	if _, err := l.Inspect(ctx, d.Key()); err == nil {
+		t.Fatal("the batch did not remove the row before its crash")
+	}
+
+	// The retry, signed anew, dies between its durable slot and its row's rename.
+	retry := d
+	retry.SignedAt = epoch.Add(6 * time.Minute)
+	afs := faultfs.New(localfs.OSFS{}, nil)
+	afs.SetRule("die at the row's rename", func(op faultfs.Op, p string) faultfs.Action {
+		if op == faultfs.OpRename && filepath.Ext(p) == ".state" && filepath.Base(p) != localfs.ShardCapacityFile {
+			return faultfs.Crash
+		}
+		return faultfs.Pass
+	})
+	admitter := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock, FS: afs})
+	if _, err := admitter.Admit(ctx, retry); err == nil {
+		t.Fatal("the admission survived its crash")
+	}
+	admitter.Close()
+
+	cleanupLap(t, l) // finishes the batch, then settles every shard
+	cleanupLap(t, l)
+	st, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows != 0 || st.CapacityUsed != 0 {
+		t.Fatalf("after the batch and two cleanup laps: %d rows, %d slots used: a slot is held for good", st.Rows, st.CapacityUsed)
+	}
+}

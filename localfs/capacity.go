@@ -101,7 +101,11 @@ func (r *root) settle(sh *shardState) (changed bool, err error) {
 					batchRead = true
 				}
 				if batch != nil && batch.ID > sh.AppliedBatch && batch.has(k, sh.Shard) {
-					continue // the batch releases it
+					// The batch releases it, and drops this one pending entry as it does. It stays
+					// pending until then: a later admission of the same key (a retry signed anew)
+					// adds an entry of its own, which the batch must not take with it.
+					keep = append(keep, k)
+					continue
 				}
 			}
 			if sh.Used > 0 {

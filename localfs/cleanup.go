@@ -462,7 +462,8 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger
 		}
 		keys := released[s]
 		// A released key still pending (its row was removed before any admission in the
-		// shard settled it) is released here, once, not again by settling.
+		// shard settled it) is released here, once, not again by settling. One entry per key:
+		// another one is a later admission of the same key, settled on its own.
 		sh.Pending = deleteKeys(sh.Pending, keys)
 		n := int64(len(keys))
 		if n > sh.Used {
@@ -492,19 +493,19 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]ledger
 	return r.bumpRoom()
 }
 
+// deleteKeys removes one entry of each key of del from xs.
 func deleteKeys(xs []ledger.Key, del []ledger.Key) []ledger.Key {
+	left := map[ledger.Key]int{}
+	for _, d := range del {
+		left[d]++
+	}
 	out := xs[:0:0]
 	for _, x := range xs {
-		found := false
-		for _, d := range del {
-			if x == d {
-				found = true
-				break
-			}
+		if left[x] > 0 {
+			left[x]--
+			continue
 		}
-		if !found {
-			out = append(out, x)
-		}
+		out = append(out, x)
 	}
 	return out
 }
