@@ -4,8 +4,13 @@ package localfs_test
 // contract it checks; a test that fails on the code it was written against says so.
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,4 +233,111 @@ func TestAttackReadmissionCutDuringABatchLeaksASlot(t *testing.T) {
 	if st.Rows != 0 || st.CapacityUsed != 0 {
 		t.Fatalf("after the batch and two cleanup laps: %d rows, %d slots used: a slot is held for good", st.Rows, st.CapacityUsed)
 	}
+}
+
+// racingReads is the real file system whose reads of capacity shard 05's record race two
+// writes, as a read(2) preempted twice while copying does: the first bytes of each copy
+// come from the record as it was, the rest from the next record written, and the second copy's
+// rest from the one after. (A read is not atomic against a pwrite(2) of the same range:
+// measured on ext4, a reader racing a loop of 8 KiB pwrites saw both 4 KiB halves torn in 9 of
+// 33,000 reads.)
+// Only the first such read races (a torn read is rare: reading again sees a whole record).
+type racingReads struct {
+	localfs.OSFS
+	raced *atomic.Bool
+}
+
+func (r racingReads) ReadFile(name string) ([]byte, error) {
+	if filepath.Base(name) != localfs.ShardCapacityFile || filepath.Base(filepath.Dir(name)) != "05" || r.raced.Swap(true) {
+		return localfs.OSFS{}.ReadFile(name)
+	}
+	next := func(prev []byte) ([]byte, error) {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+			data, err := os.ReadFile(name)
+			if err != nil || !bytes.Equal(data, prev) {
+				return data, err
+			}
+		}
+		return nil, errors.New("racingReads: no write to race")
+	}
+	a, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := next(a)
+	if err != nil {
+		return nil, err
+	}
+	c, err := next(b)
+	if err != nil {
+		return nil, err
+	}
+	const cut = 40 // inside each copy's frame
+	half := localfs.ShardSlotForTest
+	if len(a) != 2*half || len(b) != 2*half || len(c) != 2*half {
+		return nil, errors.New("racingReads: unexpected size")
+	}
+	out := append([]byte(nil), a[:cut]...)
+	out = append(out, b[cut:half+cut]...)
+	return append(out, c[half+cut:]...), nil
+}
+
+// TestAttackLockFreeReaderOfAShardBeingWritten: a capacity shard's record is written in place
+// (both copies in one write) under the shard's lock, but several readers take no lock: the
+// borrowing scan, Stats and Cleanup's capacity figures, the sweep's settling pre-read, Prepare's
+// check. A read racing the write can see both copies torn, and the reader then reports the
+// record as damaged ("neither copy of the record is valid": restore from a backup) although
+// nothing is damaged: a borrowing admission, a Stats, a Cleanup or a Prepare fails closed for
+// no reason. Only a reader holding the lock may conclude that both copies are damaged.
+func TestAttackLockFreeReaderOfAShardBeingWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	limits := testLimits()
+	limits.RecordCap = 200 // shards 00..c7 have one slot each, c8..ff none
+	clock := ledger.NewManualClock(epoch)
+	openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock}).Close()
+	// Every admission fails at its row's rename, after its slot was written in place (the next
+	// one in the shard settles it): records are rewritten again and again, and no row is made.
+	noRow := func(op faultfs.Op, p string) faultfs.Action {
+		if op == faultfs.OpRename && filepath.Ext(p) == ".state" && filepath.Base(p) != localfs.ShardCapacityFile {
+			return faultfs.FailBefore
+		}
+		return faultfs.Pass
+	}
+	wfs := faultfs.New(localfs.OSFS{}, nil)
+	wfs.SetRule("no row", noRow)
+	w := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock, FS: wfs})
+	defer w.Close()
+	// The reader borrows (its home shard has no quota): every admission reads the 256 records
+	// without locks, shard 05's slowly.
+	rfs := faultfs.New(racingReads{raced: new(atomic.Bool)}, nil)
+	rfs.SetRule("no row", noRow)
+	r := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock, FS: rfs})
+	defer r.Close()
+	injected := func(err error) bool { return err != nil && strings.Contains(err.Error(), "injected failure") }
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				if _, err := w.Admit(ctx, deliveryInShard(0x05)); !injected(err) {
+					t.Errorf("admit: %v, want the injected failure", err)
+					return
+				}
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	deadline := time.Now().Add(3 * time.Second)
+	reads := 0
+	for time.Now().Before(deadline) {
+		if _, err := r.Admit(ctx, deliveryInShard(0xf0)); !injected(err) {
+			t.Fatalf("a borrowing admission after %d clean scans, while shard 05 is being written: %v", reads, err)
+		}
+		reads++
+	}
+	t.Logf("%d scans, none saw a torn record", reads)
 }

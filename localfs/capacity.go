@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -38,17 +39,33 @@ func quota(recordCap int64, s int) int64 {
 	return q
 }
 
+// readShard reads capacity shard s's record. Several callers read without the shard's lock,
+// and a read is not atomic against the in-place write of the record: it can see both copies
+// torn by a write in progress. A record that does not decode is therefore read again a few
+// times (a writer holds the lock only for one write and one sync) before it is called damaged.
 func (r *root) readShard(s int) (shardState, error) {
 	p := r.shardCapPath(s)
-	data, err := r.fs.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+	var sh shardState
+	for attempt := 0; ; attempt++ {
+		data, err := r.fs.ReadFile(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+			}
+			return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 		}
-		return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+		sh, err = decodeShardFile(data)
+		if err != nil && errors.Is(err, ledger.ErrCorrupt) && attempt < 5 {
+			time.Sleep(time.Millisecond << attempt)
+			continue
+		}
+		if err != nil {
+			return shardState{}, fmt.Errorf("%s: %w", p, err)
+		}
+		break
 	}
-	sh, err := decodeShardFile(data)
-	if err == nil && sh.Shard != s {
+	var err error
+	if sh.Shard != s {
 		err = fmt.Errorf("%w: the record of shard %d holds shard %d", ledger.ErrCorrupt, s, sh.Shard)
 	}
 	if err != nil {
