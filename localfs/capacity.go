@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -38,17 +39,33 @@ func quota(recordCap int64, s int) int64 {
 	return q
 }
 
+// readShard reads capacity shard s's record. Several callers read without the shard's lock,
+// and a read is not atomic against the in-place write of the record: it can see both copies
+// torn by a write in progress. A record that does not decode is therefore read again a few
+// times (a writer holds the lock only for one write and one sync) before it is called damaged.
 func (r *root) readShard(s int) (shardState, error) {
 	p := r.shardCapPath(s)
-	data, err := r.fs.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+	var sh shardState
+	for attempt := 0; ; attempt++ {
+		data, err := r.fs.ReadFile(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+			}
+			return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 		}
-		return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+		sh, err = decodeShardFile(data)
+		if err != nil && errors.Is(err, ledger.ErrCorrupt) && attempt < 5 {
+			time.Sleep(time.Millisecond << attempt)
+			continue
+		}
+		if err != nil {
+			return shardState{}, fmt.Errorf("%s: %w", p, err)
+		}
+		break
 	}
-	sh, err := decodeShardFile(data)
-	if err == nil && sh.Shard != s {
+	var err error
+	if sh.Shard != s {
 		err = fmt.Errorf("%w: the record of shard %d holds shard %d", ledger.ErrCorrupt, s, sh.Shard)
 	}
 	if err != nil {
@@ -101,7 +118,10 @@ func (r *root) settle(sh *shardState) (changed bool, err error) {
 				batchRead = true
 			}
 			if batch != nil && batch.ID > sh.AppliedBatch && batch.has(p, sh.Shard) {
-				continue // the batch releases it
+				// The batch releases it, and erases this entry as it does; until then it
+				// stays, so the batch never takes another admission's entry in its place.
+				keep = append(keep, p)
+				continue
 			}
 			if sh.Used > 0 {
 				sh.Used--
@@ -146,6 +166,7 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err != nil {
 		return err
 	}
+	used := sh.Used
 	changed, err := r.settle(&sh)
 	if err != nil || !changed {
 		return err
@@ -156,7 +177,21 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err != nil {
 		return err
 	}
-	return r.commitAll([]*staged{st})
+	if err := r.commitAll([]*staged{st}); err != nil {
+		return err
+	}
+	return r.roomShown(used, sh.Used)
+}
+
+// roomShown changes the room epoch again once a shard record that gained room (its count went
+// from before to after) is written: a process that scanned every shard between the first
+// change (before the write) and the write saw them all full under the changed epoch, and its
+// proof of Full must not outlive the room it missed.
+func (r *root) roomShown(before, after int64) error {
+	if after < before {
+		return r.bumpRoom()
+	}
+	return nil
 }
 
 // has reports whether the batch removes the row whose slot p stands for, in shard.
@@ -228,6 +263,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	if err != nil {
 		return ledger.Admission{}, false, err
 	}
+	used := sh.Used
 	changed, err := r.settle(&sh)
 	if err != nil {
 		return ledger.Admission{}, false, err
@@ -239,6 +275,9 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 			st, err := r.stageShard(sh)
 			if err == nil {
 				err = r.commitAll([]*staged{st})
+			}
+			if err == nil {
+				err = r.roomShown(used, sh.Used)
 			}
 			if err != nil {
 				return ledger.Admission{}, false, err
@@ -263,6 +302,9 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	// durable, and only then is the row renamed into place (and its folder synced): the
 	// count covers the row before the row exists, whichever folder the slot comes from.
 	if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
+		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	if err := r.roomShown(used, sh.Used); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	return row.Admission(ledger.Admitted), false, nil
@@ -331,7 +373,8 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 }
 
 // The room epoch (.amiss-room.epoch) changes, to a fresh random value, before any capacity
-// shard gains room (a cleanup batch's release, a pending slot given back). A process that has
+// shard gains room (a cleanup batch's release, a pending slot given back), and again once the
+// room is written (roomShown), so a scan that ran between the two keeps no proof. A process that has
 // read every shard full keeps the epoch it saw before and after that scan, and answers Full
 // without scanning again while the epoch is the same: one read instead of 256 for every
 // refusal of a full root. The file is not synced: it orders what live processes see, and a

@@ -483,14 +483,24 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 		}
 		sts = append(sts, st)
 	}
-	return r.commitAll(sts)
+	if err := r.commitAll(sts); err != nil {
+		return err
+	}
+	if len(sts) == 0 {
+		return nil
+	}
+	// And again once the room shows: a proof of Full taken between the first change and the
+	// writes (every shard read full under the changed epoch) is void too.
+	return r.bumpRoom()
 }
 
+// deletePending removes, for each removed row, one pending entry that stands for it (an entry
+// of a later admission of the same key names another evaluation id and stays).
 func deletePending(ps []pendingSlot, rows []batchEntry) []pendingSlot {
-	out := ps[:0:0]
-	for _, p := range ps {
-		if !slices.ContainsFunc(rows, func(e batchEntry) bool { return p.is(e.Key, e.EvaluationID) }) {
-			out = append(out, p)
+	out := slices.Clone(ps)
+	for _, e := range rows {
+		if i := slices.IndexFunc(out, func(p pendingSlot) bool { return p.is(e.Key, e.EvaluationID) }); i >= 0 {
+			out = slices.Delete(out, i, i+1)
 		}
 	}
 	return out
@@ -571,7 +581,11 @@ func (r *root) recoverBatch(ctx context.Context) (bool, error) {
 	if err != nil || b == nil {
 		return false, err
 	}
-	now, err := r.now(nil)
+	// The batch's rows are judged at the persisted high-water, never at this process's own
+	// clock: the pass that chose them persisted its now before writing the batch, and a row
+	// re-admitted since with a later signed time must not be removed at a now nobody
+	// persisted (a replay of its signature would then be fresh, and admitted again).
+	now, err := r.highWater()
 	if err != nil {
 		return false, err
 	}
