@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -195,6 +196,23 @@ func states(rs ...rowModel) []interface{} {
 
 // step returns every state the row may be in after o, or none when o's answer is impossible.
 func (m model) step(r rowModel, o Op) []interface{} {
+	var out []rowModel
+	if o.Kind != OpRemove && m.removable(r, o.Hi) {
+		// A cleanup whose report the history does not hold may have removed the row before o:
+		// o is then judged on the forgotten key, whose floor is the removal's, not the row's
+		// (as after a removal the history reports).
+		out = m.stepOn(m.forgotten(r), o)
+	}
+	for _, n := range m.stepOn(r, o) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return states(out...)
+}
+
+// stepOn is step on the row r as it stands (no removal before o).
+func (m model) stepOn(r rowModel, o Op) []rowModel {
 	// The ledger decided at a now no lower than the row's floor; a call whose every reading
 	// was below it cannot come here. Cleanup decides on its own now, never raised by the
 	// row's times (what it persists as the high-water).
@@ -222,7 +240,7 @@ func (m model) step(r rowModel, o Op) []interface{} {
 			out[i].Floor = max(out[i].Floor, o.Lo)
 		}
 	}
-	return states(out...)
+	return out
 }
 
 // forgotten is the key after its row r was removed: the removal was decided at a now past

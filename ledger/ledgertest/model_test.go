@@ -125,3 +125,33 @@ func TestModelRefusesKnownViolations(t *testing.T) {
 		})
 	}
 }
+
+// TestModelForgetsARemovedRowsTimes: a row finished late (its last transition decided at
+// 1h10m by a host ahead) and past its retention (1h5m) is removed; a new signature of the same
+// request, fresh at 1h9m by a host behind, is admitted at that now. A removed row's own times no
+// longer raise the ledger's now (only the high-water does), whether the history holds the
+// cleanup's report of the removal or not (a cleanup cut off before it answered): the model
+// must accept both, as the FileLedger's soak found it did only for the first.
+func TestModelForgetsARemovedRowsTimes(t *testing.T) {
+	late := func() *history {
+		return (&history{}).
+			add(0, admitted()).
+			add(0, execute(1, 0)).
+			add(time.Second, save(1, "r")).
+			add(70*time.Minute, publish(2, 70*time.Minute, "r")).
+			add(70*time.Minute, Op{Kind: OpComplete, Eval: "e1", Report: "r"})
+	}
+	again := Op{Kind: OpAdmit, SignedAt: at(68 * time.Minute), Outcome: "admitted", OutEval: "e2",
+		RetainUntil: at(68*time.Minute + 5*time.Minute + time.Hour)}
+	if h := late().add(66*time.Minute, Op{Kind: OpRemove, Eval: "e1"}).add(69*time.Minute, again); !h.linearizable() {
+		t.Fatal("refused: a new signature admitted after the reported removal of the row")
+	}
+	if h := late().add(69*time.Minute, again); !h.linearizable() {
+		t.Fatal("refused: a new signature admitted after a removal the history does not report")
+	}
+	// The removal's own floor still holds: a replay of the first signature stays refused.
+	replay := Op{Kind: OpAdmit, SignedAt: at(0), Outcome: "admitted", OutEval: "e2", RetainUntil: at(5*time.Minute + time.Hour)}
+	if h := late().add(4*time.Minute, replay); h.linearizable() {
+		t.Fatal("accepted: a replay admitted at a now before the removed row's retention ended")
+	}
+}
