@@ -138,15 +138,16 @@ func (r *root) settle(sh *shardState) (changed bool, err error) {
 
 // settleShards settles the pending keys of the given capacity shards, each under its lock. The
 // sweep calls it for the folders it lists, so one lap gives back every slot an interrupted
-// admission left with no row, even in a shard no admission comes to again. A shard with no
-// pending key costs one read and no lock.
+// admission left with no row, even in a shard no admission comes to again. A shard whose
+// pending admissions all finished costs a read of its record and of their rows: no lock, no
+// write, so a lap's syncs do not grow with the shards it lists.
 func (r *root) settleShards(ctx context.Context, shards []int) error {
 	for _, s := range shards {
 		sh, err := r.readShard(s)
 		if err != nil {
 			return err
 		}
-		if len(sh.Pending) == 0 {
+		if !r.mayGiveBack(sh) {
 			continue
 		}
 		if err := r.settleShard(ctx, s); err != nil {
@@ -154,6 +155,20 @@ func (r *root) settleShards(ctx context.Context, shards []int) error {
 		}
 	}
 	return nil
+}
+
+// mayGiveBack reports whether settling sh could give a slot back: some pending slot's row is
+// not (or not yet) there holding it. It reads without the shard's lock, so a pending row
+// that is missing may be an admission still in flight: only settling under the lock decides.
+// The common case (every pending admission finished) costs no lock and no write.
+func (r *root) mayGiveBack(sh shardState) bool {
+	for _, p := range sh.Pending {
+		row, err := r.readRow(p.Key)
+		if err != nil || row.Shard != sh.Shard || !p.is(p.Key, row.EvaluationID) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *root) settleShard(ctx context.Context, s int) error {
