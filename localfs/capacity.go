@@ -136,6 +136,34 @@ func (r *root) settle(sh *shardState) (changed bool, err error) {
 	return true, nil
 }
 
+// writeShards writes the 256 capacity records rec makes as new files (making their row folders
+// first when mkdir is set): one sync for all their data, the renames, one sync for the renames.
+// A crash leaves some records or none, never a torn one; the caller writes what depends on
+// them (the root state) only after.
+func (r *root) writeShards(mkdir bool, rec func(s int) shardState) error {
+	var sts []*staged
+	for s := range shardCount {
+		if mkdir {
+			if err := r.mkdir(r.shardDirOf(s)); err != nil {
+				abortAll(sts)
+				return err
+			}
+		}
+		data, err := shardFile(rec(s))
+		if err == nil {
+			var st *staged
+			if st, err = r.stage(r.shardCapPath(s), data); err == nil {
+				sts = append(sts, st)
+			}
+		}
+		if err != nil {
+			abortAll(sts)
+			return err
+		}
+	}
+	return r.commitAll(sts)
+}
+
 // settleShards settles the pending keys of the given capacity shards, each under its lock. The
 // sweep calls it for the folders it lists, so one lap gives back every slot an interrupted
 // admission left with no row, even in a shard no admission comes to again. A shard whose

@@ -77,21 +77,9 @@ func (r *root) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", r.dir, err)
 	}
-	var sts []*staged
-	for s := range shardCount {
-		data, err := shardFile(shardState{Seq: 1, Shard: s, Quota: quotas[s], Used: counts[s]})
-		if err != nil {
-			abortAll(sts)
-			return err
-		}
-		st, err := r.stage(r.shardCapPath(s), data)
-		if err != nil {
-			abortAll(sts)
-			return err
-		}
-		sts = append(sts, st)
-	}
-	if err := r.commitAll(sts); err != nil {
+	if err := r.writeShards(false, func(s int) shardState {
+		return shardState{Seq: 1, Shard: s, Quota: quotas[s], Used: counts[s]}
+	}); err != nil {
 		return err
 	}
 	if b, err := r.readBatchV1(); err != nil {

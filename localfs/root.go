@@ -452,27 +452,10 @@ func (r *root) create(ctx context.Context) error {
 	if err := r.checkEmptyForCreate(); err != nil {
 		return err
 	}
-	var sts []*staged
-	for s := range shardCount {
-		if err := r.mkdir(r.shardDirOf(s)); err != nil {
-			abortAll(sts)
-			return err
-		}
-		data, err := shardFile(shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)})
-		if err != nil {
-			abortAll(sts)
-			return err
-		}
-		st, err := r.stage(r.shardCapPath(s), data)
-		if err != nil {
-			abortAll(sts)
-			return err
-		}
-		sts = append(sts, st)
-	}
-	// One syncfs for all 256 records, then the renames, then another for the renames: the
-	// root state that follows finds every record durable.
-	if err := r.commitAll(sts); err != nil {
+	// The root state that follows finds every record durable.
+	if err := r.writeShards(true, func(s int) shardState {
+		return shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)}
+	}); err != nil {
 		return err
 	}
 	now := r.cfg.Clock.Now()
