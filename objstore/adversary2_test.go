@@ -402,3 +402,25 @@ func TestAdversaryFormatOneAdmissionInFlightLandsARowWithoutASlot(t *testing.T) 
 			st.Rows, w.limits.RecordCap, st.CapacityUsed)
 	}
 }
+
+// TestAdversarySuspendedIngressRefusesAFreshDeliveryAsAhead: the first decision of an admission
+// is made before any request, on the store-clock estimate, which after the host was suspended
+// is behind the store by the whole suspension. A delivery signed a second ago by the store's
+// clock then looks minutes ahead of that estimate and was refused as Stale (401: the sender
+// does not retry it), though it is fresh by the store's time. Found by the S3 history soak.
+//
+//	T      ingress: answers something (its estimate is T), then its host is suspended 2 minutes
+//	T+2m   a sender signs d at T+2m; ingress admits it: its estimate still says T
+func TestAdversarySuspendedIngressRefusesAFreshDeliveryAsAhead(t *testing.T) {
+	w := newWorld(t)
+	host := &suspendedClock{store: w.store}
+	ingress, _ := w.handle("ingress", 0, func(c *objstore.Config) { c.Clock = host })
+	w.admit(ingress, w.delivery(time.Time{}), ledger.Admitted)
+	w.store.Advance(2 * time.Minute)
+	host.sleep(2 * time.Minute)
+	d := w.delivery(w.store.Now().Add(-time.Second))
+	a, err := ingress.Admit(w.ctx, d)
+	if err != nil || a.Outcome != ledger.Admitted {
+		t.Fatalf("a delivery signed a second ago by the store's clock, admitted by a host that was suspended: %v %v, want Admitted", a.Outcome, err)
+	}
+}

@@ -66,18 +66,23 @@ func (l *Ledger) readmit(ctx context.Context, d ledger.Delivery) (ledger.Admissi
 // under it (the caller decides again).
 func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	key := d.Key()
+	// This first decision is made before any request, on the store-clock estimate, which
+	// after the host was suspended is behind the store by the whole suspension: it never
+	// refuses a delivery as ahead of that estimate (it is decided after the reservation's
+	// answer, on a fresh Date), only one too old for it (the estimate is never ahead, so the
+	// store's time says so too).
 	now := l.nowFor(nil)
 	id, err := ledger.NewEvaluationID(l.cfg.Random.Read)
 	if err != nil {
 		return ledger.Admission{}, err
 	}
-	row, outcome, err := ledger.NewRow(d, l.cfg.Limits, now, id)
+	row, outcome, err := ledger.NewRow(d, l.cfg.Limits, ledger.MaxTime(now, d.SignedAt, d.BodyAt), id)
 	if err != nil {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	if outcome != ledger.Admitted {
-		// Too old or too far ahead by the store's time: refused whatever the key holds,
-		// without a request (a row's own times could only make it older).
+		// Too old by the store's time: refused whatever the key holds, without a request (a
+		// row's own times could only make it older).
 		return ledger.Admission{Outcome: outcome, Key: key}, nil
 	}
 	rd := rowData{Row: row}
