@@ -109,16 +109,29 @@ type Publish struct {
 	TargetURL string    `yaml:"target_url"`
 }
 
-// Defaults used when the file leaves a controller setting out.
-var defaultController = Controller{
-	SignedAgeCeiling: 5 * time.Minute,
-	QueueCeiling:     72 * time.Hour,
-	FutureSkew:       time.Minute,
-	RecordCap:        1_000_000,
-	MaxBodyBytes:     1 << 20,
-	MaxSubjectBytes:  32 << 10,
-	MaxReportBytes:   64 << 10,
-	BodyAgeCeiling:   ledger.DefaultBodyAgeCeiling,
+// defaultMaxBodyBytes is the largest webhook body the ingress reads when the file sets no
+// max_body_bytes. It is not a ledger limit: the root never records it.
+const defaultMaxBodyBytes = 1 << 20
+
+// defaultController holds what a file that leaves a controller setting out gets. Every limit
+// the ledger root records comes from ledger.DefaultLimits, the one source of those numbers, so
+// a root created by one command (amiss serve, a Lambda, amiss ledger) opens under every other
+// that runs on defaults.
+var defaultController = controllerOf(ledger.DefaultLimits(), defaultMaxBodyBytes)
+
+// controllerOf is the controller settings that ask for the ledger limits l, with the ingress's
+// body limit maxBody. It is the inverse of Config.Limits.
+func controllerOf(l ledger.Limits, maxBody int) Controller {
+	return Controller{
+		SignedAgeCeiling: l.SignedAgeCeiling,
+		QueueCeiling:     l.QueueCeiling,
+		FutureSkew:       l.FutureSkew,
+		RecordCap:        l.RecordCap,
+		MaxBodyBytes:     maxBody,
+		MaxSubjectBytes:  l.MaxSubjectBytes,
+		MaxReportBytes:   l.MaxReportBytes,
+		BodyAgeCeiling:   l.BodyAgeCeiling,
+	}
 }
 
 var defaultScheme = map[string]string{
