@@ -64,18 +64,22 @@ func parseServe(args []string) (serveOptions, error) {
 // prepareRoot prepares the file root dir (created when missing) with cfg's limits; a root made
 // with other limits is refused with the differing settings named and the remedy.
 func prepareRoot(ctx context.Context, cfg *config.Config, dir string, strandedAfter time.Duration) (*localfs.Ledger, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	loc, err := wiring.ParseLocation(dir, "-root", true)
+	if err != nil {
 		return nil, err
 	}
-	l, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: cfg.Limits(), Create: true, StrandedAfter: strandedAfter})
-	if errors.Is(err, ledger.ErrRootMismatch) {
-		if stored, rerr := localfs.ReadLimits(dir, nil); rerr == nil {
-			if lerr := wiring.LimitsError(cfg, dir, stored); lerr != nil {
-				return nil, lerr
-			}
-		}
+	if loc.Bucket != "" {
+		return nil, fmt.Errorf("%w: -root %s: this command runs over a folder (an S3 ledger is served by the Lambda functions)", errUsage, dir)
 	}
-	return l, err
+	if err := os.MkdirAll(loc.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	l, err := wiring.OpenLedger(ctx, dir, wiring.LedgerOptions{From: "-root", Folders: true, Config: cfg, Prepare: true,
+		StrandedAfter: strandedAfter})
+	if err != nil {
+		return nil, err
+	}
+	return l.(*localfs.Ledger), nil
 }
 
 // runServe runs the three handlers in one process over a file root: the embedded default.

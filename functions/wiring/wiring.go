@@ -37,7 +37,6 @@ import (
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/secrets"
 	"github.com/amiss-ci/amiss/ledger"
-	"github.com/amiss-ci/amiss/localfs"
 	"github.com/amiss-ci/amiss/objstore"
 )
 
@@ -148,59 +147,12 @@ func AWS(ctx context.Context) (aws.Config, error) {
 	return awsconfig.LoadDefaultConfig(ctx)
 }
 
-// Ledger opens the ledger AMISS_LEDGER names, with the limits of cfg. A Lambda cold start
-// only opens (no scan); prepare is for long-lived processes and cleanup. A root created with
-// other limits is refused with the differing settings named (see LimitsError).
+// Ledger opens the ledger AMISS_LEDGER names, with the limits of cfg (see OpenLedger). A
+// Lambda cold start only opens (no scan); prepare is for long-lived processes and cleanup. A
+// root created with other limits is refused with the differing settings named (see
+// LimitsError).
 func Ledger(ctx context.Context, cfg *config.Config, prepare bool) (ledger.Ledger, error) {
-	spec := Getenv(EnvLedger)
-	switch {
-	case strings.HasPrefix(spec, "file:"):
-		dir := strings.TrimPrefix(spec, "file:")
-		c := localfs.Config{Limits: cfg.Limits(), Create: true}
-		open := localfs.Open
-		if prepare {
-			open = localfs.Prepare
-		}
-		l, err := open(ctx, dir, c)
-		if errors.Is(err, ledger.ErrRootMismatch) {
-			if stored, rerr := localfs.ReadLimits(dir, nil); rerr == nil {
-				if lerr := LimitsError(cfg, spec, stored); lerr != nil {
-					return nil, lerr
-				}
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
-	case strings.HasPrefix(spec, "s3://"):
-		bucket, prefix, _ := strings.Cut(strings.TrimPrefix(spec, "s3://"), "/")
-		if bucket == "" {
-			return nil, fmt.Errorf("%s: %q names no bucket", EnvLedger, spec)
-		}
-		if prefix != "" && !strings.HasSuffix(prefix, "/") {
-			prefix += "/"
-		}
-		client, err := S3Client(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: prefix, Limits: cfg.Limits(), Create: true})
-		if errors.Is(err, ledger.ErrRootMismatch) {
-			if stored, rerr := objstore.ReadLimits(ctx, client, bucket, prefix); rerr == nil {
-				if lerr := LimitsError(cfg, spec, stored); lerr != nil {
-					return nil, lerr
-				}
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
-	case spec == "":
-		return nil, errors.New(EnvLedger + " is not set (file:/path or s3://bucket/prefix/)")
-	}
-	return nil, fmt.Errorf("%s: %q is neither file:/path nor s3://bucket/prefix/", EnvLedger, spec)
+	return OpenLedger(ctx, Getenv(EnvLedger), LedgerOptions{Config: cfg, Prepare: prepare})
 }
 
 // ErrLimitsDiffer: a ledger root records other limits than the configuration asks for.

@@ -219,3 +219,53 @@ func TestSecretReferencesMustBeGranted(t *testing.T) {
 		t.Fatalf("ungranted secret: %v", err)
 	}
 }
+
+// One parser reads a ledger's location for every caller: AMISS_LEDGER must name its backend,
+// an operator's -root may be a bare folder.
+func TestParseLocation(t *testing.T) {
+	for _, c := range []struct {
+		spec    string
+		folders bool
+		want    wiring.Location
+		bad     bool
+	}{
+		{spec: "file:/mnt/ledger", want: wiring.Location{Dir: "/mnt/ledger"}},
+		{spec: "s3://b/p", want: wiring.Location{Bucket: "b", Prefix: "p/"}},
+		{spec: "s3://b/p/", folders: true, want: wiring.Location{Bucket: "b", Prefix: "p/"}},
+		{spec: "s3://b", want: wiring.Location{Bucket: "b"}},
+		{spec: "var/ledger", folders: true, want: wiring.Location{Dir: "var/ledger"}},
+		{spec: "var/ledger", bad: true},
+		{spec: "s3://", folders: true, bad: true},
+		{spec: "", folders: true, bad: true},
+	} {
+		got, err := wiring.ParseLocation(c.spec, "-root", c.folders)
+		c.want.Spec = c.spec
+		if c.bad != (err != nil) || (!c.bad && got != c.want) {
+			t.Errorf("ParseLocation(%q, folders %v) = %+v, %v", c.spec, c.folders, got, err)
+		}
+	}
+}
+
+// An operator's command opens a root with the limits it records, and never creates one.
+func TestOpenLedgerWithTheRecordedLimits(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	if _, err := wiring.OpenLedger(ctx, dir, wiring.LedgerOptions{Folders: true}); !errors.Is(err, ledger.ErrRootMismatch) {
+		t.Fatalf("a missing root without a configuration: %v", err)
+	}
+	limits := ledger.DefaultLimits()
+	limits.RecordCap = 7
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: limits, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	opened, err := wiring.OpenLedger(ctx, "file:"+dir, wiring.LedgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opened.Close()
+	if st, err := opened.Stats(ctx); err != nil || st.Limits.RecordCap != 7 {
+		t.Fatalf("stats %+v, %v", st.Limits, err)
+	}
+}
