@@ -15,6 +15,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/ingress"
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/internal/samtemplate"
 	"github.com/amiss-ci/amiss/ledger"
@@ -88,7 +89,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 	hc := &http.Client{Timeout: *timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, name := range cfg.RouteNames() {
 		p := cfg.Route(name).Publish
-		if p.Provider == "log" {
+		if p.Provider == provider.Log {
 			c.ok("routes.%s.publish: verdicts go to the log", name)
 			continue
 		}

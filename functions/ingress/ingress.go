@@ -26,6 +26,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -130,7 +131,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		log = log.With("delivery_id", proof.DeliveryID, "delivery_id_signed", false)
 	}
 
-	subj, err := subject.Extract(route.Provider, header, body)
+	subj, err := provider.Extract(route.Provider, header, body)
 	switch {
 	case errors.Is(err, subject.ErrIgnored):
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())

@@ -10,7 +10,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/ingress"
-	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/runner"
 )
 
@@ -41,27 +41,19 @@ func Routes(cfg *config.Config, secrets ingress.Secrets, hc *http.Client, log *s
 			}
 			ev = rules
 		}
-		var pub publish.Publisher
-		if r.Publish.Provider == "log" {
-			pub = publish.Log{Logger: log}
-		} else {
+		p, ok := provider.Publishing(r.Publish.Provider)
+		if !ok {
+			return nil, fmt.Errorf("route %s: publisher %q", name, r.Publish.Provider)
+		}
+		target := provider.Target{BaseURL: r.Publish.BaseURL, Client: hc, Log: log}
+		if p.Remote {
 			token, err := secrets.Get(ctx, r.Publish.Token.From)
 			if err != nil {
 				return nil, fmt.Errorf("route %s: publish token: %w", name, err)
 			}
-			switch r.Publish.Provider {
-			case "github":
-				pub = publish.NewGitHub(r.Publish.BaseURL, token, hc)
-			case "gitea":
-				pub = publish.NewGitea(r.Publish.BaseURL, token, hc)
-			case "gitlab":
-				pub = publish.NewGitLab(r.Publish.BaseURL, token, hc)
-			case "bitbucket":
-				pub = publish.NewBitbucket(r.Publish.BaseURL, token, hc)
-			default:
-				return nil, fmt.Errorf("route %s: publisher %q", name, r.Publish.Provider)
-			}
+			target.Token = token
 		}
+		pub := p.Publisher(target)
 		return &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL}, nil
 	}
 }
