@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
-	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/secrets"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/internal/samtemplate"
 	"github.com/amiss-ci/amiss/ledger"
@@ -55,7 +55,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 	}
 	c.ok("configuration %s: routes %s", *cfgPath, strings.Join(cfg.RouteNames(), ", "))
 
-	var res ingress.Secrets = wiring.Secrets(nil)
+	var res secrets.Source = wiring.Secrets(nil)
 	if usesSecretsManager(cfg) {
 		awsCfg, err := wiring.AWS(ctx)
 		if err != nil {

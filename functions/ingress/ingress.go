@@ -28,22 +28,18 @@ import (
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/secrets"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/ledger"
 )
-
-// Secrets resolves a secret reference (see package secrets).
-type Secrets interface {
-	Get(ctx context.Context, ref string) (string, error)
-}
 
 // Handler is the ingress.
 type Handler struct {
 	Config  *config.Config
 	Ledger  ledger.Ledger
 	Queue   queue.Queue
-	Secrets Secrets
+	Secrets secrets.Source
 	Log     *slog.Logger
 	// Metrics counts outcomes (admitted, pending, duplicate, conflict, full, stale, ...); nil:
 	// none.

@@ -9,15 +9,15 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/secrets"
 )
 
 // Routes returns the runner's route lookup: each call builds the route's evaluator and
 // publisher, reading their secrets through the resolver (which caches them briefly), so a
 // rotated token is used without a redeploy.
-func Routes(cfg *config.Config, secrets ingress.Secrets, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
+func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 15 * time.Second}
 	}

@@ -95,9 +95,7 @@ func checkSecretARNs(c *config.Config, allowed []string) error {
 // cannot be read stops the process at start instead of failing each request. The error lists
 // every secret that failed, each by its field, its route and its source, with the remedy; it
 // never holds a secret's value.
-func ResolveSecrets(ctx context.Context, c *config.Config, res interface {
-	Get(ctx context.Context, ref string) (string, error)
-}) error {
+func ResolveSecrets(ctx context.Context, c *config.Config, res secrets.Source) error {
 	var errs []error
 	for _, u := range c.SecretUses() {
 		errs = append(errs, ResolveSecret(ctx, res, u))
@@ -107,9 +105,7 @@ func ResolveSecrets(ctx context.Context, c *config.Config, res interface {
 
 // ResolveSecret reads one secret and drops its value: the error, when it cannot be read,
 // names the field, the route and the source, and says what to do.
-func ResolveSecret(ctx context.Context, res interface {
-	Get(ctx context.Context, ref string) (string, error)
-}, u config.SecretUse) error {
+func ResolveSecret(ctx context.Context, res secrets.Source, u config.SecretUse) error {
 	if _, err := res.Get(ctx, u.From); err != nil {
 		return fmt.Errorf("%s: route %s: %s from %s cannot be read: %w; %s", u.Path, u.Route, u.What, u.From, err, remedy(u.From))
 	}
