@@ -9,11 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/amiss-ci/amiss/functions/cleanup"
 	"github.com/amiss-ci/amiss/functions/config"
@@ -112,25 +109,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	h := &ingress.Handler{Config: cfg, Ledger: root.Session(), Queue: q, Secrets: secrets, Log: log}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hooks/{route}", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, int64(cfg.Controller.MaxBodyBytes)+1))
-		if err != nil {
-			http.Error(w, "cannot read the body", http.StatusBadRequest)
-			return
-		}
-		req := events.APIGatewayV2HTTPRequest{RawPath: r.URL.Path, PathParameters: map[string]string{"route": r.PathValue("route")},
-			Headers: map[string]string{}, Body: string(body)}
-		req.RequestContext.HTTP.Method = r.Method
-		for k, vs := range r.Header {
-			req.Headers[strings.ToLower(k)] = strings.Join(vs, ",") // as API Gateway joins them
-		}
-		resp, _ := h.Handle(r.Context(), req)
-		for k, v := range resp.Headers {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(resp.StatusCode)
-		io.WriteString(w, resp.Body)
-	})
+	mux.Handle("POST /hooks/{route}", h)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
