@@ -132,26 +132,11 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	r := &runner.Runner{Ledger: root.Session(), Routes: wiring.Routes(cfg, secrets, nil, log), Owner: fmt.Sprintf("serve-%d", os.Getpid()),
 		Lease: o.lease, RetryDelay: 5 * time.Second, Log: log, PublishBudget: cfg.PublishBudget()}
 	var wg sync.WaitGroup
-	for range o.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				m, err := q.Receive(workCtx)
-				if err != nil {
-					return
-				}
-				res, err := r.Process(workCtx, m)
-				if err != nil {
-					log.Warn("runner", "err", err)
-				}
-				if !res.Done && workCtx.Err() == nil {
-					m.Delay = time.Until(res.RetryAt)
-					q.Send(workCtx, m)
-				}
-			}
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		(&runner.Local{Runner: r, Queue: q}).Run(workCtx, o.workers)
+	}()
 	// Cleanup on a timer, re-enqueueing stranded rows.
 	ch := &cleanup.Handler{Ledger: root.Session(), Queue: q, Log: log, Margin: time.Second}
 	wg.Add(1)
