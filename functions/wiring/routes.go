@@ -16,8 +16,9 @@ import (
 
 // Routes returns the runner's route lookup: each call builds the route's evaluator and
 // publisher, reading their secrets through the resolver (which caches them briefly), so a
-// rotated token is used without a redeploy.
-func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
+// rotated token is used without a redeploy. ctx bounds those reads: it is the life of the
+// process that looks routes up (a Lambda's, or amiss serve's workers'), not of one message.
+func Routes(ctx context.Context, cfg *config.Config, secrets secrets.Source, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 15 * time.Second}
 	}
@@ -26,7 +27,6 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 		if r == nil {
 			return nil, fmt.Errorf("route %q is not configured", name)
 		}
-		ctx := context.Background()
 		var ev evaluate.Evaluator
 		if r.Evaluator.URL != "" {
 			secret, err := secrets.Get(ctx, r.Evaluator.Secret.From)

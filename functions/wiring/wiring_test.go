@@ -73,7 +73,7 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	demo, err := wiring.Routes(demoCfg, fixedSecrets{}, nil, nil)("demo")
+	demo, err := wiring.Routes(context.Background(), demoCfg, fixedSecrets{}, nil, nil)("demo")
 	if err != nil || demo.Evaluator == nil || demo.Publisher == nil || demo.Context != "amiss/demo" {
 		t.Fatalf("demo: %+v %v", demo, err)
 	}
@@ -81,11 +81,11 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
+	routes := wiring.Routes(context.Background(), cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
 	if gh, err := routes("github"); err != nil || gh.Context != "amiss/local" {
 		t.Fatalf("github: %+v %v", gh, err)
 	}
-	if _, err := wiring.Routes(cfg, fixedSecrets{}, nil, nil)("github"); err == nil {
+	if _, err := wiring.Routes(context.Background(), cfg, fixedSecrets{}, nil, nil)("github"); err == nil {
 		t.Fatal("a route whose token is missing was built")
 	}
 	if _, err := routes("nope"); err == nil {
