@@ -142,18 +142,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(o.cleanupEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				cctx, cancel := context.WithTimeout(ctx, o.cleanupEvery)
-				ch.Handle(cctx)
-				cancel()
-			}
-		}
+		ch.Every(ctx, o.cleanupEvery)
 	}()
 
 	<-ctx.Done()
