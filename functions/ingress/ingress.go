@@ -1,6 +1,7 @@
-// Package ingress is the webhook ingress: an API Gateway HTTP API (payload format 2.0) handler
-// that authenticates a webhook, derives its replay identity and lifetime from what the
-// signature proves, admits it into the ledger and hands its key to the queue.
+// Package ingress is the webhook ingress: an API Gateway HTTP API (payload format 2.0) handler,
+// also served over plain HTTP by amiss serve, that authenticates a webhook, derives its replay
+// identity and lifetime from what the signature proves, admits it into the ledger and hands
+// its key to the queue.
 //
 // Answers: 202 admitted and queued; 200 duplicate, or pending and queued again; 204 an event
 // that is not evaluated (a ping, a closed pull request); 400 malformed; 401 a bad or missing
