@@ -1,4 +1,19 @@
-// Package functions holds the pieces of the ingress, runner and cleanup handlers. Handlers
-// depend on the ledger contract only, never on a backend (see DESIGN.md section 2). So far it
-// holds the webhook signature schemes (functions/webhook); the handlers are not written yet.
+// Package functions holds the handlers of amiss's three Lambda functions and what they share;
+// it has no code of its own. Handlers depend on the ledger contract only, never on a backend:
+// functions/wiring is the one place that opens a FileLedger or an S3 ledger (see DESIGN.md
+// section 2).
+//
+//   - ingress: authenticates a webhook (webhook), reads its subject (subject, by the provider
+//     table in provider), admits it into the ledger and queues its key (queue); it serves API
+//     Gateway, and plain HTTP for amiss serve.
+//   - runner: claims a queued delivery, evaluates it (evaluate), saves the verdict and
+//     publishes it as a commit status (publish); SQS batches in AWS, runner.Local over the
+//     in-process queue locally.
+//   - cleanup: the scheduled cleanup passes, which re-enqueue stranded rows.
+//   - config and secrets: the YAML configuration, and secrets read at run time.
+//   - operator: listing rows, republishing abandoned verdicts, recovery at a server's start.
+//   - metrics: CloudWatch Embedded Metric Format lines.
+//   - wiring: builds the configuration, the ledger, the queue, the secrets and the routes
+//     from the environment; cmd/ingress, cmd/runner and cmd/cleanup are the three mains,
+//     wiring only. e2e runs the whole path in one process.
 package functions

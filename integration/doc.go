@@ -1,4 +1,19 @@
-// Package integration will hold the end-to-end tests across real processes and servers (the
-// Lambda bootstraps under the runtime interface emulator, MinIO in testcontainers). Nothing is
-// implemented here yet.
+// Package integration holds the tests that cross real processes and the deployment's own
+// files; it has no code of its own.
+//
+//   - template_test.go: template.yaml against the code: every function's build target exists,
+//     the environment the code reads is the one the template sets (and events/env.json sets
+//     only declared variables), each function's event decodes into its handler's input, the
+//     IAM policies cover the S3 and SQS calls the ledger and the queue make, and the defects a
+//     first deploy found stay fixed.
+//   - lambda_test.go: the three functions built as they are deployed (bootstrap, lambda.norpc)
+//     and run under the pinned runtime interface emulator on loopback, with stand-in SQS and
+//     provider servers, over a file ledger and over MinIO (the S3 ledger): a runner killed
+//     mid-evaluation, invoked again once its lease has ended, publishes exactly one verdict.
+//   - invoke_test.go: the README's local Lambda loop (make invoke-ingress, invoke-runner,
+//     invoke-cleanup) run as a user runs it.
+//
+// The emulator comes from make rie and MinIO from the local image (make minio-image, selected
+// by AMISS_MINIO_IMAGE); a test whose tool is missing is skipped and says why, unless
+// AMISS_REQUIRE_RIE=1 or AMISS_REQUIRE_DOCKER=1 makes that a failure.
 package integration

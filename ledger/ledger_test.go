@@ -90,6 +90,34 @@ func TestLimitsValidate(t *testing.T) {
 	}
 }
 
+// CheckDelivery and CheckReport are the checks every backend makes before it writes: the
+// ceilings are inclusive, and each refusal is one class (ErrInvalid or ErrTooLarge).
+func TestCheckDeliveryAndReport(t *testing.T) {
+	l := ledger.DefaultLimits()
+	l.MaxSubjectBytes, l.MaxReportBytes = 8, 4
+	ok := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "i"}, Subject: []byte("12345678")}
+	if err := l.CheckDelivery(ok); err != nil {
+		t.Fatalf("a subject at the ceiling: %v", err)
+	}
+	over := ok
+	over.Subject = []byte("123456789")
+	if err := l.CheckDelivery(over); !errors.Is(err, ledger.ErrTooLarge) {
+		t.Fatalf("a subject over the ceiling: %v", err)
+	}
+	invalid := ok
+	invalid.Binding.Identity = ""
+	invalid.Subject = over.Subject
+	if err := l.CheckDelivery(invalid); !errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrTooLarge) {
+		t.Fatalf("an invalid delivery is ErrInvalid first: %v", err)
+	}
+	if err := l.CheckReport([]byte("1234")); err != nil {
+		t.Fatalf("a report at the ceiling: %v", err)
+	}
+	if err := l.CheckReport([]byte("12345")); !errors.Is(err, ledger.ErrTooLarge) {
+		t.Fatalf("a report over the ceiling: %v", err)
+	}
+}
+
 func TestRowCheckRejectsContradictions(t *testing.T) {
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "i"}}
 	now := time.Now()

@@ -89,6 +89,29 @@ func (l Limits) Validate() error {
 	return nil
 }
 
+// CheckDelivery reports a delivery that no root with these limits stores: one the contract
+// does not allow (ErrInvalid, see Delivery.Validate) or one whose subject is over
+// MaxSubjectBytes (ErrTooLarge). It decides on the delivery alone, never on stored state, so
+// a backend calls it before it reads or writes anything: a refused delivery leaves no trace.
+func (l Limits) CheckDelivery(d Delivery) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	if len(d.Subject) > l.MaxSubjectBytes {
+		return fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, len(d.Subject), l.MaxSubjectBytes)
+	}
+	return nil
+}
+
+// CheckReport reports a report over MaxReportBytes (ErrTooLarge): Save refuses it before it
+// writes anything, never truncating it.
+func (l Limits) CheckReport(report []byte) error {
+	if len(report) > l.MaxReportBytes {
+		return fmt.Errorf("%w: report of %d bytes, ceiling %d", ErrTooLarge, len(report), l.MaxReportBytes)
+	}
+	return nil
+}
+
 // configured is l as a configuration states it: without what only the root records.
 func (l Limits) configured() Limits {
 	l.BodyTimesSince = time.Time{}

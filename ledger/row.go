@@ -66,11 +66,8 @@ func (r *Row) Now(clock, highWater time.Time) time.Time {
 // NewRow builds the row Admit creates for a fresh delivery at now. It enforces the subject
 // ceiling and freshness; a refusal is returned as an Admission outcome.
 func NewRow(d Delivery, l Limits, now time.Time, evaluationID string) (Row, AdmitOutcome, error) {
-	if err := d.Validate(); err != nil {
+	if err := l.CheckDelivery(d); err != nil {
 		return Row{}, 0, err
-	}
-	if len(d.Subject) > l.MaxSubjectBytes {
-		return Row{}, 0, fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, len(d.Subject), l.MaxSubjectBytes)
 	}
 	t, body := d.replayTime(l)
 	if !t.IsZero() && !d.fresh(l, t, body, now) {

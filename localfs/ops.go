@@ -41,12 +41,8 @@ func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission
 		return ledger.Admission{}, err
 	}
 	defer l.r.end()
-	if err := d.Validate(); err != nil {
-		return ledger.Admission{}, err
-	}
-	if len(d.Subject) > l.r.cfg.Limits.MaxSubjectBytes {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w: subject of %d bytes, ceiling %d", d.Key().Short(),
-			ledger.ErrTooLarge, len(d.Subject), l.r.cfg.Limits.MaxSubjectBytes)
+	if err := l.r.cfg.Limits.CheckDelivery(d); err != nil {
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", d.Key().Short(), err)
 	}
 	a, err := l.admitNew(ctx, d)
 	if err == nil && a.Outcome == ledger.Full {
@@ -173,9 +169,8 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 	}
 	defer l.r.end()
 	r := l.r
-	if len(report) > r.cfg.Limits.MaxReportBytes {
-		return ledger.Staged{}, fmt.Errorf("save %s: %w: report of %d bytes, ceiling %d", lease.Key.Short(),
-			ledger.ErrTooLarge, len(report), r.cfg.Limits.MaxReportBytes)
+	if err := r.cfg.Limits.CheckReport(report); err != nil {
+		return ledger.Staged{}, fmt.Errorf("save %s: %w", lease.Key.Short(), err)
 	}
 	var out ledger.Staged
 	err := l.withRow(ctx, "save", lease.Key, func(row *storedRow, now time.Time) error {

@@ -22,13 +22,9 @@ import (
 // when that one is full are the others read), and the row, created over the reservation
 // (If-Match). Admission issues no listing. A key that has a row is answered from it.
 func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
-	if err := d.Validate(); err != nil {
-		return ledger.Admission{}, err
-	}
 	key := d.Key()
-	if len(d.Subject) > l.cfg.Limits.MaxSubjectBytes {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w: subject of %d bytes, ceiling %d", key.Short(),
-			ledger.ErrTooLarge, len(d.Subject), l.cfg.Limits.MaxSubjectBytes)
+	if err := l.cfg.Limits.CheckDelivery(d); err != nil {
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	if err := l.refreshHighWater(ctx); err != nil {
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
@@ -229,9 +225,8 @@ func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Du
 // Save implements ledger.Ledger: the report is written inside the row, in one conditional
 // write.
 func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (ledger.Staged, error) {
-	if len(report) > l.cfg.Limits.MaxReportBytes {
-		return ledger.Staged{}, fmt.Errorf("save %s: %w: report of %d bytes, ceiling %d", lease.Key.Short(),
-			ledger.ErrTooLarge, len(report), l.cfg.Limits.MaxReportBytes)
+	if err := l.cfg.Limits.CheckReport(report); err != nil {
+		return ledger.Staged{}, fmt.Errorf("save %s: %w", lease.Key.Short(), err)
 	}
 	var out ledger.Staged
 	err := l.update(ctx, "save", lease.Key, func(rd *rowData, now time.Time) (bool, error) {

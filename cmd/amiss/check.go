@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
-	"github.com/amiss-ci/amiss/functions/ingress"
+	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/secrets"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/internal/samtemplate"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/objstore"
 )
 
 // errCheck: amiss check found problems (each already printed).
@@ -55,7 +55,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 	}
 	c.ok("configuration %s: routes %s", *cfgPath, strings.Join(cfg.RouteNames(), ", "))
 
-	var res ingress.Secrets = wiring.Secrets(nil)
+	var res secrets.Source = wiring.Secrets(nil)
 	if usesSecretsManager(cfg) {
 		awsCfg, err := wiring.AWS(ctx)
 		if err != nil {
@@ -77,7 +77,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 
 	spec := *root
 	if spec == "" {
-		spec = strings.TrimPrefix(os.Getenv(wiring.EnvLedger), "file:")
+		spec = os.Getenv(wiring.EnvLedger)
 	}
 	if spec == "" {
 		spec = defaultRoot
@@ -89,7 +89,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 	hc := &http.Client{Timeout: *timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, name := range cfg.RouteNames() {
 		p := cfg.Route(name).Publish
-		if p.Provider == "log" {
+		if p.Provider == provider.Log {
 			c.ok("routes.%s.publish: verdicts go to the log", name)
 			continue
 		}
@@ -117,34 +117,25 @@ func usesSecretsManager(cfg *config.Config) bool {
 // them with the configuration's. A root that does not exist yet is fine: it is created at
 // the first start.
 func (c *checker) probeLedger(ctx context.Context, cfg *config.Config, spec string) {
-	if rest, ok := strings.CutPrefix(spec, "s3://"); ok {
-		bucket, prefix, _ := strings.Cut(rest, "/")
-		if prefix != "" && !strings.HasSuffix(prefix, "/") {
-			prefix += "/"
-		}
-		client, err := wiring.S3Client(ctx, spec)
-		if err != nil {
-			c.fail("ledger %s: %v", spec, err)
-			return
-		}
-		stored, err := objstore.ReadLimits(ctx, client, bucket, prefix)
-		if err != nil {
-			c.fail("ledger %s: %v", spec, err)
-			return
-		}
-		c.compareLimits(cfg, spec, stored)
-		return
-	}
-	if _, err := os.Stat(filepath.Join(spec, localfs.RootFile)); errors.Is(err, fs.ErrNotExist) {
-		c.ok("ledger %s: no root yet; amiss serve creates it with the configuration's limits", spec)
-		return
-	}
-	stored, err := localfs.ReadLimits(spec, nil)
+	loc, err := wiring.ParseLocation(spec, "-root", true)
 	if err != nil {
 		c.fail("ledger %s: %v", spec, err)
 		return
 	}
-	c.compareLimits(cfg, spec, stored)
+	name := loc.Spec
+	if loc.Bucket == "" {
+		name = loc.Dir
+		if _, err := os.Stat(filepath.Join(loc.Dir, localfs.RootFile)); errors.Is(err, fs.ErrNotExist) {
+			c.ok("ledger %s: no root yet; amiss serve creates it with the configuration's limits", name)
+			return
+		}
+	}
+	stored, err := wiring.StoredLimits(ctx, loc)
+	if err != nil {
+		c.fail("ledger %s: %v", name, err)
+		return
+	}
+	c.compareLimits(cfg, name, stored)
 }
 
 func (c *checker) compareLimits(cfg *config.Config, spec string, stored ledger.Limits) {

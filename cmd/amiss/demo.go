@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -45,10 +47,10 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 
 	now := time.Now()
 	body := fmt.Appendf(nil, `{"ref":"refs/heads/main","after":"%040x"}`, now.UnixNano())
-	subject, _ := json.Marshal(map[string]string{"provider": "standard-webhooks", "repository": "acme/app",
+	subject, _ := json.Marshal(map[string]string{"provider": provider.StandardWebhooks, "repository": "acme/app",
 		"sha": fmt.Sprintf("%040x", now.UnixNano()), "event": "push"})
 	d := ledger.Delivery{
-		Binding: ledger.Binding{Route: "demo", Scheme: "standard-webhooks",
+		Binding: ledger.Binding{Route: "demo", Scheme: webhook.SchemeStandardWebhooks,
 			Identity: fmt.Sprintf("msg_demo_%d", now.UnixNano()), BodyDigest: ledger.SumBody(body)},
 		Subject:  subject,
 		SignedAt: now,

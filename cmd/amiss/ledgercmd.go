@@ -34,44 +34,21 @@ func (s s3Ledger) verify(ctx context.Context, p func(int, int64)) (bool, string,
 	return v.OK(), fmt.Sprintf("%d objects decoded: %d rows; capacity shards count %d", v.Objects, v.Rows, v.CapacityUsed), v.Problems, err
 }
 
-// openRoot opens a file root, or an S3 ledger given as s3://bucket/prefix/ (AWS_REGION and
-// the default credential chain; AMISS_S3_ENDPOINT for an S3-compatible store), with the
-// limits it records.
-func openRoot(ctx context.Context, dir string, prepare bool) (verifier, error) {
-	if rest, ok := strings.CutPrefix(dir, "s3://"); ok {
-		bucket, prefix, _ := strings.Cut(rest, "/")
-		if prefix != "" && !strings.HasSuffix(prefix, "/") {
-			prefix += "/"
-		}
-		client, err := wiring.S3Client(ctx, dir)
-		if err != nil {
-			return nil, err
-		}
-		limits, err := objstore.ReadLimits(ctx, client, bucket, prefix)
-		if err != nil {
-			return nil, err
-		}
-		l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: prefix, Limits: limits})
-		if err != nil {
-			return nil, err
-		}
+// openRoot opens the ledger an operator's -root names, a folder or s3://bucket/prefix/ (see
+// wiring.OpenLedger), with the limits it records.
+func openRoot(ctx context.Context, root string, prepare bool) (verifier, error) {
+	l, err := wiring.OpenLedger(ctx, root, wiring.LedgerOptions{From: "-root", Folders: true, Prepare: prepare})
+	if err != nil {
+		return nil, err
+	}
+	switch l := l.(type) {
+	case *localfs.Ledger:
+		return fileRoot{l}, nil
+	case *objstore.Ledger:
 		return s3Ledger{l}, nil
 	}
-	limits, err := localfs.ReadLimits(dir, nil)
-	if err != nil {
-		return nil, err
-	}
-	cfg := localfs.Config{Limits: limits}
-	var l *localfs.Ledger
-	if prepare {
-		l, err = localfs.Prepare(ctx, dir, cfg)
-	} else {
-		l, err = localfs.Open(ctx, dir, cfg)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return fileRoot{l}, nil
+	l.Close()
+	return nil, fmt.Errorf("%s: no verifier for a %T", root, l)
 }
 
 // progressBar draws a bar on w for long runs (at least 1,000 rows), at most every 1%.
@@ -246,21 +223,17 @@ func runS3Setup(ctx context.Context, args []string, out io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	rest, ok := strings.CutPrefix(*root, "s3://")
-	bucket, prefix, _ := strings.Cut(rest, "/")
-	if !ok || bucket == "" {
+	loc, err := wiring.ParseLocation(*root, "-root", false)
+	if err != nil || loc.Bucket == "" {
 		return fmt.Errorf("%w: s3-setup needs -root s3://bucket/prefix/, got %q", errUsage, *root)
-	}
-	if prefix != "" && !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
 	}
 	client, err := wiring.S3Client(ctx, *root)
 	if err != nil {
 		return err
 	}
-	if err := objstore.SetupBucket(ctx, client, bucket, prefix, int32(*days)); err != nil {
+	if err := objstore.SetupBucket(ctx, client, loc.Bucket, loc.Prefix, int32(*days)); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "bucket %s: versioning enabled; versions under %q expire %d day(s) after they stop being current\n", bucket, prefix, *days)
+	fmt.Fprintf(out, "bucket %s: versioning enabled; versions under %q expire %d day(s) after they stop being current\n", loc.Bucket, loc.Prefix, *days)
 	return nil
 }

@@ -9,11 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/amiss-ci/amiss/functions/cleanup"
 	"github.com/amiss-ci/amiss/functions/config"
@@ -64,18 +61,22 @@ func parseServe(args []string) (serveOptions, error) {
 // prepareRoot prepares the file root dir (created when missing) with cfg's limits; a root made
 // with other limits is refused with the differing settings named and the remedy.
 func prepareRoot(ctx context.Context, cfg *config.Config, dir string, strandedAfter time.Duration) (*localfs.Ledger, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	loc, err := wiring.ParseLocation(dir, "-root", true)
+	if err != nil {
 		return nil, err
 	}
-	l, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: cfg.Limits(), Create: true, StrandedAfter: strandedAfter})
-	if errors.Is(err, ledger.ErrRootMismatch) {
-		if stored, rerr := localfs.ReadLimits(dir, nil); rerr == nil {
-			if lerr := wiring.LimitsError(cfg, dir, stored); lerr != nil {
-				return nil, lerr
-			}
-		}
+	if loc.Bucket != "" {
+		return nil, fmt.Errorf("%w: -root %s: this command runs over a folder (an S3 ledger is served by the Lambda functions)", errUsage, dir)
 	}
-	return l, err
+	if err := os.MkdirAll(loc.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	l, err := wiring.OpenLedger(ctx, dir, wiring.LedgerOptions{From: "-root", Folders: true, Config: cfg, Prepare: true,
+		StrandedAfter: strandedAfter})
+	if err != nil {
+		return nil, err
+	}
+	return l.(*localfs.Ledger), nil
 }
 
 // runServe runs the three handlers in one process over a file root: the embedded default.
@@ -108,25 +109,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	h := &ingress.Handler{Config: cfg, Ledger: root.Session(), Queue: q, Secrets: secrets, Log: log}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hooks/{route}", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, int64(cfg.Controller.MaxBodyBytes)+1))
-		if err != nil {
-			http.Error(w, "cannot read the body", http.StatusBadRequest)
-			return
-		}
-		req := events.APIGatewayV2HTTPRequest{RawPath: r.URL.Path, PathParameters: map[string]string{"route": r.PathValue("route")},
-			Headers: map[string]string{}, Body: string(body)}
-		req.RequestContext.HTTP.Method = r.Method
-		for k, vs := range r.Header {
-			req.Headers[strings.ToLower(k)] = strings.Join(vs, ",") // as API Gateway joins them
-		}
-		resp, _ := h.Handle(r.Context(), req)
-		for k, v := range resp.Headers {
-			w.Header().Set(k, v)
-		}
-		w.WriteHeader(resp.StatusCode)
-		io.WriteString(w, resp.Body)
-	})
+	mux.Handle("POST /hooks/{route}", h)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -146,46 +129,20 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	// flight finishes (or releases its lease) instead of being cut.
 	workCtx, stopWork := context.WithCancel(context.Background())
 	defer stopWork()
-	r := &runner.Runner{Ledger: root.Session(), Routes: wiring.Routes(cfg, secrets, nil, log), Owner: fmt.Sprintf("serve-%d", os.Getpid()),
+	r := &runner.Runner{Ledger: root.Session(), Routes: wiring.Routes(workCtx, cfg, secrets, nil, log), Owner: fmt.Sprintf("serve-%d", os.Getpid()),
 		Lease: o.lease, RetryDelay: 5 * time.Second, Log: log, PublishBudget: cfg.PublishBudget()}
 	var wg sync.WaitGroup
-	for range o.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				m, err := q.Receive(workCtx)
-				if err != nil {
-					return
-				}
-				res, err := r.Process(workCtx, m)
-				if err != nil {
-					log.Warn("runner", "err", err)
-				}
-				if !res.Done && workCtx.Err() == nil {
-					m.Delay = time.Until(res.RetryAt)
-					q.Send(workCtx, m)
-				}
-			}
-		}()
-	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		(&runner.Local{Runner: r, Queue: q}).Run(workCtx, o.workers)
+	}()
 	// Cleanup on a timer, re-enqueueing stranded rows.
 	ch := &cleanup.Handler{Ledger: root.Session(), Queue: q, Log: log, Margin: time.Second}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(o.cleanupEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				cctx, cancel := context.WithTimeout(ctx, o.cleanupEvery)
-				ch.Handle(cctx)
-				cancel()
-			}
-		}
+		ch.Every(ctx, o.cleanupEvery)
 	}()
 
 	<-ctx.Done()

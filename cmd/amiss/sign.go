@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/functions/wiring"
 )
@@ -104,7 +105,7 @@ func randomHex(n int) string {
 // samplePayload is a push (or pull request) in the shape the route's provider sends.
 func samplePayload(r *config.Route, title string) []byte {
 	repo, sha := sampleRepository(r), randomHex(20)
-	if r.Provider == "standard-webhooks" {
+	if r.Provider == provider.StandardWebhooks {
 		if title != "" {
 			return fmt.Appendf(nil, `{"type":"pull_request","data":{"repository":%q,"sha":%q,"ref":"refs/heads/feature","pull_request":{"number":1,"title":%q,"target_branch":"main","source_branch":"feature"}}}`,
 				repo, sha, title)

@@ -114,3 +114,21 @@ func (h *Handler) capacity(log *slog.Logger, s Summary) {
 			"capacity_used", s.CapacityUsed, "record_cap", s.RecordCap, "percent", int(pct))
 	}
 }
+
+// Every runs a pass every interval until ctx ends, each bounded by the interval, as the
+// schedule runs the cleanup function in AWS: the local server's cleanup. A pass logs what it
+// did and what failed; a failed pass is followed by the next one at the next tick.
+func (h *Handler) Every(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			cctx, cancel := context.WithTimeout(ctx, interval)
+			h.Handle(cctx)
+			cancel()
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/ledger"
@@ -57,7 +58,8 @@ type Controller struct {
 // Route is one /hooks/{route}.
 type Route struct {
 	Name string `yaml:"-"`
-	// Provider is github, gitea, forgejo, bitbucket, gitlab or standard-webhooks.
+	// Provider names a row of the provider table (functions/provider) whose webhooks a route
+	// receives: github, gitea, forgejo, gitlab, bitbucket or standard-webhooks.
 	Provider string `yaml:"provider"`
 	// Scheme is the signature scheme; it defaults by provider (gitlab: gitlab-signing).
 	Scheme  string      `yaml:"scheme"`
@@ -101,7 +103,8 @@ type Rules struct {
 
 // Publish is where verdicts go.
 type Publish struct {
-	// Provider is github, gitea, gitlab, bitbucket, or log (print the verdict).
+	// Provider names a row of the provider table (functions/provider) that publishes: github,
+	// gitea (Gitea and Forgejo), gitlab, bitbucket, or log (print the verdict).
 	Provider  string    `yaml:"provider"`
 	BaseURL   string    `yaml:"base_url"`
 	Token     SecretRef `yaml:"token"`
@@ -109,35 +112,29 @@ type Publish struct {
 	TargetURL string    `yaml:"target_url"`
 }
 
-// Defaults used when the file leaves a controller setting out.
-var defaultController = Controller{
-	SignedAgeCeiling: 5 * time.Minute,
-	QueueCeiling:     72 * time.Hour,
-	FutureSkew:       time.Minute,
-	RecordCap:        1_000_000,
-	MaxBodyBytes:     1 << 20,
-	MaxSubjectBytes:  32 << 10,
-	MaxReportBytes:   64 << 10,
-	BodyAgeCeiling:   ledger.DefaultBodyAgeCeiling,
-}
+// defaultMaxBodyBytes is the largest webhook body the ingress reads when the file sets no
+// max_body_bytes. It is not a ledger limit: the root never records it.
+const defaultMaxBodyBytes = 1 << 20
 
-var defaultScheme = map[string]string{
-	"github":            webhook.SchemeGitHub,
-	"gitea":             webhook.SchemeGitea,
-	"forgejo":           webhook.SchemeForgejo,
-	"bitbucket":         webhook.SchemeBitbucket,
-	"gitlab":            webhook.SchemeGitLabSigning,
-	"standard-webhooks": webhook.SchemeStandardWebhooks,
-}
+// defaultController holds what a file that leaves a controller setting out gets. Every limit
+// the ledger root records comes from ledger.DefaultLimits, the one source of those numbers, so
+// a root created by one command (amiss serve, a Lambda, amiss ledger) opens under every other
+// that runs on defaults.
+var defaultController = controllerOf(ledger.DefaultLimits(), defaultMaxBodyBytes)
 
-// schemesOf lists the schemes a provider may use.
-var schemesOf = map[string][]string{
-	"github":            {webhook.SchemeGitHub},
-	"gitea":             {webhook.SchemeGitea},
-	"forgejo":           {webhook.SchemeForgejo, webhook.SchemeGitea},
-	"bitbucket":         {webhook.SchemeBitbucket},
-	"gitlab":            {webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken},
-	"standard-webhooks": {webhook.SchemeStandardWebhooks},
+// controllerOf is the controller settings that ask for the ledger limits l, with the ingress's
+// body limit maxBody. It is the inverse of Config.Limits.
+func controllerOf(l ledger.Limits, maxBody int) Controller {
+	return Controller{
+		SignedAgeCeiling: l.SignedAgeCeiling,
+		QueueCeiling:     l.QueueCeiling,
+		FutureSkew:       l.FutureSkew,
+		RecordCap:        l.RecordCap,
+		MaxBodyBytes:     maxBody,
+		MaxSubjectBytes:  l.MaxSubjectBytes,
+		MaxReportBytes:   l.MaxReportBytes,
+		BodyAgeCeiling:   l.BodyAgeCeiling,
+	}
 }
 
 // bodySigned lists the schemes whose signature covers the body and nothing else: the ones a
@@ -274,7 +271,7 @@ func (c *Config) checkBitbucketKeys() error {
 	owner := map[string]*Route{}
 	for _, name := range c.RouteNames() {
 		r := c.Routes[name]
-		if r.Publish.Provider != "bitbucket" {
+		if r.Publish.Provider != provider.Bitbucket {
 			continue
 		}
 		key := publish.BitbucketKey(r.Publish.Context)
@@ -297,15 +294,15 @@ func (r *Route) validate(ctl Controller) error {
 	if !routeName.MatchString(r.Name) {
 		return fieldErr("name", "route names are 1-64 of [a-z0-9_-], starting with a letter or digit")
 	}
-	schemes, ok := schemesOf[r.Provider]
+	p, ok := provider.Sender(r.Provider)
 	if !ok {
-		return fieldErr("provider", "unknown provider %q (want one of github, gitea, forgejo, bitbucket, gitlab, standard-webhooks)", r.Provider)
+		return fieldErr("provider", "unknown provider %q (want one of %s)", r.Provider, strings.Join(provider.Senders(), ", "))
 	}
 	if r.Scheme == "" {
-		r.Scheme = defaultScheme[r.Provider]
+		r.Scheme = p.Schemes[0]
 	}
-	if !contains(schemes, r.Scheme) {
-		return fieldErr("scheme", "%q is not a scheme of %s (want one of %s)", r.Scheme, r.Provider, strings.Join(schemes, ", "))
+	if !contains(p.Schemes, r.Scheme) {
+		return fieldErr("scheme", "%q is not a scheme of %s (want one of %s)", r.Scheme, r.Provider, strings.Join(p.Schemes, ", "))
 	}
 	if len(r.Secrets) == 0 {
 		return fieldErr("secrets", "at least one secret is needed")
@@ -418,13 +415,17 @@ func (p *Publish) validate() error {
 	if p.Context == "" {
 		p.Context = "amiss"
 	}
-	switch p.Provider {
-	case "", "log":
-		p.Provider = "log"
+	if p.Provider == "" {
+		p.Provider = provider.Log
+	}
+	target, ok := provider.Publishing(p.Provider)
+	if !ok {
+		names := provider.Publishers()
+		return fieldErr("publish.provider", "unknown publisher %q (want %s or %s)", p.Provider,
+			strings.Join(names[:len(names)-1], ", "), names[len(names)-1])
+	}
+	if !target.Remote {
 		return nil
-	case "github", "gitea", "gitlab", "bitbucket":
-	default:
-		return fieldErr("publish.provider", "unknown publisher %q (want github, gitea, gitlab, bitbucket or log)", p.Provider)
 	}
 	if !strings.HasPrefix(p.BaseURL, "https://") && !strings.HasPrefix(p.BaseURL, "http://") {
 		return fieldErr("publish.base_url", "%q: want the provider's API base URL", p.BaseURL)
@@ -432,7 +433,7 @@ func (p *Publish) validate() error {
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)
 	}
-	if p.Provider == "gitlab" {
+	if p.Provider == provider.GitLab {
 		if n := utf8.RuneCountInString(p.TargetURL); n > publish.GitLabMaxField {
 			return fieldErr("publish.target_url", "GitLab accepts at most %d characters, this one has %d", publish.GitLabMaxField, n)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -33,7 +34,7 @@ func (c *Config) SecretUses() []SecretUse {
 			out = append(out, SecretUse{Path: "routes." + name + ".evaluator.secret.from", Route: name,
 				What: "evaluator secret", From: r.Evaluator.Secret.From})
 		}
-		if r.Publish.Provider != "log" && r.Publish.Token.From != "" {
+		if p, ok := provider.Publishing(r.Publish.Provider); ok && p.Remote && r.Publish.Token.From != "" {
 			out = append(out, SecretUse{Path: "routes." + name + ".publish.token.from", Route: name,
 				What: "publish token", From: r.Publish.Token.From})
 		}

@@ -88,8 +88,8 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &world{dir: filepath.Join(t.TempDir(), "root"), cfg: cfg, clock: ledger.NewManualClock(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC)),
-		gh: gh, srv: srv, q: queue.NewLocal()}
+	clock := ledger.NewManualClock(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC))
+	return &world{dir: filepath.Join(t.TempDir(), "root"), cfg: cfg, clock: clock, gh: gh, srv: srv, q: queue.NewLocalOn(clock)}
 }
 
 func (w *world) open(t *testing.T) *localfs.Ledger {
@@ -133,24 +133,26 @@ func (w *world) runner(l ledger.Ledger, owner string) *runner.Runner {
 		}}
 }
 
-// drain runs r over every ready message; messages that must come back are sent again with
-// their delay (the clock is advanced to make them ready).
+// step runs r over the next ready message, as amiss serve's workers do (runner.Local): a
+// message that must come back is queued again for its RetryAt, and the clock, which the queue
+// shares, is advanced to it, so every queued message is ready.
+func (w *world) step(ctx context.Context, r *runner.Runner) (runner.Result, error) {
+	res, err := (&runner.Local{Runner: r, Queue: w.q}).Next(ctx)
+	if err == nil && !res.Done && res.RetryAt.After(w.clock.Now()) {
+		w.clock.Set(res.RetryAt)
+	}
+	return res, err
+}
+
+// drain runs r over every message until none is left.
 func (w *world) drain(t *testing.T, ctx context.Context, r *runner.Runner) {
 	t.Helper()
 	for i := 0; w.q.Len() > 0; i++ {
 		if i > 200 {
 			t.Fatal("queue never drained")
 		}
-		m, err := w.q.Receive(ctx)
-		if err != nil {
+		if _, err := w.step(ctx, r); err != nil {
 			t.Fatal(err)
-		}
-		res, _ := r.Process(ctx, m)
-		if !res.Done {
-			if res.RetryAt.After(w.clock.Now()) {
-				w.clock.Set(res.RetryAt)
-			}
-			w.q.Send(ctx, m)
 		}
 	}
 }
@@ -244,11 +246,7 @@ func TestRunnerStoppedAtEveryStep(t *testing.T) {
 		dying.left.Store(int64(n))
 		r1 := w.runner(dying, "doomed")
 		for w.q.Len() > 0 && ctx.Err() == nil {
-			m, _ := w.q.Receive(context.Background())
-			res, _ := r1.Process(ctx, m)
-			if !res.Done && ctx.Err() == nil {
-				w.q.Send(context.Background(), m)
-			}
+			w.step(ctx, r1)
 		}
 		stopped := ctx.Err() != nil
 		cancel()

@@ -129,7 +129,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{dir: filepath.Join(t.TempDir(), "root"), cfg: cfg, clock: clock, srv: srv, q: queue.NewLocal()}
+	w := &world{dir: filepath.Join(t.TempDir(), "root"), cfg: cfg, clock: clock, srv: srv, q: queue.NewLocalOn(clock)}
 	return w, api, &atomic.Int64{}
 }
 

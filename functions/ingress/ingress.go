@@ -1,6 +1,7 @@
-// Package ingress is the webhook ingress: an API Gateway HTTP API (payload format 2.0) handler
-// that authenticates a webhook, derives its replay identity and lifetime from what the
-// signature proves, admits it into the ledger and hands its key to the queue.
+// Package ingress is the webhook ingress: an API Gateway HTTP API (payload format 2.0) handler,
+// also served over plain HTTP by amiss serve, that authenticates a webhook, derives its replay
+// identity and lifetime from what the signature proves, admits it into the ledger and hands
+// its key to the queue.
 //
 // Answers: 202 admitted and queued; 200 duplicate, or pending and queued again; 204 an event
 // that is not evaluated (a ping, a closed pull request); 400 malformed; 401 a bad or missing
@@ -26,23 +27,20 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/secrets"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/ledger"
 )
-
-// Secrets resolves a secret reference (see package secrets).
-type Secrets interface {
-	Get(ctx context.Context, ref string) (string, error)
-}
 
 // Handler is the ingress.
 type Handler struct {
 	Config  *config.Config
 	Ledger  ledger.Ledger
 	Queue   queue.Queue
-	Secrets Secrets
+	Secrets secrets.Source
 	Log     *slog.Logger
 	// Metrics counts outcomes (admitted, pending, duplicate, conflict, full, stale, ...); nil:
 	// none.
@@ -130,7 +128,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		log = log.With("delivery_id", proof.DeliveryID, "delivery_id_signed", false)
 	}
 
-	subj, err := subject.Extract(route.Provider, header, body)
+	subj, err := provider.Extract(route.Provider, header, body)
 	switch {
 	case errors.Is(err, subject.ErrIgnored):
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())

@@ -97,9 +97,17 @@ func (h *localHeap) Pop() any {
 	return it
 }
 
-// NewLocal returns an empty in-process queue.
-func NewLocal() *Local {
-	return &Local{index: map[localID]*localItem{}, wake: make(chan struct{}, 1), done: make(chan struct{}), now: time.Now}
+// NewLocal returns an empty in-process queue whose delays run on the wall clock.
+func NewLocal() *Local { return newLocal(time.Now) }
+
+// NewLocalOn returns an empty in-process queue whose delays run on clock: a message sent with
+// a delay becomes ready once clock reads its time. A test that moves a manual clock sees a
+// delayed message ready at the next Receive after the clock has reached its time (a Receive
+// already waiting notices the move only when a Send or a Close wakes it).
+func NewLocalOn(clock ledger.Clock) *Local { return newLocal(clock.Now) }
+
+func newLocal(now func() time.Time) *Local {
+	return &Local{index: map[localID]*localItem{}, wake: make(chan struct{}, 1), done: make(chan struct{}), now: now}
 }
 
 // Send implements Queue.

@@ -52,6 +52,24 @@ func TestLocalOrderAndDelay(t *testing.T) {
 	}
 }
 
+// On a manual clock a delayed message is ready once the clock has reached its time.
+func TestLocalOnAManualClock(t *testing.T) {
+	clock := ledger.NewManualClock(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC))
+	q := queue.NewLocalOn(clock)
+	late := msg(1)
+	late.Delay = time.Hour
+	q.Send(context.Background(), late)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := q.Receive(short); err == nil {
+		t.Fatal("a message an hour away on the clock was handed out")
+	}
+	clock.Advance(time.Hour)
+	if m, err := q.Receive(context.Background()); err != nil || m.Key != late.Key || m.Delay != 0 {
+		t.Fatalf("after the clock reached it: %+v, %v", m, err)
+	}
+}
+
 // A message sent again while it waits is not added twice; the earlier time wins.
 func TestLocalKeepsOneOfEachMessage(t *testing.T) {
 	q := queue.NewLocal()

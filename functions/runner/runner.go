@@ -243,7 +243,11 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, l ledger.Lease, 
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
 	route, err := r.Routes(l.Route)
 	if err != nil {
-		r.Ledger.Release(ctx, l, r.now().Add(r.retryDelay()))
+		// A failed release is logged, not returned: the route's error is the one the caller
+		// must see, and a lease not given back only delays the next claim until it ends.
+		if rerr := r.Ledger.Release(ctx, l, r.now().Add(r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
+		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
 	}
 	var s subject.Subject

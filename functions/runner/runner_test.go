@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -600,5 +601,30 @@ func TestUnbuildableRouteIsRetriedOnThePublishSchedule(t *testing.T) {
 	if row.State != ledger.StateAbandoned || !strings.Contains(row.Reason, "secret not found") || m.get("publish_refused") < 10 ||
 		row.UpdatedAt.Before(epoch.Add(72*time.Hour)) {
 		t.Fatalf("row %v %q at %v, %d refusals counted", row.State, row.Reason, row.UpdatedAt.Sub(epoch), m.get("publish_refused"))
+	}
+}
+
+// failingRelease is a ledger whose Release fails.
+type failingRelease struct{ ledger.Ledger }
+
+func (failingRelease) Release(context.Context, ledger.Lease, time.Time) error {
+	return errors.New("release: disk unavailable")
+}
+
+// A route that cannot be built for an Execute hands the lease back; when that release fails,
+// the route's error is still the one returned and the failed release is logged.
+func TestFailedReleaseAfterARouteErrorIsLogged(t *testing.T) {
+	w := newWorld(t)
+	var logs strings.Builder
+	r := w.runner("a", verdict("success", "ok"))
+	r.Ledger = failingRelease{w.l}
+	r.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	r.Routes = func(string) (*runner.Route, error) { return nil, errors.New("evaluator secret: not found") }
+	res, err := r.Process(context.Background(), w.msg)
+	if err == nil || !strings.Contains(err.Error(), "evaluator secret") || res.Done {
+		t.Fatalf("result %+v, err %v", res, err)
+	}
+	if !strings.Contains(logs.String(), "release failed") || !strings.Contains(logs.String(), "disk unavailable") {
+		t.Fatalf("the failed release is not logged:\n%s", logs.String())
 	}
 }

@@ -21,6 +21,15 @@ import (
 // ErrNotFound: the referenced secret does not exist or is empty.
 var ErrNotFound = errors.New("secrets: not found")
 
+// Source resolves a secret reference (env:NAME, file:PATH, aws-secretsmanager:ARN[#key]) to
+// its value. The Resolver is the one the functions use; tests give fixed values. An error
+// never holds a secret's value.
+type Source interface {
+	Get(ctx context.Context, ref string) (string, error)
+}
+
+var _ Source = (*Resolver)(nil)
+
 // SecretsManagerAPI is the one Secrets Manager call the resolver makes.
 type SecretsManagerAPI interface {
 	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)

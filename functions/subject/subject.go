@@ -64,36 +64,65 @@ var (
 	ErrMalformed = errors.New("subject: malformed payload")
 )
 
-// Extract reads the subject of a request from provider. The event kind comes from the
-// provider's event header (or, for GitLab and Standard Webhooks, the body).
-func Extract(provider string, h http.Header, body []byte) (Subject, error) {
-	var s Subject
-	var err error
-	abbreviated := false // whether the payload may carry an abbreviated commit hash
-	switch provider {
-	case "github":
-		s, err = fromGitHubFamily(provider, h.Get("X-GitHub-Event"), body)
-	case "gitea":
-		s, err = fromGitHubFamily(provider, h.Get("X-Gitea-Event"), body)
-	case "forgejo":
+// A Format is the shape of one family of providers' webhooks: where the event kind is named
+// (a header, or the body) and how each kind's payload reads. The provider table
+// (functions/provider) gives each provider its format.
+type Format struct {
+	read func(provider string, h http.Header, body []byte) (s Subject, abbreviated bool, err error)
+}
+
+// The formats amiss reads.
+var (
+	// GitHubFormat: the event in X-GitHub-Event.
+	GitHubFormat = Format{func(provider string, h http.Header, body []byte) (Subject, bool, error) {
+		s, err := fromGitHubFamily(provider, h.Get("X-GitHub-Event"), body)
+		return s, false, err
+	}}
+	// GiteaFormat: GitHub's payloads, the event in X-Gitea-Event.
+	GiteaFormat = Format{func(provider string, h http.Header, body []byte) (Subject, bool, error) {
+		s, err := fromGitHubFamily(provider, h.Get("X-Gitea-Event"), body)
+		return s, false, err
+	}}
+	// ForgejoFormat: GitHub's payloads, the event in X-Forgejo-Event (or X-Gitea-Event).
+	ForgejoFormat = Format{func(provider string, h http.Header, body []byte) (Subject, bool, error) {
 		ev := h.Get("X-Forgejo-Event")
 		if ev == "" {
 			ev = h.Get("X-Gitea-Event")
 		}
-		s, err = fromGitHubFamily(provider, ev, body)
-	case "gitlab":
-		s, err = fromGitLab(body)
-	case "bitbucket":
+		s, err := fromGitHubFamily(provider, ev, body)
+		return s, false, err
+	}}
+	// GitLabFormat: the event in the body's object_kind.
+	GitLabFormat = Format{func(_ string, _ http.Header, body []byte) (Subject, bool, error) {
+		s, err := fromGitLab(body)
+		return s, false, err
+	}}
+	// BitbucketFormat: Bitbucket Cloud and Data Center, the event in X-Event-Key.
+	BitbucketFormat = Format{func(_ string, h http.Header, body []byte) (Subject, bool, error) {
 		ev := h.Get("X-Event-Key")
-		s, err = fromBitbucket(ev, body)
+		s, err := fromBitbucket(ev, body)
 		// Bitbucket Cloud's pull request payloads abbreviate commit hashes (12 characters
 		// observed; at least 7); the publisher resolves them to the full hash.
-		abbreviated = strings.HasPrefix(ev, "pullrequest:")
-	case "standard-webhooks":
-		s, err = fromStandard(body)
-	default:
-		return Subject{}, fmt.Errorf("subject: unknown provider %q", provider)
+		return s, strings.HasPrefix(ev, "pullrequest:"), err
+	}}
+	// StandardWebhooksFormat: the data amiss defines for Standard Webhooks senders, the event
+	// in the body's type.
+	StandardWebhooksFormat = Format{func(_ string, _ http.Header, body []byte) (Subject, bool, error) {
+		s, err := fromStandard(body)
+		return s, false, err
+	}}
+)
+
+// Extract reads the subject of a request that provider sent in format f. The event kind comes
+// from the provider's event header (or, for GitLab and Standard Webhooks, the body). The
+// subject names the provider, always has a repository and a commit sha, and is bounded (see
+// the bounds above); an event amiss does not evaluate is ErrIgnored, a payload that lacks what
+// its event must carry ErrMalformed.
+func Extract(provider string, f Format, h http.Header, body []byte) (Subject, error) {
+	if f.read == nil {
+		return Subject{}, fmt.Errorf("subject: provider %q sends no webhooks amiss reads", provider)
 	}
+	s, abbreviated, err := f.read(provider, h, body)
 	if err != nil {
 		return Subject{}, err
 	}

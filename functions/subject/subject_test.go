@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/subject"
 )
 
@@ -79,7 +80,7 @@ func TestFixtures(t *testing.T) {
 		if c.header != "" {
 			h.Set(c.header, c.event)
 		}
-		got, err := subject.Extract(c.provider, h, load(t, c.file))
+		got, err := provider.Extract(c.provider, h, load(t, c.file))
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
 		}
@@ -112,7 +113,7 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		if c.h == nil {
 			c.h = http.Header{}
 		}
-		if _, err := subject.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrIgnored) {
+		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrIgnored) {
 			t.Errorf("ignored case %d (%s): %v", i, c.provider, err)
 		}
 	}
@@ -137,7 +138,7 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		if c.h == nil {
 			c.h = http.Header{}
 		}
-		if _, err := subject.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrMalformed) {
+		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrMalformed) {
 			t.Errorf("malformed case %d (%s): %v", i, c.provider, err)
 		}
 	}
@@ -151,7 +152,7 @@ func TestAbbreviatedHashes(t *testing.T) {
 	h.Set("X-Event-Key", "pullrequest:created")
 	for hash, ok := range map[string]bool{"a3b0c7e": true, "a3b0c7e1d2f4": true, "a3b0c7e1d2f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8": true,
 		"a3b0c7": false, "A3B0C7E1D2F4": false, "a3b0c7e1d2fz": false, "": false} {
-		_, err := subject.Extract("bitbucket", h, []byte(strings.Replace(pr, `"hash": "a3b0c7e1d2f4"`, `"hash": "`+hash+`"`, 1)))
+		_, err := provider.Extract("bitbucket", h, []byte(strings.Replace(pr, `"hash": "a3b0c7e1d2f4"`, `"hash": "`+hash+`"`, 1)))
 		if (err == nil) != ok || (err != nil && !errors.Is(err, subject.ErrMalformed)) {
 			t.Errorf("pull request hash %q: %v (accept: %v)", hash, err, ok)
 		}
@@ -159,12 +160,12 @@ func TestAbbreviatedHashes(t *testing.T) {
 	// Pushes carry full hashes, on Cloud as elsewhere: an abbreviated one stays malformed.
 	push := strings.ReplaceAll(string(load(t, "bitbucket-cloud/push.json")), "709d658dc5b6d6afcd46049c2f332ee3f515a67d", "709d658dc5b6")
 	h.Set("X-Event-Key", "repo:push")
-	if _, err := subject.Extract("bitbucket", h, []byte(push)); !errors.Is(err, subject.ErrMalformed) {
+	if _, err := provider.Extract("bitbucket", h, []byte(push)); !errors.Is(err, subject.ErrMalformed) {
 		t.Errorf("abbreviated push hash: %v", err)
 	}
 	gh := http.Header{}
 	gh.Set("X-GitHub-Event", "push")
-	if _, err := subject.Extract("github", gh, []byte(`{"after":"0d1a26e67d8f","repository":{"full_name":"a/b"}}`)); !errors.Is(err, subject.ErrMalformed) {
+	if _, err := provider.Extract("github", gh, []byte(`{"after":"0d1a26e67d8f","repository":{"full_name":"a/b"}}`)); !errors.Is(err, subject.ErrMalformed) {
 		t.Errorf("abbreviated GitHub hash: %v", err)
 	}
 }
@@ -178,7 +179,7 @@ func TestBounds(t *testing.T) {
 		strings.Join(commits, ",") + `]}`
 	h := http.Header{}
 	h.Set("X-GitHub-Event", "push")
-	s, err := subject.Extract("github", h, []byte(body))
+	s, err := provider.Extract("github", h, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,15 +9,16 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/ingress"
-	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/secrets"
 )
 
 // Routes returns the runner's route lookup: each call builds the route's evaluator and
 // publisher, reading their secrets through the resolver (which caches them briefly), so a
-// rotated token is used without a redeploy.
-func Routes(cfg *config.Config, secrets ingress.Secrets, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
+// rotated token is used without a redeploy. ctx bounds those reads: it is the life of the
+// process that looks routes up (a Lambda's, or amiss serve's workers'), not of one message.
+func Routes(ctx context.Context, cfg *config.Config, secrets secrets.Source, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 15 * time.Second}
 	}
@@ -26,7 +27,6 @@ func Routes(cfg *config.Config, secrets ingress.Secrets, hc *http.Client, log *s
 		if r == nil {
 			return nil, fmt.Errorf("route %q is not configured", name)
 		}
-		ctx := context.Background()
 		var ev evaluate.Evaluator
 		if r.Evaluator.URL != "" {
 			secret, err := secrets.Get(ctx, r.Evaluator.Secret.From)
@@ -41,27 +41,19 @@ func Routes(cfg *config.Config, secrets ingress.Secrets, hc *http.Client, log *s
 			}
 			ev = rules
 		}
-		var pub publish.Publisher
-		if r.Publish.Provider == "log" {
-			pub = publish.Log{Logger: log}
-		} else {
+		p, ok := provider.Publishing(r.Publish.Provider)
+		if !ok {
+			return nil, fmt.Errorf("route %s: publisher %q", name, r.Publish.Provider)
+		}
+		target := provider.Target{BaseURL: r.Publish.BaseURL, Client: hc, Log: log}
+		if p.Remote {
 			token, err := secrets.Get(ctx, r.Publish.Token.From)
 			if err != nil {
 				return nil, fmt.Errorf("route %s: publish token: %w", name, err)
 			}
-			switch r.Publish.Provider {
-			case "github":
-				pub = publish.NewGitHub(r.Publish.BaseURL, token, hc)
-			case "gitea":
-				pub = publish.NewGitea(r.Publish.BaseURL, token, hc)
-			case "gitlab":
-				pub = publish.NewGitLab(r.Publish.BaseURL, token, hc)
-			case "bitbucket":
-				pub = publish.NewBitbucket(r.Publish.BaseURL, token, hc)
-			default:
-				return nil, fmt.Errorf("route %s: publisher %q", name, r.Publish.Provider)
-			}
+			target.Token = token
 		}
+		pub := p.Publisher(target)
 		return &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL}, nil
 	}
 }

@@ -37,7 +37,6 @@ import (
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/secrets"
 	"github.com/amiss-ci/amiss/ledger"
-	"github.com/amiss-ci/amiss/localfs"
 	"github.com/amiss-ci/amiss/objstore"
 )
 
@@ -96,9 +95,7 @@ func checkSecretARNs(c *config.Config, allowed []string) error {
 // cannot be read stops the process at start instead of failing each request. The error lists
 // every secret that failed, each by its field, its route and its source, with the remedy; it
 // never holds a secret's value.
-func ResolveSecrets(ctx context.Context, c *config.Config, res interface {
-	Get(ctx context.Context, ref string) (string, error)
-}) error {
+func ResolveSecrets(ctx context.Context, c *config.Config, res secrets.Source) error {
 	var errs []error
 	for _, u := range c.SecretUses() {
 		errs = append(errs, ResolveSecret(ctx, res, u))
@@ -108,9 +105,7 @@ func ResolveSecrets(ctx context.Context, c *config.Config, res interface {
 
 // ResolveSecret reads one secret and drops its value: the error, when it cannot be read,
 // names the field, the route and the source, and says what to do.
-func ResolveSecret(ctx context.Context, res interface {
-	Get(ctx context.Context, ref string) (string, error)
-}, u config.SecretUse) error {
+func ResolveSecret(ctx context.Context, res secrets.Source, u config.SecretUse) error {
 	if _, err := res.Get(ctx, u.From); err != nil {
 		return fmt.Errorf("%s: route %s: %s from %s cannot be read: %w; %s", u.Path, u.Route, u.What, u.From, err, remedy(u.From))
 	}
@@ -148,59 +143,12 @@ func AWS(ctx context.Context) (aws.Config, error) {
 	return awsconfig.LoadDefaultConfig(ctx)
 }
 
-// Ledger opens the ledger AMISS_LEDGER names, with the limits of cfg. A Lambda cold start
-// only opens (no scan); prepare is for long-lived processes and cleanup. A root created with
-// other limits is refused with the differing settings named (see LimitsError).
+// Ledger opens the ledger AMISS_LEDGER names, with the limits of cfg (see OpenLedger). A
+// Lambda cold start only opens (no scan); prepare is for long-lived processes and cleanup. A
+// root created with other limits is refused with the differing settings named (see
+// LimitsError).
 func Ledger(ctx context.Context, cfg *config.Config, prepare bool) (ledger.Ledger, error) {
-	spec := Getenv(EnvLedger)
-	switch {
-	case strings.HasPrefix(spec, "file:"):
-		dir := strings.TrimPrefix(spec, "file:")
-		c := localfs.Config{Limits: cfg.Limits(), Create: true}
-		open := localfs.Open
-		if prepare {
-			open = localfs.Prepare
-		}
-		l, err := open(ctx, dir, c)
-		if errors.Is(err, ledger.ErrRootMismatch) {
-			if stored, rerr := localfs.ReadLimits(dir, nil); rerr == nil {
-				if lerr := LimitsError(cfg, spec, stored); lerr != nil {
-					return nil, lerr
-				}
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
-	case strings.HasPrefix(spec, "s3://"):
-		bucket, prefix, _ := strings.Cut(strings.TrimPrefix(spec, "s3://"), "/")
-		if bucket == "" {
-			return nil, fmt.Errorf("%s: %q names no bucket", EnvLedger, spec)
-		}
-		if prefix != "" && !strings.HasSuffix(prefix, "/") {
-			prefix += "/"
-		}
-		client, err := S3Client(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: bucket, Prefix: prefix, Limits: cfg.Limits(), Create: true})
-		if errors.Is(err, ledger.ErrRootMismatch) {
-			if stored, rerr := objstore.ReadLimits(ctx, client, bucket, prefix); rerr == nil {
-				if lerr := LimitsError(cfg, spec, stored); lerr != nil {
-					return nil, lerr
-				}
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		return l, nil
-	case spec == "":
-		return nil, errors.New(EnvLedger + " is not set (file:/path or s3://bucket/prefix/)")
-	}
-	return nil, fmt.Errorf("%s: %q is neither file:/path nor s3://bucket/prefix/", EnvLedger, spec)
+	return OpenLedger(ctx, Getenv(EnvLedger), LedgerOptions{Config: cfg, Prepare: prepare})
 }
 
 // ErrLimitsDiffer: a ledger root records other limits than the configuration asks for.

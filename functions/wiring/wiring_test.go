@@ -73,7 +73,7 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	demo, err := wiring.Routes(demoCfg, fixedSecrets{}, nil, nil)("demo")
+	demo, err := wiring.Routes(context.Background(), demoCfg, fixedSecrets{}, nil, nil)("demo")
 	if err != nil || demo.Evaluator == nil || demo.Publisher == nil || demo.Context != "amiss/demo" {
 		t.Fatalf("demo: %+v %v", demo, err)
 	}
@@ -81,11 +81,11 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
+	routes := wiring.Routes(context.Background(), cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
 	if gh, err := routes("github"); err != nil || gh.Context != "amiss/local" {
 		t.Fatalf("github: %+v %v", gh, err)
 	}
-	if _, err := wiring.Routes(cfg, fixedSecrets{}, nil, nil)("github"); err == nil {
+	if _, err := wiring.Routes(context.Background(), cfg, fixedSecrets{}, nil, nil)("github"); err == nil {
 		t.Fatal("a route whose token is missing was built")
 	}
 	if _, err := routes("nope"); err == nil {
@@ -217,5 +217,55 @@ func TestSecretReferencesMustBeGranted(t *testing.T) {
 	env(t, map[string]string{wiring.EnvConfig: p, wiring.EnvSecretARNs: "arn:aws:secretsmanager:eu-west-1:123456789012:secret:other"})
 	if _, err := wiring.Config(); err == nil || !strings.Contains(err.Error(), "routes.r.secrets[0].from") {
 		t.Fatalf("ungranted secret: %v", err)
+	}
+}
+
+// One parser reads a ledger's location for every caller: AMISS_LEDGER must name its backend,
+// an operator's -root may be a bare folder.
+func TestParseLocation(t *testing.T) {
+	for _, c := range []struct {
+		spec    string
+		folders bool
+		want    wiring.Location
+		bad     bool
+	}{
+		{spec: "file:/mnt/ledger", want: wiring.Location{Dir: "/mnt/ledger"}},
+		{spec: "s3://b/p", want: wiring.Location{Bucket: "b", Prefix: "p/"}},
+		{spec: "s3://b/p/", folders: true, want: wiring.Location{Bucket: "b", Prefix: "p/"}},
+		{spec: "s3://b", want: wiring.Location{Bucket: "b"}},
+		{spec: "var/ledger", folders: true, want: wiring.Location{Dir: "var/ledger"}},
+		{spec: "var/ledger", bad: true},
+		{spec: "s3://", folders: true, bad: true},
+		{spec: "", folders: true, bad: true},
+	} {
+		got, err := wiring.ParseLocation(c.spec, "-root", c.folders)
+		c.want.Spec = c.spec
+		if c.bad != (err != nil) || (!c.bad && got != c.want) {
+			t.Errorf("ParseLocation(%q, folders %v) = %+v, %v", c.spec, c.folders, got, err)
+		}
+	}
+}
+
+// An operator's command opens a root with the limits it records, and never creates one.
+func TestOpenLedgerWithTheRecordedLimits(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	if _, err := wiring.OpenLedger(ctx, dir, wiring.LedgerOptions{Folders: true}); !errors.Is(err, ledger.ErrRootMismatch) {
+		t.Fatalf("a missing root without a configuration: %v", err)
+	}
+	limits := ledger.DefaultLimits()
+	limits.RecordCap = 7
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: limits, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	opened, err := wiring.OpenLedger(ctx, "file:"+dir, wiring.LedgerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer opened.Close()
+	if st, err := opened.Stats(ctx); err != nil || st.Limits.RecordCap != 7 {
+		t.Fatalf("stats %+v, %v", st.Limits, err)
 	}
 }

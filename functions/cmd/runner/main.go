@@ -16,7 +16,8 @@ import (
 )
 
 func main() {
-	b := wiring.Start(context.Background(), wiring.Function{Name: "runner", Secrets: true})
+	ctx := context.Background()
+	b := wiring.Start(ctx, wiring.Function{Name: "runner", Secrets: true})
 	lease, err := wiring.Duration(wiring.EnvLease, time.Minute)
 	if err != nil {
 		b.Fail("lease", err)
@@ -26,7 +27,7 @@ func main() {
 	if owner == "" {
 		owner = fmt.Sprintf("runner-%d", os.Getpid())
 	}
-	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(b.Config, b.Secrets, nil, b.Log),
+	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(ctx, b.Config, b.Secrets, nil, b.Log),
 		Owner: owner, Lease: lease, Log: b.Log, Metrics: m, PublishBudget: b.Config.PublishBudget()}
 	h := &runner.SQSHandler{Runner: r, SQS: wiring.SQSClient(b.AWS), QueueURL: wiring.Getenv(wiring.EnvQueueURL)}
 	lambda.Start(func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {

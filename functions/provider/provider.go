@@ -1,0 +1,125 @@
+// Package provider is the table of the providers amiss knows. Each row says, for one name a
+// route's provider or publish.provider field may hold: the signature schemes its webhooks
+// carry, how the subject is read from its payloads, and how a verdict is posted back to it as
+// a commit status. Configuration, the ingress and the runner's wiring read providers only
+// through this table, so a new provider, or a new way to authenticate to one (a GitHub App),
+// is one row here.
+package provider
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/functions/webhook"
+)
+
+// Provider names, as a configuration spells them.
+const (
+	GitHub           = "github"
+	Gitea            = "gitea"
+	Forgejo          = "forgejo"
+	GitLab           = "gitlab"
+	Bitbucket        = "bitbucket"
+	StandardWebhooks = "standard-webhooks"
+	// Log is no provider: a publisher that prints each verdict in amiss's log.
+	Log = "log"
+)
+
+// Provider is one row of the table.
+type Provider struct {
+	// Name is how a route names the provider.
+	Name string
+	// Schemes are the signature schemes its webhooks may carry, the default first. None: it
+	// sends no webhooks amiss receives (a route's provider cannot name it).
+	Schemes []string
+	// Format is how the subject is read from its webhooks.
+	Format subject.Format
+	// Publisher builds its commit-status publisher; nil: a route cannot publish to it.
+	Publisher func(Target) publish.Publisher
+	// Remote says the publisher posts to the provider's API, at the route's publish.base_url
+	// with the token publish.token names; otherwise it needs neither.
+	Remote bool
+}
+
+// Target is where and as whom a publisher posts.
+type Target struct {
+	BaseURL string
+	Token   string
+	Client  *http.Client
+	// Log receives the verdicts of the log publisher.
+	Log *slog.Logger
+}
+
+// table lists the providers, in the order messages list them.
+var table = []Provider{
+	{Name: GitHub, Schemes: []string{webhook.SchemeGitHub}, Format: subject.GitHubFormat, Remote: true,
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitHub(t.BaseURL, t.Token, t.Client) }},
+	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: subject.GiteaFormat, Remote: true,
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) }},
+	// Forgejo's webhooks are received under their own name; its API is Gitea's, so a route
+	// publishes to a Forgejo server with publish.provider gitea.
+	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat},
+	{Name: GitLab, Schemes: []string{webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken}, Format: subject.GitLabFormat, Remote: true,
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitLab(t.BaseURL, t.Token, t.Client) }},
+	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: subject.BitbucketFormat, Remote: true,
+		Publisher: func(t Target) publish.Publisher { return publish.NewBitbucket(t.BaseURL, t.Token, t.Client) }},
+	{Name: StandardWebhooks, Schemes: []string{webhook.SchemeStandardWebhooks}, Format: subject.StandardWebhooksFormat},
+	{Name: Log, Publisher: func(t Target) publish.Publisher { return publish.Log{Logger: t.Log} }},
+}
+
+// Lookup returns the provider called name.
+func Lookup(name string) (*Provider, bool) {
+	for i := range table {
+		if table[i].Name == name {
+			return &table[i], true
+		}
+	}
+	return nil, false
+}
+
+// Sender returns the provider whose webhooks a route called name receives: one with schemes.
+func Sender(name string) (*Provider, bool) {
+	p, ok := Lookup(name)
+	if !ok || len(p.Schemes) == 0 {
+		return nil, false
+	}
+	return p, true
+}
+
+// Publishing returns the provider a route's publish.provider called name posts to: one with
+// a publisher.
+func Publishing(name string) (*Provider, bool) {
+	p, ok := Lookup(name)
+	if !ok || p.Publisher == nil {
+		return nil, false
+	}
+	return p, true
+}
+
+// Senders lists the names a route's provider may hold, in table order.
+func Senders() []string { return names(func(p *Provider) bool { return len(p.Schemes) > 0 }) }
+
+// Publishers lists the names a route's publish.provider may hold, in table order.
+func Publishers() []string { return names(func(p *Provider) bool { return p.Publisher != nil }) }
+
+func names(keep func(*Provider) bool) []string {
+	var out []string
+	for i := range table {
+		if keep(&table[i]) {
+			out = append(out, table[i].Name)
+		}
+	}
+	return out
+}
+
+// Extract reads the subject of a webhook the provider called name sent (see subject.Extract).
+func Extract(name string, h http.Header, body []byte) (subject.Subject, error) {
+	p, ok := Sender(name)
+	if !ok {
+		return subject.Subject{}, fmt.Errorf("subject: unknown provider %q", name)
+	}
+	return subject.Extract(p.Name, p.Format, h, body)
+}
