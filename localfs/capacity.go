@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -510,4 +511,8 @@ func (r *root) capacityUsed(ctx context.Context) (int64, []shardState, error) {
 		total += sh.Used
 	}
 	return total, states, nil
+}
+
+func (r *root) shardCapPath(s int) string {
+	return filepath.Join(r.shardDirOf(s), ShardCapacityFile)
 }

@@ -1,7 +1,12 @@
 package localfs
 
 import (
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -271,4 +276,73 @@ func (r *root) replace(path string, data []byte, d durability) error {
 		return r.sync.syncDirs(filepath.Dir(path))
 	}
 	return nil
+}
+
+// commitAll makes the data of the staged files durable with one sync, renames them in the
+// order given, and makes the renames durable with one more.
+func (r *root) commitAll(sts []*staged) error {
+	if len(sts) == 0 {
+		return nil
+	}
+	if err := r.sync.syncData(sts...); err != nil {
+		abortAll(sts)
+		return err
+	}
+	var dirs []string
+	for i, st := range sts {
+		if err := st.rename(); err != nil {
+			abortAll(sts[i+1:])
+			return err
+		}
+		if !st.inPlace {
+			dirs = append(dirs, filepath.Dir(st.path))
+		}
+	}
+	return r.sync.syncDirs(dirs...)
+}
+
+// mkdir creates dir if it is missing (durability comes with the files written into it).
+func (r *root) mkdir(dir string) error {
+	if err := r.fs.Mkdir(filepath.Dir(dir), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, filepath.Dir(dir), err)
+	}
+	if err := r.fs.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
+	}
+	return nil
+}
+
+// stage writes data to a new temporary file beside path and keeps it open, unsynced.
+func (r *root) stage(path string, data []byte) (*staged, error) {
+	var rnd [8]byte
+	r.randMu.Lock()
+	_, err := io.ReadFull(r.cfg.Random, rnd[:])
+	r.randMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("localfs: temporary name: %w", err)
+	}
+	st := &staged{r: r, tmp: path + tmpMarker + hex.EncodeToString(rnd[:]), path: path}
+	f, err := r.fs.OpenFile(st.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, st.tmp, err)
+	}
+	st.f = f
+	if _, err := f.Write(data); err != nil {
+		return nil, st.abort("write", err)
+	}
+	return st, nil
+}
+
+// stageAt writes data into path at off, in place, and keeps the file open, unsynced.
+func (r *root) stageAt(path string, off int64, data []byte) (*staged, error) {
+	st := &staged{r: r, path: path, inPlace: true}
+	f, err := r.fs.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, path, err)
+	}
+	st.f = f
+	if _, err := f.WriteAt(data, off); err != nil {
+		return nil, st.abort("write", err)
+	}
+	return st, nil
 }

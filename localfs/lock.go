@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync"
 	"time"
@@ -100,4 +101,117 @@ func (l *fileLock) unlock() {
 	// dies releases it anyway.
 	_ = vfs.Flock(l.f, unix.LOCK_UN)
 	<-l.sem
+}
+
+func (r *root) openLocks() error {
+	if r.cfg.Create {
+		if err := r.fs.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: create root folder %s: %v", ledger.ErrUnavailable, r.dir, err)
+		}
+	}
+	for _, p := range []struct {
+		dst  **fileLock
+		name string
+	}{{&r.maintenance, MaintenanceLock}, {&r.admission, AdmissionLock}, {&r.clock, ClockLock}} {
+		l, err := acquireRef(r.fs, r.path(p.name))
+		if err != nil {
+			r.close()
+			return err
+		}
+		*p.dst = l
+	}
+	return nil
+}
+
+func (r *root) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	r.closed = true
+	for r.inflight > 0 {
+		r.idle.Wait()
+	}
+	for _, l := range append([]*fileLock{r.maintenance, r.admission, r.clock}, r.rowLocks[:]...) {
+		if l != nil {
+			l.unref()
+		}
+	}
+}
+
+func (r *root) rowLock(shard byte) (*fileLock, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("%w: ledger handle closed", ledger.ErrUnavailable)
+	}
+	if l := r.rowLocks[shard]; l != nil {
+		return l, nil
+	}
+	l, err := acquireRef(r.fs, r.path(fmt.Sprintf(".amiss-row-%02x.lock", shard)))
+	if err != nil {
+		return nil, err
+	}
+	r.rowLocks[shard] = l
+	return l, nil
+}
+
+// lockShard takes the lock of row shard s, which guards its rows and its capacity shard.
+func (r *root) lockShard(ctx context.Context, s byte) (func(), error) {
+	l, err := r.rowLock(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.lock(ctx, r.cfg.LockWait); err != nil {
+		return nil, err
+	}
+	return l.unlock, nil
+}
+
+// lockRow takes the row-shard lock of key.
+func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
+	return r.lockShard(ctx, key[0])
+}
+
+// lockShards takes the locks of the given shards in ascending order (the lock order), and
+// returns one function releasing them all.
+func (r *root) lockShards(ctx context.Context, shards []int) (func(), error) {
+	sorted := append([]int(nil), shards...)
+	sortInts(sorted)
+	var unlocks []func()
+	release := func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}
+	last := -1
+	for _, s := range sorted {
+		if s == last {
+			continue
+		}
+		last = s
+		u, err := r.lockShard(ctx, byte(s))
+		if err != nil {
+			release()
+			return nil, err
+		}
+		unlocks = append(unlocks, u)
+	}
+	return release, nil
+}
+
+func lockFile(ctx context.Context, l *fileLock, wait time.Duration) (func(), error) {
+	if err := l.lock(ctx, wait); err != nil {
+		return nil, err
+	}
+	return l.unlock, nil
+}
+
+func sortInts(xs []int) {
+	for i := 1; i < len(xs); i++ {
+		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
+			xs[j], xs[j-1] = xs[j-1], xs[j]
+		}
+	}
 }

@@ -3,12 +3,10 @@ package localfs
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -227,111 +225,6 @@ func (r *root) end() {
 
 func (r *root) path(name string) string { return filepath.Join(r.dir, name) }
 
-func (r *root) openLocks() error {
-	if r.cfg.Create {
-		if err := r.fs.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%w: create root folder %s: %v", ledger.ErrUnavailable, r.dir, err)
-		}
-	}
-	for _, p := range []struct {
-		dst  **fileLock
-		name string
-	}{{&r.maintenance, MaintenanceLock}, {&r.admission, AdmissionLock}, {&r.clock, ClockLock}} {
-		l, err := acquireRef(r.fs, r.path(p.name))
-		if err != nil {
-			r.close()
-			return err
-		}
-		*p.dst = l
-	}
-	return nil
-}
-
-func (r *root) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return
-	}
-	r.closed = true
-	for r.inflight > 0 {
-		r.idle.Wait()
-	}
-	for _, l := range append([]*fileLock{r.maintenance, r.admission, r.clock}, r.rowLocks[:]...) {
-		if l != nil {
-			l.unref()
-		}
-	}
-}
-
-func (r *root) rowLock(shard byte) (*fileLock, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil, fmt.Errorf("%w: ledger handle closed", ledger.ErrUnavailable)
-	}
-	if l := r.rowLocks[shard]; l != nil {
-		return l, nil
-	}
-	l, err := acquireRef(r.fs, r.path(fmt.Sprintf(".amiss-row-%02x.lock", shard)))
-	if err != nil {
-		return nil, err
-	}
-	r.rowLocks[shard] = l
-	return l, nil
-}
-
-// lockShard takes the lock of row shard s, which guards its rows and its capacity shard.
-func (r *root) lockShard(ctx context.Context, s byte) (func(), error) {
-	l, err := r.rowLock(s)
-	if err != nil {
-		return nil, err
-	}
-	if err := l.lock(ctx, r.cfg.LockWait); err != nil {
-		return nil, err
-	}
-	return l.unlock, nil
-}
-
-// lockRow takes the row-shard lock of key.
-func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
-	return r.lockShard(ctx, key[0])
-}
-
-// lockShards takes the locks of the given shards in ascending order (the lock order), and
-// returns one function releasing them all.
-func (r *root) lockShards(ctx context.Context, shards []int) (func(), error) {
-	sorted := append([]int(nil), shards...)
-	sortInts(sorted)
-	var unlocks []func()
-	release := func() {
-		for i := len(unlocks) - 1; i >= 0; i-- {
-			unlocks[i]()
-		}
-	}
-	last := -1
-	for _, s := range sorted {
-		if s == last {
-			continue
-		}
-		last = s
-		u, err := r.lockShard(ctx, byte(s))
-		if err != nil {
-			release()
-			return nil, err
-		}
-		unlocks = append(unlocks, u)
-	}
-	return release, nil
-}
-
-func lockFile(ctx context.Context, l *fileLock, wait time.Duration) (func(), error) {
-	if err := l.lock(ctx, wait); err != nil {
-		return nil, err
-	}
-	return l.unlock, nil
-}
-
 // load reads the root state, creating the root or migrating it from format 1 when needed.
 func (r *root) load(ctx context.Context) error {
 	data, err := r.fs.ReadFile(r.path(RootFile))
@@ -446,29 +339,6 @@ func (r *root) create(ctx context.Context) error {
 	return r.replace(r.path(RootFile), data, durableFull)
 }
 
-// commitAll makes the data of the staged files durable with one sync, renames them in the
-// order given, and makes the renames durable with one more.
-func (r *root) commitAll(sts []*staged) error {
-	if len(sts) == 0 {
-		return nil
-	}
-	if err := r.sync.syncData(sts...); err != nil {
-		abortAll(sts)
-		return err
-	}
-	var dirs []string
-	for i, st := range sts {
-		if err := st.rename(); err != nil {
-			abortAll(sts[i+1:])
-			return err
-		}
-		if !st.inPlace {
-			dirs = append(dirs, filepath.Dir(st.path))
-		}
-	}
-	return r.sync.syncDirs(dirs...)
-}
-
 // checkEmptyForCreate refuses to create a root over ledger data: the folder may hold lock
 // files, temporary files and what an interrupted creation left (row folders holding only
 // capacity shards), nothing else.
@@ -504,17 +374,6 @@ func (r *root) checkEmptyForCreate() error {
 		default:
 			return refuse(n)
 		}
-	}
-	return nil
-}
-
-// mkdir creates dir if it is missing (durability comes with the files written into it).
-func (r *root) mkdir(dir string) error {
-	if err := r.fs.Mkdir(filepath.Dir(dir), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, filepath.Dir(dir), err)
-	}
-	if err := r.fs.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
 	}
 	return nil
 }
@@ -579,149 +438,6 @@ func (r *root) persistRoot(ctx context.Context, t time.Time, newBatch bool) (uin
 	return st.LastBatch, r.replace(r.path(RootFile), data, durableFull)
 }
 
-func shardName(s int) string { return fmt.Sprintf("%02x", s) }
-
-func (r *root) shardDirOf(s int) string { return filepath.Join(r.dir, RowsDir, shardName(s)) }
-func (r *root) shardCapPath(s int) string {
-	return filepath.Join(r.shardDirOf(s), ShardCapacityFile)
-}
-func (r *root) shardDir(key ledger.Key) string { return r.shardDirOf(int(key[0])) }
-func (r *root) statePath(key ledger.Key) string {
-	return filepath.Join(r.shardDir(key), key.String()+".state")
-}
-func (r *root) reportPath(key ledger.Key) string {
-	return filepath.Join(r.shardDir(key), key.String()+".report")
-}
-
-// stage writes data to a new temporary file beside path and keeps it open, unsynced.
-func (r *root) stage(path string, data []byte) (*staged, error) {
-	var rnd [8]byte
-	r.randMu.Lock()
-	_, err := io.ReadFull(r.cfg.Random, rnd[:])
-	r.randMu.Unlock()
-	if err != nil {
-		return nil, fmt.Errorf("localfs: temporary name: %w", err)
-	}
-	st := &staged{r: r, tmp: path + tmpMarker + hex.EncodeToString(rnd[:]), path: path}
-	f, err := r.fs.OpenFile(st.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, st.tmp, err)
-	}
-	st.f = f
-	if _, err := f.Write(data); err != nil {
-		return nil, st.abort("write", err)
-	}
-	return st, nil
-}
-
-// stageAt writes data into path at off, in place, and keeps the file open, unsynced.
-func (r *root) stageAt(path string, off int64, data []byte) (*staged, error) {
-	st := &staged{r: r, path: path, inPlace: true}
-	f, err := r.fs.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, path, err)
-	}
-	st.f = f
-	if _, err := f.WriteAt(data, off); err != nil {
-		return nil, st.abort("write", err)
-	}
-	return st, nil
-}
-
-// readRow reads and checks a row; an absent row is ErrUnknownDelivery, a damaged one
-// ErrCorrupt naming the file.
-func (r *root) readRow(key ledger.Key) (storedRow, error) {
-	p := r.statePath(key)
-	data, err := r.fs.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return storedRow{}, fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
-		}
-		return storedRow{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	return r.decodeRowFile(p, key, data)
-}
-
-func (r *root) decodeRowFile(p string, key ledger.Key, data []byte) (storedRow, error) {
-	row, err := decodeRow(data, r.cfg.Limits)
-	if err != nil {
-		return storedRow{}, fmt.Errorf("%s: %w", p, err)
-	}
-	if row.Key != key {
-		return storedRow{}, fmt.Errorf("%s: %w: file holds row %s", p, ledger.ErrCorrupt, row.Key)
-	}
-	return row, nil
-}
-
-// writeRow replaces the row's state file with the given durability. A row read from format 1
-// is written as format 2: its report, if it keeps one, moves inline (the file beside it is
-// then dead: removed here, or collected as debris if that removal is lost).
-func (r *root) writeRow(s *storedRow, d durability) error {
-	if s.v1 && len(s.Frozen) == 0 && (s.State == ledger.StateSaved || s.State == ledger.StateAbandoned) && !s.Report.IsZero() {
-		rep, err := r.readReportFile(s)
-		switch {
-		case err == nil:
-			s.Frozen = rep
-		case s.State == ledger.StateAbandoned && errors.Is(err, ledger.ErrCorrupt):
-			// Abandoned by a version that did not keep its report: nothing to carry.
-		default:
-			return err
-		}
-	}
-	data, err := encodeRow(s, r.cfg.Limits)
-	if err != nil {
-		return err
-	}
-	if s.v1 {
-		// The format 1 report file is removed next: the state that no longer needs it must be
-		// on disk first, or a crash could keep the removal and lose the rename. Once per row.
-		d = durableFull
-	}
-	if err := r.replace(r.statePath(s.Key), data, d); err != nil {
-		return err
-	}
-	if s.v1 {
-		s.v1 = false
-		r.removeQuietly(r.reportPath(s.Key))
-	}
-	return nil
-}
-
-// removeQuietly removes a file that has become debris; a removal that fails leaves it to
-// debris collection.
-func (r *root) removeQuietly(p string) { r.fs.Remove(p) }
-
-// report returns the report a saved or abandoned row keeps.
-func (r *root) report(s *storedRow) ([]byte, error) {
-	if s.v1 {
-		return r.readReportFile(s)
-	}
-	if len(s.Frozen) == 0 {
-		return nil, fmt.Errorf("%w: %s: the %v row keeps no report", ledger.ErrCorrupt, r.statePath(s.Key), s.State)
-	}
-	return append([]byte(nil), s.Frozen...), nil
-}
-
-// readReportFile reads the report file of a format 1 row.
-func (r *root) readReportFile(s *storedRow) ([]byte, error) {
-	p := r.reportPath(s.Key)
-	data, err := r.fs.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: %s: the %v row names a report that is missing", ledger.ErrCorrupt, p, s.State)
-		}
-		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	rep, err := decodeReport(data, r.cfg.Limits)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", p, err)
-	}
-	if ledger.SumBody(rep) != s.Report.Digest {
-		return nil, fmt.Errorf("%w: %s does not match the digest its row recorded", ledger.ErrCorrupt, p)
-	}
-	return rep, nil
-}
-
 // now returns the effective now for a row: the clock, the persisted high-water and the row's
 // own times.
 func (r *root) now(row *ledger.Row) (time.Time, error) {
@@ -739,12 +455,4 @@ func (r *root) evaluationID() (string, error) {
 	r.randMu.Lock()
 	defer r.randMu.Unlock()
 	return ledger.NewEvaluationID(r.cfg.Random.Read)
-}
-
-func sortInts(xs []int) {
-	for i := 1; i < len(xs); i++ {
-		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
 }
