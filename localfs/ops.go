@@ -428,3 +428,43 @@ func (r *root) mkdirDurable(dir string) error {
 	}
 	return r.sync.syncDirs(filepath.Dir(dir))
 }
+
+// Stats implements ledger.Ledger. It reads every row and every capacity shard.
+func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.Stats{}, err
+	}
+	defer l.r.end()
+	r := l.r
+	st := ledger.Stats{ByState: map[ledger.State]int64{}, Limits: r.cfg.Limits}
+	rs, err := r.readRoot()
+	if err != nil {
+		return st, err
+	}
+	st.HighWater = time.Unix(0, rs.HighWater).UTC()
+	if st.Now, err = r.now(nil); err != nil {
+		return st, err
+	}
+	used, _, err := r.capacityUsed(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.CapacityUsed = used
+	cursor := ledger.Cursor("")
+	for {
+		res, err := r.listRows(position{}, cursor, 4096)
+		if err != nil {
+			return st, fmt.Errorf("stats: %w", err)
+		}
+		for _, k := range res.keys {
+			row, err := r.readRow(k)
+			if err := st.Count(&row.Row, err); err != nil {
+				return st, fmt.Errorf("stats: %w", err)
+			}
+		}
+		if res.next == "" {
+			return st, nil
+		}
+		cursor = res.next
+	}
+}
