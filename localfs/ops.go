@@ -71,8 +71,16 @@ func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admissio
 	return row.Admission(o), nil
 }
 
-// withRow runs fn on key's row under its row-shard lock, at the row's effective now.
-func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn func(row *storedRow, now time.Time) error) error {
+// step is one decision on a row, the shape objstore's update takes too: it reads and changes
+// row (at the row's effective now) and says how the changed row is written: not at all (0),
+// or with durableData or durableFull. A refusal may still ask for a write (a refusal that
+// recorded the effective now in the row, so a clock stepping back cannot undo it); the
+// refusal is then what the caller sees, joined with the write's error if that fails.
+type step func(row *storedRow, now time.Time) (write durability, err error)
+
+// withRow runs fn on key's row under its row-shard lock, at the row's effective now, and
+// writes the row as fn says.
+func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn step) error {
 	r := l.r
 	unlock, err := r.lockRow(ctx, key)
 	if err != nil {
@@ -87,23 +95,26 @@ func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn func
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
 	}
-	if err := fn(&row, now); err != nil {
+	write, err := fn(&row, now)
+	if write != 0 {
+		if werr := r.writeRow(&row, write); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
 	}
 	return nil
 }
 
-// persistRefusal writes a row whose refusal recorded the effective now, so a clock stepping
-// back cannot undo the refusal; the refusal itself is what the caller sees. Data sync only: a
-// forgotten refusal means the host crashed, and the persisted high-water still bounds how far
-// back the clock can go.
-func (r *root) persistRefusal(row *storedRow, observed bool, refusal error) error {
+// refusalWrite is how a refusal that recorded the effective now in the row (observed) is
+// written: data sync only, since a forgotten refusal means the host crashed, and the persisted
+// high-water still bounds how far back the clock can go.
+func refusalWrite(observed bool) durability {
 	if observed {
-		if err := r.writeRow(row, durableData); err != nil {
-			return errors.Join(refusal, err)
-		}
+		return durableData
 	}
-	return refusal
+	return 0
 }
 
 // Claim implements ledger.Ledger. The grant is written with its data synced and its rename
@@ -114,29 +125,29 @@ func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger
 	}
 	defer l.r.end()
 	var out ledger.Claim
-	err := l.withRow(ctx, "claim", key, func(row *storedRow, now time.Time) error {
+	err := l.withRow(ctx, "claim", key, func(row *storedRow, now time.Time) (durability, error) {
 		c, err := row.Claim(bindingDigest, owner, leaseFor, now)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		switch c.Outcome {
 		case ledger.Execute:
 		case ledger.Publish:
 			rep, err := l.r.report(row)
 			if err != nil {
-				return err
+				return 0, err
 			}
 			c.Staged.Report = rep
 		default:
 			out = c
-			return nil
-		}
-		if err := l.r.writeRow(row, durableData); err != nil {
-			return err
+			return 0, nil
 		}
 		out = c
-		return nil
+		return durableData, nil
 	})
+	if err != nil {
+		out = ledger.Claim{}
+	}
 	return out, err
 }
 
@@ -147,17 +158,17 @@ func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Du
 	}
 	defer l.r.end()
 	var out ledger.Lease
-	err := l.withRow(ctx, "renew", lease.Key, func(row *storedRow, now time.Time) error {
+	err := l.withRow(ctx, "renew", lease.Key, func(row *storedRow, now time.Time) (durability, error) {
 		nl, changed, err := row.Renew(lease, leaseFor, now)
 		if err != nil {
-			return l.r.persistRefusal(row, changed, err)
-		}
-		if err := l.r.writeRow(row, durableData); err != nil {
-			return err
+			return refusalWrite(changed), err
 		}
 		out = nl
-		return nil
+		return durableData, nil
 	})
+	if err != nil {
+		out = ledger.Lease{}
+	}
 	return out, err
 }
 
@@ -173,21 +184,22 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 		return ledger.Staged{}, fmt.Errorf("save %s: %w", lease.Key.Short(), err)
 	}
 	var out ledger.Staged
-	err := l.withRow(ctx, "save", lease.Key, func(row *storedRow, now time.Time) error {
+	err := l.withRow(ctx, "save", lease.Key, func(row *storedRow, now time.Time) (durability, error) {
 		ref := ledger.ReportRef{Digest: ledger.SumBody(report), Size: len(report)}
 		pl, changed, err := row.Save(lease, ref, now)
 		if err != nil {
-			return r.persistRefusal(row, changed, err)
-		}
-		if changed {
-			row.Frozen = append([]byte(nil), report...)
-			if err := r.writeRow(row, durableFull); err != nil {
-				return err
-			}
+			return refusalWrite(changed), err
 		}
 		out = ledger.Staged{Lease: pl, Report: append([]byte(nil), report...)}
-		return nil
+		if !changed {
+			return 0, nil
+		}
+		row.Frozen = append([]byte(nil), report...)
+		return durableFull, nil
 	})
+	if err != nil {
+		out = ledger.Staged{}
+	}
 	return out, err
 }
 
@@ -201,10 +213,10 @@ func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
 		return err
 	}
 	defer l.r.end()
-	return l.withRow(ctx, "complete", s.Lease.Key, func(row *storedRow, now time.Time) error {
+	return l.withRow(ctx, "complete", s.Lease.Key, func(row *storedRow, now time.Time) (durability, error) {
 		changed, err := row.Complete(s, now)
 		if err != nil || !changed {
-			return err
+			return 0, err
 		}
 		return l.r.finish(row)
 	})
@@ -216,24 +228,25 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 		return err
 	}
 	defer l.r.end()
-	return l.withRow(ctx, "abandon", s.Lease.Key, func(row *storedRow, now time.Time) error {
+	return l.withRow(ctx, "abandon", s.Lease.Key, func(row *storedRow, now time.Time) (durability, error) {
 		changed, err := row.Abandon(s, reason, now)
 		if err != nil {
-			return l.r.persistRefusal(row, changed && !row.State.Terminal(), err)
+			return refusalWrite(changed && !row.State.Terminal()), err
 		}
 		if !changed {
-			return nil
+			return 0, nil
 		}
 		return l.r.finish(row)
 	})
 }
 
-// finish persists a row that just became done or abandoned. An abandoned row keeps its
-// report, so that Revive can publish it again; a done one drops it.
-func (r *root) finish(row *storedRow) error {
+// finish prepares the write of a row that just became done or abandoned: its end-time index
+// entry first, then the row (data synced). An abandoned row keeps its report, so that Revive
+// can publish it again; a done one drops it.
+func (r *root) finish(row *storedRow) (durability, error) {
 	if !row.Permanent {
 		if err := r.addIndex(&row.Row); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if row.State == ledger.StateDone {
@@ -241,7 +254,7 @@ func (r *root) finish(row *storedRow) error {
 	}
 	// (A format 1 row is written with its folder synced, then its report file removed: see
 	// writeRow.)
-	return r.writeRow(row, durableData)
+	return durableData, nil
 }
 
 // Revive implements ledger.Ledger. The report must still be kept and match the digest the row
@@ -252,24 +265,25 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 	}
 	defer l.r.end()
 	var out ledger.Row
-	err := l.withRow(ctx, "revive", key, func(row *storedRow, now time.Time) error {
+	err := l.withRow(ctx, "revive", key, func(row *storedRow, now time.Time) (durability, error) {
 		if row.State == ledger.StateAbandoned {
 			if _, err := l.r.report(row); err != nil {
-				return fmt.Errorf("%w: the report of the abandoned row is not available: %v", ledger.ErrInvalid, err)
+				return 0, fmt.Errorf("%w: the report of the abandoned row is not available: %v", ledger.ErrInvalid, err)
 			}
 		}
 		changed, err := row.Revive(evaluationID, now)
 		if err != nil {
-			return err
-		}
-		if changed {
-			if err := l.r.writeRow(row, durableFull); err != nil {
-				return err
-			}
+			return 0, err
 		}
 		out = row.Row
-		return nil
+		if changed {
+			return durableFull, nil
+		}
+		return 0, nil
 	})
+	if err != nil {
+		out = ledger.Row{}
+	}
 	return out, err
 }
 
@@ -355,11 +369,11 @@ func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time
 		return err
 	}
 	defer l.r.end()
-	return l.withRow(ctx, "release", lease.Key, func(row *storedRow, now time.Time) error {
+	return l.withRow(ctx, "release", lease.Key, func(row *storedRow, now time.Time) (durability, error) {
 		if err := row.Release(lease, notBefore, now); err != nil {
-			return err
+			return 0, err
 		}
-		return l.r.writeRow(row, durableData)
+		return durableData, nil
 	})
 }
 
