@@ -95,7 +95,10 @@ type Ledger struct {
 	shards int
 	hw     atomic.Int64 // high-water read at open or raised by this handle's cleanup
 	hwRead atomic.Int64 // when the root was last read (monotonic nanoseconds since start)
-	start  time.Time
+	// rootReadAt is when the root was last read by the store's clock (the estimate just after
+	// its answer): the monotonic time above counts nothing while the host is suspended.
+	rootReadAt atomic.Int64
+	start      time.Time
 
 	mu    sync.Mutex
 	cache map[ledger.Key]cachedRow
@@ -161,6 +164,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	l.shards = root.Shards
 	l.hw.Store(root.HighWater)
 	l.start = time.Now()
+	l.rootReadAt.Store(l.clock.Now().UnixNano())
 	return l, nil
 }
 
@@ -265,10 +269,33 @@ const hwRefresh = time.Minute
 // refreshHighWater re-reads the root when the last read is older than hwRefresh: one request
 // a minute at most, so a high-water persisted elsewhere reaches every handle within a minute.
 func (l *Ledger) refreshHighWater(ctx context.Context) error {
-	since := time.Since(l.start)
-	if since-time.Duration(l.hwRead.Load()) < hwRefresh {
+	if time.Since(l.start)-time.Duration(l.hwRead.Load()) < hwRefresh {
 		return nil
 	}
+	return l.rereadRoot(ctx)
+}
+
+// rootMaxAge is how old, by the store's time, the handle's last read of the root may be when an
+// admission takes a slot for a new row. The minute of refreshHighWater is measured on the
+// host's monotonic clock, which stops while the host is suspended (a paused VM, a frozen
+// Lambda): a handle of an older body-time policy could wake hours after an adoption and admit
+// a replay of a body row forgotten meanwhile as a new permanent row. rootMaxAge plus the life
+// of a request held in flight stays well inside ledger.BodyPolicyGrace.
+const rootMaxAge = 10 * time.Minute
+
+// rootCurrent re-reads the root when its last read is rootMaxAge old at now, a store time
+// read from a fresh answer.
+func (l *Ledger) rootCurrent(ctx context.Context, now time.Time) error {
+	if now.Sub(time.Unix(0, l.rootReadAt.Load())) < rootMaxAge {
+		return nil
+	}
+	return l.rereadRoot(ctx)
+}
+
+// rereadRoot reads the root: a handle whose root's recorded policy changed stops; the
+// high-water is raised to the root's.
+func (l *Ledger) rereadRoot(ctx context.Context) error {
+	since := time.Since(l.start)
 	root, _, err := l.readRoot(ctx)
 	if err != nil {
 		return err
@@ -279,6 +306,7 @@ func (l *Ledger) refreshHighWater(ctx context.Context) error {
 		return fmt.Errorf("%w: %s changed since this handle opened it (reopen): %s", ledger.ErrRootMismatch, l.s.key(rootName), d)
 	}
 	l.hwRead.Store(int64(since))
+	l.rootReadAt.Store(l.clock.Now().UnixNano())
 	l.raiseHighWater(time.Unix(0, root.HighWater))
 	return nil
 }

@@ -10,15 +10,17 @@ import (
 )
 
 // takeMaintenance takes the maintenance lease with the next fence, unless another owner's
-// lease is live.
+// lease is live. Both are decided at the store's time of the maintenance object's answer (a
+// 404 carries a Date too): the estimate before it lags by the whole suspension of a host that
+// was suspended, and a lease decided on it would end before it was written.
 func (l *Ledger) takeMaintenance(ctx context.Context) (maintenanceData, error) {
-	now := l.nowFor(nil)
 	o, err := l.s.get(ctx, maintenanceName)
 	var cur maintenanceData
 	create := errors.Is(err, errNotFound)
 	if err != nil && !create {
 		return cur, err
 	}
+	now := l.nowFor(nil)
 	if !create {
 		if err := decode(l.s.key(maintenanceName), kindMaintenance, o.body, &cur); err != nil {
 			return cur, err

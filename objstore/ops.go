@@ -108,6 +108,14 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	// host suspended, while the delivery was admitted elsewhere, finished and forgotten as
 	// stale (then the key is empty again, and only this second decision refuses the replay).
 	now = l.nowFor(nil)
+	// A handle whose host was suspended may not have read the root for longer than its
+	// monotonic clock says: before a slot is taken, its policy and high-water are checked
+	// against the store's time of this answer (see rootMaxAge).
+	if err := l.rootCurrent(ctx, now); err != nil {
+		void()
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
+	now = l.nowFor(nil)
 	reservedAt := now.Add(time.Second) // a Date is truncated to the second
 	row, outcome, err = ledger.NewRow(d, l.cfg.Limits, now, id)
 	if err != nil || outcome != ledger.Admitted {
