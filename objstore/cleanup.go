@@ -241,13 +241,13 @@ func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 	return j.pending[key], nil
 }
 
-// requestLife is how long after it was signed a request can still land: S3 refuses a SigV4
+// DefaultRequestLife is how long after it was signed a request can still land: S3 refuses a SigV4
 // request whose signing time is more than 15 minutes from its own clock. The SDK signs with the
 // host's wall clock corrected by the last skew it measured; a host clock that stepped up to 15
 // minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
 // and a minute for the estimates. A key is not emptied, nor a
 // reservation removed, sooner than that after the reservation landed (see reservationData).
-const requestLife = 31 * time.Minute
+const DefaultRequestLife = 31 * time.Minute
 
 // keyAged reports whether every request that could recreate the reservation a row was made
 // over has expired.
@@ -256,7 +256,7 @@ func (j *judge) keyAged(rd *rowData) bool {
 	if at == 0 {
 		at = rd.Row.CreatedAt.UnixNano() // format 1: the row's own creation
 	}
-	return j.now.Sub(time.Unix(0, at)) > requestLife
+	return j.now.Sub(time.Unix(0, at)) > j.l.cfg.RequestLife
 }
 
 // choose adds a removable row to the batch, once.
@@ -365,7 +365,7 @@ func (j *judge) sweep(ctx context.Context, names []string) ([]sweptRow, error) {
 
 // tidyReservation clears away a reservation no admission can use any more. One older than the
 // grace with no pending entry is voided first (by a conditional write); a void one is removed,
-// by version (a reservation or row written after it was read survives), once requestLife has
+// by version (a reservation or row written after it was read survives), once RequestLife has
 // passed since it was voided.
 func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState) error {
 	l := j.l
@@ -387,7 +387,7 @@ func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState
 		}
 		return nil
 	}
-	if j.now.Sub(time.Unix(0, ks.res.VoidedAt)) <= requestLife {
+	if j.now.Sub(time.Unix(0, ks.res.VoidedAt)) <= j.l.cfg.RequestLife {
 		return nil
 	}
 	_, _, err := l.s.removeVersion(ctx, rowName(key), ks.version)

@@ -136,7 +136,7 @@ type rowData struct {
 // flight can never land after its slot was given back.
 //
 // A reservation is never removed, and a row never removed (the key emptied) sooner than
-// requestLife after the reservation landed: a copy of the reservation's PUT delivered late
+// RequestLife after the reservation landed: a copy of the reservation's PUT delivered late
 // (its bytes, so its ETag, are the same in every attempt) could otherwise create it again on an
 // empty key, and let a row write held in flight over it land without a slot. VoidedAt, when it
 // was voided, is after it landed.

@@ -27,6 +27,8 @@ type harness struct {
 	transports []*transport
 	listings   int
 	faults     faultCounts
+	// requestLife, when set, is the ledger's RequestLife (see TestHistories).
+	requestLife time.Duration
 }
 
 // faultCounts counts injected faults by kind.
@@ -113,7 +115,7 @@ func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.O
 	// reopened after a crash, which takes over its own lease.
 	return objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: h.prefix, Limits: limits,
 		Clock: o.Clock, Create: true, StrandedAfter: o.StrandedAfter, CleanupBatch: o.CleanupBatch, Shards: 4,
-		Owner: "conformance-cleanup"})
+		Owner: "conformance-cleanup", RequestLife: h.requestLife})
 }
 
 func (h *harness) Ops() ledgertest.OpCount {

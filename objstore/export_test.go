@@ -10,8 +10,8 @@ const MaintenanceName = maintenanceName
 
 var RowName = rowName
 
-// RequestLife is how long after it was signed a request can still land (see requestLife).
-const RequestLife = requestLife
+// RequestLife is how long after it was signed a request can still land (the default).
+const RequestLife = DefaultRequestLife
 
 // RereadRootNextForTest makes the handle's next admission re-read the root, as it does once a
 // minute.

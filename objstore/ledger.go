@@ -46,6 +46,14 @@ type Config struct {
 	// another one settles it (default 2 minutes). Settling early only makes that admission
 	// retry; it never costs a slot or lets a row in without one.
 	PendingGrace time.Duration
+	// RequestLife is how long after it was signed a request can still land on the store
+	// (default 31 minutes, what SigV4 and a host clock that stepped allow: see
+	// DefaultRequestLife). A key is not emptied, nor a reservation removed, sooner than that
+	// after the reservation landed, so a row is forgotten no sooner either. Only a deployment
+	// whose transport bounds a request's life more tightly (a test's, holding requests a
+	// minute at most) may set it lower; a value below the real life lets a late copy of a
+	// request recreate what cleanup removed.
+	RequestLife time.Duration
 	// Owner names this handle in the maintenance lease (default: random).
 	Owner string
 	// Random is the source of evaluation ids and write tokens (default crypto/rand).
@@ -73,6 +81,9 @@ func (c *Config) defaults() error {
 	}
 	if c.PendingGrace <= 0 {
 		c.PendingGrace = 2 * time.Minute
+	}
+	if c.RequestLife <= 0 {
+		c.RequestLife = DefaultRequestLife
 	}
 	if c.Random == nil {
 		c.Random = rand.Reader
