@@ -228,6 +228,9 @@ func TestMultiProcessHistories(t *testing.T) {
 	}
 	t.Logf("multi-process history check: %d histories, %d operations checked (%d with unknown outcome), %d processes killed with SIGKILL and restarted, %d rows removed by cleanup",
 		total.Histories, total.Ops, total.Unknown, total.Reopens, total.Removed)
+	if total.Removed == 0 {
+		t.Errorf("no history removed a row: cleanup's removals went unchecked")
+	}
 }
 
 func multiProcessHistory(t *testing.T, cfg ledgertest.HistoryConfig, seed uint64, kills int) ledgertest.HistoryStats {
