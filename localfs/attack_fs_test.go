@@ -21,23 +21,6 @@ import (
 	"github.com/amiss-ci/amiss/localfs/faultfs"
 )
 
-// cleanupLap runs cleanup passes until a lap is done.
-func cleanupLap(t *testing.T, l *localfs.Ledger) []ledger.RemovedRow {
-	t.Helper()
-	var removed []ledger.RemovedRow
-	for cur := ledger.Cursor(""); ; {
-		rep, err := l.Cleanup(context.Background(), cur)
-		if err != nil {
-			t.Fatalf("cleanup: %v", err)
-		}
-		removed = append(removed, rep.Removed...)
-		if rep.Done {
-			return removed
-		}
-		cur = rep.Next
-	}
-}
-
 // TestAttackFullProofTakenWhileARoomIsBeingMade: "Full is answered only when no shard has
 // room". The room epoch is changed BEFORE a release writes the shards that gain room; a
 // process that scans every shard between that change and the shard write sees them all full,

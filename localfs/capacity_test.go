@@ -93,16 +93,7 @@ func TestCleanupGivesBackTheSlotOfACutAdmission(t *testing.T) {
 	if err != nil || st.Rows != 0 || st.CapacityUsed != 1 {
 		t.Fatalf("after the cut admission: %+v %v, want no row and one slot held", st, err)
 	}
-	for cur := ledger.Cursor(""); ; {
-		rep, err := l.Cleanup(ctx, cur)
-		if err != nil {
-			t.Fatalf("cleanup: %v", err)
-		}
-		if rep.Done {
-			break
-		}
-		cur = rep.Next
-	}
+	cleanupLap(t, l)
 	if st, err = l.Stats(ctx); err != nil || st.CapacityUsed != 0 {
 		t.Fatalf("after a cleanup lap: %+v %v, want the slot given back", st, err)
 	}
@@ -159,16 +150,7 @@ func TestReleaseLeavesALaterAdmissionsPendingSlot(t *testing.T) {
 	l = openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock})
 	defer l.Close()
 	for lap := 0; lap < 2; lap++ {
-		for cur := ledger.Cursor(""); ; {
-			rep, err := l.Cleanup(ctx, cur)
-			if err != nil {
-				t.Fatalf("cleanup: %v", err)
-			}
-			if rep.Done {
-				break
-			}
-			cur = rep.Next
-		}
+		cleanupLap(t, l)
 	}
 	st, err := l.Stats(ctx)
 	if err != nil || st.Rows != 0 || st.CapacityUsed != 0 {

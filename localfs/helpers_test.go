@@ -63,3 +63,20 @@ func deliveryInShard(s byte) ledger.Delivery {
 		}
 	}
 }
+
+// cleanupLap runs cleanup passes until a lap is done.
+func cleanupLap(t testing.TB, l *localfs.Ledger) []ledger.RemovedRow {
+	t.Helper()
+	var removed []ledger.RemovedRow
+	for cur := ledger.Cursor(""); ; {
+		rep, err := l.Cleanup(context.Background(), cur)
+		if err != nil {
+			t.Fatalf("cleanup: %v", err)
+		}
+		removed = append(removed, rep.Removed...)
+		if rep.Done {
+			return removed
+		}
+		cur = rep.Next
+	}
+}

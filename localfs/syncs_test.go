@@ -175,7 +175,6 @@ func mustInspect(t testing.TB, l ledger.Ledger, d ledger.Delivery) ledger.Row {
 // no row is still given back by the same kind of lap (TestCleanupGivesBackTheSlotOfACutAdmission).
 func TestSweepSettlesWithoutSyncing(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)
 	fsys := faultfs.New(localfs.OSFS{}, nil)
@@ -186,16 +185,7 @@ func TestSweepSettlesWithoutSyncing(t *testing.T) {
 	}
 	lap := func() faultfs.Counts {
 		fsys.Counter().Reset()
-		for cur := ledger.Cursor(""); ; {
-			rep, err := l.Cleanup(ctx, cur)
-			if err != nil {
-				t.Fatalf("cleanup: %v", err)
-			}
-			if rep.Done {
-				break
-			}
-			cur = rep.Next
-		}
+		cleanupLap(t, l)
 		return fsys.Counter().Snapshot()
 	}
 	first, second := lap(), lap()

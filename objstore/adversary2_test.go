@@ -3,8 +3,6 @@ package objstore_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"strings"
@@ -329,16 +327,7 @@ func TestAdversaryFullAnswerJudgesEveryPendingEntry(t *testing.T) {
 // v1Row encodes a row as format 1 wrote it: created with If-None-Match alone, no reservation.
 func v1Row(t *testing.T, row ledger.Row) []byte {
 	t.Helper()
-	data, err := json.Marshal(map[string]any{"row": row, "shard": 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := json.Marshal(map[string]any{"kind": "row", "v": 1, "token": "v1-row-writer", "data": json.RawMessage(data),
-		"crc32c": crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return body
+	return v1Object(t, "row", "v1-row-writer", map[string]any{"row": row, "shard": 0})
 }
 
 // TestAdversaryFormatOneAdmissionInFlightLandsARowWithoutASlot: during the rollout of format 2,

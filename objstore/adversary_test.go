@@ -135,12 +135,19 @@ func TestAdversaryFullWhileACapSlotIsHeldByAnAdmissionThatIsOver(t *testing.T) {
 // v1Shard encodes a capacity shard as format 1 wrote it: pending entries name no reservation.
 func v1Shard(t *testing.T, quota, used int64, pending ledger.Key, at time.Time) []byte {
 	t.Helper()
-	data, err := json.Marshal(map[string]any{"quota": quota, "used": used, "applied_batch": 0,
+	return v1Object(t, "capacity-shard", "v1-writer", map[string]any{"quota": quota, "used": used, "applied_batch": 0,
 		"pending": []map[string]any{{"key": pending, "at_unix_nano": at.UnixNano()}}})
+}
+
+// v1Object frames payload as format 1 wrote an object of the given kind: the JSON data, a
+// write token, and the CRC-32C of the data.
+func v1Object(t *testing.T, kind, token string, payload any) []byte {
+	t.Helper()
+	data, err := json.Marshal(payload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := json.Marshal(map[string]any{"kind": "capacity-shard", "v": 1, "token": "v1-writer", "data": json.RawMessage(data),
+	body, err := json.Marshal(map[string]any{"kind": kind, "v": 1, "token": token, "data": json.RawMessage(data),
 		"crc32c": crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))})
 	if err != nil {
 		t.Fatal(err)
