@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
 // syncer is the FileLedger's group commit. An operation that needs its writes durable hands
@@ -20,7 +21,8 @@ import (
 // durable with as few syncs as it can, and answers each one; requests that arrive meanwhile
 // wait for the next round, led by the first of them. A caller is answered only after a sync
 // that started after its request has finished, so no caller is answered before its own
-// writes are durable, and a sync that fails fails every request it carried.
+// writes are durable; a sync that fails fails every request it carried, and a file whose
+// write-back failed fails the request that carried it.
 //
 // A round of one request with one file or one folder syncs exactly that (fsync); a round
 // with more calls syncfs(2) once, which makes everything written to the file system durable,
@@ -153,13 +155,16 @@ func (s *syncer) leadRound(req *syncReq) error {
 	round := s.waiting
 	s.waiting = nil
 	s.mu.Unlock()
-	err := s.run(round)
+	errs := s.run(round)
 	if s.afterSync != nil {
 		s.afterSync(len(round))
 	}
-	for _, r := range round {
-		if r != req {
-			r.done <- err
+	var err error
+	for i, r := range round {
+		if r == req {
+			err = errs[i]
+		} else {
+			r.done <- errs[i]
 		}
 	}
 	s.mu.Lock()
@@ -172,27 +177,48 @@ func (s *syncer) leadRound(req *syncReq) error {
 	return err
 }
 
-// run makes one round durable.
-func (s *syncer) run(round []*syncReq) error {
+// run makes one round durable and tells each request whether its part is.
+func (s *syncer) run(round []*syncReq) []error {
+	errs := make([]error, len(round))
 	if len(round) == 1 {
 		r := round[0]
 		switch {
 		case len(r.files) == 1 && len(r.dirs) == 0:
 			if err := r.files[0].Sync(); err != nil {
-				return fmt.Errorf("%w: fsync %s: %v", ledger.ErrUnavailable, r.names[0], err)
+				errs[0] = fmt.Errorf("%w: fsync %s: %v", ledger.ErrUnavailable, r.names[0], err)
 			}
-			return nil
+			return errs
 		case len(r.files) == 0 && len(r.dirs) == 1:
 			if err := s.fs.SyncDir(r.dirs[0]); err != nil {
-				return fmt.Errorf("%w: sync folder %s: %v", ledger.ErrUnavailable, r.dirs[0], err)
+				errs[0] = fmt.Errorf("%w: sync folder %s: %v", ledger.ErrUnavailable, r.dirs[0], err)
 			}
-			return nil
+			return errs
 		}
 	}
 	if err := s.fs.SyncFS(s.dir); err != nil {
-		return fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, s.dir, err)
+		err = fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, s.dir, err)
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
 	}
-	return nil
+	// syncfs reports a write-back error once, to the descriptor it is called through, and
+	// only one recorded since that descriptor was opened: a file whose write-back failed
+	// before this round (written back early under memory pressure) or whose failure another
+	// caller heard first would pass unseen. So each file the round carries is asked for its
+	// own record (vfs.CheckWriteback, which writes nothing: its pages are clean now), and
+	// only the requests whose files all reached the disk are answered success. A folder's
+	// entries are file system metadata: a failure to write them aborts the journal, and every
+	// later sync fails.
+	for i, r := range round {
+		for j, f := range r.files {
+			if err := vfs.CheckWriteback(f); err != nil {
+				errs[i] = fmt.Errorf("%w: write-back of %s failed: %v", ledger.ErrUnavailable, r.names[j], err)
+				break
+			}
+		}
+	}
+	return errs
 }
 
 // staged is a temporary file written, open and not yet synced, then renamed into place:

@@ -31,6 +31,10 @@ const (
 	OpStat     Op = "stat"
 	OpSyncDir  Op = "syncdir"
 	OpSyncFS   Op = "syncfs"
+	// OpWriteback is the check, after a syncfs, that a file's data was written back (it
+	// changes nothing stored: failing it models a write-back error the kernel recorded on
+	// the file).
+	OpWriteback Op = "writeback"
 )
 
 // Mutating reports whether the operation can change what is stored.
@@ -298,6 +302,11 @@ func (w *wrappedFile) Close() error {
 }
 
 func (w *wrappedFile) Fd() uintptr { return w.base.Fd() }
+
+// CheckWriteback checks the wrapped file's write-back under the rules (OpWriteback).
+func (w *wrappedFile) CheckWriteback() error {
+	return w.f.do(OpWriteback, w.name, func() error { return vfs.CheckWriteback(w.base) })
+}
 
 // Flock passes advisory locks on to the wrapped file (which may model their cost).
 func (w *wrappedFile) Flock(how int) error { return vfs.Flock(w.base, how) }

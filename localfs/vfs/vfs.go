@@ -85,3 +85,36 @@ func (OSFS) SyncFS(name string) error {
 	}
 	return nil
 }
+
+// WritebackChecker is a file whose write-back errors are checked through something other than
+// its descriptor alone (a wrapper that counts or injects failures).
+type WritebackChecker interface {
+	CheckWriteback() error
+}
+
+// CheckWriteback reports a failure to write f's data back to storage since f was opened (or
+// since the last check through f), each failure once. A sync of the whole file system
+// (syncfs) does not report it to f: the kernel records a write-back error on the file and on
+// its file system, and syncfs reports the file system's record once to the descriptor it was
+// called through, whatever files the error concerned, so an error recorded before that
+// descriptor was opened, or already reported to another caller, is not seen again there.
+// After a syncfs that succeeded, CheckWriteback on each file it carried tells whether that
+// file's data reached storage, without another flush: sync_file_range(2) with
+// SYNC_FILE_RANGE_WAIT_AFTER waits for write-back in progress (none, after the syncfs) and
+// reports the file's own record (Linux 4.14 and later, errseq_t based tracking).
+func CheckWriteback(f File) error {
+	if c, ok := f.(WritebackChecker); ok {
+		return c.CheckWriteback()
+	}
+	if err := unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WAIT_AFTER); err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: fileName(f), Err: err}
+	}
+	return nil
+}
+
+func fileName(f File) string {
+	if n, ok := f.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	return "?"
+}
