@@ -362,12 +362,14 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 	r := l.r
 	key := d.Key()
 	home := int(key[0])
-	// A refusal proved by an earlier scan stands while no shard has gained room since.
+	// A refusal proved by an earlier scan stands while no shard has gained room since, for
+	// FullProofLife at most.
 	epoch, known := r.roomEpoch()
+	now := r.cfg.Clock.Now()
 	r.mu.Lock()
-	proved := r.fullProof
+	proved, provedAt := r.fullProof, r.fullProofAt
 	r.mu.Unlock()
-	if known && proved != nil && *proved == epoch {
+	if known && proved != nil && *proved == epoch && now.Before(provedAt.Add(FullProofLife)) && !now.Before(provedAt) {
 		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
 	}
 	states, err := r.readAllShards(ctx)
@@ -410,11 +412,17 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 	// epoch (a release changes it before it shows): Full is proved for this epoch.
 	if after, ok := r.roomEpoch(); known && ok && after == epoch {
 		r.mu.Lock()
-		r.fullProof = &epoch
+		r.fullProof, r.fullProofAt = &epoch, now
 		r.mu.Unlock()
 	}
 	return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
 }
+
+// FullProofLife is how long a process answers Full on the strength of one scan that read
+// every shard full, the room epoch unchanged: at most one scan of the 256 records per
+// process per FullProofLife under a sustained full root, and at most that long turning
+// deliveries away after a release that died between giving room and showing it.
+const FullProofLife = time.Minute
 
 // The room epoch (.amiss-room.epoch) changes, to a fresh random value, before any capacity
 // shard gains room (a cleanup batch's release, a pending slot given back), and again once the

@@ -157,3 +157,44 @@ func TestReleaseLeavesALaterAdmissionsPendingSlot(t *testing.T) {
 		t.Fatalf("after the batch was finished and two laps: %d rows, %d slots (%v): want none held", st.Rows, st.CapacityUsed, err)
 	}
 }
+
+// TestAFullProofLapses: a process that read every shard full keeps answering Full without
+// reading them while the room epoch is unchanged. A release changes the epoch before it
+// gives room and again after; one whose process died between the two (here: the first change
+// before this process's scan, the room given after it, no second change) leaves the proof
+// standing with a slot free. The proof must lapse on its own, so the slot is used: a refusal
+// with room is a delivery turned away.
+func TestAFullProofLapses(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	limits := testLimits()
+	limits.RecordCap = 20
+	clock := ledger.NewManualClock(epoch)
+	l := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock})
+	defer l.Close()
+	var first ledger.Delivery
+	for i := range 20 {
+		d := newDelivery(time.Time{})
+		ledgertest.MustAdmit(t, l, d)
+		if i == 0 {
+			first = d
+		}
+	}
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, first, ledger.Execute).Lease, "r"))
+	// The releaser's first change of the epoch, then this process's scan under the new epoch.
+	if err := localfs.BumpRoomForTest(l); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := l.Admit(ctx, newDelivery(time.Time{})); err != nil || a.Outcome != ledger.Full {
+		t.Fatalf("admission into a full root: %+v %v", a, err)
+	}
+	// The releaser gives the room and dies before the epoch's second change.
+	if err := localfs.ReleaseWithoutShowingForTest(ctx, l, first.Key()); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(localfs.FullProofLife)
+	if a, err := l.Admit(ctx, newDelivery(time.Time{})); err != nil || a.Outcome != ledger.Admitted {
+		t.Fatalf("admission with a slot free, %v after the proof of Full: %+v %v", localfs.FullProofLife, a, err)
+	}
+}

@@ -105,3 +105,38 @@ func ReframeShardForTest(data []byte, version uint16) []byte {
 
 // ShardSlotForTest is the size of one copy of a capacity shard record.
 const ShardSlotForTest = shardSlot
+
+// BumpRoomForTest changes the room epoch, as a release does before it gives room.
+func BumpRoomForTest(l *Ledger) error { return l.r.bumpRoom() }
+
+// ReleaseWithoutShowingForTest removes key's row and gives its slot back to its shard, durably,
+// without changing the room epoch afterwards: what a release leaves when its process dies
+// between writing the shard's record and the epoch's second change.
+func ReleaseWithoutShowingForTest(ctx context.Context, l *Ledger, key ledger.Key) error {
+	r := l.r
+	row, err := r.readRow(key)
+	if err != nil {
+		return err
+	}
+	unlock, err := r.lockShards(ctx, []int{int(key[0]), row.Shard})
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := r.fs.Remove(r.statePath(key)); err != nil {
+		return err
+	}
+	if err := r.fs.SyncFS(r.dir); err != nil {
+		return err
+	}
+	sh, err := r.readShard(row.Shard)
+	if err != nil {
+		return err
+	}
+	sh.Used--
+	st, err := r.stageShard(sh)
+	if err != nil {
+		return err
+	}
+	return r.commitAll([]*staged{st})
+}

@@ -113,8 +113,10 @@ type root struct {
 	inflight int
 	idle     *sync.Cond
 	randMu   sync.Mutex
-	// fullProof is the room epoch under which this process read every shard full.
-	fullProof *uint64
+	// fullProof is the room epoch under which this process read every shard full, and
+	// fullProofAt when (by the ledger's clock); the proof lapses after FullProofLife.
+	fullProof   *uint64
+	fullProofAt time.Time
 }
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.
