@@ -11,12 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	_ "github.com/mattn/go-sqlite3"
+	"golang.org/x/sys/unix"
 
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
@@ -84,6 +87,7 @@ func openLedger(b *testing.B) *localfs.Ledger {
 // sqlitePeer is an SQLite database doing an admission's work per transaction.
 type sqlitePeer struct {
 	db      *sql.DB
+	dir     string
 	subject []byte
 }
 
@@ -109,7 +113,7 @@ func openSQLite(b *testing.B, conns int) *sqlitePeer {
 		b.Fatalf("journal mode %q %v", mode, err)
 	}
 	b.Cleanup(func() { db.Close() })
-	return &sqlitePeer{db: db}
+	return &sqlitePeer{db: db, dir: filepath.Dir(p)}
 }
 
 // admit is one transaction: read the count, refuse at the cap, insert the row, count it.
@@ -159,6 +163,40 @@ func throughput(b *testing.B, writers int, f func(ledger.Delivery) error) float6
 	return float64(n.Load()) / window.Seconds()
 }
 
+// diskWrites reads the write requests and the 512-byte sectors written that the block device
+// holding dir has completed (/sys/dev/block/MAJOR:MINOR/stat, fields 5 and 7). ok is false where
+// the figure is not available. The device is shared: the figures include whatever else wrote
+// to it meanwhile, so they are meaningful on a quiet machine only.
+func diskWrites(dir string) (ios, sectors float64, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, 0, false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/stat", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 7 {
+		return 0, 0, false
+	}
+	i, err1 := strconv.ParseFloat(f[4], 64)
+	s, err2 := strconv.ParseFloat(f[6], 64)
+	return i, s, err1 == nil && err2 == nil
+}
+
+// writesPer runs writers with throughput and also answers the device's write requests and
+// KiB written per call (zero where the device's figures are not available).
+func writesPer(b *testing.B, dir string, writers int, f func(ledger.Delivery) error) (rate, ios, kib float64) {
+	i0, s0, ok0 := diskWrites(dir)
+	rate = throughput(b, writers, f)
+	i1, s1, ok1 := diskWrites(dir)
+	if calls := rate * window.Seconds(); ok0 && ok1 && calls > 0 {
+		ios, kib = (i1-i0)/calls, (s1-s0)*512/1024/calls
+	}
+	return rate, ios, kib
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -188,6 +226,7 @@ func BenchmarkPeers(b *testing.B) {
 		return err
 	}
 	var ratio, admitP50, replaceP50, fl1, fl8, sq1, sq8 []float64
+	var flIOs, flKiB, sqIOs, sqKiB []float64
 	b.ResetTimer()
 	for range b.N {
 		for r := range rounds {
@@ -208,12 +247,14 @@ func BenchmarkPeers(b *testing.B) {
 			admitP50 = append(admitP50, float64(a.Microseconds()))
 			replaceP50 = append(replaceP50, float64(p.Microseconds()))
 			ratio = append(ratio, float64(a)/float64(p))
-			fl8 = append(fl8, throughput(b, 8, admitFL))
-			sq8 = append(sq8, throughput(b, 8, sq.admit))
+			rate, ios, kib := writesPer(b, fl.Dir(), 8, admitFL)
+			fl8, flIOs, flKiB = append(fl8, rate), append(flIOs, ios), append(flKiB, kib)
+			rate, ios, kib = writesPer(b, sq.dir, 8, sq.admit)
+			sq8, sqIOs, sqKiB = append(sq8, rate), append(sqIOs, ios), append(sqKiB, kib)
 			fl1 = append(fl1, throughput(b, 1, admitFL))
 			sq1 = append(sq1, throughput(b, 1, sq.admit))
-			b.Logf("round %d: admission p50 %v, bare replace p50 %v (%.2fx); admissions/s: FileLedger 1 %.0f, 8 %.0f; SQLite 1 %.0f, 8 %.0f (8 writers: %.2fx SQLite)",
-				r+1, a, p, float64(a)/float64(p), fl1[r], fl8[r], sq1[r], sq8[r], fl8[r]/sq8[r])
+			b.Logf("round %d: admission p50 %v, bare replace p50 %v (%.2fx); admissions/s: FileLedger 1 %.0f, 8 %.0f; SQLite 1 %.0f, 8 %.0f (8 writers: %.2fx SQLite); device writes per admission with 8 writers: FileLedger %.1f (%.1f KiB), SQLite %.1f (%.1f KiB)",
+				r+1, a, p, float64(a)/float64(p), fl1[r], fl8[r], sq1[r], sq8[r], fl8[r]/sq8[r], flIOs[r], flKiB[r], sqIOs[r], sqKiB[r])
 		}
 	}
 	b.StopTimer()
@@ -229,5 +270,9 @@ func BenchmarkPeers(b *testing.B) {
 		rel[i] = fl8[i] / sq8[i]
 	}
 	b.ReportMetric(median(rel), "x-sqlite-8w")
+	b.ReportMetric(median(flIOs), "fileledger-8w-writes/admission")
+	b.ReportMetric(median(flKiB), "fileledger-8w-KiB/admission")
+	b.ReportMetric(median(sqIOs), "sqlite-8w-writes/admission")
+	b.ReportMetric(median(sqKiB), "sqlite-8w-KiB/admission")
 	b.ReportMetric(0, "ns/op")
 }
