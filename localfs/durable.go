@@ -80,7 +80,7 @@ func (s *syncer) syncData(sts ...*staged) error {
 	req := &syncReq{}
 	for _, st := range sts {
 		req.files = append(req.files, st.f)
-		req.names = append(req.names, st.tmp)
+		req.names = append(req.names, st.name())
 	}
 	return s.sync(req)
 }
@@ -207,9 +207,14 @@ func (s *syncer) run(round []*syncReq) []error {
 	// before this round (written back early under memory pressure) or whose failure another
 	// caller heard first would pass unseen. So each file the round carries is asked for its
 	// own record (vfs.CheckWriteback, which writes nothing: its pages are clean now), and
-	// only the requests whose files all reached the disk are answered success. A folder's
-	// entries are file system metadata: a failure to write them aborts the journal, and every
-	// later sync fails.
+	// only the requests whose files all reached the disk are answered success.
+	//
+	// Not covered: folder entries (renames, removals) are journal metadata, and a journal
+	// commit that fails aborts ext4's journal silently for everyone but the caller that
+	// waited on that commit. Until the next operation that opens a journal handle turns the
+	// file system read-only, a later syncfs or fsync finds nothing to commit and returns
+	// nil, so a rename lost with the aborted transaction can be answered durable (reproduced
+	// on a loop-mounted ext4, Linux 6.18). See docs/file-ledger.md, "Write-back errors".
 	for i, r := range round {
 		for j, f := range r.files {
 			if err := vfs.CheckWriteback(f); err != nil {
@@ -245,6 +250,14 @@ func (st *staged) abort(op string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s %s: %v", ledger.ErrUnavailable, op, st.path, err)
+}
+
+// name is the file written: the temporary one, or path itself when written in place.
+func (st *staged) name() string {
+	if st.inPlace {
+		return st.path
+	}
+	return st.tmp
 }
 
 // rename closes the synced temporary file and renames it into place.

@@ -3,6 +3,7 @@ package localfs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -65,6 +66,20 @@ func TestWritebackFailureFailsTheOperation(t *testing.T) {
 		}
 		if _, err := l.Inspect(ctx, d.Key()); !errors.Is(err, ledger.ErrUnknownDelivery) {
 			t.Fatalf("the failed admission left a row: %v", err)
+		}
+		ledgertest.MustAdmit(t, l, d)
+	})
+
+	t.Run("capacity record", func(t *testing.T) {
+		// The record is written in place: the failure names it (not an empty temporary name).
+		d := newDelivery(time.Time{})
+		var fired atomic.Int32
+		fsys.SetRule("writeback", failWriteback(&fired, "capacity.state"))
+		_, err := l.Admit(ctx, d)
+		fsys.SetRule("writeback", nil)
+		record := filepath.Join(l.Dir(), localfs.RowsDir, fmt.Sprintf("%02x", d.Key()[0]), "capacity.state")
+		if !errors.Is(err, ledger.ErrUnavailable) || !strings.Contains(err.Error(), "write-back of "+record+" failed") {
+			t.Fatalf("admission whose capacity record was not written back: %v, want ErrUnavailable naming the record", err)
 		}
 		ledgertest.MustAdmit(t, l, d)
 	})
