@@ -396,6 +396,9 @@ func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]l
 	if err := r.fs.SyncFS(r.dir); err != nil {
 		return nil, fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, r.dir, err)
 	}
+	if err := r.sync.checkJournal(); err != nil {
+		return nil, err
+	}
 	if err := r.release(ctx, b.ID, released); err != nil {
 		return nil, err
 	}

@@ -180,27 +180,22 @@ func (s *syncer) leadRound(req *syncReq) error {
 // run makes one round durable and tells each request whether its part is.
 func (s *syncer) run(round []*syncReq) []error {
 	errs := make([]error, len(round))
-	if len(round) == 1 {
-		r := round[0]
-		switch {
-		case len(r.files) == 1 && len(r.dirs) == 0:
-			if err := r.files[0].Sync(); err != nil {
-				errs[0] = fmt.Errorf("%w: fsync %s: %v", ledger.ErrUnavailable, r.names[0], err)
-			}
-			return errs
-		case len(r.files) == 0 && len(r.dirs) == 1:
-			if err := s.fs.SyncDir(r.dirs[0]); err != nil {
-				errs[0] = fmt.Errorf("%w: sync folder %s: %v", ledger.ErrUnavailable, r.dirs[0], err)
-			}
-			return errs
-		}
-	}
-	if err := s.fs.SyncFS(s.dir); err != nil {
-		err = fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, s.dir, err)
+	fail := func(err error) []error {
 		for i := range errs {
 			errs[i] = err
 		}
 		return errs
+	}
+	if err := s.syncRound(round); err != nil {
+		return fail(err)
+	}
+	// The sync answered success; the journal must still be committing for that to mean
+	// the round's folder entries are durable (vfs.CheckJournal).
+	if err := s.checkJournal(); err != nil {
+		return fail(err)
+	}
+	if len(round) == 1 && len(round[0].files) == 1 && len(round[0].dirs) == 0 {
+		return errs // fsync reported the file's own write-back errors
 	}
 	// syncfs reports a write-back error once, to the descriptor it is called through, and
 	// only one recorded since that descriptor was opened: a file whose write-back failed
@@ -208,13 +203,6 @@ func (s *syncer) run(round []*syncReq) []error {
 	// caller heard first would pass unseen. So each file the round carries is asked for its
 	// own record (vfs.CheckWriteback, which writes nothing: its pages are clean now), and
 	// only the requests whose files all reached the disk are answered success.
-	//
-	// Not covered: folder entries (renames, removals) are journal metadata, and a journal
-	// commit that fails aborts ext4's journal silently for everyone but the caller that
-	// waited on that commit. Until the next operation that opens a journal handle turns the
-	// file system read-only, a later syncfs or fsync finds nothing to commit and returns
-	// nil, so a rename lost with the aborted transaction can be answered durable (reproduced
-	// on a loop-mounted ext4, Linux 6.18). See docs/file-ledger.md, "Write-back errors".
 	for i, r := range round {
 		for j, f := range r.files {
 			if err := vfs.CheckWriteback(f); err != nil {
@@ -224,6 +212,40 @@ func (s *syncer) run(round []*syncReq) []error {
 		}
 	}
 	return errs
+}
+
+// syncRound makes the round's files and folders durable with one call: that file's fsync or that
+// folder's for a round of one of either, syncfs otherwise.
+func (s *syncer) syncRound(round []*syncReq) error {
+	if len(round) == 1 {
+		r := round[0]
+		switch {
+		case len(r.files) == 1 && len(r.dirs) == 0:
+			if err := r.files[0].Sync(); err != nil {
+				return fmt.Errorf("%w: fsync %s: %v", ledger.ErrUnavailable, r.names[0], err)
+			}
+			return nil
+		case len(r.files) == 0 && len(r.dirs) == 1:
+			if err := s.fs.SyncDir(r.dirs[0]); err != nil {
+				return fmt.Errorf("%w: sync folder %s: %v", ledger.ErrUnavailable, r.dirs[0], err)
+			}
+			return nil
+		}
+	}
+	if err := s.fs.SyncFS(s.dir); err != nil {
+		return fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, s.dir, err)
+	}
+	return nil
+}
+
+// checkJournal asks the file system whether its journal still commits, after a sync that
+// answered success (vfs.CheckJournal); a journal that aborted fails whatever the sync carried.
+func (s *syncer) checkJournal() error {
+	if err := vfs.CheckJournal(s.fs, s.dir); err != nil {
+		return fmt.Errorf("%w: the file system holding %s no longer commits changes (its journal may have aborted after a failed write; what the last sync carried may be lost): %v",
+			ledger.ErrUnavailable, s.dir, err)
+	}
+	return nil
 }
 
 // staged is a temporary file written, open and not yet synced, then renamed into place:

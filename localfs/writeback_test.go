@@ -162,3 +162,96 @@ func gatherPairs(l *localfs.Ledger) *sync.Map {
 	localfs.SetAfterSyncForTest(l, func(n int) { rounds.Store(n, true) })
 	return &rounds
 }
+
+// TestAnAbortedJournalFailsTheOperation: when ext4 fails to write a journal commit it aborts
+// the journal and tells only the caller that waited on that commit; a later fsync or syncfs
+// finds nothing to commit and answers success, though the renames of the aborted transaction
+// are lost (an attack on a loop-mounted ext4 lost two answered admissions so). Every sync the
+// ledger trusts is followed by a check that the journal still commits (a change that needs
+// it: a probe file made and removed, answered EROFS once the journal has aborted); when the
+// check fails, whatever the sync carried fails: an admission alone (syncfs), a save alone
+// (fsync of one file), and a cleanup batch, which must not give back the slots of removals
+// that may not be durable.
+func TestAnAbortedJournalFailsTheOperation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := ledger.NewManualClock(epoch)
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{Clock: clock, FS: fsys})
+	defer l.Close()
+	var fired atomic.Int32
+	aborted := func(op faultfs.Op, path string) faultfs.Action {
+		if op == faultfs.OpJournal {
+			fired.Add(1)
+			return faultfs.FailBefore
+		}
+		return faultfs.Pass
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if fired.Swap(0) == 0 {
+			t.Fatalf("%s: the journal was never checked", what)
+		}
+		if !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("%s after the journal aborted: %v, want ErrUnavailable", what, err)
+		}
+	}
+
+	d := newDelivery(time.Time{})
+	fsys.SetRule("journal", aborted)
+	_, err := l.Admit(ctx, d)
+	fsys.SetRule("journal", nil)
+	check("admission", err)
+	ledgertest.MustAdmit(t, l, d)
+
+	lease := *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease
+	fsys.SetRule("journal", aborted)
+	_, err = l.Save(ctx, lease, []byte("verdict"))
+	fsys.SetRule("journal", nil)
+	check("save", err)
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, lease, "verdict"))
+
+	// A signed row, forgotten by cleanup once its replay window has passed; the journal is
+	// found aborted at the first check after a row is removed.
+	gone := newDelivery(clock.Now())
+	ledgertest.MustAdmit(t, l, gone)
+	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, gone, ledger.Execute).Lease, "verdict"))
+	clock.Advance(3 * time.Hour)
+	before, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var removed atomic.Bool
+	fsys.SetRule("journal", func(op faultfs.Op, path string) faultfs.Action {
+		if op == faultfs.OpRemove && strings.HasSuffix(path, gone.Key().String()+".state") {
+			removed.Store(true)
+		}
+		if removed.Load() {
+			return aborted(op, path)
+		}
+		return faultfs.Pass
+	})
+	_, err = l.Cleanup(ctx, "")
+	fsys.SetRule("journal", nil)
+	if !removed.Load() {
+		t.Fatalf("the cleanup removed no row: %v", err)
+	}
+	check("cleanup", err)
+	after, err := l.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.CapacityUsed < before.CapacityUsed {
+		t.Fatalf("a cleanup whose removals may be lost gave back slots: %d used before, %d after", before.CapacityUsed, after.CapacityUsed)
+	}
+	// The next pass finishes the batch: the row is forgotten and its slot given back, once.
+	if _, err := l.Cleanup(ctx, ""); err != nil {
+		t.Fatalf("cleanup after the check passes again: %v", err)
+	}
+	if _, err := l.Inspect(ctx, gone.Key()); !errors.Is(err, ledger.ErrUnknownDelivery) {
+		t.Fatalf("the row outlived a finished cleanup: %v", err)
+	}
+	if st, err := l.Stats(ctx); err != nil || st.CapacityUsed != before.CapacityUsed-1 {
+		t.Fatalf("capacity after the batch finished: %+v %v, want %d used", st, err, before.CapacityUsed-1)
+	}
+}

@@ -35,6 +35,9 @@ const (
 	// changes nothing stored: failing it models a write-back error the kernel recorded on
 	// the file).
 	OpWriteback Op = "writeback"
+	// OpJournal is the check, after a sync, that the file system's journal still commits
+	// (it leaves nothing stored: failing it models a journal that aborted).
+	OpJournal Op = "journal"
 )
 
 // Mutating reports whether the operation can change what is stored.
@@ -268,6 +271,11 @@ func (f *FS) SyncDir(name string) error {
 
 func (f *FS) SyncFS(name string) error {
 	return f.do(OpSyncFS, name, func() error { return f.base.SyncFS(name) })
+}
+
+// CheckJournal checks the wrapped file system's journal under the rules (OpJournal).
+func (f *FS) CheckJournal(dir string) error {
+	return f.do(OpJournal, dir, func() error { return vfs.CheckJournal(f.base, dir) })
 }
 
 type wrappedFile struct {

@@ -4,8 +4,13 @@
 package vfs
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -117,4 +122,73 @@ func fileName(f File) string {
 		return n.Name()
 	}
 	return "?"
+}
+
+// JournalChecker is a file system whose journal is checked through something other than the
+// operating system's calls alone (a wrapper that counts or injects failures, a model of a
+// file system that keeps no local journal).
+type JournalChecker interface {
+	CheckJournal(dir string) error
+}
+
+// CheckJournal tells whether the file system holding dir still commits what it is given. Call
+// it after a sync that answered success, before trusting that sync with folder entries
+// (renames, removals): ext4 aborts its journal when a commit fails to be written, tells only
+// the caller that waited on that commit (another process, or the kernel's periodic commit),
+// and until some operation opens a journal handle every later fsync and syncfs finds nothing
+// to commit and answers success for changes that were lost with the aborted transaction. A
+// change that needs the journal answers EROFS once it has aborted; a sync that waited on the
+// transaction holding the caller's changes returned after that transaction's commit ended, so
+// a failure of it has aborted the journal by the time CheckJournal runs.
+func CheckJournal(fsys FS, dir string) error {
+	if c, ok := fsys.(JournalChecker); ok {
+		return c.CheckJournal(dir)
+	}
+	return nil
+}
+
+// JournalProbePrefix begins the name of the probe file CheckJournal creates and removes in
+// the folder it checks; the name also holds ".tmp-", so a probe left by a process that died
+// between the two is collected as debris.
+const JournalProbePrefix = ".amiss-journal-probe.tmp-"
+
+// nfsDirs remembers, per folder, whether it is on NFS (EFS), which keeps no local journal:
+// every change is committed by the server before it is answered, and an error is answered to
+// the call that made the change.
+var nfsDirs sync.Map
+
+// CheckJournal creates and removes a probe file in dir: each opens a journal handle, so an
+// aborted journal answers EROFS (and the file system turns read-only). On NFS it does
+// nothing.
+func (OSFS) CheckJournal(dir string) error {
+	nfs, ok := nfsDirs.Load(dir)
+	if !ok {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return &os.PathError{Op: "statfs", Path: dir, Err: err}
+		}
+		nfs = st.Type == unix.NFS_SUPER_MAGIC
+		nfsDirs.Store(dir, nfs)
+	}
+	if nfs.(bool) {
+		return nil
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return err
+	}
+	p := filepath.Join(dir, JournalProbePrefix+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(p)
+		return err
+	}
+	// Debris collection may have taken it meanwhile: the creation already proved the journal.
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
