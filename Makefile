@@ -19,7 +19,7 @@ MINIO_IMAGE   ?= amiss-minio:local
 MINIO_BUILD   := .cache/minio
 
 .DEFAULT_GOAL := help
-.PHONY: help run sign demo check test test-prepare build bench fuzz soak vet clean minio-image rie \
+.PHONY: help run sign demo check test test-prepare build bench fuzz soak attack-ext4 vet clean minio-image rie \
 	invoke-ingress invoke-runner invoke-cleanup invoke-fakes invoke-clean \
 	build-IngressFunction build-RunnerFunction build-CleanupFunction
 
@@ -98,6 +98,10 @@ soak: test-prepare
 	AMISS_SOAK=1 AMISS_MINIO_IMAGE=$(MINIO_IMAGE) TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
 		$(GO) test -run 'TestMultiProcess|TestHistories' -count=1 -timeout 90m -v ./localfs/ ./objstore/ \
 		| grep -E '^(---|ok|FAIL|PASS)|history check|killed|workers'
+
+## attack-ext4: as root, fail an ext4 journal commit under the FileLedger on a loop device (no answered admission may be lost)
+attack-ext4:
+	bash scripts/ext4-journal-abort.sh
 
 # SAM's makefile build method: sam build calls build-<LogicalId> with ARTIFACTS_DIR set. Each
 # function is a bootstrap for provided.al2023 (arm64; LAMBDA_ARCH for a local run), with the

@@ -90,7 +90,9 @@ func (r *root) prepare(ctx context.Context) error {
 
 // collectRootDebris removes temporary files and format 1 leftovers of the root folder; it
 // holds every lock whose holder writes them (maintenance: batch and maintenance state;
-// admission: creation and migration; clock: root state).
+// admission: creation and migration; clock: root state). A journal probe (vfs.CheckJournal)
+// is made and removed under no lock: taking a live one is harmless, its creation already
+// answered.
 func (r *root) collectRootDebris(ctx context.Context) error {
 	unlockAdm, err := lockFile(ctx, r.admission, r.cfg.LockWait)
 	if err != nil {
