@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -190,9 +191,14 @@ func (s *syncer) run(round []*syncReq) []error {
 		return fail(err)
 	}
 	// The sync answered success; the journal must still be committing for that to mean
-	// the round's folder entries are durable (vfs.CheckJournal).
-	if err := s.checkJournal(); err != nil {
-		return fail(err)
+	// the round's folder entries are durable (vfs.CheckJournal). A round of files only needs
+	// no check: a file's data errors are its own (fsync, CheckWriteback), and what an
+	// operation does after such a round (a rename) opens a journal handle itself, which an
+	// aborted journal refuses; only a folder's entries are trusted to the sync alone.
+	if slices.ContainsFunc(round, func(r *syncReq) bool { return len(r.dirs) > 0 }) {
+		if err := s.checkJournal(); err != nil {
+			return fail(err)
+		}
 	}
 	if len(round) == 1 && len(round[0].files) == 1 && len(round[0].dirs) == 0 {
 		return errs // fsync reported the file's own write-back errors

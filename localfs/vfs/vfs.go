@@ -152,43 +152,60 @@ func CheckJournal(fsys FS, dir string) error {
 // between the two is collected as debris.
 const JournalProbePrefix = ".amiss-journal-probe.tmp-"
 
-// nfsDirs remembers, per folder, whether it is on NFS (EFS), which keeps no local journal:
-// every change is committed by the server before it is answered, and an error is answered to
-// the call that made the change.
-var nfsDirs sync.Map
+// journalProbes holds, per folder checked, whether it is on NFS (EFS), which keeps no local
+// journal (every change is committed by the server before it is answered, and an error is
+// answered to the call that made the change), and this process's probe file there.
+var journalProbes sync.Map // dir -> *journalProbe
 
-// CheckJournal creates and removes a probe file in dir: each opens a journal handle, so an
-// aborted journal answers EROFS (and the file system turns read-only). On NFS it does
-// nothing.
+type journalProbe struct {
+	mu   sync.Mutex
+	nfs  bool
+	path string // "" until made
+	size int64
+}
+
+// CheckJournal changes the size of a probe file in dir (made on first use, and again if debris
+// collection took it): a change of size opens a journal handle, so an aborted journal answers
+// EROFS (and the file system turns read-only). One inode changes per check; no folder entry
+// does, once the probe exists. On NFS it does nothing.
 func (OSFS) CheckJournal(dir string) error {
-	nfs, ok := nfsDirs.Load(dir)
+	v, ok := journalProbes.Load(dir)
 	if !ok {
 		var st unix.Statfs_t
 		if err := unix.Statfs(dir, &st); err != nil {
 			return &os.PathError{Op: "statfs", Path: dir, Err: err}
 		}
-		nfs = st.Type == unix.NFS_SUPER_MAGIC
-		nfsDirs.Store(dir, nfs)
+		v, _ = journalProbes.LoadOrStore(dir, &journalProbe{nfs: st.Type == unix.NFS_SUPER_MAGIC})
 	}
-	if nfs.(bool) {
+	p := v.(*journalProbe)
+	if p.nfs {
 		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.path != "" {
+		f, err := os.OpenFile(p.path, os.O_WRONLY, 0)
+		if err == nil {
+			p.size = 1 - p.size
+			err = f.Truncate(p.size)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	var rnd [8]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return err
 	}
-	p := filepath.Join(dir, JournalProbePrefix+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	path := filepath.Join(dir, JournalProbePrefix+hex.EncodeToString(rnd[:]))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(p)
-		return err
-	}
-	// Debris collection may have taken it meanwhile: the creation already proved the journal.
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
+	p.path, p.size = path, 0
+	return f.Close()
 }
