@@ -186,10 +186,15 @@ func (OSFS) CheckJournal(dir string) error {
 	if p.path != "" {
 		f, err := os.OpenFile(p.path, os.O_WRONLY, 0)
 		if err == nil {
-			p.size = 1 - p.size
-			err = f.Truncate(p.size)
+			// The size changes on every check (a truncate to the same size need not open a
+			// journal handle); it is remembered only once the change is made.
+			next := 1 - p.size
+			err = f.Truncate(next)
 			if cerr := f.Close(); err == nil {
 				err = cerr
+			}
+			if err == nil {
+				p.size = next
 			}
 			return err
 		}
