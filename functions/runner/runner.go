@@ -140,6 +140,7 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 	if leaseFor <= 0 {
 		return Result{RetryAt: r.now()}, errors.New("runner: no time left for a lease")
 	}
+	sent := r.now()
 	c, err := r.Ledger.Claim(ctx, m.Key, m.Binding, r.Owner, leaseFor)
 	if errors.Is(err, ledger.ErrUnknownDelivery) {
 		log.Warn("message for a delivery the ledger does not hold; acknowledged")
@@ -160,9 +161,9 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 		log.Warn("binding conflict: the message does not match the delivery; acknowledged")
 		return Result{Done: true}, nil
 	case ledger.Execute:
-		return r.execute(ctx, log, *c.Lease, leaseFor)
+		return r.execute(ctx, log, leaseClock{lease: *c.Lease, leaseFor: leaseFor, sent: sent})
 	case ledger.Publish:
-		return r.publish(ctx, log, *c.Staged, leaseFor)
+		return r.publish(ctx, log, *c.Staged, leaseClock{lease: c.Staged.Lease, leaseFor: leaseFor, sent: sent})
 	}
 	return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: claim answered %v", c.Outcome)
 }
@@ -176,15 +177,33 @@ func (r *Runner) retryDelay() time.Duration {
 
 // keeper renews a lease until stopped; losing it cancels the work's context.
 type keeper struct {
-	mu    chan struct{} // one renewal at a time with a lease swap
+	mu    chan struct{} // one renewal at a time with a lease swap (or a Save)
 	lease ledger.Lease
+	sent  time.Time // when the request that granted or renewed lease was sent (leaseClock)
 	lost  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
 }
 
-func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, l ledger.Lease, leaseFor time.Duration) *keeper {
-	k := &keeper{mu: make(chan struct{}, 1), lease: l, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+// leaseClock reckons the ledger's time from a lease, so that no time this runner hands the
+// ledger comes from its own wall clock: the ledger granted or renewed the lease for leaseFor
+// at Expires-leaseFor by its own clock, no sooner than sent by the runner's clock, and the
+// runner's clock is trusted only for the time elapsed since (monotonic in production).
+type leaseClock struct {
+	lease    ledger.Lease
+	leaseFor time.Duration
+	sent     time.Time
+}
+
+// after is the ledger's time d from now: at least what the ledger's clock will read after
+// d (the grant was made no sooner than sent).
+func (r *Runner) after(c leaseClock, d time.Duration) time.Time {
+	return c.lease.Expires.Add(-c.leaseFor).Add(r.now().Sub(c.sent)).Add(d)
+}
+
+func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseClock) *keeper {
+	l, leaseFor := lc.lease, lc.leaseFor
+	k := &keeper{mu: make(chan struct{}, 1), lease: l, sent: lc.sent, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	every := r.RenewEvery
 	if every <= 0 {
 		every = leaseFor / 3
@@ -202,9 +221,10 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, l ledger.L
 			case <-t.C:
 			}
 			k.mu <- struct{}{}
+			sent := r.now()
 			nl, err := r.Ledger.Renew(ctx, k.lease, leaseFor)
 			if err == nil {
-				k.lease = nl
+				k.lease, k.sent = nl, sent
 			}
 			<-k.mu
 			if errors.Is(err, ledger.ErrLeaseLost) {
@@ -218,11 +238,11 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, l ledger.L
 	return k
 }
 
-// swap replaces the kept lease (after Save, the publishing lease).
-func (k *keeper) swap(l ledger.Lease) {
+// clock is the kept lease with when it was granted or renewed.
+func (k *keeper) clock(leaseFor time.Duration) leaseClock {
 	k.mu <- struct{}{}
-	k.lease = l
-	<-k.mu
+	defer func() { <-k.mu }()
+	return leaseClock{lease: k.lease, leaseFor: leaseFor, sent: k.sent}
 }
 
 func (k *keeper) isLost() bool {
@@ -239,13 +259,14 @@ func (k *keeper) end() {
 	<-k.done
 }
 
-func (r *Runner) execute(ctx context.Context, log *slog.Logger, l ledger.Lease, leaseFor time.Duration) (Result, error) {
+func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (Result, error) {
+	l, leaseFor := lc.lease, lc.leaseFor
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
 	route, err := r.Routes(l.Route)
 	if err != nil {
 		// A failed release is logged, not returned: the route's error is the one the caller
 		// must see, and a lease not given back only delays the next claim until it ends.
-		if rerr := r.Ledger.Release(ctx, l, r.now().Add(r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		if rerr := r.Ledger.Release(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
@@ -253,12 +274,12 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, l ledger.Lease, 
 	var s subject.Subject
 	if err := json.Unmarshal(l.Subject, &s); err != nil {
 		// A subject the ingress wrote and cannot be read back: give it an error verdict.
-		return r.saveAndPublish(ctx, log, l, leaseFor, route, nil, evaluate.Verdict{State: evaluate.Error,
+		return r.saveAndPublish(ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
 			Description: "amiss could not read the delivery's subject"})
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	k := r.keep(wctx, cancel, l, leaseFor)
+	k := r.keep(wctx, cancel, lc)
 	start := time.Now()
 	v, evalErr := route.Evaluator.Evaluate(wctx, s)
 	r.latency("evaluation_latency", start)
@@ -275,29 +296,40 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, l ledger.Lease, 
 		if l.Attempt < max {
 			k.end()
 			log.Warn("evaluation failed; released for a later attempt", "err", evalErr)
+			kc := k.clock(leaseFor)
 			at := r.now().Add(r.retryDelay())
 			// Released even when ctx was cancelled (a shutdown): the next owner need not wait
 			// for the lease to run out.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if err := r.Ledger.Release(rctx, k.lease, at); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+			if err := r.Ledger.Release(rctx, kc.lease, r.after(kc, r.retryDelay())); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 				return Result{RetryAt: at}, err
 			}
 			return Result{RetryAt: at}, nil
 		}
 		v = evaluate.Verdict{State: evaluate.Error, Description: fmt.Sprintf("evaluation failed %d times: %v", l.Attempt, evalErr)}
 	}
-	return r.saveAndPublish(ctx, log, k.lease, leaseFor, route, k, v)
+	return r.saveAndPublish(ctx, log, lc, route, k, v)
 }
 
-func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, l ledger.Lease, leaseFor time.Duration, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
+// saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
+// runs) and publishes it. The keeper is held across the Save: a renewal of the executing lease
+// that landed after the Save would find the row saved and be refused, and a keeper that took
+// that for a lost lease would stop renewing the publishing lease for good.
+func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
 	report, _ := json.Marshal(Report{State: v.State, Description: v.Description, Context: route.Context, TargetURL: route.TargetURL})
 	if k != nil {
 		k.mu <- struct{}{}
-		l = k.lease
+		lc.lease, lc.sent = k.lease, k.sent
+	}
+	l := lc.lease
+	staged, err := r.Ledger.Save(ctx, l, report)
+	if k != nil {
+		if err == nil {
+			k.lease = staged.Lease // the publishing lease (its grant time is the kept one's)
+		}
 		<-k.mu
 	}
-	staged, err := r.Ledger.Save(ctx, l, report)
 	if err != nil {
 		if k != nil {
 			k.end()
@@ -314,13 +346,13 @@ func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, l ledger.
 	}
 	log.Info("verdict saved", "state", v.State, "description", v.Description)
 	if k != nil {
-		k.swap(staged.Lease)
 		defer k.end()
 	}
-	return r.publishStaged(ctx, log, staged, route, leaseFor)
+	lc.lease = staged.Lease // Save keeps the lease's expiry: the same grant, now publishing
+	return r.publishStaged(ctx, log, staged, route, lc)
 }
 
-func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged, leaseFor time.Duration) (Result, error) {
+func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock) (Result, error) {
 	log = log.With("evaluation", s.Lease.EvaluationID, "publish_attempt", s.Lease.Attempt, "route", s.Lease.Route)
 	route, err := r.Routes(s.Lease.Route)
 	if err != nil {
@@ -328,14 +360,14 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 		// configuration): an operator's to fix, retried on the publish schedule and budget.
 		var rep Report
 		json.Unmarshal(s.Report, &rep)
-		return r.publishFailed(ctx, log, s, leaseFor, rep,
+		return r.publishFailed(ctx, log, s, lc, rep,
 			&publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)})
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	k := r.keep(wctx, cancel, s.Lease, leaseFor)
+	k := r.keep(wctx, cancel, lc)
 	defer k.end()
-	return r.publishStaged(ctx, log, s, route, leaseFor)
+	return r.publishStaged(ctx, log, s, route, lc)
 }
 
 // Report is the frozen result a row holds: exactly what is published.
@@ -346,7 +378,7 @@ type Report struct {
 	TargetURL   string `json:"target_url,omitempty"`
 }
 
-func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, leaseFor time.Duration) (Result, error) {
+func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock) (Result, error) {
 	var rep Report
 	if err := json.Unmarshal(s.Report, &rep); err != nil {
 		return r.abandon(ctx, log, s, "the saved report does not decode")
@@ -375,18 +407,19 @@ func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.S
 		now := r.now()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if rerr := r.Ledger.Release(rctx, s.Lease, now); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		if rerr := r.Ledger.Release(rctx, s.Lease, r.after(lc, 0)); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			return Result{RetryAt: now}, rerr
 		}
 		log.Warn("publication cut; released for the next claim", "err", err)
 		return Result{RetryAt: now}, nil
 	}
-	return r.publishFailed(ctx, log, s, leaseFor, rep, err)
+	return r.publishFailed(ctx, log, s, lc, rep, err)
 }
 
 // publishFailed decides what a failed publication means: abandon at once for a permanent
 // refusal or a spent budget, otherwise release the row for the next attempt on the schedule.
-func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.Staged, leaseFor time.Duration, rep Report, err error) (Result, error) {
+func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, rep Report, err error) (Result, error) {
+	leaseFor := lc.leaseFor
 	r.count("publish_failures")
 	verdict := fmt.Sprintf("verdict %s: %q", rep.State, cutRunes(rep.Description, 255))
 	class := publish.ClassOf(err)
@@ -407,8 +440,9 @@ func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.S
 	// The next attempt: on the schedule, never after the budget's end, never before the
 	// provider asked.
 	asked := publish.RetryAfterOf(err)
-	at := r.now().Add(max(min(r.backoff(s.Lease.Attempt), budget-elapsed), asked))
-	if rerr := r.Ledger.Release(ctx, s.Lease, at); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+	wait := max(min(r.backoff(s.Lease.Attempt), budget-elapsed), asked)
+	at := r.now().Add(wait)
+	if rerr := r.Ledger.Release(ctx, s.Lease, r.after(lc, wait)); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 		return Result{RetryAt: at}, rerr
 	}
 	if class != publish.Operator {

@@ -1,0 +1,128 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// TestARunnerClockOffDecidesNoRetryTime: the ledger judges time by its own clock; a runner
+// whose host clock is hours off must still park a retry for the wait it means, measured on
+// the ledger's clock: a clock ahead must not park a 30 s retry for hours, and a clock behind
+// must not turn a provider's Retry-After (or a failed evaluation's delay) into an immediate
+// claim.
+func TestARunnerClockOffDecidesNoRetryTime(t *testing.T) {
+	for _, skew := range []time.Duration{2 * time.Hour, -2 * time.Hour} {
+		for _, c := range []struct {
+			name string
+			want time.Duration // the wait, on the ledger's clock
+			set  func(w *world, r *runner.Runner)
+		}{
+			{"publish retry", 30 * time.Second, func(w *world, r *runner.Runner) {
+				w.pub.fail = []error{&publish.Error{Class: publish.Transient, Err: errors.New("503")}}
+				r.PublishRetry = 30 * time.Second
+			}},
+			{"provider's Retry-After", 10 * time.Minute, func(w *world, r *runner.Runner) {
+				w.pub.fail = []error{&publish.Error{Class: publish.Transient, Status: 429, RetryAfter: 10 * time.Minute, Err: errors.New("429")}}
+				r.PublishRetry = 30 * time.Second
+			}},
+			{"failed evaluation", 20 * time.Second, func(w *world, r *runner.Runner) {
+				r.RetryDelay = 20 * time.Second
+				r.Routes = func(string) (*runner.Route, error) {
+					return &runner.Route{Evaluator: evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+						return evaluate.Verdict{}, errors.New("evaluator down")
+					}), Publisher: w.pub, Context: "amiss/verdict"}, nil
+				}
+			}},
+		} {
+			t.Run(c.name+" "+skew.String(), func(t *testing.T) {
+				w := newWorld(t)
+				r := w.runner("skewed", verdict("success", "ok"))
+				r.Jitter = func() float64 { return 0.999 }
+				c.set(w, r)
+				r.Now = func() time.Time { return w.clock.Now().Add(skew) }
+				if _, err := r.Process(context.Background(), w.msg); err != nil {
+					t.Fatal(err)
+				}
+				row, err := w.l.Inspect(context.Background(), w.msg.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wait := row.NotBefore.Sub(w.clock.Now())
+				if wait < c.want-time.Second || wait > c.want+time.Second {
+					t.Fatalf("runner clock %v off: the row may be claimed again %v after the ledger's now, want %v", skew, wait, c.want)
+				}
+			})
+		}
+	}
+}
+
+// slowSave answers Save a moment after it landed (a slow response) and counts the renewals
+// the ledger refused.
+type slowSave struct {
+	ledger.Ledger
+	refused atomic.Int32
+}
+
+func (s *slowSave) Save(ctx context.Context, l ledger.Lease, report []byte) (ledger.Staged, error) {
+	st, err := s.Ledger.Save(ctx, l, report)
+	time.Sleep(40 * time.Millisecond)
+	return st, err
+}
+
+func (s *slowSave) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	nl, err := s.Ledger.Renew(ctx, l, d)
+	if errors.Is(err, ledger.ErrLeaseLost) {
+		s.refused.Add(1)
+	}
+	return nl, err
+}
+
+type pubFunc func(context.Context, publish.Status) error
+
+func (f pubFunc) Publish(ctx context.Context, s publish.Status) error { return f(ctx, s) }
+
+// TestARenewalRacingSaveKeepsThePublishingLease: the keeper renews the lease while Save is in
+// flight. A renewal of the executing lease that lands after Save finds the row saved and is
+// refused; the keeper must not take that for a lost lease and stop, or the publishing lease
+// runs out during a slow publication and a second runner posts while the first is posting.
+func TestARenewalRacingSaveKeepsThePublishingLease(t *testing.T) {
+	w := newWorld(t)
+	sl := &slowSave{Ledger: w.l}
+	var posts, second atomic.Int32
+	r := w.runner("a", verdict("success", "ok"))
+	r.Ledger = sl
+	slow := pubFunc(func(ctx context.Context, s publish.Status) error {
+		posts.Add(1)
+		// A slow provider: 40 s pass on the ledger's clock, the keeper renewing meanwhile.
+		for range 4 {
+			w.clock.Advance(10 * time.Second)
+			time.Sleep(30 * time.Millisecond)
+		}
+		c, err := w.l.Claim(ctx, w.msg.Key, w.msg.Binding, "b", 30*time.Second)
+		if err != nil {
+			t.Errorf("claim by another runner: %v", err)
+		} else if c.Outcome == ledger.Publish {
+			second.Add(1)
+		}
+		return nil
+	})
+	r.Routes = func(string) (*runner.Route, error) {
+		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: slow, Context: "amiss/verdict"}, nil
+	}
+	res, err := r.Process(context.Background(), w.msg)
+	if err != nil || !res.Done {
+		t.Fatalf("process: %+v %v", res, err)
+	}
+	if second.Load() != 0 {
+		t.Fatalf("another runner claimed the publication while the first was posting (renewals refused: %d)", sl.refused.Load())
+	}
+}
