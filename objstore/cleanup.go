@@ -79,6 +79,8 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	after := ""
 	if cursor != "" {
 		after = rowsPrefix + string(cursor)
+	} else if after, err = l.readSweep(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	sweep, more, err := l.s.list(ctx, rowsPrefix, after, l.cfg.SweepBatch)
 	if err != nil {
@@ -149,11 +151,49 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	// pass released.
 	rep.RecordCap = l.cfg.Limits.RecordCap
 	rep.CapacityUsed = max(0, j.used-int64(len(rep.Removed)))
+	next := ""
 	if more && len(sweep) > 0 {
-		rep.Next = ledger.Cursor(strings.TrimPrefix(sweep[len(sweep)-1], rowsPrefix))
+		next = sweep[len(sweep)-1]
+		rep.Next = ledger.Cursor(strings.TrimPrefix(next, rowsPrefix))
 	}
 	rep.Done = rep.Next == ""
+	if err := l.writeSweep(ctx, next); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	return rep, nil
+}
+
+// readSweep answers where a pass with an empty cursor lists the rows from: after the last row
+// the previous pass read, so that a cleanup cut short by its time limit at every invocation
+// still reaches every row in turn (from the first when the previous pass reached the last,
+// or when no pass recorded a position). A damaged record starts from the first row: a sweep
+// repeated is harmless, one that never reaches some rows is not.
+func (l *Ledger) readSweep(ctx context.Context) (string, error) {
+	o, err := l.s.get(ctx, sweepName)
+	if errors.Is(err, errNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var sw sweepData
+	if err := decode(l.s.key(sweepName), kindSweep, o.body, &sw); err != nil || !strings.HasPrefix(sw.After, rowsPrefix) {
+		return "", nil
+	}
+	return sw.After, nil
+}
+
+// writeSweep records where the next pass with an empty cursor starts. A plain write: a late
+// copy of an older one only makes a later pass read some rows again.
+func (l *Ledger) writeSweep(ctx context.Context, after string) error {
+	body, _, err := l.encode(kindSweep, sweepData{After: after})
+	if err != nil {
+		return err
+	}
+	if err := l.s.putPlain(ctx, sweepName, body); err != nil {
+		return fmt.Errorf("record the sweep's position: %w", err)
+	}
+	return nil
 }
 
 // keyOf parses the key out of a row object's name.

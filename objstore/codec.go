@@ -86,6 +86,7 @@ const (
 	kindMaintenance = "maintenance"
 	kindBatch       = "cleanup-batch"
 	kindReservation = "reservation"
+	kindSweep       = "sweep-position"
 )
 
 type rootData struct {
@@ -151,6 +152,12 @@ type maintenanceData struct {
 	Owner string `json:"owner"`
 	Fence uint64 `json:"fence"`
 	Until int64  `json:"until_unix_nano"`
+}
+
+// sweepData is where the cleanup sweep goes on: after the row object named After (without the
+// store's prefix), or from the first row when After is empty.
+type sweepData struct {
+	After string `json:"after"`
 }
 
 type batchData struct {

@@ -126,6 +126,7 @@ const (
 	rootName        = "root.json"
 	maintenanceName = "maintenance.json"
 	batchName       = "batch.json"
+	sweepName       = "sweep.json"
 	rowsPrefix      = "rows/"
 	endedPrefix     = "ended/"
 	maxPending      = 512
