@@ -16,24 +16,11 @@ import (
 //     written by compare-and-swap; a live lease of another owner answers ErrBusy);
 //  2. finishes the previous batch if it was left unfinished;
 //  3. lists the end-time index (with versions) and the next page of rows for the sweep; if
-//     any page fails, the pass removes nothing;
-//  4. persists its now (the store's time) as the high-water in the root object;
-//  5. judges the rows the index names, and the rows the sweep reads, and writes the removable
-//     ones (each with the exact version judged) as a new batch by compare-and-swap; then,
-//     with the lease checked by fence, removes each judged version with the history below it
-//     and releases the slots of the rows the batch really removed, once per shard per batch;
-//  6. reports the damaged and the stranded rows the sweep read.
-//
-// An index entry is dropped only when its row is gone, or is finished with another end (it is
-// indexed again first); the entry of a row that is not finished stays, since that row can
-// still become done. A finished row whose entry is missing is found by the sweep.
-
-// Cleanup implements ledger.Ledger. One pass:
-//  1. checks that the bucket keeps versions, and takes the maintenance lease (a fenced object
-//     written by compare-and-swap; a live lease of another owner answers ErrBusy);
-//  2. finishes the previous batch if it was left unfinished;
-//  3. lists the end-time index (with versions) and the next page of rows for the sweep; if
-//     any page fails, the pass removes nothing;
+//     any page fails, the pass removes nothing. The sweep goes round the rows in laps: a pass
+//     with an empty cursor starts a lap after the last row the previous pass read (kept in
+//     sweep.json), reads to the last row, then from the first row up to where the lap
+//     started (Done), so a cleanup cut short by its time limit every time still reaches every
+//     row in turn;
 //  4. persists its now (the store's time) as the high-water in the root object;
 //  5. judges the rows the index names, and the rows the sweep reads, and writes the removable
 //     ones (each with the exact version judged) as a new batch by compare-and-swap; then,
@@ -76,13 +63,19 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	after := ""
+	var lap sweepCursor
 	if cursor != "" {
-		after = rowsPrefix + string(cursor)
-	} else if after, err = l.readSweep(ctx); err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
+		if lap, err = parseSweepCursor(cursor); err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
+		}
+	} else {
+		at, err := l.readSweep(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
+		}
+		lap = sweepCursor{Lap: at, At: at}
 	}
-	sweep, more, err := l.s.list(ctx, rowsPrefix, after, l.cfg.SweepBatch)
+	sweep, next, err := l.listSweep(ctx, lap)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -151,23 +144,105 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	// pass released.
 	rep.RecordCap = l.cfg.Limits.RecordCap
 	rep.CapacityUsed = max(0, j.used-int64(len(rep.Removed)))
-	next := ""
-	if more && len(sweep) > 0 {
-		next = sweep[len(sweep)-1]
-		rep.Next = ledger.Cursor(strings.TrimPrefix(next, rowsPrefix))
+	if next != nil {
+		rep.Next = next.String()
 	}
-	rep.Done = rep.Next == ""
-	if err := l.writeSweep(ctx, next); err != nil {
+	rep.Done = next == nil
+	// The next lap starts where this pass stopped (a finished lap: where it started).
+	stop := lap.Lap
+	switch {
+	case len(sweep) > 0:
+		stop = strings.TrimPrefix(sweep[len(sweep)-1], rowsPrefix)
+	case next != nil:
+		stop = next.At
+	}
+	if err := l.writeSweep(ctx, stop); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	return rep, nil
 }
 
-// readSweep answers where a pass with an empty cursor lists the rows from: after the last row
-// the previous pass read, so that a cleanup cut short by its time limit at every invocation
-// still reaches every row in turn (from the first when the previous pass reached the last,
-// or when no pass recorded a position). A damaged record starts from the first row: a sweep
-// repeated is harmless, one that never reaches some rows is not.
+// sweepCursor is a position of the sweep in a lap: the lap starts after the row named Lap
+// (from the first row when Lap is empty), goes to the last row, then (Wrapped) from the first
+// row up to and including Lap. At is the last row read (from the lap's segment start when
+// empty). Names are row object names without the rows prefix.
+type sweepCursor struct {
+	Lap, At string
+	Wrapped bool
+}
+
+// String encodes the cursor as "lap|a|at" or "lap|b|at" (b: wrapped).
+func (c sweepCursor) String() ledger.Cursor {
+	seg := "a"
+	if c.Wrapped {
+		seg = "b"
+	}
+	return ledger.Cursor(c.Lap + "|" + seg + "|" + c.At)
+}
+
+// parseSweepCursor reads a cursor a pass answered. A cursor without a lap (written before laps)
+// is a position in a lap from the first row.
+func parseSweepCursor(c ledger.Cursor) (sweepCursor, error) {
+	parts := strings.Split(string(c), "|")
+	switch {
+	case len(parts) == 1:
+		return sweepCursor{At: parts[0]}, nil
+	case len(parts) == 3 && (parts[1] == "a" || parts[1] == "b"):
+		return sweepCursor{Lap: parts[0], At: parts[2], Wrapped: parts[1] == "b"}, nil
+	}
+	return sweepCursor{}, fmt.Errorf("%w: cleanup cursor %q", ledger.ErrInvalid, c)
+}
+
+// listSweep lists the rows of the pass at c, at most SweepBatch, and answers where the next
+// pass goes on (nil when this pass ends the lap). A pass that reaches the last row before
+// the lap is over goes on from the first row in the same pass.
+func (l *Ledger) listSweep(ctx context.Context, c sweepCursor) ([]string, *sweepCursor, error) {
+	after := func(name string) string {
+		if name == "" {
+			return ""
+		}
+		return rowsPrefix + name
+	}
+	limit := l.cfg.SweepBatch
+	var names []string
+	if !c.Wrapped {
+		got, more, err := l.s.list(ctx, rowsPrefix, after(c.At), limit)
+		if err != nil {
+			return nil, nil, err
+		}
+		names = got
+		if more && len(got) > 0 {
+			return names, &sweepCursor{Lap: c.Lap, At: strings.TrimPrefix(got[len(got)-1], rowsPrefix)}, nil
+		}
+		if c.Lap == "" {
+			return names, nil, nil // the lap began at the first row: it is over
+		}
+		c = sweepCursor{Lap: c.Lap, Wrapped: true}
+		if limit -= len(got); limit <= 0 {
+			return names, &c, nil
+		}
+	}
+	got, more, err := l.s.list(ctx, rowsPrefix, after(c.At), limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, n := range got {
+		if strings.TrimPrefix(n, rowsPrefix) > c.Lap {
+			return append(names, got[:i]...), nil, nil // back where the lap began
+		}
+	}
+	names = append(names, got...)
+	if more && len(got) > 0 {
+		return names, &sweepCursor{Lap: c.Lap, At: strings.TrimPrefix(got[len(got)-1], rowsPrefix), Wrapped: true}, nil
+	}
+	return names, nil, nil
+}
+
+// readSweep answers where a pass with an empty cursor starts its lap: after the last row the
+// previous pass read (a row name without the rows prefix), so that a cleanup cut short by its
+// time limit at every invocation still reaches every row in turn; from the first row when no
+// pass recorded a position. A damaged record starts from the first row: a sweep repeated is
+// harmless, one that never reaches some rows is not.
 func (l *Ledger) readSweep(ctx context.Context) (string, error) {
 	o, err := l.s.get(ctx, sweepName)
 	if errors.Is(err, errNotFound) {
@@ -177,7 +252,7 @@ func (l *Ledger) readSweep(ctx context.Context) (string, error) {
 		return "", err
 	}
 	var sw sweepData
-	if err := decode(l.s.key(sweepName), kindSweep, o.body, &sw); err != nil || !strings.HasPrefix(sw.After, rowsPrefix) {
+	if err := decode(l.s.key(sweepName), kindSweep, o.body, &sw); err != nil || strings.Contains(sw.After, "|") {
 		return "", nil
 	}
 	return sw.After, nil

@@ -154,8 +154,8 @@ type maintenanceData struct {
 	Until int64  `json:"until_unix_nano"`
 }
 
-// sweepData is where the cleanup sweep goes on: after the row object named After (without the
-// store's prefix), or from the first row when After is empty.
+// sweepData is where the cleanup sweep's next lap starts: after the row named After (a row
+// object's name without the rows prefix), or at the first row when After is empty.
 type sweepData struct {
 	After string `json:"after"`
 }
