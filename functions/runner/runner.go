@@ -161,9 +161,9 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 		log.Warn("binding conflict: the message does not match the delivery; acknowledged")
 		return Result{Done: true}, nil
 	case ledger.Execute:
-		return r.execute(ctx, log, leaseClock{lease: *c.Lease, leaseFor: leaseFor, sent: sent})
+		return r.execute(ctx, log, newLeaseClock(*c.Lease, leaseFor, sent))
 	case ledger.Publish:
-		return r.publish(ctx, log, *c.Staged, leaseClock{lease: c.Staged.Lease, leaseFor: leaseFor, sent: sent})
+		return r.publish(ctx, log, *c.Staged, newLeaseClock(c.Staged.Lease, leaseFor, sent))
 	}
 	return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: claim answered %v", c.Outcome)
 }
@@ -177,33 +177,48 @@ func (r *Runner) retryDelay() time.Duration {
 
 // keeper renews a lease until stopped; losing it cancels the work's context.
 type keeper struct {
-	mu    chan struct{} // one renewal at a time with a lease swap (or a Save)
+	mu    chan struct{} // guards the fields below
 	lease ledger.Lease
-	sent  time.Time // when the request that granted or renewed lease was sent (leaseClock)
-	lost  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	// granted and sent are the ledger's time of the last grant or renewal whose answer this
+	// runner heard, and the runner's time just before it sent that request (leaseClock).
+	granted, sent time.Time
+	// gen changes when the lease is swapped (after Save): a renewal answered for an older
+	// lease changes nothing.
+	gen int
+	// saving is set while a Save is in flight: a renewal of the executing lease that lands
+	// after the Save is refused, and the Save's answer, not the refusal, decides.
+	saving bool
+	lost   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
-// leaseClock reckons the ledger's time from a lease, so that no time this runner hands the
-// ledger comes from its own wall clock: the ledger granted or renewed the lease for leaseFor
-// at Expires-leaseFor by its own clock, no sooner than sent by the runner's clock, and the
-// runner's clock is trusted only for the time elapsed since (monotonic in production).
+// leaseClock reckons the ledger's time from a grant, so that no time this runner hands the
+// ledger comes from its own wall clock: the ledger granted or renewed a lease for leaseFor at
+// granted (its expiry less leaseFor) by its own clock, no sooner than sent by the runner's
+// clock, and the runner's clock is trusted only for the time elapsed since (monotonic in
+// production). granted and sent always come from the same request.
 type leaseClock struct {
-	lease    ledger.Lease
+	lease    ledger.Lease // the lease held (after Save, the publishing lease)
 	leaseFor time.Duration
+	granted  time.Time
 	sent     time.Time
 }
 
-// after is the ledger's time d from now: at least what the ledger's clock will read after
-// d (the grant was made no sooner than sent).
+func newLeaseClock(l ledger.Lease, leaseFor time.Duration, sent time.Time) leaseClock {
+	return leaseClock{lease: l, leaseFor: leaseFor, granted: l.Expires.Add(-leaseFor), sent: sent}
+}
+
+// after is the ledger's time d from now: at least what the ledger's clock will read after d
+// (the grant was made no sooner than sent).
 func (r *Runner) after(c leaseClock, d time.Duration) time.Time {
-	return c.lease.Expires.Add(-c.leaseFor).Add(r.now().Sub(c.sent)).Add(d)
+	return c.granted.Add(r.now().Sub(c.sent)).Add(d)
 }
 
 func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseClock) *keeper {
-	l, leaseFor := lc.lease, lc.leaseFor
-	k := &keeper{mu: make(chan struct{}, 1), lease: l, sent: lc.sent, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	leaseFor := lc.leaseFor
+	k := &keeper{mu: make(chan struct{}, 1), lease: lc.lease, granted: lc.granted, sent: lc.sent,
+		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	every := r.RenewEvery
 	if every <= 0 {
 		every = leaseFor / 3
@@ -221,13 +236,18 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 			case <-t.C:
 			}
 			k.mu <- struct{}{}
-			sent := r.now()
-			nl, err := r.Ledger.Renew(ctx, k.lease, leaseFor)
-			if err == nil {
-				k.lease, k.sent = nl, sent
-			}
+			cur, gen := k.lease, k.gen
 			<-k.mu
-			if errors.Is(err, ledger.ErrLeaseLost) {
+			sent := r.now()
+			nl, err := r.Ledger.Renew(ctx, cur, leaseFor)
+			k.mu <- struct{}{}
+			current := gen == k.gen
+			if err == nil && current {
+				k.lease, k.granted, k.sent = nl, nl.Expires.Add(-leaseFor), sent
+			}
+			lost := errors.Is(err, ledger.ErrLeaseLost) && current && !k.saving
+			<-k.mu
+			if lost {
 				r.count("lease_lost")
 				close(k.lost)
 				cancel()
@@ -238,11 +258,11 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 	return k
 }
 
-// clock is the kept lease with when it was granted or renewed.
+// clock is the kept lease with its last grant heard.
 func (k *keeper) clock(leaseFor time.Duration) leaseClock {
 	k.mu <- struct{}{}
 	defer func() { <-k.mu }()
-	return leaseClock{lease: k.lease, leaseFor: leaseFor, sent: k.sent}
+	return leaseClock{lease: k.lease, leaseFor: leaseFor, granted: k.granted, sent: k.sent}
 }
 
 func (k *keeper) isLost() bool {
@@ -313,20 +333,28 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 }
 
 // saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
-// runs) and publishes it. The keeper is held across the Save: a renewal of the executing lease
-// that landed after the Save would find the row saved and be refused, and a keeper that took
-// that for a lost lease would stop renewing the publishing lease for good.
+// runs) and publishes it. The keeper goes on renewing during the Save (a slow Save must not
+// let the lease run out); a renewal of the executing lease that lands after the Save is
+// refused, and while the Save is in flight the keeper leaves the decision to its answer.
 func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
 	report, _ := json.Marshal(Report{State: v.State, Description: v.Description, Context: route.Context, TargetURL: route.TargetURL})
 	if k != nil {
+		lc = k.clock(lc.leaseFor)
 		k.mu <- struct{}{}
-		lc.lease, lc.sent = k.lease, k.sent
+		k.saving = true
+		<-k.mu
 	}
 	l := lc.lease
 	staged, err := r.Ledger.Save(ctx, l, report)
 	if k != nil {
+		k.mu <- struct{}{}
+		k.saving = false
 		if err == nil {
-			k.lease = staged.Lease // the publishing lease (its grant time is the kept one's)
+			// The publishing lease. Save keeps the row's expiry, which a renewal whose answer
+			// was lost may have moved: the clock keeps the last grant heard (granted, sent).
+			k.lease = staged.Lease
+			k.gen++
+			lc.granted, lc.sent = k.granted, k.sent
 		}
 		<-k.mu
 	}
@@ -348,7 +376,7 @@ func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, lc leaseC
 	if k != nil {
 		defer k.end()
 	}
-	lc.lease = staged.Lease // Save keeps the lease's expiry: the same grant, now publishing
+	lc.lease = staged.Lease
 	return r.publishStaged(ctx, log, staged, route, lc)
 }
 

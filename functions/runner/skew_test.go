@@ -126,3 +126,78 @@ func TestARenewalRacingSaveKeepsThePublishingLease(t *testing.T) {
 		t.Fatalf("another runner claimed the publication while the first was posting (renewals refused: %d)", sl.refused.Load())
 	}
 }
+
+// slowLanding: the Save request is in flight 40 s (ledger clock) before it lands; the lease
+// is 30 s and was being renewed every 5 ms until Save started.
+type slowLanding struct {
+	ledger.Ledger
+	clock *ledger.ManualClock
+}
+
+func (s *slowLanding) Save(ctx context.Context, l ledger.Lease, report []byte) (ledger.Staged, error) {
+	for range 4 {
+		s.clock.Advance(10 * time.Second)
+		time.Sleep(20 * time.Millisecond) // the keeper would renew here, if it were free to
+	}
+	return s.Ledger.Save(ctx, l, report)
+}
+
+// TestASlowSaveKeepsItsLease: holding the keeper across Save stops renewals for the
+// whole Save, so a Save that takes longer than what is left of the lease always loses it: the
+// verdict is dropped and the delivery re-evaluated, again and again while Save stays slow.
+func TestASlowSaveKeepsItsLease(t *testing.T) {
+	w := newWorld(t)
+	r := w.runner("a", verdict("success", "ok"))
+	r.Ledger = &slowLanding{Ledger: w.l, clock: w.clock}
+	res, err := r.Process(context.Background(), w.msg)
+	if err != nil || !res.Done {
+		t.Fatalf("process: %+v %v; row %v, published %d: a renewed lease ran out during Save", res, err, w.state(t), len(w.pub.all()))
+	}
+}
+
+// lossyRenew: renewals land in the ledger but their answers are lost (a timeout after the
+// write), so the keeper keeps its older lease and sent.
+type lossyRenew struct {
+	ledger.Ledger
+	lose atomic.Bool
+}
+
+func (s *lossyRenew) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	nl, err := s.Ledger.Renew(ctx, l, d)
+	if err == nil && s.lose.Load() {
+		return ledger.Lease{}, errors.New("renew: i/o timeout")
+	}
+	return nl, err
+}
+
+// TestALostRenewalAnswerDoesNotMoveTheRetryTime: Save answers the row's expiry (set by a
+// renewal whose answer was lost) while the clock keeps the kept lease's sent: the publish
+// retry is parked up to a lease later than meant.
+func TestALostRenewalAnswerDoesNotMoveTheRetryTime(t *testing.T) {
+	w := newWorld(t)
+	lr := &lossyRenew{Ledger: w.l}
+	w.pub.fail = []error{&publish.Error{Class: publish.Transient, Err: errors.New("503")}}
+	r := w.runner("a", nil)
+	r.Ledger = lr
+	r.Jitter = func() float64 { return 0.999 }
+	r.PublishRetry = 30 * time.Second
+	r.Routes = func(string) (*runner.Route, error) {
+		return &runner.Route{Evaluator: evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+			lr.lose.Store(true)
+			w.clock.Advance(20 * time.Second)
+			time.Sleep(50 * time.Millisecond) // renewals land, their answers are lost
+			return evaluate.Verdict{State: "success", Description: "ok"}, nil
+		}), Publisher: w.pub, Context: "amiss/verdict"}, nil
+	}
+	if _, err := r.Process(context.Background(), w.msg); err != nil {
+		t.Fatal(err)
+	}
+	row, err := w.l.Inspect(context.Background(), w.msg.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := row.NotBefore.Sub(w.clock.Now())
+	if wait < 29*time.Second || wait > 31*time.Second {
+		t.Fatalf("the row may be claimed again %v after the ledger's now, want 30s", wait)
+	}
+}
