@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -188,6 +189,7 @@ type keeper struct {
 	// saving is set while a Save is in flight: a renewal of the executing lease that lands
 	// after the Save is refused, and the Save's answer, not the refusal, decides.
 	saving bool
+	ending sync.Once
 	lost   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
@@ -240,6 +242,11 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 			<-k.mu
 			sent := r.now()
 			nl, err := r.Ledger.Renew(ctx, cur, leaseFor)
+			select {
+			case <-k.stop:
+				return // halted meanwhile: the work has ended, and this answer decides nothing
+			default:
+			}
 			k.mu <- struct{}{}
 			current := gen == k.gen
 			if err == nil && current {
@@ -274,8 +281,15 @@ func (k *keeper) isLost() bool {
 	}
 }
 
+// halt tells the keeper to renew no more, without waiting for a renewal in flight, whose
+// answer then changes nothing and counts nothing.
+func (k *keeper) halt() {
+	k.ending.Do(func() { close(k.stop) })
+}
+
+// end stops the renewals and waits for the keeper to be done.
 func (k *keeper) end() {
-	close(k.stop)
+	k.halt()
 	<-k.done
 }
 
@@ -294,7 +308,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	var s subject.Subject
 	if err := json.Unmarshal(l.Subject, &s); err != nil {
 		// A subject the ingress wrote and cannot be read back: give it an error verdict.
-		return r.saveAndPublish(ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
+		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
 			Description: "amiss could not read the delivery's subject"})
 	}
 	wctx, cancel := context.WithCancel(ctx)
@@ -313,9 +327,11 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		if max <= 0 {
 			max = 3
 		}
-		if l.Attempt < max {
+		// A shutdown (the caller's context ended) is no failed attempt, the last one included:
+		// its error must never become the delivery's verdict.
+		if l.Attempt < max || ctx.Err() != nil {
 			k.end()
-			log.Warn("evaluation failed; released for a later attempt", "err", evalErr)
+			log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr)
 			kc := k.clock(leaseFor)
 			at := r.now().Add(r.retryDelay())
 			// Released even when ctx was cancelled (a shutdown): the next owner need not wait
@@ -329,14 +345,14 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		}
 		v = evaluate.Verdict{State: evaluate.Error, Description: fmt.Sprintf("evaluation failed %d times: %v", l.Attempt, evalErr)}
 	}
-	return r.saveAndPublish(ctx, log, lc, route, k, v)
+	return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)
 }
 
 // saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
 // runs) and publishes it. The keeper goes on renewing during the Save (a slow Save must not
 // let the lease run out); a renewal of the executing lease that lands after the Save is
 // refused, and while the Save is in flight the keeper leaves the decision to its answer.
-func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
+func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
 	report, _ := json.Marshal(Report{State: v.State, Description: v.Description, Context: route.Context, TargetURL: route.TargetURL})
 	if k != nil {
 		lc = k.clock(lc.leaseFor)
@@ -377,7 +393,7 @@ func (r *Runner) saveAndPublish(ctx context.Context, log *slog.Logger, lc leaseC
 		defer k.end()
 	}
 	lc.lease = staged.Lease
-	return r.publishStaged(ctx, log, staged, route, lc)
+	return r.publishStaged(ctx, wctx, log, staged, route, lc, k)
 }
 
 func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock) (Result, error) {
@@ -395,7 +411,7 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 	defer cancel()
 	k := r.keep(wctx, cancel, lc)
 	defer k.end()
-	return r.publishStaged(ctx, log, s, route, lc)
+	return r.publishStaged(ctx, wctx, log, s, route, lc, k)
 }
 
 // Report is the frozen result a row holds: exactly what is published.
@@ -406,7 +422,11 @@ type Report struct {
 	TargetURL   string `json:"target_url,omitempty"`
 }
 
-func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock) (Result, error) {
+// publishStaged posts the saved report. The provider is called with wctx, which the keeper k
+// (nil: none) cancels when the lease is lost, so a runner that lost its lease stops posting;
+// the keeper is stopped once the provider has answered, before the ledger hears the outcome
+// (a renewal landing after Complete would be refused and counted as a lost lease).
+func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
 	if err := json.Unmarshal(s.Report, &rep); err != nil {
 		return r.abandon(ctx, log, s, "the saved report does not decode")
@@ -416,9 +436,18 @@ func (r *Runner) publishStaged(ctx context.Context, log *slog.Logger, s ledger.S
 		return r.abandon(ctx, log, s, "the delivery's subject does not decode")
 	}
 	start := time.Now()
-	err := route.Publisher.Publish(ctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
+	err := route.Publisher.Publish(wctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
 		Description: rep.Description, Context: rep.Context, TargetURL: rep.TargetURL})
 	r.latency("publish_latency", start)
+	lost := k != nil && k.isLost()
+	if k != nil {
+		k.halt()
+	}
+	if err != nil && lost && ctx.Err() == nil {
+		// Cut because the lease was lost: whoever holds the row now publishes the same bytes.
+		log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", err)
+		return Result{RetryAt: r.now().Add(r.retryDelay())}, nil
+	}
 	if err == nil {
 		r.count("published")
 		if err := r.Ledger.Complete(ctx, s); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
