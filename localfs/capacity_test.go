@@ -12,6 +12,20 @@ import (
 	"github.com/amiss-ci/amiss/localfs/faultfs"
 )
 
+// fill admits n new deliveries (signed at signedAt, unsigned when zero) and answers the first.
+func fill(t *testing.T, l *localfs.Ledger, n int, signedAt time.Time) ledger.Delivery {
+	t.Helper()
+	var first ledger.Delivery
+	for i := range n {
+		d := newDelivery(signedAt)
+		ledgertest.MustAdmit(t, l, d)
+		if i == 0 {
+			first = d
+		}
+	}
+	return first
+}
+
 // TestRefusalOfAFullRoot: a full root refuses a new key after reading every capacity shard
 // once; later refusals read only the room epoch, until a slot is freed anywhere (here by
 // another process's cleanup), after which the next new key is admitted, not refused.
@@ -25,14 +39,7 @@ func TestRefusalOfAFullRoot(t *testing.T) {
 	fsys := faultfs.New(localfs.OSFS{}, nil)
 	l := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock, FS: fsys})
 	defer l.Close()
-	var first ledger.Delivery
-	for i := range 20 {
-		d := newDelivery(clock.Now())
-		ledgertest.MustAdmit(t, l, d)
-		if i == 0 {
-			first = d
-		}
-	}
+	first := fill(t, l, 20, clock.Now())
 	refuse := func() faultfs.Counts {
 		t.Helper()
 		fsys.Counter().Reset()
@@ -173,14 +180,7 @@ func TestAFullProofLapses(t *testing.T) {
 	clock := ledger.NewManualClock(epoch)
 	l := openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock})
 	defer l.Close()
-	var first ledger.Delivery
-	for i := range 20 {
-		d := newDelivery(time.Time{})
-		ledgertest.MustAdmit(t, l, d)
-		if i == 0 {
-			first = d
-		}
-	}
+	first := fill(t, l, 20, time.Time{})
 	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, first, ledger.Execute).Lease, "r"))
 	// The releaser's first change of the epoch, then this process's scan under the new epoch.
 	if err := localfs.BumpRoomForTest(l); err != nil {
