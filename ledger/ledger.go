@@ -267,8 +267,11 @@ type Claim struct {
 	Staged *Staged
 	// EvaluationID is the row's evaluation id (every outcome but ClaimConflict).
 	EvaluationID string
-	// RetryAt is when a Busy row may be claimed again.
+	// RetryAt is when a Busy row may be claimed again, by the ledger's clock.
 	RetryAt time.Time
+	// Decided is the ledger's time when it answered Busy: RetryAt less Decided is the wait,
+	// which a caller whose own clock is off adds to its own time (set for Busy).
+	Decided time.Time
 }
 
 // Phase says what a lease entitles its holder to do.

@@ -157,7 +157,7 @@ func (r *Row) Claim(bindingDigest Digest, owner string, leaseFor time.Duration, 
 		return Claim{Outcome: ClaimConflict}, nil
 	}
 	busy := func(at time.Time) (Claim, error) {
-		return Claim{Outcome: Busy, EvaluationID: r.EvaluationID, RetryAt: at}, nil
+		return Claim{Outcome: Busy, EvaluationID: r.EvaluationID, RetryAt: at, Decided: now}, nil
 	}
 	switch r.State {
 	case StateDone, StateAbandoned:

@@ -153,8 +153,14 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 	switch c.Outcome {
 	case ledger.Busy:
 		r.count("busy")
-		log.Info("busy", "retry_at", c.RetryAt)
-		return Result{RetryAt: c.RetryAt}, nil
+		// RetryAt is the ledger's time: the wait it means is counted from this runner's now,
+		// since the queue's delay is reckoned by this runner's clock.
+		at := c.RetryAt
+		if !c.Decided.IsZero() {
+			at = r.now().Add(c.RetryAt.Sub(c.Decided))
+		}
+		log.Info("busy", "retry_at", c.RetryAt, "wait", c.RetryAt.Sub(c.Decided))
+		return Result{RetryAt: at}, nil
 	case ledger.ClaimDuplicate:
 		log.Info("duplicate", "evaluation", c.EvaluationID)
 		return Result{Done: true}, nil
@@ -215,6 +221,13 @@ func newLeaseClock(l ledger.Lease, leaseFor time.Duration, sent time.Time) lease
 // (the grant was made no sooner than sent).
 func (r *Runner) after(c leaseClock, d time.Duration) time.Time {
 	return c.granted.Add(r.now().Sub(c.sent)).Add(d)
+}
+
+// local is this runner's time when the ledger's clock reads at (such as a lease's end): the
+// wait from the grant, added to the time the request for it was sent. A Result's RetryAt is
+// always this runner's time, since the queue's delay is reckoned by this runner's clock.
+func (c leaseClock) local(at time.Time) time.Time {
+	return c.sent.Add(at.Sub(c.granted))
 }
 
 func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseClock) *keeper {
@@ -320,7 +333,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	if k.isLost() {
 		k.end()
 		log.Warn("lease lost during evaluation: result dropped; the message comes back when the lease ends")
-		return Result{RetryAt: k.lease.Expires}, nil
+		kc := k.clock(leaseFor)
+		return Result{RetryAt: kc.local(kc.lease.Expires)}, nil
 	}
 	if evalErr != nil {
 		max := r.MaxAttempts
@@ -384,7 +398,7 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 			// the stranded sweep.
 			r.count("lease_lost")
 			log.Warn("lease lost before saving: result dropped; the message comes back when the lease ends")
-			return Result{RetryAt: l.Expires}, nil
+			return Result{RetryAt: lc.local(l.Expires)}, nil
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: save: %w", err)
 	}
@@ -429,11 +443,11 @@ type Report struct {
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
 	if err := json.Unmarshal(s.Report, &rep); err != nil {
-		return r.abandon(ctx, log, s, "the saved report does not decode")
+		return r.abandon(ctx, log, s, lc, "the saved report does not decode")
 	}
 	var subj subject.Subject
 	if err := json.Unmarshal(s.Lease.Subject, &subj); err != nil || subj.Repository == "" {
-		return r.abandon(ctx, log, s, "the delivery's subject does not decode")
+		return r.abandon(ctx, log, s, lc, "the delivery's subject does not decode")
 	}
 	start := time.Now()
 	err := route.Publisher.Publish(wctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
@@ -481,7 +495,7 @@ func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.S
 	verdict := fmt.Sprintf("verdict %s: %q", rep.State, cutRunes(rep.Description, 255))
 	class := publish.ClassOf(err)
 	if class == publish.Permanent {
-		return r.abandon(ctx, log, s, fmt.Sprintf("provider refused it for good: %v (%s)", err, verdict))
+		return r.abandon(ctx, log, s, lc, fmt.Sprintf("provider refused it for good: %v (%s)", err, verdict))
 	}
 	if class == publish.Operator {
 		r.count("publish_refused")
@@ -491,7 +505,7 @@ func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.S
 	since, elapsed := r.budgetUsed(ctx, s, leaseFor)
 	budget := r.publishBudget()
 	if elapsed >= budget {
-		return r.abandon(ctx, log, s, fmt.Sprintf("publish budget of %s spent (since %s, %d attempts): last answer: %v (%s)",
+		return r.abandon(ctx, log, s, lc, fmt.Sprintf("publish budget of %s spent (since %s, %d attempts): last answer: %v (%s)",
 			budget, since.UTC().Format(time.RFC3339), s.Lease.Attempt+1, err, verdict))
 	}
 	// The next attempt: on the schedule, never after the budget's end, never before the
@@ -510,12 +524,12 @@ func (r *Runner) publishFailed(ctx context.Context, log *slog.Logger, s ledger.S
 
 // abandon ends a saved row that can never be published, keeping the reason (with the verdict
 // it froze). A lease lost meanwhile hands the message back to come again when the lease ends.
-func (r *Runner) abandon(ctx context.Context, log *slog.Logger, s ledger.Staged, reason string) (Result, error) {
+func (r *Runner) abandon(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, reason string) (Result, error) {
 	reason = cutRunes(reason, 1024)
 	if err := r.Ledger.Abandon(ctx, s, reason); err != nil {
 		if errors.Is(err, ledger.ErrLeaseLost) {
 			r.count("lease_lost")
-			return Result{RetryAt: s.Lease.Expires}, nil
+			return Result{RetryAt: lc.local(s.Lease.Expires)}, nil
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: abandon: %w", err)
 	}

@@ -201,3 +201,57 @@ func TestALostRenewalAnswerDoesNotMoveTheRetryTime(t *testing.T) {
 		t.Fatalf("the row may be claimed again %v after the ledger's now, want 30s", wait)
 	}
 }
+
+// TestAWaitForAnotherLeaseIsTimedOnTheLedgersClock: a message that finds the row leased by
+// another runner comes back when that lease ends. The lease's end is the ledger's time; a
+// runner whose clock is off must turn it into its own time (the queue's delay is reckoned by
+// the runner's clock): a clock ahead must not bring the message back at once (a claim a
+// second for the rest of the lease), a clock behind must not park it for hours.
+func TestAWaitForAnotherLeaseIsTimedOnTheLedgersClock(t *testing.T) {
+	for _, skew := range []time.Duration{2 * time.Hour, -2 * time.Hour} {
+		t.Run("busy "+skew.String(), func(t *testing.T) {
+			w := newWorld(t)
+			c, err := w.l.Claim(context.Background(), w.msg.Key, w.msg.Binding, "holder", time.Minute)
+			if err != nil || c.Outcome != ledger.Execute {
+				t.Fatalf("claim by the holder: %+v %v", c, err)
+			}
+			w.clock.Advance(20 * time.Second)
+			r := w.runner("skewed", verdict("success", "ok"))
+			r.Now = func() time.Time { return w.clock.Now().Add(skew) }
+			res, err := r.Process(context.Background(), w.msg)
+			if err != nil || res.Done {
+				t.Fatalf("process: %+v %v", res, err)
+			}
+			if wait := res.RetryAt.Sub(r.Now()); wait < 40*time.Second || wait > 41*time.Second {
+				t.Fatalf("runner clock %v off: the message comes back in %v by the runner's clock, want the 40s left of the lease", skew, wait)
+			}
+		})
+		t.Run("lease lost during evaluation "+skew.String(), func(t *testing.T) {
+			w := newWorld(t)
+			r := w.runner("skewed", nil)
+			r.Now = func() time.Time { return w.clock.Now().Add(skew) }
+			r.Routes = func(string) (*runner.Route, error) {
+				return &runner.Route{Evaluator: evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+					// The lease runs out while the evaluation is stalled; another runner takes it.
+					w.clock.Advance(31 * time.Second)
+					c, err := w.l.Claim(context.Background(), w.msg.Key, w.msg.Binding, "other", time.Minute)
+					if err != nil || c.Outcome != ledger.Execute {
+						t.Errorf("claim by another runner: %+v %v", c, err)
+					}
+					<-ctx.Done()
+					return evaluate.Verdict{}, ctx.Err()
+				}), Publisher: w.pub, Context: "amiss/verdict"}, nil
+			}
+			res, err := r.Process(context.Background(), w.msg)
+			if err != nil || res.Done {
+				t.Fatalf("process: %+v %v", res, err)
+			}
+			// The other runner's lease ends a minute after it was granted; this runner's lease
+			// (the one it knew) ended a second before that claim. Either way the message must
+			// come back within a minute by the runner's clock, not hours off.
+			if wait := res.RetryAt.Sub(r.Now()); wait < -time.Second || wait > time.Minute+time.Second {
+				t.Fatalf("runner clock %v off: the message comes back in %v by the runner's clock, want within the minute the new lease lasts", skew, wait)
+			}
+		})
+	}
+}

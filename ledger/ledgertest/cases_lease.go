@@ -271,6 +271,9 @@ func caseExpiredOwnerCannotRenewButLivePublishLeaseCan(e *env) {
 	if b.RetryAt.Before(e.clock.Now()) {
 		e.t.Fatalf("busy retryAt %v is in the past", b.RetryAt)
 	}
+	if !b.Decided.Equal(e.clock.Now()) {
+		e.t.Fatalf("busy decided at %v, want the ledger's now %v (the wait is RetryAt less Decided)", b.Decided, e.clock.Now())
+	}
 	e.clock.Set(b.RetryAt.Add(-time.Second))
 	pl, err := e.l.Renew(e.ctx, s.Lease, lease)
 	if err != nil {
@@ -299,6 +302,9 @@ func caseReleaseHandsBackEarlyAndHoldsOffUntilNotBefore(e *env) {
 	b := e.claim(d, "w2", ledger.Busy)
 	if !b.RetryAt.Equal(notBefore) {
 		e.t.Fatalf("retryAt %v, want %v", b.RetryAt, notBefore)
+	}
+	if wait := b.RetryAt.Sub(b.Decided); wait != 5*time.Second {
+		e.t.Fatalf("busy wait (RetryAt less Decided) %v, want 5s", wait)
 	}
 	_, err := e.l.Save(e.ctx, *c.Lease, []byte("r"))
 	wantErr(e.t, "save after release", err, ledger.ErrLeaseLost)
