@@ -13,11 +13,13 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path"
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -427,8 +429,8 @@ func (p *Publish) validate() error {
 	if !target.Remote {
 		return nil
 	}
-	if !strings.HasPrefix(p.BaseURL, "https://") && !strings.HasPrefix(p.BaseURL, "http://") {
-		return fieldErr("publish.base_url", "%q: want the provider's API base URL", p.BaseURL)
+	if err := checkBaseURL(p.BaseURL); err != nil {
+		return fieldErr("publish.base_url", "%q: %v", p.BaseURL, err)
 	}
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)
@@ -473,4 +475,28 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// checkBaseURL accepts a provider's API base URL that every request can be built from: http
+// or https, a host, a numeric port if any, no query, fragment or user.
+func checkBaseURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("want the provider's API base URL: %v", err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return errors.New("want the provider's API base URL, starting https:// (or http://)")
+	}
+	if u.Host == "" || u.Hostname() == "" {
+		return errors.New("names no host")
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+		}
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return errors.New("want a plain base URL: no user, query or fragment (the token goes in publish.token)")
+	}
+	return nil
 }

@@ -158,17 +158,30 @@ func (g *GitLab) Publish(ctx context.Context, s Status) error {
 		}
 		return rerr // the read-back failed for now: try the whole thing again later
 	}
+	// Ours only if every field it would show is ours: another delivery's verdict for the same
+	// commit and context in the same state (failure and error are both "failed") is not.
 	var statuses []struct {
-		Name, Status string
+		Name        string  `json:"name"`
+		Status      string  `json:"status"`
+		Description *string `json:"description"`
+		TargetURL   *string `json:"target_url"`
 	}
 	if json.Unmarshal(list, &statuses) == nil {
 		for _, st := range statuses {
-			if st.Name == s.Context && st.Status == state {
+			if st.Name == s.Context && st.Status == state && deref(st.Description) == body["description"] &&
+				deref(st.TargetURL) == body["target_url"] {
 				return nil
 			}
 		}
 	}
 	return err
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Bitbucket posts to POST {base}/2.0/repositories/{workspace}/{slug}/commit/{sha}/statuses/build
@@ -200,7 +213,9 @@ const fullHashLength = 40
 
 // resolve returns the full hash of an abbreviated one.
 func (b *Bitbucket) resolve(ctx context.Context, ws, slug, sha string) (string, error) {
-	_, body, err := b.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/2.0/repositories/%s/%s/commit/%s", b.BaseURL,
+	// Only the hash is asked for: the whole resource repeats the commit's message (raw and
+	// rendered), which for a long message is more than an answer is read.
+	_, body, err := b.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/2.0/repositories/%s/%s/commit/%s?fields=hash", b.BaseURL,
 		url.PathEscape(ws), url.PathEscape(slug), url.PathEscape(sha)), nil, map[string]string{"Authorization": "Bearer " + b.Token}))
 	if err != nil {
 		return "", err

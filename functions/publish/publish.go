@@ -168,11 +168,17 @@ type client struct {
 	classify func(resp *http.Response, body []byte) *Error
 }
 
+// httpClient is the caller's client (default: a 15 s timeout) made to follow no redirect: Go
+// follows a 301, 302 or 303 on a POST as a GET without the body, and the GET of a statuses
+// path lists the commit's statuses with a 200 that would be taken for a posted status. A
+// redirect is answered as it came (see classify).
 func (c *client) httpClient() *http.Client {
+	hc := http.Client{Timeout: 15 * time.Second}
 	if c.HTTP != nil {
-		return c.HTTP
+		hc = *c.HTTP
 	}
-	return &http.Client{Timeout: 15 * time.Second}
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &hc
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -231,11 +237,18 @@ func answerText(body []byte) string {
 }
 
 // classify is the table every provider starts from: 408, 425, 429 and 5xx are transient (with
-// the provider's Retry-After); 401, 403 and 404 are the operator's; 409 is transient; every
-// other 4xx (400, 410, 413, 422, ...) is permanent.
+// the provider's Retry-After); 401, 403 and 404 are the operator's, and so is a redirect (the
+// base URL names an address the provider has moved from, or http where it wants https); 409
+// is transient; every other 4xx (400, 410, 413, 422, ...) is permanent.
 func classify(resp *http.Response, body []byte) *Error {
 	e := &Error{Status: resp.StatusCode, Err: fmt.Errorf("%s %s answered %d: %s", resp.Request.Method, resp.Request.URL.Path,
 		resp.StatusCode, answerText(body))}
+	if code := resp.StatusCode; code/100 == 3 {
+		e.Class = Operator
+		e.Err = fmt.Errorf("%s %s answered %d (a redirect to %q), which is never followed: set base_url to the address the provider serves its API at",
+			resp.Request.Method, resp.Request.URL.Path, code, resp.Header.Get("Location"))
+		return e
+	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests, code >= 500,
 		code == http.StatusConflict:
@@ -245,7 +258,7 @@ func classify(resp *http.Response, body []byte) *Error {
 		e.Class = Operator
 	case code >= 400:
 		e.Class = Permanent
-	default: // 1xx, 3xx: nothing this client understands; a later attempt may do better
+	default: // 1xx: nothing this client understands; a later attempt may do better
 		e.Class = Transient
 	}
 	return e
@@ -270,7 +283,9 @@ func (c *client) do(ctx context.Context, build func() (*http.Request, error)) (i
 	for i := 0; ; i++ {
 		req, err := build()
 		if err != nil {
-			return 0, nil, &Error{Class: Permanent, Err: err}
+			// Nothing was sent: the base URL (or a name put into the path) cannot make a
+			// request. An operator's to fix, like a token that cannot be read.
+			return 0, nil, &Error{Class: Operator, Err: fmt.Errorf("no request can be built (check base_url): %w", err)}
 		}
 		var e *Error
 		resp, err := c.httpClient().Do(req.WithContext(ctx))

@@ -120,11 +120,13 @@ func TestGitLabAndItsUnchangedState(t *testing.T) {
 	if got.Body["state"] != "failed" || got.Body["name"] != "amiss/verdict" || got.Body["target_url"] != s.TargetURL {
 		t.Fatalf("body %v (GitLab has no error state: failure and error are failed)", got.Body)
 	}
-	// 400 for an unchanged state: read back, and the matching status counts as published.
+	// 400 for an unchanged state: read back, and the status showing this very verdict (name,
+	// state, description, link) counts as published.
 	rec.answers = []func(http.ResponseWriter){
 		status(http.StatusBadRequest),
 		func(w http.ResponseWriter) {
-			w.Write([]byte(`[{"name":"other","status":"success"},{"name":"amiss/verdict","status":"failed"}]`))
+			w.Write([]byte(`[{"name":"other","status":"success"},{"name":"amiss/verdict","status":"failed",` +
+				`"description":"failed: pull request title","target_url":"https://ci.example.com/r/1"}]`))
 		},
 	}
 	if err := g.Publish(context.Background(), s); err != nil {
