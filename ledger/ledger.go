@@ -53,6 +53,12 @@ type Ledger interface {
 	// is granted before notBefore. A stale fence answers ErrLeaseLost.
 	Release(ctx context.Context, lease Lease, notBefore time.Time) error
 
+	// Unclaim gives a lease back as Release does and hands back the attempt its grant
+	// counted, for a holder cut (a shutdown) before the attempt could decide anything: the
+	// next grant in the same phase carries the Attempt this lease had. It is fenced as
+	// Release is: a repeated or late Unclaim answers ErrLeaseLost and hands nothing back.
+	Unclaim(ctx context.Context, lease Lease, notBefore time.Time) error
+
 	// Revive returns an abandoned row to saved with the report it froze, byte for byte, so
 	// that it is published again and never evaluated again (an operator's remedy once the
 	// cause of the abandonment is fixed). evaluationID, when not empty, must be the row's, so

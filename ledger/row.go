@@ -359,6 +359,20 @@ func (r *Row) Release(l Lease, notBefore, now time.Time) error {
 	return nil
 }
 
+// Unclaim releases l as Release does and hands back the attempt its grant counted (the
+// row's count is the lease's: its fence is the row's).
+func (r *Row) Unclaim(l Lease, notBefore, now time.Time) error {
+	if err := r.Release(l, notBefore, now); err != nil {
+		return err
+	}
+	if l.Phase == PhaseExecute {
+		r.Attempts = max(l.Attempt-1, 0)
+	} else {
+		r.PublishAttempts = max(l.Attempt-1, 0)
+	}
+	return nil
+}
+
 // Removable reports whether Cleanup may forget the row at now: done or abandoned, not
 // permanent, and retention ended strictly before now. Cleanup passes its own now (the one it
 // persists as the high-water), never one raised by the row's times: after the row is gone,

@@ -365,12 +365,22 @@ func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (led
 
 // Release implements ledger.Ledger (data synced, rename left to the folder's next sync).
 func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
+	return l.giveBack(ctx, "release", lease, notBefore, (*ledger.Row).Release)
+}
+
+// Unclaim implements ledger.Ledger, written as Release is.
+func (l *Ledger) Unclaim(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
+	return l.giveBack(ctx, "unclaim", lease, notBefore, (*ledger.Row).Unclaim)
+}
+
+func (l *Ledger) giveBack(ctx context.Context, op string, lease ledger.Lease, notBefore time.Time,
+	fn func(*ledger.Row, ledger.Lease, time.Time, time.Time) error) error {
 	if err := l.r.begin(); err != nil {
 		return err
 	}
 	defer l.r.end()
-	return l.withRow(ctx, "release", lease.Key, func(row *storedRow, now time.Time) (durability, error) {
-		if err := row.Release(lease, notBefore, now); err != nil {
+	return l.withRow(ctx, op, lease.Key, func(row *storedRow, now time.Time) (durability, error) {
+		if err := fn(&row.Row, lease, notBefore, now); err != nil {
 			return 0, err
 		}
 		return durableData, nil

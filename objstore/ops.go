@@ -298,8 +298,18 @@ func (l *Ledger) finish(ctx context.Context, rd *rowData) error {
 
 // Release implements ledger.Ledger.
 func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
-	return l.update(ctx, "release", lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		if err := rd.Row.Release(lease, notBefore, now); err != nil {
+	return l.giveBack(ctx, "release", lease, notBefore, (*ledger.Row).Release)
+}
+
+// Unclaim implements ledger.Ledger, written as Release is.
+func (l *Ledger) Unclaim(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
+	return l.giveBack(ctx, "unclaim", lease, notBefore, (*ledger.Row).Unclaim)
+}
+
+func (l *Ledger) giveBack(ctx context.Context, op string, lease ledger.Lease, notBefore time.Time,
+	fn func(*ledger.Row, ledger.Lease, time.Time, time.Time) error) error {
+	return l.update(ctx, op, lease.Key, func(rd *rowData, now time.Time) (bool, error) {
+		if err := fn(&rd.Row, lease, notBefore, now); err != nil {
 			return false, err
 		}
 		return true, nil

@@ -36,6 +36,12 @@ type serveOptions struct {
 	ready chan<- string
 }
 
+// Bounds of serve's settings.
+const (
+	minServeLease   = time.Second
+	maxServeWorkers = 256
+)
+
 func parseServe(args []string) (serveOptions, error) {
 	fs := newFlags("serve", "[-config FILE] [-root DIR] [-listen ADDR] [flags]")
 	o := serveOptions{}
@@ -54,6 +60,12 @@ func parseServe(args []string) (serveOptions, error) {
 	}
 	if o.strandedAfter <= 0 || o.cleanupEvery <= 0 || o.lease <= 0 {
 		return o, fmt.Errorf("%w: -lease, -cleanup-every and -stranded-after must be positive", errUsage)
+	}
+	if o.lease < minServeLease {
+		return o, fmt.Errorf("%w: -lease %s: at least %s (an evaluation, its save and its publication run under it)", errUsage, o.lease, minServeLease)
+	}
+	if o.workers < 1 || o.workers > maxServeWorkers {
+		return o, fmt.Errorf("%w: -workers %d: from 1 to %d (with none, webhooks would be admitted and never evaluated)", errUsage, o.workers, maxServeWorkers)
 	}
 	return o, nil
 }

@@ -211,6 +211,17 @@ func (c *Config) Limits() ledger.Limits {
 	}
 }
 
+// MinReportBytes is the smallest report ceiling a configuration may set: room for a verdict
+// whose description the runner has cut (runner.MaxDescription, 1,024 characters), with the
+// route's context and link at their longest, every character escaped as JSON (6 bytes).
+const MinReportBytes = 32 << 10
+
+// The longest status context and target URL a route may publish with, in characters.
+const (
+	MaxContext   = 255
+	MaxTargetURL = 2048
+)
+
 // DefaultPublishBudget is the publish budget when neither publish_budget nor queue_ceiling
 // gives one.
 const DefaultPublishBudget = 72 * time.Hour
@@ -247,6 +258,10 @@ func (c *Config) validate() error {
 	}
 	if c.Controller.MaxBodyBytes <= 0 || c.Controller.MaxBodyBytes > 6<<20 {
 		return fmt.Errorf("controller.max_body_bytes: must be in (0, 6 MiB] (API Gateway's payload limit is 10 MB, Lambda's 6 MB), got %d", c.Controller.MaxBodyBytes)
+	}
+	if c.Controller.MaxReportBytes < MinReportBytes {
+		return fmt.Errorf("controller.max_report_bytes: must be at least %d (a verdict with its description, context and link), got %d",
+			MinReportBytes, c.Controller.MaxReportBytes)
 	}
 	if c.Controller.PublishBudget < 0 {
 		return fmt.Errorf("controller.publish_budget: must not be negative, got %s", c.Controller.PublishBudget)
@@ -419,6 +434,14 @@ func (p *Publish) validate() error {
 	}
 	if p.Provider == "" {
 		p.Provider = provider.Log
+	}
+	// Both are frozen into every verdict: bounded, so that a verdict always fits the report
+	// ceiling (MinReportBytes).
+	if n := utf8.RuneCountInString(p.Context); n > MaxContext {
+		return fieldErr("publish.context", "at most %d characters, this one has %d", MaxContext, n)
+	}
+	if n := utf8.RuneCountInString(p.TargetURL); n > MaxTargetURL {
+		return fieldErr("publish.target_url", "at most %d characters, this one has %d", MaxTargetURL, n)
 	}
 	target, ok := provider.Publishing(p.Provider)
 	if !ok {

@@ -90,6 +90,13 @@ func TestInvalidConfigurationNamesTheField(t *testing.T) {
 		"bad ceiling":      {base + "controller: {signed_age_ceiling: 0s}\n", "controller"},
 		"empty":            {"", "empty configuration"},
 		"negative budget":  {base + "controller: {publish_budget: -1h}\n", "controller.publish_budget"},
+		"small report":     {base + "controller: {max_report_bytes: 1000}\n", "controller.max_report_bytes"},
+		"long context":     {base + "    publish: {context: '" + strings.Repeat("c", 256) + "'}\n", "routes.r.publish.context"},
+		"long target url":  {base + "    publish: {target_url: 'https://ci.example.com/" + strings.Repeat("x", 2048) + "'}\n", "routes.r.publish.target_url"},
+		"base url port": {base + "    publish: {provider: gitea, base_url: 'https://gitea.example.com:30OO', token: {from: 'env:T'}}\n",
+			"routes.r.publish.base_url"},
+		"base url no host": {base + "    publish: {provider: gitea, base_url: 'https:///api', token: {from: 'env:T'}}\n", "routes.r.publish.base_url"},
+		"base url query":   {base + "    publish: {provider: gitea, base_url: 'https://gitea.example.com/?token=x', token: {from: 'env:T'}}\n", "routes.r.publish.base_url"},
 		"gitlab long target url": {base + "    publish: {provider: gitlab, base_url: 'https://gitlab.com', token: {from: 'env:T'}, target_url: 'https://ci.example.com/" +
 			strings.Repeat("x", 240) + "'}\n", "routes.r.publish.target_url"},
 		"bitbucket keys collide": {strings.Replace(base, "provider: github", "provider: bitbucket", 1) +

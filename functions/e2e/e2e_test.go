@@ -219,6 +219,13 @@ func (s *stopping) Release(ctx context.Context, l ledger.Lease, nb time.Time) er
 	return s.Ledger.Release(ctx, l, nb)
 }
 
+func (s *stopping) Unclaim(ctx context.Context, l ledger.Lease, nb time.Time) error {
+	if err := s.step(); err != nil {
+		return err
+	}
+	return s.Ledger.Unclaim(ctx, l, nb)
+}
+
 func (s *stopping) Abandon(ctx context.Context, st ledger.Staged, reason string) error {
 	if err := s.step(); err != nil {
 		return err

@@ -175,3 +175,27 @@ func TestARenewalAfterCompleteCountsNoLostLease(t *testing.T) {
 		t.Fatalf("lease_lost counted %d on a clean publication", n)
 	}
 }
+
+// A lease window too short to divide into renewals (a runner configured with a lease of a
+// few nanoseconds) must not crash the process: the keeper's ticker needs a positive interval.
+// The lease simply runs out and the result is dropped, as for any lost lease.
+func TestATinyLeaseDoesNotCrashTheKeeper(t *testing.T) {
+	w := newWorld(t)
+	r := w.runner("a", verdict("success", "ok"))
+	r.Lease, r.RenewEvery = 2*time.Nanosecond, 0
+	if _, err := r.Process(context.Background(), w.msg); err != nil {
+		t.Logf("process: %v", err)
+	}
+}
+
+// Without an invocation deadline (amiss serve) the margin kept before a deadline does not
+// apply: a lease shorter than it still runs the delivery to its verdict.
+func TestALeaseShorterThanTheMarginRunsWithoutADeadline(t *testing.T) {
+	w := newWorld(t)
+	r := w.runner("a", verdict("success", "ok"))
+	r.Lease = 2 * time.Second // the default margin is 5 s
+	res, err := r.Process(context.Background(), w.msg)
+	if err != nil || !res.Done || len(w.pub.all()) != 1 {
+		t.Fatalf("result %+v, err %v, published %v", res, err, w.pub.all())
+	}
+}

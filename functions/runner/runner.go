@@ -116,21 +116,35 @@ func (r *Runner) latency(name string, since time.Time) {
 	}
 }
 
+func (r *Runner) margin() time.Duration {
+	if r.Margin > 0 {
+		return r.Margin
+	}
+	return 5 * time.Second
+}
+
+// leaseFor is the lease window: Lease, cut to end a margin before the invocation's deadline.
 func (r *Runner) leaseFor(ctx context.Context) time.Duration {
 	lease := r.Lease
 	if lease <= 0 {
 		lease = time.Minute
 	}
-	margin := r.Margin
-	if margin <= 0 {
-		margin = 5 * time.Second
-	}
 	if dl, ok := ctx.Deadline(); ok {
-		if left := time.Until(dl) - margin; left < lease {
+		if left := time.Until(dl) - r.margin(); left < lease {
 			lease = left
 		}
 	}
 	return lease
+}
+
+// evaluationContext bounds an evaluation to end two margins before the invocation's deadline:
+// running out of that time is a failed attempt, and the margin before the lease ends is left
+// to save its error verdict.
+func (r *Runner) evaluationContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-2*r.margin()))
+	}
+	return context.WithCancel(ctx)
 }
 
 // Process handles one message. An error is returned only when the ledger or a provider could
@@ -138,8 +152,11 @@ func (r *Runner) leaseFor(ctx context.Context) time.Duration {
 func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 	log := r.log().With("key", m.Key.String())
 	leaseFor := r.leaseFor(ctx)
-	if leaseFor <= 0 {
-		return Result{RetryAt: r.now()}, errors.New("runner: no time left for a lease")
+	dl, ok := ctx.Deadline()
+	if leaseFor <= 0 || ok && time.Until(dl) <= 2*r.margin() {
+		// Claiming now would count an attempt whose evaluation has no time to run (it ends two
+		// margins before the deadline).
+		return Result{RetryAt: r.now()}, errors.New("runner: no time left in this invocation for an attempt")
 	}
 	sent := r.now()
 	c, err := r.Ledger.Claim(ctx, m.Key, m.Binding, r.Owner, leaseFor)
@@ -236,7 +253,7 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	every := r.RenewEvery
 	if every <= 0 {
-		every = leaseFor / 3
+		every = max(leaseFor/3, time.Millisecond) // a ticker needs a positive interval
 	}
 	go func() {
 		defer close(k.done)
@@ -311,9 +328,10 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
 	route, err := r.Routes(l.Route)
 	if err != nil {
-		// A failed release is logged, not returned: the route's error is the one the caller
-		// must see, and a lease not given back only delays the next claim until it ends.
-		if rerr := r.Ledger.Release(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		// Nothing was evaluated, so the attempt is handed back. A failed unclaim is logged, not
+		// returned: the route's error is the one the caller must see, and a lease not given
+		// back only delays the next claim until it ends.
+		if rerr := r.Ledger.Unclaim(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
@@ -328,7 +346,10 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	defer cancel()
 	k := r.keep(wctx, cancel, lc)
 	start := time.Now()
-	v, evalErr := route.Evaluator.Evaluate(wctx, s)
+	ectx, ecancel := r.evaluationContext(wctx)
+	v, evalErr := route.Evaluator.Evaluate(ectx, s)
+	outOfTime := errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	ecancel()
 	r.latency("evaluation_latency", start)
 	if k.isLost() {
 		k.end()
@@ -341,23 +362,34 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		if max <= 0 {
 			max = 3
 		}
+		if outOfTime {
+			evalErr = fmt.Errorf("the evaluation did not finish within the invocation's time: %w", evalErr)
+		}
 		// A shutdown (the caller's context ended) is no failed attempt, the last one included:
-		// its error must never become the delivery's verdict.
-		if l.Attempt < max || ctx.Err() != nil {
+		// its error must never become the delivery's verdict, and the attempt is handed back.
+		// Running out of the invocation's time is a failed attempt (outOfTime): the evaluation
+		// ends two margins before the deadline, so that the error verdict can still be saved.
+		cut := ctx.Err() != nil
+		if l.Attempt < max || cut {
 			k.end()
-			log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr)
+			log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr, "cut", cut)
 			kc := k.clock(leaseFor)
 			at := r.now().Add(r.retryDelay())
-			// Released even when ctx was cancelled (a shutdown): the next owner need not wait
+			giveBack := r.Ledger.Release
+			if cut {
+				giveBack = r.Ledger.Unclaim
+			}
+			// Given back even when ctx was cancelled (a shutdown): the next owner need not wait
 			// for the lease to run out.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if err := r.Ledger.Release(rctx, kc.lease, r.after(kc, r.retryDelay())); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+			if err := giveBack(rctx, kc.lease, r.after(kc, r.retryDelay())); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 				return Result{RetryAt: at}, err
 			}
 			return Result{RetryAt: at}, nil
 		}
-		v = evaluate.Verdict{State: evaluate.Error, Description: fmt.Sprintf("evaluation failed %d times: %v", l.Attempt, evalErr)}
+		v = evaluate.Verdict{State: evaluate.Error, Description: fmt.Sprintf("evaluation failed %d times: %v", l.Attempt,
+			cutRunes(evalErr.Error(), MaxDescription))}
 	}
 	return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)
 }
@@ -367,7 +399,11 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 // let the lease run out); a renewal of the executing lease that lands after the Save is
 // refused, and while the Save is in flight the keeper leaves the decision to its answer.
 func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
-	report, _ := json.Marshal(Report{State: v.State, Description: v.Description, Context: route.Context, TargetURL: route.TargetURL})
+	// The description is cut before it is frozen (no provider shows more than 255
+	// characters): a longer one, escaped as JSON, could outgrow the ledger's report ceiling
+	// and be refused at every attempt, leaving the commit without a verdict.
+	report, _ := json.Marshal(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
+		TargetURL: route.TargetURL})
 	if k != nil {
 		lc = k.clock(lc.leaseFor)
 		k.mu <- struct{}{}
@@ -376,6 +412,15 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 	}
 	l := lc.lease
 	staged, err := r.Ledger.Save(ctx, l, report)
+	if errors.Is(err, ledger.ErrTooLarge) {
+		// Nothing was written and the lease still holds: freeze an error verdict that fits
+		// instead, so the commit is not left waiting on a verdict that can never be kept.
+		log.Error("the verdict is over the ledger's report ceiling; an error verdict is saved instead", "err", err,
+			"state", v.State, "description_runes", utf8.RuneCountInString(v.Description))
+		r.count("verdict_too_large")
+		small, _ := json.Marshal(Report{State: evaluate.Error, Description: tooLarge, Context: route.Context, TargetURL: route.TargetURL})
+		staged, err = r.Ledger.Save(ctx, l, small)
+	}
 	if k != nil {
 		k.mu <- struct{}{}
 		k.saving = false
@@ -478,10 +523,10 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 		now := r.now()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if rerr := r.Ledger.Release(rctx, s.Lease, r.after(lc, 0)); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		if rerr := r.Ledger.Unclaim(rctx, s.Lease, r.after(lc, 0)); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			return Result{RetryAt: now}, rerr
 		}
-		log.Warn("publication cut; released for the next claim", "err", err)
+		log.Warn("publication cut; handed back for the next claim", "err", err)
 		return Result{RetryAt: now}, nil
 	}
 	return r.publishFailed(ctx, log, s, lc, rep, err)
@@ -583,6 +628,14 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	}
 	return d/2 + time.Duration(jitter()*float64(d/2))
 }
+
+// MaxDescription is the longest description a saved verdict keeps, in characters (providers
+// show at most 255); a longer one is cut and marked with an ellipsis.
+const MaxDescription = 1024
+
+// tooLarge is the error verdict's description when the evaluator's verdict does not fit the
+// report ceiling.
+const tooLarge = "amiss could not keep the evaluator's verdict: it is over the ledger's report ceiling"
 
 func cutRunes(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {

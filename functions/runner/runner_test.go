@@ -611,6 +611,10 @@ func (failingRelease) Release(context.Context, ledger.Lease, time.Time) error {
 	return errors.New("release: disk unavailable")
 }
 
+func (failingRelease) Unclaim(context.Context, ledger.Lease, time.Time) error {
+	return errors.New("unclaim: disk unavailable")
+}
+
 // A route that cannot be built for an Execute hands the lease back; when that release fails,
 // the route's error is still the one returned and the failed release is logged.
 func TestFailedReleaseAfterARouteErrorIsLogged(t *testing.T) {

@@ -321,6 +321,53 @@ func caseReleaseHandsBackEarlyAndHoldsOffUntilNotBefore(e *env) {
 	e.sameBytes("report", p.Staged.Report, []byte("r"))
 }
 
+// caseUnclaimHandsBackTheAttempt: a holder cut before its attempt decided anything (a
+// shutdown) hands the attempt back with its lease; a Release keeps it counted. Unclaim is
+// fenced: repeated, or landing after another grant, it hands nothing back.
+func caseUnclaimHandsBackTheAttempt(e *env) {
+	d := e.delivery(time.Time{})
+	e.admit(d, ledger.Admitted)
+	c := e.claim(d, "w", ledger.Execute)
+	if c.Lease.Attempt != 1 {
+		e.t.Fatalf("first grant: attempt %d", c.Lease.Attempt)
+	}
+	if err := e.l.Unclaim(e.ctx, *c.Lease, time.Time{}); err != nil {
+		e.t.Fatalf("unclaim: %v", err)
+	}
+	err := e.l.Unclaim(e.ctx, *c.Lease, time.Time{})
+	wantErr(e.t, "unclaim repeated", err, ledger.ErrLeaseLost)
+	c2 := e.claim(d, "w2", ledger.Execute)
+	if c2.Lease.Attempt != 1 {
+		e.t.Fatalf("grant after an unclaim: attempt %d, want 1 (handed back)", c2.Lease.Attempt)
+	}
+	err = e.l.Unclaim(e.ctx, *c.Lease, time.Time{})
+	wantErr(e.t, "unclaim of a lease granted before the current one", err, ledger.ErrLeaseLost)
+	if err := e.l.Release(e.ctx, *c2.Lease, time.Time{}); err != nil {
+		e.t.Fatalf("release: %v", err)
+	}
+	c3 := e.claim(d, "w3", ledger.Execute)
+	if c3.Lease.Attempt != 2 {
+		e.t.Fatalf("grant after a release: attempt %d, want 2 (a release keeps it counted)", c3.Lease.Attempt)
+	}
+	if r := e.row(d); r.Attempts != 2 {
+		e.t.Fatalf("row counts %d attempts, want 2", r.Attempts)
+	}
+	// The publishing phase hands back its own count.
+	s := e.save(*c3.Lease, "r")
+	if err := e.l.Release(e.ctx, s.Lease, time.Time{}); err != nil {
+		e.t.Fatalf("release publishing lease: %v", err)
+	}
+	p1 := e.claim(d, "p", ledger.Publish)
+	if err := e.l.Unclaim(e.ctx, p1.Staged.Lease, time.Time{}); err != nil {
+		e.t.Fatalf("unclaim publishing lease: %v", err)
+	}
+	p2 := e.claim(d, "p2", ledger.Publish)
+	if p2.Staged.Lease.Attempt != p1.Staged.Lease.Attempt {
+		e.t.Fatalf("publish grant after an unclaim: attempt %d, want %d", p2.Staged.Lease.Attempt, p1.Staged.Lease.Attempt)
+	}
+	e.sameBytes("report", p2.Staged.Report, []byte("r"))
+}
+
 func caseRepeatedSaveAnswersTheSameStagedResult(e *env) {
 	d := e.delivery(time.Time{})
 	e.admit(d, ledger.Admitted)

@@ -259,6 +259,7 @@ var cases = []testCase{
 	{"Invariant8_FreshEvaluationIDPerRow", 0, caseInvariant8FreshEvaluationIDPerRow},
 	{"ExpiredOwnerCannotRenewButLivePublishLeaseCan", 0, caseExpiredOwnerCannotRenewButLivePublishLeaseCan},
 	{"ReleaseHandsBackEarlyAndHoldsOffUntilNotBefore", 0, caseReleaseHandsBackEarlyAndHoldsOffUntilNotBefore},
+	{"UnclaimHandsBackTheAttempt", 0, caseUnclaimHandsBackTheAttempt},
 	{"RepeatedSaveAnswersTheSameStagedResult", 0, caseRepeatedSaveAnswersTheSameStagedResult},
 	{"AbandonedRowAnswersDuplicate", 0, caseAbandonedRowAnswersDuplicate},
 	// cases_admission.go

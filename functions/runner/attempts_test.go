@@ -17,7 +17,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Attack (serve/runner): an operator's HTTP evaluator answers a verdict whose description,
+// An operator's HTTP evaluator answers a verdict whose description,
 // as the runner freezes it, is over the ledger's report ceiling. The evaluator's answer is
 // within what the evaluator reads (64 KiB), but the runner re-encodes it as JSON, and
 // encoding/json writes each '<' as the six bytes \u003c, so a 20 KB description becomes a
@@ -28,7 +28,7 @@ import (
 // Here the message is redelivered as the in-process queue would (after the lease ends), ten
 // times: no status is ever posted and the row never leaves pending/running, each attempt
 // evaluated again, with no end.
-func TestAttackAnOversizedVerdictIsNeverPublished(t *testing.T) {
+func TestAnOversizedVerdictEndsInAPublishedVerdict(t *testing.T) {
 	desc := strings.Repeat("<", 20_000)
 	ev := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -65,7 +65,7 @@ func TestAttackAnOversizedVerdictIsNeverPublished(t *testing.T) {
 // verdict whose description quotes the evaluator's error, state included, unbounded. That
 // report is over the ceiling too, so even the error verdict meant to end the wait is never
 // saved: the delivery is evaluated again forever and nothing is published.
-func TestAttackAnOversizedErrorVerdictIsNeverPublished(t *testing.T) {
+func TestAnOversizedErrorVerdictEndsInAPublishedVerdict(t *testing.T) {
 	state := strings.Repeat("<", 20_000) // JSON writes each as \u003c
 	ev := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -94,14 +94,14 @@ func TestAttackAnOversizedErrorVerdictIsNeverPublished(t *testing.T) {
 	}
 }
 
-// Attack (serve shutdown): amiss serve is stopped (SIGTERM, grace ran out) three times while
+// amiss serve is stopped (SIGTERM, grace ran out) three times while
 // a slow evaluation runs. Each cut releases the row, and the docs say a shutdown "is no failed
 // attempt". Then the evaluator fails once (a transient error) and would succeed on the next
 // try. With MaxAttempts 3 only one of three allowed failures has happened, so the delivery
 // must go on to its real verdict. Observed: every Claim counts an attempt, cuts included, so
 // the one transient failure lands on "attempt 4 >= 3" and an error verdict ("evaluation
 // failed 4 times") is saved and published for good instead of the real one.
-func TestAttackShutdownsDoNotSpendTheEvaluationAttempts(t *testing.T) {
+func TestShutdownsDoNotSpendTheEvaluationAttempts(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	calls := 0
@@ -138,5 +138,31 @@ func TestAttackShutdownsDoNotSpendTheEvaluationAttempts(t *testing.T) {
 	got := w.pub.all()
 	if len(got) != 1 || got[0].State != evaluate.Success {
 		t.Fatalf("after 3 shutdowns and 1 transient evaluator failure (MaxAttempts 3): published %+v, want the real verdict (success)", got)
+	}
+}
+
+// An evaluation that never finishes within the invocation's time (the evaluator is slower
+// than the Lambda's timeout) is a failed attempt, not a shutdown: on the last allowed one the
+// error verdict is saved and published, in the time the invocation keeps for it, instead of
+// the row being released for ever (each invocation cut, no verdict, the commit waiting).
+func TestAnEvaluationOutOfTimeIsAFailedAttempt(t *testing.T) {
+	w := newWorld(t)
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+		<-ctx.Done()
+		return evaluate.Verdict{}, ctx.Err()
+	}))
+	r.MaxAttempts = 1
+	r.Margin = 100 * time.Millisecond
+	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the invocation's deadline
+	defer cancel()
+	res, err := r.Process(ctx, w.msg)
+	got := w.pub.all()
+	if err != nil || !res.Done || len(got) != 1 || got[0].State != evaluate.Error {
+		t.Fatalf("an evaluation cut by the invocation's deadline on its last attempt: result %+v, err %v, published %+v, row %v; "+
+			"want the error verdict published", res, err, got, w.state(t))
+	}
+	if !strings.Contains(got[0].Description, "did not finish") {
+		t.Fatalf("error verdict %q does not say the evaluation ran out of time", got[0].Description)
 	}
 }
