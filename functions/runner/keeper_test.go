@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,5 +198,48 @@ func TestALeaseShorterThanTheMarginRunsWithoutADeadline(t *testing.T) {
 	res, err := r.Process(context.Background(), w.msg)
 	if err != nil || !res.Done || len(w.pub.all()) != 1 {
 		t.Fatalf("result %+v, err %v, published %v", res, err, w.pub.all())
+	}
+}
+
+// renewLog records every renewal's window and when it was asked for (the host's real time,
+// which invocation deadlines are set in).
+type renewLog struct {
+	ledger.Ledger
+	mu   sync.Mutex
+	ends []time.Time
+}
+
+func (l *renewLog) Renew(ctx context.Context, ls ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	l.mu.Lock()
+	l.ends = append(l.ends, time.Now().Add(d))
+	l.mu.Unlock()
+	return l.Ledger.Renew(ctx, ls, d)
+}
+
+// A lease never outlives the invocation that holds it: renewals ask for at most the time left
+// before the deadline less the margin, as the claim does. Otherwise a Lambda killed at its
+// deadline leaves the row leased for up to a whole window, and the next claim waits for it.
+func TestRenewalsDoNotOutliveTheInvocation(t *testing.T) {
+	w := newWorld(t)
+	rl := &renewLog{Ledger: w.l}
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+		<-ctx.Done()
+		return evaluate.Verdict{State: evaluate.Success, Description: "late"}, nil
+	}))
+	r.Ledger = rl
+	r.Lease, r.RenewEvery, r.Margin = time.Second, 20*time.Millisecond, 100*time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	r.Process(ctx, w.msg)
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if len(rl.ends) == 0 {
+		t.Fatal("no renewal")
+	}
+	for i, end := range rl.ends {
+		if over := end.Sub(dl.Add(-r.Margin)); over > 10*time.Millisecond {
+			t.Fatalf("renewal %d of %d asks for a lease ending %v past the invocation's deadline less the margin", i+1, len(rl.ends), over)
+		}
 	}
 }

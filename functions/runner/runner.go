@@ -267,11 +267,17 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 				return
 			case <-t.C:
 			}
+			// Never past the invocation's deadline less the margin, as at the claim: a lease
+			// left by an invocation killed at its deadline would hold off the next claim.
+			d := r.leaseFor(ctx)
+			if d <= 0 {
+				continue // the lease granted last runs out by itself
+			}
 			k.mu <- struct{}{}
 			cur, gen := k.lease, k.gen
 			<-k.mu
 			sent := r.now()
-			nl, err := r.Ledger.Renew(ctx, cur, leaseFor)
+			nl, err := r.Ledger.Renew(ctx, cur, d)
 			select {
 			case <-k.stop:
 				return // halted meanwhile: the work has ended, and this answer decides nothing
@@ -280,7 +286,7 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 			k.mu <- struct{}{}
 			current := gen == k.gen
 			if err == nil && current {
-				k.lease, k.granted, k.sent = nl, nl.Expires.Add(-leaseFor), sent
+				k.lease, k.granted, k.sent = nl, nl.Expires.Add(-d), sent
 			}
 			lost := errors.Is(err, ledger.ErrLeaseLost) && current && !k.saving
 			<-k.mu
