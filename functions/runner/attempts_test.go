@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -156,7 +157,7 @@ func TestAnEvaluationOutOfTimeIsAFailedAttempt(t *testing.T) {
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the invocation's deadline
 	defer cancel()
-	res, err := r.Process(ctx, w.msg)
+	res, err := r.Process(runner.FirstOfInvocation(ctx), w.msg)
 	got := w.pub.all()
 	if err != nil || !res.Done || len(got) != 1 || got[0].State != evaluate.Error {
 		t.Fatalf("an evaluation cut by the invocation's deadline on its last attempt: result %+v, err %v, published %+v, row %v; "+

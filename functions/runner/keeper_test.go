@@ -231,7 +231,7 @@ func TestRenewalsDoNotOutliveTheInvocation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	dl, _ := ctx.Deadline()
-	r.Process(ctx, w.msg)
+	r.Process(runner.FirstOfInvocation(ctx), w.msg)
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	if len(rl.ends) == 0 {

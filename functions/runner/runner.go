@@ -123,12 +123,27 @@ func (r *Runner) margin() time.Duration {
 	return 5 * time.Second
 }
 
+// window is the lease window configured (Lease, by default a minute).
+func (r *Runner) window() time.Duration {
+	if r.Lease > 0 {
+		return r.Lease
+	}
+	return time.Minute
+}
+
+// firstKey marks the context of the first message of an invocation (FirstOfInvocation).
+type firstKey struct{}
+
+// FirstOfInvocation marks ctx as carrying the first message an invocation processes: it is
+// claimed with whatever time the invocation has (more than two margins), where a later one
+// needs a whole lease window besides.
+func FirstOfInvocation(ctx context.Context) context.Context {
+	return context.WithValue(ctx, firstKey{}, true)
+}
+
 // leaseFor is the lease window: Lease, cut to end a margin before the invocation's deadline.
 func (r *Runner) leaseFor(ctx context.Context) time.Duration {
-	lease := r.Lease
-	if lease <= 0 {
-		lease = time.Minute
-	}
+	lease := r.window()
 	if dl, ok := ctx.Deadline(); ok {
 		if left := time.Until(dl) - r.margin(); left < lease {
 			lease = left
@@ -152,11 +167,22 @@ func (r *Runner) evaluationContext(ctx context.Context) (context.Context, contex
 func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 	log := r.log().With("key", m.Key.String())
 	leaseFor := r.leaseFor(ctx)
-	dl, ok := ctx.Deadline()
-	if leaseFor <= 0 || ok && time.Until(dl) <= 2*r.margin() {
-		// Claiming now would count an attempt whose evaluation has no time to run (it ends two
-		// margins before the deadline).
-		return Result{RetryAt: r.now()}, errors.New("runner: no time left in this invocation for an attempt")
+	if dl, ok := ctx.Deadline(); ok {
+		// An evaluation ends two margins before the deadline, and running out of time is a
+		// failed attempt: so a message is claimed only when its evaluation gets a fair time,
+		// a whole lease window, unless it is the first of its invocation (it has all the time
+		// the deployment gives any message). A later one handed back now comes back at once,
+		// to an invocation of its own.
+		left, need := time.Until(dl), 2*r.margin()
+		if ctx.Value(firstKey{}) == nil {
+			need += r.window()
+		}
+		if leaseFor <= 0 || left <= need {
+			log.Info("not claimed: too little time left in this invocation for an attempt; back to the queue", "left", left, "need", need)
+			return Result{RetryAt: r.now()}, nil
+		}
+	} else if leaseFor <= 0 {
+		return Result{RetryAt: r.now()}, errors.New("runner: no lease window")
 	}
 	sent := r.now()
 	c, err := r.Ledger.Claim(ctx, m.Key, m.Binding, r.Owner, leaseFor)
@@ -190,6 +216,13 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 		return r.publish(ctx, log, *c.Staged, newLeaseClock(c.Staged.Lease, leaseFor, sent))
 	}
 	return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: claim answered %v", c.Outcome)
+}
+
+func (r *Runner) maxAttempts() int {
+	if r.MaxAttempts > 0 {
+		return r.MaxAttempts
+	}
+	return 3
 }
 
 func (r *Runner) retryDelay() time.Duration {
@@ -348,6 +381,13 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
 			Description: "amiss could not read the delivery's subject"})
 	}
+	if max := r.maxAttempts(); l.Attempt > max {
+		// Every attempt allowed was granted and none came back with an answer or a failure:
+		// the runner died under each (a crash, a kill at the deadline) or lost its lease.
+		// Evaluating again would loop for ever; the commit gets its error verdict now.
+		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
+			Description: fmt.Sprintf("evaluation did not finish in %d attempts: each ended without an answer (the runner stopped or lost its lease)", l.Attempt-1)})
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	k := r.keep(wctx, cancel, lc)
@@ -364,10 +404,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		return Result{RetryAt: kc.local(kc.lease.Expires)}, nil
 	}
 	if evalErr != nil {
-		max := r.MaxAttempts
-		if max <= 0 {
-			max = 3
-		}
+		max := r.maxAttempts()
 		if outOfTime {
 			evalErr = fmt.Errorf("the evaluation did not finish within the invocation's time: %w", evalErr)
 		}

@@ -31,14 +31,18 @@ const maxVisibility = 12 * time.Hour
 // Handle processes every record of the batch.
 func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	var out events.SQSEventResponse
-	for _, rec := range ev.Records {
+	for i, rec := range ev.Records {
 		log := h.Runner.log().With("message", rec.MessageId)
 		m, err := queue.Parse(rec.Body)
 		if err != nil {
 			log.Error("unreadable message acknowledged", "err", err)
 			continue
 		}
-		res, err := h.Runner.Process(ctx, m)
+		mctx := ctx
+		if i == 0 {
+			mctx = FirstOfInvocation(ctx)
+		}
+		res, err := h.Runner.Process(mctx, m)
 		if err != nil {
 			log.Error("process", "err", err)
 		}

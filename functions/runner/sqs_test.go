@@ -66,3 +66,31 @@ func TestSQSVisibilityCarriesThePublishSchedule(t *testing.T) {
 		t.Fatalf("visibility %+v: want about two hours", vis.got)
 	}
 }
+
+// The first message of an invocation is claimed with whatever time the invocation has; a
+// later one only with a whole lease window left besides the two margins, so that no message
+// late in a batch spends an attempt on an evaluation given no time. It goes back to the queue
+// at once, unclaimed.
+func TestALateMessageOfABatchWaitsForAnInvocationOfItsOwn(t *testing.T) {
+	w := newWorld(t)
+	w.clock.Set(time.Now())
+	r := w.runner("a", verdict("success", "x"))
+	r.Margin = 100 * time.Millisecond // the lease window is 30 s
+	vis := &visibility{}
+	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	out, err := h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", ReceiptHandle: "rh1", Body: w.msg.Body()},
+		{MessageId: "m2", ReceiptHandle: "rh2", Body: w.msg.Body()},
+	}})
+	if err != nil || len(out.BatchItemFailures) != 1 || out.BatchItemFailures[0].ItemIdentifier != "m2" {
+		t.Fatalf("%+v %v: want m1 processed and m2 back to the queue unclaimed", out, err)
+	}
+	if len(w.pub.all()) != 1 || w.state(t) != ledger.StateDone {
+		t.Fatalf("published %v, row %v", w.pub.all(), w.state(t))
+	}
+	if len(vis.got) != 1 || vis.got[0].VisibilityTimeout != 0 {
+		t.Fatalf("visibility %+v: want m2 visible again at once", vis.got)
+	}
+}
