@@ -167,3 +167,37 @@ func TestAnEvaluationOutOfTimeIsAFailedAttempt(t *testing.T) {
 		t.Fatalf("error verdict %q does not say the evaluation ran out of time", got[0].Description)
 	}
 }
+
+// ctxLedger answers every call made with an ended context with the context's error, as a
+// ledger over the network (S3) does.
+type ctxLedger struct{ ledger.Ledger }
+
+func (l ctxLedger) Save(ctx context.Context, ls ledger.Lease, report []byte) (ledger.Staged, error) {
+	if err := ctx.Err(); err != nil {
+		return ledger.Staged{}, err
+	}
+	return l.Ledger.Save(ctx, ls, report)
+}
+
+// A shutdown that lands just as the evaluation answers must not drop the verdict in hand: it
+// is saved (with a bounded context of its own), so the attempt is not spent for nothing and
+// the next runner publishes it without evaluating again.
+func TestAShutdownAfterTheAnswerKeepsTheVerdict(t *testing.T) {
+	w := newWorld(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+		cancel() // the shutdown lands as the evaluator answers
+		return evaluate.Verdict{State: evaluate.Failure, Description: "failed: pull request title"}, nil
+	}))
+	r.Ledger = ctxLedger{w.l}
+	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	r.Process(ctx, w.msg)
+	row, err := w.l.Inspect(context.Background(), w.msg.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.State != ledger.StateSaved && row.State != ledger.StateDone {
+		t.Fatalf("row %v after a shutdown that landed with the verdict in hand: the verdict was dropped", row.State)
+	}
+}

@@ -218,6 +218,17 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 	return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: claim answered %v", c.Outcome)
 }
 
+// detached is ctx without its cancellation (a shutdown), for a step that must finish once
+// begun, bounded by d and by ctx's deadline (past which the invocation is gone anyway).
+func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	if dl, ok := ctx.Deadline(); ok {
+		c2, cancel2 := context.WithDeadline(c, dl)
+		return c2, func() { cancel2(); cancel() }
+	}
+	return c, cancel
+}
+
 func (r *Runner) maxAttempts() int {
 	if r.MaxAttempts > 0 {
 		return r.MaxAttempts
@@ -424,7 +435,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 			}
 			// Given back even when ctx was cancelled (a shutdown): the next owner need not wait
 			// for the lease to run out.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			rctx, cancel := detached(ctx, 5*time.Second)
 			defer cancel()
 			if err := giveBack(rctx, kc.lease, r.after(kc, r.retryDelay())); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 				return Result{RetryAt: at}, err
@@ -454,7 +465,11 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 		<-k.mu
 	}
 	l := lc.lease
-	staged, err := r.Ledger.Save(ctx, l, report)
+	// The verdict in hand is saved even when a shutdown lands meanwhile: dropped, it would
+	// spend its attempt for nothing.
+	sctx, scancel := detached(ctx, 10*time.Second)
+	defer scancel()
+	staged, err := r.Ledger.Save(sctx, l, report)
 	if errors.Is(err, ledger.ErrTooLarge) {
 		// Nothing was written and the lease still holds: freeze an error verdict that fits
 		// instead, so the commit is not left waiting on a verdict that can never be kept.
@@ -462,7 +477,7 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 			"state", v.State, "description_runes", utf8.RuneCountInString(v.Description))
 		r.count("verdict_too_large")
 		small, _ := json.Marshal(Report{State: evaluate.Error, Description: tooLarge, Context: route.Context, TargetURL: route.TargetURL})
-		staged, err = r.Ledger.Save(ctx, l, small)
+		staged, err = r.Ledger.Save(sctx, l, small)
 	}
 	if k != nil {
 		k.mu <- struct{}{}
@@ -564,7 +579,7 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 		// Cut by the caller (a shutdown), not refused by the provider: the lease is given back
 		// with an uncancelled context so that the next claim publishes at once.
 		now := r.now()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		rctx, cancel := detached(ctx, 5*time.Second)
 		defer cancel()
 		if rerr := r.Ledger.Unclaim(rctx, s.Lease, r.after(lc, 0)); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			return Result{RetryAt: now}, rerr
