@@ -31,7 +31,8 @@ const maxVisibility = 12 * time.Hour
 // Handle processes every record of the batch.
 func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	var out events.SQSEventResponse
-	for i, rec := range ev.Records {
+	first := true
+	for _, rec := range ev.Records {
 		log := h.Runner.log().With("message", rec.MessageId)
 		m, err := queue.Parse(rec.Body)
 		if err != nil {
@@ -39,8 +40,8 @@ func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQS
 			continue
 		}
 		mctx := ctx
-		if i == 0 {
-			mctx = FirstOfInvocation(ctx)
+		if first { // the first message this invocation processes (an unreadable one is not)
+			mctx, first = FirstOfInvocation(ctx), false
 		}
 		res, err := h.Runner.Process(mctx, m)
 		if err != nil {

@@ -81,6 +81,7 @@ func TestALateMessageOfABatchWaitsForAnInvocationOfItsOwn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	out, err := h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m0", ReceiptHandle: "rh0", Body: "not a message"}, // acknowledged: not the first processed
 		{MessageId: "m1", ReceiptHandle: "rh1", Body: w.msg.Body()},
 		{MessageId: "m2", ReceiptHandle: "rh2", Body: w.msg.Body()},
 	}})
