@@ -18,80 +18,44 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// An operator's HTTP evaluator answers a verdict whose description,
-// as the runner freezes it, is over the ledger's report ceiling. The evaluator's answer is
-// within what the evaluator reads (64 KiB), but the runner re-encodes it as JSON, and
-// encoding/json writes each '<' as the six bytes \u003c, so a 20 KB description becomes a
-// 120 KB report; Save refuses it (ErrTooLarge) before writing anything.
-//
-// The promise: a delivery is never lost: after the configured attempts it gets an error
-// verdict saved and published ("so no commit waits forever"), or some verdict is published.
-// Here the message is redelivered as the in-process queue would (after the lease ends), ten
-// times: no status is ever posted and the row never leaves pending/running, each attempt
-// evaluated again, with no end.
+// A verdict over the ledger's report ceiling must still end in a published verdict. An
+// operator's HTTP evaluator answers within what the evaluator reads (64 KiB), but the runner
+// re-encodes the verdict as JSON, which writes each '<' as the six bytes \u003c: a 20 KB
+// description becomes a 120 KB report, which Save refuses (ErrTooLarge) before writing
+// anything. Before the fix the row was evaluated again at every delivery of its message and
+// nothing was ever published; the same held for the error verdict that quotes an invalid
+// 20 KB state after the last attempt. The message is redelivered as the queue would, ten
+// times, past the lease each time.
 func TestAnOversizedVerdictEndsInAPublishedVerdict(t *testing.T) {
-	desc := strings.Repeat("<", 20_000)
-	ev := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"state":"failure","description":%q}`, desc)
-	}))
-	defer ev.Close()
-	w := newWorld(t)
-	r := w.runner("a", &evaluate.HTTP{URL: ev.URL, Secret: []byte("s"), Client: ev.Client()})
-	for i := 0; i < 10; i++ {
-		res, err := r.Process(context.Background(), w.msg)
-		t.Logf("attempt %d: %+v err=%v", i+1, res, err)
-		if res.Done {
-			break
-		}
-		// The queue brings the message back at its RetryAt; the lease the failed Save kept
-		// must end first, so move past both.
-		w.clock.Advance(time.Minute)
-	}
-	row, err := w.l.Inspect(context.Background(), w.msg.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := w.pub.all(); len(got) == 0 {
-		t.Fatalf("no verdict published after 10 deliveries of the message: row %v, %d Execute attempts (max 3 before an error verdict)",
-			row.State, row.Attempts)
-	}
-	if row.State != ledger.StateDone && row.State != ledger.StateAbandoned {
-		t.Fatalf("row %v after 10 deliveries", row.State)
-	}
-}
-
-// The same hole through the fallback: an evaluator that keeps answering a state it may not
-// ("<<<…", 20 KB) fails each attempt, and after the third the runner freezes an error
-// verdict whose description quotes the evaluator's error, state included, unbounded. That
-// report is over the ceiling too, so even the error verdict meant to end the wait is never
-// saved: the delivery is evaluated again forever and nothing is published.
-func TestAnOversizedErrorVerdictEndsInAPublishedVerdict(t *testing.T) {
-	state := strings.Repeat("<", 20_000) // JSON writes each as \u003c
-	ev := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"state":%q,"description":"d"}`, state)
-	}))
-	defer ev.Close()
-	w := newWorld(t)
-	r := w.runner("a", &evaluate.HTTP{URL: ev.URL, Secret: []byte("s"), Client: ev.Client()})
-	r.MaxAttempts = 3
-	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	for i := 0; i < 10; i++ {
-		res, err := r.Process(context.Background(), w.msg)
-		t.Logf("attempt %d: done=%v err=%.160v", i+1, res.Done, err)
-		if res.Done {
-			break
-		}
-		w.clock.Advance(time.Minute)
-	}
-	row, err := w.l.Inspect(context.Background(), w.msg.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := w.pub.all(); len(got) == 0 || (row.State != ledger.StateDone && row.State != ledger.StateAbandoned) {
-		t.Fatalf("after 10 deliveries of the message (max 3 attempts before an error verdict): %d statuses published, row %v, %d Execute attempts",
-			len(got), row.State, row.Attempts)
+	for name, answer := range map[string]string{
+		"description":                       fmt.Sprintf(`{"state":"failure","description":%q}`, strings.Repeat("<", 20_000)),
+		"state quoted by the error verdict": fmt.Sprintf(`{"state":%q,"description":"d"}`, strings.Repeat("<", 20_000)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ev := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				io.WriteString(w, answer)
+			}))
+			defer ev.Close()
+			w := newWorld(t)
+			r := w.runner("a", &evaluate.HTTP{URL: ev.URL, Secret: []byte("s"), Client: ev.Client()})
+			r.MaxAttempts = 3
+			r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+			for i := 0; i < 10; i++ {
+				if res, _ := r.Process(context.Background(), w.msg); res.Done {
+					break
+				}
+				w.clock.Advance(time.Minute)
+			}
+			row, err := w.l.Inspect(context.Background(), w.msg.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := w.pub.all(); len(got) == 0 || (row.State != ledger.StateDone && row.State != ledger.StateAbandoned) {
+				t.Fatalf("after 10 deliveries of the message (max 3 attempts before an error verdict): %d statuses published, row %v, %d Execute attempts",
+					len(got), row.State, row.Attempts)
+			}
+		})
 	}
 }
 
