@@ -319,6 +319,8 @@ type Lease struct {
 	// PublishSince is, for a publishing lease, when the row's result was saved or last
 	// revived: the start of its publish budget (zero for rows saved by older versions).
 	PublishSince time.Time
+	// AdmittedAt is when the row was admitted, by the ledger's clock.
+	AdmittedAt time.Time
 	// Subject is the row's subject, handed to the evaluator and to the publisher.
 	Subject []byte
 }

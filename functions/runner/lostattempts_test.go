@@ -40,8 +40,16 @@ func TestACrashLoopingEvaluationEndsInAnErrorVerdict(t *testing.T) {
 		if len(w.pub.all()) > 0 {
 			break
 		}
-		// The dead process's lease runs out; the message comes back (queue, stranded sweep).
-		w.clock.Advance(time.Minute)
+		// The dead process's lease runs out; the message comes back (queue, stranded sweep),
+		// here 10 hours apart: the loop outlasts the publish budget (72 h) after 8 crashes.
+		if i < 7 && calls != i+1 {
+			t.Fatalf("crash %d: evaluated %d times", i+1, calls)
+		}
+		w.clock.Advance(10 * time.Hour)
+	}
+	if calls < 8 {
+		t.Fatalf("evaluated %d times: an attempt past the limit within the publish budget must still evaluate "+
+			"(attempts are also lost to pauses and a busy ledger, which are no failed evaluation)", calls)
 	}
 	row, err := w.l.Inspect(context.Background(), w.msg.Key)
 	if err != nil {

@@ -392,12 +392,17 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
 			Description: "amiss could not read the delivery's subject"})
 	}
-	if max := r.maxAttempts(); l.Attempt > max {
-		// Every attempt allowed was granted and none came back with an answer or a failure:
-		// the runner died under each (a crash, a kill at the deadline) or lost its lease.
-		// Evaluating again would loop for ever; the commit gets its error verdict now.
+	if max, age := r.maxAttempts(), lc.granted.Sub(l.AdmittedAt); l.Attempt > max && !l.AdmittedAt.IsZero() && age >= r.publishBudget() {
+		// More attempts than allowed were granted, yet none ended in a verdict or a counted
+		// failure, for as long as the delivery can matter (the publish budget, by default the
+		// queue ceiling, since admission, on the ledger's clock): the runner died under each
+		// (an evaluator that crashes it, a kill at the deadline). Evaluating again would loop
+		// for ever; the commit gets its error verdict now. Attempts lost for a while (a
+		// paused runner, a Save the ledger refused as busy, a hand-back that did not land)
+		// are no reason to freeze one.
 		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
-			Description: fmt.Sprintf("evaluation did not finish in %d attempts: each ended without an answer (the runner stopped or lost its lease)", l.Attempt-1)})
+			Description: fmt.Sprintf("evaluation did not finish: %d attempts over %s ended without an answer (the runner stopped under each)",
+				l.Attempt-1, age.Round(time.Minute))})
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -502,6 +507,14 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 			r.count("lease_lost")
 			log.Warn("lease lost before saving: result dropped; the message comes back when the lease ends")
 			return Result{RetryAt: lc.local(l.Expires)}, nil
+		}
+		// The evaluation answered; the ledger did not keep it (busy, unreachable). The attempt
+		// is handed back, so that it is not counted as a failed one (a Save that landed after
+		// all leaves the row saved, and the hand-back is refused).
+		uctx, ucancel := detached(ctx, 5*time.Second)
+		defer ucancel()
+		if uerr := r.Ledger.Unclaim(uctx, l, r.after(lc, r.retryDelay())); uerr != nil && !errors.Is(uerr, ledger.ErrLeaseLost) {
+			log.Warn("hand-back failed after a failed save; the lease ends by itself", "err", uerr)
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: save: %w", err)
 	}
