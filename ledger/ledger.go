@@ -50,7 +50,8 @@ type Ledger interface {
 	Abandon(ctx context.Context, staged Staged, reason string) error
 
 	// Release gives a lease back early so the next claim need not wait for expiry; no claim
-	// is granted before notBefore. A stale fence answers ErrLeaseLost.
+	// is granted before notBefore. Releasing an executing lease records a failed attempt
+	// (the next executing lease's Failures). A stale fence answers ErrLeaseLost.
 	Release(ctx context.Context, lease Lease, notBefore time.Time) error
 
 	// Unclaim gives a lease back as Release does and hands back the attempt its grant
@@ -319,8 +320,10 @@ type Lease struct {
 	// PublishSince is, for a publishing lease, when the row's result was saved or last
 	// revived: the start of its publish budget (zero for rows saved by older versions).
 	PublishSince time.Time
-	// AdmittedAt is when the row was admitted, by the ledger's clock.
-	AdmittedAt time.Time
+	// Failures counts, for an executing lease, the earlier attempts released as failed
+	// (Release of an executing lease); attempts handed back (Unclaim) or lost (their holder
+	// died, or lost its lease) are not failures.
+	Failures int
 	// Subject is the row's subject, handed to the evaluator and to the publisher.
 	Subject []byte
 }

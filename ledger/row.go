@@ -31,6 +31,9 @@ type Row struct {
 	// NotBefore holds off claims after a Release.
 	NotBefore time.Time `json:"not_before,omitzero"`
 	Attempts  int       `json:"attempts"`
+	// Failures counts the executing leases released as failed attempts (Release); Attempts
+	// less Failures, less one for a live lease, are attempts lost without an answer.
+	Failures int `json:"failures,omitempty"`
 	// PublishAttempts counts publish grants since the result was saved or last revived.
 	PublishAttempts int `json:"publish_attempts"`
 	// PublishSince is when the result was saved or last revived: the start of its publish
@@ -198,9 +201,11 @@ func (r *Row) grant(owner string, leaseFor time.Duration, now time.Time) {
 
 func (r *Row) lease(p Phase, attempt int) Lease {
 	l := Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), Route: r.Binding.Route, EvaluationID: r.EvaluationID, Fence: r.Fence,
-		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, AdmittedAt: r.CreatedAt, Subject: append([]byte(nil), r.Subject...)}
+		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, Subject: append([]byte(nil), r.Subject...)}
 	if p == PhasePublish {
 		l.PublishSince = r.PublishSince
+	} else {
+		l.Failures = r.Failures
 	}
 	return l
 }
@@ -343,6 +348,17 @@ func (r *Row) Revive(evaluationID string, now time.Time) (bool, error) {
 
 // Release gives the lease back: the row waits until notBefore for its next claim.
 func (r *Row) Release(l Lease, notBefore, now time.Time) error {
+	if err := r.giveBack(l, notBefore, now); err != nil {
+		return err
+	}
+	if l.Phase == PhaseExecute {
+		r.Failures++
+	}
+	return nil
+}
+
+// giveBack ends the lease l (Release and Unclaim), holding off claims until notBefore.
+func (r *Row) giveBack(l Lease, notBefore, now time.Time) error {
 	if l.EvaluationID != r.EvaluationID || l.Fence != r.Fence || r.Owner == "" {
 		return fmt.Errorf("%w: release of fence %d, row holds fence %d", ErrLeaseLost, l.Fence, r.Fence)
 	}
@@ -362,7 +378,7 @@ func (r *Row) Release(l Lease, notBefore, now time.Time) error {
 // Unclaim releases l as Release does and hands back the attempt its grant counted (the
 // row's count is the lease's: its fence is the row's).
 func (r *Row) Unclaim(l Lease, notBefore, now time.Time) error {
-	if err := r.Release(l, notBefore, now); err != nil {
+	if err := r.giveBack(l, notBefore, now); err != nil {
 		return err
 	}
 	if l.Phase == PhaseExecute {
@@ -420,7 +436,7 @@ func (r *Row) Equal(o *Row) bool {
 	return r.Key == o.Key && r.Binding == o.Binding && r.EvaluationID == o.EvaluationID && r.State == o.State &&
 		bytes.Equal(r.Subject, o.Subject) && r.Permanent == o.Permanent && r.SignedAt.Equal(o.SignedAt) && r.BodyTime == o.BodyTime &&
 		r.RetainUntil.Equal(o.RetainUntil) && r.Fence == o.Fence && r.Owner == o.Owner &&
-		r.LeaseUntil.Equal(o.LeaseUntil) && r.NotBefore.Equal(o.NotBefore) && r.Attempts == o.Attempts &&
+		r.LeaseUntil.Equal(o.LeaseUntil) && r.NotBefore.Equal(o.NotBefore) && r.Attempts == o.Attempts && r.Failures == o.Failures &&
 		r.PublishAttempts == o.PublishAttempts && r.PublishSince.Equal(o.PublishSince) && r.Report == o.Report && r.Reason == o.Reason &&
 		r.CreatedAt.Equal(o.CreatedAt) && r.UpdatedAt.Equal(o.UpdatedAt) && r.SeenAt.Equal(o.SeenAt)
 }

@@ -229,12 +229,18 @@ func detached(ctx context.Context, d time.Duration) (context.Context, context.Ca
 	return c, cancel
 }
 
+// maxAttempts is how many failed evaluations make an error verdict (MaxAttempts, default 3).
 func (r *Runner) maxAttempts() int {
 	if r.MaxAttempts > 0 {
 		return r.MaxAttempts
 	}
 	return 3
 }
+
+// maxLost is how many attempts lost without an answer end the wait: three times maxAttempts.
+// A lost attempt cannot be told from a crash, so the bound is generous: a runner paused past
+// its lease, or a hand-back that did not land, is rare; a crash loop makes one per redelivery.
+func (r *Runner) maxLost() int { return 3 * r.maxAttempts() }
 
 func (r *Runner) retryDelay() time.Duration {
 	if r.RetryDelay > 0 {
@@ -392,17 +398,14 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
 			Description: "amiss could not read the delivery's subject"})
 	}
-	if max, age := r.maxAttempts(), lc.granted.Sub(l.AdmittedAt); l.Attempt > max && !l.AdmittedAt.IsZero() && age >= r.publishBudget() {
-		// More attempts than allowed were granted, yet none ended in a verdict or a counted
-		// failure, for as long as the delivery can matter (the publish budget, by default the
-		// queue ceiling, since admission, on the ledger's clock): the runner died under each
-		// (an evaluator that crashes it, a kill at the deadline). Evaluating again would loop
-		// for ever; the commit gets its error verdict now. Attempts lost for a while (a
-		// paused runner, a Save the ledger refused as busy, a hand-back that did not land)
-		// are no reason to freeze one.
+	if lost := l.Attempt - 1 - l.Failures; lost >= r.maxLost() {
+		// Attempts that ended with neither a verdict, a failure nor a hand-back: the runner
+		// died under each (an evaluator that crashes it, a kill at the deadline), or was
+		// paused past its lease, or could not hand the attempt back. So many of them mean a
+		// crash loop: evaluating again would loop for ever, and the commit gets its error
+		// verdict now.
 		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
-			Description: fmt.Sprintf("evaluation did not finish: %d attempts over %s ended without an answer (the runner stopped under each)",
-				l.Attempt-1, age.Round(time.Minute))})
+			Description: fmt.Sprintf("evaluation did not finish: %d attempts ended without an answer (the runner stopped under each)", lost)})
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -429,7 +432,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		// Running out of the invocation's time is a failed attempt (outOfTime): the evaluation
 		// ends two margins before the deadline, so that the error verdict can still be saved.
 		cut := ctx.Err() != nil
-		if l.Attempt < max || cut {
+		failed := l.Failures + 1 // this one included; attempts lost or handed back are no failures
+		if failed < max || cut {
 			k.end()
 			log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr, "cut", cut)
 			kc := k.clock(leaseFor)
@@ -447,7 +451,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 			}
 			return Result{RetryAt: at}, nil
 		}
-		v = evaluate.Verdict{State: evaluate.Error, Description: fmt.Sprintf("evaluation failed %d times: %v", l.Attempt,
+		v = evaluate.Verdict{State: evaluate.Error, Description: fmt.Sprintf("evaluation failed %d times: %v", failed,
 			cutRunes(evalErr.Error(), MaxDescription))}
 	}
 	return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)

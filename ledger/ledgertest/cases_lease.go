@@ -13,16 +13,11 @@ import (
 
 func caseLifecycle(e *env) {
 	d := e.delivery(time.Time{})
-	admitted := e.clock.Now()
 	a := e.admit(d, ledger.Admitted)
 	if a.Key != d.Key() || a.EvaluationID == "" || a.State != ledger.StatePending {
 		e.t.Fatalf("admission %+v", a)
 	}
-	e.clock.Advance(time.Second)
 	c := e.claim(d, "w1", ledger.Execute)
-	if !c.Lease.AdmittedAt.Equal(admitted) {
-		e.t.Fatalf("lease says admitted at %v, want %v", c.Lease.AdmittedAt, admitted)
-	}
 	if c.Lease.Fence == 0 || c.Lease.Attempt != 1 || c.Lease.EvaluationID != a.EvaluationID || c.Lease.Route != d.Binding.Route {
 		e.t.Fatalf("lease %+v", c.Lease)
 	}
@@ -342,8 +337,9 @@ func caseUnclaimHandsBackTheAttempt(e *env) {
 	err := e.l.Unclaim(e.ctx, *c.Lease, time.Time{})
 	wantErr(e.t, "unclaim repeated", err, ledger.ErrLeaseLost)
 	c2 := e.claim(d, "w2", ledger.Execute)
-	if c2.Lease.Attempt != 1 {
-		e.t.Fatalf("grant after an unclaim: attempt %d, want 1 (handed back)", c2.Lease.Attempt)
+	if c2.Lease.Attempt != 1 || c2.Lease.Failures != 0 {
+		e.t.Fatalf("grant after an unclaim: attempt %d with %d failures, want 1 with 0 (handed back, no failure)",
+			c2.Lease.Attempt, c2.Lease.Failures)
 	}
 	err = e.l.Unclaim(e.ctx, *c.Lease, time.Time{})
 	wantErr(e.t, "unclaim of a lease granted before the current one", err, ledger.ErrLeaseLost)
@@ -351,11 +347,12 @@ func caseUnclaimHandsBackTheAttempt(e *env) {
 		e.t.Fatalf("release: %v", err)
 	}
 	c3 := e.claim(d, "w3", ledger.Execute)
-	if c3.Lease.Attempt != 2 {
-		e.t.Fatalf("grant after a release: attempt %d, want 2 (a release keeps it counted)", c3.Lease.Attempt)
+	if c3.Lease.Attempt != 2 || c3.Lease.Failures != 1 {
+		e.t.Fatalf("grant after a release: attempt %d with %d failures, want 2 with 1 (a release is a failed attempt)",
+			c3.Lease.Attempt, c3.Lease.Failures)
 	}
-	if r := e.row(d); r.Attempts != 2 {
-		e.t.Fatalf("row counts %d attempts, want 2", r.Attempts)
+	if r := e.row(d); r.Attempts != 2 || r.Failures != 1 {
+		e.t.Fatalf("row counts %d attempts and %d failures, want 2 and 1", r.Attempts, r.Failures)
 	}
 	// The publishing phase hands back its own count.
 	s := e.save(*c3.Lease, "r")
