@@ -320,6 +320,8 @@ type Lease struct {
 	// PublishSince is, for a publishing lease, when the row's result was saved or last
 	// revived: the start of its publish budget (zero for rows saved by older versions).
 	PublishSince time.Time
+	// AdmittedAt is when the row was admitted, by the ledger's clock.
+	AdmittedAt time.Time
 	// Failures counts, for an executing lease, the earlier attempts released as failed
 	// (Release of an executing lease); attempts handed back (Unclaim) or lost (their holder
 	// died, or lost its lease) are not failures.

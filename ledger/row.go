@@ -201,7 +201,7 @@ func (r *Row) grant(owner string, leaseFor time.Duration, now time.Time) {
 
 func (r *Row) lease(p Phase, attempt int) Lease {
 	l := Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), Route: r.Binding.Route, EvaluationID: r.EvaluationID, Fence: r.Fence,
-		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, Subject: append([]byte(nil), r.Subject...)}
+		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, AdmittedAt: r.CreatedAt, Subject: append([]byte(nil), r.Subject...)}
 	if p == PhasePublish {
 		l.PublishSince = r.PublishSince
 	} else {

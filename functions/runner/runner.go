@@ -384,6 +384,9 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
 	route, err := r.Routes(l.Route)
 	if err != nil {
+		if !l.AdmittedAt.IsZero() && lc.granted.Sub(l.AdmittedAt) >= r.publishBudget() {
+			return r.unroutable(ctx, log, lc, err)
+		}
 		// Nothing was evaluated, so the attempt is handed back. A failed unclaim is logged, not
 		// returned: the route's error is the one the caller must see, and a lease not given
 		// back only delays the next claim until it ends.
@@ -429,24 +432,33 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		}
 		// A shutdown (the caller's context ended) is no failed attempt, the last one included:
 		// its error must never become the delivery's verdict, and the attempt is handed back.
-		// Running out of the invocation's time is a failed attempt (outOfTime): the evaluation
-		// ends two margins before the deadline, so that the error verdict can still be saved.
-		cut := ctx.Err() != nil
+		// Running out of the invocation's time is a failed attempt (outOfTime) only for the
+		// first message of the invocation, which had all the time the deployment gives any:
+		// a later one of the batch had what the messages before it left, which is the
+		// runner's scheduling, not the evaluation's failure; it is handed back, to come again
+		// at once (to an invocation of its own). The evaluation ends two margins before the
+		// deadline, so that an error verdict can still be saved.
+		cut := ctx.Err() != nil || outOfTime && ctx.Value(firstKey{}) == nil
 		failed := l.Failures + 1 // this one included; attempts lost or handed back are no failures
 		if failed < max || cut {
 			k.end()
 			log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr, "cut", cut)
 			kc := k.clock(leaseFor)
 			at := r.now().Add(r.retryDelay())
+			if outOfTime && cut {
+				at = r.now()
+			}
 			giveBack := r.Ledger.Release
+			notBefore := r.after(kc, r.retryDelay())
 			if cut {
 				giveBack = r.Ledger.Unclaim
+				notBefore = r.after(kc, 0)
 			}
 			// Given back even when ctx was cancelled (a shutdown): the next owner need not wait
 			// for the lease to run out.
 			rctx, cancel := detached(ctx, 5*time.Second)
 			defer cancel()
-			if err := giveBack(rctx, kc.lease, r.after(kc, r.retryDelay())); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+			if err := giveBack(rctx, kc.lease, notBefore); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 				return Result{RetryAt: at}, err
 			}
 			return Result{RetryAt: at}, nil
@@ -455,6 +467,30 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 			cutRunes(evalErr.Error(), MaxDescription))}
 	}
 	return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)
+}
+
+// unroutable ends a delivery whose route could not be built for as long as it can matter
+// (the publish budget since its admission, by the ledger's clock): it freezes an error verdict
+// naming the cause, without a context (there is no route to take one from), and abandons it at
+// once, so the row stops waiting and holding its slot. `amiss ledger republish` publishes it,
+// under the route's context, once the route exists again.
+func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock, cause error) (Result, error) {
+	l := lc.lease
+	report, _ := json.Marshal(Report{State: evaluate.Error,
+		Description: cutRunes(fmt.Sprintf("amiss could not evaluate: route %s cannot be built: %v", l.Route, cause), MaxDescription)})
+	sctx, cancel := detached(ctx, 10*time.Second)
+	defer cancel()
+	staged, err := r.Ledger.Save(sctx, l, report)
+	if err != nil {
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			return Result{RetryAt: lc.local(l.Expires)}, nil
+		}
+		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: save: %w", err)
+	}
+	log.Error("route cannot be built for the whole publish budget since admission: error verdict frozen and abandoned", "err", cause)
+	lc.lease = staged.Lease
+	return r.abandon(sctx, log, staged, lc, fmt.Sprintf("route %s could not be built for %s after admission: %v",
+		l.Route, r.publishBudget(), cause))
 }
 
 // saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
@@ -568,6 +604,10 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	var subj subject.Subject
 	if err := json.Unmarshal(s.Lease.Subject, &subj); err != nil || subj.Repository == "" {
 		return r.abandon(ctx, log, s, lc, "the delivery's subject does not decode")
+	}
+	if rep.Context == "" {
+		// Frozen without a route (unroutable): published under the route's context.
+		rep.Context, rep.TargetURL = route.Context, route.TargetURL
 	}
 	start := time.Now()
 	err := route.Publisher.Publish(wctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,

@@ -13,11 +13,16 @@ import (
 
 func caseLifecycle(e *env) {
 	d := e.delivery(time.Time{})
+	admitted := e.clock.Now()
 	a := e.admit(d, ledger.Admitted)
 	if a.Key != d.Key() || a.EvaluationID == "" || a.State != ledger.StatePending {
 		e.t.Fatalf("admission %+v", a)
 	}
+	e.clock.Advance(time.Second)
 	c := e.claim(d, "w1", ledger.Execute)
+	if !c.Lease.AdmittedAt.Equal(admitted) {
+		e.t.Fatalf("lease says admitted at %v, want %v", c.Lease.AdmittedAt, admitted)
+	}
 	if c.Lease.Fence == 0 || c.Lease.Attempt != 1 || c.Lease.EvaluationID != a.EvaluationID || c.Lease.Route != d.Binding.Route {
 		e.t.Fatalf("lease %+v", c.Lease)
 	}
