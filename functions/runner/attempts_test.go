@@ -93,13 +93,7 @@ func TestShutdownsDoNotSpendTheEvaluationAttempts(t *testing.T) {
 		}
 		w.clock.Advance(time.Minute)
 	}
-	for i := 0; i < 4; i++ { // the server runs again: messages come back until done
-		res, _ := r.Process(ctx, w.msg)
-		if res.Done {
-			break
-		}
-		w.clock.Advance(time.Minute)
-	}
+	untilDone(w, r, 4) // the server runs again: messages come back until done
 	got := w.pub.all()
 	if len(got) != 1 || got[0].State != evaluate.Success {
 		t.Fatalf("after 3 shutdowns and 1 transient evaluator failure (MaxAttempts 3): published %+v, want the real verdict (success)", got)

@@ -56,23 +56,10 @@ func TestOneTransientFailureAfterLostAttemptsFreezesNoErrorVerdict(t *testing.T)
 				}
 			} else {
 				r.Ledger = busyUnclaim{w.l}
-				for i := 0; i < 3; i++ {
-					pctx, cancel := context.WithCancel(context.Background())
-					go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-					res, err := r.Process(pctx, w.msg)
-					t.Logf("cut %d: %+v %v", i+1, res, err)
-					w.clock.Advance(time.Minute)
-				}
+				shutDown(w, r, 3)
 			}
 			r.Ledger = w.l // the ledger is healthy again
-			for i := 0; i < 4; i++ {
-				res, err := r.Process(context.Background(), w.msg)
-				t.Logf("healthy %d: %+v %v", i+1, res, err)
-				if res.Done {
-					break
-				}
-				w.clock.Advance(time.Minute)
-			}
+			untilDone(w, r, 4)
 			got := w.pub.all()
 			if len(got) != 1 || got[0].State != evaluate.Success {
 				row, _ := w.l.Inspect(context.Background(), w.msg.Key)
@@ -99,37 +86,17 @@ func TestOneTransientFailureAfterLostAttemptsFreezesNoErrorVerdict(t *testing.T)
 func TestAttemptsLostLongAgoFreezeNoErrorVerdictAfterIdleTime(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	r := w.runner("a", evalFunc(func(ectx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
-		calls++
-		if calls <= 4 { // a slow evaluation, cut by a shutdown
-			<-ectx.Done()
-			return evaluate.Verdict{}, ectx.Err()
-		}
-		return evaluate.Verdict{State: evaluate.Success, Description: "all rules hold"}, nil
-	}))
+	r := w.runner("a", slowAtFirst(4, &calls)) // slow evaluations, each cut by a shutdown
 	r.MaxAttempts = 3
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	r.Ledger = busyUnclaim{w.l}
-	for i := 0; i < 4; i++ {
-		pctx, cancel := context.WithCancel(context.Background())
-		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-		res, err := r.Process(pctx, w.msg)
-		t.Logf("cut %d: %+v %v", i+1, res, err)
-		w.clock.Advance(time.Minute)
-	}
+	shutDown(w, r, 4)
 	if calls != 4 {
 		t.Fatalf("setup: evaluator called %d times, want 4", calls)
 	}
 	w.clock.Advance(72 * time.Hour) // the server is down; nobody claims the row
 	r.Ledger = w.l
-	for i := 0; i < 4; i++ {
-		res, err := r.Process(context.Background(), w.msg)
-		t.Logf("after restart %d: %+v %v", i+1, res, err)
-		if res.Done {
-			break
-		}
-		w.clock.Advance(time.Minute)
-	}
+	untilDone(w, r, 4)
 	got := w.pub.all()
 	if len(got) != 1 || got[0].State != evaluate.Success {
 		row, _ := w.l.Inspect(context.Background(), w.msg.Key)

@@ -89,32 +89,13 @@ func (busyUnclaim) Unclaim(_ context.Context, l ledger.Lease, _ time.Time) error
 func TestShutdownsWhoseHandBackFailsFreezeNoErrorVerdict(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	r := w.runner("a", evalFunc(func(ectx context.Context, s subject.Subject) (evaluate.Verdict, error) {
-		calls++
-		if calls <= 3 { // a slow evaluation, cut by a shutdown
-			<-ectx.Done()
-			return evaluate.Verdict{}, ectx.Err()
-		}
-		return evaluate.Verdict{State: evaluate.Success, Description: "all rules hold"}, nil
-	}))
+	r := w.runner("a", slowAtFirst(3, &calls)) // slow evaluations, each cut by a shutdown
 	r.MaxAttempts = 3
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	r.Ledger = busyUnclaim{w.l}
-	for i := 0; i < 3; i++ { // three shutdowns mid-evaluation; the hand-back does not land
-		pctx, cancel := context.WithCancel(context.Background())
-		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-		res, err := r.Process(pctx, w.msg)
-		t.Logf("cut %d: %+v %v", i+1, res, err)
-		w.clock.Advance(time.Minute) // the lease not handed back ends by itself
-	}
-	r.Ledger = w.l // the ledger is healthy again
-	for i := 0; i < 4; i++ {
-		res, _ := r.Process(context.Background(), w.msg)
-		if res.Done {
-			break
-		}
-		w.clock.Advance(time.Minute)
-	}
+	shutDown(w, r, 3) // three shutdowns mid-evaluation; the hand-back does not land
+	r.Ledger = w.l    // the ledger is healthy again
+	untilDone(w, r, 4)
 	got := w.pub.all()
 	if len(got) != 1 || got[0].State != evaluate.Success {
 		t.Fatalf("3 shutdowns (hand-back refused as busy), no evaluation failed, evaluator called %d times: published %+v; "+
