@@ -57,17 +57,19 @@ func TestAnUnbuildableRouteAtExecuteDoesNotWaitForever(t *testing.T) {
 	}
 }
 
-// The verdict frozen for a route that could not be built carries no context; an operator who
-// republishes it once the route exists again gets it posted under the route's context.
-func TestAnUnroutableVerdictIsRepublishedUnderTheRoutesContext(t *testing.T) {
+// The verdict frozen for a route that could not be built carries the default context (there
+// was no route to take one from); an operator who republishes it once the route exists again
+// gets exactly that posted: what is frozen is what is published.
+func TestAnUnroutableVerdictIsRepublishedAsFrozen(t *testing.T) {
 	w := newWorld(t)
 	r := w.runner("a", nil)
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	routes := r.Routes
 	r.Routes = func(string) (*runner.Route, error) { return nil, errors.New(`route "r" is not configured`) }
 	w.clock.Advance(73 * time.Hour) // past the publish budget since admission
-	if res, err := r.Process(context.Background(), w.msg); err != nil || !res.Done || w.state(t) != ledger.StateAbandoned {
-		t.Fatalf("result %+v, err %v, row %v: want abandoned", res, err, w.state(t))
+	untilDone(w, r, 3)              // three attempts past it fail to build the route
+	if st := w.state(t); st != ledger.StateAbandoned {
+		t.Fatalf("row %v: want abandoned after three attempts past the publish budget", st)
 	}
 	if _, err := w.l.Revive(context.Background(), w.msg.Key, ""); err != nil {
 		t.Fatal(err)
@@ -77,7 +79,7 @@ func TestAnUnroutableVerdictIsRepublishedUnderTheRoutesContext(t *testing.T) {
 		t.Fatalf("republish: %+v %v", res, err)
 	}
 	got := w.pub.all()
-	if len(got) != 1 || got[0].Context != "amiss/verdict" || got[0].State != "error" || got[0].TargetURL != "https://ci.example.com" {
-		t.Fatalf("published %+v: want the error verdict under the route's context and link", got)
+	if len(got) != 1 || got[0].Context != runner.DefaultContext || got[0].State != "error" || got[0].TargetURL != "" {
+		t.Fatalf("published %+v: want the error verdict as frozen, under the default context", got)
 	}
 }

@@ -131,14 +131,24 @@ func (r *Runner) window() time.Duration {
 	return time.Minute
 }
 
-// firstKey marks the context of the first message of an invocation (FirstOfInvocation).
-type firstKey struct{}
+// startKey holds when the invocation a context belongs to started (FirstOfInvocation).
+type startKey struct{}
 
-// FirstOfInvocation marks ctx as carrying the first message an invocation processes: it is
-// claimed with whatever time the invocation has (more than two margins), where a later one
-// needs a whole lease window besides.
+// FirstOfInvocation marks ctx as an invocation starting now (the SQS handler marks each
+// batch's). A message reached while at most a margin of the invocation is spent has all the
+// time the deployment gives any message: it is claimed with whatever time is left (more
+// than two margins), and an evaluation of it cut by the deadline is a failed attempt. A later
+// one needs a whole lease window besides to be claimed, and its cut evaluation is handed
+// back, since its time went to the messages before it. Without the mark (a caller that
+// says nothing of the invocation), a message with a deadline is a later one.
 func FirstOfInvocation(ctx context.Context) context.Context {
-	return context.WithValue(ctx, firstKey{}, true)
+	return context.WithValue(ctx, startKey{}, time.Now())
+}
+
+// fresh reports whether at most a margin of ctx's invocation is spent (FirstOfInvocation).
+func (r *Runner) fresh(ctx context.Context) bool {
+	start, ok := ctx.Value(startKey{}).(time.Time)
+	return ok && time.Since(start) <= r.margin()
 }
 
 // leaseFor is the lease window: Lease, cut to end a margin before the invocation's deadline.
@@ -174,7 +184,7 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 		// the deployment gives any message). A later one handed back now comes back at once,
 		// to an invocation of its own.
 		left, need := time.Until(dl), 2*r.margin()
-		if ctx.Value(firstKey{}) == nil {
+		if !r.fresh(ctx) {
 			need += r.window()
 		}
 		if leaseFor <= 0 || left <= need {
@@ -384,13 +394,21 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
 	route, err := r.Routes(l.Route)
 	if err != nil {
+		// Within the publish budget since admission, a route that cannot be built is the
+		// operator's to fix: nothing was evaluated, so the attempt is handed back. Past it,
+		// when the delivery can no longer matter, each such attempt is a failed one, and
+		// MaxAttempts of them end the wait (unroutable): a route missing for good gives up
+		// after MaxAttempts retries, one failing once is tried again.
+		giveBack := r.Ledger.Unclaim
 		if !l.AdmittedAt.IsZero() && lc.granted.Sub(l.AdmittedAt) >= r.publishBudget() {
-			return r.unroutable(ctx, log, lc, err)
+			if l.Failures+1 >= r.maxAttempts() {
+				return r.unroutable(ctx, log, lc, err)
+			}
+			giveBack = r.Ledger.Release
 		}
-		// Nothing was evaluated, so the attempt is handed back. A failed unclaim is logged, not
-		// returned: the route's error is the one the caller must see, and a lease not given
-		// back only delays the next claim until it ends.
-		if rerr := r.Ledger.Unclaim(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		// A failed give-back is logged, not returned: the route's error is the one the caller
+		// must see, and a lease not given back only delays the next claim until it ends.
+		if rerr := giveBack(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
@@ -414,6 +432,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	defer cancel()
 	k := r.keep(wctx, cancel, lc)
 	start := time.Now()
+	fair := r.fresh(ctx) // checked when the evaluation starts: the time it is given is all there is
 	ectx, ecancel := r.evaluationContext(wctx)
 	v, evalErr := route.Evaluator.Evaluate(ectx, s)
 	outOfTime := errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -432,13 +451,13 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 		}
 		// A shutdown (the caller's context ended) is no failed attempt, the last one included:
 		// its error must never become the delivery's verdict, and the attempt is handed back.
-		// Running out of the invocation's time is a failed attempt (outOfTime) only for the
-		// first message of the invocation, which had all the time the deployment gives any:
-		// a later one of the batch had what the messages before it left, which is the
-		// runner's scheduling, not the evaluation's failure; it is handed back, to come again
-		// at once (to an invocation of its own). The evaluation ends two margins before the
-		// deadline, so that an error verdict can still be saved.
-		cut := ctx.Err() != nil || outOfTime && ctx.Value(firstKey{}) == nil
+		// Running out of the invocation's time is a failed attempt (outOfTime) only when the
+		// evaluation had all the time the deployment gives any (fair: at most a margin of the
+		// invocation was spent when it started); one that had only what the messages before it
+		// left is cut by the runner's scheduling, not by its own failure: it is handed back, to
+		// come again at once (to an invocation of its own). The evaluation ends two margins
+		// before the deadline, so that an error verdict can still be saved.
+		cut := ctx.Err() != nil || outOfTime && !fair
 		failed := l.Failures + 1 // this one included; attempts lost or handed back are no failures
 		if failed < max || cut {
 			k.end()
@@ -469,14 +488,14 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)
 }
 
-// unroutable ends a delivery whose route could not be built for as long as it can matter
-// (the publish budget since its admission, by the ledger's clock): it freezes an error verdict
-// naming the cause, without a context (there is no route to take one from), and abandons it at
-// once, so the row stops waiting and holding its slot. `amiss ledger republish` publishes it,
-// under the route's context, once the route exists again.
+// unroutable ends a delivery whose route could not be built at its last allowed attempt, past
+// the publish budget since its admission: it freezes an error verdict naming the cause, under
+// the default context (there is no route to take one from, and what is frozen is what is
+// published), and abandons it at once, so the row stops waiting and holding its slot. `amiss
+// ledger republish` publishes it once the route exists again.
 func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock, cause error) (Result, error) {
 	l := lc.lease
-	report, _ := json.Marshal(Report{State: evaluate.Error,
+	report, _ := json.Marshal(Report{State: evaluate.Error, Context: DefaultContext,
 		Description: cutRunes(fmt.Sprintf("amiss could not evaluate: route %s cannot be built: %v", l.Route, cause), MaxDescription)})
 	sctx, cancel := detached(ctx, 10*time.Second)
 	defer cancel()
@@ -489,8 +508,8 @@ func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock
 	}
 	log.Error("route cannot be built for the whole publish budget since admission: error verdict frozen and abandoned", "err", cause)
 	lc.lease = staged.Lease
-	return r.abandon(sctx, log, staged, lc, fmt.Sprintf("route %s could not be built for %s after admission: %v",
-		l.Route, r.publishBudget(), cause))
+	return r.abandon(sctx, log, staged, lc, fmt.Sprintf("route %s could not be built at %d attempts past the publish budget of %s since admission: %v",
+		l.Route, l.Failures+1, r.publishBudget(), cause))
 }
 
 // saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
@@ -604,10 +623,6 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	var subj subject.Subject
 	if err := json.Unmarshal(s.Lease.Subject, &subj); err != nil || subj.Repository == "" {
 		return r.abandon(ctx, log, s, lc, "the delivery's subject does not decode")
-	}
-	if rep.Context == "" {
-		// Frozen without a route (unroutable): published under the route's context.
-		rep.Context, rep.TargetURL = route.Context, route.TargetURL
 	}
 	start := time.Now()
 	err := route.Publisher.Publish(wctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
@@ -743,6 +758,10 @@ func (r *Runner) backoff(attempt int) time.Duration {
 	}
 	return d/2 + time.Duration(jitter()*float64(d/2))
 }
+
+// DefaultContext is the status context of a verdict frozen without a route (the
+// configuration's default context too).
+const DefaultContext = "amiss"
 
 // MaxDescription is the longest description a saved verdict keeps, in characters (providers
 // show at most 255); a longer one is cut and marked with an ellipsis.

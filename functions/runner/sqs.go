@@ -31,7 +31,7 @@ const maxVisibility = 12 * time.Hour
 // Handle processes every record of the batch.
 func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	var out events.SQSEventResponse
-	first := true
+	ctx = FirstOfInvocation(ctx) // a message is "fresh" while at most a margin of it is spent
 	for _, rec := range ev.Records {
 		log := h.Runner.log().With("message", rec.MessageId)
 		m, err := queue.Parse(rec.Body)
@@ -39,11 +39,7 @@ func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQS
 			log.Error("unreadable message acknowledged", "err", err)
 			continue
 		}
-		mctx := ctx
-		if first { // the first message this invocation processes (an unreadable one is not)
-			mctx, first = FirstOfInvocation(ctx), false
-		}
-		res, err := h.Runner.Process(mctx, m)
+		res, err := h.Runner.Process(ctx, m)
 		if err != nil {
 			log.Error("process", "err", err)
 		}

@@ -10,8 +10,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -74,7 +76,11 @@ func TestSQSVisibilityCarriesThePublishSchedule(t *testing.T) {
 func TestALateMessageOfABatchWaitsForAnInvocationOfItsOwn(t *testing.T) {
 	w := newWorld(t)
 	w.clock.Set(time.Now())
-	r := w.runner("a", verdict("success", "x"))
+	// The first message's evaluation takes more than a margin of the invocation.
+	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+		time.Sleep(200 * time.Millisecond)
+		return evaluate.Verdict{State: evaluate.Success, Description: "x"}, nil
+	}))
 	r.Margin = 100 * time.Millisecond // the lease window is 30 s
 	vis := &visibility{}
 	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
