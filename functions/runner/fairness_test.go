@@ -112,8 +112,8 @@ func TestAnUnroutableVerdictIsPublishedUnderWhateverContextEachAttemptFinds(t *t
 		}
 		return &runner.Route{Publisher: p, Context: context_, TargetURL: "https://ci.example.com/" + context_}, nil
 	}
-	w.clock.Advance(73 * time.Hour)
-	untilDone(w, r, 3) // past the publish budget, three attempts fail to build the route
+	w.clock.Advance(145 * time.Hour)
+	untilDone(w, r, 1) // twice the publish budget after admission, the route cannot be built
 	if st := w.state(t); st != ledger.StateAbandoned {
 		t.Fatalf("setup: row %v, want abandoned", st)
 	}

@@ -66,10 +66,10 @@ func TestAnUnroutableVerdictIsRepublishedAsFrozen(t *testing.T) {
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	routes := r.Routes
 	r.Routes = func(string) (*runner.Route, error) { return nil, errors.New(`route "r" is not configured`) }
-	w.clock.Advance(73 * time.Hour) // past the publish budget since admission
-	untilDone(w, r, 3)              // three attempts past it fail to build the route
+	w.clock.Advance(145 * time.Hour) // twice the publish budget since admission
+	untilDone(w, r, 1)
 	if st := w.state(t); st != ledger.StateAbandoned {
-		t.Fatalf("row %v: want abandoned after three attempts past the publish budget", st)
+		t.Fatalf("row %v: want abandoned twice the publish budget after admission", st)
 	}
 	if _, err := w.l.Revive(context.Background(), w.msg.Key, ""); err != nil {
 		t.Fatal(err)

@@ -177,14 +177,17 @@ func (r *Runner) evaluationContext(ctx context.Context) (context.Context, contex
 func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 	log := r.log().With("key", m.Key.String())
 	leaseFor := r.leaseFor(ctx)
+	// Whether this message has all the time the deployment gives any (FirstOfInvocation),
+	// judged as it is taken up: the runner's own work on it (the claim, the route) spends none
+	// of its fairness.
+	fair := r.fresh(ctx)
 	if dl, ok := ctx.Deadline(); ok {
 		// An evaluation ends two margins before the deadline, and running out of time is a
-		// failed attempt: so a message is claimed only when its evaluation gets a fair time,
-		// a whole lease window, unless it is the first of its invocation (it has all the time
-		// the deployment gives any message). A later one handed back now comes back at once,
-		// to an invocation of its own.
+		// failed attempt for a fair message: a later one is claimed only when a whole lease
+		// window is left besides, and otherwise comes back at once, to an invocation of its
+		// own.
 		left, need := time.Until(dl), 2*r.margin()
-		if !r.fresh(ctx) {
+		if !fair {
 			need += r.window()
 		}
 		if leaseFor <= 0 || left <= need {
@@ -221,7 +224,7 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 		log.Warn("binding conflict: the message does not match the delivery; acknowledged")
 		return Result{Done: true}, nil
 	case ledger.Execute:
-		return r.execute(ctx, log, newLeaseClock(*c.Lease, leaseFor, sent))
+		return r.execute(ctx, log, newLeaseClock(*c.Lease, leaseFor, sent), fair)
 	case ledger.Publish:
 		return r.publish(ctx, log, *c.Staged, newLeaseClock(c.Staged.Lease, leaseFor, sent))
 	}
@@ -389,26 +392,28 @@ func (k *keeper) end() {
 	<-k.done
 }
 
-func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (Result, error) {
+func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, fair bool) (Result, error) {
 	l, leaseFor := lc.lease, lc.leaseFor
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
+	if lost := l.Attempt - 1 - l.Failures; lost >= r.maxLost()+r.maxAttempts() {
+		// Past the crash-loop bound (below) and still no answer: the runner dies before it
+		// gets there, while building the route (a secret read that hangs past the deadline).
+		// The verdict is frozen without building the route.
+		return r.unroutable(ctx, log, lc, fmt.Errorf("the runner stopped while building it, %d attempts in a row", lost))
+	}
 	route, err := r.Routes(l.Route)
 	if err != nil {
-		// Within the publish budget since admission, a route that cannot be built is the
-		// operator's to fix: nothing was evaluated, so the attempt is handed back. Past it,
-		// when the delivery can no longer matter, each such attempt is a failed one, and
-		// MaxAttempts of them end the wait (unroutable): a route missing for good gives up
-		// after MaxAttempts retries, one failing once is tried again.
-		giveBack := r.Ledger.Unclaim
-		if !l.AdmittedAt.IsZero() && lc.granted.Sub(l.AdmittedAt) >= r.publishBudget() {
-			if l.Failures+1 >= r.maxAttempts() {
-				return r.unroutable(ctx, log, lc, err)
-			}
-			giveBack = r.Ledger.Release
+		// A route that cannot be built is the operator's to fix: nothing was evaluated, so the
+		// attempt is handed back (never counted: neither a failed evaluation nor a lost
+		// attempt). Only once twice the publish budget has passed since admission, long after
+		// the delivery stopped mattering, does it end the wait (unroutable); a route failing
+		// once after a long outage within that is just tried again.
+		if !l.AdmittedAt.IsZero() && lc.granted.Sub(l.AdmittedAt) >= 2*r.publishBudget() {
+			return r.unroutable(ctx, log, lc, err)
 		}
-		// A failed give-back is logged, not returned: the route's error is the one the caller
+		// A failed unclaim is logged, not returned: the route's error is the one the caller
 		// must see, and a lease not given back only delays the next claim until it ends.
-		if rerr := giveBack(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		if rerr := r.Ledger.Unclaim(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
@@ -432,7 +437,6 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	defer cancel()
 	k := r.keep(wctx, cancel, lc)
 	start := time.Now()
-	fair := r.fresh(ctx) // checked when the evaluation starts: the time it is given is all there is
 	ectx, ecancel := r.evaluationContext(wctx)
 	v, evalErr := route.Evaluator.Evaluate(ectx, s)
 	outOfTime := errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -488,8 +492,9 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock) (
 	return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)
 }
 
-// unroutable ends a delivery whose route could not be built at its last allowed attempt, past
-// the publish budget since its admission: it freezes an error verdict naming the cause, under
+// unroutable ends a delivery whose route could not be built twice the publish budget after its
+// admission, or whose runner kept dying while building it: it freezes an error verdict naming
+// the cause, under
 // the default context (there is no route to take one from, and what is frozen is what is
 // published), and abandons it at once, so the row stops waiting and holding its slot. `amiss
 // ledger republish` publishes it once the route exists again.
@@ -508,8 +513,8 @@ func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock
 	}
 	log.Error("route cannot be built for the whole publish budget since admission: error verdict frozen and abandoned", "err", cause)
 	lc.lease = staged.Lease
-	return r.abandon(sctx, log, staged, lc, fmt.Sprintf("route %s could not be built at %d attempts past the publish budget of %s since admission: %v",
-		l.Route, l.Failures+1, r.publishBudget(), cause))
+	return r.abandon(sctx, log, staged, lc, fmt.Sprintf("route %s could not be built, %s after admission: %v",
+		l.Route, lc.granted.Sub(l.AdmittedAt).Round(time.Minute), cause))
 }
 
 // saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
