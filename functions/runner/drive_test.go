@@ -43,3 +43,21 @@ func slowAtFirst(n int, calls *int) evaluate.Evaluator {
 		return evaluate.Verdict{State: evaluate.Success, Description: "all rules hold"}, nil
 	})
 }
+
+// followRetries processes the world's message until it is done, at most n times, moving the
+// clock to each result's retry time (a minute on when that is not later); it reports the
+// claims made.
+func followRetries(w *world, r *runner.Runner, n int) int {
+	for i := 1; i <= n; i++ {
+		res, _ := r.Process(context.Background(), w.msg)
+		if res.Done {
+			return i
+		}
+		if res.RetryAt.After(w.clock.Now()) {
+			w.clock.Set(res.RetryAt)
+		} else {
+			w.clock.Advance(time.Minute)
+		}
+	}
+	return n
+}

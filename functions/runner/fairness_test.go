@@ -45,15 +45,7 @@ func TestOneTransientRouteFailureLongAfterAdmissionFreezesNoErrorVerdict(t *test
 		return routes(name)
 	}
 	w.clock.Advance(73 * time.Hour) // the backlog of a weekend-long outage; the route never failed before
-	var res runner.Result
-	for i := 0; i < 5 && !res.Done; i++ {
-		res, _ = r.Process(context.Background(), w.msg)
-		if res.RetryAt.After(w.clock.Now()) {
-			w.clock.Set(res.RetryAt)
-		} else {
-			w.clock.Advance(time.Minute)
-		}
-	}
+	followRetries(w, r, 5)
 	row, err := w.l.Inspect(context.Background(), w.msg.Key)
 	if err != nil {
 		t.Fatal(err)
