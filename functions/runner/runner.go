@@ -395,7 +395,9 @@ func (k *keeper) end() {
 func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, fair bool) (Result, error) {
 	l, leaseFor := lc.lease, lc.leaseFor
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
-	if lost := l.Attempt - 1 - l.Failures; lost >= r.maxLost()+r.maxAttempts() {
+	// Earlier attempts that ended with neither a verdict, a failure nor a hand-back.
+	lost := l.Attempt - 1 - l.Failures
+	if lost >= r.maxLost()+r.maxAttempts() {
 		// Past the crash-loop bound (below) and still no answer: the runner dies before it
 		// gets there, while building the route (a secret read that hangs past the deadline).
 		// The verdict is frozen without building the route.
@@ -414,7 +416,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		// A failed unclaim is logged, not returned: the route's error is the one the caller
 		// must see, and a lease not given back only delays the next claim until it ends.
 		if rerr := r.Ledger.Unclaim(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
-			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
+			log.Warn("hand-back failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
 	}
@@ -424,7 +426,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
 			Description: "amiss could not read the delivery's subject"})
 	}
-	if lost := l.Attempt - 1 - l.Failures; lost >= r.maxLost() {
+	if lost >= r.maxLost() {
 		// Attempts that ended with neither a verdict, a failure nor a hand-back: the runner
 		// died under each (an evaluator that crashes it, a kill at the deadline), or was
 		// paused past its lease, or could not hand the attempt back. So many of them mean a
