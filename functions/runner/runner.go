@@ -416,7 +416,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		// A failed unclaim is logged, not returned: the route's error is the one the caller
 		// must see, and a lease not given back only delays the next claim until it ends.
 		if rerr := r.Ledger.Unclaim(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
-			log.Warn("hand-back failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
+			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
 		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
 	}
