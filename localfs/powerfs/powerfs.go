@@ -1,0 +1,718 @@
+// Package powerfs is an in-memory file system (vfs.FS) that models what a power loss keeps.
+//
+// The crash tests of the FileLedger stop a process at a step: everything it wrote before
+// stays, because the kernel's page cache outlives the process. A power loss (or a kernel
+// crash) also loses what the page cache held and no sync had made durable. powerfs keeps, for
+// every file, the data as written and the data as last synced, and for every folder, its
+// entries as they are and as last synced, with the changes made since in order. Cut stops the
+// machine; Recover builds the file system a reboot finds, keeping of each unsynced change
+// whatever the Persistence chosen says, from nothing to everything, in between at random.
+//
+// What a sync guarantees, and nothing more (POSIX, and what ext4, XFS and NFS promise):
+//
+//   - File.Sync (fsync) makes the file's data and size durable, not the folder entry that
+//     names it;
+//   - SyncDir makes a folder's entries durable (creations, renames in and out, removals), not
+//     the data of the files they name;
+//   - SyncFS (syncfs) makes everything durable.
+//
+// What a power loss may keep of the rest, by Persistence: any subset of the unsynced writes
+// to a file, each torn at 512-byte sectors (the unit a disk writes atomically); and of the
+// unsynced folder changes either a prefix of them in the order they were made, across all
+// folders (a journaling file system commits its metadata in order, a rename whole), or any
+// subset of them (no journal: each folder block is written back on its own, and a rename's two
+// halves, the new name and the old one's removal, independently).
+//
+// Locks (vfs.Flocker) always succeed: the FileLedger serializes the goroutines of one process
+// with semaphores of its own, and one FS models one machine whose processes share one kernel.
+package powerfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/amiss-ci/amiss/localfs/vfs"
+)
+
+// ErrPowerCut is what every call answers once the power is cut.
+var ErrPowerCut = errors.New("powerfs: the power is cut")
+
+// Sector is the unit a disk writes atomically: an unsynced write is kept or lost by sectors.
+const Sector = 512
+
+// Persistence chooses what a power loss keeps of the changes no sync made durable.
+type Persistence struct {
+	// Keep is Nothing, Everything or Random.
+	Keep Keep
+	// Seed drives the choices of Random.
+	Seed uint64
+	// Ordered keeps a prefix of the folder changes, in the order they were made (a journaling
+	// file system); otherwise any subset of them (one without a journal).
+	Ordered bool
+}
+
+// Keep says how much of the unsynced changes a power loss keeps.
+type Keep int
+
+const (
+	// Nothing: only what was synced.
+	Nothing Keep = iota
+	// Everything: every change, as if the page cache had been written back just in time.
+	Everything
+	// Random: some of them, chosen by Seed.
+	Random
+)
+
+func (p Persistence) String() string {
+	switch p.Keep {
+	case Nothing:
+		return "keep-nothing"
+	case Everything:
+		return "keep-everything"
+	}
+	order := "any-subset"
+	if p.Ordered {
+		order = "ordered"
+	}
+	return fmt.Sprintf("keep-random-%s-%d", order, p.Seed)
+}
+
+// write is an unsynced write to a file.
+type write struct {
+	off  int64
+	data []byte
+}
+
+// dirOp is an unsynced change to a folder: name linked to ino, or (ino 0) unlinked.
+type dirOp struct {
+	seq  int64 // order of the change among all folders; the two halves of a rename share it
+	name string
+	ino  int64
+}
+
+type inode struct {
+	dir bool
+	// A file: its data now, its data as last synced, and the writes since.
+	data, durable []byte
+	writes        []write
+	// A folder: its entries now, as last synced, and the changes since.
+	entries, durableEntries map[string]int64
+	ops                     []dirOp
+}
+
+func newDir() *inode {
+	return &inode{dir: true, entries: map[string]int64{}, durableEntries: map[string]int64{}}
+}
+
+// FS is one machine's file system. The zero value is not usable: call New.
+type FS struct {
+	mu     sync.Mutex
+	inodes map[int64]*inode
+	next   int64
+	seq    int64
+	cut    bool
+	// countdown, when armed (>= 0), is how many more changes and syncs succeed before the
+	// power is cut (the next one fails without effect).
+	countdown int
+	calls     int
+}
+
+var (
+	_ vfs.FS             = (*FS)(nil)
+	_ vfs.JournalChecker = (*FS)(nil)
+)
+
+const rootIno = 1
+
+// New returns an empty file system holding only the folder "/".
+func New() *FS {
+	return &FS{inodes: map[int64]*inode{rootIno: newDir()}, next: rootIno + 1, countdown: -1}
+}
+
+// Calls reports how many changes and syncs were made (successfully) since New or Recover.
+func (f *FS) Calls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// CutAfter cuts the power after n more changes or syncs: the (n+1)th fails without effect,
+// as does every call after it. A negative n disarms it.
+func (f *FS) CutAfter(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.countdown = n
+}
+
+// Cut cuts the power now.
+func (f *FS) Cut() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cut = true
+}
+
+// IsCut reports whether the power is cut.
+func (f *FS) IsCut() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cut
+}
+
+// SyncAll makes everything durable, as a syncfs would, without counting as a call.
+func (f *FS) SyncAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.syncAll()
+}
+
+func (f *FS) syncAll() {
+	for _, in := range f.inodes {
+		f.syncInode(in)
+	}
+}
+
+func (f *FS) syncInode(in *inode) {
+	if in.dir {
+		in.durableEntries = maps(in.entries)
+		in.ops = nil
+		return
+	}
+	in.durable = slices.Clone(in.data)
+	in.writes = nil
+}
+
+func maps(m map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Recover returns the file system a reboot after the power cut finds: what was synced, and of
+// the rest what p keeps. Everything in it is durable. f must be cut.
+func (f *FS) Recover(p Persistence) *FS {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.cut {
+		panic("powerfs: Recover before the power was cut")
+	}
+	rng := rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15))
+	// The folder changes kept: with Ordered, those up to a point in their order.
+	var horizon int64
+	switch p.Keep {
+	case Everything:
+		horizon = f.seq
+	case Random:
+		horizon = rng.Int64N(f.seq + 1)
+	}
+	keepOp := func(op dirOp) bool {
+		switch {
+		case p.Keep == Nothing:
+			return false
+		case p.Keep == Everything:
+			return true
+		case p.Ordered:
+			return op.seq <= horizon
+		default:
+			return rng.IntN(2) == 0
+		}
+	}
+	out := &FS{inodes: map[int64]*inode{}, next: f.next, countdown: -1}
+	ids := make([]int64, 0, len(f.inodes))
+	for id := range f.inodes {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // the random choices repeat for one seed
+	for _, id := range ids {
+		in := f.inodes[id]
+		if in.dir {
+			n := newDir()
+			n.entries = maps(in.durableEntries)
+			for _, op := range in.ops {
+				if !keepOp(op) {
+					continue
+				}
+				if op.ino == 0 {
+					delete(n.entries, op.name)
+				} else {
+					n.entries[op.name] = op.ino
+				}
+			}
+			n.durableEntries = maps(n.entries)
+			out.inodes[id] = n
+			continue
+		}
+		data := slices.Clone(in.durable)
+		for _, w := range in.writes {
+			for s := w.off - w.off%Sector; s < w.off+int64(len(w.data)); s += Sector {
+				lo, hi := max(s, w.off), min(s+Sector, w.off+int64(len(w.data)))
+				switch p.Keep {
+				case Nothing:
+					continue
+				case Random:
+					if rng.IntN(2) == 0 {
+						continue
+					}
+				}
+				if int64(len(data)) < hi {
+					data = append(data, make([]byte, hi-int64(len(data)))...)
+				}
+				copy(data[lo:hi], w.data[lo-w.off:hi-w.off])
+			}
+		}
+		out.inodes[id] = &inode{data: data, durable: slices.Clone(data)}
+	}
+	// Only what the root reaches exists; a folder reached twice (a rename's halves both
+	// kept) is reached by its first name in sorted order.
+	reached := map[int64]bool{}
+	var walk func(id int64)
+	walk = func(id int64) {
+		reached[id] = true
+		in := out.inodes[id]
+		names := make([]string, 0, len(in.entries))
+		for name := range in.entries {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			c := in.entries[name]
+			child, ok := out.inodes[c]
+			if !ok {
+				delete(in.entries, name)
+				delete(in.durableEntries, name)
+				continue
+			}
+			if child.dir && reached[c] {
+				delete(in.entries, name)
+				delete(in.durableEntries, name)
+				continue
+			}
+			if child.dir {
+				walk(c)
+			} else {
+				reached[c] = true
+			}
+		}
+	}
+	walk(rootIno)
+	for id := range out.inodes {
+		if !reached[id] {
+			delete(out.inodes, id)
+		}
+	}
+	return out
+}
+
+// Clone returns a copy of f as it is (what is durable and what is not), powered.
+func (f *FS) Clone() *FS {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1}
+	for id, in := range f.inodes {
+		c := &inode{dir: in.dir, data: slices.Clone(in.data), durable: slices.Clone(in.durable),
+			writes: slices.Clone(in.writes), ops: slices.Clone(in.ops)}
+		if in.dir {
+			c.entries, c.durableEntries = maps(in.entries), maps(in.durableEntries)
+		}
+		out.inodes[id] = c
+	}
+	return out
+}
+
+// change is called, under mu, before a change or a sync: it fails once the power is cut, and
+// cuts it when the countdown runs out.
+func (f *FS) change(op, name string) error {
+	if f.cut {
+		return &fs.PathError{Op: op, Path: name, Err: ErrPowerCut}
+	}
+	if f.countdown == 0 {
+		f.cut = true
+		return &fs.PathError{Op: op, Path: name, Err: ErrPowerCut}
+	}
+	if f.countdown > 0 {
+		f.countdown--
+	}
+	f.calls++
+	return nil
+}
+
+func (f *FS) read(op, name string) error {
+	if f.cut {
+		return &fs.PathError{Op: op, Path: name, Err: ErrPowerCut}
+	}
+	return nil
+}
+
+// lookup resolves a clean absolute path to its parent folder, its last element and its
+// inode (0 when the name does not exist).
+func (f *FS) lookup(op, name string) (parent *inode, base string, ino int64, err error) {
+	clean := path.Clean(name)
+	if !path.IsAbs(clean) {
+		return nil, "", 0, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if clean == "/" {
+		return nil, "", rootIno, nil
+	}
+	cur := f.inodes[rootIno]
+	parts := strings.Split(clean[1:], "/")
+	for _, p := range parts[:len(parts)-1] {
+		id, ok := cur.entries[p]
+		if !ok {
+			return nil, "", 0, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		}
+		cur = f.inodes[id]
+		if !cur.dir {
+			return nil, "", 0, &fs.PathError{Op: op, Path: name, Err: syscall.ENOTDIR}
+		}
+	}
+	base = parts[len(parts)-1]
+	return cur, base, cur.entries[base], nil
+}
+
+// link and unlink change a folder's entries, recording the change.
+func (f *FS) link(dir *inode, name string, ino, seq int64) {
+	dir.entries[name] = ino
+	dir.ops = append(dir.ops, dirOp{seq: seq, name: name, ino: ino})
+}
+
+func (f *FS) unlink(dir *inode, name string, seq int64) {
+	delete(dir.entries, name)
+	dir.ops = append(dir.ops, dirOp{seq: seq, name: name})
+}
+
+func (f *FS) nextSeq() int64 {
+	f.seq++
+	return f.seq
+}
+
+// ReadFile implements vfs.FS.
+func (f *FS) ReadFile(name string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.read("read", name); err != nil {
+		return nil, err
+	}
+	_, _, ino, err := f.lookup("read", name)
+	if err != nil {
+		return nil, err
+	}
+	in, ok := f.inodes[ino]
+	switch {
+	case !ok || ino == 0:
+		return nil, &fs.PathError{Op: "read", Path: name, Err: fs.ErrNotExist}
+	case in.dir:
+		return nil, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
+	}
+	return slices.Clone(in.data), nil
+}
+
+// OpenFile implements vfs.FS: files only, opened for writing (O_WRONLY or O_RDWR), with
+// O_CREATE and O_EXCL; the flags the FileLedger does not use are refused.
+func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	if flag&^(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_EXCL) != 0 || flag&(os.O_WRONLY|os.O_RDWR) == 0 {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("powerfs: flags %#x not modelled", flag)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	parent, base, ino, err := f.lookup("open", name)
+	if err != nil {
+		if rerr := f.read("open", name); rerr != nil {
+			return nil, rerr
+		}
+		return nil, err
+	}
+	if ino != 0 {
+		if err := f.read("open", name); err != nil {
+			return nil, err
+		}
+		if flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrExist}
+		}
+		if f.inodes[ino].dir {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: syscall.EISDIR}
+		}
+		return &file{fs: f, ino: ino, name: name}, nil
+	}
+	if flag&os.O_CREATE == 0 {
+		if err := f.read("open", name); err != nil {
+			return nil, err
+		}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	if err := f.change("create", name); err != nil {
+		return nil, err
+	}
+	ino = f.next
+	f.next++
+	f.inodes[ino] = &inode{}
+	f.link(parent, base, ino, f.nextSeq())
+	return &file{fs: f, ino: ino, name: name}, nil
+}
+
+// Rename implements vfs.FS, for files, within one folder or across folders.
+func (f *FS) Rename(oldpath, newpath string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.change("rename", oldpath); err != nil {
+		return err
+	}
+	op, ob, oino, err := f.lookup("rename", oldpath)
+	if err != nil {
+		return err
+	}
+	if oino == 0 {
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: fs.ErrNotExist}
+	}
+	np, nb, nino, err := f.lookup("rename", newpath)
+	if err != nil {
+		return err
+	}
+	if nino != 0 && f.inodes[nino].dir {
+		return &os.LinkError{Op: "rename", Old: oldpath, New: newpath, Err: syscall.EISDIR}
+	}
+	if oino == nino {
+		return nil
+	}
+	seq := f.nextSeq()
+	f.link(np, nb, oino, seq)
+	f.unlink(op, ob, seq)
+	return nil
+}
+
+// Remove implements vfs.FS: a file, or an empty folder.
+func (f *FS) Remove(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.change("remove", name); err != nil {
+		return err
+	}
+	parent, base, ino, err := f.lookup("remove", name)
+	if err != nil {
+		return err
+	}
+	if ino == 0 || parent == nil {
+		return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
+	}
+	if in := f.inodes[ino]; in.dir && len(in.entries) > 0 {
+		return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
+	}
+	f.unlink(parent, base, f.nextSeq())
+	return nil
+}
+
+// Mkdir implements vfs.FS.
+func (f *FS) Mkdir(name string, perm fs.FileMode) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	parent, base, ino, err := f.lookup("mkdir", name)
+	if err == nil && ino != 0 {
+		err = &fs.PathError{Op: "mkdir", Path: name, Err: fs.ErrExist}
+	}
+	if err != nil {
+		if rerr := f.read("mkdir", name); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	if err := f.change("mkdir", name); err != nil {
+		return err
+	}
+	ino = f.next
+	f.next++
+	f.inodes[ino] = newDir()
+	f.link(parent, base, ino, f.nextSeq())
+	return nil
+}
+
+// ReadDir implements vfs.FS.
+func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.read("readdir", name); err != nil {
+		return nil, err
+	}
+	in, err := f.dir("readdir", name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]fs.DirEntry, 0, len(in.entries))
+	for n, id := range in.entries {
+		out = append(out, fs.FileInfoToDirEntry(f.info(n, f.inodes[id])))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out, nil
+}
+
+func (f *FS) dir(op, name string) (*inode, error) {
+	_, _, ino, err := f.lookup(op, name)
+	if err != nil {
+		return nil, err
+	}
+	in, ok := f.inodes[ino]
+	if !ok || ino == 0 {
+		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	if !in.dir {
+		return nil, &fs.PathError{Op: op, Path: name, Err: syscall.ENOTDIR}
+	}
+	return in, nil
+}
+
+// Stat implements vfs.FS.
+func (f *FS) Stat(name string) (fs.FileInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.read("stat", name); err != nil {
+		return nil, err
+	}
+	_, _, ino, err := f.lookup("stat", name)
+	if err != nil {
+		return nil, err
+	}
+	in, ok := f.inodes[ino]
+	if !ok || ino == 0 {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
+	}
+	return f.info(path.Base(name), in), nil
+}
+
+// SyncDir implements vfs.FS: the folder's entries become durable.
+func (f *FS) SyncDir(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.change("fsync", name); err != nil {
+		return err
+	}
+	in, err := f.dir("fsync", name)
+	if err != nil {
+		return err
+	}
+	f.syncInode(in)
+	return nil
+}
+
+// SyncFS implements vfs.FS: everything becomes durable.
+func (f *FS) SyncFS(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.change("syncfs", name); err != nil {
+		return err
+	}
+	f.syncAll()
+	return nil
+}
+
+// CheckJournal implements vfs.JournalChecker: the model's syncs never fail, so there is no
+// aborted journal to hear of.
+func (f *FS) CheckJournal(dir string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.read("journal check", dir)
+}
+
+type info struct {
+	name string
+	in   *inode
+}
+
+func (f *FS) info(name string, in *inode) fs.FileInfo { return info{name: name, in: in} }
+
+func (i info) Name() string { return i.name }
+func (i info) Size() int64  { return int64(len(i.in.data)) }
+func (i info) Mode() fs.FileMode {
+	if i.in.dir {
+		return fs.ModeDir | 0o700
+	}
+	return 0o600
+}
+func (i info) ModTime() time.Time { return time.Time{} }
+func (i info) IsDir() bool        { return i.in.dir }
+func (i info) Sys() any           { return nil }
+
+// file is an open file of an FS. It writes to its inode even once its name is gone, as an
+// open descriptor does.
+type file struct {
+	fs     *FS
+	ino    int64
+	name   string
+	pos    int64
+	closed bool
+}
+
+var (
+	_ vfs.File             = (*file)(nil)
+	_ vfs.Flocker          = (*file)(nil)
+	_ vfs.WritebackChecker = (*file)(nil)
+)
+
+func (w *file) Write(p []byte) (int, error) {
+	n, err := w.WriteAt(p, w.pos)
+	w.pos += int64(n)
+	return n, err
+}
+
+func (w *file) WriteAt(p []byte, off int64) (int, error) {
+	f := w.fs
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w.closed {
+		return 0, &fs.PathError{Op: "write", Path: w.name, Err: fs.ErrClosed}
+	}
+	if err := f.change("write", w.name); err != nil {
+		return 0, err
+	}
+	in := f.inodes[w.ino]
+	if end := off + int64(len(p)); int64(len(in.data)) < end {
+		in.data = append(in.data, make([]byte, end-int64(len(in.data)))...)
+	}
+	copy(in.data[off:], p)
+	in.writes = append(in.writes, write{off: off, data: slices.Clone(p)})
+	return len(p), nil
+}
+
+func (w *file) Sync() error {
+	f := w.fs
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w.closed {
+		return &fs.PathError{Op: "fsync", Path: w.name, Err: fs.ErrClosed}
+	}
+	if err := f.change("fsync", w.name); err != nil {
+		return err
+	}
+	f.syncInode(f.inodes[w.ino])
+	return nil
+}
+
+// Close closes the file; it answers success even once the power is cut (nothing is written).
+func (w *file) Close() error {
+	if w.closed {
+		return &fs.PathError{Op: "close", Path: w.name, Err: fs.ErrClosed}
+	}
+	w.closed = true
+	return nil
+}
+
+// Fd has no descriptor to give: the value is invalid for every system call.
+func (w *file) Fd() uintptr { return ^uintptr(0) }
+
+// Flock implements vfs.Flocker: it always succeeds (see the package documentation).
+func (w *file) Flock(how int) error { return nil }
+
+// CheckWriteback implements vfs.WritebackChecker: the model's write-back never fails.
+func (w *file) CheckWriteback() error {
+	w.fs.mu.Lock()
+	defer w.fs.mu.Unlock()
+	return w.fs.read("sync_file_range", w.name)
+}
