@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sync"
@@ -26,8 +29,25 @@ const powerRoot = "/power/root"
 // journal, the disk of the project's own machine).
 func powerPersistences() []powerfs.Persistence {
 	ps := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
-	for s := range 6 {
+	for s := range 8 {
 		ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(s + 1), Ordered: s%2 == 0})
+	}
+	return ps
+}
+
+// stepPersistences are the ways a cut at one step of many is recovered from: nothing kept,
+// everything kept, and one at random that changes from step to step.
+func stepPersistences(step int) []powerfs.Persistence {
+	return []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything},
+		{Keep: powerfs.Random, Seed: uint64(step) + 1, Ordered: step%2 == 0}}
+}
+
+// historyPersistences are the ways history h's cut is recovered from: nothing kept,
+// everything kept, and three at random (in order, any subset, then either).
+func historyPersistences(h int) []powerfs.Persistence {
+	ps := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
+	for i := range 3 {
+		ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(3*h + i + 1), Ordered: (h+i)%2 == 0})
 	}
 	return ps
 }
@@ -88,7 +108,7 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 			healthy.Close()
 			fsys.SyncAll() // what came before the operation was answered and is durable
 			answered := false
-			for _, p := range powerPersistences() {
+			for _, p := range stepPersistences(step) {
 				points++
 				// Each reboot goes on from the same instant: what follows one (finishing the
 				// row, cleanup) moves its own clock only.
@@ -174,7 +194,7 @@ type powerKey struct {
 func TestPowerCutHistories(t *testing.T) {
 	t.Parallel()
 	const (
-		histories = 40
+		histories = 30
 		workers   = 4
 		steps     = 40
 		leaseFor  = 24 * time.Hour
@@ -308,7 +328,7 @@ func TestPowerCutHistories(t *testing.T) {
 		}
 		fsys.Cut()
 		l.Close()
-		for _, p := range powerPersistences() {
+		for _, p := range historyPersistences(h) {
 			cuts++
 			what := fmt.Sprintf("history %d, %s", h, p)
 			rebooted := fsys.Recover(p)
@@ -360,5 +380,122 @@ func checkPowerKey(t *testing.T, l ledger.Ledger, clock *ledger.ManualClock, k *
 		if row.Fence < k.fence {
 			t.Fatalf("%s: fence went back from %d to %d", what, k.fence, row.Fence)
 		}
+	}
+}
+
+// loadTree copies the folder src of the real file system into fsys at dst, synced.
+func loadTree(t *testing.T, fsys *powerfs.FS, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if e.IsDir() {
+			if err := fsys.Mkdir(to, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		f, err := fsys.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(data); err != nil {
+			return err
+		}
+		return f.Close()
+	})
+	if err != nil {
+		t.Fatalf("load %s: %v", src, err)
+	}
+	fsys.SyncAll()
+}
+
+// TestPowerCutWhileOpening cuts the power before every sync of making a new root and of
+// migrating a format 1 root, and after the answer, then reboots with each way of keeping what was not synced: the next start
+// opens the root (making it again where the first start was never answered), which verifies
+// clean, keeps the migrated root's rows as they were, and counts its capacity exactly.
+func TestPowerCutWhileOpening(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	empty := powerfs.New()
+	if err := empty.Mkdir("/power", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	empty.SyncAll()
+	v1 := empty.Clone()
+	loadTree(t, v1, filepath.Join("testdata", "format-v1"), powerRoot)
+	cases := []struct {
+		name   string
+		fsys   *powerfs.FS
+		limits ledger.Limits
+		check  func(t *testing.T, l *localfs.Ledger, what string)
+	}{
+		{"new root", empty, testLimits(), func(*testing.T, *localfs.Ledger, string) {}},
+		{"format 1 migration", v1, fixtureLimits(), func(t *testing.T, l *localfs.Ledger, what string) {
+			for i, want := range fixtureStates {
+				d := fixtureDelivery(i)
+				row, err := l.Inspect(ctx, d.Key())
+				if err != nil || row.State != want || row.Binding != d.Binding {
+					t.Fatalf("%s: delivery %d: %+v %v, want %v", what, i, row, err, want)
+				}
+			}
+		}},
+	}
+	for _, c := range cases {
+		// A start without a cut tells where its syncs are: the power is cut just before each,
+		// and after the answer (see powerfs.FS.Syncs).
+		dry := c.fsys.Clone()
+		l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: c.limits, Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour)), FS: dry, Create: true})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		l.Close()
+		cutPoints := append(dry.Syncs(), dry.Calls())
+		points := 0
+		for _, step := range cutPoints {
+			for _, p := range powerPersistences() {
+				points++
+				m := c.fsys.Clone()
+				clock := ledger.NewManualClock(fixtureEpoch.Add(time.Hour))
+				cfg := localfs.Config{Limits: c.limits, Clock: clock, FS: m, Create: true}
+				m.CutAfter(step)
+				l, err := localfs.Prepare(ctx, powerRoot, cfg)
+				answered := !m.IsCut()
+				if answered {
+					if err != nil {
+						t.Fatalf("%s: failed with no cut: %v", c.name, err)
+					}
+					l.Close()
+					m.Cut()
+				}
+				what := fmt.Sprintf("%s, power cut at step %d (answered: %v), %s", c.name, step, answered, p)
+				rebooted := m.Recover(p)
+				cfg.FS, cfg.Create = rebooted, !answered
+				l, err = localfs.Prepare(ctx, powerRoot, cfg)
+				if err != nil {
+					t.Fatalf("%s: the next start: %v", what, err)
+				}
+				c.check(t, l, what)
+				if v, err := l.Verify(ctx, nil); err != nil || !v.OK() {
+					t.Fatalf("%s: verify: %v %v", what, err, v.Problems)
+				}
+				if st, err := l.Stats(ctx); err != nil || st.CapacityUsed != st.Rows {
+					t.Fatalf("%s: capacity %d for %d rows (%v)", what, st.CapacityUsed, st.Rows, err)
+				}
+				ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
+				l.Close()
+			}
+		}
+		t.Logf("%s: %d power cuts", c.name, points)
 	}
 }

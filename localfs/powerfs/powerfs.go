@@ -125,6 +125,7 @@ type FS struct {
 	// power is cut (the next one fails without effect).
 	countdown int
 	calls     int
+	syncs     []int
 }
 
 var (
@@ -139,11 +140,23 @@ func New() *FS {
 	return &FS{inodes: map[int64]*inode{rootIno: newDir()}, next: rootIno + 1, countdown: -1}
 }
 
-// Calls reports how many changes and syncs were made (successfully) since New or Recover.
+// Calls reports how many changes and syncs were made (successfully) since New, Clone or
+// Recover.
 func (f *FS) Calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls
+}
+
+// Syncs reports the syncs made since New, Clone or Recover, each by the number of calls made
+// before it: CutAfter(n) with such an n cuts the power just before that sync. Between two
+// syncs only what was written changes, not what is durable, so a cut before each sync (and
+// after the last), recovered with Random in order, reaches every state a cut at any call
+// leaves the folders in.
+func (f *FS) Syncs() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.syncs)
 }
 
 // CutAfter cuts the power after n more changes or syncs: the (n+1)th fails without effect,
@@ -187,7 +200,7 @@ func (f *FS) syncInode(in *inode) {
 		in.ops = nil
 		return
 	}
-	in.durable = slices.Clone(in.data)
+	in.durable = in.data // never changed in place
 	in.writes = nil
 }
 
@@ -253,7 +266,10 @@ func (f *FS) Recover(p Persistence) *FS {
 			out.inodes[id] = n
 			continue
 		}
-		data := slices.Clone(in.durable)
+		data := in.durable
+		if len(in.writes) > 0 && p.Keep != Nothing {
+			data = slices.Clone(data)
+		}
 		for _, w := range in.writes {
 			for s := w.off - w.off%Sector; s < w.off+int64(len(w.data)); s += Sector {
 				lo, hi := max(s, w.off), min(s+Sector, w.off+int64(len(w.data)))
@@ -271,7 +287,7 @@ func (f *FS) Recover(p Persistence) *FS {
 				copy(data[lo:hi], w.data[lo-w.off:hi-w.off])
 			}
 		}
-		out.inodes[id] = &inode{data: data, durable: slices.Clone(data)}
+		out.inodes[id] = &inode{data: data, durable: data}
 	}
 	// Only what the root reaches exists; a folder reached twice (a rename's halves both
 	// kept) is reached by its first name in sorted order.
@@ -320,7 +336,8 @@ func (f *FS) Clone() *FS {
 	defer f.mu.Unlock()
 	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1}
 	for id, in := range f.inodes {
-		c := &inode{dir: in.dir, data: slices.Clone(in.data), durable: slices.Clone(in.durable),
+		// Data slices are never changed in place (see WriteAt), so copies share them.
+		c := &inode{dir: in.dir, data: in.data, durable: in.durable,
 			writes: slices.Clone(in.writes), ops: slices.Clone(in.ops)}
 		if in.dir {
 			c.entries, c.durableEntries = maps(in.entries), maps(in.durableEntries)
@@ -599,6 +616,7 @@ func (f *FS) SyncDir(name string) error {
 		return err
 	}
 	f.syncInode(in)
+	f.syncs = append(f.syncs, f.calls-1)
 	return nil
 }
 
@@ -610,6 +628,7 @@ func (f *FS) SyncFS(name string) error {
 		return err
 	}
 	f.syncAll()
+	f.syncs = append(f.syncs, f.calls-1)
 	return nil
 }
 
@@ -673,10 +692,11 @@ func (w *file) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	in := f.inodes[w.ino]
-	if end := off + int64(len(p)); int64(len(in.data)) < end {
-		in.data = append(in.data, make([]byte, end-int64(len(in.data)))...)
-	}
-	copy(in.data[off:], p)
+	// A new slice every time: clones and the durable copy share the old one.
+	data := make([]byte, max(int64(len(in.data)), off+int64(len(p))))
+	copy(data, in.data)
+	copy(data[off:], p)
+	in.data = data
 	in.writes = append(in.writes, write{off: off, data: slices.Clone(p)})
 	return len(p), nil
 }
@@ -692,6 +712,7 @@ func (w *file) Sync() error {
 		return err
 	}
 	f.syncInode(f.inodes[w.ino])
+	f.syncs = append(f.syncs, f.calls-1)
 	return nil
 }
 
