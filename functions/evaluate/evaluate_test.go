@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,5 +114,36 @@ func TestHTTPEvaluator(t *testing.T) {
 	status, answer = 0, `{"state":"success"}`
 	if _, err := wrong.Evaluate(context.Background(), s); err == nil {
 		t.Fatal("the endpoint accepted a request signed with another secret")
+	}
+}
+
+// TestHTTPEvaluatorFollowsNoRedirect: a redirect is never followed. A 307 or 308 would send the
+// signed request (subject and signature, replayable within the timestamp window) to wherever
+// the answer points; a 301, 302 or 303 turns the POST into a GET, whose answer is not an
+// evaluation of the subject even when it reads like a verdict. Either is an error naming
+// where the redirect pointed, and the other host hears nothing.
+func TestHTTPEvaluatorFollowsNoRedirect(t *testing.T) {
+	var elsewhere atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.Write([]byte(`{"state":"success","description":"not an evaluation"}`))
+	}))
+	defer other.Close()
+	for _, code := range []int{301, 302, 303, 307, 308} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, other.URL+"/moved", code)
+		}))
+		e := &evaluate.HTTP{URL: srv.URL, Secret: []byte("s"), Client: srv.Client(), Timeout: time.Second}
+		v, err := e.Evaluate(context.Background(), subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"})
+		srv.Close()
+		if err == nil {
+			t.Fatalf("%d: a redirect was followed and %+v taken as the verdict", code, v)
+		}
+		if !strings.Contains(err.Error(), other.URL+"/moved") || !strings.Contains(err.Error(), fmt.Sprint(code)) {
+			t.Errorf("%d: the error does not say where the redirect pointed: %v", code, err)
+		}
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the redirect target was sent %d requests", n)
 	}
 }

@@ -28,7 +28,8 @@ type HTTP struct {
 }
 
 // Evaluate implements Evaluator. A 2xx answer with {"state": "success"|"failure"|"error",
-// "description": "..."} is the verdict; anything else is an error (retried).
+// "description": "..."} is the verdict; anything else is an error (retried), a redirect
+// included: it is never followed.
 func (e *HTTP) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
 	body, err := json.Marshal(s)
 	if err != nil {
@@ -55,10 +56,14 @@ func (e *HTTP) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Amiss-Timestamp", ts)
 	req.Header.Set("X-Amiss-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-	client := e.Client
-	if client == nil {
-		client = http.DefaultClient
+	// Redirects are never followed: a 307 or 308 would carry the signed request to another
+	// host, and a 301, 302 or 303 turns the POST into a GET whose answer evaluates nothing.
+	// The caller's client is copied, not changed (it may be shared).
+	client := http.Client{}
+	if e.Client != nil {
+		client = *e.Client
 	}
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := client.Do(req)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("evaluate: %w", err)
@@ -67,6 +72,10 @@ func (e *HTTP) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error)
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
 		return Verdict{}, fmt.Errorf("evaluate: read answer: %w", err)
+	}
+	if resp.StatusCode/100 == 3 {
+		return Verdict{}, fmt.Errorf("evaluate: %s answered %d, a redirect to %q: amiss follows no redirect; configure the evaluator's final URL",
+			e.URL, resp.StatusCode, resp.Header.Get("Location"))
 	}
 	if resp.StatusCode/100 != 2 {
 		return Verdict{}, fmt.Errorf("evaluate: %s answered %d", e.URL, resp.StatusCode)
