@@ -55,7 +55,7 @@ func abandonedRoot(t *testing.T, n int) (string, *refusing, func(queue.Message) 
 	t.Cleanup(func() { l.Close() })
 	p := &refusing{}
 	calls := 0
-	r := &runner.Runner{Ledger: l, Owner: "t", Lease: time.Minute, Routes: func(string) (*runner.Route, error) {
+	r := &runner.Runner{Ledger: l, Owner: "t", Lease: time.Minute, Routes: func(context.Context, string) (*runner.Route, error) {
 		calls++
 		return &runner.Route{Evaluator: constant{State: "failure", Description: fmt.Sprintf("failed: pull request title (evaluation %d)", calls)},
 			Publisher: p, Context: "amiss/verdict"}, nil

@@ -141,7 +141,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	// flight finishes (or releases its lease) instead of being cut.
 	workCtx, stopWork := context.WithCancel(context.Background())
 	defer stopWork()
-	r := &runner.Runner{Ledger: root.Session(), Routes: wiring.Routes(workCtx, cfg, secrets, nil, log), Owner: fmt.Sprintf("serve-%d", os.Getpid()),
+	r := &runner.Runner{Ledger: root.Session(), Routes: wiring.Routes(cfg, secrets, nil, log), Owner: fmt.Sprintf("serve-%d", os.Getpid()),
 		Lease: o.lease, RetryDelay: 5 * time.Second, Log: log, PublishBudget: cfg.PublishBudget()}
 	var wg sync.WaitGroup
 	wg.Add(1)

@@ -122,7 +122,7 @@ func (w *world) send(t *testing.T, l ledger.Ledger, i int, message string) strin
 
 func (w *world) runner(l ledger.Ledger, owner string) *runner.Runner {
 	return &runner.Runner{Ledger: l, Owner: owner, Lease: 30 * time.Second, RenewEvery: time.Hour, RetryDelay: time.Second, Now: w.clock.Now,
-		Routes: func(name string) (*runner.Route, error) {
+		Routes: func(_ context.Context, name string) (*runner.Route, error) {
 			r := w.cfg.Route(name)
 			ev, err := evaluate.NewRules(r.Rules)
 			if err != nil {

@@ -138,7 +138,7 @@ routes:
 func (w *world) outageRunner(l ledger.Ledger, evaluations *atomic.Int64) *runner.Runner {
 	return &runner.Runner{Ledger: l, Owner: "r", Lease: 30 * time.Second, RenewEvery: time.Hour, Now: w.clock.Now,
 		PublishBudget: w.cfg.PublishBudget(),
-		Routes: func(name string) (*runner.Route, error) {
+		Routes: func(_ context.Context, name string) (*runner.Route, error) {
 			r := w.cfg.Route(name)
 			rules, err := evaluate.NewRules(r.Rules)
 			if err != nil {

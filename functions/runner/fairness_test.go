@@ -37,12 +37,12 @@ func TestOneTransientRouteFailureLongAfterAdmissionFreezesNoErrorVerdict(t *test
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	routes := r.Routes
 	fails := 1
-	r.Routes = func(name string) (*runner.Route, error) {
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
 		if fails > 0 {
 			fails--
 			return nil, errors.New("secretsmanager: GetSecretValue: ThrottlingException: Rate exceeded")
 		}
-		return routes(name)
+		return routes(ctx, name)
 	}
 	w.clock.Advance(73 * time.Hour) // the backlog of a weekend-long outage; the route never failed before
 	followRetries(w, r, 5)
@@ -96,7 +96,7 @@ func TestAnUnroutableVerdictIsPublishedUnderWhateverContextEachAttemptFinds(t *t
 	p := &landsThenFails{}
 	var mu sync.Mutex
 	context_, ok := "amiss", false
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if !ok {

@@ -41,11 +41,11 @@ func TestALostPublishingLeaseStopsThePost(t *testing.T) {
 	var aPosts, bPosts atomic.Int32
 	bDone := make(chan struct{})
 	a := w.runner("a", nil)
-	a.Routes = func(string) (*runner.Route, error) {
+	a.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Publisher: pubFunc(func(ctx context.Context, s publish.Status) error {
 			w.clock.Advance(31 * time.Second) // A stalls in the provider call past its lease
 			b := w.runner("b", nil)
-			b.Routes = func(string) (*runner.Route, error) {
+			b.Routes = func(context.Context, string) (*runner.Route, error) {
 				return &runner.Route{Publisher: pubFunc(func(context.Context, publish.Status) error {
 					bPosts.Add(1)
 					return nil
@@ -162,7 +162,7 @@ func TestARenewalAfterCompleteCountsNoLostLease(t *testing.T) {
 	r := w.runner("a", nil)
 	r.Metrics = &m
 	r.Ledger = &renewAfter{Ledger: w.l, completed: make(chan struct{})}
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: pubFunc(func(context.Context, publish.Status) error {
 			time.Sleep(30 * time.Millisecond) // the keeper starts a renewal meanwhile
 			return nil

@@ -19,12 +19,12 @@ import (
 func flakyRoutes(r *runner.Runner, n int) *int {
 	calls := 0
 	good := r.Routes
-	r.Routes = func(name string) (*runner.Route, error) {
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
 		calls++
 		if calls <= n {
 			return nil, errors.New("route r: publish token: secrets manager unreachable")
 		}
-		return good(name)
+		return good(ctx, name)
 	}
 	return &calls
 }
@@ -87,11 +87,11 @@ func TestEarlierEvaluationFailuresDoNotShortenTheRouteBudget(t *testing.T) {
 		w.clock.Advance(time.Minute)
 	}
 	broken := true
-	r.Routes = func(name string) (*runner.Route, error) {
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
 		if broken {
 			return nil, errors.New("route r: publish token: access denied")
 		}
-		return good(name)
+		return good(ctx, name)
 	}
 	w.clock.Advance(73 * time.Hour) // the route stays broken past the budget
 	r.Process(context.Background(), w.msg)
@@ -123,7 +123,7 @@ func TestACrashLoopWhileBuildingTheRouteEnds(t *testing.T) {
 	r := w.runner("a", verdict(evaluate.Success, "all rules hold"))
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	builds := 0
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		builds++
 		runtime.Goexit() // the invocation dies here: nothing after runs, nothing is handed back
 		return nil, nil

@@ -71,7 +71,7 @@ func TestARedirectedPostIsNotCountedAsPublished(t *testing.T) {
 			defer srv.Close()
 			gh := publish.NewGitHub(srv.URL, "ghp_token", &http.Client{Timeout: 15 * time.Second})
 			r := w.runner("a", verdict("failure", "failed: forbidden path secrets/key.pem"))
-			r.Routes = func(string) (*runner.Route, error) {
+			r.Routes = func(context.Context, string) (*runner.Route, error) {
 				return &runner.Route{Evaluator: verdict("failure", "failed: forbidden path secrets/key.pem"), Publisher: gh,
 					Context: "amiss/verdict", TargetURL: "https://ci.example.com"}, nil
 			}
@@ -109,7 +109,7 @@ routes:
 	pub := p.Publisher(provider.Target{BaseURL: baseURL, Token: "t"}) // no request ever leaves
 	w := newWorld(t)
 	r := w.runner("a", nil)
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("failure", "failed: pull request title"), Publisher: pub, Context: "amiss/verdict"}, nil
 	}
 	res, err := r.Process(context.Background(), w.msg)

@@ -44,8 +44,8 @@ type Route struct {
 // Runner processes queue messages. It is safe for concurrent use.
 type Runner struct {
 	Ledger ledger.Ledger
-	// Routes returns the runtime of a route by name.
-	Routes func(name string) (*Route, error)
+	// Routes returns the runtime of a route by name, within ctx (it may read secrets).
+	Routes func(ctx context.Context, name string) (*Route, error)
 	// Owner names this runner in leases.
 	Owner string
 	// Lease is the lease window (default 60 seconds), cut so that it ends Margin before the
@@ -160,6 +160,20 @@ func (r *Runner) leaseFor(ctx context.Context) time.Duration {
 		}
 	}
 	return lease
+}
+
+// route builds a route within the invocation's time: a secret read that hangs ends two
+// margins before the deadline, as an evaluation does, so the route's error is handled (the
+// attempt handed back, or the publication retried) instead of the invocation dying at its
+// deadline with the attempt lost.
+func (r *Runner) route(ctx context.Context, name string) (*Route, error) {
+	bctx, cancel := r.evaluationContext(ctx)
+	defer cancel()
+	route, err := r.Routes(bctx, name)
+	if err == nil && route == nil {
+		err = fmt.Errorf("route %q: none built", name)
+	}
+	return route, err
 }
 
 // evaluationContext bounds an evaluation to end two margins before the invocation's deadline:
@@ -403,7 +417,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		// The verdict is frozen without building the route.
 		return r.unroutable(ctx, log, lc, fmt.Errorf("the runner stopped while building it, %d attempts in a row", lost))
 	}
-	route, err := r.Routes(l.Route)
+	route, err := r.route(ctx, l.Route)
 	if err != nil {
 		// A route that cannot be built is the operator's to fix: nothing was evaluated, so the
 		// attempt is handed back (never counted: neither a failed evaluation nor a lost
@@ -594,7 +608,7 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 
 func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock) (Result, error) {
 	log = log.With("evaluation", s.Lease.EvaluationID, "publish_attempt", s.Lease.Attempt, "route", s.Lease.Route)
-	route, err := r.Routes(s.Lease.Route)
+	route, err := r.route(ctx, s.Lease.Route)
 	if err != nil {
 		// The route cannot be built (its token cannot be read, it was removed from the
 		// configuration): an operator's to fix, retried on the publish schedule and budget.

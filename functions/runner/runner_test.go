@@ -86,7 +86,7 @@ func newWorld(t *testing.T) *world {
 func (w *world) runner(owner string, ev evaluate.Evaluator) *runner.Runner {
 	return &runner.Runner{Ledger: w.l, Owner: owner, Lease: 30 * time.Second, RenewEvery: 5 * time.Millisecond,
 		RetryDelay: time.Second, Now: w.clock.Now,
-		Routes: func(name string) (*runner.Route, error) {
+		Routes: func(_ context.Context, name string) (*runner.Route, error) {
 			if name != "r" {
 				return nil, fmt.Errorf("no route %s", name)
 			}
@@ -260,7 +260,7 @@ func TestLeaseFitsTheDeadline(t *testing.T) {
 	r := w.runner("a", verdict("success", "x"))
 	r.Margin = 5 * time.Second
 	block := make(chan struct{})
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
 			row, _ := w.l.Inspect(ctx, w.msg.Key)
 			if d := row.LeaseUntil.Sub(w.clock.Now()); d > 15*time.Second {
@@ -390,7 +390,7 @@ func TestOutagesAreRiddenOutUntilTheBudget(t *testing.T) {
 			m := &counter{}
 			r := w.runner("a", verdict("failure", "failed: pull request title"))
 			r.Metrics = m
-			r.Routes = func(string) (*runner.Route, error) {
+			r.Routes = func(context.Context, string) (*runner.Route, error) {
 				return &runner.Route{Evaluator: verdict("failure", "failed: pull request title"), Publisher: p, Context: "amiss/verdict"}, nil
 			}
 			drive(t, w, r, 100)
@@ -419,7 +419,7 @@ func TestOutagesAreRiddenOutUntilTheBudget(t *testing.T) {
 		w := newWorld(t)
 		p := &scripted{clock: w.clock, answer: func(time.Time) error { return outage(503) }}
 		r := w.runner("a", verdict("success", "ok")) // the default budget: 72 hours
-		r.Routes = func(string) (*runner.Route, error) {
+		r.Routes = func(context.Context, string) (*runner.Route, error) {
 			return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 		}
 		drive(t, w, r, 1000)
@@ -443,7 +443,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		return &publish.Error{Class: publish.Transient, Status: 429, RetryAfter: 2 * time.Hour, Err: errors.New("429")}
 	}}
 	r := w.runner("a", verdict("success", "ok"))
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 	}
 	res, err := r.Process(context.Background(), w.msg)
@@ -463,7 +463,7 @@ func TestBudgetIgnoresTheRunnersClock(t *testing.T) {
 	p := &scripted{clock: w.clock, answer: func(time.Time) error { return outage(503) }}
 	r := w.runner("a", verdict("success", "ok"))
 	r.Now = func() time.Time { return w.clock.Now().Add(100 * time.Hour) }
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 	}
 	for range 3 {
@@ -493,7 +493,7 @@ func TestBudgetOfARowSavedByAnOlderVersion(t *testing.T) {
 	w := newWorld(t)
 	p := &scripted{clock: w.clock, answer: func(time.Time) error { return outage(503) }}
 	r := w.runner("a", verdict("success", "ok"))
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 	}
 	if res, _ := r.Process(context.Background(), w.msg); res.Done {
@@ -552,7 +552,7 @@ func TestCancelledPublicationReleasesTheLease(t *testing.T) {
 	entered := make(chan struct{})
 	p := &blocking{entered: entered}
 	r := w.runner("a", verdict("success", "ok"))
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 	}
 	done := make(chan runner.Result)
@@ -583,13 +583,15 @@ func TestUnbuildableRouteIsRetriedOnThePublishSchedule(t *testing.T) {
 	w2 := newWorld(t)
 	p := &scripted{clock: w2.clock, answer: func(time.Time) error { return outage(503) }}
 	r2 := w2.runner("a", verdict("success", "ok"))
-	r2.Routes = func(string) (*runner.Route, error) {
+	r2.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 	}
 	res, _ := r2.Process(context.Background(), w2.msg)
 	m := &counter{}
 	r2.Metrics = m
-	r2.Routes = func(string) (*runner.Route, error) { return nil, errors.New("publish token: secret not found") }
+	r2.Routes = func(context.Context, string) (*runner.Route, error) {
+		return nil, errors.New("publish token: secret not found")
+	}
 	for i := 0; !res.Done; i++ {
 		if i > 1000 {
 			t.Fatal("never abandoned")
@@ -623,7 +625,9 @@ func TestFailedReleaseAfterARouteErrorIsLogged(t *testing.T) {
 	r := w.runner("a", verdict("success", "ok"))
 	r.Ledger = failingRelease{w.l}
 	r.Log = slog.New(slog.NewTextHandler(&logs, nil))
-	r.Routes = func(string) (*runner.Route, error) { return nil, errors.New("evaluator secret: not found") }
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
+		return nil, errors.New("evaluator secret: not found")
+	}
 	res, err := r.Process(context.Background(), w.msg)
 	if err == nil || !strings.Contains(err.Error(), "evaluator secret") || res.Done {
 		t.Fatalf("result %+v, err %v", res, err)

@@ -36,7 +36,7 @@ func TestARunnerClockOffDecidesNoRetryTime(t *testing.T) {
 			}},
 			{"failed evaluation", 20 * time.Second, func(w *world, r *runner.Runner) {
 				r.RetryDelay = 20 * time.Second
-				r.Routes = func(string) (*runner.Route, error) {
+				r.Routes = func(context.Context, string) (*runner.Route, error) {
 					return &runner.Route{Evaluator: evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
 						return evaluate.Verdict{}, errors.New("evaluator down")
 					}), Publisher: w.pub, Context: "amiss/verdict"}, nil
@@ -115,7 +115,7 @@ func TestARenewalRacingSaveKeepsThePublishingLease(t *testing.T) {
 		}
 		return nil
 	})
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: slow, Context: "amiss/verdict"}, nil
 	}
 	res, err := r.Process(context.Background(), w.msg)
@@ -181,7 +181,7 @@ func TestALostRenewalAnswerDoesNotMoveTheRetryTime(t *testing.T) {
 	r.Ledger = lr
 	r.Jitter = func() float64 { return 0.999 }
 	r.PublishRetry = 30 * time.Second
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
 			lr.lose.Store(true)
 			w.clock.Advance(20 * time.Second)
@@ -230,7 +230,7 @@ func TestAWaitForAnotherLeaseIsTimedOnTheLedgersClock(t *testing.T) {
 			w := newWorld(t)
 			r := w.runner("skewed", nil)
 			r.Now = func() time.Time { return w.clock.Now().Add(skew) }
-			r.Routes = func(string) (*runner.Route, error) {
+			r.Routes = func(context.Context, string) (*runner.Route, error) {
 				return &runner.Route{Evaluator: evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
 					// The lease runs out while the evaluation is stalled; another runner takes it.
 					w.clock.Advance(31 * time.Second)

@@ -55,7 +55,7 @@ func TestSQSVisibilityCarriesThePublishSchedule(t *testing.T) {
 		return &publish.Error{Class: publish.Transient, Status: 503, RetryAfter: 2 * time.Hour, Err: errors.New("503")}
 	}}
 	r := w.runner("a", verdict("success", "ok"))
-	r.Routes = func(string) (*runner.Route, error) {
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: p, Context: "c"}, nil
 	}
 	vis := &visibility{}

@@ -16,13 +16,13 @@ import (
 
 // Routes returns the runner's route lookup: each call builds the route's evaluator and
 // publisher, reading their secrets through the resolver (which caches them briefly), so a
-// rotated token is used without a redeploy. ctx bounds those reads: it is the life of the
-// process that looks routes up (a Lambda's, or amiss serve's workers'), not of one message.
-func Routes(ctx context.Context, cfg *config.Config, secrets secrets.Source, hc *http.Client, log *slog.Logger) func(string) (*runner.Route, error) {
+// rotated token is used without a redeploy. The lookup's ctx bounds those reads: the runner
+// passes its invocation's, so a read that hangs ends before the deadline.
+func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *slog.Logger) func(context.Context, string) (*runner.Route, error) {
 	if hc == nil {
 		hc = &http.Client{Timeout: 15 * time.Second}
 	}
-	return func(name string) (*runner.Route, error) {
+	return func(ctx context.Context, name string) (*runner.Route, error) {
 		r := cfg.Route(name)
 		if r == nil {
 			return nil, fmt.Errorf("route %q is not configured", name)

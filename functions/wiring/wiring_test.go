@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
@@ -73,7 +74,7 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	demo, err := wiring.Routes(context.Background(), demoCfg, fixedSecrets{}, nil, nil)("demo")
+	demo, err := wiring.Routes(demoCfg, fixedSecrets{}, nil, nil)(context.Background(), "demo")
 	if err != nil || demo.Evaluator == nil || demo.Publisher == nil || demo.Context != "amiss/demo" {
 		t.Fatalf("demo: %+v %v", demo, err)
 	}
@@ -81,14 +82,14 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes := wiring.Routes(context.Background(), cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
-	if gh, err := routes("github"); err != nil || gh.Context != "amiss/local" {
+	routes := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)
+	if gh, err := routes(context.Background(), "github"); err != nil || gh.Context != "amiss/local" {
 		t.Fatalf("github: %+v %v", gh, err)
 	}
-	if _, err := wiring.Routes(context.Background(), cfg, fixedSecrets{}, nil, nil)("github"); err == nil {
+	if _, err := wiring.Routes(cfg, fixedSecrets{}, nil, nil)(context.Background(), "github"); err == nil {
 		t.Fatal("a route whose token is missing was built")
 	}
-	if _, err := routes("nope"); err == nil {
+	if _, err := routes(context.Background(), "nope"); err == nil {
 		t.Fatal("an unknown route was built")
 	}
 }
@@ -267,5 +268,34 @@ func TestOpenLedgerWithTheRecordedLimits(t *testing.T) {
 	defer opened.Close()
 	if st, err := opened.Stats(ctx); err != nil || st.Limits.RecordCap != 7 {
 		t.Fatalf("stats %+v, %v", st.Limits, err)
+	}
+}
+
+// hangingSecrets never answers a read before the caller gives up.
+type hangingSecrets struct{}
+
+func (hangingSecrets) Get(ctx context.Context, ref string) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// A route lookup reads its secrets within the lookup's context (the runner's invocation), not
+// the process's: a read that hangs ends when the caller's time does, with the cause.
+func TestRouteLookupReadsSecretsWithinItsContext(t *testing.T) {
+	cfg, err := config.LoadEnv("../../examples/github.yaml", func(k string) string { return map[string]string{"AMISS_REPOSITORIES": "acme/*"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { _, err := wiring.Routes(cfg, hangingSecrets{}, nil, nil)(ctx, "github"); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "publish token") {
+			t.Fatalf("lookup whose secret read hung: %v, want the deadline, naming the secret", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lookup still waits for its secret 5 s after its context ended")
 	}
 }

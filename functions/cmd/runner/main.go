@@ -27,7 +27,7 @@ func main() {
 	if owner == "" {
 		owner = fmt.Sprintf("runner-%d", os.Getpid())
 	}
-	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(ctx, b.Config, b.Secrets, nil, b.Log),
+	r := &runner.Runner{Ledger: b.Ledger, Routes: wiring.Routes(b.Config, b.Secrets, nil, b.Log),
 		Owner: owner, Lease: lease, Log: b.Log, Metrics: m, PublishBudget: b.Config.PublishBudget()}
 	h := &runner.SQSHandler{Runner: r, SQS: wiring.SQSClient(b.AWS), QueueURL: wiring.Getenv(wiring.EnvQueueURL)}
 	lambda.Start(func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
