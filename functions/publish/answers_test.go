@@ -46,14 +46,24 @@ func (g *gitlabCommit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(st)
 	case r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/statuses"):
-		name := r.URL.Query().Get("name")
+		// Oldest first, paginated as GitLab does: per_page 20 by default, at most 100.
+		q := r.URL.Query()
+		name := q.Get("name")
 		var out []map[string]any
 		for _, st := range g.held {
 			if name == "" || st["name"] == name {
 				out = append(out, st)
 			}
 		}
-		json.NewEncoder(w).Encode(out)
+		page, perPage := 1, 20
+		fmt.Sscan(q.Get("page"), &page)
+		fmt.Sscan(q.Get("per_page"), &perPage)
+		page, perPage = max(page, 1), min(max(perPage, 1), 100)
+		lo, hi := min((page-1)*perPage, len(out)), min(page*perPage, len(out))
+		if hi < len(out) {
+			w.Header().Set("X-Next-Page", fmt.Sprint(page+1))
+		}
+		json.NewEncoder(w).Encode(out[lo:hi])
 	default:
 		w.WriteHeader(http.StatusNotFound)
 	}
@@ -100,6 +110,33 @@ func TestGitLabReadBackTakesAnotherVerdictForOurs(t *testing.T) {
 					got, s.Context, s.Description, s.TargetURL)
 			}
 		})
+	}
+}
+
+// GitLab lists a commit's statuses oldest first, 20 to a page. An older GitLab answers 400 to
+// a status that repeats the commit's current state under that name, so a publication whose
+// first POST landed and whose answer was lost is refused when posted again; the read-back must
+// find it however many statuses the name gathered before it (a busy pipeline posts one per
+// job). It read the first page only: a verdict posted after 20 others was not found, and the
+// 400 abandoned a verdict the commit shows. Each status carries its author (about a kilobyte),
+// so pages must also stay within what the client reads of an answer (64 KiB).
+func TestGitLabReadBackFindsOurStatusPastTheFirstPage(t *testing.T) {
+	s := st()
+	s.Repository = "group/project"
+	author := map[string]any{"id": 7, "username": "ci-bot", "name": "CI bot " + strings.Repeat("x", 200),
+		"state": "active", "avatar_url": "https://gitlab.example.com/uploads/-/system/user/avatar/7/" + strings.Repeat("a", 300) + ".png",
+		"web_url": "https://gitlab.example.com/ci-bot"}
+	g := &gitlabCommit{refuse: `{"message":"Cannot transition status via :drop from :failed (Reason(s): Status cannot transition via \"drop\")"}`}
+	for i := range 130 {
+		g.held = append(g.held, map[string]any{"id": i + 1, "name": s.Context, "status": "failed", "author": author,
+			"description": fmt.Sprintf("failed: job %d of an earlier pipeline", i), "target_url": fmt.Sprintf("https://ci.example.com/r/old-%d", i)})
+	}
+	g.held = append(g.held, map[string]any{"id": 131, "name": s.Context, "status": "failed", "author": author,
+		"description": s.Description, "target_url": s.TargetURL}) // ours, from the attempt whose answer was lost
+	srv := httptest.NewServer(g)
+	defer srv.Close()
+	if err := publish.NewGitLab(srv.URL, "glpat-token", srv.Client()).Publish(context.Background(), s); err != nil {
+		t.Fatalf("the commit shows our verdict (the 131st status under its name), yet Publish answered %v", err)
 	}
 }
 

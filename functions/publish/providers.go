@@ -149,33 +149,51 @@ func (g *GitLab) Publish(ctx context.Context, s Status) error {
 	if err == nil || StatusOf(err) != http.StatusBadRequest {
 		return err
 	}
-	// 400 from an older GitLab: maybe the status already holds this state. Read it back.
-	_, list, rerr := g.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/api/v4/projects/%s/repository/commits/%s/statuses?name=%s&all=true",
-		g.BaseURL, project, url.PathEscape(s.SHA), url.QueryEscape(s.Context)), nil, hdr))
-	if rerr != nil {
-		if ClassOf(rerr) == Permanent {
-			return err
+	// 400 from an older GitLab: maybe the status already holds this state (a POST that landed
+	// and whose answer was lost). Read the commit's statuses under this name back, page by page:
+	// GitLab lists them oldest first, and a busy pipeline gathers many before ours.
+	for page := 1; page <= gitlabReadBackPages; page++ {
+		_, list, rerr := g.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/api/v4/projects/%s/repository/commits/%s/statuses?name=%s&all=true&per_page=%d&page=%d",
+			g.BaseURL, project, url.PathEscape(s.SHA), url.QueryEscape(s.Context), gitlabReadBackPerPage, page), nil, hdr))
+		if rerr != nil {
+			if ClassOf(rerr) == Permanent {
+				return err
+			}
+			return rerr // the read-back failed for now: try the whole thing again later
 		}
-		return rerr // the read-back failed for now: try the whole thing again later
-	}
-	// Ours only if every field it would show is ours: another delivery's verdict for the same
-	// commit and context in the same state (failure and error are both "failed") is not.
-	var statuses []struct {
-		Name        string  `json:"name"`
-		Status      string  `json:"status"`
-		Description *string `json:"description"`
-		TargetURL   *string `json:"target_url"`
-	}
-	if json.Unmarshal(list, &statuses) == nil {
+		// Ours only if every field it would show is ours: another delivery's verdict for the
+		// same commit and context in the same state (failure and error are both "failed") is not.
+		var statuses []struct {
+			Name        string  `json:"name"`
+			Status      string  `json:"status"`
+			Description *string `json:"description"`
+			TargetURL   *string `json:"target_url"`
+		}
+		if derr := json.Unmarshal(list, &statuses); derr != nil {
+			// Cut at the client's read limit, or not GitLab's answer: whether ours is there is
+			// unknown, so the publication is tried again later rather than given up.
+			return &Error{Class: Transient, Err: fmt.Errorf("after %v: page %d of the commit's statuses does not decode: %v", err, page, derr)}
+		}
 		for _, st := range statuses {
 			if st.Name == s.Context && st.Status == state && deref(st.Description) == body["description"] &&
 				deref(st.TargetURL) == body["target_url"] {
 				return nil
 			}
 		}
+		if len(statuses) < gitlabReadBackPerPage {
+			break
+		}
 	}
 	return err
 }
+
+// The read-back after a 400 reads the commit's statuses under the context's name 30 at a time
+// (each carries its author: 30 stay well within the 64 KiB the client reads of an answer), at
+// most 50 pages (1,500 statuses under one name).
+const (
+	gitlabReadBackPerPage = 30
+	gitlabReadBackPages   = 50
+)
 
 func deref(s *string) string {
 	if s == nil {
