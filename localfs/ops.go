@@ -61,10 +61,20 @@ func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admissio
 		return ledger.Admission{}, err
 	}
 	o, changed := row.Readmit(d, r.cfg.Limits, now)
-	if changed {
+	switch {
+	case changed:
 		// Synced before the answer: the sender was answered for a signed time the row must
 		// now outlive.
 		if err := r.writeRow(row, durableFull); err != nil {
+			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
+		}
+	case o == ledger.Pending || o == ledger.Duplicate:
+		// The sender is told the delivery is held and stops sending, so the row read must be
+		// on disk, and it may not be: a process that died between renaming it into place and
+		// syncing its folder (an admission, a lengthening re-admission, a Save) left it in the
+		// page cache only, for a power loss to take. Its data was synced before the rename;
+		// a sync of its folder makes the name durable (TestPowerCutAfterAProcessCrash...).
+		if err := r.sync.syncDirs(filepath.Dir(r.statePath(row.Key))); err != nil {
 			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
 		}
 	}
@@ -117,8 +127,9 @@ func refusalWrite(observed bool) durability {
 	return 0
 }
 
-// Claim implements ledger.Ledger. The grant is written with its data synced and its rename
-// left to the folder's next sync (see the note at the top of this file).
+// Claim implements ledger.Ledger. An Execute grant is written with its data synced and its
+// rename left to the folder's next sync (see the note at the top of this file); a Publish
+// grant with its folder synced too.
 func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger.Digest, owner string, leaseFor time.Duration) (ledger.Claim, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Claim{}, err
@@ -138,6 +149,14 @@ func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger
 				return 0, err
 			}
 			c.Staged.Report = rep
+			out = c
+			// The verdict is published next, so the saved row it comes from must be on disk
+			// whoever saved it: a Save whose process died between the rename and the folder
+			// sync left it in the page cache only, and a power loss after the publication
+			// would bring the row back to be evaluated again. The grant is synced with its
+			// folder (one more sync, on a publication's retry only: the first one runs under
+			// the Save's lease).
+			return durableFull, nil
 		default:
 			out = c
 			return 0, nil

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
-	"sync"
-	"sync/atomic"
+	"strconv"
 	"testing"
 	"time"
 
@@ -24,32 +22,78 @@ import (
 // powerRoot is where the power-cut tests keep their root inside a powerfs.
 const powerRoot = "/power/root"
 
-// powerPersistences are the ways a power loss is recovered from at each cut: nothing unsynced
-// kept, everything kept, and at random, in order (a journaling file system) or any subset (no
-// journal, the disk of the project's own machine).
-func powerPersistences() []powerfs.Persistence {
-	ps := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
-	for s := range 8 {
-		ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(s + 1), Ordered: s%2 == 0})
+// powerScale is how much of the power-cut search runs: 1 in `make test`, AMISS_POWER_SCALE in
+// `make powercut` (more histories, and more ways of recovering from each cut).
+func powerScale() int {
+	if v, err := strconv.Atoi(os.Getenv("AMISS_POWER_SCALE")); err == nil && v > 1 {
+		return v
+	}
+	return 1
+}
+
+// randomPersistences are n random ways of recovering, alternately in order and any subset,
+// their seeds from seed on.
+func randomPersistences(seed uint64, n int) []powerfs.Persistence {
+	var ps []powerfs.Persistence
+	for i := range n {
+		ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: seed + uint64(i), Ordered: (seed+uint64(i))%2 == 0})
 	}
 	return ps
 }
 
-// stepPersistences are the ways a cut at one step of many is recovered from: nothing kept,
-// everything kept, and one at random that changes from step to step.
+// powerPersistences are the ways a power loss is recovered from after a cut that matters on
+// its own: nothing unsynced kept, everything kept, and some at random, in order (a journaling
+// file system) or any subset (no journal, the disk of the project's own machine).
+func powerPersistences() []powerfs.Persistence {
+	return append([]powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}},
+		randomPersistences(1, 2+6*(powerScale()-1))...)
+}
+
+// stepPersistences are the ways a cut at one step of many is recovered from: nothing kept and
+// one at random that changes from step to step (everything kept is what a process crash
+// leaves, which TestCrashAtEveryStep covers on the real file system); with powerScale() > 1,
+// everything kept too and 3 x powerScale() at random.
 func stepPersistences(step int) []powerfs.Persistence {
-	return []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything},
-		{Keep: powerfs.Random, Seed: uint64(step) + 1, Ordered: step%2 == 0}}
+	if powerScale() > 1 {
+		return syncPersistences(step)
+	}
+	return append([]powerfs.Persistence{{Keep: powerfs.Nothing}}, randomPersistences(uint64(step)*64+1, 1)...)
+}
+
+// syncPersistences are the ways a cut before a sync (cutSteps) is recovered from: nothing kept
+// and three at random (a prefix in order, any subset); with powerScale() > 1, everything kept
+// too and 3 x powerScale() at random.
+func syncPersistences(step int) []powerfs.Persistence {
+	ps := []powerfs.Persistence{{Keep: powerfs.Nothing}}
+	if powerScale() > 1 {
+		ps = append(ps, powerfs.Persistence{Keep: powerfs.Everything})
+	}
+	return append(ps, randomPersistences(uint64(step)*64+1, 3*powerScale())...)
 }
 
 // historyPersistences are the ways history h's cut is recovered from: nothing kept,
-// everything kept, and three at random (in order, any subset, then either).
+// everything kept, and some at random.
 func historyPersistences(h int) []powerfs.Persistence {
-	ps := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
-	for i := range 3 {
-		ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(3*h + i + 1), Ordered: (h+i)%2 == 0})
+	return append([]powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}},
+		randomPersistences(uint64(h)*16+1, 2*powerScale())...)
+}
+
+// cutSteps are the calls before which a test cuts the power in an operation, run by run on a
+// copy of fsys (run calls ResetCalls when the operation starts): every call and the answer when
+// powerScale() > 1; otherwise each sync and the answer. Between two syncs only what was
+// written changes, not what is durable, so a cut before a sync, recovered in order, keeps any
+// prefix of what was done since the last one: the states a cut between them leaves on disk.
+func cutSteps(fsys *powerfs.FS, run func(*powerfs.FS)) []int {
+	dry := fsys.Clone()
+	run(dry)
+	if powerScale() > 1 {
+		steps := make([]int, dry.Calls()+1)
+		for i := range steps {
+			steps[i] = i
+		}
+		return steps
 	}
-	return ps
+	return append(dry.Syncs(), dry.Calls())
 }
 
 // durableOps are the operations whose answer promises that a power loss keeps their effect:
@@ -59,11 +103,7 @@ var durableOps = []string{"admit", "readmit-later-signature", "save", "revive"}
 
 func openPowered(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, create bool) *localfs.Ledger {
 	t.Helper()
-	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys, Create: create})
-	if err != nil {
-		t.Fatalf("open the root: %v", err)
-	}
-	return l
+	return openPoweredWith(t, fsys, clock, testLimits(), create)
 }
 
 // newPoweredRoot returns a powerfs holding a new root, everything synced.
@@ -82,8 +122,9 @@ func newPoweredRoot(t testing.TB, clock *ledger.ManualClock) *powerfs.FS {
 // power was cut, when its effect may be forgotten: nothing of it, or all of it.
 var errAnsweredThenCut = errors.New("answered success, then the power was cut")
 
-// TestPowerCutAtEveryStep cuts the power at every change and sync of every operation, and
-// right after its answer, then reboots with each way of keeping what no sync made durable
+// TestPowerCutAtEveryStep cuts the power at every step of every operation (before each sync
+// in `make test`, before every change and sync in `make powercut`: see cutSteps), and right
+// after its answer, then reboots with each way of keeping what no sync made durable
 // (powerfs), from nothing to everything. After each it checks what the process-crash test
 // checks (the row legible, nothing or all of an unanswered operation, fences never back,
 // capacity never understated, the row's work can finish), that an answered admission, save,
@@ -97,27 +138,34 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 	continuations := ledgertest.Continuations()
 	points := 0
 	for _, op := range ledgertest.FaultOps() {
-		for step := 0; ; step++ {
-			if step > 80 {
-				t.Fatalf("%s: the operation still runs after %d cuts", op.Name, step)
-			}
-			fsys := base.Clone()
-			healthy := openPowered(t, fsys, clock, false)
-			d, run := op.Prep(t, healthy, clock)
-			_, before := ledgertest.RowState(t, healthy, d)
-			healthy.Close()
-			fsys.SyncAll() // what came before the operation was answered and is durable
-			answered := false
-			for _, p := range stepPersistences(step) {
+		fsys := base.Clone()
+		healthy := openPowered(t, fsys, clock, false)
+		d, run := op.Prep(t, healthy, clock)
+		// Another admission in the row's folder settles its slot (the record no longer names
+		// it pending), as a busy root's would: a slot still pending is given back by settling
+		// whenever its row is missing, which would hide a removal whose release was lost.
+		ledgertest.MustAdmit(t, healthy, deliveryInShard(d.Key()[0]))
+		_, before := ledgertest.RowState(t, healthy, d)
+		healthy.Close()
+		fsys.SyncAll() // what came before the operation was answered and is durable
+		steps := cutSteps(fsys, func(m *powerfs.FS) {
+			l := openPowered(t, m, ledger.NewManualClock(clock.Now()), false)
+			m.ResetCalls()
+			run(l)
+			l.Close()
+		})
+		for _, step := range steps {
+			for _, p := range syncPersistences(step) {
 				points++
 				// Each reboot goes on from the same instant: what follows one (finishing the
 				// row, cleanup) moves its own clock only.
 				clock := ledger.NewManualClock(clock.Now())
 				m := fsys.Clone()
 				faulty := openPowered(t, m, clock, false)
+				m.ResetCalls()
 				m.CutAfter(step)
 				err := run(faulty)
-				answered = !m.IsCut()
+				answered := !m.IsCut()
 				var want ledger.Row
 				if answered {
 					if err != nil {
@@ -143,9 +191,6 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 				l.Close()
 				checkPreparedRoot(t, ctx, rebooted, clock, what)
 			}
-			if answered {
-				break
-			}
 		}
 	}
 	t.Logf("%d power cuts", points)
@@ -155,19 +200,7 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 // verifies clean and that its capacity counts exactly its rows.
 func checkPreparedRoot(t *testing.T, ctx context.Context, fsys *powerfs.FS, clock *ledger.ManualClock, what string) {
 	t.Helper()
-	p, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
-	if err != nil {
-		t.Fatalf("%s: prepare: %v", what, err)
-	}
-	defer p.Close()
-	v, err := p.Verify(ctx, nil)
-	if err != nil || !v.OK() {
-		t.Fatalf("%s: verify: %v %v", what, err, v.Problems)
-	}
-	st, err := p.Stats(ctx)
-	if err != nil || st.CapacityUsed != st.Rows {
-		t.Fatalf("%s: after prepare: capacity %d for %d rows (%v)", what, st.CapacityUsed, st.Rows, err)
-	}
+	checkPreparedRootWith(t, fsys, clock, testLimits(), false, what)
 }
 
 // powerKey is one delivery a worker of a power-cut history drives, and what the answers it
@@ -193,165 +226,7 @@ type powerKey struct {
 // root must verify clean with capacity counting its rows exactly.
 func TestPowerCutHistories(t *testing.T) {
 	t.Parallel()
-	const (
-		histories = 30
-		workers   = 4
-		steps     = 40
-		leaseFor  = 24 * time.Hour
-	)
-	ctx := context.Background()
-	base := newPoweredRoot(t, ledger.NewManualClock(epoch))
-	shards := []byte{0x10, 0x11}
-	cuts, answered, removed, midway := 0, atomic.Int64{}, atomic.Int64{}, 0
-	for h := range histories {
-		rng := rand.New(rand.NewPCG(uint64(h), 7))
-		clock := ledger.NewManualClock(epoch.Add(time.Duration(h) * time.Hour))
-		fsys := base.Clone()
-		l := openPowered(t, fsys, clock, false)
-		fsys.CutAfter(rng.IntN(800)) // a history makes about 850 changes and syncs
-		var mu sync.Mutex
-		var keys []*powerKey
-		var wg sync.WaitGroup
-		for w := range workers {
-			seed := rng.Uint64()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				wr := rand.New(rand.NewPCG(seed, uint64(w)))
-				var k *powerKey
-				var lease *ledger.Lease
-				var staged *ledger.Staged
-				for range steps {
-					if wr.IntN(6) == 0 {
-						// A cleanup pass, the clock moved on by a few minutes: finished
-						// rows past their retention are forgotten.
-						clock.Advance(3 * time.Minute)
-						rep, err := l.Cleanup(ctx, "")
-						if err != nil {
-							if !fsys.IsCut() {
-								t.Errorf("cleanup failed with the power on: %v", err)
-							}
-							return
-						}
-						removed.Add(int64(len(rep.Removed)))
-						continue
-					}
-					if k == nil || k.read && k.last.State.Terminal() {
-						signed := time.Time{}
-						if wr.IntN(2) == 0 {
-							signed = clock.Now()
-						}
-						d := deliveryInShard(shards[wr.IntN(len(shards))])
-						d.SignedAt = signed
-						if !signed.IsZero() {
-							d.Binding.Scheme = "standard-webhooks"
-						}
-						k, lease, staged = &powerKey{d: d}, nil, nil
-						mu.Lock()
-						keys = append(keys, k)
-						mu.Unlock()
-						a, err := l.Admit(ctx, d)
-						if err != nil {
-							return // the power is cut
-						}
-						// (A refusal, Stale when the clock moved past the signature's age
-						// ceiling, makes no row.)
-						k.admitted = a.Outcome == ledger.Admitted
-						answered.Add(1)
-					} else {
-						var err error
-						switch {
-						case staged != nil && wr.IntN(2) == 0:
-							err = l.Complete(ctx, *staged)
-						case staged != nil:
-							err = l.Abandon(ctx, *staged, "provider answered 422")
-						case lease != nil && wr.IntN(4) == 0:
-							err = l.Release(ctx, *lease, time.Time{})
-							lease = nil
-						case lease != nil && wr.IntN(4) == 0:
-							var nl ledger.Lease
-							if nl, err = l.Renew(ctx, *lease, leaseFor); err == nil {
-								lease = &nl
-							}
-						case lease != nil:
-							report := fmt.Appendf(nil, "verdict %d", wr.IntN(1000))
-							var s ledger.Staged
-							if s, err = l.Save(ctx, *lease, report); err == nil {
-								staged, lease = &s, nil
-								k.saved, k.fence = ledger.SumBody(report), s.Lease.Fence
-							}
-						case k.last.State == ledger.StateAbandoned:
-							_, err = l.Revive(ctx, k.d.Key(), k.last.EvaluationID)
-						default:
-							var c ledger.Claim
-							if c, err = l.Claim(ctx, k.d.Key(), k.d.Binding.Digest(), "w", leaseFor); err == nil {
-								switch c.Outcome {
-								case ledger.Execute:
-									lease = c.Lease
-								case ledger.Publish:
-									staged = c.Staged
-								}
-							}
-						}
-						if err != nil {
-							if !fsys.IsCut() {
-								t.Errorf("a history's operation failed with the power on: %v", err)
-							}
-							return
-						}
-						answered.Add(1)
-						if staged != nil && (k.last.State == ledger.StateDone || k.last.State == ledger.StateAbandoned) {
-							staged = nil
-						}
-					}
-					row, err := l.Inspect(ctx, k.d.Key())
-					if errors.Is(err, ledger.ErrUnknownDelivery) && !k.admitted {
-						k = nil // refused: the next step admits another
-						continue
-					}
-					if err != nil {
-						if !fsys.IsCut() {
-							t.Errorf("inspect failed with the power on: %v", err)
-						}
-						return
-					}
-					k.last, k.read = row, true
-					if row.State.Terminal() {
-						staged = nil
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		if fsys.IsCut() {
-			midway++
-		}
-		fsys.Cut()
-		l.Close()
-		for _, p := range historyPersistences(h) {
-			cuts++
-			what := fmt.Sprintf("history %d, %s", h, p)
-			rebooted := fsys.Recover(p)
-			clock := ledger.NewManualClock(clock.Now())
-			l := openPowered(t, rebooted, clock, false)
-			for _, k := range keys {
-				checkPowerKey(t, l, clock, k, what)
-			}
-			for _, k := range keys {
-				if state, _ := ledgertest.RowState(t, l, k.d); state != "" {
-					ledgertest.FinishRow(t, l, clock, k.d)
-				}
-			}
-			cleanupLap(t, l)
-			l.Close()
-			checkPreparedRoot(t, ctx, rebooted, clock, what)
-		}
-	}
-	t.Logf("%d histories (%d cut while running), %d operations answered, %d rows removed by cleanup, %d reboots",
-		histories, midway, answered.Load(), removed.Load(), cuts)
-	if midway == 0 || removed.Load() == 0 {
-		t.Errorf("the histories never met a cut while running (%d) or never removed a row (%d): what they check went untried", midway, removed.Load())
-	}
+	powerCutHistories(t, testLimits(), []byte{0x10, 0x11}, 8*powerScale())
 }
 
 // checkPowerKey checks what k's answers promised after a reboot.

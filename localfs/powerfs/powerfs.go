@@ -148,6 +148,13 @@ func (f *FS) Calls() int {
 	return f.calls
 }
 
+// ResetCalls starts the counts of Calls and Syncs again from zero.
+func (f *FS) ResetCalls() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls, f.syncs = 0, nil
+}
+
 // Syncs reports the syncs made since New, Clone or Recover, each by the number of calls made
 // before it: CutAfter(n) with such an n cuts the power just before that sync. Between two
 // syncs only what was written changes, not what is durable, so a cut before each sync (and
@@ -221,13 +228,25 @@ func (f *FS) Recover(p Persistence) *FS {
 		panic("powerfs: Recover before the power was cut")
 	}
 	rng := rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15))
-	// The folder changes kept: with Ordered, those up to a point in their order.
+	// The folder changes kept: with Ordered, those up to a point in their order, the point
+	// drawn among the unsynced changes (not among every change ever made: on a file system
+	// with a long synced past that would almost always fall before the first unsynced one).
 	var horizon int64
 	switch p.Keep {
 	case Everything:
 		horizon = f.seq
 	case Random:
-		horizon = rng.Int64N(f.seq + 1)
+		var pending []int64
+		for _, in := range f.inodes {
+			for _, op := range in.ops {
+				pending = append(pending, op.seq)
+			}
+		}
+		slices.Sort(pending)
+		pending = slices.Compact(pending)
+		if k := rng.IntN(len(pending) + 1); k > 0 {
+			horizon = pending[k-1]
+		}
 	}
 	keepOp := func(op dirOp) bool {
 		switch {
