@@ -19,7 +19,7 @@ MINIO_IMAGE   ?= amiss-minio:local
 MINIO_BUILD   := .cache/minio
 
 .DEFAULT_GOAL := help
-.PHONY: help run sign demo check test test-prepare build bench fuzz soak attack-ext4 vet clean minio-image rie \
+.PHONY: help run sign demo check test test-prepare build bench fuzz soak powercut attack-ext4 vet clean minio-image rie \
 	invoke-ingress invoke-runner invoke-cleanup invoke-fakes invoke-clean \
 	build-IngressFunction build-RunnerFunction build-CleanupFunction
 
@@ -98,6 +98,12 @@ soak: test-prepare
 	AMISS_SOAK=1 AMISS_MINIO_IMAGE=$(MINIO_IMAGE) TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
 		$(GO) test -run 'TestMultiProcess|TestHistories' -count=1 -timeout 90m -v ./localfs/ ./objstore/ \
 		| grep -E '^(---|ok|FAIL|PASS)|history check|killed|workers'
+
+## powercut: the FileLedger's power-loss tests at a larger scale (every call cut, more recoveries and histories)
+POWER_SCALE ?= 10
+powercut:
+	AMISS_POWER_SCALE=$(POWER_SCALE) $(GO) test -run 'TestPowerCut' -count=1 -timeout 90m -v ./localfs/ \
+		| grep -E '^(---|ok|FAIL|PASS)|power cuts|histories'
 
 ## attack-ext4: as root, fail an ext4 journal commit under the FileLedger on a loop device (no answered admission may be lost)
 attack-ext4:

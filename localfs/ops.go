@@ -30,6 +30,13 @@ import (
 //     ever used by a Save, which is synced and carries the fence), a release forgotten (the
 //     lease runs out instead), a Complete or Abandon forgotten (the row is saved again and
 //     publishes the same frozen bytes again, or is abandoned again: never a second verdict).
+//   - A process can also die alone between a rename and its folder sync (killed, out of
+//     memory), leaving the row in the page cache only; the host, and other processes, go on
+//     and may read it. So an answer given from a row read, not written, promises nothing a
+//     power loss could undo: a re-admission answered Pending or Duplicate (the sender stops
+//     sending) and a Publish grant (the verdict goes out next) sync the row's folder first.
+//     An Execute grant needs no such sync: nothing leaves the host before its Save, which
+//     syncs the folder, and whatever it depended on with it.
 
 // Admit implements ledger.Ledger. A key that already has a row is answered under its row-shard
 // lock alone. A new key takes a slot in its home capacity shard under that same lock (see

@@ -84,9 +84,15 @@ func historyPersistences(h int) []powerfs.Persistence {
 // written changes, not what is durable, so a cut before a sync, recovered in order, keeps any
 // prefix of what was done since the last one: the states a cut between them leaves on disk.
 func cutSteps(fsys *powerfs.FS, run func(*powerfs.FS)) []int {
+	return cutStepsEvery(fsys, run, powerScale() > 1)
+}
+
+// cutStepsEvery is cutSteps, with every call cut only when every is set (an operation of
+// thousands of calls, such as making a root, is cut before its syncs only, at any scale).
+func cutStepsEvery(fsys *powerfs.FS, run func(*powerfs.FS), every bool) []int {
 	dry := fsys.Clone()
 	run(dry)
-	if powerScale() > 1 {
+	if every {
 		steps := make([]int, dry.Calls()+1)
 		for i := range steps {
 			steps[i] = i
@@ -295,8 +301,8 @@ func loadTree(t *testing.T, fsys *powerfs.FS, src, dst string) {
 	fsys.SyncAll()
 }
 
-// TestPowerCutWhileOpening cuts the power before every sync of making a new root and of
-// migrating a format 1 root, and after the answer, then reboots with each way of keeping what was not synced: the next start
+// TestPowerCutWhileOpening cuts the power before every sync (see cutSteps) of making a new root
+// and of migrating a format 1 root, and after the answer, then reboots with each way of keeping what was not synced: the next start
 // opens the root (making it again where the first start was never answered), which verifies
 // clean, keeps the migrated root's rows as they were, and counts its capacity exactly.
 func TestPowerCutWhileOpening(t *testing.T) {
@@ -327,18 +333,16 @@ func TestPowerCutWhileOpening(t *testing.T) {
 		}},
 	}
 	for _, c := range cases {
-		// A start without a cut tells where its syncs are: the power is cut just before each,
-		// and after the answer (see powerfs.FS.Syncs).
-		dry := c.fsys.Clone()
-		l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: c.limits, Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour)), FS: dry, Create: true})
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		l.Close()
-		cutPoints := append(dry.Syncs(), dry.Calls())
+		cutPoints := cutStepsEvery(c.fsys, func(m *powerfs.FS) {
+			l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: c.limits, Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour)), FS: m, Create: true})
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			l.Close()
+		}, false)
 		points := 0
 		for _, step := range cutPoints {
-			for _, p := range powerPersistences() {
+			for _, p := range syncPersistences(step) {
 				points++
 				m := c.fsys.Clone()
 				clock := ledger.NewManualClock(fixtureEpoch.Add(time.Hour))
