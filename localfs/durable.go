@@ -323,6 +323,10 @@ const (
 	// durableFull: the data and then the folder entry are synced before the caller is
 	// answered.
 	durableFull
+	// asRead: nothing is written, but the row's folder is synced before the answer, which
+	// repeats the row as read: another process (or an earlier call of this one whose folder
+	// sync failed) may have renamed it into place and never made the name durable.
+	asRead
 )
 
 // replace writes data to path by atomic replacement with the given durability.

@@ -34,7 +34,8 @@ import (
 //     memory), leaving the row in the page cache only; the host, and other processes, go on
 //     and may read it. So an answer given from a row read, not written, promises nothing a
 //     power loss could undo: a re-admission answered Pending or Duplicate (the sender stops
-//     sending) and a Publish grant (the verdict goes out next) sync the row's folder first.
+//     sending), a Save or a Revive answered again with nothing to change (the verdict goes
+//     out next) and a Publish grant sync the row's folder first.
 //     An Execute grant needs no such sync: nothing leaves the host before its Save, which
 //     syncs the folder, and whatever it depended on with it.
 
@@ -90,7 +91,7 @@ func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admissio
 
 // step is one decision on a row, the shape objstore's update takes too: it reads and changes
 // row (at the row's effective now) and says how the changed row is written: not at all (0),
-// or with durableData or durableFull. A refusal may still ask for a write (a refusal that
+// with durableData or durableFull, or not at all but with its folder synced (asRead). A refusal may still ask for a write (a refusal that
 // recorded the effective now in the row, so a clock stepping back cannot undo it); the
 // refusal is then what the caller sees, joined with the write's error if that fails.
 type step func(row *storedRow, now time.Time) (write durability, err error)
@@ -113,7 +114,13 @@ func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn step
 		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
 	}
 	write, err := fn(&row, now)
-	if write != 0 {
+	switch write {
+	case 0:
+	case asRead:
+		if serr := r.sync.syncDirs(filepath.Dir(r.statePath(key))); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	default:
 		if werr := r.writeRow(&row, write); werr != nil {
 			err = errors.Join(err, werr)
 		}
@@ -218,7 +225,10 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 		}
 		out = ledger.Staged{Lease: pl, Report: append([]byte(nil), report...)}
 		if !changed {
-			return 0, nil
+			// A repeated Save (its first answer was lost) is answered again, and its verdict
+			// published next: the saved row must be on disk, and the first call's folder sync
+			// may have failed (TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync).
+			return asRead, nil
 		}
 		row.Frozen = append([]byte(nil), report...)
 		return durableFull, nil
@@ -305,7 +315,10 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 		if changed {
 			return durableFull, nil
 		}
-		return 0, nil
+		// Already revived: the operator is told the row is saved, to be published; the
+		// Revive that saved it may have died before its folder sync
+		// (TestPowerCutAfterAProcessCrashKeepsARetriedRevive).
+		return asRead, nil
 	})
 	if err != nil {
 		out = ledger.Row{}

@@ -155,7 +155,7 @@ func TestPowerCutCleanupBatchAcrossShards(t *testing.T) {
 		}
 		fsys.Cut()
 		faulty.Close()
-		for _, p := range syncPersistences(step) {
+		for _, p := range append(syncPersistences(step), folderPersistences(fsys)...) {
 			points++
 			what := fmt.Sprintf("cleanup, power cut at step %d (answered %v), %s", step, answered, p)
 			rebooted := fsys.Recover(p)
@@ -358,6 +358,9 @@ func TestPowerCutGroupCommitRound(t *testing.T) {
 		}
 		fsys.Cut()
 		faulty.Close()
+		if step%2 == 1 && powerScale() == 1 && !answered {
+			continue // every other step in make test; every step in make powercut
+		}
 		steps++
 		for _, p := range stepPersistences(step) {
 			points++

@@ -59,6 +59,10 @@ type Persistence struct {
 	// Ordered keeps a prefix of the folder changes, in the order they were made (a journaling
 	// file system); otherwise any subset of them (one without a journal).
 	Ordered bool
+	// LoseFolder, when set, is a folder whose unsynced changes are all lost, whatever Keep
+	// says of the others: a file system without a journal writes each folder back on its own,
+	// so a later change in one folder can survive an earlier one in another (see DirtyFolders).
+	LoseFolder string
 }
 
 // Keep says how much of the unsynced changes a power loss keeps.
@@ -74,6 +78,11 @@ const (
 )
 
 func (p Persistence) String() string {
+	if p.LoseFolder != "" {
+		q := p
+		q.LoseFolder = ""
+		return q.String() + "-except-" + p.LoseFolder
+	}
 	switch p.Keep {
 	case Nothing:
 		return "keep-nothing"
@@ -260,6 +269,12 @@ func (f *FS) Recover(p Persistence) *FS {
 			return rng.IntN(2) == 0
 		}
 	}
+	var lost int64 // the inode of LoseFolder, as the cut left the tree
+	if p.LoseFolder != "" {
+		if _, _, ino, err := f.lookup("recover", p.LoseFolder); err == nil {
+			lost = ino
+		}
+	}
 	out := &FS{inodes: map[int64]*inode{}, next: f.next, countdown: -1}
 	ids := make([]int64, 0, len(f.inodes))
 	for id := range f.inodes {
@@ -272,7 +287,7 @@ func (f *FS) Recover(p Persistence) *FS {
 			n := newDir()
 			n.entries = maps(in.durableEntries)
 			for _, op := range in.ops {
-				if !keepOp(op) {
+				if id == lost || !keepOp(op) {
 					continue
 				}
 				if op.ino == 0 {
@@ -346,6 +361,29 @@ func (f *FS) Recover(p Persistence) *FS {
 			delete(out.inodes, id)
 		}
 	}
+	return out
+}
+
+// DirtyFolders lists the folders (by path, as the tree stands) that hold changes no sync made
+// durable, sorted: each is a LoseFolder worth trying.
+func (f *FS) DirtyFolders() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	var walk func(id int64, p string)
+	walk = func(id int64, p string) {
+		in := f.inodes[id]
+		if len(in.ops) > 0 {
+			out = append(out, p)
+		}
+		for name, c := range in.entries {
+			if child, ok := f.inodes[c]; ok && child.dir {
+				walk(c, path.Join(p, name))
+			}
+		}
+	}
+	walk(rootIno, "/")
+	sort.Strings(out)
 	return out
 }
 

@@ -195,3 +195,28 @@ func TestOrderedRandomKeepsPrefixesOfTheUnsynced(t *testing.T) {
 		t.Fatalf("200 random recoveries in order kept a strict part of the unsynced changes only %d times: %v", 200-kept[0]-kept[n], kept)
 	}
 }
+
+// A folder lost on its own: every other folder's changes are kept, that one's none, so a later
+// change survives an earlier one made in another folder.
+func TestLoseOneFolder(t *testing.T) {
+	f := powerfs.New()
+	for _, d := range []string{"/a", "/b"} {
+		if err := f.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.SyncAll()
+	mustWrite(t, f, "/a/first", []byte("1"), true)
+	mustWrite(t, f, "/b/second", []byte("2"), true)
+	if got := f.DirtyFolders(); len(got) != 2 || got[0] != "/a" || got[1] != "/b" {
+		t.Fatalf("dirty folders %v", got)
+	}
+	f.Cut()
+	r := f.Recover(powerfs.Persistence{Keep: powerfs.Everything, LoseFolder: "/a"})
+	if _, ok := read(r, "/a/first"); ok {
+		t.Errorf("the lost folder's change was kept")
+	}
+	if got, ok := read(r, "/b/second"); !ok || got != "2" {
+		t.Errorf("the other folder's later change: %q %v", got, ok)
+	}
+}
