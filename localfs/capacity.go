@@ -93,6 +93,14 @@ func (r *root) stageShard(sh shardState) (*staged, error) {
 // replaced by a later incarnation that holds a slot of its own), unless an unfinished cleanup
 // batch removed that row (the batch gives the slot back itself, once). A pending row that
 // cannot be read keeps its slot (an overstatement). It reports whether sh changed.
+//
+// What settling reads may be in the page cache only: a row renamed into place, or the record
+// itself as an earlier settling wrote it, by a process that died before the sync that would
+// have made them durable. A record written from it must not reach the disk before them, or a
+// power loss could take such a row and leave its slot counted with nothing naming it pending:
+// a slot lost for good. An admission writes the settled record with its own row under one
+// syncfs, which carries them; the other writers of a settled record sync the file system
+// first (syncEverything).
 func (r *root) settle(sh *shardState) (changed bool, err error) {
 	if len(sh.Pending) == 0 {
 		return false, nil
@@ -217,6 +225,9 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	}
 	r.sync.enter()
 	defer r.sync.exit()
+	if err := r.sync.syncEverything(); err != nil { // see settle
+		return err
+	}
 	st, err := r.stageShard(sh)
 	if err != nil {
 		return err
@@ -315,8 +326,13 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	if sh.Used >= sh.Quota {
 		if changed {
 			// Keep what settling found (slots given back), durably: a full shard is read again
-			// by every admission that borrows.
-			st, err := r.stageShard(sh)
+			// by every admission that borrows. What it relied on is made durable first (see
+			// settle).
+			err := r.sync.syncEverything()
+			var st *staged
+			if err == nil {
+				st, err = r.stageShard(sh)
+			}
 			if err == nil {
 				err = r.commitAll([]*staged{st})
 			}

@@ -55,8 +55,10 @@ type syncReq struct {
 	files []File
 	names []string // the files' names, for errors
 	dirs  []string
-	done  chan error
-	lead  chan struct{}
+	// all asks for everything written to the file system to be made durable (syncfs).
+	all  bool
+	done chan error
+	lead chan struct{}
 }
 
 func newSyncer(fsys FS, dir string) *syncer {
@@ -86,6 +88,13 @@ func (s *syncer) syncData(sts ...*staged) error {
 	return s.sync(req)
 }
 
+// syncEverything makes everything written to the file system durable (one syncfs, shared
+// with whatever the round carries): what an operation read may have been written by a process
+// that died before making it durable, and what it writes next must not reach the disk first.
+func (s *syncer) syncEverything() error {
+	return s.sync(&syncReq{all: true})
+}
+
 // syncDirs makes the entries of the folders durable: every rename or removal made in them
 // before the call.
 func (s *syncer) syncDirs(dirs ...string) error {
@@ -105,7 +114,7 @@ func dedupe(xs []string) []string {
 }
 
 func (s *syncer) sync(req *syncReq) error {
-	if len(req.files) == 0 && len(req.dirs) == 0 {
+	if len(req.files) == 0 && len(req.dirs) == 0 && !req.all {
 		return nil
 	}
 	req.done = make(chan error, 1)
@@ -195,7 +204,7 @@ func (s *syncer) run(round []*syncReq) []error {
 	// no check: a file's data errors are its own (fsync, CheckWriteback), and what an
 	// operation does after such a round (a rename) opens a journal handle itself, which an
 	// aborted journal refuses; only a folder's entries are trusted to the sync alone.
-	if slices.ContainsFunc(round, func(r *syncReq) bool { return len(r.dirs) > 0 }) {
+	if slices.ContainsFunc(round, func(r *syncReq) bool { return len(r.dirs) > 0 || r.all }) {
 		if err := s.checkJournal(); err != nil {
 			return fail(err)
 		}
@@ -223,7 +232,7 @@ func (s *syncer) run(round []*syncReq) []error {
 // syncRound makes the round's files and folders durable with one call: that file's fsync or that
 // folder's for a round of one of either, syncfs otherwise.
 func (s *syncer) syncRound(round []*syncReq) error {
-	if len(round) == 1 {
+	if len(round) == 1 && !round[0].all {
 		r := round[0]
 		switch {
 		case len(r.files) == 1 && len(r.dirs) == 0:
