@@ -147,3 +147,30 @@ func TestHTTPEvaluatorFollowsNoRedirect(t *testing.T) {
 		t.Fatalf("the redirect target was sent %d requests", n)
 	}
 }
+
+// The evaluator's configured timeout bounds its call, not the timeout of the client it was
+// given: the runner's wiring shares one client (15 s) among every route, and a route may allow
+// its evaluator up to 5 minutes. Copying that client whole cut every evaluation at the
+// client's timeout, and an evaluator configured for longer failed every attempt, then got an
+// error verdict (helper-25).
+func TestHTTPEvaluatorTimeoutOverridesTheClients(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // slower than the client's timeout, within the evaluator's
+		w.Write([]byte(`{"state":"success","description":"all checks hold"}`))
+	}))
+	defer srv.Close()
+	client := srv.Client()
+	client.Timeout = 50 * time.Millisecond
+	e := &evaluate.HTTP{URL: srv.URL, Secret: []byte("s"), Client: client, Timeout: 5 * time.Second}
+	v, err := e.Evaluate(context.Background(), subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"})
+	if err != nil || v.State != evaluate.Success {
+		t.Fatalf("an evaluator allowed 5 s answering in 300 ms, through a client with a 50 ms timeout: %+v %v", v, err)
+	}
+	if client.Timeout != 50*time.Millisecond {
+		t.Fatalf("the caller's client was changed: timeout %s", client.Timeout)
+	}
+	e.Timeout = 100 * time.Millisecond
+	if _, err := e.Evaluate(context.Background(), subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"}); err == nil {
+		t.Fatal("an evaluator allowed 100 ms answering in 300 ms was answered")
+	}
+}

@@ -64,6 +64,9 @@ func (e *HTTP) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error)
 		client = *e.Client
 	}
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	// The evaluator's own timeout (the context above) bounds the call, not the client's: the
+	// runner shares one client among routes, and a route may allow its evaluator longer.
+	client.Timeout = 0
 	resp, err := client.Do(req)
 	if err != nil {
 		return Verdict{}, fmt.Errorf("evaluate: %w", err)

@@ -180,18 +180,19 @@ func (g *GitLab) Publish(ctx context.Context, s Status) error {
 				return nil
 			}
 		}
-		if len(statuses) < gitlabReadBackPerPage {
-			break
+		if len(statuses) == 0 {
+			break // past the last page (a short page is not the end: a server may cap per_page)
 		}
 	}
 	return err
 }
 
-// The read-back after a 400 reads the commit's statuses under the context's name 30 at a time
-// (each carries its author: 30 stay well within the 64 KiB the client reads of an answer), at
-// most 50 pages (1,500 statuses under one name).
+// The read-back after a 400 reads the commit's statuses under the context's name 20 at a time
+// (each carries its author; 20 at GitLab's field limits, 255-character descriptions and target
+// URLs with escapes, stay within the 64 KiB the client reads of an answer), until an empty page,
+// at most 50 pages (1,000 statuses under one name).
 const (
-	gitlabReadBackPerPage = 30
+	gitlabReadBackPerPage = 20
 	gitlabReadBackPages   = 50
 )
 

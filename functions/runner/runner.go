@@ -417,22 +417,39 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		// The verdict is frozen without building the route.
 		return r.unroutable(ctx, log, lc, fmt.Errorf("the runner stopped while building it, %d attempts in a row", lost))
 	}
+	built := time.Now()
 	route, err := r.route(ctx, l.Route)
 	if err != nil {
 		// A route that cannot be built is the operator's to fix: nothing was evaluated, so the
 		// attempt is handed back (never counted: neither a failed evaluation nor a lost
 		// attempt). Only once twice the publish budget has passed since admission, long after
 		// the delivery stopped mattering, does it end the wait (unroutable); a route failing
-		// once after a long outage within that is just tried again.
-		if !l.AdmittedAt.IsZero() && lc.granted.Sub(l.AdmittedAt) >= 2*r.publishBudget() {
+		// once after a long outage within that is just tried again. A shutdown that cut the
+		// build (a secret read in flight) hands it back for the next claim at once.
+		shutdown := ctx.Err() != nil
+		if !shutdown && !l.AdmittedAt.IsZero() && lc.granted.Sub(l.AdmittedAt) >= 2*r.publishBudget() {
 			return r.unroutable(ctx, log, lc, err)
 		}
-		// A failed unclaim is logged, not returned: the route's error is the one the caller
-		// must see, and a lease not given back only delays the next claim until it ends.
-		if rerr := r.Ledger.Unclaim(ctx, l, r.after(lc, r.retryDelay())); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+		wait := r.retryDelay()
+		if shutdown {
+			wait = 0
+		}
+		// The hand-back runs with a context of its own: the caller's may be the one that
+		// ended. A failed unclaim is logged, not returned: the route's error is the one the
+		// caller must see, and a lease not given back only delays the next claim until it
+		// ends.
+		uctx, ucancel := detached(ctx, 5*time.Second)
+		defer ucancel()
+		if rerr := r.Ledger.Unclaim(uctx, l, r.after(lc, wait)); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
 			log.Warn("release failed after a route error; the lease ends by itself", "err", rerr, "lease_expires", l.Expires)
 		}
-		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: route %s: %w", l.Route, err)
+		return Result{RetryAt: r.now().Add(wait)}, fmt.Errorf("runner: building the route: %w", err)
+	}
+	if time.Since(built) > r.margin() {
+		// The route took more than a margin to build (a slow secret read): the evaluation
+		// does not have the invocation's time, so running out of it is the scheduling's
+		// doing, handed back, not a failed attempt (the rule for a message taken up late).
+		fair = false
 	}
 	var s subject.Subject
 	if err := json.Unmarshal(l.Subject, &s); err != nil {
@@ -609,6 +626,18 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock) (Result, error) {
 	log = log.With("evaluation", s.Lease.EvaluationID, "publish_attempt", s.Lease.Attempt, "route", s.Lease.Route)
 	route, err := r.route(ctx, s.Lease.Route)
+	if err != nil && ctx.Err() != nil {
+		// Cut by a shutdown while building it (a secret read in flight): not a failed
+		// publication; handed back, with a context of its own, for the next claim at once.
+		now := r.now()
+		rctx, cancel := detached(ctx, 5*time.Second)
+		defer cancel()
+		if rerr := r.Ledger.Unclaim(rctx, s.Lease, r.after(lc, 0)); rerr != nil && !errors.Is(rerr, ledger.ErrLeaseLost) {
+			return Result{RetryAt: now}, rerr
+		}
+		log.Warn("publication cut while building the route; handed back for the next claim", "err", err)
+		return Result{RetryAt: now}, nil
+	}
 	if err != nil {
 		// The route cannot be built (its token cannot be read, it was removed from the
 		// configuration): an operator's to fix, retried on the publish schedule and budget.
