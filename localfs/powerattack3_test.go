@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,83 +76,6 @@ func TestPowerCutAfterAProcessCrashSettleLeaksASlot(t *testing.T) {
 			return "kept"
 		}())
 		checkPreparedRootWith(t, rebooted, clock, limits, true, what)
-	}
-}
-
-// TestPowerCutWhileOpeningLosingOneFolder is TestPowerCutWhileOpening recovered with the
-// lose-one-folder recoveries (everything kept but one folder's unsynced changes), which it
-// does not try: making a root and migrating a format 1 root write into the root folder and
-// the 256 row folders, and only some of their steps sync every folder.
-func TestPowerCutWhileOpeningLosingOneFolder(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	empty := powerfs.New()
-	if err := empty.Mkdir("/power", 0o700); err != nil {
-		t.Fatal(err)
-	}
-	empty.SyncAll()
-	v1 := empty.Clone()
-	loadTree(t, v1, filepath.Join("testdata", "format-v1"), powerRoot)
-	cases := []struct {
-		name   string
-		fsys   *powerfs.FS
-		limits ledger.Limits
-	}{
-		{"new root", empty, testLimits()},
-		{"format 1 migration", v1, fixtureLimits()},
-	}
-	for _, c := range cases {
-		cutPoints := cutStepsEvery(c.fsys, func(m *powerfs.FS) {
-			l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: c.limits, Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour)), FS: m, Create: true})
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			l.Close()
-		}, false)
-		points := 0
-		for _, step := range cutPoints {
-			m := c.fsys.Clone()
-			clock := ledger.NewManualClock(fixtureEpoch.Add(time.Hour))
-			cfg := localfs.Config{Limits: c.limits, Clock: clock, FS: m, Create: true}
-			m.CutAfter(step)
-			l, err := localfs.Prepare(ctx, powerRoot, cfg)
-			answered := !m.IsCut()
-			if answered {
-				if err != nil {
-					t.Fatalf("%s: failed with no cut: %v", c.name, err)
-				}
-				l.Close()
-				m.Cut()
-			}
-			for _, p := range folderPersistences(m) {
-				points++
-				what := fmt.Sprintf("%s, power cut at step %d (answered: %v), %s", c.name, step, answered, p)
-				rebooted := m.Recover(p)
-				cfg := localfs.Config{Limits: c.limits, Clock: clock, FS: rebooted, Create: !answered}
-				l, err := localfs.Prepare(ctx, powerRoot, cfg)
-				if err != nil {
-					t.Fatalf("%s: the next start: %v", what, err)
-				}
-				if c.name == "format 1 migration" {
-					for i, want := range fixtureStates {
-						d := fixtureDelivery(i)
-						row, err := l.Inspect(ctx, d.Key())
-						if err != nil || row.State != want || row.Binding != d.Binding {
-							t.Fatalf("%s: delivery %d: %+v %v, want %v", what, i, row, err, want)
-						}
-					}
-				}
-				if v, err := l.Verify(ctx, nil); err != nil || !v.OK() {
-					t.Fatalf("%s: verify: %v %v", what, err, v.Problems)
-				}
-				if st, err := l.Stats(ctx); err != nil || st.CapacityUsed != st.Rows {
-					t.Fatalf("%s: capacity %d for %d rows (%v)", what, st.CapacityUsed, st.Rows, err)
-				}
-				ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
-				l.Close()
-			}
-		}
-		t.Logf("%s: %d power cuts", c.name, points)
 	}
 }
 
