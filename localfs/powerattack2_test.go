@@ -67,10 +67,7 @@ func TestPowerCutAfterAProcessCrashKeepsARetriedRevive(t *testing.T) {
 	d := newDelivery(time.Time{})
 	s := abandonedRow(t, fsys, clock, d, "abandoned verdict")
 	dying := &diesBeforeFolderSync{FS: fsys}
-	first, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: dying})
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := openOn(t, dying, clock)
 	if _, err := first.Revive(ctx, d.Key(), s.Lease.EvaluationID); err == nil {
 		t.Fatal("the revive was answered although its process died before the folder sync")
 	}
@@ -83,14 +80,11 @@ func TestPowerCutAfterAProcessCrashKeepsARetriedRevive(t *testing.T) {
 	}
 	second.Close()
 	fsys.Cut()
-	for _, p := range powerPersistences() {
-		rebooted := fsys.Recover(p)
-		l := openPowered(t, rebooted, clock, false)
+	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
 		if state, _ := ledgertest.RowState(t, l, d); state != "saved" {
 			t.Errorf("%s: the retried revive was answered (row %v), and after the power cut the row is %q", p, row.State, state)
 		}
-		l.Close()
-	}
+	})
 }
 
 // TestPowerCutKeepsARevivedRowAfterAFailedFolderSync: Revive's folder sync fails (an I/O
@@ -105,10 +99,7 @@ func TestPowerCutKeepsARevivedRowAfterAFailedFolderSync(t *testing.T) {
 	d := newDelivery(time.Time{})
 	s := abandonedRow(t, fsys, clock, d, "abandoned verdict")
 	failing := &failsFolderSyncOnce{FS: fsys}
-	l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: failing})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openOn(t, failing, clock)
 	if _, err := l.Revive(ctx, d.Key(), s.Lease.EvaluationID); err == nil {
 		t.Fatal("the revive was answered although its folder sync failed")
 	}
@@ -118,14 +109,11 @@ func TestPowerCutKeepsARevivedRowAfterAFailedFolderSync(t *testing.T) {
 	}
 	l.Close()
 	fsys.Cut()
-	for _, p := range powerPersistences() {
-		rebooted := fsys.Recover(p)
-		l := openPowered(t, rebooted, clock, false)
+	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
 		if state, _ := ledgertest.RowState(t, l, d); state != "saved" {
 			t.Errorf("%s: the repeated revive was answered (row %v), and after the power cut the row is %q", p, row.State, state)
 		}
-		l.Close()
-	}
+	})
 }
 
 // TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync: a Save's folder sync fails (an I/O
@@ -148,10 +136,7 @@ func TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync(t *testing.T) {
 	}
 	fsys.SyncAll()
 	failing := &failsFolderSyncOnce{FS: fsys}
-	l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: failing})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openOn(t, failing, clock)
 	lease := *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease
 	if _, err := l.Save(ctx, lease, []byte("first verdict")); err == nil {
 		t.Fatal("the save was answered although its folder sync failed")
@@ -162,15 +147,12 @@ func TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync(t *testing.T) {
 	}
 	l.Close()
 	fsys.Cut()
-	for _, p := range powerPersistences() {
-		rebooted := fsys.Recover(p)
-		l := openPowered(t, rebooted, clock, false)
+	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
 		if state, _ := ledgertest.RowState(t, l, d); state != "saved" {
 			t.Errorf("%s: the repeated save was answered (publishing %q under fence %d), and after the power cut the row is %q: it will be evaluated again",
 				p, staged.Report, staged.Lease.Fence, state)
 		}
-		l.Close()
-	}
+	})
 }
 
 // TestPowerCutAfterUnsyncedCompleteAnsweredDuplicateIsRecovered: a worker publishes and
@@ -267,10 +249,7 @@ func TestPowerCutAfterAProcessCrashConcurrentAnswers(t *testing.T) {
 		fsys := base.Clone()
 		d := deliveryInShard(folder)
 		dying := &diesBeforeFolderSync{FS: fsys}
-		first, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: dying})
-		if err != nil {
-			t.Fatal(err)
-		}
+		first := openOn(t, dying, clock)
 		if _, err := first.Admit(ctx, d); err == nil {
 			t.Fatal("the admission was answered although its process died")
 		}

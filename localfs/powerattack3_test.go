@@ -176,10 +176,7 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 	k1, k0 := deliveryInShard(0x42), deliveryInShard(0x42)
 	{
 		dying := &diesBeforeFolderSync{FS: fsys}
-		l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: dying})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := openOn(t, dying, clock)
 		if _, err := l.Admit(ctx, k1); err == nil {
 			t.Fatal("k1's admission was answered although its process died before the folder sync")
 		}
@@ -187,10 +184,7 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 	}
 	{
 		dying := &diesAtSyncFS{FS: fsys}
-		l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: dying})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := openOn(t, dying, clock)
 		if _, err := l.Admit(ctx, k0); err == nil {
 			t.Fatal("k0's admission was answered although its process died at its syncfs")
 		}
@@ -230,10 +224,7 @@ func TestAnswersFromARowReadFailWithTheirSync(t *testing.T) {
 		ledgertest.MustAdmit(t, l, d)
 		l.Close()
 	}
-	l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: failsRowFolderSyncs{fsys}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := openOn(t, failsRowFolderSyncs{fsys}, clock)
 	defer l.Close()
 	if a, err := l.Admit(ctx, d); !errors.Is(err, ledger.ErrUnavailable) || a.Outcome != 0 {
 		t.Errorf("re-admission: %+v %v", a, err)

@@ -648,10 +648,7 @@ func TestPowerCutAfterAProcessCrashLosesNoAnsweredAdmission(t *testing.T) {
 	fsys := newPoweredRoot(t, clock)
 	dying := &diesBeforeFolderSync{FS: fsys}
 	d := newDelivery(time.Time{})
-	first, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: dying})
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := openOn(t, dying, clock)
 	if _, err := first.Admit(ctx, d); err == nil {
 		t.Fatal("the admission was answered although its process died before the folder sync")
 	}
@@ -666,14 +663,11 @@ func TestPowerCutAfterAProcessCrashLosesNoAnsweredAdmission(t *testing.T) {
 	}
 	second.Close()
 	fsys.Cut()
-	for _, p := range powerPersistences() {
-		rebooted := fsys.Recover(p)
-		l := openPowered(t, rebooted, clock, false)
+	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
 		if state, _ := ledgertest.RowState(t, l, d); state != "pending" {
 			t.Errorf("%s: the retry was answered %v (evaluation %s), and after the power cut the row is %q", p, a.Outcome, a.EvaluationID, state)
 		}
-		l.Close()
-	}
+	})
 }
 
 // TestPowerCutAfterAProcessCrashKeepsAPublishedVerdict: a worker's process dies in a Save after
@@ -695,10 +689,7 @@ func TestPowerCutAfterAProcessCrashKeepsAPublishedVerdict(t *testing.T) {
 	}
 	fsys.SyncAll()
 	dying := &diesBeforeFolderSync{FS: fsys}
-	first, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: dying})
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := openOn(t, dying, clock)
 	lease := *ledgertest.MustClaim(t, first, d, ledger.Execute).Lease
 	if _, err := first.Save(ctx, lease, []byte("first verdict")); err == nil {
 		t.Fatal("the save was answered although its process died before the folder sync")
@@ -713,12 +704,9 @@ func TestPowerCutAfterAProcessCrashKeepsAPublishedVerdict(t *testing.T) {
 	ledgertest.MustComplete(t, second, *c.Staged) // published
 	second.Close()
 	fsys.Cut()
-	for _, p := range powerPersistences() {
-		rebooted := fsys.Recover(p)
-		l := openPowered(t, rebooted, clock, false)
+	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
 		if state, _ := ledgertest.RowState(t, l, d); state != "saved" && state != "done" {
 			t.Errorf("%s: the verdict %q was published, and after the power cut the row is %q: it will be evaluated again", p, c.Staged.Report, state)
 		}
-		l.Close()
-	}
+	})
 }

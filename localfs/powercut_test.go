@@ -129,6 +129,28 @@ func openPowered(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, crea
 	return openPoweredWith(t, fsys, clock, testLimits(), create)
 }
 
+// openOn opens the root through fsys, a wrapper of a powerfs (a process that dies, a sync
+// that fails), as a process would; the test fails if it cannot.
+func openOn(t testing.TB, fsys localfs.FS, clock *ledger.ManualClock) *localfs.Ledger {
+	t.Helper()
+	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
+	if err != nil {
+		t.Fatalf("open the root: %v", err)
+	}
+	return l
+}
+
+// eachReboot recovers the cut fsys every way (powerPersistences) and runs check on a ledger
+// opened on each reboot.
+func eachReboot(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, check func(p powerfs.Persistence, l *localfs.Ledger)) {
+	t.Helper()
+	for _, p := range powerPersistences() {
+		l := openPowered(t, fsys.Recover(p), clock, false)
+		check(p, l)
+		l.Close()
+	}
+}
+
 // newPoweredRoot returns a powerfs holding a new root, everything synced.
 func newPoweredRoot(t testing.TB, clock *ledger.ManualClock) *powerfs.FS {
 	t.Helper()
