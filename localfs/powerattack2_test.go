@@ -2,9 +2,7 @@ package localfs_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,22 +18,6 @@ import (
 // rename and its folder sync, or after a folder sync failed while the process lived on: the
 // change that made a re-admission answered Pending/Duplicate and a Publish grant sync the
 // row's folder first left other answers given from the page cache.
-
-// failsFolderSyncOnce is a process's view of a powerfs whose first folder sync of a row folder
-// fails (an I/O error: nothing is made durable) while the process goes on; later syncs work.
-type failsFolderSyncOnce struct {
-	*powerfs.FS
-	failed atomic.Bool
-}
-
-var errFolderSyncFailed = errors.New("sync folder: input/output error")
-
-func (f *failsFolderSyncOnce) SyncDir(name string) error {
-	if strings.Contains(name, "/"+localfs.RowsDir+"/") && f.failed.CompareAndSwap(false, true) {
-		return errFolderSyncFailed
-	}
-	return f.FS.SyncDir(name)
-}
 
 // abandonedRow admits d, saves report under a claim and abandons it, everything synced.
 func abandonedRow(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, d ledger.Delivery, report string) ledger.Staged {
@@ -66,7 +48,7 @@ func TestPowerCutAfterAProcessCrashKeepsARetriedRevive(t *testing.T) {
 	fsys := newPoweredRoot(t, clock)
 	d := newDelivery(time.Time{})
 	s := abandonedRow(t, fsys, clock, d, "abandoned verdict")
-	dying := &diesBeforeFolderSync{FS: fsys}
+	dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 	first := openOn(t, dying, clock)
 	if _, err := first.Revive(ctx, d.Key(), s.Lease.EvaluationID); err == nil {
 		t.Fatal("the revive was answered although its process died before the folder sync")
@@ -98,7 +80,7 @@ func TestPowerCutKeepsARevivedRowAfterAFailedFolderSync(t *testing.T) {
 	fsys := newPoweredRoot(t, clock)
 	d := newDelivery(time.Time{})
 	s := abandonedRow(t, fsys, clock, d, "abandoned verdict")
-	failing := &failsFolderSyncOnce{FS: fsys}
+	failing := &syncFault{FS: fsys, failRowFolderOnce: true}
 	l := openOn(t, failing, clock)
 	if _, err := l.Revive(ctx, d.Key(), s.Lease.EvaluationID); err == nil {
 		t.Fatal("the revive was answered although its folder sync failed")
@@ -135,7 +117,7 @@ func TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync(t *testing.T) {
 		l.Close()
 	}
 	fsys.SyncAll()
-	failing := &failsFolderSyncOnce{FS: fsys}
+	failing := &syncFault{FS: fsys, failRowFolderOnce: true}
 	l := openOn(t, failing, clock)
 	lease := *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease
 	if _, err := l.Save(ctx, lease, []byte("first verdict")); err == nil {
@@ -248,7 +230,7 @@ func TestPowerCutAfterAProcessCrashConcurrentAnswers(t *testing.T) {
 	for run := range runs {
 		fsys := base.Clone()
 		d := deliveryInShard(folder)
-		dying := &diesBeforeFolderSync{FS: fsys}
+		dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 		first := openOn(t, dying, clock)
 		if _, err := first.Admit(ctx, d); err == nil {
 			t.Fatal("the admission was answered although its process died")
@@ -347,26 +329,6 @@ func TestPowerCutAfterAProcessCrashConcurrentAnswers(t *testing.T) {
 	t.Logf("%d runs (%d with a re-admission answered, %d with a save answered), %d reboots", runs, readmits, saves, cuts)
 }
 
-// diesAtSyncFS is a process's view of a powerfs that dies (every call fails from then on) at
-// its first syncfs: a cleanup pass dies after removing its batch's rows (in the page cache
-// only) and before making the removals durable. The machine goes on.
-type diesAtSyncFS struct {
-	*powerfs.FS
-	dead atomic.Bool
-}
-
-func (d *diesAtSyncFS) SyncFS(name string) error {
-	d.dead.Store(true)
-	return errProcessDied
-}
-
-func (d *diesAtSyncFS) SyncDir(name string) error {
-	if d.dead.Load() {
-		return errProcessDied
-	}
-	return d.FS.SyncDir(name)
-}
-
 // TestPowerCutAfterACleanupProcessDiesOverUnsyncedEnds: rows completed or abandoned (their
 // done state and index entries never synced) fill a root of 16 slots; a cleanup pass removes
 // them and its process dies at the syncfs that would make the removals durable, so the rows
@@ -406,7 +368,7 @@ func TestPowerCutAfterACleanupProcessDiesOverUnsyncedEnds(t *testing.T) {
 	l.Close()
 	clock.Advance(3 * time.Hour)
 	// The cleanup process dies at its syncfs.
-	dying := &diesAtSyncFS{FS: base}
+	dying := &syncFault{FS: base, dieAtSyncFS: true}
 	cl, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: dying})
 	if err != nil {
 		t.Fatal(err)

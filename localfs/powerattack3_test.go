@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,7 +44,7 @@ func TestPowerCutAfterAProcessCrashSettleLeaksASlot(t *testing.T) {
 	l.Close()
 	fsys.SyncAll()
 	// The admission of k in shard 00 dies before its folder sync.
-	dying := &diesBeforeFolderSync{FS: fsys}
+	dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 	first, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: dying})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +174,7 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 	fsys := newPoweredRoot(t, clock)
 	k1, k0 := deliveryInShard(0x42), deliveryInShard(0x42)
 	{
-		dying := &diesBeforeFolderSync{FS: fsys}
+		dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 		l := openOn(t, dying, clock)
 		if _, err := l.Admit(ctx, k1); err == nil {
 			t.Fatal("k1's admission was answered although its process died before the folder sync")
@@ -183,7 +182,7 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 		l.Close()
 	}
 	{
-		dying := &diesAtSyncFS{FS: fsys}
+		dying := &syncFault{FS: fsys, dieAtSyncFS: true}
 		l := openOn(t, dying, clock)
 		if _, err := l.Admit(ctx, k0); err == nil {
 			t.Fatal("k0's admission was answered although its process died at its syncfs")
@@ -200,16 +199,6 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 	}
 }
 
-// failsRowFolderSyncs fails every folder sync of a row folder (the process lives on).
-type failsRowFolderSyncs struct{ *powerfs.FS }
-
-func (f failsRowFolderSyncs) SyncDir(name string) error {
-	if strings.Contains(name, "/"+localfs.RowsDir+"/") {
-		return errFolderSyncFailed
-	}
-	return f.FS.SyncDir(name)
-}
-
 // TestAnswersFromARowReadFailWithTheirSync: when the folder sync of an answer given from a row
 // read fails, the answer is an error of class ErrUnavailable with nothing in it: a repeated
 // Save, a re-admission answered Pending, a Publish grant.
@@ -224,7 +213,7 @@ func TestAnswersFromARowReadFailWithTheirSync(t *testing.T) {
 		ledgertest.MustAdmit(t, l, d)
 		l.Close()
 	}
-	l := openOn(t, failsRowFolderSyncs{fsys}, clock)
+	l := openOn(t, &syncFault{FS: fsys, failRowFolderAlways: true}, clock)
 	defer l.Close()
 	if a, err := l.Admit(ctx, d); !errors.Is(err, ledger.ErrUnavailable) || a.Outcome != 0 {
 		t.Errorf("re-admission: %+v %v", a, err)

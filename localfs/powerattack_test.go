@@ -608,31 +608,44 @@ func powerCutHistories(t *testing.T, limits ledger.Limits, shards []byte, histor
 	}
 }
 
-// diesBeforeFolderSync is a process's view of a powerfs that dies (every call fails from then
-// on) at its first folder sync of a row folder: what it renamed stays in the page cache, and
-// nothing made it durable. The machine, and its page cache, go on.
-type diesBeforeFolderSync struct {
+// syncFault is a process's view of a powerfs whose syncs go wrong while the machine, and its
+// page cache, go on: the process dies (every sync fails from then on) at its first folder sync
+// of a row folder (dieAtRowFolder: what it renamed stays in the page cache, nothing made it
+// durable) or at its first syncfs (dieAtSyncFS), or a row folder's sync fails with an I/O
+// error, once (failRowFolderOnce) or every time (failRowFolderAlways), and the process lives on.
+type syncFault struct {
 	*powerfs.FS
-	dead atomic.Bool
+	dieAtRowFolder, dieAtSyncFS, failRowFolderOnce, failRowFolderAlways bool
+	dead, failed                                                        atomic.Bool
 }
 
-var errProcessDied = errors.New("the process died")
+var (
+	errProcessDied      = errors.New("the process died")
+	errFolderSyncFailed = errors.New("sync folder: input/output error")
+)
 
-func (d *diesBeforeFolderSync) SyncDir(name string) error {
-	if strings.Contains(name, "/"+localfs.RowsDir+"/") {
-		d.dead.Store(true)
+func (f *syncFault) SyncDir(name string) error {
+	row := strings.Contains(name, "/"+localfs.RowsDir+"/")
+	if row && f.dieAtRowFolder {
+		f.dead.Store(true)
 	}
-	if d.dead.Load() {
+	if f.dead.Load() {
 		return errProcessDied
 	}
-	return d.FS.SyncDir(name)
+	if row && (f.failRowFolderAlways || f.failRowFolderOnce && f.failed.CompareAndSwap(false, true)) {
+		return errFolderSyncFailed
+	}
+	return f.FS.SyncDir(name)
 }
 
-func (d *diesBeforeFolderSync) SyncFS(name string) error {
-	if d.dead.Load() {
+func (f *syncFault) SyncFS(name string) error {
+	if f.dieAtSyncFS {
+		f.dead.Store(true)
+	}
+	if f.dead.Load() {
 		return errProcessDied
 	}
-	return d.FS.SyncFS(name)
+	return f.FS.SyncFS(name)
 }
 
 // TestPowerCutAfterAProcessCrashLosesNoAnsweredAdmission: a process dies in an admission after
@@ -646,7 +659,7 @@ func TestPowerCutAfterAProcessCrashLosesNoAnsweredAdmission(t *testing.T) {
 	ctx := context.Background()
 	clock := ledger.NewManualClock(epoch)
 	fsys := newPoweredRoot(t, clock)
-	dying := &diesBeforeFolderSync{FS: fsys}
+	dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 	d := newDelivery(time.Time{})
 	first := openOn(t, dying, clock)
 	if _, err := first.Admit(ctx, d); err == nil {
@@ -688,7 +701,7 @@ func TestPowerCutAfterAProcessCrashKeepsAPublishedVerdict(t *testing.T) {
 		l.Close()
 	}
 	fsys.SyncAll()
-	dying := &diesBeforeFolderSync{FS: fsys}
+	dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 	first := openOn(t, dying, clock)
 	lease := *ledgertest.MustClaim(t, first, d, ledger.Execute).Lease
 	if _, err := first.Save(ctx, lease, []byte("first verdict")); err == nil {
