@@ -109,14 +109,7 @@ func TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := ledger.NewManualClock(epoch)
-	fsys := newPoweredRoot(t, clock)
-	d := newDelivery(time.Time{})
-	{
-		l := openPowered(t, fsys, clock, false)
-		ledgertest.MustAdmit(t, l, d)
-		l.Close()
-	}
-	fsys.SyncAll()
+	fsys, d := poweredRootWithARow(t, clock)
 	failing := &syncFault{FS: fsys, failRowFolderOnce: true}
 	l := openOn(t, failing, clock)
 	lease := *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease

@@ -206,13 +206,7 @@ func TestAnswersFromARowReadFailWithTheirSync(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := ledger.NewManualClock(epoch)
-	fsys := newPoweredRoot(t, clock)
-	d := newDelivery(time.Time{})
-	{
-		l := openPowered(t, fsys, clock, false)
-		ledgertest.MustAdmit(t, l, d)
-		l.Close()
-	}
+	fsys, d := poweredRootWithARow(t, clock)
 	l := openOn(t, &syncFault{FS: fsys, failRowFolderAlways: true}, clock)
 	defer l.Close()
 	if a, err := l.Admit(ctx, d); !errors.Is(err, ledger.ErrUnavailable) || a.Outcome != 0 {

@@ -693,14 +693,7 @@ func TestPowerCutAfterAProcessCrashKeepsAPublishedVerdict(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	clock := ledger.NewManualClock(epoch)
-	fsys := newPoweredRoot(t, clock)
-	d := newDelivery(time.Time{})
-	{
-		l := openPowered(t, fsys, clock, false)
-		ledgertest.MustAdmit(t, l, d)
-		l.Close()
-	}
-	fsys.SyncAll()
+	fsys, d := poweredRootWithARow(t, clock)
 	dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 	first := openOn(t, dying, clock)
 	lease := *ledgertest.MustClaim(t, first, d, ledger.Execute).Lease

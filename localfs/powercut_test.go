@@ -151,6 +151,19 @@ func eachReboot(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, check
 	}
 }
 
+// poweredRootWithARow returns a powerfs holding a new root with one permanent delivery
+// admitted, everything synced.
+func poweredRootWithARow(t testing.TB, clock *ledger.ManualClock) (*powerfs.FS, ledger.Delivery) {
+	t.Helper()
+	fsys := newPoweredRoot(t, clock)
+	d := newDelivery(time.Time{})
+	l := openPowered(t, fsys, clock, false)
+	ledgertest.MustAdmit(t, l, d)
+	l.Close()
+	fsys.SyncAll()
+	return fsys, d
+}
+
 // newPoweredRoot returns a powerfs holding a new root, everything synced.
 func newPoweredRoot(t testing.TB, clock *ledger.ManualClock) *powerfs.FS {
 	t.Helper()
