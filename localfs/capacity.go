@@ -77,13 +77,23 @@ func (r *root) readShard(s int) (shardState, error) {
 
 // stageShard writes sh, as the next record, over the shard's file in place (both copies, one
 // write); the caller syncs its data (commitAll) under the shard's lock.
+//
+// The write is a pure overwrite (staged.overwrite): a shard file is made only by writeShards,
+// whose data, size included, is synced before the file is renamed into place, and every record
+// is exactly 2*shardSlot bytes written at offset 0 (decodeShardFile refuses a file of any
+// other size), so no write changes the file's size or its blocks.
 func (r *root) stageShard(sh shardState) (*staged, error) {
 	sh.Seq++
 	data, err := shardFile(sh)
 	if err != nil {
 		return nil, err
 	}
-	return r.stageAt(r.shardCapPath(sh.Shard), 0, data)
+	st, err := r.stageAt(r.shardCapPath(sh.Shard), 0, data)
+	if err != nil {
+		return nil, err
+	}
+	st.overwrite = true
+	return st, nil
 }
 
 // settle judges the shard's pending slots; the caller holds the shard's lock, so no admission
@@ -98,12 +108,17 @@ func (r *root) stageShard(sh shardState) (*staged, error) {
 // itself as an earlier settling wrote it, by a process that died before the sync that would
 // have made them durable. A record written from it must not reach the disk before them, or a
 // power loss could take such a row and leave its slot counted with nothing naming it pending:
-// a slot lost for good. An admission writes the settled record with its own row under one
-// syncfs, which carries them; the other writers of a settled record sync the file system
-// first (syncEverything).
-func (r *root) settle(sh *shardState) (changed bool, err error) {
+// a slot lost for good. unsure reports such a decision: a pending slot dropped because its row
+// is there (or given back because a later incarnation is), where that row is not the one this
+// process last made durable with this shard's slot (sawDurable). A slot given back because
+// its row is missing rests on nothing unsynced (a row that was never renamed into place is not
+// on the disk either; a removed one is the cleanup batch's, see above). An admission writes
+// the settled record with its own row under one syncfs when unsure (its one-flush round
+// otherwise, see admitIn); the other writers of a settled record sync the file system first
+// (syncEverything).
+func (r *root) settle(sh *shardState) (changed, unsure bool, err error) {
 	if len(sh.Pending) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	used := sh.Used
 	defer func() {
@@ -118,11 +133,13 @@ func (r *root) settle(sh *shardState) (changed bool, err error) {
 		row, err := r.readRow(p.Key)
 		switch {
 		case err == nil && row.Shard == sh.Shard && p.is(p.Key, row.EvaluationID):
+			unsure = unsure || !r.sawDurable(sh.Shard, p)
 			continue // the row holds the slot
 		case err == nil || errors.Is(err, ledger.ErrUnknownDelivery):
+			present := err == nil // a later incarnation's row, or a row holding another slot
 			if !batchRead {
 				if batch, err = r.readBatch(); err != nil {
-					return false, err
+					return false, false, err
 				}
 				batchRead = true
 			}
@@ -135,14 +152,31 @@ func (r *root) settle(sh *shardState) (changed bool, err error) {
 			if sh.Used > 0 {
 				sh.Used--
 			}
+			unsure = unsure || present // that row may be unsynced
 		case errors.Is(err, ledger.ErrCorrupt):
 			keep = append(keep, p)
 		default:
-			return false, err
+			return false, false, err
 		}
 	}
 	sh.Pending = keep
-	return true, nil
+	return true, unsure, nil
+}
+
+// sawDurable reports whether p is the row this process last admitted with a slot of shard s
+// and saw made durable (its folder synced): the common pending slot, the previous admission's.
+func (r *root) sawDurable(s int, p pendingSlot) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.durableSlot[s]
+	return d.EvaluationID != "" && d == p
+}
+
+// madeDurable records that the row p stands for, holding a slot of shard s, is durable.
+func (r *root) madeDurable(s int, p pendingSlot) {
+	r.mu.Lock()
+	r.durableSlot[s] = p
+	r.mu.Unlock()
 }
 
 // writeShards writes the 256 capacity records rec makes as new files (making their row folders
@@ -219,7 +253,7 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 		return err
 	}
 	used := sh.Used
-	changed, err := r.settle(&sh)
+	changed, _, err := r.settle(&sh)
 	if err != nil || !changed {
 		return err
 	}
@@ -319,7 +353,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, false, err
 	}
 	used := sh.Used
-	changed, err := r.settle(&sh)
+	changed, unsure, err := r.settle(&sh)
 	if err != nil {
 		return ledger.Admission{}, false, err
 	}
@@ -346,12 +380,18 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, true, nil
 	}
 	sh.Used++
-	sh.Pending = append(sh.Pending, pendingSlot{Key: key, EvaluationID: row.EvaluationID})
+	mine := pendingSlot{Key: key, EvaluationID: row.EvaluationID}
+	sh.Pending = append(sh.Pending, mine)
 	r.sync.enter()
 	defer r.sync.exit()
 	capSt, err := r.stageShard(sh)
 	if err != nil {
 		return ledger.Admission{}, false, err
+	}
+	if unsure {
+		// Settling relied on a row that may be in the page cache only: the record must not
+		// become durable by a flush that need not carry that row. The round is a syncfs.
+		capSt.overwrite = false
 	}
 	rowSt, err := r.stage(r.statePath(key), data)
 	if err != nil {
@@ -359,11 +399,13 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, false, err
 	}
 	// The record is written in place and the row to a temporary file; one sync makes both
-	// durable, and only then is the row renamed into place (and its folder synced): the
-	// count covers the row before the row exists, whichever folder the slot comes from.
+	// durable (one flush: the record written back, the row synced; see syncer), and only
+	// then is the row renamed into place (and its folder synced): the count covers the row
+	// before the row exists, whichever folder the slot comes from.
 	if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
+	r.madeDurable(s, mine)
 	if err := r.roomShown(used, sh.Used); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}

@@ -27,11 +27,19 @@ import (
 //
 // A round of one request with one file or one folder syncs exactly that (fsync); a round
 // with more calls syncfs(2) once, which makes everything written to the file system durable,
-// data and folder entries alike. Operations keep their own locks while they wait, so what a
+// data and folder entries alike. Except: a round of one request whose files are one new file
+// and records overwritten in place (an admission's row and its capacity record) writes the
+// records back without a flush and then syncs the new file, whose flush makes them durable
+// too, where the file system promises it (vfs.FlushCoversWriteBack): one flush of the
+// device instead of the two a syncfs (which writes every dirty file on the device) costs in
+// time. Operations keep their own locks while they wait, so what a
 // round carries was decided under those locks.
 type syncer struct {
 	fs  FS
 	dir string
+	// writeBack: the file system makes bytes overwritten in place durable with any later
+	// flush (vfs.FlushCoversWriteBack).
+	writeBack bool
 
 	mu      sync.Mutex
 	running bool
@@ -54,7 +62,10 @@ type syncer struct {
 type syncReq struct {
 	files []File
 	names []string // the files' names, for errors
-	dirs  []string
+	// overwrite[i]: files[i] is only overwritten in place, its size and blocks durable since
+	// it was made (staged.overwrite).
+	overwrite []bool
+	dirs      []string
 	// all asks for everything written to the file system to be made durable (syncfs).
 	all  bool
 	done chan error
@@ -84,6 +95,7 @@ func (s *syncer) syncData(sts ...*staged) error {
 	for _, st := range sts {
 		req.files = append(req.files, st.f)
 		req.names = append(req.names, st.name())
+		req.overwrite = append(req.overwrite, st.overwrite)
 	}
 	return s.sync(req)
 }
@@ -209,8 +221,8 @@ func (s *syncer) run(round []*syncReq) []error {
 			return fail(err)
 		}
 	}
-	if len(round) == 1 && len(round[0].files) == 1 && len(round[0].dirs) == 0 {
-		return errs // fsync reported the file's own write-back errors
+	if len(round) == 1 && len(round[0].dirs) == 0 && (len(round[0].files) == 1 || s.flushOnce(round[0]) >= 0) {
+		return errs // fsync, and sync_file_range, reported each file's own write-back errors
 	}
 	// syncfs reports a write-back error once, to the descriptor it is called through, and
 	// only one recorded since that descriptor was opened: a file whose write-back failed
@@ -234,6 +246,20 @@ func (s *syncer) run(round []*syncReq) []error {
 func (s *syncer) syncRound(round []*syncReq) error {
 	if len(round) == 1 && !round[0].all {
 		r := round[0]
+		if sync := s.flushOnce(r); sync >= 0 {
+			for i, f := range r.files {
+				if i != sync {
+					if err := vfs.WriteBack(f); err != nil {
+						return fmt.Errorf("%w: write back %s: %v", ledger.ErrUnavailable, r.names[i], err)
+					}
+				}
+			}
+			// Started after every write-back above returned: its flush covers them.
+			if err := r.files[sync].Sync(); err != nil {
+				return fmt.Errorf("%w: fsync %s: %v", ledger.ErrUnavailable, r.names[sync], err)
+			}
+			return nil
+		}
 		switch {
 		case len(r.files) == 1 && len(r.dirs) == 0:
 			if err := r.files[0].Sync(); err != nil {
@@ -251,6 +277,25 @@ func (s *syncer) syncRound(round []*syncReq) error {
 		return fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, s.dir, err)
 	}
 	return nil
+}
+
+// flushOnce tells whether r (a round's only request) is made durable with one flush: the
+// file system allows it, r holds files only, and all of them but one are overwritten in
+// place. It answers the index of the one file to fsync, or -1.
+func (s *syncer) flushOnce(r *syncReq) int {
+	if !s.writeBack || r.all || len(r.dirs) > 0 || len(r.files) < 2 {
+		return -1
+	}
+	sync := -1
+	for i, over := range r.overwrite {
+		if !over {
+			if sync >= 0 {
+				return -1
+			}
+			sync = i
+		}
+	}
+	return sync
 }
 
 // checkJournal asks the file system whether its journal still commits, after a sync that
@@ -271,6 +316,9 @@ type staged struct {
 	tmp, path string
 	// inPlace: written into path itself (a slot of a capacity shard); nothing to rename.
 	inPlace bool
+	// overwrite: written in place over bytes whose extent and the file's size were made
+	// durable when the file was made, so the write changes no metadata (syncer.flushOnce).
+	overwrite bool
 }
 
 // abort closes and removes the temporary file (best effort: debris collection takes what is

@@ -61,6 +61,13 @@ func SetSyncGatherForTest(l *Ledger, n int, wait time.Duration) {
 	l.r.sync.gather, l.r.sync.gatherWait = n, wait
 }
 
+// SetWriteBackForTest turns the one-flush round of a lone admission on or off
+// (vfs.FlushCoversWriteBack decides it when the root is opened); it reports what it was.
+func SetWriteBackForTest(l *Ledger, on bool) (was bool) {
+	was, l.r.sync.writeBack = l.r.sync.writeBack, on
+	return was
+}
+
 // SetAfterSyncForTest runs f after each group-commit round's sync, before its callers are
 // answered (f receives the number of requests in the round).
 func SetAfterSyncForTest(l *Ledger, f func(n int)) { l.r.sync.afterSync = f }

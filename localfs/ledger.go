@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
 // File names inside a root.
@@ -117,6 +118,9 @@ type root struct {
 	// fullProofAt when (by the ledger's clock); the proof lapses after FullProofLife.
 	fullProof   *uint64
 	fullProofAt time.Time
+	// durableSlot[s] is the row this process last admitted with a slot of capacity shard s
+	// and saw made durable (sawDurable): settling that slot needs no syncfs.
+	durableSlot [shardCount]pendingSlot
 }
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.
@@ -158,6 +162,8 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 		r.close()
 		return nil, err
 	}
+	// Asked once the folder exists: it answers for the file system mounted there.
+	r.sync.writeBack = vfs.FlushCoversWriteBack(r.fs, abs)
 	return &Ledger{r: r}, nil
 }
 

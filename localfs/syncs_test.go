@@ -11,6 +11,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
 	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
 // TestSyncsPerOperation counts the syncs (fsync, folder fsync, syncfs) each operation makes on
@@ -23,6 +24,8 @@ func TestSyncsPerOperation(t *testing.T) {
 	clock := ledger.NewManualClock(epoch)
 	fsys := faultfs.New(localfs.OSFS{}, nil)
 	l := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys})
+	writeBack := vfs.FlushCoversWriteBack(localfs.OSFS{}, dir)
+	t.Logf("the flush of a sync covers a write-back here: %v", writeBack)
 	defer l.Close()
 	count := func(what string, want int, f func()) {
 		t.Helper()
@@ -54,6 +57,15 @@ func TestSyncsPerOperation(t *testing.T) {
 			before += want
 		}
 		step("admit (new key)", 2, func() { ledgertest.MustAdmit(t, l, d) })
+		// Where the file system allows it, the capacity record is written back without a
+		// flush and the row's fsync flushes it: no syncfs (vfs.FlushCoversWriteBack).
+		if c := fsys.Counter().Snapshot(); writeBack {
+			if c.ByOp[faultfs.OpSyncFS] != 0 || c.ByOp[faultfs.OpWriteOut] != 1 || c.ByOp[faultfs.OpSync] != 1 {
+				t.Errorf("admit on a file system whose flush covers a write-back: %v, want one writeout, one fsync, no syncfs", c)
+			}
+		} else if c.ByOp[faultfs.OpSyncFS] != 1 || c.ByOp[faultfs.OpWriteOut] != 0 {
+			t.Errorf("admit: %v, want one syncfs and no writeout", c)
+		}
 		// A re-admission that changes nothing still syncs the row's folder: it tells the
 		// sender the delivery is held, and the row may be in the page cache only (written by
 		// a process that died before its folder sync). Not part of the lifecycle.

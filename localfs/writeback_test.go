@@ -50,9 +50,51 @@ func TestWritebackFailureFailsTheOperation(t *testing.T) {
 	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{Clock: clock, FS: fsys})
 	defer l.Close()
 
+	// The one-flush round of a lone admission reports each file's write-back through its own
+	// descriptor; the subtests after this one test the syncfs round.
+	t.Run("admission alone, one flush", func(t *testing.T) {
+		was := localfs.SetWriteBackForTest(l, true)
+		defer localfs.SetWriteBackForTest(l, was)
+		record := func(d ledger.Delivery) string {
+			return filepath.Join(l.Dir(), localfs.RowsDir, fmt.Sprintf("%02x", d.Key()[0]), "capacity.state")
+		}
+		for _, c := range []struct {
+			what string
+			op   faultfs.Op
+			part func(d ledger.Delivery) string
+			want func(d ledger.Delivery) string
+		}{
+			{"the capacity record's write-back", faultfs.OpWriteOut, record, func(d ledger.Delivery) string { return "write back " + record(d) }},
+			{"the row's fsync", faultfs.OpSync, func(d ledger.Delivery) string { return d.Key().String() }, func(d ledger.Delivery) string { return "fsync " }},
+		} {
+			d := newDelivery(time.Time{})
+			var fired atomic.Int32
+			fsys.SetRule("writeback", func(op faultfs.Op, path string) faultfs.Action {
+				if op == c.op && strings.Contains(path, c.part(d)) {
+					fired.Add(1)
+					return faultfs.FailBefore
+				}
+				return faultfs.Pass
+			})
+			_, err := l.Admit(ctx, d)
+			fsys.SetRule("writeback", nil)
+			if fired.Load() == 0 {
+				t.Fatalf("%s: never made", c.what)
+			}
+			if !errors.Is(err, ledger.ErrUnavailable) || !strings.Contains(err.Error(), c.want(d)) {
+				t.Fatalf("admission whose %s failed: %v, want ErrUnavailable naming %q", c.what, err, c.want(d))
+			}
+			if _, err := l.Inspect(ctx, d.Key()); !errors.Is(err, ledger.ErrUnknownDelivery) {
+				t.Fatalf("%s: the failed admission left a row: %v", c.what, err)
+			}
+			ledgertest.MustAdmit(t, l, d)
+		}
+	})
+	localfs.SetWriteBackForTest(l, false)
+
 	t.Run("admission alone", func(t *testing.T) {
 		// An admission writes two files (its capacity record and its row), so even alone it
-		// is synced with syncfs.
+		// is synced with syncfs, where the file system gives no one-flush round.
 		d := newDelivery(time.Time{})
 		var fired atomic.Int32
 		fsys.SetRule("writeback", failWriteback(&fired, d.Key().String()))

@@ -35,6 +35,9 @@ const (
 	// changes nothing stored: failing it models a write-back error the kernel recorded on
 	// the file).
 	OpWriteback Op = "writeback"
+	// OpWriteOut writes a file's overwritten bytes to the device without a flush
+	// (vfs.WriteBack): durable only once a later sync flushes.
+	OpWriteOut Op = "writeout"
 	// OpJournal is the check, after a sync, that the file system's journal still commits
 	// (it leaves nothing stored: failing it models a journal that aborted).
 	OpJournal Op = "journal"
@@ -43,7 +46,7 @@ const (
 // Mutating reports whether the operation can change what is stored.
 func (o Op) Mutating() bool {
 	switch o {
-	case OpOpen, OpWrite, OpSync, OpClose, OpRename, OpRemove, OpMkdir, OpSyncDir, OpSyncFS:
+	case OpOpen, OpWrite, OpSync, OpClose, OpRename, OpRemove, OpMkdir, OpSyncDir, OpSyncFS, OpWriteOut:
 		return true
 	}
 	return false
@@ -273,6 +276,9 @@ func (f *FS) SyncFS(name string) error {
 	return f.do(OpSyncFS, name, func() error { return f.base.SyncFS(name) })
 }
 
+// FlushCoversWriteBack answers for the wrapped file system (vfs.FlushCoversWriteBack).
+func (f *FS) FlushCoversWriteBack(dir string) bool { return vfs.FlushCoversWriteBack(f.base, dir) }
+
 // CheckJournal checks the wrapped file system's journal under the rules (OpJournal).
 func (f *FS) CheckJournal(dir string) error {
 	return f.do(OpJournal, dir, func() error { return vfs.CheckJournal(f.base, dir) })
@@ -314,6 +320,11 @@ func (w *wrappedFile) Fd() uintptr { return w.base.Fd() }
 // CheckWriteback checks the wrapped file's write-back under the rules (OpWriteback).
 func (w *wrappedFile) CheckWriteback() error {
 	return w.f.do(OpWriteback, w.name, func() error { return vfs.CheckWriteback(w.base) })
+}
+
+// WriteBack writes the wrapped file back under the rules (OpWriteOut).
+func (w *wrappedFile) WriteBack() error {
+	return w.f.do(OpWriteOut, w.name, func() error { return vfs.WriteBack(w.base) })
 }
 
 // Flock passes advisory locks on to the wrapped file (which may model their cost).

@@ -14,7 +14,11 @@
 //     names it;
 //   - SyncDir makes a folder's entries durable (creations, renames in and out, removals), not
 //     the data of the files they name;
-//   - SyncFS (syncfs) makes everything durable.
+//   - SyncFS (syncfs) makes everything durable;
+//   - File.WriteBack (sync_file_range, vfs.WriteBack) writes a file's bytes to the device
+//     without a flush: the bytes within the file's durable size become durable with the next
+//     sync of anything (each ends with a flush of the device's cache); a size change needs
+//     the file's own sync. Until then a power loss keeps them or not, like any unsynced write.
 //
 // What a power loss may keep of the rest, by Persistence: any subset of the unsynced writes
 // to a file, each torn at 512-byte sectors (the unit a disk writes atomically); and of the
@@ -114,6 +118,9 @@ type inode struct {
 	// A file: its data now, its data as last synced, and the writes since.
 	data, durable []byte
 	writes        []write
+	// writtenBack is how many of writes (the first ones) were written to the device without
+	// a flush (File.WriteBack): the next sync of anything makes them durable.
+	writtenBack int
 	// A folder: its entries now, as last synced, and the changes since.
 	entries, durableEntries map[string]int64
 	ops                     []dirOp
@@ -135,11 +142,14 @@ type FS struct {
 	countdown int
 	calls     int
 	syncs     []int
+	// writtenBack holds the files with writes written back and not yet flushed.
+	writtenBack map[int64]bool
 }
 
 var (
 	_ vfs.FS             = (*FS)(nil)
 	_ vfs.JournalChecker = (*FS)(nil)
+	_ vfs.WriteBackFS    = (*FS)(nil)
 )
 
 const rootIno = 1
@@ -205,6 +215,7 @@ func (f *FS) SyncAll() {
 }
 
 func (f *FS) syncAll() {
+	f.writtenBack = nil
 	for _, in := range f.inodes {
 		f.syncInode(in)
 	}
@@ -218,7 +229,41 @@ func (f *FS) syncInode(in *inode) {
 	}
 	in.durable = in.data // never changed in place
 	in.writes = nil
+	in.writtenBack = 0
 }
+
+// flush is the end of every sync: the device's cache is flushed, and the bytes written back
+// to it (File.WriteBack) become durable, within each file's durable size (a write-back
+// carries no metadata, so no size change); what lay beyond stays an unsynced write.
+func (f *FS) flush() {
+	for id := range f.writtenBack {
+		in := f.inodes[id]
+		if in == nil || in.writtenBack == 0 {
+			continue
+		}
+		durable := slices.Clone(in.durable)
+		size := int64(len(durable))
+		var rest []write
+		for _, w := range in.writes[:in.writtenBack] {
+			end := w.off + int64(len(w.data))
+			if w.off < size {
+				copy(durable[w.off:min(end, size)], w.data)
+			}
+			if end > size {
+				from := max(w.off, size)
+				rest = append(rest, write{off: from, data: w.data[from-w.off:]})
+			}
+		}
+		in.durable = durable
+		in.writes = append(rest, in.writes[in.writtenBack:]...)
+		in.writtenBack = 0
+	}
+	f.writtenBack = nil
+}
+
+// FlushCoversWriteBack implements vfs.WriteBackFS: the model is a local disk whose syncs all
+// end with a flush.
+func (f *FS) FlushCoversWriteBack(dir string) bool { return true }
 
 func maps(m map[string]int64) map[string]int64 {
 	out := make(map[string]int64, len(m))
@@ -392,10 +437,16 @@ func (f *FS) Clone() *FS {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1}
+	if len(f.writtenBack) > 0 {
+		out.writtenBack = make(map[int64]bool, len(f.writtenBack))
+		for id := range f.writtenBack {
+			out.writtenBack[id] = true
+		}
+	}
 	for id, in := range f.inodes {
 		// Data slices are never changed in place (see WriteAt), so copies share them.
 		c := &inode{dir: in.dir, data: in.data, durable: in.durable,
-			writes: slices.Clone(in.writes), ops: slices.Clone(in.ops)}
+			writes: slices.Clone(in.writes), writtenBack: in.writtenBack, ops: slices.Clone(in.ops)}
 		if in.dir {
 			c.entries, c.durableEntries = maps(in.entries), maps(in.durableEntries)
 		}
@@ -673,6 +724,7 @@ func (f *FS) SyncDir(name string) error {
 		return err
 	}
 	f.syncInode(in)
+	f.flush()
 	f.syncs = append(f.syncs, f.calls-1)
 	return nil
 }
@@ -685,6 +737,7 @@ func (f *FS) SyncFS(name string) error {
 		return err
 	}
 	f.syncAll()
+	f.flush()
 	f.syncs = append(f.syncs, f.calls-1)
 	return nil
 }
@@ -730,6 +783,7 @@ var (
 	_ vfs.File             = (*file)(nil)
 	_ vfs.Flocker          = (*file)(nil)
 	_ vfs.WritebackChecker = (*file)(nil)
+	_ vfs.WriteBacker      = (*file)(nil)
 )
 
 func (w *file) Write(p []byte) (int, error) {
@@ -769,7 +823,32 @@ func (w *file) Sync() error {
 		return err
 	}
 	f.syncInode(f.inodes[w.ino])
+	f.flush()
 	f.syncs = append(f.syncs, f.calls-1)
+	return nil
+}
+
+// WriteBack implements vfs.WriteBacker: the file's writes so far reach the device, durable
+// with the next flush (see the package documentation). It counts as a call (a power cut
+// can fall on it) but not as a sync.
+func (w *file) WriteBack() error {
+	f := w.fs
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w.closed {
+		return &fs.PathError{Op: "sync_file_range", Path: w.name, Err: fs.ErrClosed}
+	}
+	if err := f.change("sync_file_range", w.name); err != nil {
+		return err
+	}
+	in := f.inodes[w.ino]
+	in.writtenBack = len(in.writes)
+	if in.writtenBack > 0 {
+		if f.writtenBack == nil {
+			f.writtenBack = map[int64]bool{}
+		}
+		f.writtenBack[w.ino] = true
+	}
 	return nil
 }
 

@@ -220,3 +220,102 @@ func TestLoseOneFolder(t *testing.T) {
 		t.Errorf("the other folder's later change: %q %v", got, ok)
 	}
 }
+
+// Bytes written back (File.WriteBack) are durable only once a later sync of anything flushes,
+// and only within the file's durable size: a write-back carries no size change.
+func TestWriteBackIsDurableWithTheNextFlush(t *testing.T) {
+	setup := func(t *testing.T) (*powerfs.FS, interface {
+		WriteAt([]byte, int64) (int, error)
+		WriteBack() error
+	}) {
+		t.Helper()
+		f := powerfs.New()
+		mustWrite(t, f, "/record", []byte("old-old-"), true)
+		if err := f.SyncDir("/"); err != nil {
+			t.Fatal(err)
+		}
+		w, err := f.OpenFile("/record", os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wb, ok := w.(interface {
+			WriteAt([]byte, int64) (int, error)
+			WriteBack() error
+		})
+		if !ok {
+			t.Fatal("a powerfs file does not write back")
+		}
+		return f, wb
+	}
+	t.Run("no flush follows", func(t *testing.T) {
+		f, w := setup(t)
+		if _, err := w.WriteAt([]byte("new-new-"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteBack(); err != nil {
+			t.Fatal(err)
+		}
+		f.Cut()
+		if got, _ := read(f.Recover(nothing), "/record"); got != "old-old-" {
+			t.Errorf("written back, never flushed, keep nothing: %q", got)
+		}
+		if got, _ := read(f.Recover(everything), "/record"); got != "new-new-" {
+			t.Errorf("keep everything: %q", got)
+		}
+	})
+	t.Run("another file's sync flushes", func(t *testing.T) {
+		f, w := setup(t)
+		if _, err := w.WriteAt([]byte("new-new-and-longer"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.WriteBack(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteAt([]byte("late"), 0); err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, f, "/other", []byte("x"), true)
+		f.Cut()
+		if got, _ := read(f.Recover(nothing), "/record"); got != "new-new-" {
+			t.Errorf("after another file's fsync: %q, want the written-back bytes within the old size", got)
+		}
+		if got, _ := read(f.Recover(everything), "/record"); got != "latenew-and-longer" {
+			t.Errorf("keep everything: %q", got)
+		}
+	})
+	t.Run("written back after the flush", func(t *testing.T) {
+		f, w := setup(t)
+		if _, err := w.WriteAt([]byte("new-new-"), 0); err != nil {
+			t.Fatal(err)
+		}
+		mustWrite(t, f, "/other", []byte("x"), true)
+		if err := w.WriteBack(); err != nil {
+			t.Fatal(err)
+		}
+		f.Cut()
+		if got, _ := read(f.Recover(nothing), "/record"); got != "old-old-" {
+			t.Errorf("flushed before its write-back: %q", got)
+		}
+	})
+	t.Run("a folder's sync and syncfs flush too", func(t *testing.T) {
+		for _, sync := range []func(*powerfs.FS) error{
+			func(f *powerfs.FS) error { return f.SyncDir("/") },
+			func(f *powerfs.FS) error { return f.SyncFS("/") },
+		} {
+			f, w := setup(t)
+			if _, err := w.WriteAt([]byte("new-new-"), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.WriteBack(); err != nil {
+				t.Fatal(err)
+			}
+			if err := sync(f); err != nil {
+				t.Fatal(err)
+			}
+			f.Cut()
+			if got, _ := read(f.Recover(nothing), "/record"); got != "new-new-" {
+				t.Errorf("after a sync: %q", got)
+			}
+		}
+	})
+}
