@@ -82,9 +82,12 @@ func (r *root) readShard(s int) (shardState, error) {
 // whose data, size included, is synced before the file is renamed into place, and every record
 // is exactly 2*shardSlot bytes written at offset 0 (decodeShardFile refuses a file of any
 // other size), so no write changes the file's size or its blocks.
-func (r *root) stageShard(sh shardState) (*staged, error) {
+//
+// It numbers sh as the next record (sh.Seq), so that the caller can note it durable once
+// committed (recordDurable).
+func (r *root) stageShard(sh *shardState) (*staged, error) {
 	sh.Seq++
-	data, err := shardFile(sh)
+	data, err := shardFile(*sh)
 	if err != nil {
 		return nil, err
 	}
@@ -112,10 +115,12 @@ func (r *root) stageShard(sh shardState) (*staged, error) {
 // is there (or given back because a later incarnation is), where that row is not the one this
 // process last made durable with this shard's slot (sawDurable). A slot given back because
 // its row is missing rests on nothing unsynced (a row that was never renamed into place is not
-// on the disk either; a removed one is the cleanup batch's, see above). An admission writes
-// the settled record with its own row under one syncfs when unsure (its one-flush round
-// otherwise, see admitIn); the other writers of a settled record sync the file system first
-// (syncEverything).
+// on the disk either; a removed one is the cleanup batch's, see above). Every writer of a
+// settled record syncs the file system first (syncEverything), the admission only when unsure
+// (or when the record it read is not one this process committed, knownDurable), before the
+// record is written: once written it can reach the disk at any time, the kernel writing dirty
+// pages back on its own. (An admission once wrote it under one syncfs with its own row, which
+// a write-back before that syncfs could undo.)
 func (r *root) settle(sh *shardState) (changed, unsure bool, err error) {
 	if len(sh.Pending) == 0 {
 		return false, false, nil
@@ -179,6 +184,24 @@ func (r *root) madeDurable(s int, p pendingSlot) {
 	r.mu.Unlock()
 }
 
+// knownDurable reports whether shard s's record numbered seq is the one this process last
+// committed (recordDurable). Records are numbered in order under the shard's lock, so any
+// other number was written by someone else, or by this process without its sync finishing:
+// it may be in the page cache only, and what it relied on with it.
+func (r *root) knownDurable(s int, seq uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.durableSeq[s] == seq+1
+}
+
+// recordDurable notes that shard s's record numbered seq is durable, committed by this
+// process under the shard's lock.
+func (r *root) recordDurable(s int, seq uint64) {
+	r.mu.Lock()
+	r.durableSeq[s] = seq + 1
+	r.mu.Unlock()
+}
+
 // writeShards writes the 256 capacity records rec makes as new files (making their row folders
 // first when mkdir is set): one sync for all their data, the renames, one sync for the renames.
 // A crash leaves some records or none, never a torn one; the caller writes what depends on
@@ -204,7 +227,13 @@ func (r *root) writeShards(mkdir bool, rec func(s int) shardState) error {
 			return err
 		}
 	}
-	return r.commitAll(sts)
+	if err := r.commitAll(sts); err != nil {
+		return err
+	}
+	for s := range shardCount {
+		r.recordDurable(s, rec(s).Seq)
+	}
+	return nil
 }
 
 // settleShards settles the pending keys of the given capacity shards, each under its lock. The
@@ -262,13 +291,14 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err := r.sync.syncEverything(); err != nil { // see settle
 		return err
 	}
-	st, err := r.stageShard(sh)
+	st, err := r.stageShard(&sh)
 	if err != nil {
 		return err
 	}
 	if err := r.commitAll([]*staged{st}); err != nil {
 		return err
 	}
+	r.recordDurable(s, sh.Seq)
 	return r.roomShown(used, sh.Used)
 }
 
@@ -357,6 +387,9 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	if err != nil {
 		return ledger.Admission{}, false, err
 	}
+	// The record itself may be in the page cache only: settled by another writer (maybe of
+	// this process) that relied on a row in the page cache and never synced (see settle).
+	unsure = unsure || !r.knownDurable(s, sh.Seq)
 	if sh.Used >= sh.Quota {
 		if changed {
 			// Keep what settling found (slots given back), durably: a full shard is read again
@@ -365,12 +398,13 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 			err := r.sync.syncEverything()
 			var st *staged
 			if err == nil {
-				st, err = r.stageShard(sh)
+				st, err = r.stageShard(&sh)
 			}
 			if err == nil {
 				err = r.commitAll([]*staged{st})
 			}
 			if err == nil {
+				r.recordDurable(s, sh.Seq)
 				err = r.roomShown(used, sh.Used)
 			}
 			if err != nil {
@@ -384,14 +418,18 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	sh.Pending = append(sh.Pending, mine)
 	r.sync.enter()
 	defer r.sync.exit()
-	capSt, err := r.stageShard(sh)
+	if unsure {
+		// Settling, or the record it read, relied on a row that may be in the page cache
+		// only. The new record must not reach the disk before that row, and once written it
+		// can reach it at any time (the kernel writes dirty pages back on its own, before any
+		// sync): so everything is made durable first, before the record is written.
+		if err := r.sync.syncEverything(); err != nil {
+			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+		}
+	}
+	capSt, err := r.stageShard(&sh)
 	if err != nil {
 		return ledger.Admission{}, false, err
-	}
-	if unsure {
-		// Settling relied on a row that may be in the page cache only: the record must not
-		// become durable by a flush that need not carry that row. The round is a syncfs.
-		capSt.overwrite = false
 	}
 	rowSt, err := r.stage(r.statePath(key), data)
 	if err != nil {
@@ -406,6 +444,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	r.madeDurable(s, mine)
+	r.recordDurable(s, sh.Seq)
 	if err := r.roomShown(used, sh.Used); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}

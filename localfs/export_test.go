@@ -141,7 +141,7 @@ func ReleaseWithoutShowingForTest(ctx context.Context, l *Ledger, key ledger.Key
 		return err
 	}
 	sh.Used--
-	st, err := r.stageShard(sh)
+	st, err := r.stageShard(&sh)
 	if err != nil {
 		return err
 	}
