@@ -107,23 +107,26 @@ func (r *root) stageShard(sh *shardState) (*staged, error) {
 // batch removed that row (the batch gives the slot back itself, once). A pending row that
 // cannot be read keeps its slot (an overstatement). It reports whether sh changed.
 //
-// What settling reads may be in the page cache only: a row renamed into place, or the record
-// itself as an earlier settling wrote it, by a process that died before the sync that would
-// have made them durable. A record written from it must not reach the disk before them, or a
-// power loss could take such a row and leave its slot counted with nothing naming it pending:
-// a slot lost for good. unsure reports such a decision: a pending slot dropped because its row
-// is there (or given back because a later incarnation is), where that row is not the one this
-// process last made durable with this shard's slot (sawDurable). A slot given back because
-// its row is missing rests on nothing unsynced (a row that was never renamed into place is not
-// on the disk either; a removed one is the cleanup batch's, see above). Every writer of a
-// settled record syncs the file system first (syncEverything), the admission only when unsure
-// (or when the record it read is not one this process committed, knownDurable), before the
-// record is written: once written it can reach the disk at any time, the kernel writing dirty
-// pages back on its own. (An admission once wrote it under one syncfs with its own row, which
-// a write-back before that syncfs could undo.)
-func (r *root) settle(sh *shardState) (changed, unsure bool, err error) {
+// What settling reads may be in the page cache only: a row renamed into place by a process
+// that died (or whose sync failed) before the folder sync that would have made it durable. A
+// record written from such a decision must not reach the disk before that row, or a power
+// loss could take the row and leave its slot counted with nothing naming it pending: a slot
+// lost for good. And a record, once written, can reach the disk at any time (the kernel
+// writes dirty pages back on its own, before any sync). So a settling that decides from a row
+// present (a pending slot dropped because its row holds it, or given back because a later
+// incarnation's row is there) either runs after a syncfs (syncEverything: the sweep, an
+// admission finding its home shard full, an admission whose pending list is long), or, in an
+// admission (cautious), decides only from rows this process saw made durable (sawDurable),
+// leaving the others pending: an overstatement, settled later. A slot given back because its
+// row is missing rests on nothing unsynced: a row that was never renamed into place is not on
+// the disk either, and a removed one is the cleanup batch's (see above).
+//
+// Every record is therefore written from durable decisions only, so a record read from the
+// page cache (written by a process that died before its sync) is a sound base: at worst its
+// own changes are lost with it.
+func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 	if len(sh.Pending) == 0 {
-		return false, false, nil
+		return false, nil
 	}
 	used := sh.Used
 	defer func() {
@@ -138,13 +141,16 @@ func (r *root) settle(sh *shardState) (changed, unsure bool, err error) {
 		row, err := r.readRow(p.Key)
 		switch {
 		case err == nil && row.Shard == sh.Shard && p.is(p.Key, row.EvaluationID):
-			unsure = unsure || !r.sawDurable(sh.Shard, p)
+			if cautious && !r.sawDurable(sh.Shard, p) {
+				keep = append(keep, p) // its row may be in the page cache only
+			}
 			continue // the row holds the slot
+		case err == nil && cautious:
+			keep = append(keep, p) // a later incarnation's row, maybe in the page cache only
 		case err == nil || errors.Is(err, ledger.ErrUnknownDelivery):
-			present := err == nil // a later incarnation's row, or a row holding another slot
 			if !batchRead {
 				if batch, err = r.readBatch(); err != nil {
-					return false, false, err
+					return false, err
 				}
 				batchRead = true
 			}
@@ -157,16 +163,22 @@ func (r *root) settle(sh *shardState) (changed, unsure bool, err error) {
 			if sh.Used > 0 {
 				sh.Used--
 			}
-			unsure = unsure || present // that row may be unsynced
 		case errors.Is(err, ledger.ErrCorrupt):
 			keep = append(keep, p)
 		default:
-			return false, false, err
+			return false, err
 		}
 	}
+	changed = len(keep) < len(sh.Pending)
 	sh.Pending = keep
-	return true, unsure, nil
+	return changed, nil
 }
+
+// maxCautiousPending is how many pending slots an admission's record may hold, its own
+// included, after a cautious settling. A longer list is settled in full after a syncfs. At
+// most 3 entries keep a record within 482 bytes, one 512-byte sector, so each half of the
+// file is written whole or not at all (format.go).
+const maxCautiousPending = 3
 
 // sawDurable reports whether p is the row this process last admitted with a slot of shard s
 // and saw made durable (its folder synced): the common pending slot, the previous admission's.
@@ -181,24 +193,6 @@ func (r *root) sawDurable(s int, p pendingSlot) bool {
 func (r *root) madeDurable(s int, p pendingSlot) {
 	r.mu.Lock()
 	r.durableSlot[s] = p
-	r.mu.Unlock()
-}
-
-// knownDurable reports whether shard s's record numbered seq is the one this process last
-// committed (recordDurable). Records are numbered in order under the shard's lock, so any
-// other number was written by someone else, or by this process without its sync finishing:
-// it may be in the page cache only, and what it relied on with it.
-func (r *root) knownDurable(s int, seq uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.durableSeq[s] == seq+1
-}
-
-// recordDurable notes that shard s's record numbered seq is durable, committed by this
-// process under the shard's lock.
-func (r *root) recordDurable(s int, seq uint64) {
-	r.mu.Lock()
-	r.durableSeq[s] = seq + 1
 	r.mu.Unlock()
 }
 
@@ -227,13 +221,7 @@ func (r *root) writeShards(mkdir bool, rec func(s int) shardState) error {
 			return err
 		}
 	}
-	if err := r.commitAll(sts); err != nil {
-		return err
-	}
-	for s := range shardCount {
-		r.recordDurable(s, rec(s).Seq)
-	}
-	return nil
+	return r.commitAll(sts)
 }
 
 // settleShards settles the pending keys of the given capacity shards, each under its lock. The
@@ -282,7 +270,7 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 		return err
 	}
 	used := sh.Used
-	changed, _, err := r.settle(&sh)
+	changed, err := r.settle(&sh, false)
 	if err != nil || !changed {
 		return err
 	}
@@ -298,7 +286,6 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err := r.commitAll([]*staged{st}); err != nil {
 		return err
 	}
-	r.recordDurable(s, sh.Seq)
 	return r.roomShown(used, sh.Used)
 }
 
@@ -383,28 +370,34 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, false, err
 	}
 	used := sh.Used
-	changed, unsure, err := r.settle(&sh)
+	changed, err := r.settle(&sh, true)
 	if err != nil {
 		return ledger.Admission{}, false, err
 	}
-	// The record itself may be in the page cache only: settled by another writer (maybe of
-	// this process) that relied on a row in the page cache and never synced (see settle).
-	unsure = unsure || !r.knownDurable(s, sh.Seq)
+	r.sync.enter()
+	defer r.sync.exit()
+	if len(sh.Pending) >= maxCautiousPending || sh.Used >= sh.Quota && len(sh.Pending) > 0 {
+		// A long pending list, or a full shard that slots held by finished admissions might
+		// free: settle in full, from rows made durable first (see settle).
+		if err := r.sync.syncEverything(); err != nil {
+			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
+		}
+		full, err := r.settle(&sh, false)
+		if err != nil {
+			return ledger.Admission{}, false, err
+		}
+		changed = changed || full
+	}
 	if sh.Used >= sh.Quota {
 		if changed {
 			// Keep what settling found (slots given back), durably: a full shard is read again
-			// by every admission that borrows. What it relied on is made durable first (see
+			// by every admission that borrows. What it relied on was made durable first (see
 			// settle).
-			err := r.sync.syncEverything()
-			var st *staged
-			if err == nil {
-				st, err = r.stageShard(&sh)
-			}
+			st, err := r.stageShard(&sh)
 			if err == nil {
 				err = r.commitAll([]*staged{st})
 			}
 			if err == nil {
-				r.recordDurable(s, sh.Seq)
 				err = r.roomShown(used, sh.Used)
 			}
 			if err != nil {
@@ -416,17 +409,6 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	sh.Used++
 	mine := pendingSlot{Key: key, EvaluationID: row.EvaluationID}
 	sh.Pending = append(sh.Pending, mine)
-	r.sync.enter()
-	defer r.sync.exit()
-	if unsure {
-		// Settling, or the record it read, relied on a row that may be in the page cache
-		// only. The new record must not reach the disk before that row, and once written it
-		// can reach it at any time (the kernel writes dirty pages back on its own, before any
-		// sync): so everything is made durable first, before the record is written.
-		if err := r.sync.syncEverything(); err != nil {
-			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-		}
-	}
 	capSt, err := r.stageShard(&sh)
 	if err != nil {
 		return ledger.Admission{}, false, err
@@ -444,7 +426,6 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
 	r.madeDurable(s, mine)
-	r.recordDurable(s, sh.Seq)
 	if err := r.roomShown(used, sh.Used); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}

@@ -426,34 +426,16 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 	if err := r.bumpRoom(); err != nil {
 		return err
 	}
-	var states []shardState
-	unknown := false
+	var sts []*staged
 	for _, s := range shards {
 		sh, err := r.readShard(s)
 		if err != nil {
+			abortAll(sts)
 			return err
 		}
 		if sh.AppliedBatch >= id {
 			continue
 		}
-		states = append(states, sh)
-		unknown = unknown || !r.knownDurable(s, sh.Seq)
-	}
-	if unknown {
-		// A record this process did not commit may be in the page cache only, written by a
-		// settling that relied on a row in the page cache only (see settle): both must be
-		// durable before the released record can be.
-		r.sync.enter()
-		err := r.sync.syncEverything()
-		r.sync.exit()
-		if err != nil {
-			return err
-		}
-	}
-	var sts []*staged
-	var committed []shardState
-	for _, sh := range states {
-		s := sh.Shard
 		rows := released[s]
 		// A removed row still pending (removed before any admission in the shard settled it)
 		// is released here, once, not again by settling. Only that row's entry goes: a later
@@ -475,13 +457,9 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 			return err
 		}
 		sts = append(sts, st)
-		committed = append(committed, sh)
 	}
 	if err := r.commitAll(sts); err != nil {
 		return err
-	}
-	for _, sh := range committed {
-		r.recordDurable(sh.Shard, sh.Seq)
 	}
 	if len(sts) == 0 {
 		return nil

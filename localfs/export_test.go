@@ -158,3 +158,9 @@ func SettleAllForTest(ctx context.Context, l *Ledger) error {
 	}
 	return nil
 }
+
+// PendingForTest reports how many pending slots capacity shard s's record holds.
+func PendingForTest(l *Ledger, s int) (int, error) {
+	sh, err := l.r.readShard(s)
+	return len(sh.Pending), err
+}

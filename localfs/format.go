@@ -239,9 +239,10 @@ const (
 	maxCapacityPayload = 1 << 10
 	maxBatchEntries    = 10_000
 	maxBatchPayload    = maxBatchEntries*256 + 1024
-	// maxPending bounds a capacity shard's pending keys. An admission settles every pending
-	// key before it adds its own, so a shard holds more than one only when a pending row is
-	// unreadable (kept, as an overstatement, until it can be judged).
+	// maxPending bounds a capacity shard's pending keys. An admission settles the pending
+	// keys it can judge from durable rows before it adds its own, and settles in full once
+	// the list reaches maxCautiousPending (3), so a shard holds more than 3 only when pending
+	// rows are unreadable (kept, as an overstatement, until they can be judged).
 	maxPending      = 32
 	shardSlot       = 4096
 	maxShardPayload = shardSlot - frameOverhead

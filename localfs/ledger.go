@@ -121,9 +121,6 @@ type root struct {
 	// durableSlot[s] is the row this process last admitted with a slot of capacity shard s
 	// and saw made durable (sawDurable): settling that slot needs no syncfs.
 	durableSlot [shardCount]pendingSlot
-	// durableSeq[s] is 1 + the number of the record of capacity shard s this process last
-	// committed (0: none), see knownDurable.
-	durableSeq [shardCount]uint64
 }
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.

@@ -182,7 +182,7 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 		l.Close()
 	}
 	{
-		dying := &syncFault{FS: fsys, dieAtSyncFS: true}
+		dying := &syncFault{FS: fsys, dieAtFirstSync: true}
 		l := openOn(t, dying, clock)
 		if _, err := l.Admit(ctx, k0); err == nil {
 			t.Fatal("k0's admission was answered although its process died at its syncfs")

@@ -44,7 +44,7 @@ func TestPowerCutOneFlushAdmissionOverALaunderedRecord(t *testing.T) {
 		l.Close()
 	}
 	{
-		l := openOn(t, &syncFault{FS: fsys, dieAtSyncFS: true}, clock)
+		l := openOn(t, &syncFault{FS: fsys, dieAtFirstSync: true}, clock)
 		if _, err := l.Admit(ctx, k0); err == nil {
 			t.Fatal("k0's admission was answered although its process died at its syncfs")
 		}
@@ -204,7 +204,7 @@ func TestPowerCutCleanupReleaseOverALaunderedRecord(t *testing.T) {
 			t.Error("k1's admission was answered although its process died before the folder sync")
 		}
 		l.Close()
-		l = open(&syncFault{FS: fsys, dieAtSyncFS: true})
+		l = open(&syncFault{FS: fsys, dieAtFirstSync: true})
 		if _, err := l.Admit(ctx, deliveryInShard(0x42)); err == nil {
 			t.Error("k0's admission was answered although its process died at its syncfs")
 		}
@@ -222,5 +222,54 @@ func TestPowerCutCleanupReleaseOverALaunderedRecord(t *testing.T) {
 	for _, p := range powerPersistences() {
 		rebooted := fsys.Recover(p)
 		checkPreparedRootWith(t, rebooted, clock, limits, true, p.String())
+	}
+}
+
+// TestAdmissionsFromManyProcessesKeepThePendingListShort: an admission leaves pending the
+// slots whose rows it has not seen made durable (another process's), so admissions from many
+// processes into one shard would grow the list; at maxCautiousPending (3, one 512-byte sector)
+// the admission syncs the file system and settles in full. Five processes take turns in one
+// shard; the list never exceeds 3, every admission is answered, and after the power goes
+// every answered row is there and every slot is accounted for.
+func TestAdmissionsFromManyProcessesKeepThePendingListShort(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := ledger.NewManualClock(epoch)
+	fsys := newPoweredRoot(t, clock)
+	var procs []*localfs.Ledger
+	for range 5 {
+		procs = append(procs, openOn(t, fsys, clock))
+	}
+	var admitted []ledger.Delivery
+	most := 0
+	for i := range 20 {
+		d := deliveryInShard(0x42)
+		ledgertest.MustAdmit(t, procs[i%len(procs)], d)
+		admitted = append(admitted, d)
+		n, err := localfs.PendingForTest(procs[0], 0x42)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 3 {
+			t.Fatalf("after admission %d the shard holds %d pending slots, want at most 3", i, n)
+		}
+		most = max(most, n)
+	}
+	if most < 3 {
+		t.Errorf("the pending list never reached 3 (at most %d): the test does not reach the bound", most)
+	}
+	for _, l := range procs {
+		l.Close()
+	}
+	fsys.Cut()
+	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
+		for i, d := range admitted {
+			if _, err := l.Inspect(ctx, d.Key()); err != nil {
+				t.Errorf("%v: answered admission %d: %v", p, i, err)
+			}
+		}
+	})
+	for _, p := range powerPersistences() {
+		checkPreparedRootWith(t, fsys.Recover(p), clock, testLimits(), true, p.String())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
 	"github.com/amiss-ci/amiss/localfs/powerfs"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
 // Attacks on the power-loss guarantees that the power-cut tests of powercut_test.go leave
@@ -616,8 +618,54 @@ func powerCutHistories(t *testing.T, limits ledger.Limits, shards []byte, histor
 type syncFault struct {
 	*powerfs.FS
 	dieAtRowFolder, dieAtSyncFS, failRowFolderOnce, failRowFolderAlways bool
-	dead, failed                                                        atomic.Bool
+	// dieAtFirstSync: the process dies at its first sync of any kind (a file's fsync or
+	// write-back, a folder's sync, syncfs), whatever round its operation takes.
+	dieAtFirstSync bool
+	dead, failed   atomic.Bool
 }
+
+// OpenFile wraps files for dieAtFirstSync.
+func (f *syncFault) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil || !f.dieAtFirstSync {
+		return file, err
+	}
+	return &faultFile{File: file, f: f}, nil
+}
+
+// faultFile is a file of a syncFault that dies at its first sync.
+type faultFile struct {
+	vfs.File
+	f *syncFault
+}
+
+func (w *faultFile) die() error {
+	if w.f.dieAtFirstSync {
+		w.f.dead.Store(true)
+	}
+	if w.f.dead.Load() {
+		return errProcessDied
+	}
+	return nil
+}
+
+func (w *faultFile) Sync() error {
+	if err := w.die(); err != nil {
+		return err
+	}
+	return w.File.Sync()
+}
+
+func (w *faultFile) WriteBack() error {
+	if err := w.die(); err != nil {
+		return err
+	}
+	return vfs.WriteBack(w.File)
+}
+
+func (w *faultFile) CheckWriteback() error { return vfs.CheckWriteback(w.File) }
+
+func (w *faultFile) Flock(how int) error { return vfs.Flock(w.File, how) }
 
 var (
 	errProcessDied      = errors.New("the process died")
@@ -626,7 +674,7 @@ var (
 
 func (f *syncFault) SyncDir(name string) error {
 	row := strings.Contains(name, "/"+localfs.RowsDir+"/")
-	if row && f.dieAtRowFolder {
+	if row && f.dieAtRowFolder || f.dieAtFirstSync {
 		f.dead.Store(true)
 	}
 	if f.dead.Load() {
@@ -639,7 +687,7 @@ func (f *syncFault) SyncDir(name string) error {
 }
 
 func (f *syncFault) SyncFS(name string) error {
-	if f.dieAtSyncFS {
+	if f.dieAtSyncFS || f.dieAtFirstSync {
 		f.dead.Store(true)
 	}
 	if f.dead.Load() {
