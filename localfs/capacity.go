@@ -155,9 +155,14 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 				batchRead = true
 			}
 			if batch != nil && batch.ID > sh.AppliedBatch && batch.has(p, sh.Shard) {
-				// The batch releases it, and erases this entry as it does; until then it
-				// stays, so the batch never takes another admission's entry in its place.
-				keep = append(keep, p)
+				// The batch gives the slot back when it releases, whatever the entry, so the
+				// slot stays counted here. The entry goes when settling in full (after a
+				// syncfs), so that an unreleased batch does not lengthen the list; one without
+				// an evaluation id stays, for the release erases one entry standing for the
+				// removed row and must never take another admission's in its place.
+				if cautious || p.EvaluationID == "" {
+					keep = append(keep, p)
+				}
 				continue
 			}
 			if sh.Used > 0 {
@@ -176,8 +181,9 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 
 // maxCautiousPending is how many pending slots an admission's record may hold, its own
 // included, after a cautious settling. A longer list is settled in full after a syncfs. At
-// most 3 entries keep a record within 482 bytes, one 512-byte sector, so each half of the
-// file is written whole or not at all (format.go).
+// most 3 entries keep a record within one 512-byte sector (482 bytes with a sequence number
+// of 9 digits, counts of 4 and a batch id of 5; about 500 with every number at 10 digits), so
+// each half of the file is written whole or not at all (format.go).
 const maxCautiousPending = 3
 
 // sawDurable reports whether p is the row this process last admitted with a slot of shard s
