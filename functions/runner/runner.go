@@ -418,8 +418,23 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		return r.unroutable(ctx, log, lc, fmt.Errorf("the runner stopped while building it, %d attempts in a row", lost))
 	}
 	built := time.Now()
-	route, err := r.route(ctx, l.Route)
+	// The lease is kept from here on: building the route (a secret read) may take longer
+	// than the lease, up to the evaluation's bound, and a lease left to run out meanwhile
+	// would let a duplicate message claim the row and make this attempt a lost one.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	k := r.keep(wctx, cancel, lc)
+	route, err := r.route(wctx, l.Route)
+	if k.isLost() {
+		k.end()
+		log.Warn("lease lost while building the route; the message comes back when the lease ends")
+		kc := k.clock(leaseFor)
+		return Result{RetryAt: kc.local(kc.lease.Expires)}, nil
+	}
 	if err != nil {
+		k.end()
+		lc = k.clock(leaseFor)
+		l = lc.lease
 		// A route that cannot be built is the operator's to fix: nothing was evaluated, so the
 		// attempt is handed back (never counted: neither a failed evaluation nor a lost
 		// attempt). Only once twice the publish budget has passed since admission, long after
@@ -454,7 +469,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	var s subject.Subject
 	if err := json.Unmarshal(l.Subject, &s); err != nil {
 		// A subject the ingress wrote and cannot be read back: give it an error verdict.
-		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error,
 			Description: "amiss could not read the delivery's subject"})
 	}
 	if lost >= r.maxLost() {
@@ -463,12 +478,9 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		// paused past its lease, or could not hand the attempt back. So many of them mean a
 		// crash loop: evaluating again would loop for ever, and the commit gets its error
 		// verdict now.
-		return r.saveAndPublish(ctx, ctx, log, lc, route, nil, evaluate.Verdict{State: evaluate.Error,
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error,
 			Description: fmt.Sprintf("evaluation did not finish: %d attempts ended without an answer (the runner stopped under each)", lost)})
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	k := r.keep(wctx, cancel, lc)
 	start := time.Now()
 	ectx, ecancel := r.evaluationContext(wctx)
 	v, evalErr := route.Evaluator.Evaluate(ectx, s)
@@ -625,7 +637,20 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 
 func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock) (Result, error) {
 	log = log.With("evaluation", s.Lease.EvaluationID, "publish_attempt", s.Lease.Attempt, "route", s.Lease.Route)
-	route, err := r.route(ctx, s.Lease.Route)
+	// The lease is kept while the route is built, as for an evaluation (execute).
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	k := r.keep(wctx, cancel, lc)
+	defer k.end()
+	route, err := r.route(wctx, s.Lease.Route)
+	if k.isLost() {
+		log.Warn("lease lost while building the route; the next owner publishes the saved verdict", "err", err)
+		return Result{RetryAt: r.now().Add(r.retryDelay())}, nil
+	}
+	if err != nil {
+		k.end()
+		lc = k.clock(lc.leaseFor)
+	}
 	if err != nil && ctx.Err() != nil {
 		// Cut by a shutdown while building it (a secret read in flight): not a failed
 		// publication; handed back, with a context of its own, for the next claim at once.
@@ -646,10 +671,6 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 		return r.publishFailed(ctx, log, s, lc, rep,
 			&publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)})
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	k := r.keep(wctx, cancel, lc)
-	defer k.end()
 	return r.publishStaged(ctx, wctx, log, s, route, lc, k)
 }
 
