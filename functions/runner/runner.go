@@ -687,13 +687,21 @@ type Report struct {
 // the keeper is stopped once the provider has answered, before the ledger hears the outcome
 // (a renewal landing after Complete would be refused and counted as a lost lease).
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
+	// An abandonment ends the row's lease: the keeper stops first, as before a Complete, so
+	// that a renewal landing after it is not taken for a lost lease.
+	abandon := func(reason string) (Result, error) {
+		if k != nil {
+			k.halt()
+		}
+		return r.abandon(ctx, log, s, lc, reason)
+	}
 	var rep Report
 	if err := json.Unmarshal(s.Report, &rep); err != nil {
-		return r.abandon(ctx, log, s, lc, "the saved report does not decode")
+		return abandon("the saved report does not decode")
 	}
 	var subj subject.Subject
 	if err := json.Unmarshal(s.Lease.Subject, &subj); err != nil || subj.Repository == "" {
-		return r.abandon(ctx, log, s, lc, "the delivery's subject does not decode")
+		return abandon("the delivery's subject does not decode")
 	}
 	start := time.Now()
 	err := route.Publisher.Publish(wctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
