@@ -83,8 +83,7 @@ func (r *root) readShard(s int) (shardState, error) {
 // is exactly 2*shardSlot bytes written at offset 0 (decodeShardFile refuses a file of any
 // other size), so no write changes the file's size or its blocks.
 //
-// It numbers sh as the next record (sh.Seq), so that the caller can note it durable once
-// committed (recordDurable).
+// It numbers sh as the next record (sh.Seq is the number written).
 func (r *root) stageShard(sh *shardState) (*staged, error) {
 	sh.Seq++
 	data, err := shardFile(*sh)

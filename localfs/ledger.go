@@ -119,7 +119,8 @@ type root struct {
 	fullProof   *uint64
 	fullProofAt time.Time
 	// durableSlot[s] is the row this process last admitted with a slot of capacity shard s
-	// and saw made durable (sawDurable): settling that slot needs no syncfs.
+	// and saw made durable (sawDurable): an admission may drop it from the pending list
+	// without a syncfs.
 	durableSlot [shardCount]pendingSlot
 }
 

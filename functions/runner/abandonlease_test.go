@@ -70,27 +70,7 @@ func (s *slowAbandon) Abandon(ctx context.Context, st ledger.Staged, reason stri
 // outcome.
 func TestAnUndecodableSubjectCountsNoLostLease(t *testing.T) {
 	w := newWorldWithSubject(t, []byte(`[1]`)) // JSON, but not a subject
-	var m counter
-	sl := &slowAbandon{Ledger: w.l}
-	r := w.runner("a", verdict(evaluate.Success, "never evaluated"))
-	r.Metrics = &m
-	r.Ledger = sl
-	res, err := r.Process(context.Background(), w.msg)
-	sl.returned.Store(true)
-	if err != nil || !res.Done {
-		t.Fatalf("process: %+v %v", res, err)
-	}
-	if st := w.state(t); st != ledger.StateAbandoned {
-		t.Fatalf("row %v, want abandoned", st)
-	}
-	time.Sleep(30 * time.Millisecond)
-	if n := sl.renewsAfterPr.Load(); n != 0 {
-		t.Errorf("%d renewals sent after Process returned: the keeper outlived the attempt", n)
-	}
-	if n := m.get("lease_lost"); n != 0 {
-		t.Fatalf("lease_lost counted %d on a delivery saved and abandoned under its own lease "+
-			"(%d renewals sent after the Abandon landed): the keeper ran on past the ledger's answer", n, sl.renewsAfter.Load())
-	}
+	abandonedUnderItsLease(t, w, "a delivery whose subject does not decode")
 }
 
 // TestAnUndecodableSavedReportCountsNoLostLease: the same in the publish phase: a saved report
@@ -99,21 +79,33 @@ func TestAnUndecodableSubjectCountsNoLostLease(t *testing.T) {
 func TestAnUndecodableSavedReportCountsNoLostLease(t *testing.T) {
 	w := newWorld(t)
 	stageSaved(t, w, `[1]`)
+	abandonedUnderItsLease(t, w, "a saved report that does not decode")
+}
+
+// abandonedUnderItsLease processes w's message, which ends abandoned, through a ledger whose
+// Abandon answers late, and checks that no lease was counted lost and no renewal outlived
+// the attempt.
+func abandonedUnderItsLease(t *testing.T, w *world, what string) {
+	t.Helper()
 	var m counter
 	sl := &slowAbandon{Ledger: w.l}
-	r := w.runner("a", verdict(evaluate.Success, "ok"))
+	r := w.runner("a", verdict(evaluate.Success, "never published"))
 	r.Metrics = &m
 	r.Ledger = sl
 	res, err := r.Process(context.Background(), w.msg)
 	sl.returned.Store(true)
 	if err != nil || !res.Done {
-		t.Fatalf("process: %+v %v", res, err)
+		t.Fatalf("%s: process: %+v %v", what, res, err)
 	}
 	if st := w.state(t); st != ledger.StateAbandoned {
-		t.Fatalf("row %v, want abandoned", st)
+		t.Fatalf("%s: row %v, want abandoned", what, st)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if n := sl.renewsAfterPr.Load(); n != 0 {
+		t.Errorf("%s: %d renewals sent after Process returned: the keeper outlived the attempt", what, n)
 	}
 	if n := m.get("lease_lost"); n != 0 {
-		t.Fatalf("lease_lost counted %d on a saved report abandoned under its own lease (%d renewals after the Abandon)",
-			n, sl.renewsAfter.Load())
+		t.Fatalf("%s: lease_lost counted %d on a delivery abandoned under its own lease "+
+			"(%d renewals sent after the Abandon landed): the keeper ran on past the ledger's answer", what, n, sl.renewsAfter.Load())
 	}
 }
