@@ -62,11 +62,7 @@ func TestPowerCutAfterAProcessCrashKeepsARetriedRevive(t *testing.T) {
 	}
 	second.Close()
 	fsys.Cut()
-	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
-		if state, _ := ledgertest.RowState(t, l, d); state != "saved" {
-			t.Errorf("%s: the retried revive was answered (row %v), and after the power cut the row is %q", p, row.State, state)
-		}
-	})
+	rowAfterEachReboot(t, fsys, clock, d, fmt.Sprintf("the retried revive was answered (row %v)", row.State), "saved")
 }
 
 // TestPowerCutKeepsARevivedRowAfterAFailedFolderSync: Revive's folder sync fails (an I/O
@@ -91,11 +87,7 @@ func TestPowerCutKeepsARevivedRowAfterAFailedFolderSync(t *testing.T) {
 	}
 	l.Close()
 	fsys.Cut()
-	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
-		if state, _ := ledgertest.RowState(t, l, d); state != "saved" {
-			t.Errorf("%s: the repeated revive was answered (row %v), and after the power cut the row is %q", p, row.State, state)
-		}
-	})
+	rowAfterEachReboot(t, fsys, clock, d, fmt.Sprintf("the repeated revive was answered (row %v)", row.State), "saved")
 }
 
 // TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync: a Save's folder sync fails (an I/O
@@ -122,12 +114,8 @@ func TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync(t *testing.T) {
 	}
 	l.Close()
 	fsys.Cut()
-	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
-		if state, _ := ledgertest.RowState(t, l, d); state != "saved" {
-			t.Errorf("%s: the repeated save was answered (publishing %q under fence %d), and after the power cut the row is %q: it will be evaluated again",
-				p, staged.Report, staged.Lease.Fence, state)
-		}
-	})
+	rowAfterEachReboot(t, fsys, clock, d, fmt.Sprintf("the repeated save was answered (publishing %q under fence %d): a row not saved is evaluated again",
+		staged.Report, staged.Lease.Fence), "saved")
 }
 
 // TestPowerCutAfterUnsyncedCompleteAnsweredDuplicateIsRecovered: a worker publishes and

@@ -724,11 +724,7 @@ func TestPowerCutAfterAProcessCrashLosesNoAnsweredAdmission(t *testing.T) {
 	}
 	second.Close()
 	fsys.Cut()
-	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
-		if state, _ := ledgertest.RowState(t, l, d); state != "pending" {
-			t.Errorf("%s: the retry was answered %v (evaluation %s), and after the power cut the row is %q", p, a.Outcome, a.EvaluationID, state)
-		}
-	})
+	rowAfterEachReboot(t, fsys, clock, d, fmt.Sprintf("the retry was answered %v (evaluation %s)", a.Outcome, a.EvaluationID), "pending")
 }
 
 // TestPowerCutAfterAProcessCrashKeepsAPublishedVerdict: a worker's process dies in a Save after
@@ -758,9 +754,6 @@ func TestPowerCutAfterAProcessCrashKeepsAPublishedVerdict(t *testing.T) {
 	ledgertest.MustComplete(t, second, *c.Staged) // published
 	second.Close()
 	fsys.Cut()
-	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
-		if state, _ := ledgertest.RowState(t, l, d); state != "saved" && state != "done" {
-			t.Errorf("%s: the verdict %q was published, and after the power cut the row is %q: it will be evaluated again", p, c.Staged.Report, state)
-		}
-	})
+	rowAfterEachReboot(t, fsys, clock, d, fmt.Sprintf("the verdict %q was published: a row neither saved nor done is evaluated again", c.Staged.Report),
+		"saved", "done")
 }

@@ -151,6 +151,17 @@ func eachReboot(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, check
 	}
 }
 
+// rowAfterEachReboot checks, on every reboot of the cut fsys (eachReboot), that d's row is in
+// one of the states want; answered says what was answered before the cut.
+func rowAfterEachReboot(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, d ledger.Delivery, answered string, want ...string) {
+	t.Helper()
+	eachReboot(t, fsys, clock, func(p powerfs.Persistence, l *localfs.Ledger) {
+		if state, _ := ledgertest.RowState(t, l, d); !slices.Contains(want, state) {
+			t.Errorf("%s: %s, and after the power cut the row is %q, want %v", p, answered, state, want)
+		}
+	})
+}
+
 // poweredRootWithARow returns a powerfs holding a new root with one permanent delivery
 // admitted, everything synced.
 func poweredRootWithARow(t testing.TB, clock *ledger.ManualClock) (*powerfs.FS, ledger.Delivery) {

@@ -29,6 +29,20 @@ func hangingRoutes(entered chan struct{}) func(context.Context, string) (*runner
 	}
 }
 
+// shutdownWhileBuilding has r process w's message with a route build that hangs, and shuts
+// down (cancels the invocation's context) once the build has begun.
+func shutdownWhileBuilding(t *testing.T, r *runner.Runner, w *world) {
+	t.Helper()
+	entered := make(chan struct{})
+	r.Routes = hangingRoutes(entered)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := r.Process(ctx, w.msg); done <- err }()
+	<-entered
+	cancel() // the shutdown
+	t.Logf("Process answered: %v", <-done)
+}
+
 // A shutdown (amiss serve stopping: the caller's context cancelled) lands while the route is
 // being built for an Execute. Since the route lookup takes the runner's context (change 2),
 // the secret read is cut and answers ctx.Err(): a route error. execute then hands the attempt
@@ -44,15 +58,7 @@ func TestAShutdownWhileBuildingTheRouteGivesTheLeaseBack(t *testing.T) {
 	w := newWorld(t)
 	r := w.runner("a", verdict(evaluate.Success, "ok"))
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	entered := make(chan struct{})
-	r.Routes = hangingRoutes(entered)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { _, err := r.Process(ctx, w.msg); done <- err }()
-	<-entered
-	cancel() // the shutdown
-	err := <-done
-	t.Logf("Process answered: %v", err)
+	shutdownWhileBuilding(t, r, w)
 	row, _ := w.l.Inspect(context.Background(), w.msg.Key)
 	c, cerr := w.l.Claim(context.Background(), w.msg.Key, w.msg.Binding, "b", time.Minute)
 	if cerr != nil || c.Outcome != ledger.Execute {
@@ -79,15 +85,7 @@ func TestAShutdownWhileBuildingTheRouteOfASavedVerdictIsNoPublishFailure(t *test
 	r.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	m := &counter{}
 	r.Metrics = m
-	entered := make(chan struct{})
-	r.Routes = hangingRoutes(entered)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { _, err := r.Process(ctx, w.msg); done <- err }()
-	<-entered
-	cancel() // the shutdown
-	err := <-done
-	t.Logf("Process answered: %v", err)
+	shutdownWhileBuilding(t, r, w)
 	var problems []string
 	if n := m.get("publish_failures"); n != 0 {
 		problems = append(problems, fmt.Sprintf("counted %d publish_failures", n))
