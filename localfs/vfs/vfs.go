@@ -54,9 +54,9 @@ type OSFS struct{}
 
 var _ FS = OSFS{}
 
-func (OSFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+func (OSFS) ReadFile(name string) ([]byte, error) { return readFile(name) }
 func (OSFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
-	return os.OpenFile(name, flag, perm)
+	return openFile(name, flag, perm)
 }
 func (OSFS) Rename(oldpath, newpath string) error       { return os.Rename(oldpath, newpath) }
 func (OSFS) Remove(name string) error                   { return os.Remove(name) }
@@ -66,26 +66,26 @@ func (OSFS) Stat(name string) (fs.FileInfo, error)      { return os.Stat(name) }
 
 // SyncDir fsyncs a directory, making renames and removals inside it durable.
 func (OSFS) SyncDir(name string) error {
-	d, err := os.Open(name)
+	fd, err := open(name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return err
 	}
-	if err := d.Sync(); err != nil {
-		d.Close()
-		return err
+	if err := ignoringEINTR(func() error { return unix.Fsync(fd) }); err != nil {
+		unix.Close(fd)
+		return &os.PathError{Op: "sync", Path: name, Err: err}
 	}
-	return d.Close()
+	return closeFD(fd, name)
 }
 
 // SyncFS flushes the whole file system holding name (syncfs(2)): one call makes a batch of
 // removals durable, however many directories they touched.
 func (OSFS) SyncFS(name string) error {
-	d, err := os.Open(name)
+	fd, err := open(name, unix.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	if err := unix.Syncfs(int(d.Fd())); err != nil {
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
 		return &os.PathError{Op: "syncfs", Path: name, Err: err}
 	}
 	return nil
@@ -184,7 +184,7 @@ func (OSFS) CheckJournal(dir string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.path != "" {
-		f, err := os.OpenFile(p.path, os.O_WRONLY, 0)
+		f, err := openFile(p.path, os.O_WRONLY, 0)
 		if err == nil {
 			// The size changes on every check (a truncate to the same size need not open a
 			// journal handle); it is remembered only once the change is made.
