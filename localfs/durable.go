@@ -28,12 +28,13 @@ import (
 // A round of one request with one file or one folder syncs exactly that (fsync); a round
 // with more calls syncfs(2) once, which makes everything written to the file system durable,
 // data and folder entries alike. Except: a round of one request whose files are one new file
-// and records overwritten in place (an admission's row and its capacity record) writes the
-// records back without a flush and then syncs the new file, whose flush makes them durable
-// too, where the file system promises it (vfs.FlushCoversWriteBack): one flush of the
-// device instead of the two a syncfs (which writes every dirty file on the device) costs in
-// time. Operations keep their own locks while they wait, so what a
-// round carries was decided under those locks.
+// and records overwritten in place (an admission's row and its capacity record), where the
+// file system promises it (vfs.FlushCoversWriteBack), starts the new file's write-back (so
+// that it travels with the records'), writes the records back without a flush and then syncs
+// the new file, whose flush makes the records durable too: one flush of the device instead of
+// the two a syncfs (which writes every dirty file on the device) costs in time. Operations
+// keep their own locks while they wait, so what a round carries was decided under those
+// locks.
 type syncer struct {
 	fs  FS
 	dir string
@@ -247,6 +248,11 @@ func (s *syncer) syncRound(round []*syncReq) error {
 	if len(round) == 1 && !round[0].all {
 		r := round[0]
 		if sync := s.flushOnce(r); sync >= 0 {
+			// The new file's data starts on its way first, so that it travels while the
+			// records are written back; its fsync below still waits for it.
+			if err := vfs.StartWriteBack(r.files[sync]); err != nil {
+				return fmt.Errorf("%w: start writing %s: %v", ledger.ErrUnavailable, r.names[sync], err)
+			}
 			for i, f := range r.files {
 				if i != sync {
 					if err := vfs.WriteBack(f); err != nil {

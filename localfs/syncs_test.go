@@ -57,13 +57,14 @@ func TestSyncsPerOperation(t *testing.T) {
 			before += want
 		}
 		step("admit (new key)", 2, func() { ledgertest.MustAdmit(t, l, d) })
-		// Where the file system allows it, the capacity record is written back without a
-		// flush and the row's fsync flushes it: no syncfs (vfs.FlushCoversWriteBack).
+		// Where the file system allows it, the row's write-out is started, the capacity
+		// record is written back without a flush and the row's fsync flushes both: no syncfs
+		// (vfs.FlushCoversWriteBack).
 		if c := fsys.Counter().Snapshot(); writeBack {
-			if c.ByOp[faultfs.OpSyncFS] != 0 || c.ByOp[faultfs.OpWriteOut] != 1 || c.ByOp[faultfs.OpSync] != 1 {
-				t.Errorf("admit on a file system whose flush covers a write-back: %v, want one writeout, one fsync, no syncfs", c)
+			if c.ByOp[faultfs.OpSyncFS] != 0 || c.ByOp[faultfs.OpWriteStart] != 1 || c.ByOp[faultfs.OpWriteOut] != 1 || c.ByOp[faultfs.OpSync] != 1 {
+				t.Errorf("admit on a file system whose flush covers a write-back: %v, want one write started, one writeout, one fsync, no syncfs", c)
 			}
-		} else if c.ByOp[faultfs.OpSyncFS] != 1 || c.ByOp[faultfs.OpWriteOut] != 0 {
+		} else if c.ByOp[faultfs.OpSyncFS] != 1 || c.ByOp[faultfs.OpWriteOut] != 0 || c.ByOp[faultfs.OpWriteStart] != 0 {
 			t.Errorf("admit: %v, want one syncfs and no writeout", c)
 		}
 		// A re-admission that changes nothing still syncs the row's folder: it tells the

@@ -64,6 +64,7 @@ func TestWritebackFailureFailsTheOperation(t *testing.T) {
 			part func(d ledger.Delivery) string
 			want func(d ledger.Delivery) string
 		}{
+			{"the row's early write-out", faultfs.OpWriteStart, func(d ledger.Delivery) string { return d.Key().String() }, func(d ledger.Delivery) string { return "start writing " }},
 			{"the capacity record's write-back", faultfs.OpWriteOut, record, func(d ledger.Delivery) string { return "write back " + record(d) }},
 			{"the row's fsync", faultfs.OpSync, func(d ledger.Delivery) string { return d.Key().String() }, func(d ledger.Delivery) string { return "fsync " }},
 		} {

@@ -38,6 +38,9 @@ const (
 	// OpWriteOut writes a file's overwritten bytes to the device without a flush
 	// (vfs.WriteBack): durable only once a later sync flushes.
 	OpWriteOut Op = "writeout"
+	// OpWriteStart starts a file's write-back without waiting (vfs.StartWriteBack): a hint
+	// that changes nothing stored.
+	OpWriteStart Op = "writestart"
 	// OpJournal is the check, after a sync, that the file system's journal still commits
 	// (it leaves nothing stored: failing it models a journal that aborted).
 	OpJournal Op = "journal"
@@ -325,6 +328,11 @@ func (w *wrappedFile) CheckWriteback() error {
 // WriteBack writes the wrapped file back under the rules (OpWriteOut).
 func (w *wrappedFile) WriteBack() error {
 	return w.f.do(OpWriteOut, w.name, func() error { return vfs.WriteBack(w.base) })
+}
+
+// StartWriteBack starts the wrapped file's write-back under the rules (OpWriteStart).
+func (w *wrappedFile) StartWriteBack() error {
+	return w.f.do(OpWriteStart, w.name, func() error { return vfs.StartWriteBack(w.base) })
 }
 
 // Flock passes advisory locks on to the wrapped file (which may model their cost).

@@ -37,6 +37,12 @@ type WriteBacker interface {
 	WriteBack() error
 }
 
+// WriteStarter is a file that starts its write-back through something other than its
+// descriptor (StartWriteBack).
+type WriteStarter interface {
+	StartWriteBack() error
+}
+
 // FlushCoversWriteBack reports whether, on the file system holding dir, bytes overwritten in
 // place in a file whose size and blocks are durable, once WriteBack returns, are made
 // durable by the flush of any later sync on that file system (see above).
@@ -106,6 +112,26 @@ func WriteBack(f File) error {
 	}
 	flags := unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
 	if err := unix.SyncFileRange(int(f.Fd()), 0, 0, flags); err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: fileName(f), Err: err}
+	}
+	return nil
+}
+
+// StartWriteBack starts writing f's dirty pages to the device and returns without waiting:
+// sync_file_range(2) with SYNC_FILE_RANGE_WRITE alone. It is a hint, so that f's write can
+// overlap another's; it makes nothing durable, and the caller still syncs f. Without a WAIT
+// flag the call does not look at f's record of write-back errors, so it cannot take from the
+// sync that follows an error that sync must report; an error it answers itself (ENOSPC from
+// allocating blocks, EIO) is answered as such. A wrapped file that is not a WriteStarter is
+// left alone: a hint means nothing to a model.
+func StartWriteBack(f File) error {
+	if w, ok := f.(WriteStarter); ok {
+		return w.StartWriteBack()
+	}
+	if _, ok := f.(WriteBacker); ok {
+		return nil
+	}
+	if err := unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE); err != nil {
 		return &os.PathError{Op: "sync_file_range", Path: fileName(f), Err: err}
 	}
 	return nil

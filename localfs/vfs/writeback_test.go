@@ -61,3 +61,49 @@ func TestWriteBackOfAnOSFile(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// onlyWriteBack is a wrapped file with a write-back of its own and no start: StartWriteBack
+// must leave it alone (a hint means nothing to a model), never reach for its descriptor.
+type onlyWriteBack struct{ File }
+
+func (onlyWriteBack) WriteBack() error { return nil }
+func (onlyWriteBack) Fd() uintptr      { panic("StartWriteBack reached for the descriptor of a wrapped file") }
+
+// startCounter is a wrapped file that starts its write-back itself.
+type startCounter struct {
+	onlyWriteBack
+	started int
+}
+
+func (s *startCounter) StartWriteBack() error { s.started++; return nil }
+
+// StartWriteBack starts an OS file's write-back, answers a failure (here a closed
+// descriptor) as an error naming the file, goes through a wrapper's own start, and leaves a
+// wrapper without one alone.
+func TestStartWriteBack(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(make([]byte, 3*4096)); err != nil {
+		t.Fatal(err)
+	}
+	if err := StartWriteBack(f); err != nil {
+		t.Fatalf("start the write-back of an OS file: %v", err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync after the start: %v", err)
+	}
+	f.Close()
+	if err := StartWriteBack(f); err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("start the write-back of a closed file: %v, want an error naming %s", err, p)
+	}
+	if err := StartWriteBack(onlyWriteBack{}); err != nil {
+		t.Fatalf("a wrapper without a start of its own: %v", err)
+	}
+	s := &startCounter{}
+	if err := StartWriteBack(s); err != nil || s.started != 1 {
+		t.Fatalf("a wrapper with a start of its own: started %d times, %v", s.started, err)
+	}
+}
