@@ -67,7 +67,9 @@ func TestWriteBackOfAnOSFile(t *testing.T) {
 type onlyWriteBack struct{ File }
 
 func (onlyWriteBack) WriteBack() error { return nil }
-func (onlyWriteBack) Fd() uintptr      { panic("StartWriteBack reached for the descriptor of a wrapped file") }
+func (onlyWriteBack) Fd() uintptr {
+	panic("StartWriteBack reached for the descriptor of a wrapped file")
+}
 
 // startCounter is a wrapped file that starts its write-back itself.
 type startCounter struct {
