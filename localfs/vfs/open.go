@@ -21,7 +21,7 @@ import (
 // open opens name with O_CLOEXEC added, retrying on EINTR.
 func open(name string, flag int, perm fs.FileMode) (int, error) {
 	for {
-		fd, err := unix.Open(name, flag|unix.O_CLOEXEC, uint32(perm.Perm()))
+		fd, err := unix.Open(name, flag|unix.O_CLOEXEC, syscallMode(perm))
 		if err == nil {
 			return fd, nil
 		}
@@ -29,6 +29,22 @@ func open(name string, flag int, perm fs.FileMode) (int, error) {
 			return -1, &os.PathError{Op: "open", Path: name, Err: err}
 		}
 	}
+}
+
+// syscallMode is perm as open(2) takes it: the permission bits, and the setuid, setgid and
+// sticky bits mapped onto theirs (as os.OpenFile maps them).
+func syscallMode(perm fs.FileMode) uint32 {
+	m := uint32(perm.Perm())
+	if perm&fs.ModeSetuid != 0 {
+		m |= unix.S_ISUID
+	}
+	if perm&fs.ModeSetgid != 0 {
+		m |= unix.S_ISGID
+	}
+	if perm&fs.ModeSticky != 0 {
+		m |= unix.S_ISVTX
+	}
+	return m
 }
 
 // openFile is os.OpenFile for regular files without the poller's round trips.
@@ -53,8 +69,10 @@ func readFile(name string) ([]byte, error) {
 		return nil, &os.PathError{Op: "stat", Path: name, Err: err}
 	}
 	// One byte more than the size, so a file that has not grown is read to its end (a read
-	// of 0 bytes) in two calls, as os.ReadFile does.
-	data := make([]byte, 0, max(st.Size, 0)+1)
+	// of 0 bytes) in two calls; and at least 512, as os.ReadFile reads, because a file whose
+	// size shows as 0 may hold more (files under /proc/sys answer a read of one byte with one
+	// byte, then with the end of the file).
+	data := make([]byte, 0, max(st.Size+1, 512))
 	for {
 		n, err := unix.Read(fd, data[len(data):cap(data)])
 		if err != nil {
