@@ -92,6 +92,9 @@ type Log struct {
 	seq     uint64 // the last entry written
 	durable uint64 // the last entry a finished sync covers
 	syncing bool
+	// waiting counts the appends that wrote their entry and are not answered yet: Reset
+	// refuses to run under them.
+	waiting int
 	poison  error
 }
 
@@ -198,8 +201,8 @@ func (l *Log) Reset(gen uint64) error {
 	if l.poison != nil {
 		return fmt.Errorf("%w: %s: %v", ErrPoisoned, l.path, l.poison)
 	}
-	if l.syncing || l.durable != l.seq {
-		return fmt.Errorf("admlog: reset of %s while entries wait for their sync", l.path)
+	if l.syncing || l.waiting > 0 || l.durable != l.seq {
+		return fmt.Errorf("admlog: reset of %s while appends wait for their sync", l.path)
 	}
 	if gen <= l.gen {
 		return fmt.Errorf("admlog: reset of %s to generation %d, not above %d", l.path, gen, l.gen)
@@ -220,8 +223,14 @@ func (l *Log) Reset(gen uint64) error {
 	return nil
 }
 
-// Append writes payload as the next entry and answers its sequence once it is durable.
+// Append writes payload as the next entry and answers its sequence once it is durable. An
+// entry that could never fit, even in an empty log, is refused with ledger.ErrTooLarge; one
+// that does not fit in what is left, with ErrFull. A failure (ErrPoisoned, also matching
+// ledger.ErrUnavailable) leaves unknown whether the entry reached the disk.
 func (l *Log) Append(payload []byte) (uint64, error) {
+	if int64(len(payload)) > l.size-Sector-entryHead-entryTrailer {
+		return 0, fmt.Errorf("%w: %s: an entry of %d bytes in a log of %d", ledger.ErrTooLarge, l.path, len(payload), l.size)
+	}
 	n := entrySize(len(payload))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -235,9 +244,11 @@ func (l *Log) Append(payload []byte) (uint64, error) {
 	if _, err := l.f.WriteAt(encodeEntry(l.gen, l.salt, seq, l.durable, payload, n), l.off); err != nil {
 		l.poison = err
 		l.cond.Broadcast()
-		return 0, fmt.Errorf("%w: write entry %d of %s: %v", ledger.ErrUnavailable, seq, l.path, err)
+		return 0, fmt.Errorf("%w (%w): write entry %d of %s: %v", ErrPoisoned, ledger.ErrUnavailable, seq, l.path, err)
 	}
 	l.seq, l.off = seq, l.off+n
+	l.waiting++
+	defer func() { l.waiting-- }()
 	for l.durable < seq && l.poison == nil {
 		if l.syncing {
 			l.cond.Wait()
@@ -260,7 +271,7 @@ func (l *Log) Append(payload []byte) (uint64, error) {
 	if l.durable >= seq {
 		return seq, nil
 	}
-	return 0, fmt.Errorf("%w: %s: entry %d: %v", ErrPoisoned, l.path, seq, l.poison)
+	return 0, fmt.Errorf("%w (%w): %s: entry %d: %v", ErrPoisoned, ledger.ErrUnavailable, l.path, seq, l.poison)
 }
 
 // Read reads a log's bytes: its generation and its whole entries (see the package
