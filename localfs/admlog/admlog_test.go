@@ -36,6 +36,13 @@ func payload(w, i int) []byte {
 // appendConcurrently appends n entries from each of writers goroutines and answers the
 // payloads of the answered ones by sequence.
 func appendConcurrently(l *Log, writers, n int) map[uint64][]byte {
+	return appendEach(l, writers, n, payload, nil)
+}
+
+// appendEach appends n entries (payload(w, i)) from each of writers goroutines, each writer
+// stopping at its first error (shown to onErr, when set), and answers the payloads of the
+// answered appends by sequence.
+func appendEach(l *Log, writers, n int, payload func(w, i int) []byte, onErr func(error)) map[uint64][]byte {
 	var mu sync.Mutex
 	answered := map[uint64][]byte{}
 	var wg sync.WaitGroup
@@ -47,6 +54,9 @@ func appendConcurrently(l *Log, writers, n int) map[uint64][]byte {
 				p := payload(w, i)
 				seq, err := l.Append(p)
 				if err != nil {
+					if onErr != nil {
+						onErr(err)
+					}
 					return
 				}
 				mu.Lock()

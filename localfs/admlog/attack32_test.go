@@ -317,27 +317,8 @@ func TestAttack32PowerCutsOverStaleEntries(t *testing.T) {
 					return nil, false
 				}
 				defer l.Close()
-				var mu sync.Mutex
-				answered := map[uint64][]byte{}
-				var wg sync.WaitGroup
-				for w := range 3 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := range 3 {
-							p := attackPayload(w, i%3) // small ones
-							seq, err := l.Append(p)
-							if err != nil {
-								return
-							}
-							mu.Lock()
-							answered[seq] = p
-							mu.Unlock()
-						}
-					}()
-				}
-				wg.Wait()
-				return answered, true
+				small := func(w, i int) []byte { return attackPayload(w, i%3) }
+				return appendEach(l, 3, 3, small, nil), true
 			}
 			dry := base.Clone()
 			dry.ResetCalls()
@@ -443,29 +424,11 @@ func TestAttack32NoAnswerWithoutASyncUnderFaults(t *testing.T) {
 		if err != nil {
 			return nil, nil
 		}
-		var mu sync.Mutex
-		answered := map[uint64][]byte{}
-		var wg sync.WaitGroup
-		for w := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range 4 {
-					p := attackPayload(w, i)
-					seq, err := l.Append(p)
-					if err != nil {
-						if !errors.Is(err, ErrPoisoned) && !errors.Is(err, ledger.ErrUnavailable) {
-							t.Errorf("append: %v", err)
-						}
-						return
-					}
-					mu.Lock()
-					answered[seq] = p
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
+		answered := appendEach(l, 4, 4, attackPayload, func(err error) {
+			if !errors.Is(err, ErrPoisoned) && !errors.Is(err, ledger.ErrUnavailable) {
+				t.Errorf("append: %v", err)
+			}
+		})
 		return answered, l
 	}
 	base := powerfs.New()
