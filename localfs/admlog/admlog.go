@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -213,11 +214,11 @@ func (l *Log) Reset(gen uint64) error {
 	}
 	if _, err := l.f.WriteAt(header(gen, salt), 0); err != nil {
 		l.poison = err
-		return fmt.Errorf("%w: write the header of %s: %v", ledger.ErrUnavailable, l.path, err)
+		return fmt.Errorf("%w (%w): write the header of %s: %v", ErrPoisoned, ledger.ErrUnavailable, l.path, err)
 	}
 	if err := vfs.Datasync(l.f); err != nil {
 		l.poison = err
-		return fmt.Errorf("%w: sync the header of %s: %v", ledger.ErrUnavailable, l.path, err)
+		return fmt.Errorf("%w (%w): sync the header of %s: %v", ErrPoisoned, ledger.ErrUnavailable, l.path, err)
 	}
 	l.gen, l.salt, l.off, l.seq, l.durable = gen, salt, Sector, 0, 0
 	return nil
@@ -228,7 +229,7 @@ func (l *Log) Reset(gen uint64) error {
 // that does not fit in what is left, with ErrFull. A failure (ErrPoisoned, also matching
 // ledger.ErrUnavailable) leaves unknown whether the entry reached the disk.
 func (l *Log) Append(payload []byte) (uint64, error) {
-	if int64(len(payload)) > l.size-Sector-entryHead-entryTrailer {
+	if int64(len(payload)) > l.size-Sector-entryHead-entryTrailer || uint64(len(payload)) > math.MaxUint32 {
 		return 0, fmt.Errorf("%w: %s: an entry of %d bytes in a log of %d", ledger.ErrTooLarge, l.path, len(payload), l.size)
 	}
 	n := entrySize(len(payload))
