@@ -69,6 +69,16 @@ func appendEach(l *Log, writers, n int, payload func(w, i int) []byte, onErr fun
 	return answered
 }
 
+// persistences are what a power loss after cut may keep: nothing, everything, and n random
+// choices seeded by cut.
+func persistences(cut, n int) []powerfs.Persistence {
+	ps := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
+	for seed := range n {
+		ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(cut*1000 + seed)})
+	}
+	return ps
+}
+
 // checkAnswered reads the log's bytes and checks that the entries form a run from 1 and
 // include every answered one, with its payload.
 func checkAnswered(t *testing.T, what string, data []byte, gen uint64, answered map[uint64][]byte) []Entry {
@@ -154,11 +164,7 @@ func TestPowerCutLosesNoAnsweredEntry(t *testing.T) {
 		fsys.CutAfter(cut)
 		answered, opened := run(fsys)
 		fsys.Cut()
-		persistences := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
-		for seed := range 16 {
-			persistences = append(persistences, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(cut*100 + seed)})
-		}
-		for _, p := range persistences {
+		for _, p := range persistences(cut, 16) {
 			what := fmt.Sprintf("cut after %d of %d calls, %v", cut, steps, p)
 			after := fsys.Recover(p)
 			data, err := after.ReadFile("/logs/00.log")

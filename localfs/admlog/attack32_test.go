@@ -249,11 +249,7 @@ func TestAttack32PowerCutsAcrossResetsAndSizes(t *testing.T) {
 		fsys.CutAfter(cut)
 		o := run(fsys)
 		fsys.Cut()
-		ps := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
-		for seed := range 24 {
-			ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(cut*1000 + seed)})
-		}
-		for _, p := range ps {
+		for _, p := range persistences(cut, 24) {
 			what := fmt.Sprintf("cut after %d of %d, %v", cut, steps, p)
 			data, err := fsys.Recover(p).ReadFile("/logs/00.log")
 			if err != nil {
@@ -331,11 +327,7 @@ func TestAttack32PowerCutsOverStaleEntries(t *testing.T) {
 				fsys.CutAfter(cut)
 				answered, opened := run(fsys)
 				fsys.Cut()
-				ps := []powerfs.Persistence{{Keep: powerfs.Nothing}, {Keep: powerfs.Everything}}
-				for seed := range 24 {
-					ps = append(ps, powerfs.Persistence{Keep: powerfs.Random, Seed: uint64(cut*1000 + seed)})
-				}
-				for _, p := range ps {
+				for _, p := range persistences(cut, 24) {
 					what := fmt.Sprintf("cut after %d of %d, %v", cut, steps, p)
 					data, err := fsys.Recover(p).ReadFile("/logs/00.log")
 					if err != nil {
