@@ -25,11 +25,8 @@ import (
 func TestAttack30OneFlushRoundFailureCombinations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := ledger.NewManualClock(epoch)
-	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{Clock: clock, FS: fsys})
+	l, fsys := oneFlushRoot(t)
 	defer l.Close()
-	localfs.SetWriteBackForTest(l, true)
 	ops := []faultfs.Op{faultfs.OpWriteStart, faultfs.OpWriteOut, faultfs.OpSync}
 	for mask := 1; mask < 1<<len(ops); mask++ {
 		for _, how := range []faultfs.Action{faultfs.FailBefore, faultfs.FailAfter} {
@@ -81,11 +78,8 @@ func TestAttack30OneFlushRoundFailureCombinations(t *testing.T) {
 func TestAttack30ConcurrentOneFlushAdmissions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := ledger.NewManualClock(epoch)
-	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{Clock: clock, FS: fsys})
+	l, fsys := oneFlushRoot(t)
 	defer l.Close()
-	localfs.SetWriteBackForTest(l, true)
 	const workers, each = 8, 12
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -125,4 +119,14 @@ func TestAttack30ConcurrentOneFlushAdmissions(t *testing.T) {
 	if st, err := l.Stats(ctx); err != nil || st.Rows != workers*each || st.CapacityUsed != st.Rows {
 		t.Fatalf("stats %+v %v, want %d rows each holding one slot", st, err, workers*each)
 	}
+}
+
+// oneFlushRoot opens a root on the real file system through faultfs, with the one-flush round
+// of a lone admission forced on.
+func oneFlushRoot(t *testing.T) (*localfs.Ledger, *faultfs.FS) {
+	t.Helper()
+	fsys := faultfs.New(localfs.OSFS{}, nil)
+	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{Clock: ledger.NewManualClock(epoch), FS: fsys})
+	localfs.SetWriteBackForTest(l, true)
+	return l, fsys
 }

@@ -240,33 +240,41 @@ func TestDamageIsToldFromATornTail(t *testing.T) {
 	}
 }
 
-// A failed sync poisons the log: that append and every later one fail, even once syncs work
-// again.
-func TestAFailedSyncPoisonsTheLog(t *testing.T) {
-	t.Parallel()
+// checkPoisonedBy fails op (with action) under one append of a log that took one entry
+// already, and checks that this append, every later one and a Reset fail with ErrPoisoned,
+// even once op works again.
+func checkPoisonedBy(t *testing.T, op faultfs.Op, action faultfs.Action) {
+	t.Helper()
 	fsys := faultfs.New(vfs.OSFS{}, nil)
-	path := filepath.Join(t.TempDir(), "00.log")
-	l := newLog(t, fsys, path, 64*Sector)
+	l := newLog(t, fsys, filepath.Join(t.TempDir(), "00.log"), 64*Sector)
 	defer l.Close()
 	if _, err := l.Append([]byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	fsys.SetRule("fail", func(op faultfs.Op, p string) faultfs.Action {
-		if op == faultfs.OpSync {
-			return faultfs.FailAfter
+	fsys.SetRule("fail", func(o faultfs.Op, p string) faultfs.Action {
+		if o == op {
+			return action
 		}
 		return faultfs.Pass
 	})
-	if _, err := l.Append([]byte("failed")); !errors.Is(err, ErrPoisoned) {
-		t.Fatalf("append whose sync failed: %v, want ErrPoisoned", err)
-	}
+	_, err := l.Append([]byte("failed"))
 	fsys.SetRule("fail", nil)
+	if !errors.Is(err, ErrPoisoned) {
+		t.Errorf("append whose %s failed: %v, want ErrPoisoned", op, err)
+	}
 	if _, err := l.Append([]byte("after")); !errors.Is(err, ErrPoisoned) {
-		t.Fatalf("append after a failed sync: %v, want ErrPoisoned", err)
+		t.Errorf("append after a failed %s: %v, want ErrPoisoned", op, err)
 	}
 	if err := l.Reset(3); !errors.Is(err, ErrPoisoned) {
-		t.Fatalf("reset after a failed sync: %v, want ErrPoisoned", err)
+		t.Errorf("reset after a failed %s: %v, want ErrPoisoned", op, err)
 	}
+}
+
+// A failed sync poisons the log: that append and every later one fail, even once syncs work
+// again.
+func TestAFailedSyncPoisonsTheLog(t *testing.T) {
+	t.Parallel()
+	checkPoisonedBy(t, faultfs.OpSync, faultfs.FailAfter)
 }
 
 // A full log refuses an entry; Reset starts a new generation whose reader sees none of the

@@ -144,32 +144,7 @@ func TestAttack32ResetBetweenARoundAndItsWaiterLivelocks(t *testing.T) {
 func TestAttack32AFailedWriteAnswersErrPoisoned(t *testing.T) {
 	t.Parallel()
 	for name, action := range map[string]faultfs.Action{"fail before": faultfs.FailBefore, "fail after": faultfs.FailAfter} {
-		t.Run(name, func(t *testing.T) {
-			fsys := faultfs.New(vfs.OSFS{}, nil)
-			path := filepath.Join(t.TempDir(), "00.log")
-			l := newLog(t, fsys, path, 64*Sector)
-			defer l.Close()
-			if _, err := l.Append([]byte("before")); err != nil {
-				t.Fatal(err)
-			}
-			fsys.SetRule("fail", func(op faultfs.Op, p string) faultfs.Action {
-				if op == faultfs.OpWrite {
-					return action
-				}
-				return faultfs.Pass
-			})
-			_, err := l.Append([]byte("failed"))
-			fsys.SetRule("fail", nil)
-			if !errors.Is(err, ErrPoisoned) {
-				t.Errorf("append whose write failed (%s): %v, want ErrPoisoned", name, err)
-			}
-			if _, err := l.Append([]byte("after")); !errors.Is(err, ErrPoisoned) {
-				t.Errorf("append after a failed write: %v, want ErrPoisoned", err)
-			}
-			if err := l.Reset(3); !errors.Is(err, ErrPoisoned) {
-				t.Errorf("reset after a failed write: %v, want ErrPoisoned", err)
-			}
-		})
+		t.Run(name, func(t *testing.T) { checkPoisonedBy(t, faultfs.OpWrite, action) })
 	}
 }
 
