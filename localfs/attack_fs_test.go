@@ -213,7 +213,10 @@ func TestAttackReadmissionCutDuringABatchLeaksASlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Rows != 0 || st.CapacityUsed != 0 {
+	// The admission that died may come back (its log entry was durable, and replay writes
+	// its row: an unanswered admission may be kept with its slot) or not (format 2): either
+	// way every slot counted is a row's.
+	if st.CapacityUsed != st.Rows || st.Rows > 1 {
 		t.Fatalf("after the batch and two cleanup laps: %d rows, %d slots used: a slot is held for good", st.Rows, st.CapacityUsed)
 	}
 }

@@ -133,6 +133,14 @@ func (r *root) close() {
 	for r.inflight > 0 {
 		r.idle.Wait()
 	}
+	r.logMu.Lock()
+	r.closing = true
+	a := r.alog
+	r.alog = nil
+	r.logMu.Unlock()
+	if a != nil {
+		a.shutdown()
+	}
 	for _, l := range append([]*fileLock{r.maintenance, r.admission, r.clock}, r.rowLocks[:]...) {
 		if l != nil {
 			l.unref()
