@@ -164,3 +164,28 @@ func PendingForTest(l *Ledger, s int) (int, error) {
 	sh, err := l.r.readShard(s)
 	return len(sh.Pending), err
 }
+
+// KeepLogLiveForTest makes every checkpoint of l's admission log a no-op (its entries stay
+// live, as another process's not yet retired would). l must have admitted through its log.
+func KeepLogLiveForTest(l *Ledger) error {
+	l.r.logMu.Lock()
+	a := l.r.alog
+	l.r.logMu.Unlock()
+	if a == nil {
+		return fmt.Errorf("localfs: %s admits with no log", l.r.dir)
+	}
+	a.mu.Lock()
+	a.noRetire = true
+	a.mu.Unlock()
+	return nil
+}
+
+// LogSlotForTest is the log slot l admits with, or -1.
+func LogSlotForTest(l *Ledger) int {
+	l.r.logMu.Lock()
+	defer l.r.logMu.Unlock()
+	if l.r.alog == nil {
+		return -1
+	}
+	return l.r.alog.slot
+}
