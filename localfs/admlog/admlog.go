@@ -1,6 +1,5 @@
-// Package admlog is the append-only log that the FileLedger's format 3 proposes for
-// admissions on local roots (docs/design/file-ledger-format-3.md). The ledger does not use it
-// yet: this package is the part of the proposal that stands on its own, a log whose answers
+// Package admlog is the append-only log through which the FileLedger's format 3 admits on
+// local roots (localfs/logged.go, docs/design/file-ledger-format-3.md): a log whose answers
 // can be trusted after any power loss.
 //
 // A log is one file, made whole at its full size before it is used, so that every later write
