@@ -54,7 +54,7 @@ func writeFixture(t *testing.T, dir string) {
 	os.MkdirAll(filepath.Dir(dir), 0o755)
 	clock := ledger.NewManualClock(fixtureEpoch)
 	rnd := rand.NewChaCha8([32]byte{'a', 'm', 'i', 's', 's'})
-	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), Clock: clock, Create: true, Random: rnd})
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), Clock: clock, Create: true, Random: rnd, LogBytes: 16 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
