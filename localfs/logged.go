@@ -3,6 +3,7 @@ package localfs
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -56,7 +57,7 @@ const (
 	// maxLogSlots bounds the logs of a root, and so the marks a capacity record carries
 	// (each copy of a record that carries marks must fit one sector). A process that finds
 	// every slot taken admits the format 2 way.
-	maxLogSlots = 8
+	maxLogSlots = 4
 	// DefaultLogBytes is the size of an admission log.
 	DefaultLogBytes = 4 << 20
 	// checkpointAge is how old the oldest live entry of a log may grow before its owner
@@ -120,15 +121,32 @@ type heldFile struct {
 
 // logEntry is the payload of an admission log entry.
 type logEntry struct {
+	// Stamp is when the entry was appended, on the host's boot clock (CLOCK_BOOTTIME: one
+	// clock for every process of the host, never stepped). Two live entries naming one key
+	// are ordered by it: the later admission found the row missing after the earlier one's
+	// append (each holds the key's home shard lock from its append to its rename), so the
+	// earlier one never renamed its row, and the later one is the admission that counts.
+	Stamp uint64
 	Shard int
 	Key   ledger.Key
 	ID    string
 	Row   []byte
 }
 
+// bootClock reads CLOCK_BOOTTIME in nanoseconds.
+func bootClock() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return uint64(ts.Nano())
+}
+
 func encodeLogEntry(e logEntry) []byte {
-	out := make([]byte, 0, 2+len(e.Key)+1+len(e.ID)+len(e.Row))
-	out = append(out, entryVersion, byte(e.Shard))
+	out := make([]byte, 0, 10+len(e.Key)+1+len(e.ID)+len(e.Row))
+	out = append(out, entryVersion)
+	out = binary.BigEndian.AppendUint64(out, e.Stamp)
+	out = append(out, byte(e.Shard))
 	out = append(out, e.Key[:]...)
 	out = append(out, byte(len(e.ID)))
 	out = append(out, e.ID...)
@@ -137,9 +155,11 @@ func encodeLogEntry(e logEntry) []byte {
 
 func decodeLogEntry(p []byte) (logEntry, error) {
 	var e logEntry
-	if len(p) < 2+len(e.Key)+1 || p[0] != entryVersion {
+	if len(p) < 10+len(e.Key)+1 || p[0] != entryVersion {
 		return e, fmt.Errorf("%w: an admission log entry of %d bytes does not decode", ledger.ErrCorrupt, len(p))
 	}
+	e.Stamp = binary.BigEndian.Uint64(p[1:])
+	p = p[8:]
 	e.Shard = int(p[1])
 	copy(e.Key[:], p[2:])
 	n := int(p[2+len(e.Key)])
@@ -211,6 +231,9 @@ func (r *root) takeSlot(ctx context.Context) (*admLog, error) {
 			return nil, err
 		}
 	}
+	if err := r.replayDeadLogs(ctx); err != nil {
+		return nil, err
+	}
 	for slot := range maxLogSlots {
 		p := r.logPath(slot)
 		if _, err := r.fs.Stat(p); errors.Is(err, fs.ErrNotExist) {
@@ -231,7 +254,13 @@ func (r *root) takeSlot(ctx context.Context) (*admLog, error) {
 		if !ok {
 			continue
 		}
-		gen, _, err := r.replayLog(ctx, slot, p)
+		gen, entries, err := r.readLog(p)
+		if err == nil && len(entries) > 0 {
+			// Its owner died since the replay above: its entries are replayed with every
+			// other dead log's (they may name the same keys), by the next replay.
+			r.unlockLog(p, lock)
+			continue
+		}
 		if err != nil {
 			r.unlockLog(p, lock)
 			return nil, err
@@ -323,8 +352,11 @@ func (r *root) replayAtOpen(ctx context.Context) error {
 }
 
 // replayDeadLogs replays every log whose owner is dead, holding the maintenance lock (so
-// that a process holding it knows every log whose lock is held has a live owner). Open and
-// every cleanup pass run it.
+// that a process holding it knows every log whose lock is held has a live owner). Open, the
+// taking of a slot and every cleanup pass run it. The dead logs are replayed together: two
+// of them may name one key, and only the later entry is the admission that counts (see
+// logEntry.Stamp). A crash anywhere in it leaves the logs as they were, and the next replay
+// resolves the same entries again to the same result (the records' Replayed marks).
 func (r *root) replayDeadLogs(ctx context.Context) error {
 	names, err := r.fs.ReadDir(r.path(LogsDir))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -333,6 +365,21 @@ func (r *root) replayDeadLogs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.path(LogsDir), err)
 	}
+	type deadLog struct {
+		slot    int
+		path    string
+		lock    File
+		gen     uint64
+		entries []admlog.Entry
+		decoded []logEntry
+	}
+	var dead []*deadLog
+	defer func() {
+		for _, d := range dead {
+			r.unlockLog(d.path, d.lock)
+		}
+	}()
+	latest := map[ledger.Key]uint64{}
 	for slot := range maxLogSlots {
 		p := r.logPath(slot)
 		if !hasName(names, filepath.Base(p)) {
@@ -345,15 +392,46 @@ func (r *root) replayDeadLogs(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		gen, live, err := r.replayLog(ctx, slot, p)
-		if err == nil && live {
-			// Retired: the next generation's header, durable, and no entry of it.
-			var lg *admlog.Log
-			if lg, err = admlog.Open(r.fs, p, gen+1); err == nil {
-				err = lg.Close()
+		d := &deadLog{slot: slot, path: p, lock: lock}
+		dead = append(dead, d)
+		if d.gen, d.entries, err = r.readLog(p); err != nil {
+			return fmt.Errorf("replay: %w", err)
+		}
+		for _, e := range d.entries {
+			le, err := decodeLogEntry(e.Payload)
+			if err != nil {
+				return fmt.Errorf("replay %s entry %d: %w", p, e.Seq, err)
+			}
+			d.decoded = append(d.decoded, le)
+			latest[le.Key] = max(latest[le.Key], le.Stamp)
+		}
+	}
+	if len(latest) == 0 {
+		return nil
+	}
+	// What the dead owners wrote and never synced is made durable (or found lost) before any
+	// decision rests on it; the decisions rewrite, under this process's own syncs, every row
+	// and record they keep as a dead process left it.
+	if err := r.sync.syncEverything(); err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	for _, d := range dead {
+		for i, e := range d.entries {
+			le := d.decoded[i]
+			if err := r.replayEntry(ctx, d.slot, d.gen, e.Seq, le, le.Stamp < latest[le.Key]); err != nil {
+				return fmt.Errorf("replay %s entry %d: %w", d.path, e.Seq, err)
 			}
 		}
-		r.unlockLog(p, lock)
+	}
+	for _, d := range dead {
+		if len(d.entries) == 0 {
+			continue
+		}
+		// Retired: the next generation's header, durable, and no entry of it.
+		lg, err := admlog.Open(r.fs, d.path, d.gen+1)
+		if err == nil {
+			err = lg.Close()
+		}
 		if err != nil {
 			return err
 		}
@@ -370,38 +448,17 @@ func hasName(names []fs.DirEntry, n string) bool {
 	return false
 }
 
-// replayLog resolves every live entry of the log at p, whose lock the caller holds (its owner
-// is dead), and answers the log's generation and whether it had live entries (to retire). A
-// crash anywhere in it leaves the log as it was, and the next replay resolves the same
-// entries again to the same result (the records' Replayed marks).
-func (r *root) replayLog(ctx context.Context, slot int, p string) (gen uint64, live bool, err error) {
+// readLog reads the log at p: its generation and its live entries.
+func (r *root) readLog(p string) (uint64, []admlog.Entry, error) {
 	data, err := r.fs.ReadFile(p)
 	if err != nil {
-		return 0, false, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+		return 0, nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 	}
 	gen, entries, err := admlog.Read(data)
 	if err != nil {
-		return 0, false, fmt.Errorf("replay %s: %w", p, err)
+		return 0, nil, fmt.Errorf("%s: %w", p, err)
 	}
-	if len(entries) == 0 {
-		return gen, false, nil
-	}
-	// What the dead owner wrote and never synced is made durable (or found lost) before any
-	// decision rests on it; the decisions below rewrite, under this process's own syncs, every
-	// row and record they keep as the dead process left it.
-	if err := r.sync.syncEverything(); err != nil {
-		return 0, false, fmt.Errorf("replay %s: %w", p, err)
-	}
-	for _, e := range entries {
-		le, err := decodeLogEntry(e.Payload)
-		if err != nil {
-			return 0, false, fmt.Errorf("replay %s entry %d: %w", p, e.Seq, err)
-		}
-		if err := r.replayEntry(ctx, slot, gen, e.Seq, le); err != nil {
-			return 0, false, fmt.Errorf("replay %s entry %d: %w", p, e.Seq, err)
-		}
-	}
-	return gen, true, nil
+	return gen, entries, nil
 }
 
 // replayEntry resolves one entry to one row and one slot, holding the locks of the key's
@@ -418,7 +475,10 @@ func (r *root) replayLog(ctx context.Context, slot int, p string) (gen uint64, l
 // A row still holding the entry's bytes is written again, and the record always is (synced,
 // with the entry marked replayed): what the dead process left in the page cache becomes
 // durable under a sync whose errors this process hears.
-func (r *root) replayEntry(ctx context.Context, slot int, gen, seq uint64, e logEntry) error {
+//
+// An entry superseded by a later live entry of another dead log naming the same key never
+// renamed its row (the later admission found it missing): it is resolved as "another id".
+func (r *root) replayEntry(ctx context.Context, slot int, gen, seq uint64, e logEntry, superseded bool) error {
 	unlock, err := r.lockShards(ctx, []int{int(e.Key[0]), e.Shard})
 	if err != nil {
 		return err
@@ -441,6 +501,8 @@ func (r *root) replayEntry(ctx context.Context, slot int, gen, seq uint64, e log
 	}
 	count, giveBack, write := false, false, false
 	switch {
+	case superseded && !(rerr == nil && row.EvaluationID == e.ID):
+		giveBack = counted
 	case rerr == nil && row.EvaluationID == e.ID:
 		count = !counted
 		raw, err := r.fs.ReadFile(path)
@@ -525,13 +587,14 @@ func (a *admLog) admitLogged(sh *shardState, s int, row ledger.Row, data []byte)
 	if !fitsSector(next) {
 		return false, nil
 	}
-	payload := encodeLogEntry(logEntry{Shard: s, Key: row.Key, ID: row.EvaluationID, Row: data})
 	if !a.enter() {
 		return false, nil
 	}
 	failed := false
 	defer func() { a.exit(failed) }()
 	gen := a.log.Generation()
+	// Stamped under the home shard's lock, which every admission of the key holds.
+	payload := encodeLogEntry(logEntry{Stamp: bootClock(), Shard: s, Key: row.Key, ID: row.EvaluationID, Row: data})
 	seq, err := a.log.Append(payload)
 	switch {
 	case errors.Is(err, admlog.ErrFull):
