@@ -358,13 +358,6 @@ func (r *root) replayAtOpen(ctx context.Context) error {
 // logEntry.Stamp). A crash anywhere in it leaves the logs as they were, and the next replay
 // resolves the same entries again to the same result (the records' Replayed marks).
 func (r *root) replayDeadLogs(ctx context.Context) error {
-	names, err := r.fs.ReadDir(r.path(LogsDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.path(LogsDir), err)
-	}
 	type deadLog struct {
 		slot    int
 		path    string
@@ -381,9 +374,12 @@ func (r *root) replayDeadLogs(ctx context.Context) error {
 	}()
 	latest := map[ledger.Key]uint64{}
 	for slot := range maxLogSlots {
+		// A stat per slot, not a listing: an admission that takes a slot lists nothing.
 		p := r.logPath(slot)
-		if !hasName(names, filepath.Base(p)) {
+		if _, err := r.fs.Stat(p); errors.Is(err, fs.ErrNotExist) {
 			continue
+		} else if err != nil {
+			return fmt.Errorf("%w: stat %s: %v", ledger.ErrUnavailable, p, err)
 		}
 		lock, ok, err := r.lockLog(p)
 		if err != nil {
@@ -437,15 +433,6 @@ func (r *root) replayDeadLogs(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func hasName(names []fs.DirEntry, n string) bool {
-	for _, e := range names {
-		if e.Name() == n {
-			return true
-		}
-	}
-	return false
 }
 
 // readLog reads the log at p: its generation and its live entries.
