@@ -189,3 +189,14 @@ func LogSlotForTest(l *Ledger) int {
 	}
 	return l.r.alog.slot
 }
+
+// CheckpointForTest runs a checkpoint of l's admission log now.
+func CheckpointForTest(l *Ledger) error {
+	l.r.logMu.Lock()
+	a := l.r.alog
+	l.r.logMu.Unlock()
+	if a == nil {
+		return fmt.Errorf("localfs: %s admits with no log", l.r.dir)
+	}
+	return a.checkpoint()
+}

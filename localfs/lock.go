@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"reflect"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 // keeps one descriptor per lock file and one semaphore in front of it, whatever number of
 // handles it opens on the root.
 type fileLock struct {
+	key  lockKey
 	path string
 	sem  chan struct{}
 	f    File
@@ -29,14 +31,29 @@ type fileLock struct {
 
 var (
 	lockTableMu sync.Mutex
-	lockTable   = map[string]*fileLock{}
+	lockTable   = map[lockKey]*fileLock{}
 )
+
+// lockKey names a lock file on one file system: two in-memory file systems (test models of
+// two machines) holding the same path are two locks.
+type lockKey struct {
+	fs   FS
+	path string
+}
+
+func keyOf(fsys FS, path string) lockKey {
+	if t := reflect.TypeOf(fsys); t == nil || !t.Comparable() {
+		return lockKey{path: path}
+	}
+	return lockKey{fs: fsys, path: path}
+}
 
 // acquireRef returns the process's lock for path, opening its file on first use.
 func acquireRef(fsys FS, path string) (*fileLock, error) {
 	lockTableMu.Lock()
 	defer lockTableMu.Unlock()
-	if l, ok := lockTable[path]; ok {
+	key := keyOf(fsys, path)
+	if l, ok := lockTable[key]; ok {
 		l.refs++
 		return l, nil
 	}
@@ -44,8 +61,8 @@ func acquireRef(fsys FS, path string) (*fileLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open lock %s: %v", ledger.ErrUnavailable, path, err)
 	}
-	l := &fileLock{path: path, sem: make(chan struct{}, 1), f: f, refs: 1}
-	lockTable[path] = l
+	l := &fileLock{key: key, path: path, sem: make(chan struct{}, 1), f: f, refs: 1}
+	lockTable[key] = l
 	return l, nil
 }
 
@@ -54,7 +71,7 @@ func (l *fileLock) unref() {
 	defer lockTableMu.Unlock()
 	l.refs--
 	if l.refs == 0 {
-		delete(lockTable, l.path)
+		delete(lockTable, l.key)
 		l.f.Close()
 	}
 }

@@ -81,10 +81,7 @@ var (
 	ownedLogs = map[logKey]*admLog{}
 )
 
-type logKey struct {
-	fs   FS
-	path string
-}
+type logKey = lockKey
 
 // admLog is the log slot a process owns.
 type admLog struct {
@@ -212,7 +209,7 @@ func (r *root) admissionLog(ctx context.Context) *admLog {
 	r.logErr = nil
 	r.alog = a
 	heldLogsMu.Lock()
-	ownedLogs[logKey{r.fs, a.path}] = a
+	ownedLogs[keyOf(r.fs, a.path)] = a
 	heldLogsMu.Unlock()
 	go a.run()
 	return a
@@ -310,7 +307,7 @@ func (r *root) highestGen(ctx context.Context, slot int) (uint64, error) {
 func (r *root) lockLog(p string) (File, bool, error) {
 	heldLogsMu.Lock()
 	defer heldLogsMu.Unlock()
-	if heldLogs[logKey{r.fs, p}] {
+	if heldLogs[keyOf(r.fs, p)] {
 		return nil, false, nil
 	}
 	f, err := r.fs.OpenFile(p, os.O_RDONLY, 0)
@@ -324,7 +321,7 @@ func (r *root) lockLog(p string) (File, bool, error) {
 		}
 		return nil, false, fmt.Errorf("%w: flock %s: %v", ledger.ErrUnavailable, p, err)
 	}
-	heldLogs[logKey{r.fs, p}] = true
+	heldLogs[keyOf(r.fs, p)] = true
 	return f, true, nil
 }
 
@@ -333,8 +330,8 @@ func (r *root) unlockLog(p string, f File) {
 	defer heldLogsMu.Unlock()
 	_ = vfs.Flock(f, unix.LOCK_UN)
 	f.Close()
-	delete(heldLogs, logKey{r.fs, p})
-	delete(ownedLogs, logKey{r.fs, p})
+	delete(heldLogs, keyOf(r.fs, p))
+	delete(ownedLogs, keyOf(r.fs, p))
 }
 
 // replayAtOpen replays the dead logs of a root that has any, before the handle is used: after
