@@ -200,3 +200,15 @@ func CheckpointForTest(l *Ledger) error {
 	}
 	return a.checkpoint()
 }
+
+// AllowLogRetireForTest undoes KeepLogLiveForTest: l's checkpoints retire its entries again.
+func AllowLogRetireForTest(l *Ledger) {
+	l.r.logMu.Lock()
+	a := l.r.alog
+	l.r.logMu.Unlock()
+	if a != nil {
+		a.mu.Lock()
+		a.noRetire = false
+		a.mu.Unlock()
+	}
+}

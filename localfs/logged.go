@@ -803,6 +803,49 @@ func (r *root) checkpointOwn() {
 	}
 }
 
+// logKeys adds to keys those the live entries of the log at p name. A log whose owner lives
+// is read as it is being written (admlog.ReadLive: what the read stops short of names rows
+// admitted after it began, or was retired by a durable header); one whose lock this process
+// can take (its owner died since the replay) is read whole, and its damage fails the pass.
+func (r *root) logKeys(p string, keys map[ledger.Key]bool) error {
+	lock, free, err := r.lockLog(p)
+	if err != nil {
+		return err
+	}
+	if free {
+		defer r.unlockLog(p, lock)
+	}
+	f, err := r.fs.OpenFile(p, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	data, err := r.fs.ReadFile(p)
+	if err == nil {
+		err = f.Sync()
+	}
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	read := admlog.ReadLive
+	if free {
+		read = admlog.Read
+	}
+	_, entries, err := read(data)
+	if err != nil {
+		// A damaged log may name any row: forget nothing until it is dealt with.
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	for _, e := range entries {
+		le, err := decodeLogEntry(e.Payload)
+		if err != nil {
+			return fmt.Errorf("%s entry %d: %w", p, e.Seq, err)
+		}
+		keys[le.Key] = true
+	}
+	return nil
+}
+
 // liveLogKeys reads every admission log, live and dead, and returns the keys their live
 // entries name: cleanup never forgets those rows (a replay would bring one back). Each log
 // read is synced afterwards, so a header that retired entries, read from the page cache, is
@@ -820,30 +863,8 @@ func (r *root) liveLogKeys() (map[ledger.Key]bool, error) {
 		if !strings.HasSuffix(n.Name(), ".log") {
 			continue
 		}
-		p := filepath.Join(r.path(LogsDir), n.Name())
-		f, err := r.fs.OpenFile(p, os.O_RDONLY, 0)
-		if err != nil {
-			return nil, fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, p, err)
-		}
-		data, err := r.fs.ReadFile(p)
-		if err == nil {
-			err = f.Sync()
-		}
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-		}
-		_, entries, err := admlog.Read(data)
-		if err != nil {
-			// A damaged log may name any row: forget nothing until it is dealt with.
-			return nil, fmt.Errorf("%s: %w", p, err)
-		}
-		for _, e := range entries {
-			le, err := decodeLogEntry(e.Payload)
-			if err != nil {
-				return nil, fmt.Errorf("%s entry %d: %w", p, e.Seq, err)
-			}
-			keys[le.Key] = true
+		if err := r.logKeys(filepath.Join(r.path(LogsDir), n.Name()), keys); err != nil {
+			return nil, err
 		}
 	}
 	return keys, nil

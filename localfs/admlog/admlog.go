@@ -275,8 +275,23 @@ func (l *Log) Append(payload []byte) (uint64, error) {
 }
 
 // Read reads a log's bytes: its generation and its whole entries (see the package
-// documentation for where it ends, and when it fails with ledger.ErrCorrupt).
+// documentation for where it ends, and when it fails with ledger.ErrCorrupt). The log must not
+// be written while it is read (its owner is dead, or the reader holds it): see ReadLive.
 func Read(data []byte) (gen uint64, entries []Entry, err error) {
+	return read(data, true)
+}
+
+// ReadLive reads the bytes of a log that its owner may be writing while they are read: its
+// generation and its entries up to the first that does not decode, with no search for damage
+// beyond it. A read(2) is not atomic against concurrent writes, so it may see an entry being
+// appended as it was before, and a later one whole (which vouches for it); or the header of a
+// generation whose first entries the next one has already overwritten. Whatever it stops
+// short of was appended after the read began, or was retired by a durable header.
+func ReadLive(data []byte) (gen uint64, entries []Entry, err error) {
+	return read(data, false)
+}
+
+func read(data []byte, damage bool) (gen uint64, entries []Entry, err error) {
 	if len(data) < 2*Sector || len(data)%Sector != 0 {
 		return 0, nil, fmt.Errorf("%w: a log of %d bytes", ledger.ErrCorrupt, len(data))
 	}
@@ -294,6 +309,9 @@ func Read(data []byte) (gen uint64, entries []Entry, err error) {
 		}
 		entries = append(entries, e)
 		off += n
+	}
+	if !damage {
+		return gen, entries, nil
 	}
 	// The log ends at off, unless a later whole entry vouches for the one expected there.
 	next := uint64(len(entries)) + 1

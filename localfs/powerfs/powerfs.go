@@ -117,7 +117,10 @@ type inode struct {
 	dir bool
 	// A file: its data now, its data as last synced, and the writes since.
 	data, durable []byte
-	writes        []write
+	// owned: data is this inode's alone (no durable copy, clone or recovery shares it), so a
+	// write within its size may change it in place.
+	owned  bool
+	writes []write
 	// writtenBack is how many of writes (the first ones) were written to the device without
 	// a flush (File.WriteBack): the next sync of anything makes them durable.
 	writtenBack int
@@ -227,7 +230,8 @@ func (f *FS) syncInode(in *inode) {
 		in.ops = nil
 		return
 	}
-	in.durable = in.data // never changed in place
+	in.durable = in.data // shared from now on: the next write copies it
+	in.owned = false
 	in.writes = nil
 	in.writtenBack = 0
 }
@@ -444,7 +448,8 @@ func (f *FS) Clone() *FS {
 		}
 	}
 	for id, in := range f.inodes {
-		// Data slices are never changed in place (see WriteAt), so copies share them.
+		// Shared data is never changed in place (see WriteAt), so copies share it.
+		in.owned = false
 		c := &inode{dir: in.dir, data: in.data, durable: in.durable,
 			writes: slices.Clone(in.writes), writtenBack: in.writtenBack, ops: slices.Clone(in.ops)}
 		if in.dir {
@@ -804,11 +809,15 @@ func (w *file) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	in := f.inodes[w.ino]
-	// A new slice every time: clones and the durable copy share the old one.
-	data := make([]byte, max(int64(len(in.data)), off+int64(len(p))))
-	copy(data, in.data)
-	copy(data[off:], p)
-	in.data = data
+	if in.owned && off+int64(len(p)) <= int64(len(in.data)) {
+		copy(in.data[off:], p)
+	} else {
+		// A new slice: clones and the durable copy share the old one.
+		data := make([]byte, max(int64(len(in.data)), off+int64(len(p))))
+		copy(data, in.data)
+		copy(data[off:], p)
+		in.data, in.owned = data, true
+	}
 	in.writes = append(in.writes, write{off: off, data: slices.Clone(p)})
 	return len(p), nil
 }
