@@ -77,6 +77,16 @@ const (
 	a34ReplaySteps     = 44
 )
 
+// a34Stride is how many steps of a sweep to move by: every step under `make powercut`, every
+// third in `make test` (the sweeps take a minute and a half each otherwise, several under the
+// race detector).
+func a34Stride() int {
+	if powerScale() > 1 {
+		return 1
+	}
+	return 3
+}
+
 // a34Op is what a live process B does after A crashed: a different operation.
 type a34Op struct {
 	name string
@@ -114,6 +124,7 @@ func a34Ops() []a34Op {
 // before) then does a different operation, the power is cut, and after every reboot each
 // answered admission must be there as answered and the prepared root must count its rows.
 func TestAttack34CrashInCheckpointThenAnotherOperation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := ledger.NewManualClock(epoch)
 	base := newPoweredRoot(t, clock)
@@ -121,7 +132,7 @@ func TestAttack34CrashInCheckpointThenAnotherOperation(t *testing.T) {
 	points := 0
 	for _, op := range a34Ops() {
 		for _, after := range []bool{false, true} {
-			for n := 0; n < a34CheckpointSteps; n++ {
+			for n := 0; n < a34CheckpointSteps; n += a34Stride() {
 				m := base.Clone()
 				procs := newProcs()
 				pa, pb := procs.proc(m), procs.proc(m)
@@ -168,6 +179,7 @@ func TestAttack34CrashInCheckpointThenAnotherOperation(t *testing.T) {
 // and after every reboot each answered admission must be there as answered and the prepared
 // root must count its rows.
 func TestAttack34CrashInReplayThenAnotherOperation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := ledger.NewManualClock(epoch)
 	base := newPoweredRoot(t, clock)
@@ -181,7 +193,7 @@ func TestAttack34CrashInReplayThenAnotherOperation(t *testing.T) {
 			if after && op.name != "B admits K1 again" {
 				continue
 			}
-			for n := 0; n < a34ReplaySteps; n++ {
+			for n := 0; n < a34ReplaySteps; n += a34Stride() {
 				m := base.Clone()
 				procs := newProcs()
 				pa, pb, pr := procs.proc(m), procs.proc(m), procs.proc(m)
