@@ -130,12 +130,11 @@ type root struct {
 	durableSlot [shardCount]pendingSlot
 
 	// The admission log this process owns (logged.go): alog, once a slot is taken; logTried,
-	// when the last attempt to take one was made; logErr, why it failed; closing, set by
-	// close so that no slot is taken afterwards.
+	// when the last attempt to take one was made; closing, set by close so that no slot is
+	// taken afterwards.
 	logMu    sync.Mutex
 	alog     *admLog
 	logTried time.Time
-	logErr   error
 	closing  bool
 }
 

@@ -203,10 +203,10 @@ func (r *root) admissionLog(ctx context.Context) *admLog {
 	defer unlock()
 	a, err := r.takeSlot(ctx)
 	if err != nil || a == nil {
-		r.logErr = err
+		// Every slot taken, or a log that cannot be replayed (cleanup and Open report it,
+		// failing closed): the format 2 way, until the next try.
 		return nil
 	}
-	r.logErr = nil
 	r.alog = a
 	heldLogsMu.Lock()
 	ownedLogs[keyOf(r.fs, a.path)] = a
