@@ -59,7 +59,7 @@ const (
 	// every slot taken admits the format 2 way.
 	maxLogSlots = 4
 	// DefaultLogBytes is the size of an admission log.
-	DefaultLogBytes = 4 << 20
+	DefaultLogBytes = 256 << 10
 	// checkpointAge is how old the oldest live entry of a log may grow before its owner
 	// checkpoints; checkpointFiles how many files written unsynced it may hold open.
 	checkpointAge   = time.Second
