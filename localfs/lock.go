@@ -42,7 +42,9 @@ type lockKey struct {
 }
 
 func keyOf(fsys FS, path string) lockKey {
-	if t := reflect.TypeOf(fsys); t == nil || !t.Comparable() {
+	// The value, not only its type: an interface-typed field holding a slice would make the
+	// key unhashable (a panic) although the type is comparable.
+	if v := reflect.ValueOf(fsys); !v.IsValid() || !v.Comparable() {
 		return lockKey{path: path}
 	}
 	return lockKey{fs: fsys, path: path}

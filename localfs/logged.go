@@ -815,26 +815,34 @@ func (r *root) logKeys(p string, keys map[ledger.Key]bool) error {
 	if free {
 		defer r.unlockLog(p, lock)
 	}
-	f, err := r.fs.OpenFile(p, os.O_RDONLY, 0)
-	if err != nil {
-		return fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	data, err := r.fs.ReadFile(p)
-	if err == nil {
-		err = f.Sync()
-	}
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
 	read := admlog.ReadLive
 	if free {
 		read = admlog.Read
 	}
-	_, entries, err := read(data)
-	if err != nil {
-		// A damaged log may name any row: forget nothing until it is dealt with.
-		return fmt.Errorf("%s: %w", p, err)
+	var entries []admlog.Entry
+	for attempt := 0; ; attempt++ {
+		f, err := r.fs.OpenFile(p, os.O_RDONLY, 0)
+		if err != nil {
+			return fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, p, err)
+		}
+		data, err := r.fs.ReadFile(p)
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+		}
+		if _, entries, err = read(data); err == nil {
+			break
+		}
+		// A live owner's header can be read torn by its checkpoint rewriting it (read(2) is
+		// not atomic against a write of the same page): read again before calling it damage.
+		if free || attempt >= 5 {
+			// A damaged log may name any row: forget nothing until it is dealt with.
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		time.Sleep(time.Millisecond << attempt)
 	}
 	for _, e := range entries {
 		le, err := decodeLogEntry(e.Payload)

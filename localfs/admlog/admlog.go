@@ -45,6 +45,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -147,7 +148,8 @@ func Create(fsys vfs.FS, path string, size int64, gen uint64) error {
 
 // Open opens the log at path for appending, as generation gen, from its first entry on: it
 // writes the header and makes it durable before it answers, so no entry of gen is written
-// under an older header. gen must be above every generation the log was used with.
+// under an older header. gen must be above every generation the log was used with; one not
+// above the header in place is refused.
 func Open(fsys vfs.FS, path string, gen uint64) (*Log, error) {
 	info, err := fsys.Stat(path)
 	if err != nil {
@@ -162,6 +164,13 @@ func Open(fsys vfs.FS, path string, gen uint64) (*Log, error) {
 	}
 	l := &Log{f: f, path: path, size: info.Size()}
 	l.cond = sync.NewCond(&l.mu)
+	// The header in place, if it decodes: a failed Reset writes it back (see Reset), and gen
+	// must be above it.
+	if data, err := fsys.ReadFile(path); err == nil && len(data) >= headerLen {
+		if old, salt, ok := decodeHeader(data[:headerLen]); ok {
+			l.gen, l.salt = old, salt
+		}
+	}
 	if err := l.Reset(gen); err != nil {
 		f.Close()
 		return nil, err
@@ -211,12 +220,22 @@ func (l *Log) Reset(gen uint64) error {
 	if err != nil {
 		return err
 	}
+	// A header that fails to reach the disk must not stay in the page cache either: a failed
+	// write-back leaves the new bytes cached, marked clean, and a reader (cleanup, a replay)
+	// would take the old generation's entries for retired while the disk still holds them
+	// live. So the old header is written back over it before the log is poisoned.
+	restore := func(cause error) {
+		l.poison = cause
+		if l.gen != 0 {
+			l.f.WriteAt(header(l.gen, l.salt), 0)
+		}
+	}
 	if _, err := l.f.WriteAt(header(gen, salt), 0); err != nil {
-		l.poison = err
+		restore(err)
 		return fmt.Errorf("%w (%w): write the header of %s: %v", ErrPoisoned, ledger.ErrUnavailable, l.path, err)
 	}
 	if err := vfs.Datasync(l.f); err != nil {
-		l.poison = err
+		restore(err)
 		return fmt.Errorf("%w (%w): sync the header of %s: %v", ErrPoisoned, ledger.ErrUnavailable, l.path, err)
 	}
 	l.gen, l.salt, l.off, l.seq, l.durable = gen, salt, Sector, 0, 0
@@ -295,12 +314,10 @@ func read(data []byte, damage bool) (gen uint64, entries []Entry, err error) {
 	if len(data) < 2*Sector || len(data)%Sector != 0 {
 		return 0, nil, fmt.Errorf("%w: a log of %d bytes", ledger.ErrCorrupt, len(data))
 	}
-	h := data[:headerLen]
-	if string(h[:4]) != headerMagic || binary.BigEndian.Uint32(h[20:]) != crc32.Checksum(h[:20], castagnoli) {
+	gen, salt, ok := decodeHeader(data[:headerLen])
+	if !ok {
 		return 0, nil, fmt.Errorf("%w: the log's header does not decode", ledger.ErrCorrupt)
 	}
-	gen = binary.BigEndian.Uint64(h[4:])
-	salt := h[12:20]
 	off := Sector
 	for {
 		e, n, ok := decodeEntry(data, off, gen, salt)
@@ -322,6 +339,14 @@ func read(data []byte, damage bool) (gen uint64, entries []Entry, err error) {
 		}
 	}
 	return gen, entries, nil
+}
+
+// decodeHeader reads a header: its generation and salt, if it is whole.
+func decodeHeader(h []byte) (gen uint64, salt []byte, ok bool) {
+	if len(h) < headerLen || string(h[:4]) != headerMagic || binary.BigEndian.Uint32(h[20:]) != crc32.Checksum(h[:20], castagnoli) {
+		return 0, nil, false
+	}
+	return binary.BigEndian.Uint64(h[4:]), slices.Clone(h[12:20]), true
 }
 
 func header(gen uint64, salt []byte) []byte {
