@@ -239,10 +239,14 @@ func TestAttack34CrashInReplayThenAnotherOperation(t *testing.T) {
 // appends of the log's owner, as read(2) of a file is not on Linux: the kernel copies the
 // file's pages one after another, and a page copied early shows what it held then. The hook
 // runs between the two halves of the read (what the owner appends meanwhile), and the read
-// returns the first sectors as they were before it and the rest as they are after.
+// returns the first sectors as they were before it and the rest as they are after (or, with
+// cut, the first cut bytes).
 type racyLogReads struct {
 	*procFS
 	during func()
+	// cut, when set, is where the read switches from the bytes before to those after;
+	// otherwise, past the sector of the first byte the owner changed.
+	cut int
 }
 
 func (r *racyLogReads) ReadFile(name string) ([]byte, error) {
@@ -259,6 +263,9 @@ func (r *racyLogReads) ReadFile(name string) ([]byte, error) {
 	after, err := r.procFS.ReadFile(name)
 	if err != nil || len(after) != len(before) {
 		return after, err
+	}
+	if r.cut > 0 {
+		return append(before[:r.cut:r.cut], after[r.cut:]...), nil
 	}
 	// The reader had copied the pages up to (and including) the sector where the owner's next
 	// entry went when the owner wrote it; it copies the rest after.

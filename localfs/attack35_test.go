@@ -30,34 +30,11 @@ import (
 // ---------------------------------------------------------------------------------------------
 // 1. A live log's header torn by the read that copies it while its owner checkpoints.
 
-// tornHeaderReads is a process whose read of an admission log copies the first bytes of the
-// header (magic and generation) before the owner's checkpoint rewrites it, and the rest (salt,
-// CRC) after: read(2) of a page-cache page takes no lock against a concurrent write(2) of the
-// same page (filemap_read copies an up-to-date folio without its lock), so a 24-byte header
-// rewritten by Reset's pwrite can be copied half old, half new.
-type tornHeaderReads struct {
-	*procFS
-	during func()
-}
-
-func (r *tornHeaderReads) ReadFile(name string) ([]byte, error) {
-	if !isLogPath(name) || !strings.HasSuffix(name, ".log") || r.during == nil {
-		return r.procFS.ReadFile(name)
-	}
-	before, err := r.procFS.ReadFile(name)
-	if err != nil {
-		return nil, err
-	}
-	during := r.during
-	r.during = nil
-	during()
-	after, err := r.procFS.ReadFile(name)
-	if err != nil || len(after) != len(before) {
-		return after, err
-	}
-	const cut = 12 // "AMLH" and the generation copied before the write; salt and CRC after
-	return append(before[:cut:cut], after[cut:]...), nil
-}
+// A read of a live log that copies the first bytes of the header (magic and generation)
+// before the owner's checkpoint rewrites it, and the rest (salt, CRC) after: read(2) of a
+// page-cache page takes no lock against a concurrent write(2) of the same page (filemap_read
+// copies an up-to-date folio without its lock), so a 24-byte header rewritten by Reset's
+// pwrite can be copied half old, half new (racyLogReads with cut 12).
 
 // TestAttack35CleanupReadingALiveHeaderAcrossItsCheckpointFailsAsCorrupt: process A owns a
 // live log (one entry); process C runs a cleanup pass, and while C's read of A's log copies
@@ -81,7 +58,7 @@ func TestAttack35CleanupReadingALiveHeaderAcrossItsCheckpointFailsAsCorrupt(t *t
 	if err := localfs.KeepLogLiveForTest(a); err != nil {
 		t.Fatal(err)
 	}
-	cfs := &tornHeaderReads{procFS: procs.proc(base)}
+	cfs := &racyLogReads{procFS: procs.proc(base), cut: 12} // "AMLH" and the generation before, salt and CRC after
 	c, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: cfs})
 	if err != nil {
 		t.Fatal(err)
