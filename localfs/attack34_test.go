@@ -117,6 +117,20 @@ func a34Ops() []a34Op {
 	}
 }
 
+// a34Then runs what follows a crash in both sweeps: live process B's different operation (or
+// a process C's Open), B's end, then the power cut and every reboot's checks (a34Reboot).
+func a34Then(t *testing.T, op a34Op, b *localfs.Ledger, procs *logLocks, m *powerfs.FS, clock *ledger.ManualClock,
+	k1, again ledger.Delivery, s byte, answers *[]a34Answer, n int, what string) {
+	t.Helper()
+	op.run(t, b, k1, again, s, answers)
+	if op.name == "C opens" {
+		c := openProc(t, procs.proc(m), clock, testLimits())
+		c.Close()
+	}
+	b.Close()
+	a34Reboot(t, m, clock, *answers, n, n%4 == 0, what)
+}
+
 // TestAttack34CrashInCheckpointThenAnotherOperation: process A admits three keys through its
 // log (two in shard 0x30, one borrowing nothing elsewhere), then a cleanup pass of A retires its
 // log (checkpointOwn: syncfs, write-back checks, the header and its fdatasync) and A dies at
@@ -154,14 +168,9 @@ func TestAttack34CrashInCheckpointThenAnotherOperation(t *testing.T) {
 				finished := cerr == nil && !pa.Dead()
 				pa.Kill()
 				a.Close()
-				op.run(t, b, k1, again, s, &answers)
-				if op.name == "C opens" {
-					c := openProc(t, procs.proc(m), clock, testLimits())
-					c.Close()
-				}
-				b.Close()
 				points++
-				a34Reboot(t, m, clock, answers, n, n%4 == 0, fmt.Sprintf("A dies at mutating step %d of its checkpointing cleanup (after effect: %v), then %s", n, after, op.name))
+				a34Then(t, op, b, procs, m, clock, k1, again, s, &answers, n,
+					fmt.Sprintf("A dies at mutating step %d of its checkpointing cleanup (after effect: %v), then %s", n, after, op.name))
 				if finished {
 					break
 				}
@@ -218,14 +227,9 @@ func TestAttack34CrashInReplayThenAnotherOperation(t *testing.T) {
 					pr.Kill()
 					r.Close()
 				}
-				op.run(t, b, k1, again, s, &answers)
-				if op.name == "C opens" {
-					c := openProc(t, procs.proc(m), clock, testLimits())
-					c.Close()
-				}
-				b.Close()
 				points++
-				a34Reboot(t, m, clock, answers, n, n%4 == 0, fmt.Sprintf("R dies at mutating step %d of its replay (after effect: %v), then %s", n, after, op.name))
+				a34Then(t, op, b, procs, m, clock, k1, again, s, &answers, n,
+					fmt.Sprintf("R dies at mutating step %d of its replay (after effect: %v), then %s", n, after, op.name))
 				if finished {
 					break
 				}
@@ -233,6 +237,39 @@ func TestAttack34CrashInReplayThenAnotherOperation(t *testing.T) {
 		}
 	}
 	t.Logf("%d crash points", points)
+}
+
+// cleanupRacingALiveLog: process A admits entries keys through its log (slot 0, kept live: C
+// runs in this test's process, and a cleanup pass retires the logs its own process owns, so
+// A's must stay A's to retire, as another process's would); process C, whose reads of A's log
+// are racy (racyLogReads with cut), runs one cleanup pass, and during runs while C's read of
+// A's log is half done. It answers C (closed with the test) and the pass's error.
+func cleanupRacingALiveLog(t *testing.T, entries, cut int, during func(a *localfs.Ledger)) (*localfs.Ledger, error) {
+	t.Helper()
+	ctx := context.Background()
+	clock := ledger.NewManualClock(epoch)
+	base := newPoweredRoot(t, clock)
+	procs := newProcs()
+	a := openProc(t, procs.proc(base), clock, testLimits())
+	t.Cleanup(func() { a.Close() })
+	for range entries {
+		ledgertest.MustAdmit(t, a, newDelivery(time.Time{}))
+	}
+	if localfs.LogSlotForTest(a) != 0 {
+		t.Fatalf("A admits with slot %d", localfs.LogSlotForTest(a))
+	}
+	if err := localfs.KeepLogLiveForTest(a); err != nil {
+		t.Fatal(err)
+	}
+	cfs := &racyLogReads{procFS: procs.proc(base), cut: cut}
+	c, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: cfs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	cfs.during = func() { during(a) }
+	_, err = c.Cleanup(ctx, "")
+	return c, err
 }
 
 // racyLogReads is a process whose reads of an admission log are not atomic against the
@@ -292,30 +329,11 @@ func (r *racyLogReads) ReadFile(name string) ([]byte, error) {
 // failure in normal operation", and an operator is sent to look for damage that is not there.
 func TestAttack34CleanupReadingALiveLogFailsAsCorrupt(t *testing.T) {
 	ctx := context.Background()
-	clock := ledger.NewManualClock(epoch)
-	base := newPoweredRoot(t, clock)
-	procs := newProcs()
-	pa := procs.proc(base)
-	a := openProc(t, pa, clock, testLimits())
-	defer a.Close()
-	ledgertest.MustAdmit(t, a, newDelivery(time.Time{})) // A takes slot 0 and keeps a live entry
-	if localfs.LogSlotForTest(a) != 0 {
-		t.Fatalf("A admits with slot %d", localfs.LogSlotForTest(a))
-	}
-	if err := localfs.KeepLogLiveForTest(a); err != nil {
-		t.Fatal(err)
-	}
-	cfs := &racyLogReads{procFS: procs.proc(base)}
-	c, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: cfs})
+	c, err := cleanupRacingALiveLog(t, 1, 0, func(a *localfs.Ledger) {
+		ledgertest.MustAdmit(t, a, newDelivery(time.Time{}))
+		ledgertest.MustAdmit(t, a, newDelivery(time.Time{}))
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cfs.during = func() {
-		ledgertest.MustAdmit(t, a, newDelivery(time.Time{}))
-		ledgertest.MustAdmit(t, a, newDelivery(time.Time{}))
-	}
-	if _, err := c.Cleanup(ctx, ""); err != nil {
 		again, aerr := c.Cleanup(ctx, "")
 		t.Errorf("a cleanup pass while a live process admits: %v (ErrCorrupt: %v); the next pass: %v %v",
 			err, errors.Is(err, ledger.ErrCorrupt), again.Removed, aerr)
@@ -330,32 +348,12 @@ func TestAttack34CleanupReadingALiveLogFailsAsCorrupt(t *testing.T) {
 // beyond it, vouching for the first: ErrCorrupt, with nothing damaged. A log checkpoints every
 // second while its process admits, so any cleanup pass on a busy root can meet this.
 func TestAttack34CleanupReadingALogAcrossItsCheckpointFailsAsCorrupt(t *testing.T) {
-	ctx := context.Background()
-	clock := ledger.NewManualClock(epoch)
-	base := newPoweredRoot(t, clock)
-	procs := newProcs()
-	a := openProc(t, procs.proc(base), clock, testLimits())
-	defer a.Close()
-	for range 3 {
-		ledgertest.MustAdmit(t, a, newDelivery(time.Time{})) // generation g: three live entries
-	}
-	// C runs in this test's process, and a cleanup pass retires the logs its own process owns
-	// (checkpointOwn): A's must stay A's to retire, as another process's would.
-	if err := localfs.KeepLogLiveForTest(a); err != nil {
-		t.Fatal(err)
-	}
-	cfs := &racyLogReads{procFS: procs.proc(base)}
-	c, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: cfs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cfs.during = func() {
+	_, err := cleanupRacingALiveLog(t, 3, 0, func(a *localfs.Ledger) { // generation g: three live entries
 		localfs.AllowLogRetireForTest(a)
 		time.Sleep(2 * time.Second) // A's checkpointer retires generation g (checkpointAge)
 		ledgertest.MustAdmit(t, a, newDelivery(time.Time{}))
-	}
-	if _, err := c.Cleanup(ctx, ""); err != nil {
+	})
+	if err != nil {
 		t.Errorf("a cleanup pass while a live process checkpoints and admits: %v (ErrCorrupt: %v)", err, errors.Is(err, ledger.ErrCorrupt))
 	}
 }

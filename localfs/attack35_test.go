@@ -45,32 +45,14 @@ import (
 // stops short of what was being written; the header is the one place it does not.
 func TestAttack35CleanupReadingALiveHeaderAcrossItsCheckpointFailsAsCorrupt(t *testing.T) {
 	ctx := context.Background()
-	clock := ledger.NewManualClock(epoch)
-	base := newPoweredRoot(t, clock)
-	procs := newProcs()
-	a := openProc(t, procs.proc(base), clock, testLimits())
-	defer a.Close()
-	ledgertest.MustAdmit(t, a, newDelivery(time.Time{}))
-	if localfs.LogSlotForTest(a) != 0 {
-		t.Fatalf("A admits with slot %d", localfs.LogSlotForTest(a))
-	}
-	// C runs in this test's process: its checkpointOwn must leave A's log to A.
-	if err := localfs.KeepLogLiveForTest(a); err != nil {
-		t.Fatal(err)
-	}
-	cfs := &racyLogReads{procFS: procs.proc(base), cut: 12} // "AMLH" and the generation before, salt and CRC after
-	c, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: cfs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cfs.during = func() {
+	// "AMLH" and the generation copied before A's checkpoint, the salt and CRC after.
+	c, err := cleanupRacingALiveLog(t, 1, 12, func(a *localfs.Ledger) {
 		localfs.AllowLogRetireForTest(a)
 		if err := localfs.CheckpointForTest(a); err != nil {
 			t.Errorf("A's checkpoint: %v", err)
 		}
-	}
-	if _, err := c.Cleanup(ctx, ""); err != nil {
+	})
+	if err != nil {
 		_, again := c.Cleanup(ctx, "")
 		t.Errorf("a cleanup pass while a live process checkpoints: %v (ErrCorrupt: %v); the next pass: %v",
 			err, errors.Is(err, ledger.ErrCorrupt), again)
