@@ -2,7 +2,7 @@ package runner_test
 
 import (
 	"context"
-	"sync"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,125 +10,93 @@ import (
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// stageSaved puts the world's row in the saved state, released for an immediate claim.
-func stageSaved(t *testing.T, w *world, report string) {
-	t.Helper()
-	ctx := context.Background()
-	c, err := w.l.Claim(ctx, w.msg.Key, w.msg.Binding, "x", 30*time.Second)
-	if err != nil || c.Outcome != ledger.Execute {
-		t.Fatalf("claim %+v %v", c, err)
-	}
-	st, err := w.l.Save(ctx, *c.Lease, []byte(report))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.l.Release(ctx, st.Lease, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
+// slowSave answers Save a moment after it landed (a slow response) and counts the renewals
+// the ledger refused.
+type slowSave struct {
+	ledger.Ledger
+	refused atomic.Int32
 }
 
-// TestALostPublishingLeaseStopsThePost: the publishing lease is lost while the provider call
-// is in flight (A stalled past its lease) and B claims Publish and posts. A's keeper sees the
-// loss: A's provider call must be cut (its context ends), not go on to post the same status
-// a second time.
-func TestALostPublishingLeaseStopsThePost(t *testing.T) {
+func (s *slowSave) Save(ctx context.Context, l ledger.Lease, report []byte) (ledger.Staged, error) {
+	st, err := s.Ledger.Save(ctx, l, report)
+	time.Sleep(40 * time.Millisecond)
+	return st, err
+}
+
+func (s *slowSave) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	nl, err := s.Ledger.Renew(ctx, l, d)
+	if errors.Is(err, ledger.ErrLeaseLost) {
+		s.refused.Add(1)
+	}
+	return nl, err
+}
+
+// The keeper renews the lease while Save is in flight. A renewal of the executing lease that lands
+// after Save finds the row saved and is refused; the keeper does not take that for a lost lease
+// and stop, or the publishing lease would run out during a slow publication and a second runner
+// would post while the first is posting.
+func TestARenewalRacingSaveKeepsThePublishingLease(t *testing.T) {
 	w := newWorld(t)
-	stageSaved(t, w, `{"state":"success","description":"ok","context":"amiss/verdict"}`)
-	var aPosts, bPosts atomic.Int32
-	bDone := make(chan struct{})
-	a := w.runner("a", nil)
-	a.Routes = func(context.Context, string) (*runner.Route, error) {
-		return &runner.Route{Publisher: pubFunc(func(ctx context.Context, s publish.Status) error {
-			w.clock.Advance(31 * time.Second) // A stalls in the provider call past its lease
-			b := w.runner("b", nil)
-			b.Routes = func(context.Context, string) (*runner.Route, error) {
-				return &runner.Route{Publisher: pubFunc(func(context.Context, publish.Status) error {
-					bPosts.Add(1)
-					return nil
-				})}, nil
-			}
-			go func() {
-				defer close(bDone)
-				for i := 0; i < 200; i++ {
-					if res, err := b.Process(context.Background(), w.msg); err == nil && res.Done {
-						return
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-			}()
-			<-bDone
-			select {
-			case <-ctx.Done(): // what the keeper's loss should cause
-				return ctx.Err()
-			case <-time.After(300 * time.Millisecond): // A's keeper has long seen the loss
-			}
-			aPosts.Add(1)
-			return nil
-		})}, nil
-	}
-	res, err := a.Process(context.Background(), w.msg)
-	t.Logf("A: %+v %v", res, err)
-	if aPosts.Load()+bPosts.Load() != 1 {
-		t.Fatalf("posts: A %d, B %d: A lost its publishing lease and posted anyway", aPosts.Load(), bPosts.Load())
-	}
-}
-
-// saveLands: a Save request that reached the ledger before the caller's context was cancelled.
-type saveLands struct{ ledger.Ledger }
-
-func (s saveLands) Save(ctx context.Context, l ledger.Lease, report []byte) (ledger.Staged, error) {
-	return s.Ledger.Save(context.WithoutCancel(ctx), l, report)
-}
-
-// TestAShutdownOnTheLastAttemptFreezesNoVerdict: a shutdown (the caller's context cancelled)
-// during the last allowed attempt is no failed evaluation: it must release the row for a
-// later attempt as on earlier attempts, never save "evaluation failed 3 times: context
-// canceled" as the delivery's verdict for good.
-func TestAShutdownOnTheLastAttemptFreezesNoVerdict(t *testing.T) {
-	for _, lands := range []bool{true, false} {
-		name := "plain FileLedger"
-		if lands {
-			name = "save landed before the cancel"
+	sl := &slowSave{Ledger: w.l}
+	var posts, second atomic.Int32
+	r := w.runner("a", verdict("success", "ok"))
+	r.Ledger = sl
+	slow := pubFunc(func(ctx context.Context, s publish.Status) error {
+		posts.Add(1)
+		// A slow provider: 40 s pass on the ledger's clock, the keeper renewing meanwhile.
+		for range 4 {
+			w.clock.Advance(10 * time.Second)
+			time.Sleep(30 * time.Millisecond)
 		}
-		t.Run(name, func(t *testing.T) {
-			bad := 0
-			for i := 0; i < 20; i++ {
-				w := newWorld(t)
-				ctx := context.Background()
-				for range 2 { // two earlier attempts
-					c, err := w.l.Claim(ctx, w.msg.Key, w.msg.Binding, "x", 30*time.Second)
-					if err != nil || c.Outcome != ledger.Execute {
-						t.Fatalf("claim %+v %v", c, err)
-					}
-					if err := w.l.Release(ctx, *c.Lease, time.Time{}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				pctx, cancel := context.WithCancel(ctx)
-				r := w.runner("a", evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
-					cancel() // the Lambda shuts down
-					<-ctx.Done()
-					return evaluate.Verdict{}, ctx.Err()
-				}))
-				if lands {
-					r.Ledger = saveLands{w.l}
-				}
-				r.Process(pctx, w.msg)
-				if row, err := w.l.Inspect(ctx, w.msg.Key); err == nil && (row.State == ledger.StateSaved || row.State == ledger.StateDone) {
-					bad++
-					if bad == 1 {
-						t.Logf("row %v, published %+v", row.State, w.pub.all())
-					}
-				}
-			}
-			if bad > 0 {
-				t.Fatalf("%d of 20 shutdowns on the last attempt froze an error verdict", bad)
-			}
-		})
+		c, err := w.l.Claim(ctx, w.msg.Key, w.msg.Binding, "b", 30*time.Second)
+		if err != nil {
+			t.Errorf("claim by another runner: %v", err)
+		} else if c.Outcome == ledger.Publish {
+			second.Add(1)
+		}
+		return nil
+	})
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
+		return &runner.Route{Evaluator: verdict("success", "ok"), Publisher: slow, Context: "amiss/verdict"}, nil
+	}
+	res, err := r.Process(context.Background(), w.msg)
+	if err != nil || !res.Done {
+		t.Fatalf("process: %+v %v", res, err)
+	}
+	if second.Load() != 0 {
+		t.Fatalf("another runner claimed the publication while the first was posting (renewals refused: %d)", sl.refused.Load())
+	}
+}
+
+// slowLanding: the Save request is in flight 40 s (ledger clock) before it lands; the lease
+// is 30 s and was being renewed every 5 ms until Save started.
+type slowLanding struct {
+	ledger.Ledger
+	clock *ledger.ManualClock
+}
+
+func (s *slowLanding) Save(ctx context.Context, l ledger.Lease, report []byte) (ledger.Staged, error) {
+	for range 4 {
+		s.clock.Advance(10 * time.Second)
+		time.Sleep(20 * time.Millisecond) // the keeper would renew here, if it were free to
+	}
+	return s.Ledger.Save(ctx, l, report)
+}
+
+// The keeper goes on renewing during Save: a Save that takes longer than what is left of the lease
+// keeps it. Holding the keeper across Save stopped renewals for the whole Save, so a slow Save
+// always lost the lease: the verdict was dropped and the delivery re-evaluated, again and again
+// while Save stayed slow.
+func TestASlowSaveKeepsItsLease(t *testing.T) {
+	w := newWorld(t)
+	r := w.runner("a", verdict("success", "ok"))
+	r.Ledger = &slowLanding{Ledger: w.l, clock: w.clock}
+	res, err := r.Process(context.Background(), w.msg)
+	if err != nil || !res.Done {
+		t.Fatalf("process: %+v %v; row %v, published %d: a renewed lease ran out during Save", res, err, w.state(t), len(w.pub.all()))
 	}
 }
 
@@ -153,9 +121,8 @@ func (s *renewAfter) Complete(ctx context.Context, st ledger.Staged) error {
 	return err
 }
 
-// TestARenewalAfterCompleteCountsNoLostLease: a renewal that would land after Complete is
-// refused; a clean publication must not count it as a lost lease (the keeper stops once the
-// provider has answered).
+// A renewal that would land after Complete is refused; a clean publication does not count it as a
+// lost lease (the keeper stops once the provider has answered).
 func TestARenewalAfterCompleteCountsNoLostLease(t *testing.T) {
 	w := newWorld(t)
 	var m counter
@@ -177,69 +144,78 @@ func TestARenewalAfterCompleteCountsNoLostLease(t *testing.T) {
 	}
 }
 
-// A lease window too short to divide into renewals (a runner configured with a lease of a
-// few nanoseconds) must not crash the process: the keeper's ticker needs a positive interval.
-// The lease simply runs out and the result is dropped, as for any lost lease.
-func TestATinyLeaseDoesNotCrashTheKeeper(t *testing.T) {
-	w := newWorld(t)
-	r := w.runner("a", verdict("success", "ok"))
-	r.Lease, r.RenewEvery = 2*time.Nanosecond, 0
-	if _, err := r.Process(context.Background(), w.msg); err != nil {
-		t.Logf("process: %v", err)
-	}
-}
-
-// Without an invocation deadline (amiss serve) the margin kept before a deadline does not
-// apply: a lease shorter than it still runs the delivery to its verdict.
-func TestALeaseShorterThanTheMarginRunsWithoutADeadline(t *testing.T) {
-	w := newWorld(t)
-	r := w.runner("a", verdict("success", "ok"))
-	r.Lease = 2 * time.Second // the default margin is 5 s
-	res, err := r.Process(context.Background(), w.msg)
-	if err != nil || !res.Done || len(w.pub.all()) != 1 {
-		t.Fatalf("result %+v, err %v, published %v", res, err, w.pub.all())
-	}
-}
-
-// renewLog records every renewal's window and when it was asked for (the host's real time,
-// which invocation deadlines are set in).
-type renewLog struct {
+// slowAbandon is a ledger whose Abandon answer arrives late (the write has landed; its answer
+// is slow to come back, as a remote ledger's can be), and which counts the renewals sent once
+// the row was abandoned and once Process returned.
+type slowAbandon struct {
 	ledger.Ledger
-	mu   sync.Mutex
-	ends []time.Time
+	abandoned     atomic.Bool
+	returned      atomic.Bool
+	renewsAfter   atomic.Int32 // renewals sent after the Abandon landed
+	renewsAfterPr atomic.Int32 // renewals sent after Process returned
 }
 
-func (l *renewLog) Renew(ctx context.Context, ls ledger.Lease, d time.Duration) (ledger.Lease, error) {
-	l.mu.Lock()
-	l.ends = append(l.ends, time.Now().Add(d))
-	l.mu.Unlock()
-	return l.Ledger.Renew(ctx, ls, d)
-}
-
-// A lease never outlives the invocation that holds it: renewals ask for at most the time left
-// before the deadline less the margin, as the claim does. Otherwise a Lambda killed at its
-// deadline leaves the row leased for up to a whole window, and the next claim waits for it.
-func TestRenewalsDoNotOutliveTheInvocation(t *testing.T) {
-	w := newWorld(t)
-	rl := &renewLog{Ledger: w.l}
-	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
-		<-ctx.Done()
-		return evaluate.Verdict{State: evaluate.Success, Description: "late"}, nil
-	}))
-	r.Ledger = rl
-	r.Lease, r.RenewEvery, r.Margin = time.Second, 20*time.Millisecond, 100*time.Millisecond
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	dl, _ := ctx.Deadline()
-	r.Process(runner.FirstOfInvocation(ctx), w.msg)
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if len(rl.ends) == 0 {
-		t.Fatal("no renewal")
+func (s *slowAbandon) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	if s.abandoned.Load() {
+		s.renewsAfter.Add(1)
 	}
-	for i, end := range rl.ends {
-		if over := end.Sub(dl.Add(-r.Margin)); over > 10*time.Millisecond {
-			t.Fatalf("renewal %d of %d asks for a lease ending %v past the invocation's deadline less the margin", i+1, len(rl.ends), over)
-		}
+	if s.returned.Load() {
+		s.renewsAfterPr.Add(1)
+	}
+	return s.Ledger.Renew(ctx, l, d)
+}
+
+func (s *slowAbandon) Abandon(ctx context.Context, st ledger.Staged, reason string) error {
+	err := s.Ledger.Abandon(ctx, st, reason)
+	s.abandoned.Store(true)
+	time.Sleep(60 * time.Millisecond) // the answer is slow; renewals (every 5 ms) go on
+	return err
+}
+
+// A row whose subject cannot be read back gets an error verdict, saved and then abandoned (the
+// publication cannot decode the subject either). The keeper runs from the route build on, so it
+// must stop before the ledger hears of the abandonment: a renewal of the publishing lease landing
+// after the Abandon is refused (the row has no owner) and would be counted as a lost lease, with
+// the work's context cancelled, on a clean, finished delivery. The same rule as
+// TestARenewalAfterCompleteCountsNoLostLease.
+func TestAnUndecodableSubjectCountsNoLostLease(t *testing.T) {
+	w := newWorldWithSubject(t, []byte(`[1]`)) // JSON, but not a subject
+	abandonedUnderItsLease(t, w, "a delivery whose subject does not decode")
+}
+
+// The same in the publish phase: a saved report that does not decode is abandoned while the keeper
+// (started before the route build) still renews; the keeper stops before the Abandon, so no
+// renewal after it counts a lost lease.
+func TestAnUndecodableSavedReportCountsNoLostLease(t *testing.T) {
+	w := newWorld(t)
+	stageSaved(t, w, `[1]`)
+	abandonedUnderItsLease(t, w, "a saved report that does not decode")
+}
+
+// abandonedUnderItsLease processes w's message, which ends abandoned, through a ledger whose
+// Abandon answers late, and checks that no lease was counted lost and no renewal outlived
+// the attempt.
+func abandonedUnderItsLease(t *testing.T, w *world, what string) {
+	t.Helper()
+	var m counter
+	sl := &slowAbandon{Ledger: w.l}
+	r := w.runner("a", verdict(evaluate.Success, "never published"))
+	r.Metrics = &m
+	r.Ledger = sl
+	res, err := r.Process(context.Background(), w.msg)
+	sl.returned.Store(true)
+	if err != nil || !res.Done {
+		t.Fatalf("%s: process: %+v %v", what, res, err)
+	}
+	if st := w.state(t); st != ledger.StateAbandoned {
+		t.Fatalf("%s: row %v, want abandoned", what, st)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if n := sl.renewsAfterPr.Load(); n != 0 {
+		t.Errorf("%s: %d renewals sent after Process returned: the keeper outlived the attempt", what, n)
+	}
+	if n := m.get("lease_lost"); n != 0 {
+		t.Fatalf("%s: lease_lost counted %d on a delivery abandoned under its own lease "+
+			"(%d renewals sent after the Abandon landed): the keeper ran on past the ledger's answer", what, n, sl.renewsAfter.Load())
 	}
 }
