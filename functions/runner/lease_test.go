@@ -163,6 +163,9 @@ func TestALostPublishingLeaseStopsThePost(t *testing.T) {
 // slowBuildWithADuplicate makes r's next route build take 60 s by the ledger's clock, twice
 // the 30 s lease, in steps a renewal (every 5 ms) can follow, and then has a duplicate
 // message's runner claim the row. It returns what that claim got, once the build has run.
+// After each step it waits for a renewal to land (the lease ending more than a step ahead),
+// for at most two seconds: a keeper that does not renew is not waited for, and the duplicate
+// then claims the row.
 func slowBuildWithADuplicate(w *world, r *runner.Runner) func() (ledger.Claim, error) {
 	build := r.Routes
 	var once sync.Once
@@ -172,7 +175,12 @@ func slowBuildWithADuplicate(w *world, r *runner.Runner) func() (ledger.Claim, e
 		once.Do(func() {
 			for range 3 {
 				w.clock.Advance(20 * time.Second)
-				time.Sleep(50 * time.Millisecond)
+				for waited := time.Duration(0); waited < 2*time.Second; waited += 5 * time.Millisecond {
+					if row, err := w.l.Inspect(ctx, w.msg.Key); err == nil && row.LeaseUntil.Sub(w.clock.Now()) > 20*time.Second {
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
 			}
 			other, otherErr = w.l.Claim(ctx, w.msg.Key, w.msg.Binding, "b", time.Minute)
 		})
