@@ -434,3 +434,30 @@ func TestUnbuildableRouteIsRetriedOnThePublishSchedule(t *testing.T) {
 		t.Fatalf("row %v %q at %v, %d refusals counted", row.State, row.Reason, row.UpdatedAt.Sub(epoch), m.get("publish_refused"))
 	}
 }
+
+// The ledger refuses the Save of an unroutable verdict (busy: nothing written). As for any
+// Save refused for another reason than a lost lease, the attempt is handed back (Unclaim): the
+// row is pending again at once, with no attempt counted, instead of staying leased until the
+// lease runs out and counting one more lost attempt.
+func TestARefusedSaveOfAnUnroutableVerdictHandsTheAttemptBack(t *testing.T) {
+	w := newWorld(t)
+	r := w.runner("a", nil)
+	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	r.Ledger = &busySave{Ledger: w.l, n: 1}
+	r.Routes = func(context.Context, string) (*runner.Route, error) {
+		return nil, errors.New(`route "r" is not configured`)
+	}
+	w.clock.Advance(145 * time.Hour) // twice the publish budget since admission
+	res, err := r.Process(context.Background(), w.msg)
+	if err == nil || res.Done {
+		t.Fatalf("result %+v, err %v: want the refused Save reported and the message back", res, err)
+	}
+	row, err := w.l.Inspect(context.Background(), w.msg.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.State != ledger.StatePending || row.Owner != "" || row.Attempts != 0 {
+		t.Fatalf("row %v owned by %q with %d attempts after the ledger refused the unroutable verdict's Save: "+
+			"want the attempt handed back (pending, no owner, no attempt counted)", row.State, row.Owner, row.Attempts)
+	}
+}

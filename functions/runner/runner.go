@@ -554,6 +554,12 @@ func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock
 		if errors.Is(err, ledger.ErrLeaseLost) {
 			return Result{RetryAt: lc.local(l.Expires)}, nil
 		}
+		// Handed back, as after any Save the ledger refused: the attempt is not lost.
+		uctx, ucancel := detached(ctx, 5*time.Second)
+		defer ucancel()
+		if uerr := r.Ledger.Unclaim(uctx, l, r.after(lc, r.retryDelay())); uerr != nil && !errors.Is(uerr, ledger.ErrLeaseLost) {
+			log.Warn("hand-back failed after a failed save; the lease ends by itself", "err", uerr)
+		}
 		return Result{RetryAt: r.now().Add(r.retryDelay())}, fmt.Errorf("runner: save: %w", err)
 	}
 	log.Error("route cannot be built for the whole publish budget since admission: error verdict frozen and abandoned", "err", cause)
