@@ -46,27 +46,17 @@ func (w *world) state(t *testing.T) ledger.State {
 	return r.State
 }
 
+// newWorld is a FileLedger on a manual clock at epoch, holding one admitted push delivery on
+// route "r", with a recording publisher.
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	clock := ledger.NewManualClock(epoch)
-	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(),
-		Clock: clock, Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
 		Event: "push"})
-	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: "i", BodyDigest: ledger.SumBody([]byte("b"))},
-		Subject: s}
-	if a, err := l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
-		t.Fatalf("admit: %+v %v", a, err)
-	}
-	return &world{l: l, clock: clock, pub: &recorder{}, msg: queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}}
+	return newWorldWithSubject(t, s)
 }
 
-// newWorldWithSubject is newWorld with the row's subject given as raw bytes (one the ingress
-// wrote and the runner cannot read back).
+// newWorldWithSubject is newWorld with the row's subject given as raw bytes (such as one the
+// ingress wrote and the runner cannot read back).
 func newWorldWithSubject(t *testing.T, subj []byte) *world {
 	t.Helper()
 	clock := ledger.NewManualClock(epoch)

@@ -1,0 +1,193 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// execute runs an attempt under the executing lease lc holds: it builds the route, evaluates
+// the subject and saves the verdict, keeping the lease all along; every other end of the
+// attempt is the policy's to decide.
+func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, fair bool) (Result, error) {
+	l, leaseFor := lc.lease, lc.leaseFor
+	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
+	p := r.policy()
+	onClaim := p.decide(attempt{event: claimed, lease: l, granted: lc.granted})
+	if onClaim.act == freezeUnroutable {
+		return r.unroutable(ctx, log, lc, onClaim)
+	}
+	built := time.Now()
+	// The lease is kept from here on: building the route (a secret read) may take longer
+	// than the lease, up to the evaluation's bound, and a lease left to run out meanwhile
+	// would let a duplicate message claim the row and make this attempt a lost one.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	k := r.keep(wctx, cancel, lc)
+	// lost ends the attempt once the keeper has found the lease lost: the work is dropped.
+	lost := func(msg string) (Result, error) {
+		k.end()
+		log.Warn(msg)
+		kc := k.clock(leaseFor)
+		return r.follow(ctx, log, kc, p.decide(attempt{event: leaseLost, lease: kc.lease}), nil)
+	}
+	route, err := r.route(wctx, l.Route)
+	if k.isLost() {
+		return lost("lease lost while building the route; the message comes back when the lease ends")
+	}
+	if err != nil {
+		k.end()
+		lc = k.clock(leaseFor)
+		ev := routeFailed
+		if ctx.Err() != nil {
+			ev = routeCut // a shutdown cut the build (a secret read in flight)
+		}
+		d := p.decide(attempt{event: ev, lease: lc.lease, granted: lc.granted, err: err})
+		if d.act == freezeUnroutable {
+			return r.unroutable(ctx, log, lc, d)
+		}
+		// The route's error is the one the caller sees; a failed hand-back is logged.
+		return r.follow(ctx, log, lc, d, fmt.Errorf("runner: building the route: %w", err))
+	}
+	if time.Since(built) > r.margin() {
+		// The route took more than a margin to build (a slow secret read): the evaluation
+		// does not have the invocation's time, so running out of it is the scheduling's
+		// doing, handed back, not a failed attempt (the rule for a message taken up late).
+		fair = false
+	}
+	var s subject.Subject
+	if err := json.Unmarshal(l.Subject, &s); err != nil {
+		// A subject the ingress wrote and cannot be read back: give it an error verdict.
+		d := p.decide(attempt{event: subjectUnreadable, lease: l})
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text})
+	}
+	if onClaim.act == saveError {
+		// A crash loop: the commit gets its error verdict now.
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: onClaim.text})
+	}
+	start := time.Now()
+	ectx, ecancel := r.evaluationContext(wctx)
+	v, evalErr := route.Evaluator.Evaluate(ectx, s)
+	outOfTime := errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	ecancel()
+	r.latency("evaluation_latency", start)
+	if k.isLost() {
+		return lost("lease lost during evaluation: result dropped; the message comes back when the lease ends")
+	}
+	if evalErr == nil {
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)
+	}
+	ev := evalFailed
+	switch {
+	case ctx.Err() != nil:
+		ev = evalCut // a shutdown: the caller's context ended
+	case outOfTime:
+		ev = evalOutOfTime
+	}
+	d := p.decide(attempt{event: ev, lease: l, fair: fair, err: evalErr})
+	if d.act == saveError {
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text})
+	}
+	k.end()
+	log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr, "outcome", ev, "act", d.act)
+	return r.follow(ctx, log, k.clock(leaseFor), d, nil)
+}
+
+// unroutable ends a delivery whose route cannot be built (d, decided by the policy): it
+// freezes the error verdict naming the cause, under the default context (there is no route
+// to take one from, and what is frozen is what is published), and abandons it at once, so
+// the row stops waiting and holding its slot. `amiss ledger republish` publishes it once the
+// route exists again.
+func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock, d decision) (Result, error) {
+	report, _ := json.Marshal(Report{State: evaluate.Error, Context: DefaultContext, Description: d.text})
+	sctx, cancel := detached(ctx, 10*time.Second)
+	defer cancel()
+	staged, err := r.Ledger.Save(sctx, lc.lease, report)
+	if err != nil {
+		return r.saveRefused(ctx, log, lc, err)
+	}
+	log.Error("route cannot be built: error verdict frozen and abandoned", "reason", d.reason)
+	lc.lease = staged.Lease
+	return r.abandon(sctx, log, staged, lc, d.reason)
+}
+
+// saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
+// runs) and publishes it. The keeper goes on renewing during the Save (a slow Save must not
+// let the lease run out); a renewal of the executing lease that lands after the Save is
+// refused, and while the Save is in flight the keeper leaves the decision to its answer.
+func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
+	// The description is cut before it is frozen (no provider shows more than 255
+	// characters): a longer one, escaped as JSON, could outgrow the ledger's report ceiling
+	// and be refused at every attempt, leaving the commit without a verdict.
+	report, _ := json.Marshal(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
+		TargetURL: route.TargetURL})
+	if k != nil {
+		lc = k.clock(lc.leaseFor)
+		k.mu <- struct{}{}
+		k.saving = true
+		<-k.mu
+	}
+	l := lc.lease
+	// The verdict in hand is saved even when a shutdown lands meanwhile: dropped, it would
+	// spend its attempt for nothing.
+	sctx, scancel := detached(ctx, 10*time.Second)
+	defer scancel()
+	staged, err := r.Ledger.Save(sctx, l, report)
+	if errors.Is(err, ledger.ErrTooLarge) {
+		// Nothing was written and the lease still holds: freeze an error verdict that fits
+		// instead, so the commit is not left waiting on a verdict that can never be kept.
+		log.Error("the verdict is over the ledger's report ceiling; an error verdict is saved instead", "err", err,
+			"state", v.State, "description_runes", utf8.RuneCountInString(v.Description))
+		r.count("verdict_too_large")
+		small, _ := json.Marshal(Report{State: evaluate.Error, Description: tooLarge, Context: route.Context, TargetURL: route.TargetURL})
+		staged, err = r.Ledger.Save(sctx, l, small)
+	}
+	if k != nil {
+		k.mu <- struct{}{}
+		k.saving = false
+		if err == nil {
+			// The publishing lease. Save keeps the row's expiry, which a renewal whose answer
+			// was lost may have moved: the clock keeps the last grant heard (granted, sent).
+			k.lease = staged.Lease
+			k.gen++
+			lc.granted, lc.sent = k.granted, k.sent
+		}
+		<-k.mu
+	}
+	if err != nil {
+		if k != nil {
+			k.end()
+		}
+		return r.saveRefused(ctx, log, lc, err)
+	}
+	log.Info("verdict saved", "state", v.State, "description", v.Description)
+	if k != nil {
+		defer k.end()
+	}
+	lc.lease = staged.Lease
+	return r.publishStaged(ctx, wctx, log, staged, route, lc, k)
+}
+
+// saveRefused ends an attempt whose Save the ledger refused (err), under the lease lc holds.
+// A lost lease drops the result: whoever holds the row now (or the next claim, when nobody
+// does) finishes it, and the message comes back when this lease ends, as for Busy, so the row
+// never waits on the stranded sweep. Any other refusal (busy, unreachable) hands the attempt
+// back, so that it is not counted (a Save that landed after all leaves the row saved, and the
+// hand-back is refused).
+func (r *Runner) saveRefused(ctx context.Context, log *slog.Logger, lc leaseClock, err error) (Result, error) {
+	p := r.policy()
+	if errors.Is(err, ledger.ErrLeaseLost) {
+		r.count("lease_lost")
+		log.Warn("lease lost before saving: result dropped; the message comes back when the lease ends")
+		return r.follow(ctx, log, lc, p.decide(attempt{event: leaseLost, lease: lc.lease}), nil)
+	}
+	return r.follow(ctx, log, lc, p.decide(attempt{event: saveFailed, lease: lc.lease}), fmt.Errorf("runner: save: %w", err))
+}
