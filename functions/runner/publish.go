@@ -61,6 +61,12 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 		ev, err = undecodable, errors.New("the delivery's subject does not decode")
 	default:
 		ev, err = r.post(ctx, wctx, route.Publisher, subj, rep, k)
+		switch ev {
+		case postLost:
+			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", err)
+		case postCut:
+			log.Warn("publication cut; handed back for the next claim", "err", err)
+		}
 	}
 	if k != nil {
 		k.halt()
@@ -120,12 +126,6 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 		return Result{Done: true}, nil
 	case abandon:
 		return r.abandon(ctx, log, s, lc, d.text)
-	}
-	switch ev {
-	case postLost:
-		log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", err)
-	case postCut:
-		log.Warn("publication cut; handed back for the next claim", "err", err)
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
 	if ev == postFailed && class != publish.Operator {
