@@ -126,7 +126,7 @@ func TestAttack30ConcurrentOneFlushAdmissions(t *testing.T) {
 func oneFlushRoot(t *testing.T) (*localfs.Ledger, *faultfs.FS) {
 	t.Helper()
 	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{NoAdmissionLog: true, Clock: ledger.NewManualClock(epoch), FS: fsys})
+	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{Clock: ledger.NewManualClock(epoch), FS: fsys})
 	localfs.SetWriteBackForTest(l, true)
 	return l, fsys
 }

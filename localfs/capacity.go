@@ -321,24 +321,21 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	r := l.r
 	key := d.Key()
 	home := int(key[0])
-	lg := r.admissionLog(ctx) // before any shard lock: it may take the maintenance lock
 	unlock, err := r.lockShard(ctx, byte(home))
 	if err != nil {
 		return ledger.Admission{}, err
 	}
-	a, full, err := l.admitIn(ctx, d, home, home, lg)
+	a, full, err := l.admitIn(ctx, d, home, home)
 	unlock()
 	if err != nil || !full {
 		return a, err
 	}
-	return l.borrow(ctx, d, lg)
+	return l.borrow(ctx, d)
 }
 
 // admitIn decides the admission of d with a slot of shard s, holding the locks of s and of
-// the key's home shard. full reports that s has no room (nothing was written). With lg, the
-// admission goes through this process's admission log (logged.go) unless the log cannot take
-// it, and the format 2 way otherwise.
-func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, lg *admLog) (ledger.Admission, bool, error) {
+// the key's home shard. full reports that s has no room (nothing was written).
+func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (ledger.Admission, bool, error) {
 	r := l.r
 	key := d.Key()
 	// Another admission may have created the row while no lock was held.
@@ -384,13 +381,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, lg
 	}
 	r.sync.enter()
 	defer r.sync.exit()
-	// With log marks, the record must also stay within one sector once this admission's
-	// pending entry is added.
-	grown := sh
-	grown.Used++
-	grown.Pending = append(sh.Pending[:len(sh.Pending):len(sh.Pending)], pendingSlot{Key: key, EvaluationID: row.EvaluationID})
-	tooLong := (len(sh.Applied) > 0 || len(sh.Replayed) > 0) && len(sh.Pending) > 0 && !fitsSector(grown)
-	if len(sh.Pending) >= maxCautiousPending || sh.Used >= sh.Quota && len(sh.Pending) > 0 || tooLong {
+	if len(sh.Pending) >= maxCautiousPending || sh.Used >= sh.Quota && len(sh.Pending) > 0 {
 		// A long pending list, or a full shard that slots held by finished admissions might
 		// free: settle in full, from rows made durable first (see settle).
 		if err := r.sync.syncEverything(); err != nil {
@@ -419,18 +410,6 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, lg
 			}
 		}
 		return ledger.Admission{}, true, nil
-	}
-	if lg != nil {
-		ok, err := lg.admitLogged(&sh, s, row, data)
-		if err != nil {
-			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-		}
-		if ok {
-			if err := r.roomShown(used, sh.Used); err != nil {
-				return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-			}
-			return row.Admission(ledger.Admitted), false, nil
-		}
 	}
 	sh.Used++
 	mine := pendingSlot{Key: key, EvaluationID: row.EvaluationID}
@@ -462,7 +441,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, lg
 // shard's record without locks to find candidates (a shard with room, or with pending keys
 // that settling may free), then tries them one by one under the locks of the candidate and of
 // the home shard, taken in ascending order. Full is answered when no shard has room.
-func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery, lg *admLog) (ledger.Admission, error) {
+func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	r := l.r
 	key := d.Key()
 	home := int(key[0])
@@ -506,7 +485,7 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery, lg *admLog) (led
 		if err != nil {
 			return ledger.Admission{}, err
 		}
-		a, full, err := l.admitIn(ctx, d, s, home, lg)
+		a, full, err := l.admitIn(ctx, d, s, home)
 		unlock()
 		if err != nil || !full {
 			return a, err

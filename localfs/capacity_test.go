@@ -81,7 +81,7 @@ func TestCleanupGivesBackTheSlotOfACutAdmission(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)
-	openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Limits: testLimits(), Clock: clock}).Close()
+	openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock}).Close()
 	fsys := faultfs.New(localfs.OSFS{}, nil)
 	fsys.SetRule("die at the row's rename", func(op faultfs.Op, p string) faultfs.Action {
 		if op == faultfs.OpRename && filepath.Ext(p) == ".state" && filepath.Base(p) != localfs.ShardCapacityFile {
@@ -89,12 +89,12 @@ func TestCleanupGivesBackTheSlotOfACutAdmission(t *testing.T) {
 		}
 		return faultfs.Pass
 	})
-	dying := openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Limits: testLimits(), Clock: clock, FS: fsys})
+	dying := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
 	if _, err := dying.Admit(ctx, newDelivery(time.Time{})); err == nil {
 		t.Fatal("the admission survived its crash")
 	}
 	dying.Close()
-	l := openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Limits: testLimits(), Clock: clock})
+	l := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock})
 	defer l.Close()
 	st, err := l.Stats(ctx)
 	if err != nil || st.Rows != 0 || st.CapacityUsed != 1 {
@@ -117,7 +117,7 @@ func TestReleaseLeavesALaterAdmissionsPendingSlot(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)
-	l := openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Limits: testLimits(), Clock: clock})
+	l := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock})
 	d := newDelivery(clock.Now())
 	ledgertest.MustAdmit(t, l, d) // its key stays pending in its shard: no admission there since
 	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease, "r"))
@@ -132,7 +132,7 @@ func TestReleaseLeavesALaterAdmissionsPendingSlot(t *testing.T) {
 		}
 		return faultfs.Pass
 	})
-	dying := openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Limits: testLimits(), Clock: clock, FS: fsys})
+	dying := openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
 	if _, err := dying.Cleanup(ctx, ""); err == nil {
 		t.Fatal("the cleanup survived its crash")
 	}
@@ -148,13 +148,13 @@ func TestReleaseLeavesALaterAdmissionsPendingSlot(t *testing.T) {
 		}
 		return faultfs.Pass
 	})
-	dying = openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Limits: testLimits(), Clock: clock, FS: fsys})
+	dying = openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
 	if _, err := dying.Admit(ctx, again); err == nil {
 		t.Fatal("the admission survived its crash")
 	}
 	dying.Close()
 
-	l = openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Limits: testLimits(), Clock: clock})
+	l = openRoot(t, dir, localfs.Config{Limits: testLimits(), Clock: clock})
 	defer l.Close()
 	for lap := 0; lap < 2; lap++ {
 		cleanupLap(t, l)

@@ -49,16 +49,6 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if _, err := r.recoverBatch(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: finish previous batch: %w", err)
 	}
-	// A process that died since the last pass left its log to replay; rows its live entries
-	// (and every live owner's) name are not forgotten in this pass.
-	if err := r.replayDeadLogs(ctx); err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
-	}
-	r.checkpointOwn()
-	live, err := r.liveLogKeys()
-	if err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
-	}
 	now, err := r.now(nil)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -85,7 +75,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if sweepErr != nil {
 		tally.Damage(r.path(SweepFile), sweepErr) // reported; the lap started at the first folder
 	}
-	removed, err := r.removeEnded(ctx, entries, now, batchID, tally, live)
+	removed, err := r.removeEnded(ctx, entries, now, batchID, tally)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -303,8 +293,7 @@ func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing,
 }
 
 // removeEnded removes the removable rows among entries as one batch with the given id.
-// A row whose key a live admission log entry names (live) is left for a later pass.
-func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, id uint64, tally *ledger.Tally, live map[ledger.Key]bool) ([]ledger.RemovedRow, error) {
+func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, id uint64, tally *ledger.Tally) ([]ledger.RemovedRow, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -315,7 +304,7 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 	// gone.
 	chosen := map[ledger.Key]bool{}
 	for _, e := range entries {
-		if chosen[e.key] || live[e.key] {
+		if chosen[e.key] {
 			continue
 		}
 		keep, err := r.classify(ctx, e, now, tally)

@@ -63,12 +63,6 @@ type Config struct {
 	DebrisBudget int
 	// Random is the source of evaluation ids and temporary names (default crypto/rand).
 	Random io.Reader
-	// LogBytes is the size of this process's admission log on a local root (default
-	// DefaultLogBytes; see logged.go).
-	LogBytes int64
-	// NoAdmissionLog makes admissions go the format 2 way (a synced capacity record and row,
-	// then a synced folder) even on a local root.
-	NoAdmissionLog bool
 }
 
 func (c *Config) defaults() {
@@ -128,14 +122,6 @@ type root struct {
 	// and saw made durable (sawDurable): an admission may drop it from the pending list
 	// without a syncfs.
 	durableSlot [shardCount]pendingSlot
-
-	// The admission log this process owns (logged.go): alog, once a slot is taken; logTried,
-	// when the last attempt to take one was made; closing, set by close so that no slot is
-	// taken afterwards.
-	logMu    sync.Mutex
-	alog     *admLog
-	logTried time.Time
-	closing  bool
 }
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.
@@ -179,10 +165,6 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	}
 	// Asked once the folder exists: it answers for the file system mounted there.
 	r.sync.writeBack = vfs.FlushCoversWriteBack(r.fs, abs)
-	if err := r.replayAtOpen(ctx); err != nil {
-		r.close()
-		return nil, err
-	}
 	return &Ledger{r: r}, nil
 }
 

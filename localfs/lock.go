@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"reflect"
 	"sync"
 	"time"
 
@@ -22,7 +21,6 @@ import (
 // keeps one descriptor per lock file and one semaphore in front of it, whatever number of
 // handles it opens on the root.
 type fileLock struct {
-	key  lockKey
 	path string
 	sem  chan struct{}
 	f    File
@@ -31,31 +29,14 @@ type fileLock struct {
 
 var (
 	lockTableMu sync.Mutex
-	lockTable   = map[lockKey]*fileLock{}
+	lockTable   = map[string]*fileLock{}
 )
-
-// lockKey names a lock file on one file system: two in-memory file systems (test models of
-// two machines) holding the same path are two locks.
-type lockKey struct {
-	fs   FS
-	path string
-}
-
-func keyOf(fsys FS, path string) lockKey {
-	// The value, not only its type: an interface-typed field holding a slice would make the
-	// key unhashable (a panic) although the type is comparable.
-	if v := reflect.ValueOf(fsys); !v.IsValid() || !v.Comparable() {
-		return lockKey{path: path}
-	}
-	return lockKey{fs: fsys, path: path}
-}
 
 // acquireRef returns the process's lock for path, opening its file on first use.
 func acquireRef(fsys FS, path string) (*fileLock, error) {
 	lockTableMu.Lock()
 	defer lockTableMu.Unlock()
-	key := keyOf(fsys, path)
-	if l, ok := lockTable[key]; ok {
+	if l, ok := lockTable[path]; ok {
 		l.refs++
 		return l, nil
 	}
@@ -63,8 +44,8 @@ func acquireRef(fsys FS, path string) (*fileLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: open lock %s: %v", ledger.ErrUnavailable, path, err)
 	}
-	l := &fileLock{key: key, path: path, sem: make(chan struct{}, 1), f: f, refs: 1}
-	lockTable[key] = l
+	l := &fileLock{path: path, sem: make(chan struct{}, 1), f: f, refs: 1}
+	lockTable[path] = l
 	return l, nil
 }
 
@@ -73,7 +54,7 @@ func (l *fileLock) unref() {
 	defer lockTableMu.Unlock()
 	l.refs--
 	if l.refs == 0 {
-		delete(lockTable, l.key)
+		delete(lockTable, l.path)
 		l.f.Close()
 	}
 }
@@ -151,14 +132,6 @@ func (r *root) close() {
 	r.closed = true
 	for r.inflight > 0 {
 		r.idle.Wait()
-	}
-	r.logMu.Lock()
-	r.closing = true
-	a := r.alog
-	r.alog = nil
-	r.logMu.Unlock()
-	if a != nil {
-		a.shutdown()
 	}
 	for _, l := range append([]*fileLock{r.maintenance, r.admission, r.clock}, r.rowLocks[:]...) {
 		if l != nil {

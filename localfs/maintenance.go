@@ -51,9 +51,6 @@ func (r *root) prepare(ctx context.Context) error {
 	if _, err := r.recoverBatch(ctx); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}
-	if err := r.replayDeadLogs(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
 	if _, err := r.readAllShards(ctx); err != nil {
 		return fmt.Errorf("prepare: %w", err)
 	}

@@ -51,16 +51,6 @@ func (r *root) migrate(ctx context.Context) error {
 	if version >= FormatVersion {
 		return nil // migrated by another process meanwhile
 	}
-	if version == 2 {
-		// Format 3 adds the admission logs, and a format 2 root has none: its records mean
-		// the same in both. The root state's version is what makes a format 2 process refuse
-		// the root from now on (it would ignore the logs).
-		out, err := encodeJSON(kindRoot, st)
-		if err != nil {
-			return err
-		}
-		return r.replace(r.path(RootFile), out, durableFull)
-	}
 	c, err := r.readCapacityV1()
 	if err != nil {
 		return err

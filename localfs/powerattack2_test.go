@@ -212,7 +212,7 @@ func TestPowerCutAfterAProcessCrashConcurrentAnswers(t *testing.T) {
 		fsys := base.Clone()
 		d := deliveryInShard(folder)
 		dying := &syncFault{FS: fsys, dieAtRowFolder: true}
-		first := openOnF2(t, dying, clock)
+		first := openOn(t, dying, clock)
 		if _, err := first.Admit(ctx, d); err == nil {
 			t.Fatal("the admission was answered although its process died")
 		}

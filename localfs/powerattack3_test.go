@@ -37,7 +37,7 @@ func TestPowerCutAfterAProcessCrashSettleLeaksASlot(t *testing.T) {
 	if err := fsys.Mkdir("/power", 0o700); err != nil {
 		t.Fatal(err)
 	}
-	l := openPoweredWithF2(t, fsys, clock, limits, true)
+	l := openPoweredWith(t, fsys, clock, limits, true)
 	for s := 1; s < 16; s++ {
 		ledgertest.MustAdmit(t, l, deliveryInShard(byte(s)))
 	}
@@ -45,7 +45,7 @@ func TestPowerCutAfterAProcessCrashSettleLeaksASlot(t *testing.T) {
 	fsys.SyncAll()
 	// The admission of k in shard 00 dies before its folder sync.
 	dying := &syncFault{FS: fsys, dieAtRowFolder: true}
-	first, err := localfs.Open(ctx, powerRoot, localfs.Config{NoAdmissionLog: true, Limits: limits, Clock: clock, FS: dying})
+	first, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: dying})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestPowerCutAfterAProcessCrashSettleLeaksASlot(t *testing.T) {
 	first.Close()
 	// A live process admits another key of shard 00: it settles shard 00 (k's row is there,
 	// in the page cache) and finds the root full.
-	second := openPoweredWithF2(t, fsys, clock, limits, false)
+	second := openPoweredWith(t, fsys, clock, limits, false)
 	a, err := second.Admit(ctx, deliveryInShard(0))
 	if err != nil || a.Outcome != ledger.Full {
 		t.Fatalf("the second admission: %+v %v", a, err)
@@ -66,7 +66,7 @@ func TestPowerCutAfterAProcessCrashSettleLeaksASlot(t *testing.T) {
 	for _, p := range powerPersistences() {
 		rebooted := fsys.Recover(p)
 		what := fmt.Sprintf("%s (k's row %s)", p, func() string {
-			l := openPoweredWithF2(t, rebooted, clock, limits, false)
+			l := openPoweredWith(t, rebooted, clock, limits, false)
 			defer l.Close()
 			st, _ := ledgertest.RowState(t, l, k)
 			if st == "" {
@@ -175,7 +175,7 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 	k1, k0 := deliveryInShard(0x42), deliveryInShard(0x42)
 	{
 		dying := &syncFault{FS: fsys, dieAtRowFolder: true}
-		l := openOnF2(t, dying, clock)
+		l := openOn(t, dying, clock)
 		if _, err := l.Admit(ctx, k1); err == nil {
 			t.Fatal("k1's admission was answered although its process died before the folder sync")
 		}
@@ -183,13 +183,13 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksASlot(t *testing.T) {
 	}
 	{
 		dying := &syncFault{FS: fsys, dieAtFirstSync: true}
-		l := openOnF2(t, dying, clock)
+		l := openOn(t, dying, clock)
 		if _, err := l.Admit(ctx, k0); err == nil {
 			t.Fatal("k0's admission was answered although its process died at its syncfs")
 		}
 		l.Close()
 	}
-	l := openPoweredF2(t, fsys, clock, false)
+	l := openPowered(t, fsys, clock, false)
 	cleanupLap(t, l)
 	l.Close()
 	fsys.Cut()

@@ -37,21 +37,21 @@ func TestPowerCutOneFlushAdmissionOverALaunderedRecord(t *testing.T) {
 	fsys := newPoweredRoot(t, clock)
 	k1, k0, k2 := deliveryInShard(0x42), deliveryInShard(0x42), deliveryInShard(0x42)
 	{
-		l := openOnF2(t, &syncFault{FS: fsys, dieAtRowFolder: true}, clock)
+		l := openOn(t, &syncFault{FS: fsys, dieAtRowFolder: true}, clock)
 		if _, err := l.Admit(ctx, k1); err == nil {
 			t.Fatal("k1's admission was answered although its process died before the folder sync")
 		}
 		l.Close()
 	}
 	{
-		l := openOnF2(t, &syncFault{FS: fsys, dieAtFirstSync: true}, clock)
+		l := openOn(t, &syncFault{FS: fsys, dieAtFirstSync: true}, clock)
 		if _, err := l.Admit(ctx, k0); err == nil {
 			t.Fatal("k0's admission was answered although its process died at its syncfs")
 		}
 		l.Close()
 	}
 	{
-		l := openOnF2(t, &syncFault{FS: fsys, dieAtRowFolder: true}, clock)
+		l := openOn(t, &syncFault{FS: fsys, dieAtRowFolder: true}, clock)
 		if _, err := l.Admit(ctx, k2); err == nil {
 			t.Fatal("k2's admission was answered although its process died before the folder sync")
 		}
@@ -115,7 +115,7 @@ func TestPowerCutOneFlushAdmissionAfterTwoFailedSyncs(t *testing.T) {
 	clock := ledger.NewManualClock(epoch)
 	fsys := newPoweredRoot(t, clock)
 	flaky := &flakySyncs{FS: fsys, failDir: map[int]bool{1: true}, failFS: map[int]bool{1: true}, cutDir: map[int]bool{2: true}}
-	l := openOnF2(t, flaky, clock)
+	l := openOn(t, flaky, clock)
 	for i, d := range []ledger.Delivery{deliveryInShard(0x42), deliveryInShard(0x42), deliveryInShard(0x42)} {
 		if a, err := l.Admit(ctx, d); err == nil {
 			t.Fatalf("admission %d answered %+v although its sync failed", i, a)
@@ -183,7 +183,7 @@ func TestPowerCutCleanupReleaseOverALaunderedRecord(t *testing.T) {
 	for r = newDelivery(epoch); r.Key()[0] != 0x42; r = newDelivery(epoch) {
 	}
 	{
-		l := openPoweredWithF2(t, fsys, clock, limits, true)
+		l := openPoweredWith(t, fsys, clock, limits, true)
 		ledgertest.MustAdmit(t, l, r)
 		ledgertest.FinishRow(t, l, clock, r)
 		l.Close()
@@ -191,7 +191,7 @@ func TestPowerCutCleanupReleaseOverALaunderedRecord(t *testing.T) {
 	fsys.SyncAll()
 	clock.Set(epoch.Add(2 * time.Hour))
 	open := func(f localfs.FS) *localfs.Ledger {
-		l, err := localfs.Open(ctx, powerRoot, localfs.Config{NoAdmissionLog: true, Limits: limits, Clock: clock, FS: f})
+		l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: f})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func TestAdmissionsFromManyProcessesKeepThePendingListShort(t *testing.T) {
 	fsys := newPoweredRoot(t, clock)
 	var procs []*localfs.Ledger
 	for range 5 {
-		procs = append(procs, openOnF2(t, fsys, clock))
+		procs = append(procs, openOn(t, fsys, clock))
 	}
 	var admitted []ledger.Delivery
 	most := 0

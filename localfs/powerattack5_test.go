@@ -85,19 +85,19 @@ func threePendingThenBatch(t *testing.T, clock *ledger.ManualClock, limits ledge
 	if err := fsys.Mkdir("/power", 0o700); err != nil {
 		t.Fatal(err)
 	}
-	openPoweredWithF2(t, fsys, clock, limits, true).Close()
+	openPoweredWith(t, fsys, clock, limits, true).Close()
 	var ds []ledger.Delivery
 	for range 3 {
 		d := newDelivery(epoch)
 		for d.Key()[0] != 0x42 {
 			d = newDelivery(epoch)
 		}
-		l := openPoweredWithF2(t, fsys, clock, limits, false)
+		l := openPoweredWith(t, fsys, clock, limits, false)
 		ledgertest.MustAdmit(t, l, d)
 		l.Close()
 		ds = append(ds, d)
 	}
-	l := openPoweredWithF2(t, fsys, clock, limits, false)
+	l := openPoweredWith(t, fsys, clock, limits, false)
 	if n, err := localfs.PendingForTest(l, 0x42); err != nil || n != 3 {
 		t.Fatalf("shard 0x42 holds %d pending slots (%v), want 3", n, err)
 	}
@@ -128,7 +128,7 @@ func TestPendingListOverOneSectorWhileABatchIsUnreleased(t *testing.T) {
 	fsys, ds := threePendingThenBatch(t, clock, limits)
 	hooked := &removalHookFS{FS: fsys, gone: rowPathForTest(ds[0].Key())}
 	hooked.hook = func() {
-		l, err := localfs.Open(ctx, powerRoot, localfs.Config{NoAdmissionLog: true, Limits: limits, Clock: clock, FS: &cutAtFileSync{FS: fsys}})
+		l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: &cutAtFileSync{FS: fsys}})
 		if err != nil {
 			t.Errorf("open the admitting process: %v", err)
 			return
@@ -138,7 +138,7 @@ func TestPendingListOverOneSectorWhileABatchIsUnreleased(t *testing.T) {
 		}
 		l.Close()
 	}
-	cleaner, err := localfs.Open(ctx, powerRoot, localfs.Config{NoAdmissionLog: true, Limits: limits, Clock: clock, FS: hooked})
+	cleaner, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: hooked})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestPendingListOverOneSectorWhileABatchIsUnreleased(t *testing.T) {
 	}
 	// Kept whole, the admission's record names more than 3 pending slots.
 	{
-		l := openPoweredWithF2(t, fsys.Recover(powerfs.Persistence{Keep: powerfs.Everything}), clock, limits, false)
+		l := openPoweredWith(t, fsys.Recover(powerfs.Persistence{Keep: powerfs.Everything}), clock, limits, false)
 		n, err := localfs.PendingForTest(l, 0x42)
 		l.Close()
 		if err != nil {
@@ -170,7 +170,7 @@ func TestPendingListOverOneSectorWhileABatchIsUnreleased(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v: %v", p, err)
 			}
-			l, err := localfs.Open(ctx, powerRoot, localfs.Config{NoAdmissionLog: true, Limits: limits, Clock: clock, FS: fsys.Recover(p)})
+			l, err := localfs.Open(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: fsys.Recover(p)})
 			if err != nil {
 				torn++
 				t.Errorf("%v: open after the power cut: %v", p, err)

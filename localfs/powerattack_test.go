@@ -40,23 +40,6 @@ func openPoweredWith(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, 
 	return l
 }
 
-// openPoweredWithF2 is openPoweredWith for a test of the format 2 admission (no admission
-// log: a synced record with the key pending, then the row and its folder synced), which a
-// local root still uses when its log cannot take an admission (logged.go).
-func openPoweredWithF2(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, limits ledger.Limits, create bool) *localfs.Ledger {
-	t.Helper()
-	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: fsys, Create: create, NoAdmissionLog: true})
-	if err != nil {
-		t.Fatalf("open the root: %v", err)
-	}
-	return l
-}
-
-func openPoweredF2(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, create bool) *localfs.Ledger {
-	t.Helper()
-	return openPoweredWithF2(t, fsys, clock, testLimits(), create)
-}
-
 // checkPreparedRootWith is checkPreparedRoot for a root of the given limits; it also runs a
 // cleanup lap first when lap is set (a lap settles what interrupted admissions left pending).
 func checkPreparedRootWith(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, limits ledger.Limits, lap bool, what string) {
@@ -726,13 +709,13 @@ func TestPowerCutAfterAProcessCrashLosesNoAnsweredAdmission(t *testing.T) {
 	fsys := newPoweredRoot(t, clock)
 	dying := &syncFault{FS: fsys, dieAtRowFolder: true}
 	d := newDelivery(time.Time{})
-	first := openOnF2(t, dying, clock)
+	first := openOn(t, dying, clock)
 	if _, err := first.Admit(ctx, d); err == nil {
 		t.Fatal("the admission was answered although its process died before the folder sync")
 	}
 	first.Close()
 	// A new process answers the sender's retry.
-	second := openPoweredF2(t, fsys, clock, false)
+	second := openPowered(t, fsys, clock, false)
 	// Answered Pending ("already admitted; queued again": HTTP 200 from the ingress, which
 	// also enqueues it), the sender stops sending, as it does for Admitted.
 	a, err := second.Admit(ctx, d)

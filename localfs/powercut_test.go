@@ -131,16 +131,6 @@ func openPowered(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, crea
 
 // openOn opens the root through fsys, a wrapper of a powerfs (a process that dies, a sync
 // that fails), as a process would; the test fails if it cannot.
-// openOnF2 is openOn for a test of the format 2 admission (see openPoweredWithF2).
-func openOnF2(t testing.TB, fsys localfs.FS, clock *ledger.ManualClock) *localfs.Ledger {
-	t.Helper()
-	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys, NoAdmissionLog: true})
-	if err != nil {
-		t.Fatalf("open the root: %v", err)
-	}
-	return l
-}
-
 func openOn(t testing.TB, fsys localfs.FS, clock *ledger.ManualClock) *localfs.Ledger {
 	t.Helper()
 	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})

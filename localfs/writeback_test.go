@@ -47,7 +47,7 @@ func TestWritebackFailureFailsTheOperation(t *testing.T) {
 	ctx := context.Background()
 	clock := ledger.NewManualClock(epoch)
 	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{NoAdmissionLog: true, Clock: clock, FS: fsys})
+	l := openRoot(t, filepath.Join(t.TempDir(), "root"), localfs.Config{Clock: clock, FS: fsys})
 	defer l.Close()
 
 	// The one-flush round of a lone admission reports each file's write-back through its own

@@ -548,10 +548,9 @@ func (f *FS) ReadFile(name string) ([]byte, error) {
 }
 
 // OpenFile implements vfs.FS: files only, opened for writing (O_WRONLY or O_RDWR), with
-// O_CREATE and O_EXCL, or an existing one read-only (for its lock, or to sync it); the flags
-// the FileLedger does not use are refused.
+// O_CREATE and O_EXCL; the flags the FileLedger does not use are refused.
 func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
-	if flag&^(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_EXCL) != 0 || flag&(os.O_WRONLY|os.O_RDWR) == 0 && flag != os.O_RDONLY {
+	if flag&^(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_EXCL) != 0 || flag&(os.O_WRONLY|os.O_RDWR) == 0 {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("powerfs: flags %#x not modelled", flag)}
 	}
 	f.mu.Lock()
