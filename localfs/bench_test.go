@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 )
 
 // The benchmarks measure; nothing here asserts a timing. `make bench` runs them and

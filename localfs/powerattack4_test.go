@@ -11,7 +11,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/powerfs"
+	"github.com/amiss-ci/amiss/localfs/internal/powerfs"
 )
 
 // Attacks (helper attack-27) on the one-flush round of a lone admission (commit 3d09eba): the

@@ -12,7 +12,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/powerfs"
+	"github.com/amiss-ci/amiss/localfs/internal/powerfs"
 	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 

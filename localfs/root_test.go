@@ -16,7 +16,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 )
 
 // TestLockGrowthIsFixed admits and completes 2,000 deliveries (10,000 in the soak) and checks that the root holds
