@@ -18,9 +18,8 @@ import (
 
 // Capacity is sharded like the rows: capacity shard XX lives in rows/XX/capacity.state and is
 // guarded by row shard XX's lock. Its quota is its share of the record cap (the quotas add up
-// to the cap). An admission takes
-// a slot from its key's home shard, under the one lock it takes anyway; only when that shard
-// is full does it look at the others (reading their records without locks, then locking the
+// to the cap). An admission takes a slot from its key's home shard, under the one lock it takes
+// anyway; only when that shard is full does it look at the others (reading their records without locks, then locking the
 // chosen one), so Full is answered only when every shard is full. A row records the shard
 // whose slot it holds, and cleanup gives the slot back there.
 //
@@ -65,12 +64,8 @@ func (r *root) readShard(s int) (shardState, error) {
 		}
 		break
 	}
-	var err error
 	if sh.Shard != s {
-		err = fmt.Errorf("%w: the record of shard %d holds shard %d", ledger.ErrCorrupt, s, sh.Shard)
-	}
-	if err != nil {
-		return shardState{}, fmt.Errorf("%s: %w", p, err)
+		return shardState{}, fmt.Errorf("%s: %w: the record of shard %d holds shard %d", p, ledger.ErrCorrupt, s, sh.Shard)
 	}
 	return sh, nil
 }
@@ -78,7 +73,7 @@ func (r *root) readShard(s int) (shardState, error) {
 // stageShard writes sh, as the next record, over the shard's file in place (both copies, one
 // write); the caller syncs its data (commitAll) under the shard's lock.
 //
-// The write is a pure overwrite (staged.overwrite): a shard file is made only by writeShards,
+// The write is a pure overwrite (staged.inPlace): a shard file is made only by writeShards,
 // whose data, size included, is synced before the file is renamed into place, and every record
 // is exactly 2*shardSlot bytes written at offset 0 (decodeShardFile refuses a file of any
 // other size), so no write changes the file's size or its blocks.
@@ -90,12 +85,7 @@ func (r *root) stageShard(sh *shardState) (*staged, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := r.stageAt(r.shardCapPath(sh.Shard), 0, data)
-	if err != nil {
-		return nil, err
-	}
-	st.overwrite = true
-	return st, nil
+	return r.stageAt(r.shardCapPath(sh.Shard), data)
 }
 
 // settle judges the shard's pending slots; the caller holds the shard's lock, so no admission
@@ -284,14 +274,20 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err := r.sync.syncEverything(); err != nil { // see settle
 		return err
 	}
-	st, err := r.stageShard(&sh)
-	if err != nil {
-		return err
+	return r.writeShard(&sh, used)
+}
+
+// writeShard writes sh as its shard's next record, durably, and shows the room it gained since
+// its count was used (roomShown). The caller holds the shard's lock.
+func (r *root) writeShard(sh *shardState, used int64) error {
+	st, err := r.stageShard(sh)
+	if err == nil {
+		err = r.commitAll([]*staged{st})
 	}
-	if err := r.commitAll([]*staged{st}); err != nil {
-		return err
+	if err == nil {
+		err = r.roomShown(used, sh.Used)
 	}
-	return r.roomShown(used, sh.Used)
+	return err
 }
 
 // roomShown changes the room epoch again once a shard record that gained room (its count went
@@ -398,14 +394,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 			// Keep what settling found (slots given back), durably: a full shard is read again
 			// by every admission that borrows. What it relied on was made durable first (see
 			// settle).
-			st, err := r.stageShard(&sh)
-			if err == nil {
-				err = r.commitAll([]*staged{st})
-			}
-			if err == nil {
-				err = r.roomShown(used, sh.Used)
-			}
-			if err != nil {
+			if err := r.writeShard(&sh, used); err != nil {
 				return ledger.Admission{}, false, err
 			}
 		}

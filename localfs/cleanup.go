@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -366,12 +367,7 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally 
 	return nil, nil
 }
 
-func (r *root) removeIndex(e indexEntry) error {
-	if err := r.fs.Remove(e.path(r)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, e.path(r), err)
-	}
-	return nil
-}
+func (r *root) removeIndex(e indexEntry) error { return r.remove(e.path(r)) }
 
 // applyBatch removes the batch's rows, makes the removals durable, and releases their slots in
 // the capacity shards that held them, each shard once. The caller holds the maintenance lock.
@@ -393,16 +389,13 @@ func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]l
 	}
 	// One syncfs makes every removal of the batch durable before any count goes down: a lost
 	// removal must never bring back a row whose slot was released.
-	if err := r.fs.SyncFS(r.dir); err != nil {
-		return nil, fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, r.dir, err)
-	}
-	if err := r.sync.checkJournal(); err != nil {
+	if err := r.sync.syncEverything(); err != nil {
 		return nil, err
 	}
 	if err := r.release(ctx, b.ID, released); err != nil {
 		return nil, err
 	}
-	return removed, r.dropBatchFile()
+	return removed, r.remove(r.path(BatchFile))
 }
 
 // release gives back the slots of the rows batch id removed, shard by shard. It holds the locks
@@ -412,11 +405,7 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 	if len(released) == 0 {
 		return nil
 	}
-	shards := make([]int, 0, len(released))
-	for s := range released {
-		shards = append(shards, s)
-	}
-	sortInts(shards)
+	shards := slices.Sorted(maps.Keys(released))
 	unlock, err := r.lockShards(ctx, shards)
 	if err != nil {
 		return err
@@ -502,30 +491,23 @@ func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool
 	if !row.Removable(now) {
 		return false, nil // re-admitted with a later signed time since the batch was chosen
 	}
-	if err := r.fs.Remove(r.statePath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.statePath(e.Key), err)
+	if err := r.remove(r.statePath(e.Key)); err != nil {
+		return false, err
 	}
 	if row.v1 {
-		if err := r.fs.Remove(r.reportPath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.reportPath(e.Key), err)
+		if err := r.remove(r.reportPath(e.Key)); err != nil {
+			return false, err
 		}
 	}
 	return true, r.removeIndexNamed(e)
 }
 
+// removeIndexNamed removes the index entry a batch entry names ("<bucket>/<name>"), if any.
 func (r *root) removeIndexNamed(e batchEntry) error {
 	if e.Index == "" {
 		return nil
 	}
-	bucket, name, _ := strings.Cut(e.Index, "/")
-	return r.removeIndex(indexEntry{bucket: bucket, name: name})
-}
-
-func (r *root) dropBatchFile() error {
-	if err := r.fs.Remove(r.path(BatchFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
-	}
-	return nil
+	return r.remove(filepath.Join(r.dir, EndedDir, e.Index))
 }
 
 // readBatch returns the cleanup batch record, or nil when there is none.

@@ -64,7 +64,7 @@ type syncReq struct {
 	files []File
 	names []string // the files' names, for errors
 	// overwrite[i]: files[i] is only overwritten in place, its size and blocks durable since
-	// it was made (staged.overwrite).
+	// it was made (staged.inPlace).
 	overwrite []bool
 	dirs      []string
 	// all asks for everything written to the file system to be made durable (syncfs).
@@ -96,7 +96,7 @@ func (s *syncer) syncData(sts ...*staged) error {
 	for _, st := range sts {
 		req.files = append(req.files, st.f)
 		req.names = append(req.names, st.name())
-		req.overwrite = append(req.overwrite, st.overwrite)
+		req.overwrite = append(req.overwrite, st.inPlace)
 	}
 	return s.sync(req)
 }
@@ -218,8 +218,9 @@ func (s *syncer) run(round []*syncReq) []error {
 	// operation does after such a round (a rename) opens a journal handle itself, which an
 	// aborted journal refuses; only a folder's entries are trusted to the sync alone.
 	if slices.ContainsFunc(round, func(r *syncReq) bool { return len(r.dirs) > 0 || r.all }) {
-		if err := s.checkJournal(); err != nil {
-			return fail(err)
+		if err := vfs.CheckJournal(s.fs, s.dir); err != nil {
+			return fail(fmt.Errorf("%w: the file system holding %s no longer commits changes (its journal may have aborted after a failed write; what the last sync carried may be lost): %v",
+				ledger.ErrUnavailable, s.dir, err))
 		}
 	}
 	if len(round) == 1 && len(round[0].dirs) == 0 && (len(round[0].files) == 1 || s.flushOnce(round[0]) >= 0) {
@@ -304,27 +305,16 @@ func (s *syncer) flushOnce(r *syncReq) int {
 	return sync
 }
 
-// checkJournal asks the file system whether its journal still commits, after a sync that
-// answered success (vfs.CheckJournal); a journal that aborted fails whatever the sync carried.
-func (s *syncer) checkJournal() error {
-	if err := vfs.CheckJournal(s.fs, s.dir); err != nil {
-		return fmt.Errorf("%w: the file system holding %s no longer commits changes (its journal may have aborted after a failed write; what the last sync carried may be lost): %v",
-			ledger.ErrUnavailable, s.dir, err)
-	}
-	return nil
-}
-
 // staged is a temporary file written, open and not yet synced, then renamed into place:
 // invisible to every reader until renamed.
 type staged struct {
 	r         *root
 	f         File
 	tmp, path string
-	// inPlace: written into path itself (a slot of a capacity shard); nothing to rename.
+	// inPlace: written into path itself, over bytes whose extent and the file's size were
+	// made durable when the file was made (a capacity shard's record): nothing to rename, and
+	// the write changes no metadata (syncer.flushOnce).
 	inPlace bool
-	// overwrite: written in place over bytes whose extent and the file's size were made
-	// durable when the file was made, so the write changes no metadata (syncer.flushOnce).
-	overwrite bool
 }
 
 // abort closes and removes the temporary file (best effort: debris collection takes what is
@@ -467,15 +457,15 @@ func (r *root) stage(path string, data []byte) (*staged, error) {
 	return st, nil
 }
 
-// stageAt writes data into path at off, in place, and keeps the file open, unsynced.
-func (r *root) stageAt(path string, off int64, data []byte) (*staged, error) {
+// stageAt writes data over the start of path, in place, and keeps the file open, unsynced.
+func (r *root) stageAt(path string, data []byte) (*staged, error) {
 	st := &staged{r: r, path: path, inPlace: true}
 	f, err := r.fs.OpenFile(path, os.O_WRONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, path, err)
 	}
 	st.f = f
-	if _, err := f.WriteAt(data, off); err != nil {
+	if _, err := f.WriteAt(data, 0); err != nil {
 		return nil, st.abort("write", err)
 	}
 	return st, nil

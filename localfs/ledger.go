@@ -236,7 +236,7 @@ func (r *root) path(name string) string { return filepath.Join(r.dir, name) }
 
 // load reads the root state, creating the root or migrating it from format 1 when needed.
 func (r *root) load(ctx context.Context) error {
-	data, err := r.fs.ReadFile(r.path(RootFile))
+	st, version, err := r.readRootVersion()
 	if errors.Is(err, fs.ErrNotExist) {
 		if !r.cfg.Create {
 			return fmt.Errorf("%w: %s is missing: not a ledger root (create one first)", ledger.ErrRootMismatch, r.path(RootFile))
@@ -244,14 +244,10 @@ func (r *root) load(ctx context.Context) error {
 		if err := r.create(ctx); err != nil {
 			return err
 		}
-		data, err = r.fs.ReadFile(r.path(RootFile))
+		st, version, err = r.readRootVersion()
 	}
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
-	}
-	st, version, err := decodeRootVersion(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", r.path(RootFile), err)
+		return err
 	}
 	// Limits that differ fail closed before anything is written; a body-age ceiling to adopt
 	// is recorded after a migration, in a root state of this format.
@@ -289,16 +285,9 @@ func (r *root) adoptBodyTimes(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	data, err := r.fs.ReadFile(r.path(RootFile))
+	st, err := r.readRoot()
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
-	}
-	st, version, err := decodeRootVersion(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", r.path(RootFile), err)
-	}
-	if version < FormatVersion {
-		return fmt.Errorf("%w: %s is of format %d: it must be migrated (open it again)", ledger.ErrRootMismatch, r.path(RootFile), version)
+		return err
 	}
 	now := ledger.MaxTime(r.cfg.Clock.Now(), time.Unix(0, st.HighWater).UTC())
 	limits, adopt, err := st.Limits.Reconcile(r.cfg.Limits, now)
@@ -387,22 +376,31 @@ func (r *root) checkEmptyForCreate() error {
 	return nil
 }
 
+// readRoot reads the root state, which must be of this format.
 func (r *root) readRoot() (rootState, error) {
-	data, err := r.fs.ReadFile(r.path(RootFile))
+	st, version, err := r.readRootVersion()
+	if err == nil && version < FormatVersion {
+		err = fmt.Errorf("%w: %s is of format %d: it must be migrated (open it again)", ledger.ErrRootMismatch, r.path(RootFile), version)
+	}
+	return st, err
+}
+
+// readRootVersion reads the root state and the format that wrote it. A missing one is
+// ErrRootMismatch, and matches fs.ErrNotExist too.
+func (r *root) readRootVersion() (rootState, uint16, error) {
+	p := r.path(RootFile)
+	data, err := r.fs.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rootState{}, 0, fmt.Errorf("%w: %s is missing (%w)", ledger.ErrRootMismatch, p, err)
+	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return rootState{}, fmt.Errorf("%w: %s is missing", ledger.ErrRootMismatch, r.path(RootFile))
-		}
-		return rootState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
+		return rootState{}, 0, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 	}
 	st, version, err := decodeRootVersion(data)
 	if err != nil {
-		return rootState{}, fmt.Errorf("%s: %w", r.path(RootFile), err)
+		return rootState{}, 0, fmt.Errorf("%s: %w", p, err)
 	}
-	if version < FormatVersion {
-		return rootState{}, fmt.Errorf("%w: %s is of format %d: it must be migrated (open it again)", ledger.ErrRootMismatch, r.path(RootFile), version)
-	}
-	return st, nil
+	return st, version, nil
 }
 
 // highWater returns the persisted high-water clock.

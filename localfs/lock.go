@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -177,20 +178,13 @@ func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
 // lockShards takes the locks of the given shards in ascending order (the lock order), and
 // returns one function releasing them all.
 func (r *root) lockShards(ctx context.Context, shards []int) (func(), error) {
-	sorted := append([]int(nil), shards...)
-	sortInts(sorted)
 	var unlocks []func()
 	release := func() {
 		for i := len(unlocks) - 1; i >= 0; i-- {
 			unlocks[i]()
 		}
 	}
-	last := -1
-	for _, s := range sorted {
-		if s == last {
-			continue
-		}
-		last = s
+	for _, s := range slices.Compact(slices.Sorted(slices.Values(shards))) {
 		u, err := r.lockShard(ctx, byte(s))
 		if err != nil {
 			release()
@@ -206,12 +200,4 @@ func lockFile(ctx context.Context, l *fileLock, wait time.Duration) (func(), err
 		return nil, err
 	}
 	return l.unlock, nil
-}
-
-func sortInts(xs []int) {
-	for i := 1; i < len(xs); i++ {
-		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
 }

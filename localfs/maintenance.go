@@ -110,8 +110,8 @@ func (r *root) collectRootDebris(ctx context.Context) error {
 	}
 	for _, e := range entries {
 		if strings.Contains(e.Name(), tmpMarker) || strings.HasPrefix(e.Name(), CapacityFile) {
-			if err := r.fs.Remove(r.path(e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(e.Name()), err)
+			if err := r.remove(r.path(e.Name())); err != nil {
+				return err
 			}
 		}
 	}
@@ -148,9 +148,8 @@ func (r *root) collectLocked(s int, names []string) error {
 			dead = r.deadReport(k)
 		}
 		if dead {
-			p := filepath.Join(dir, name)
-			if err := r.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, p, err)
+			if err := r.remove(filepath.Join(dir, name)); err != nil {
+				return err
 			}
 		}
 	}

@@ -40,13 +40,9 @@ func (r *root) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate %s: %w", r.dir, err)
 	}
 	defer unlockA()
-	data, err := r.fs.ReadFile(r.path(RootFile))
+	st, version, err := r.readRootVersion()
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
-	}
-	st, version, err := decodeRootVersion(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", r.path(RootFile), err)
+		return err
 	}
 	if version >= FormatVersion {
 		return nil // migrated by another process meanwhile
@@ -90,8 +86,8 @@ func (r *root) migrate(ctx context.Context) error {
 	// The format 1 batch goes before the root state says format 2: its rows were counted as
 	// they stand, and format 2 must never apply it (it names no shards). A crash before this
 	// removal leaves a format 1 root that the next open migrates again.
-	if err := r.fs.Remove(r.path(BatchFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
+	if err := r.remove(r.path(BatchFile)); err != nil {
+		return err
 	}
 	if err := r.sync.syncDirs(r.dir); err != nil {
 		return err
@@ -104,8 +100,8 @@ func (r *root) migrate(ctx context.Context) error {
 	if err := r.replace(r.path(RootFile), out, durableFull); err != nil {
 		return err
 	}
-	if err := r.fs.Remove(r.path(CapacityFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(CapacityFile), err)
+	if err := r.remove(r.path(CapacityFile)); err != nil {
+		return err
 	}
 	return r.sync.syncDirs(r.dir)
 }

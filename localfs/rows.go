@@ -86,6 +86,14 @@ func (r *root) writeRow(s *storedRow, d durability) error {
 // debris collection.
 func (r *root) removeQuietly(p string) { r.fs.Remove(p) }
 
+// remove removes the file at p; a file already gone is no error.
+func (r *root) remove(p string) error {
+	if err := r.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	return nil
+}
+
 // report returns the report a saved or abandoned row keeps.
 func (r *root) report(s *storedRow) ([]byte, error) {
 	if s.v1 {

@@ -8,7 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/amiss-ci/amiss/localfs/vfs"
@@ -104,14 +105,9 @@ type Counts struct {
 
 // String lists the counts by operation.
 func (c Counts) String() string {
-	ops := make([]string, 0, len(c.ByOp))
-	for op := range c.ByOp {
-		ops = append(ops, string(op))
-	}
-	sort.Strings(ops)
 	s := fmt.Sprintf("%d ops", c.Total)
-	for _, op := range ops {
-		s += fmt.Sprintf(" %s=%d", op, c.ByOp[Op(op)])
+	for _, op := range slices.Sorted(maps.Keys(c.ByOp)) {
+		s += fmt.Sprintf(" %s=%d", op, c.ByOp[op])
 	}
 	return s
 }
@@ -199,12 +195,7 @@ func (f *FS) decide(op Op, path string) Action {
 	if f.dead {
 		return Crash
 	}
-	names := make([]string, 0, len(f.rules))
-	for n := range f.rules {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(f.rules)) {
 		if a := f.rules[n](op, path); a != Pass {
 			if a == Crash || a == CrashAfterEffect {
 				f.dead = true
