@@ -267,13 +267,8 @@ func maxRowPayload(l ledger.Limits) int {
 	return (l.MaxSubjectBytes+2)/3*4 + (l.MaxReportBytes+2)/3*4 + 8<<10
 }
 
-func decodeRoot(data []byte) (rootState, error) {
-	s, _, err := decodeRootVersion(data)
-	return s, err
-}
-
-// decodeRootVersion decodes the root state and reports the format that wrote it.
-func decodeRootVersion(data []byte) (rootState, uint16, error) {
+// decodeRoot decodes the root state and reports the format that wrote it.
+func decodeRoot(data []byte) (rootState, uint16, error) {
 	var s rootState
 	v, err := decodeJSON(kindRoot, data, maxRootPayload, &s)
 	if err == nil {
@@ -357,12 +352,7 @@ func decodeCapacity(data []byte) (capacityState, error) {
 	return s, err
 }
 
-func decodeBatch(data []byte) (batchState, error) {
-	s, _, err := decodeBatchVersion(data)
-	return s, err
-}
-
-func decodeBatchVersion(data []byte) (batchState, uint16, error) {
+func decodeBatch(data []byte) (batchState, uint16, error) {
 	var s batchState
 	v, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
 	if err == nil && (s.ID == 0 || len(s.Entries) > maxBatchEntries) {
@@ -444,3 +434,6 @@ func decodeSweep(data []byte) (sweepState, error) {
 	}
 	return s, err
 }
+
+// shardCount is the number of row shards, and of capacity shards: one per first key byte.
+const shardCount = 256

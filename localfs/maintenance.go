@@ -11,6 +11,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
+// The maintenance state (.amiss-maintenance.state: where the next sweep lap and debris collection
+// start) and debris collection: temporary files and dead format 1 reports, each removed only under
+// the lock its writer holds.
+
 // readSweep reads the maintenance state; a missing one is the default (start at folder 00).
 // A damaged one is returned with the default and an error wrapping ErrCorrupt: it is advisory,
 // so the caller reports it and goes on.
@@ -37,55 +41,6 @@ func (r *root) writeSweep(s sweepState) error {
 		return err
 	}
 	return r.replace(r.path(SweepFile), data, durableData)
-}
-
-// prepare finishes a leftover batch, checks every capacity shard, and collects debris: in the
-// root folder, and in row folders from where the last Prepare stopped, listing at most
-// DebrisBudget entries.
-func (r *root) prepare(ctx context.Context) error {
-	unlock, err := lockFile(ctx, r.maintenance, r.cfg.LockWait)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if _, err := r.recoverBatch(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	if _, err := r.readAllShards(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	if err := r.collectRootDebris(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	st, err := r.readSweep()
-	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	listed := 0
-	s := st.DebrisShard
-	for i := 0; i < shardCount && listed < r.cfg.DebrisBudget; i++ {
-		dir := r.shardDirOf(s)
-		names, err := r.fs.ReadDir(dir)
-		if err != nil {
-			return fmt.Errorf("prepare: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
-		}
-		listed += len(names)
-		var debris []string
-		for _, n := range names {
-			if strings.Contains(n.Name(), tmpMarker) || strings.HasSuffix(n.Name(), ".report") {
-				debris = append(debris, n.Name())
-			}
-		}
-		if err := r.collectDebris(ctx, map[int][]string{s: debris}); err != nil {
-			return fmt.Errorf("prepare: %w", err)
-		}
-		s = (s + 1) % shardCount
-	}
-	st.DebrisShard = s
-	if err := r.writeSweep(st); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	return nil
 }
 
 // collectRootDebris removes temporary files and format 1 leftovers of the root folder; it

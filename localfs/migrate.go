@@ -166,7 +166,7 @@ func (r *root) readBatchV1() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
 	}
-	b, err := decodeBatch(data)
+	b, _, err := decodeBatch(data)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", r.path(BatchFile), err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -38,56 +37,6 @@ import (
 //     out next) and a Publish grant sync the row's folder first.
 //     An Execute grant needs no such sync: nothing leaves the host before its Save, which
 //     syncs the folder, and whatever it depended on with it.
-
-// Admit implements ledger.Ledger. A key that already has a row is answered under its row-shard
-// lock alone. A new key takes a slot in its home capacity shard under that same lock (see
-// capacity.go): the shard record (count plus one, the key pending) and the row are written
-// in the shard's folder and made durable together. A crash in between leaves the count one too
-// high with the key pending, settled by the next admission in that shard.
-func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.Admission{}, err
-	}
-	defer l.r.end()
-	if err := l.r.cfg.Limits.CheckDelivery(d); err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", d.Key().Short(), err)
-	}
-	a, err := l.admitNew(ctx, d)
-	if err == nil && a.Outcome == ledger.Full {
-		// A cleanup that crashed after removing rows leaves counts high until its batch is
-		// finished; finish it before refusing, so Full means the whole cap is in use.
-		if recovered, rerr := l.r.recoverBatchIfAny(ctx); rerr == nil && recovered {
-			return l.admitNew(ctx, d)
-		}
-	}
-	return a, err
-}
-
-func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admission, error) {
-	now, err := r.now(&row.Row)
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	o, changed := row.Readmit(d, r.cfg.Limits, now)
-	switch {
-	case changed:
-		// Synced before the answer: the sender was answered for a signed time the row must
-		// now outlive.
-		if err := r.writeRow(row, durableFull); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
-	case o == ledger.Pending || o == ledger.Duplicate:
-		// The sender is told the delivery is held and stops sending, so the row read must be
-		// on disk, and it may not be: a process that died between renaming it into place and
-		// syncing its folder (an admission, a lengthening re-admission, a Save) left it in the
-		// page cache only, for a power loss to take. Its data was synced before the rename;
-		// a sync of its folder makes the name durable (TestPowerCutAfterAProcessCrash...).
-		if err := r.sync.syncDirs(filepath.Dir(r.statePath(row.Key))); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
-	}
-	return row.Admission(o), nil
-}
 
 // step is one decision on a row, the shape objstore's update takes too: it reads and changes
 // row (at the row's effective now) and answers a value and how the changed row is written: not
@@ -392,58 +341,6 @@ func (l *Ledger) Inspect(ctx context.Context, key ledger.Key) (ledger.Row, error
 		return ledger.Row{}, fmt.Errorf("inspect %s: %w", key.Short(), err)
 	}
 	return row.Row, nil
-}
-
-// indexName is the end-time index entry of a row: ended/<hour>/<end nanos>-<key>.
-func indexName(row *ledger.Row) (bucket, name string) {
-	end := row.RetainUntil.UnixNano()
-	if end < 0 {
-		end = 0
-	}
-	return fmt.Sprintf("%012d", end/int64(time.Hour)), fmt.Sprintf("%020d-%s", end, row.Key)
-}
-
-// addIndex creates the row's entry in the end-time index (an empty file). The entry is not
-// synced: see Complete. A new hour's folder is made durable once per process, so entries
-// created in it later are not lost with it.
-func (r *root) addIndex(row *ledger.Row) error {
-	bucket, name := indexName(row)
-	dir := filepath.Join(r.dir, EndedDir, bucket)
-	r.mu.Lock()
-	known := r.bucketDir[bucket]
-	r.mu.Unlock()
-	if !known {
-		if err := r.mkdirDurable(filepath.Join(r.dir, EndedDir)); err != nil {
-			return err
-		}
-		if err := r.mkdirDurable(dir); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.bucketDir[bucket] = true
-		r.mu.Unlock()
-	}
-	p := filepath.Join(dir, name)
-	f, err := r.fs.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("%w: close %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	return nil
-}
-
-// mkdirDurable creates dir if it is missing and makes its entry durable in the parent.
-func (r *root) mkdirDurable(dir string) error {
-	err := r.fs.Mkdir(dir, 0o700)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
-	}
-	return r.sync.syncDirs(filepath.Dir(dir))
 }
 
 // Stats implements ledger.Ledger. It reads every row and every capacity shard.

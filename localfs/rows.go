@@ -9,6 +9,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
+// Row files: rows/XX/<key>.state, one per delivery key, its saved report inline (format 2), or
+// beside it in <key>.report (format 1, read as it is and rewritten as format 2 by the row's next
+// change).
+
 func shardName(s int) string { return fmt.Sprintf("%02x", s) }
 
 func (r *root) shardDirOf(s int) string { return filepath.Join(r.dir, RowsDir, shardName(s)) }
