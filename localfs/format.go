@@ -25,7 +25,7 @@ import (
 const FormatVersion = 2
 
 // retiredFormat is the version of the retired format 3. A file of that version is refused
-// with what it is and what to do (see docs/file-ledger.md, "Errors"), as a newer format is:
+// with what it is and what to do (see docs/file-ledger.md, "When it fails"), as a newer format is:
 // ErrRootMismatch.
 const retiredFormat = 3
 
