@@ -374,12 +374,7 @@ func (f *FS) Recover(p Persistence) *FS {
 		for _, name := range slices.Sorted(maps.Keys(in.entries)) {
 			c := in.entries[name]
 			child, ok := out.inodes[c]
-			if !ok {
-				delete(in.entries, name)
-				delete(in.durableEntries, name)
-				continue
-			}
-			if child.dir && reached[c] {
+			if !ok || child.dir && reached[c] {
 				delete(in.entries, name)
 				delete(in.durableEntries, name)
 				continue
