@@ -83,7 +83,7 @@ build:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./localfs/ ./objstore/ | tee bench.out
 
-FUZZ_PKGS := ./localfs/ ./localfs/admlog/ ./functions/webhook/ ./functions/ingress/
+FUZZ_PKGS := ./localfs/ ./functions/webhook/ ./functions/ingress/
 
 ## fuzz: every fuzz target (decoders, signature headers, the ingress handler) for FUZZTIME each
 fuzz:

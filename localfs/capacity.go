@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,11 +17,11 @@ import (
 
 // Capacity is sharded like the rows: capacity shard XX lives in rows/XX/capacity.state and is
 // guarded by row shard XX's lock. Its quota is its share of the record cap (the quotas add up
-// to the cap). An admission takes
-// a slot from its key's home shard, under the one lock it takes anyway; only when that shard
-// is full does it look at the others (reading their records without locks, then locking the
-// chosen one), so Full is answered only when every shard is full. A row records the shard
-// whose slot it holds, and cleanup gives the slot back there.
+// to the cap). An admission (admit.go) takes a slot from its key's home shard, under the one
+// lock it takes anyway; only when that shard is full does it look at the others (reading their
+// records without locks, then locking the chosen one), so Full is answered only when every
+// shard is full. A row records the shard whose slot it holds, and cleanup gives the slot back
+// there.
 //
 // A shard's count may overstate the rows holding its slots, never understate them. The slot
 // is counted before the row exists: the shard record, with the key pending, is written in
@@ -65,12 +64,8 @@ func (r *root) readShard(s int) (shardState, error) {
 		}
 		break
 	}
-	var err error
 	if sh.Shard != s {
-		err = fmt.Errorf("%w: the record of shard %d holds shard %d", ledger.ErrCorrupt, s, sh.Shard)
-	}
-	if err != nil {
-		return shardState{}, fmt.Errorf("%s: %w", p, err)
+		return shardState{}, fmt.Errorf("%s: %w: the record of shard %d holds shard %d", p, ledger.ErrCorrupt, s, sh.Shard)
 	}
 	return sh, nil
 }
@@ -78,7 +73,7 @@ func (r *root) readShard(s int) (shardState, error) {
 // stageShard writes sh, as the next record, over the shard's file in place (both copies, one
 // write); the caller syncs its data (commitAll) under the shard's lock.
 //
-// The write is a pure overwrite (staged.overwrite): a shard file is made only by writeShards,
+// The write is a pure overwrite (staged.inPlace): a shard file is made only by writeShards,
 // whose data, size included, is synced before the file is renamed into place, and every record
 // is exactly 2*shardSlot bytes written at offset 0 (decodeShardFile refuses a file of any
 // other size), so no write changes the file's size or its blocks.
@@ -90,12 +85,7 @@ func (r *root) stageShard(sh *shardState) (*staged, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := r.stageAt(r.shardCapPath(sh.Shard), 0, data)
-	if err != nil {
-		return nil, err
-	}
-	st.overwrite = true
-	return st, nil
+	return r.stageAt(r.shardCapPath(sh.Shard), data)
 }
 
 // settle judges the shard's pending slots; the caller holds the shard's lock, so no admission
@@ -284,14 +274,20 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	if err := r.sync.syncEverything(); err != nil { // see settle
 		return err
 	}
-	st, err := r.stageShard(&sh)
-	if err != nil {
-		return err
+	return r.writeShard(&sh, used)
+}
+
+// writeShard writes sh as its shard's next record, durably, and shows the room it gained since
+// its count was used (roomShown). The caller holds the shard's lock.
+func (r *root) writeShard(sh *shardState, used int64) error {
+	st, err := r.stageShard(sh)
+	if err == nil {
+		err = r.commitAll([]*staged{st})
 	}
-	if err := r.commitAll([]*staged{st}); err != nil {
-		return err
+	if err == nil {
+		err = r.roomShown(used, sh.Used)
 	}
-	return r.roomShown(used, sh.Used)
+	return err
 }
 
 // roomShown changes the room epoch again once a shard record that gained room (its count went
@@ -313,213 +309,6 @@ func (b *batchState) has(p pendingSlot, shard int) bool {
 		}
 	}
 	return false
-}
-
-// admitNew admits a key that had no row when its shard was last looked at. It holds the home
-// shard's lock (and nothing else) on the common path.
-func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
-	r := l.r
-	key := d.Key()
-	home := int(key[0])
-	lg := r.admissionLog(ctx) // before any shard lock: it may take the maintenance lock
-	unlock, err := r.lockShard(ctx, byte(home))
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	a, full, err := l.admitIn(ctx, d, home, home, lg)
-	unlock()
-	if err != nil || !full {
-		return a, err
-	}
-	return l.borrow(ctx, d, lg)
-}
-
-// admitIn decides the admission of d with a slot of shard s, holding the locks of s and of
-// the key's home shard. full reports that s has no room (nothing was written). With lg, the
-// admission goes through this process's admission log (logged.go) unless the log cannot take
-// it, and the format 2 way otherwise.
-func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int, lg *admLog) (ledger.Admission, bool, error) {
-	r := l.r
-	key := d.Key()
-	// Another admission may have created the row while no lock was held.
-	if row, err := r.readRow(key); err == nil {
-		a, err := r.readmitLocked(&row, d)
-		return a, false, err
-	} else if !errors.Is(err, ledger.ErrUnknownDelivery) {
-		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	// Only freshness needs the persisted high-water; a permanent delivery is decided without it
-	// (every later decision on the row takes the high-water into account anyway).
-	now := r.cfg.Clock.Now()
-	if d.Timed() {
-		var err error
-		if now, err = r.now(nil); err != nil {
-			return ledger.Admission{}, false, err
-		}
-	}
-	id, err := r.evaluationID()
-	if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	row, outcome, err := ledger.NewRow(d, r.cfg.Limits, now, id)
-	if err != nil {
-		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	if outcome != ledger.Admitted {
-		return ledger.Admission{Outcome: outcome, Key: key}, false, nil
-	}
-	rec := storedRow{rowRecord: rowRecord{Row: row, Shard: s}}
-	data, err := encodeRow(&rec, r.cfg.Limits) // refuse an oversized state before any write
-	if err != nil {
-		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	sh, err := r.readShard(s)
-	if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	used := sh.Used
-	changed, err := r.settle(&sh, true)
-	if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	r.sync.enter()
-	defer r.sync.exit()
-	// With log marks, the record must also stay within one sector once this admission's
-	// pending entry is added.
-	grown := sh
-	grown.Used++
-	grown.Pending = append(sh.Pending[:len(sh.Pending):len(sh.Pending)], pendingSlot{Key: key, EvaluationID: row.EvaluationID})
-	tooLong := (len(sh.Applied) > 0 || len(sh.Replayed) > 0) && len(sh.Pending) > 0 && !fitsSector(grown)
-	if len(sh.Pending) >= maxCautiousPending || sh.Used >= sh.Quota && len(sh.Pending) > 0 || tooLong {
-		// A long pending list, or a full shard that slots held by finished admissions might
-		// free: settle in full, from rows made durable first (see settle).
-		if err := r.sync.syncEverything(); err != nil {
-			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-		}
-		full, err := r.settle(&sh, false)
-		if err != nil {
-			return ledger.Admission{}, false, err
-		}
-		changed = changed || full
-	}
-	if sh.Used >= sh.Quota {
-		if changed {
-			// Keep what settling found (slots given back), durably: a full shard is read again
-			// by every admission that borrows. What it relied on was made durable first (see
-			// settle).
-			st, err := r.stageShard(&sh)
-			if err == nil {
-				err = r.commitAll([]*staged{st})
-			}
-			if err == nil {
-				err = r.roomShown(used, sh.Used)
-			}
-			if err != nil {
-				return ledger.Admission{}, false, err
-			}
-		}
-		return ledger.Admission{}, true, nil
-	}
-	if lg != nil {
-		ok, err := lg.admitLogged(&sh, s, row, data)
-		if err != nil {
-			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-		}
-		if ok {
-			if err := r.roomShown(used, sh.Used); err != nil {
-				return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-			}
-			return row.Admission(ledger.Admitted), false, nil
-		}
-	}
-	sh.Used++
-	mine := pendingSlot{Key: key, EvaluationID: row.EvaluationID}
-	sh.Pending = append(sh.Pending, mine)
-	capSt, err := r.stageShard(&sh)
-	if err != nil {
-		return ledger.Admission{}, false, err
-	}
-	rowSt, err := r.stage(r.statePath(key), data)
-	if err != nil {
-		abortAll([]*staged{capSt})
-		return ledger.Admission{}, false, err
-	}
-	// The record is written in place and the row to a temporary file; one sync makes both
-	// durable (one flush: the record written back, the row synced; see syncer), and only
-	// then is the row renamed into place (and its folder synced): the count covers the row
-	// before the row exists, whichever folder the slot comes from.
-	if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
-		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	r.madeDurable(s, mine)
-	if err := r.roomShown(used, sh.Used); err != nil {
-		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
-	}
-	return row.Admission(ledger.Admitted), false, nil
-}
-
-// borrow admits d with a slot of another shard, the home shard being full. It reads every
-// shard's record without locks to find candidates (a shard with room, or with pending keys
-// that settling may free), then tries them one by one under the locks of the candidate and of
-// the home shard, taken in ascending order. Full is answered when no shard has room.
-func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery, lg *admLog) (ledger.Admission, error) {
-	r := l.r
-	key := d.Key()
-	home := int(key[0])
-	// A refusal proved by an earlier scan stands while no shard has gained room since, for
-	// FullProofLife at most.
-	epoch, known := r.roomEpoch()
-	now := r.cfg.Clock.Now()
-	r.mu.Lock()
-	proved, provedAt := r.fullProof, r.fullProofAt
-	r.mu.Unlock()
-	if known && proved != nil && *proved == epoch && now.Before(provedAt.Add(FullProofLife)) && !now.Before(provedAt) {
-		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
-	}
-	states, err := r.readAllShards(ctx)
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	var mine, roomy, pending []int
-	for s, sh := range states {
-		switch {
-		case slices.ContainsFunc(sh.Pending, func(p pendingSlot) bool { return p.Key == key }):
-			// An earlier admission of this key took a slot here and was interrupted:
-			// settling gives that slot back, and this admission takes it again.
-			mine = append(mine, s)
-		case sh.Used < sh.Quota:
-			roomy = append(roomy, s)
-		case len(sh.Pending) > 0:
-			pending = append(pending, s)
-		}
-	}
-	// Start at a shard that depends on the key, so borrowers spread over the shards.
-	rotate := func(xs []int) []int {
-		if len(xs) == 0 {
-			return xs
-		}
-		i := int(key[1]) % len(xs)
-		return append(xs[i:len(xs):len(xs)], xs[:i]...)
-	}
-	for _, s := range slices.Concat(mine, rotate(roomy), pending) {
-		unlock, err := r.lockShards(ctx, []int{home, s})
-		if err != nil {
-			return ledger.Admission{}, err
-		}
-		a, full, err := l.admitIn(ctx, d, s, home, lg)
-		unlock()
-		if err != nil || !full {
-			return a, err
-		}
-	}
-	// Every shard was full when read, and none gained room between the two readings of the
-	// epoch (a release changes it before it shows): Full is proved for this epoch.
-	if after, ok := r.roomEpoch(); known && ok && after == epoch {
-		r.mu.Lock()
-		r.fullProof, r.fullProofAt = &epoch, now
-		r.mu.Unlock()
-	}
-	return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
 }
 
 // FullProofLife is how long a process answers Full on the strength of one scan that read
@@ -627,4 +416,25 @@ func (r *root) capacityUsed(ctx context.Context) (int64, []shardState, error) {
 
 func (r *root) shardCapPath(s int) string {
 	return filepath.Join(r.shardDirOf(s), ShardCapacityFile)
+}
+
+// readBatch returns the cleanup batch record, or nil when there is none.
+func (r *root) readBatch() (*batchState, error) {
+	data, err := r.fs.ReadFile(r.path(BatchFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
+	}
+	b, version, err := decodeBatch(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
+	}
+	if version < FormatVersion {
+		// Only a format 1 process writes one, and none runs on a format 2 root: the migration
+		// counted its rows as they stood, and format 2 never applies it (it names no shards).
+		return nil, nil
+	}
+	return &b, nil
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -49,16 +47,6 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if _, err := r.recoverBatch(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: finish previous batch: %w", err)
 	}
-	// A process that died since the last pass left its log to replay; rows its live entries
-	// (and every live owner's) name are not forgotten in this pass.
-	if err := r.replayDeadLogs(ctx); err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
-	}
-	r.checkpointOwn()
-	live, err := r.liveLogKeys()
-	if err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
-	}
 	now, err := r.now(nil)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -85,7 +73,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if sweepErr != nil {
 		tally.Damage(r.path(SweepFile), sweepErr) // reported; the lap started at the first folder
 	}
-	removed, err := r.removeEnded(ctx, entries, now, batchID, tally, live)
+	removed, err := r.removeEnded(ctx, entries, now, batchID, tally)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -139,172 +127,8 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	return rep, nil
 }
 
-// indexEntry is one name in the end-time index.
-type indexEntry struct {
-	bucket, name string
-	end          time.Time
-	key          ledger.Key
-}
-
-func (e indexEntry) path(r *root) string { return filepath.Join(r.dir, EndedDir, e.bucket, e.name) }
-
-func parseIndexName(bucket, name string) (indexEntry, bool) {
-	endS, keyS, ok := strings.Cut(name, "-")
-	if !ok {
-		return indexEntry{}, false
-	}
-	end, err := strconv.ParseInt(endS, 10, 64)
-	if err != nil {
-		return indexEntry{}, false
-	}
-	key, err := ledger.ParseKey(keyS)
-	if err != nil {
-		return indexEntry{}, false
-	}
-	return indexEntry{bucket: bucket, name: name, end: time.Unix(0, end).UTC(), key: key}, true
-}
-
-// listEnded lists up to limit index entries whose end is before now, oldest first.
-func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
-	dir := filepath.Join(r.dir, EndedDir)
-	buckets, err := r.fs.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
-	}
-	nowBucket := fmt.Sprintf("%012d", now.UnixNano()/int64(time.Hour))
-	var out []indexEntry
-	for _, b := range buckets {
-		if !b.IsDir() || b.Name() > nowBucket {
-			continue
-		}
-		names, err := r.fs.ReadDir(filepath.Join(dir, b.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, filepath.Join(dir, b.Name()), err)
-		}
-		for _, n := range names {
-			e, ok := parseIndexName(b.Name(), n.Name())
-			if !ok || !now.After(e.end) {
-				continue
-			}
-			out = append(out, e)
-			if len(out) >= limit {
-				return out, nil
-			}
-		}
-	}
-	return out, nil
-}
-
-// position is a place in the row folders: folder shard, after the row named name ("" for the
-// start of the folder).
-type position struct {
-	shard int
-	name  string
-}
-
-func (p position) String() string { return fmt.Sprintf("%02x/%s", p.shard, p.name) }
-
-func parsePosition(s string) (position, bool) {
-	shardS, name, ok := strings.Cut(s, "/")
-	v, err := strconv.ParseUint(shardS, 16, 8)
-	if !ok || err != nil || len(shardS) != 2 || (name != "" && len(name) != 64) {
-		return position{}, false
-	}
-	return position{int(v), name}, true
-}
-
-// A cursor is "<lap start>:<last row read>", each a position: the lap ends when it is back
-// at its start.
-func parseCursor(c ledger.Cursor) (lap, at position, err error) {
-	lapS, atS, ok := strings.Cut(string(c), ":")
-	lap, ok1 := parsePosition(lapS)
-	at, ok2 := parsePosition(atS)
-	if !ok || !ok1 || !ok2 {
-		return position{}, position{}, fmt.Errorf("%w: cleanup cursor %q", ledger.ErrInvalid, c)
-	}
-	return lap, at, nil
-}
-
-// listing is one slice of a lap: the row keys, where the next slice starts ("" when the lap is
-// finished), and the debris seen in the folders listed.
-type listing struct {
-	keys   []ledger.Key
-	next   ledger.Cursor
-	debris map[int][]string
-	// shards are the row folders listed (whole or in part), in the order visited.
-	shards []int
-}
-
-// listRows lists up to limit row keys after cursor in a lap that starts at lap (an empty
-// cursor starts the lap). A lap goes round the 256 folders in order, from lap's folder (after
-// lap's row) back to it (up to lap's row), so it lists every row once wherever it starts.
-// Each folder is listed without a lock.
-func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing, error) {
-	out := listing{debris: map[int][]string{}}
-	at := lap
-	if cursor != "" {
-		var err error
-		if lap, at, err = parseCursor(cursor); err != nil {
-			return out, err
-		}
-	}
-	// Visits: the folder of at, from at; the following ones; and, to close the lap, the
-	// lap's folder again up to the lap's row when the lap started inside it.
-	closing := at.shard == lap.shard && lap.name != "" && at.name <= lap.name && cursor != ""
-	for i := 0; ; i++ {
-		s := (at.shard + i) % shardCount
-		after, upTo := "", ""
-		if i == 0 {
-			after = at.name
-		}
-		if s == lap.shard && (i > 0 || closing) {
-			if lap.name == "" {
-				break // back at a lap that started at the top of this folder
-			}
-			upTo = lap.name
-		}
-		dir := r.shardDirOf(s)
-		names, err := r.fs.ReadDir(dir)
-		if err != nil {
-			return out, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
-		}
-		out.shards = append(out.shards, s)
-		for _, n := range names {
-			name := n.Name()
-			if strings.Contains(name, tmpMarker) || strings.HasSuffix(name, ".report") {
-				out.debris[s] = append(out.debris[s], name)
-				continue
-			}
-			key, ok := strings.CutSuffix(name, ".state")
-			if !ok || (after != "" && key <= after) || (upTo != "" && key > upTo) {
-				continue
-			}
-			k, err := ledger.ParseKey(key)
-			if err != nil {
-				continue
-			}
-			out.keys = append(out.keys, k)
-			if len(out.keys) >= limit {
-				out.next = ledger.Cursor(lap.String() + ":" + position{s, key}.String())
-				return out, nil
-			}
-		}
-		if upTo != "" {
-			break // the lap is closed
-		}
-		if (s+1)%shardCount == lap.shard && lap.name == "" {
-			break
-		}
-	}
-	return out, nil
-}
-
 // removeEnded removes the removable rows among entries as one batch with the given id.
-// A row whose key a live admission log entry names (live) is left for a later pass.
-func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, id uint64, tally *ledger.Tally, live map[ledger.Key]bool) ([]ledger.RemovedRow, error) {
+func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.Time, id uint64, tally *ledger.Tally) ([]ledger.RemovedRow, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -315,7 +139,7 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 	// gone.
 	chosen := map[ledger.Key]bool{}
 	for _, e := range entries {
-		if chosen[e.key] || live[e.key] {
+		if chosen[e.key] {
 			continue
 		}
 		keep, err := r.classify(ctx, e, now, tally)
@@ -377,13 +201,6 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally 
 	return nil, nil
 }
 
-func (r *root) removeIndex(e indexEntry) error {
-	if err := r.fs.Remove(e.path(r)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, e.path(r), err)
-	}
-	return nil
-}
-
 // applyBatch removes the batch's rows, makes the removals durable, and releases their slots in
 // the capacity shards that held them, each shard once. The caller holds the maintenance lock.
 // It is also how a crashed pass is finished: every step is repeatable, the slots released are
@@ -404,16 +221,13 @@ func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]l
 	}
 	// One syncfs makes every removal of the batch durable before any count goes down: a lost
 	// removal must never bring back a row whose slot was released.
-	if err := r.fs.SyncFS(r.dir); err != nil {
-		return nil, fmt.Errorf("%w: syncfs %s: %v", ledger.ErrUnavailable, r.dir, err)
-	}
-	if err := r.sync.checkJournal(); err != nil {
+	if err := r.sync.syncEverything(); err != nil {
 		return nil, err
 	}
 	if err := r.release(ctx, b.ID, released); err != nil {
 		return nil, err
 	}
-	return removed, r.dropBatchFile()
+	return removed, r.remove(r.path(BatchFile))
 }
 
 // release gives back the slots of the rows batch id removed, shard by shard. It holds the locks
@@ -423,11 +237,7 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 	if len(released) == 0 {
 		return nil
 	}
-	shards := make([]int, 0, len(released))
-	for s := range released {
-		shards = append(shards, s)
-	}
-	sortInts(shards)
+	shards := slices.Sorted(maps.Keys(released))
 	unlock, err := r.lockShards(ctx, shards)
 	if err != nil {
 		return err
@@ -513,51 +323,23 @@ func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool
 	if !row.Removable(now) {
 		return false, nil // re-admitted with a later signed time since the batch was chosen
 	}
-	if err := r.fs.Remove(r.statePath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.statePath(e.Key), err)
+	if err := r.remove(r.statePath(e.Key)); err != nil {
+		return false, err
 	}
 	if row.v1 {
-		if err := r.fs.Remove(r.reportPath(e.Key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return false, fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.reportPath(e.Key), err)
+		if err := r.remove(r.reportPath(e.Key)); err != nil {
+			return false, err
 		}
 	}
 	return true, r.removeIndexNamed(e)
 }
 
+// removeIndexNamed removes the index entry a batch entry names ("<bucket>/<name>"), if any.
 func (r *root) removeIndexNamed(e batchEntry) error {
 	if e.Index == "" {
 		return nil
 	}
-	bucket, name, _ := strings.Cut(e.Index, "/")
-	return r.removeIndex(indexEntry{bucket: bucket, name: name})
-}
-
-func (r *root) dropBatchFile() error {
-	if err := r.fs.Remove(r.path(BatchFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
-	}
-	return nil
-}
-
-// readBatch returns the cleanup batch record, or nil when there is none.
-func (r *root) readBatch() (*batchState, error) {
-	data, err := r.fs.ReadFile(r.path(BatchFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
-	}
-	b, version, err := decodeBatchVersion(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
-	}
-	if version < FormatVersion {
-		// Only a format 1 process writes one, and none runs on a format 2 root: the migration
-		// counted its rows as they stood, and format 2 never applies it (it names no shards).
-		return nil, nil
-	}
-	return &b, nil
+	return r.remove(filepath.Join(r.dir, EndedDir, e.Index))
 }
 
 // recoverBatch finishes a batch a crashed cleanup left behind. The caller holds the

@@ -12,7 +12,8 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
 // harness runs the conformance suite on a root in a temporary folder, every handle opened
@@ -20,6 +21,8 @@ import (
 type harness struct {
 	dir   string
 	count *faultfs.Counter
+	// base is the file system under the faults: the real one, or the EFS model over it.
+	base localfs.FS
 
 	mu      sync.Mutex
 	handles []*faultfs.FS
@@ -79,11 +82,18 @@ func randomFaults(plan ledgertest.FaultPlan, counts *faultCounts) faultfs.Rule {
 }
 
 func newHarness(ctx context.Context, t ledgertest.TB) (ledgertest.Harness, error) {
-	return &harness{dir: filepath.Join(t.TempDir(), "root"), count: faultfs.NewCounter()}, nil
+	return &harness{dir: filepath.Join(t.TempDir(), "root"), count: faultfs.NewCounter(), base: localfs.OSFS{}}, nil
+}
+
+// newEFSHarness is newHarness over the EFS model (vfs.Latency) with a twentieth of EFS's round
+// trips: a root on it takes EFS's paths (no one-flush round, no journal probe) on this disk.
+func newEFSHarness(ctx context.Context, t ledgertest.TB) (ledgertest.Harness, error) {
+	efs := &vfs.Latency{FS: localfs.OSFS{}, Lookup: 50 * time.Microsecond, Change: 135 * time.Microsecond, Sync: 135 * time.Microsecond}
+	return &harness{dir: filepath.Join(t.TempDir(), "root"), count: faultfs.NewCounter(), base: efs}, nil
 }
 
 func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.Options) (ledger.Ledger, error) {
-	fsys := faultfs.New(localfs.OSFS{}, h.count)
+	fsys := faultfs.New(h.base, h.count)
 	h.mu.Lock()
 	h.handles = append(h.handles, fsys)
 	if h.listing != nil {
@@ -155,4 +165,9 @@ func (h *harness) Close() error { return nil }
 
 func TestConformance(t *testing.T) {
 	ledgertest.RunConformanceTests(t, newHarness)
+}
+
+// TestConformanceOnTheEFSModel runs the suite on the EFS model's code paths.
+func TestConformanceOnTheEFSModel(t *testing.T) {
+	ledgertest.RunConformanceTests(t, newEFSHarness)
 }

@@ -15,14 +15,42 @@
 //
 // Every file is a checksummed frame with a format version, written by atomic replacement
 // (temporary file, sync of its data, rename; then a sync of the folder where an answer depends
-// on the rename). Locks are taken in one order (maintenance, admission, row shards ascending,
+// on the rename), except a capacity shard's record, which is rewritten in place (two copies in
+// one write). Locks are taken in one order (maintenance, admission, row shards ascending,
 // clock) with bounded waits. A row shard's lock guards its rows and its capacity shard, so an
 // admission takes one lock; only when its home shard is full does it look at the others.
+// Roots of format 1 are migrated when opened; a root of the retired format 3 is refused.
 //
 // Opening and preparing: Open lists nothing and reads one file, the root state (a root of
-// format 1 is migrated first), so it fits every Lambda cold start. Prepare also checks every capacity shard, finishes an interrupted cleanup batch
-// and collects debris, within a bounded budget: a long-running process (amiss serve, the
-// cleanup function) prepares once, then hands each worker a Session, which shares the root's
-// locks and settings and does no I/O to be made. Closing a session leaves the root open;
-// closing the handle that opened the root waits for every operation on it and its sessions.
+// format 1 is migrated first), so it fits every Lambda cold start. Prepare also checks every
+// capacity shard, finishes an interrupted cleanup batch and collects debris, within a bounded
+// budget: a long-running process (amiss serve, the cleanup function) prepares once, then hands
+// each worker a Session, which shares the root's locks and settings and does no I/O to be
+// made. Closing a session leaves the root open; closing the handle that opened the root waits
+// for every operation on it and its sessions.
+//
+// The files, lowest layer first; each uses only the ones above it in this list:
+//
+//	fs.go, strict.go   the file system (package vfs) and strict JSON decoding
+//	format.go          frames, format versions and the records of every file
+//	syncer.go          group commit: shared syncs, one flush for a lone admission
+//	filelock.go        a process's lock on a file: a semaphore and flock(2)
+//	root.go            file names, Config, the state a root's handles share
+//	durable.go         staged files, atomic replacement, durability classes
+//	lock.go            the root's locks and the lock order
+//	rootstate.go       the root state: limits, high-water clock, batch ids
+//	rows.go            row files: read, write, reports
+//	index.go           the end-time index
+//	listing.go         laps over the row folders, cursors
+//	capacity.go        capacity shards: records, settling, the room epoch
+//	maintenance.go     the maintenance state and debris collection
+//	cleanup.go         Cleanup: batches, releases, the sweep
+//	admit.go           Admit: a new key's slot, borrowing, refusal
+//	ops.go             the other row operations, Report, Rows, Inspect, Stats
+//	migrate.go         format 1 to format 2
+//	verify.go          ReadLimits and Verify
+//	ledger.go          Open, Prepare, Session, Close: creating and loading a root
+//
+// Test harnesses live in internal/faultfs (counting and injected failures) and
+// internal/powerfs (a file system in memory that models what a power loss keeps).
 package localfs

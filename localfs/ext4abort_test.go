@@ -25,7 +25,7 @@ import (
 
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 )
 
 func ext4Env(t *testing.T, name string) string {

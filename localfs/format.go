@@ -20,11 +20,14 @@ import (
 // (see migrate.go); format 1 row files are read as they are and rewritten as format 2 by the
 // next change to the row.
 //
-// Format 3 adds the admission logs of local roots (logs/NN.log, see logged.go): a capacity
-// record may carry, per log slot, the highest entry whose slot it counts (Applied) and the
-// highest entry a replay resolved in it (Replayed). A format 2 root becomes format 3 by its
-// root state alone: it has no logs yet, and its records mean the same in both.
-const FormatVersion = 3
+// Format 3 (per-process admission logs on local roots) was built on a development branch and
+// retired before any release: no release wrote it, and none reads it (retiredFormat).
+const FormatVersion = 2
+
+// retiredFormat is the version of the retired format 3. A file of that version is refused
+// with what it is and what to do (see docs/file-ledger.md, "When it fails"), as a newer format is:
+// ErrRootMismatch.
+const retiredFormat = 3
 
 // A frame is: "AMISS" | kind (1 byte) | version (uint16) | payload length (uint32) | payload |
 // CRC-32C of everything before it (uint32). Payloads of state files are JSON; a report's
@@ -109,6 +112,11 @@ func decodeFrame(k kind, data []byte, maxPayload int) (uint16, []byte, error) {
 	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[len(body):]) {
 		return 0, nil, fmt.Errorf("%w: %v checksum mismatch", ledger.ErrCorrupt, k)
 	}
+	if version == retiredFormat {
+		return 0, nil, fmt.Errorf("%w: %v written by format 3, the admission logs of a development build that no release shipped; "+
+			"this build reads formats 1 and 2: drain the root with the build that wrote it, then move it aside and create a new one",
+			ledger.ErrRootMismatch, k)
+	}
 	if version > FormatVersion {
 		return 0, nil, fmt.Errorf("%w: %v written by format %d, this build reads up to %d", ledger.ErrRootMismatch, k, version, FormatVersion)
 	}
@@ -176,81 +184,6 @@ type shardState struct {
 	Used         int64         `json:"used"`
 	Pending      []pendingSlot `json:"pending,omitempty"`
 	AppliedBatch uint64        `json:"applied_batch"`
-	// Applied holds, per admission log slot, the highest entry (generation, sequence) whose
-	// slot this record counts (format 3, logged.go). Entries of one slot are counted in
-	// order, so an entry is counted exactly when the slot's mark is at or past it.
-	Applied []logMark `json:"applied,omitempty"`
-	// Replayed holds, per log slot, the highest entry a replay resolved in this record: a
-	// replay run again (after a crash inside one) skips it.
-	Replayed []logMark `json:"replayed,omitempty"`
-}
-
-// logMark names an entry of an admission log: its slot, generation and sequence. It is
-// written as [slot, generation, sequence].
-type logMark struct {
-	Slot     int
-	Gen, Seq uint64
-}
-
-func (m logMark) MarshalJSON() ([]byte, error) {
-	return json.Marshal([3]uint64{uint64(m.Slot), m.Gen, m.Seq})
-}
-
-func (m *logMark) UnmarshalJSON(b []byte) error {
-	var a [3]uint64
-	if err := json.Unmarshal(b, &a); err != nil {
-		return err
-	}
-	if a[0] >= maxLogSlots {
-		return fmt.Errorf("log slot %d", a[0])
-	}
-	*m = logMark{Slot: int(a[0]), Gen: a[1], Seq: a[2]}
-	return nil
-}
-
-// covers reports whether m is at or past entry (gen, seq) of its slot.
-func (m logMark) covers(gen, seq uint64) bool {
-	return m.Gen > gen || m.Gen == gen && m.Seq >= seq
-}
-
-// markOf returns slot's mark among ms.
-func markOf(ms []logMark, slot int) (logMark, bool) {
-	for _, m := range ms {
-		if m.Slot == slot {
-			return m, true
-		}
-	}
-	return logMark{}, false
-}
-
-// raiseMark returns ms (a copy) with slot's mark raised to m; a mark is never lowered.
-func raiseMark(ms []logMark, m logMark) []logMark {
-	out := make([]logMark, 0, len(ms)+1)
-	found := false
-	for _, x := range ms {
-		if x.Slot == m.Slot {
-			found = true
-			if !x.covers(m.Gen, m.Seq) {
-				x = m
-			}
-		}
-		out = append(out, x)
-	}
-	if !found {
-		out = append(out, m)
-	}
-	return out
-}
-
-// dropMark returns ms (a copy) without slot's mark if it is of a generation before gen.
-func dropMark(ms []logMark, slot int, gen uint64) []logMark {
-	out := make([]logMark, 0, len(ms))
-	for _, x := range ms {
-		if x.Slot != slot || x.Gen >= gen {
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 // pendingSlot is one admission whose slot a shard counts before its row is known to exist:
@@ -325,7 +258,6 @@ const (
 	// rows are unreadable (kept, as an overstatement, until they can be judged).
 	maxPending      = 32
 	shardSlot       = 4096
-	recordSector    = 512
 	maxShardPayload = shardSlot - frameOverhead
 )
 
@@ -335,13 +267,8 @@ func maxRowPayload(l ledger.Limits) int {
 	return (l.MaxSubjectBytes+2)/3*4 + (l.MaxReportBytes+2)/3*4 + 8<<10
 }
 
-func decodeRoot(data []byte) (rootState, error) {
-	s, _, err := decodeRootVersion(data)
-	return s, err
-}
-
-// decodeRootVersion decodes the root state and reports the format that wrote it.
-func decodeRootVersion(data []byte) (rootState, uint16, error) {
+// decodeRoot decodes the root state and reports the format that wrote it.
+func decodeRoot(data []byte) (rootState, uint16, error) {
 	var s rootState
 	v, err := decodeJSON(kindRoot, data, maxRootPayload, &s)
 	if err == nil {
@@ -395,12 +322,6 @@ func shardFile(sh shardState) ([]byte, error) {
 	if len(frame) > shardSlot {
 		return nil, fmt.Errorf("%w: capacity shard record of %d bytes", ledger.ErrTooLarge, len(frame))
 	}
-	// A record that carries log marks may be written without a sync (a logged admission) and
-	// then written back by the kernel at any time: each copy must be one sector, written
-	// whole or not at all, or a power cut could tear both.
-	if (len(sh.Applied) > 0 || len(sh.Replayed) > 0) && len(frame) > recordSector {
-		return nil, fmt.Errorf("%w: capacity shard record of %d bytes with log marks, over one sector (%d)", ledger.ErrTooLarge, len(frame), recordSector)
-	}
 	out := make([]byte, 2*shardSlot)
 	copy(out, frame)
 	copy(out[shardSlot:], frame)
@@ -418,21 +339,8 @@ func decodeShard(data []byte) (shardState, error) {
 		err = fmt.Errorf("%w: capacity shard number %d", ledger.ErrCorrupt, s.Shard)
 	case len(s.Pending) > maxPending:
 		err = fmt.Errorf("%w: capacity shard holds %d pending keys", ledger.ErrCorrupt, len(s.Pending))
-	case dupSlots(s.Applied) || dupSlots(s.Replayed):
-		err = fmt.Errorf("%w: capacity shard holds two marks of one log slot", ledger.ErrCorrupt)
 	}
 	return s, err
-}
-
-func dupSlots(ms []logMark) bool {
-	var seen [maxLogSlots]bool
-	for _, m := range ms {
-		if seen[m.Slot] {
-			return true
-		}
-		seen[m.Slot] = true
-	}
-	return false
 }
 
 func decodeCapacity(data []byte) (capacityState, error) {
@@ -444,12 +352,7 @@ func decodeCapacity(data []byte) (capacityState, error) {
 	return s, err
 }
 
-func decodeBatch(data []byte) (batchState, error) {
-	s, _, err := decodeBatchVersion(data)
-	return s, err
-}
-
-func decodeBatchVersion(data []byte) (batchState, uint16, error) {
+func decodeBatch(data []byte) (batchState, uint16, error) {
 	var s batchState
 	v, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
 	if err == nil && (s.ID == 0 || len(s.Entries) > maxBatchEntries) {
@@ -531,3 +434,6 @@ func decodeSweep(data []byte) (sweepState, error) {
 	}
 	return s, err
 }
+
+// shardCount is the number of row shards, and of capacity shards: one per first key byte.
+const shardCount = 256

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +56,7 @@ func writeFixture(t *testing.T, dir string) {
 	os.MkdirAll(filepath.Dir(dir), 0o755)
 	clock := ledger.NewManualClock(fixtureEpoch)
 	rnd := rand.NewChaCha8([32]byte{'a', 'm', 'i', 's', 's'})
-	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), Clock: clock, Create: true, Random: rnd, LogBytes: 16 << 10})
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), Clock: clock, Create: true, Random: rnd})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +95,7 @@ func TestReleasedFormatsOpen(t *testing.T) {
 	if *updateFixtures {
 		writeFixture(t, filepath.Join("testdata", fmt.Sprintf("format-v%d", localfs.FormatVersion)))
 	}
-	dirs, _ := filepath.Glob(filepath.Join("testdata", "format-v*"))
-	if len(dirs) == 0 {
-		t.Fatal("no fixture roots under testdata")
-	}
+	dirs := releasedFixtures(t)
 	for _, src := range dirs {
 		t.Run(filepath.Base(src), func(t *testing.T) {
 			ctx := context.Background()
@@ -147,6 +146,76 @@ func TestReleasedFormatsOpen(t *testing.T) {
 	}
 }
 
+// retiredFixture is the root of format 3, which no release wrote (format.go): it is refused,
+// never opened.
+var retiredFixture = filepath.Join("testdata", "format-v3")
+
+// releasedFixtures are the fixture roots of every released format, the retired one left out.
+func releasedFixtures(t *testing.T) []string {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join("testdata", "format-v*"))
+	dirs = slices.DeleteFunc(dirs, func(d string) bool { return d == retiredFixture })
+	if len(dirs) == 0 {
+		t.Fatal("no fixture roots under testdata")
+	}
+	return dirs
+}
+
+// TestRetiredFormat3IsRefused: a root of the retired format 3 (its admission logs, and files
+// framed as format 3) fails closed at Open, Prepare and ReadLimits with ErrRootMismatch, an
+// error that names the root state, says what the format was and what to do; nothing of the
+// root is changed.
+func TestRetiredFormat3IsRefused(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	copyTree(t, retiredFixture, dir)
+	before := treeDigest(t, dir)
+	state := filepath.Join(dir, localfs.RootFile)
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, ledger.ErrRootMismatch) {
+			t.Fatalf("%s of a format 3 root: %v, want ErrRootMismatch", what, err)
+		}
+		for _, want := range []string{state, "format 3", "no release", "create a new one"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("%s of a format 3 root: %q does not say %q", what, err, want)
+			}
+		}
+	}
+	cfg := localfs.Config{Limits: fixtureLimits(), Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour))}
+	_, err := localfs.Open(ctx, dir, cfg)
+	check("open", err)
+	_, err = localfs.Prepare(ctx, dir, cfg)
+	check("prepare", err)
+	_, err = localfs.ReadLimits(dir, nil)
+	check("reading the limits", err)
+	cfg.Create = true
+	_, err = localfs.Open(ctx, dir, cfg)
+	check("open with Create", err)
+	if after := treeDigest(t, dir); !maps.Equal(before, after) {
+		t.Fatalf("refusing a format 3 root changed it")
+	}
+}
+
+// treeDigest maps every file under dir but the lock files (made by whoever opens a root) to
+// its bytes.
+func treeDigest(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".lock") {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		out[p] = string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func copyTree(t *testing.T, src, dst string) {
 	t.Helper()
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
@@ -182,8 +251,7 @@ func copyTree(t *testing.T, src, dst string) {
 // adoption; a handle opened before the adoption stops at its next decision by time rather than
 // act under the older policy; every other change of the recorded ceiling fails closed.
 func TestReleasedFormatsAdoptBodyTimes(t *testing.T) {
-	dirs, _ := filepath.Glob(filepath.Join("testdata", "format-v*"))
-	for _, src := range dirs {
+	for _, src := range releasedFixtures(t) {
 		t.Run(filepath.Base(src), func(t *testing.T) {
 			ctx := context.Background()
 			dir := filepath.Join(t.TempDir(), "root")

@@ -68,7 +68,7 @@ func FuzzDecodeRoot(f *testing.F) {
 	seedFrames(f, kindRoot, p, []byte(`{"limits":{}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, in := range [][]byte{data, encodeFrame(kindRoot, data)} {
-			_, err := decodeRoot(in)
+			_, _, err := decodeRoot(in)
 			checkDecodeErr(t, err)
 		}
 	})
@@ -94,7 +94,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	seedFrames(f, kindBatch, p, []byte(`{"id":0}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, in := range [][]byte{data, encodeFrame(kindBatch, data)} {
-			_, err := decodeBatch(in)
+			_, _, err := decodeBatch(in)
 			checkDecodeErr(t, err)
 		}
 	})

@@ -23,7 +23,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 )
 
 // TestHistories checks whole histories of the FileLedger in one process: workers on handles

@@ -2,10 +2,8 @@ package localfs
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"path/filepath"
 	"strings"
@@ -15,134 +13,6 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs/vfs"
 )
-
-// File names inside a root.
-const (
-	RootFile        = ".amiss-root.state"
-	BatchFile       = ".amiss-cleanup.batch"
-	SweepFile       = ".amiss-maintenance.state"
-	MaintenanceLock = ".amiss-maintenance.lock"
-	AdmissionLock   = ".amiss-admission.lock"
-	ClockLock       = ".amiss-clock.lock"
-	RowsDir         = "rows"
-	EndedDir        = "ended"
-	// ShardCapacityFile is the capacity shard's record inside each rows/XX folder.
-	ShardCapacityFile = "capacity.state"
-	// RoomFile changes before any capacity shard gains room (see capacity.go).
-	RoomFile = ".amiss-room.epoch"
-	// CapacityFile is the capacity record of format 1, read only to migrate.
-	CapacityFile = ".amiss-capacity.state"
-	tmpMarker    = ".tmp-"
-)
-
-// shardCount is the number of row shards, and of capacity shards: one per first key byte.
-const shardCount = 256
-
-// Config configures a FileLedger handle.
-type Config struct {
-	// Limits must match the ones the root was created with.
-	Limits ledger.Limits
-	// Clock is the time source (default: the system clock).
-	Clock ledger.Clock
-	// FS is the file system (default: OSFS).
-	FS FS
-	// Create makes a new root when the folder holds none.
-	Create bool
-	// LockWait bounds every lock wait (default 10s); a wait that runs out answers ErrBusy.
-	LockWait time.Duration
-	// StrandedAfter is the idle time after which Cleanup reports an unfinished row
-	// (default 15 minutes).
-	StrandedAfter time.Duration
-	// CleanupBatch bounds the rows one Cleanup pass removes (default 1000).
-	CleanupBatch int
-	// SweepBatch bounds the rows one Cleanup pass reads looking for stranded and damaged
-	// rows (default 2000).
-	SweepBatch int
-	// DebrisBudget bounds the folder entries Prepare lists looking for debris (default
-	// 20,000); the next Prepare goes on where this one stopped.
-	DebrisBudget int
-	// Random is the source of evaluation ids and temporary names (default crypto/rand).
-	Random io.Reader
-	// LogBytes is the size of this process's admission log on a local root (default
-	// DefaultLogBytes; see logged.go).
-	LogBytes int64
-	// NoAdmissionLog makes admissions go the format 2 way (a synced capacity record and row,
-	// then a synced folder) even on a local root.
-	NoAdmissionLog bool
-}
-
-func (c *Config) defaults() {
-	if c.Clock == nil {
-		c.Clock = ledger.SystemClock{}
-	}
-	if c.FS == nil {
-		c.FS = OSFS{}
-	}
-	if c.LockWait <= 0 {
-		c.LockWait = 10 * time.Second
-	}
-	if c.StrandedAfter <= 0 {
-		c.StrandedAfter = 15 * time.Minute
-	}
-	if c.CleanupBatch <= 0 {
-		c.CleanupBatch = 1000
-	}
-	if c.CleanupBatch > maxBatchEntries {
-		c.CleanupBatch = maxBatchEntries
-	}
-	if c.SweepBatch <= 0 {
-		c.SweepBatch = 2000
-	}
-	if c.DebrisBudget <= 0 {
-		c.DebrisBudget = 20_000
-	}
-	if c.Random == nil {
-		c.Random = rand.Reader
-	}
-}
-
-// root is what every handle on one opened root shares.
-type root struct {
-	dir  string
-	cfg  Config
-	fs   FS
-	sync *syncer
-
-	maintenance, admission, clock *fileLock
-
-	mu        sync.Mutex
-	rowLocks  [shardCount]*fileLock
-	bucketDir map[string]bool
-	closed    bool
-	// inflight counts the operations running on the root; Close waits for them (idle is
-	// signalled when the count drops to zero), so no lock is dropped under a running
-	// operation.
-	inflight int
-	idle     *sync.Cond
-	randMu   sync.Mutex
-	// fullProof is the room epoch under which this process read every shard full, and
-	// fullProofAt when (by the ledger's clock); the proof lapses after FullProofLife.
-	fullProof   *uint64
-	fullProofAt time.Time
-	// durableSlot[s] is the row this process last admitted with a slot of capacity shard s
-	// and saw made durable (sawDurable): an admission may drop it from the pending list
-	// without a syncfs.
-	durableSlot [shardCount]pendingSlot
-
-	// The admission log this process owns (logged.go): alog, once a slot is taken; logTried,
-	// when the last attempt to take one was made; closing, set by close so that no slot is
-	// taken afterwards.
-	logMu    sync.Mutex
-	alog     *admLog
-	logTried time.Time
-	closing  bool
-}
-
-// Ledger is a handle on a FileLedger root. It is safe for concurrent use.
-type Ledger struct {
-	r       *root
-	session bool
-}
 
 var _ ledger.Ledger = (*Ledger)(nil)
 
@@ -179,10 +49,6 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	}
 	// Asked once the folder exists: it answers for the file system mounted there.
 	r.sync.writeBack = vfs.FlushCoversWriteBack(r.fs, abs)
-	if err := r.replayAtOpen(ctx); err != nil {
-		r.close()
-		return nil, err
-	}
 	return &Ledger{r: r}, nil
 }
 
@@ -229,32 +95,9 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
-// begin registers an operation on the root, or refuses it once the root is closed.
-func (r *root) begin() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return fmt.Errorf("%w: ledger handle on %s is closed", ledger.ErrUnavailable, r.dir)
-	}
-	r.inflight++
-	return nil
-}
-
-// end ends an operation registered by begin.
-func (r *root) end() {
-	r.mu.Lock()
-	r.inflight--
-	if r.inflight == 0 {
-		r.idle.Broadcast()
-	}
-	r.mu.Unlock()
-}
-
-func (r *root) path(name string) string { return filepath.Join(r.dir, name) }
-
 // load reads the root state, creating the root or migrating it from format 1 when needed.
 func (r *root) load(ctx context.Context) error {
-	data, err := r.fs.ReadFile(r.path(RootFile))
+	st, version, err := r.readRootVersion()
 	if errors.Is(err, fs.ErrNotExist) {
 		if !r.cfg.Create {
 			return fmt.Errorf("%w: %s is missing: not a ledger root (create one first)", ledger.ErrRootMismatch, r.path(RootFile))
@@ -262,14 +105,10 @@ func (r *root) load(ctx context.Context) error {
 		if err := r.create(ctx); err != nil {
 			return err
 		}
-		data, err = r.fs.ReadFile(r.path(RootFile))
+		st, version, err = r.readRootVersion()
 	}
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
-	}
-	st, version, err := decodeRootVersion(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", r.path(RootFile), err)
+		return err
 	}
 	// Limits that differ fail closed before anything is written; a body-age ceiling to adopt
 	// is recorded after a migration, in a root state of this format.
@@ -307,16 +146,9 @@ func (r *root) adoptBodyTimes(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	data, err := r.fs.ReadFile(r.path(RootFile))
+	st, err := r.readRoot()
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
-	}
-	st, version, err := decodeRootVersion(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", r.path(RootFile), err)
-	}
-	if version < FormatVersion {
-		return fmt.Errorf("%w: %s is of format %d: it must be migrated (open it again)", ledger.ErrRootMismatch, r.path(RootFile), version)
+		return err
 	}
 	now := ledger.MaxTime(r.cfg.Clock.Now(), time.Unix(0, st.HighWater).UTC())
 	limits, adopt, err := st.Limits.Reconcile(r.cfg.Limits, now)
@@ -405,81 +237,51 @@ func (r *root) checkEmptyForCreate() error {
 	return nil
 }
 
-func (r *root) readRoot() (rootState, error) {
-	data, err := r.fs.ReadFile(r.path(RootFile))
+// prepare finishes a leftover batch, checks every capacity shard, and collects debris: in the
+// root folder, and in row folders from where the last Prepare stopped, listing at most
+// DebrisBudget entries.
+func (r *root) prepare(ctx context.Context) error {
+	unlock, err := lockFile(ctx, r.maintenance, r.cfg.LockWait)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return rootState{}, fmt.Errorf("%w: %s is missing", ledger.ErrRootMismatch, r.path(RootFile))
-		}
-		return rootState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
-	}
-	st, version, err := decodeRootVersion(data)
-	if err != nil {
-		return rootState{}, fmt.Errorf("%s: %w", r.path(RootFile), err)
-	}
-	if version < FormatVersion {
-		return rootState{}, fmt.Errorf("%w: %s is of format %d: it must be migrated (open it again)", ledger.ErrRootMismatch, r.path(RootFile), version)
-	}
-	return st, nil
-}
-
-// highWater returns the persisted high-water clock.
-func (r *root) highWater() (time.Time, error) {
-	st, err := r.readRoot()
-	if err != nil {
-		return time.Time{}, err
-	}
-	// A root whose recorded policy changed since this handle opened it (another process
-	// adopted body times) is never acted on under the older one: the handle stops.
-	if d := st.Limits.Diff(r.cfg.Limits); d != "" {
-		return time.Time{}, fmt.Errorf("%w: %s changed since this handle opened it (reopen): %s", ledger.ErrRootMismatch, r.path(RootFile), d)
-	}
-	return time.Unix(0, st.HighWater).UTC(), nil
-}
-
-// persistRoot raises the persisted high-water to at least t and, when newBatch is set,
-// reserves the next cleanup batch id, under the clock lock. It returns the id reserved.
-func (r *root) persistRoot(ctx context.Context, t time.Time, newBatch bool) (uint64, error) {
-	unlock, err := lockFile(ctx, r.clock, r.cfg.LockWait)
-	if err != nil {
-		return 0, err
+		return err
 	}
 	defer unlock()
-	st, err := r.readRoot()
-	if err != nil {
-		return 0, err
+	if _, err := r.recoverBatch(ctx); err != nil {
+		return fmt.Errorf("prepare: %w", err)
 	}
-	if t.UnixNano() <= st.HighWater && !newBatch {
-		return 0, nil
+	if _, err := r.readAllShards(ctx); err != nil {
+		return fmt.Errorf("prepare: %w", err)
 	}
-	st.HighWater = max(st.HighWater, t.UnixNano())
-	if newBatch {
-		st.LastBatch++
+	if err := r.collectRootDebris(ctx); err != nil {
+		return fmt.Errorf("prepare: %w", err)
 	}
-	data, err := encodeJSON(kindRoot, st)
-	if err != nil {
-		return 0, err
+	st, err := r.readSweep()
+	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
+		return fmt.Errorf("prepare: %w", err)
 	}
-	// Full durability: the high-water must be on disk before cleanup deletes anything, and a
-	// batch id must never be handed out twice.
-	return st.LastBatch, r.replace(r.path(RootFile), data, durableFull)
-}
-
-// now returns the effective now for a row: the clock, the persisted high-water and the row's
-// own times.
-func (r *root) now(row *ledger.Row) (time.Time, error) {
-	hw, err := r.highWater()
-	if err != nil {
-		return time.Time{}, err
+	listed := 0
+	s := st.DebrisShard
+	for i := 0; i < shardCount && listed < r.cfg.DebrisBudget; i++ {
+		dir := r.shardDirOf(s)
+		names, err := r.fs.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("prepare: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
+		}
+		listed += len(names)
+		var debris []string
+		for _, n := range names {
+			if strings.Contains(n.Name(), tmpMarker) || strings.HasSuffix(n.Name(), ".report") {
+				debris = append(debris, n.Name())
+			}
+		}
+		if err := r.collectDebris(ctx, map[int][]string{s: debris}); err != nil {
+			return fmt.Errorf("prepare: %w", err)
+		}
+		s = (s + 1) % shardCount
 	}
-	if row == nil {
-		return ledger.MaxTime(r.cfg.Clock.Now(), hw), nil
+	st.DebrisShard = s
+	if err := r.writeSweep(st); err != nil {
+		return fmt.Errorf("prepare: %w", err)
 	}
-	return row.Now(r.cfg.Clock.Now(), hw), nil
-}
-
-func (r *root) evaluationID() (string, error) {
-	r.randMu.Lock()
-	defer r.randMu.Unlock()
-	return ledger.NewEvaluationID(r.cfg.Random.Read)
+	return nil
 }

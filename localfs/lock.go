@@ -5,122 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"reflect"
-	"sync"
-	"time"
-
-	"golang.org/x/sys/unix"
+	"slices"
 
 	"github.com/amiss-ci/amiss/ledger"
-	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
-// A fileLock pairs an in-process semaphore with an advisory lock on a file. flock(2) and
-// fcntl(2) do not separate the goroutines of one process (and over NFS, where flock is carried
-// by fcntl locks, closing any descriptor of the file drops the process's lock), so one process
-// keeps one descriptor per lock file and one semaphore in front of it, whatever number of
-// handles it opens on the root.
-type fileLock struct {
-	key  lockKey
-	path string
-	sem  chan struct{}
-	f    File
-	refs int
-}
-
-var (
-	lockTableMu sync.Mutex
-	lockTable   = map[lockKey]*fileLock{}
-)
-
-// lockKey names a lock file on one file system: two in-memory file systems (test models of
-// two machines) holding the same path are two locks.
-type lockKey struct {
-	fs   FS
-	path string
-}
-
-func keyOf(fsys FS, path string) lockKey {
-	// The value, not only its type: an interface-typed field holding a slice would make the
-	// key unhashable (a panic) although the type is comparable.
-	if v := reflect.ValueOf(fsys); !v.IsValid() || !v.Comparable() {
-		return lockKey{path: path}
-	}
-	return lockKey{fs: fsys, path: path}
-}
-
-// acquireRef returns the process's lock for path, opening its file on first use.
-func acquireRef(fsys FS, path string) (*fileLock, error) {
-	lockTableMu.Lock()
-	defer lockTableMu.Unlock()
-	key := keyOf(fsys, path)
-	if l, ok := lockTable[key]; ok {
-		l.refs++
-		return l, nil
-	}
-	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("%w: open lock %s: %v", ledger.ErrUnavailable, path, err)
-	}
-	l := &fileLock{key: key, path: path, sem: make(chan struct{}, 1), f: f, refs: 1}
-	lockTable[key] = l
-	return l, nil
-}
-
-func (l *fileLock) unref() {
-	lockTableMu.Lock()
-	defer lockTableMu.Unlock()
-	l.refs--
-	if l.refs == 0 {
-		delete(lockTable, l.key)
-		l.f.Close()
-	}
-}
-
-// lock takes the lock within wait. A wait that runs out answers ledger.ErrBusy; it never
-// hangs.
-func (l *fileLock) lock(ctx context.Context, wait time.Duration) error {
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	select {
-	case l.sem <- struct{}{}:
-	case <-deadline.C:
-		return fmt.Errorf("%w: waited %s for %s in this process", ledger.ErrBusy, wait, l.path)
-	case <-ctx.Done():
-		return fmt.Errorf("%w: waiting for %s: %v", ledger.ErrBusy, l.path, ctx.Err())
-	}
-	backoff := 50 * time.Microsecond
-	for {
-		err := vfs.Flock(l.f, unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			<-l.sem
-			return fmt.Errorf("%w: flock %s: %v", ledger.ErrUnavailable, l.path, err)
-		}
-		select {
-		case <-deadline.C:
-			<-l.sem
-			return fmt.Errorf("%w: waited %s for %s held by another process", ledger.ErrBusy, wait, l.path)
-		case <-ctx.Done():
-			<-l.sem
-			return fmt.Errorf("%w: waiting for %s: %v", ledger.ErrBusy, l.path, ctx.Err())
-		case <-time.After(backoff):
-		}
-		if backoff < 5*time.Millisecond {
-			backoff *= 2
-		}
-	}
-}
-
-func (l *fileLock) unlock() {
-	// Unlocking a descriptor we hold cannot fail in a way we could act on; a process that
-	// dies releases it anyway.
-	_ = vfs.Flock(l.f, unix.LOCK_UN)
-	<-l.sem
-}
+// The root's locks, all fileLocks (filelock.go): maintenance, admission and clock, and the
+// row-shard locks, opened on first use. The lock order is maintenance, admission, row shards
+// ascending, clock.
 
 func (r *root) openLocks() error {
 	if r.cfg.Create {
@@ -151,14 +43,6 @@ func (r *root) close() {
 	r.closed = true
 	for r.inflight > 0 {
 		r.idle.Wait()
-	}
-	r.logMu.Lock()
-	r.closing = true
-	a := r.alog
-	r.alog = nil
-	r.logMu.Unlock()
-	if a != nil {
-		a.shutdown()
 	}
 	for _, l := range append([]*fileLock{r.maintenance, r.admission, r.clock}, r.rowLocks[:]...) {
 		if l != nil {
@@ -204,20 +88,13 @@ func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
 // lockShards takes the locks of the given shards in ascending order (the lock order), and
 // returns one function releasing them all.
 func (r *root) lockShards(ctx context.Context, shards []int) (func(), error) {
-	sorted := append([]int(nil), shards...)
-	sortInts(sorted)
 	var unlocks []func()
 	release := func() {
 		for i := len(unlocks) - 1; i >= 0; i-- {
 			unlocks[i]()
 		}
 	}
-	last := -1
-	for _, s := range sorted {
-		if s == last {
-			continue
-		}
-		last = s
+	for _, s := range slices.Compact(slices.Sorted(slices.Values(shards))) {
 		u, err := r.lockShard(ctx, byte(s))
 		if err != nil {
 			release()
@@ -226,19 +103,4 @@ func (r *root) lockShards(ctx context.Context, shards []int) (func(), error) {
 		unlocks = append(unlocks, u)
 	}
 	return release, nil
-}
-
-func lockFile(ctx context.Context, l *fileLock, wait time.Duration) (func(), error) {
-	if err := l.lock(ctx, wait); err != nil {
-		return nil, err
-	}
-	return l.unlock, nil
-}
-
-func sortInts(xs []int) {
-	for i := 1; i < len(xs); i++ {
-		for j := i; j > 0 && xs[j] < xs[j-1]; j-- {
-			xs[j], xs[j-1] = xs[j-1], xs[j]
-		}
-	}
 }

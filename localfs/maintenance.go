@@ -11,6 +11,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
+// The maintenance state (.amiss-maintenance.state: where the next sweep lap and debris collection
+// start) and debris collection: temporary files and dead format 1 reports, each removed only under
+// the lock its writer holds.
+
 // readSweep reads the maintenance state; a missing one is the default (start at folder 00).
 // A damaged one is returned with the default and an error wrapping ErrCorrupt: it is advisory,
 // so the caller reports it and goes on.
@@ -39,58 +43,6 @@ func (r *root) writeSweep(s sweepState) error {
 	return r.replace(r.path(SweepFile), data, durableData)
 }
 
-// prepare finishes a leftover batch, checks every capacity shard, and collects debris: in the
-// root folder, and in row folders from where the last Prepare stopped, listing at most
-// DebrisBudget entries.
-func (r *root) prepare(ctx context.Context) error {
-	unlock, err := lockFile(ctx, r.maintenance, r.cfg.LockWait)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if _, err := r.recoverBatch(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	if err := r.replayDeadLogs(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	if _, err := r.readAllShards(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	if err := r.collectRootDebris(ctx); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	st, err := r.readSweep()
-	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	listed := 0
-	s := st.DebrisShard
-	for i := 0; i < shardCount && listed < r.cfg.DebrisBudget; i++ {
-		dir := r.shardDirOf(s)
-		names, err := r.fs.ReadDir(dir)
-		if err != nil {
-			return fmt.Errorf("prepare: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
-		}
-		listed += len(names)
-		var debris []string
-		for _, n := range names {
-			if strings.Contains(n.Name(), tmpMarker) || strings.HasSuffix(n.Name(), ".report") {
-				debris = append(debris, n.Name())
-			}
-		}
-		if err := r.collectDebris(ctx, map[int][]string{s: debris}); err != nil {
-			return fmt.Errorf("prepare: %w", err)
-		}
-		s = (s + 1) % shardCount
-	}
-	st.DebrisShard = s
-	if err := r.writeSweep(st); err != nil {
-		return fmt.Errorf("prepare: %w", err)
-	}
-	return nil
-}
-
 // collectRootDebris removes temporary files and format 1 leftovers of the root folder; it
 // holds every lock whose holder writes them (maintenance: batch and maintenance state;
 // admission: creation and migration; clock: root state). A journal probe (vfs.CheckJournal)
@@ -113,8 +65,8 @@ func (r *root) collectRootDebris(ctx context.Context) error {
 	}
 	for _, e := range entries {
 		if strings.Contains(e.Name(), tmpMarker) || strings.HasPrefix(e.Name(), CapacityFile) {
-			if err := r.fs.Remove(r.path(e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(e.Name()), err)
+			if err := r.remove(r.path(e.Name())); err != nil {
+				return err
 			}
 		}
 	}
@@ -151,9 +103,8 @@ func (r *root) collectLocked(s int, names []string) error {
 			dead = r.deadReport(k)
 		}
 		if dead {
-			p := filepath.Join(dir, name)
-			if err := r.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, p, err)
+			if err := r.remove(filepath.Join(dir, name)); err != nil {
+				return err
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 

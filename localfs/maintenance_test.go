@@ -11,7 +11,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 )
 
 // TestPrepareIsBounded: Prepare lists the root folder and row folders only until its budget

@@ -40,26 +40,12 @@ func (r *root) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate %s: %w", r.dir, err)
 	}
 	defer unlockA()
-	data, err := r.fs.ReadFile(r.path(RootFile))
+	st, version, err := r.readRootVersion()
 	if err != nil {
-		return fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(RootFile), err)
-	}
-	st, version, err := decodeRootVersion(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", r.path(RootFile), err)
+		return err
 	}
 	if version >= FormatVersion {
 		return nil // migrated by another process meanwhile
-	}
-	if version == 2 {
-		// Format 3 adds the admission logs, and a format 2 root has none: its records mean
-		// the same in both. The root state's version is what makes a format 2 process refuse
-		// the root from now on (it would ignore the logs).
-		out, err := encodeJSON(kindRoot, st)
-		if err != nil {
-			return err
-		}
-		return r.replace(r.path(RootFile), out, durableFull)
 	}
 	c, err := r.readCapacityV1()
 	if err != nil {
@@ -100,8 +86,8 @@ func (r *root) migrate(ctx context.Context) error {
 	// The format 1 batch goes before the root state says format 2: its rows were counted as
 	// they stand, and format 2 must never apply it (it names no shards). A crash before this
 	// removal leaves a format 1 root that the next open migrates again.
-	if err := r.fs.Remove(r.path(BatchFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
+	if err := r.remove(r.path(BatchFile)); err != nil {
+		return err
 	}
 	if err := r.sync.syncDirs(r.dir); err != nil {
 		return err
@@ -114,8 +100,8 @@ func (r *root) migrate(ctx context.Context) error {
 	if err := r.replace(r.path(RootFile), out, durableFull); err != nil {
 		return err
 	}
-	if err := r.fs.Remove(r.path(CapacityFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, r.path(CapacityFile), err)
+	if err := r.remove(r.path(CapacityFile)); err != nil {
+		return err
 	}
 	return r.sync.syncDirs(r.dir)
 }
@@ -180,7 +166,7 @@ func (r *root) readBatchV1() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
 	}
-	b, err := decodeBatch(data)
+	b, _, err := decodeBatch(data)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", r.path(BatchFile), err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 )
 
 // v1Root copies the format 1 fixture and makes it look as a format 1 process left it after a

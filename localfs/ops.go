@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -39,96 +38,52 @@ import (
 //     An Execute grant needs no such sync: nothing leaves the host before its Save, which
 //     syncs the folder, and whatever it depended on with it.
 
-// Admit implements ledger.Ledger. A key that already has a row is answered under its row-shard
-// lock alone. A new key takes a slot in its home capacity shard under that same lock (see
-// capacity.go): the shard record (count plus one, the key pending) and the row are written
-// in the shard's folder and made durable together. A crash in between leaves the count one too
-// high with the key pending, settled by the next admission in that shard.
-func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.Admission{}, err
-	}
-	defer l.r.end()
-	if err := l.r.cfg.Limits.CheckDelivery(d); err != nil {
-		return ledger.Admission{}, fmt.Errorf("admit %s: %w", d.Key().Short(), err)
-	}
-	a, err := l.admitNew(ctx, d)
-	if err == nil && a.Outcome == ledger.Full {
-		// A cleanup that crashed after removing rows leaves counts high until its batch is
-		// finished; finish it before refusing, so Full means the whole cap is in use.
-		if recovered, rerr := l.r.recoverBatchIfAny(ctx); rerr == nil && recovered {
-			return l.admitNew(ctx, d)
-		}
-	}
-	return a, err
-}
-
-func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admission, error) {
-	now, err := r.now(&row.Row)
-	if err != nil {
-		return ledger.Admission{}, err
-	}
-	o, changed := row.Readmit(d, r.cfg.Limits, now)
-	switch {
-	case changed:
-		// Synced before the answer: the sender was answered for a signed time the row must
-		// now outlive.
-		if err := r.writeRow(row, durableFull); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
-	case o == ledger.Pending || o == ledger.Duplicate:
-		// The sender is told the delivery is held and stops sending, so the row read must be
-		// on disk, and it may not be: a process that died between renaming it into place and
-		// syncing its folder (an admission, a lengthening re-admission, a Save) left it in the
-		// page cache only, for a power loss to take. Its data was synced before the rename;
-		// a sync of its folder makes the name durable (TestPowerCutAfterAProcessCrash...).
-		if err := r.sync.syncDirs(filepath.Dir(r.statePath(row.Key))); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
-	}
-	return row.Admission(o), nil
-}
-
 // step is one decision on a row, the shape objstore's update takes too: it reads and changes
-// row (at the row's effective now) and says how the changed row is written: not at all (0),
-// with durableData or durableFull, or not at all but with its folder synced (asRead). A refusal may still ask for a write (a refusal that
-// recorded the effective now in the row, so a clock stepping back cannot undo it); the
-// refusal is then what the caller sees, joined with the write's error if that fails.
-type step func(row *storedRow, now time.Time) (write durability, err error)
+// row (at the row's effective now) and answers a value and how the changed row is written: not
+// at all (0), with durableData or durableFull, or not at all but with its folder synced
+// (asRead). A refusal may still ask for a write (a refusal that recorded the effective now in
+// the row, so a clock stepping back cannot undo it); the refusal is then what the caller sees,
+// joined with the write's error if that fails.
+type step[T any] func(row *storedRow, now time.Time) (out T, write durability, err error)
 
-// withRow runs fn on key's row under its row-shard lock, at the row's effective now, and
-// writes the row as fn says.
-func (l *Ledger) withRow(ctx context.Context, op string, key ledger.Key, fn step) error {
+// withRow registers an operation on l's root, runs fn on key's row under its row-shard lock,
+// at the row's effective now, and writes the row as fn says. It answers fn's value, or the zero
+// value with an error naming op and the key.
+func withRow[T any](ctx context.Context, l *Ledger, op string, key ledger.Key, fn step[T]) (T, error) {
+	var zero T
 	r := l.r
-	unlock, err := r.lockRow(ctx, key)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+	if err := r.begin(); err != nil {
+		return zero, err
 	}
-	defer unlock()
-	row, err := r.readRow(key)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
-	}
-	now, err := r.now(&row.Row)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
-	}
-	write, err := fn(&row, now)
-	switch write {
-	case 0:
-	case asRead:
-		if serr := r.sync.syncDirs(filepath.Dir(r.statePath(key))); serr != nil {
-			err = errors.Join(err, serr)
+	defer r.end()
+	out, err := func() (T, error) {
+		unlock, err := r.lockRow(ctx, key)
+		if err != nil {
+			return zero, err
 		}
-	default:
-		if werr := r.writeRow(&row, write); werr != nil {
-			err = errors.Join(err, werr)
+		defer unlock()
+		row, err := r.readRow(key)
+		if err != nil {
+			return zero, err
 		}
-	}
+		now, err := r.now(&row.Row)
+		if err != nil {
+			return zero, err
+		}
+		out, write, err := fn(&row, now)
+		switch write {
+		case 0:
+		case asRead:
+			err = errors.Join(err, r.sync.syncDirs(filepath.Dir(r.statePath(key))))
+		default:
+			err = errors.Join(err, r.writeRow(&row, write))
+		}
+		return out, err
+	}()
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+		return zero, fmt.Errorf("%s %s: %w", op, key.Short(), err)
 	}
-	return nil
+	return out, nil
 }
 
 // refusalWrite is how a refusal that recorded the effective now in the row (observed) is
@@ -145,98 +100,65 @@ func refusalWrite(observed bool) durability {
 // rename left to the folder's next sync (see the note at the top of this file); a Publish
 // grant with its folder synced too.
 func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger.Digest, owner string, leaseFor time.Duration) (ledger.Claim, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.Claim{}, err
-	}
-	defer l.r.end()
-	var out ledger.Claim
-	err := l.withRow(ctx, "claim", key, func(row *storedRow, now time.Time) (durability, error) {
+	return withRow(ctx, l, "claim", key, func(row *storedRow, now time.Time) (ledger.Claim, durability, error) {
 		c, err := row.Claim(bindingDigest, owner, leaseFor, now)
 		if err != nil {
-			return 0, err
+			return c, 0, err
 		}
 		switch c.Outcome {
 		case ledger.Execute:
+			return c, durableData, nil
 		case ledger.Publish:
 			rep, err := l.r.report(row)
 			if err != nil {
-				return 0, err
+				return c, 0, err
 			}
 			c.Staged.Report = rep
-			out = c
 			// The verdict is published next, so the saved row it comes from must be on disk
 			// whoever saved it: a Save whose process died between the rename and the folder
 			// sync left it in the page cache only, and a power loss after the publication
 			// would bring the row back to be evaluated again. The grant is synced with its
 			// folder (one more sync, on a publication's retry only: the first one runs under
 			// the Save's lease).
-			return durableFull, nil
-		default:
-			out = c
-			return 0, nil
+			return c, durableFull, nil
 		}
-		out = c
-		return durableData, nil
+		return c, 0, nil
 	})
-	if err != nil {
-		out = ledger.Claim{}
-	}
-	return out, err
 }
 
 // Renew implements ledger.Ledger (data synced, rename left to the folder's next sync).
 func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Duration) (ledger.Lease, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.Lease{}, err
-	}
-	defer l.r.end()
-	var out ledger.Lease
-	err := l.withRow(ctx, "renew", lease.Key, func(row *storedRow, now time.Time) (durability, error) {
+	return withRow(ctx, l, "renew", lease.Key, func(row *storedRow, now time.Time) (ledger.Lease, durability, error) {
 		nl, changed, err := row.Renew(lease, leaseFor, now)
 		if err != nil {
-			return refusalWrite(changed), err
+			return nl, refusalWrite(changed), err
 		}
-		out = nl
-		return durableData, nil
+		return nl, durableData, nil
 	})
-	if err != nil {
-		out = ledger.Lease{}
-	}
-	return out, err
 }
 
 // Save implements ledger.Ledger. The report is frozen inside the row's state file, so saving
 // is one replacement, synced before the answer (the verdict is published next).
 func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (ledger.Staged, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.Staged{}, err
-	}
-	defer l.r.end()
-	r := l.r
-	if err := r.cfg.Limits.CheckReport(report); err != nil {
+	if err := l.r.cfg.Limits.CheckReport(report); err != nil {
 		return ledger.Staged{}, fmt.Errorf("save %s: %w", lease.Key.Short(), err)
 	}
-	var out ledger.Staged
-	err := l.withRow(ctx, "save", lease.Key, func(row *storedRow, now time.Time) (durability, error) {
+	return withRow(ctx, l, "save", lease.Key, func(row *storedRow, now time.Time) (ledger.Staged, durability, error) {
 		ref := ledger.ReportRef{Digest: ledger.SumBody(report), Size: len(report)}
 		pl, changed, err := row.Save(lease, ref, now)
 		if err != nil {
-			return refusalWrite(changed), err
+			return ledger.Staged{}, refusalWrite(changed), err
 		}
-		out = ledger.Staged{Lease: pl, Report: append([]byte(nil), report...)}
+		out := ledger.Staged{Lease: pl, Report: append([]byte(nil), report...)}
 		if !changed {
 			// A repeated Save (its first answer was lost) is answered again, and its verdict
 			// published next: the saved row must be on disk, and the first call's folder sync
 			// may have failed (TestPowerCutKeepsASaveRepeatedAfterAFailedFolderSync).
-			return asRead, nil
+			return out, asRead, nil
 		}
 		row.Frozen = append([]byte(nil), report...)
-		return durableFull, nil
+		return out, durableFull, nil
 	})
-	if err != nil {
-		out = ledger.Staged{}
-	}
-	return out, err
 }
 
 // Complete implements ledger.Ledger. It creates the end-time index entry (for rows with a
@@ -245,44 +167,38 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 // saved, to be published again with the same bytes; a forgotten index entry beside a done
 // state is created again by the cleanup sweep when it meets the row past its retention.
 func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
-	if err := l.r.begin(); err != nil {
-		return err
-	}
-	defer l.r.end()
-	return l.withRow(ctx, "complete", s.Lease.Key, func(row *storedRow, now time.Time) (durability, error) {
+	_, err := withRow(ctx, l, "complete", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
 		changed, err := row.Complete(s, now)
 		if err != nil || !changed {
-			return 0, err
+			return struct{}{}, 0, err
 		}
 		return l.r.finish(row)
 	})
+	return err
 }
 
 // Abandon implements ledger.Ledger, with the write order of Complete.
 func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) error {
-	if err := l.r.begin(); err != nil {
-		return err
-	}
-	defer l.r.end()
-	return l.withRow(ctx, "abandon", s.Lease.Key, func(row *storedRow, now time.Time) (durability, error) {
+	_, err := withRow(ctx, l, "abandon", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
 		changed, err := row.Abandon(s, reason, now)
 		if err != nil {
-			return refusalWrite(changed && !row.State.Terminal()), err
+			return struct{}{}, refusalWrite(changed && !row.State.Terminal()), err
 		}
 		if !changed {
-			return 0, nil
+			return struct{}{}, 0, nil
 		}
 		return l.r.finish(row)
 	})
+	return err
 }
 
 // finish prepares the write of a row that just became done or abandoned: its end-time index
 // entry first, then the row (data synced). An abandoned row keeps its report, so that Revive
 // can publish it again; a done one drops it.
-func (r *root) finish(row *storedRow) (durability, error) {
+func (r *root) finish(row *storedRow) (struct{}, durability, error) {
 	if !row.Permanent {
 		if err := r.addIndex(&row.Row); err != nil {
-			return 0, err
+			return struct{}{}, 0, err
 		}
 	}
 	if row.State == ledger.StateDone {
@@ -290,40 +206,30 @@ func (r *root) finish(row *storedRow) (durability, error) {
 	}
 	// (A format 1 row is written with its folder synced, then its report file removed: see
 	// writeRow.)
-	return durableData, nil
+	return struct{}{}, durableData, nil
 }
 
 // Revive implements ledger.Ledger. The report must still be kept and match the digest the row
 // recorded before the row goes back to saved.
 func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string) (ledger.Row, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.Row{}, err
-	}
-	defer l.r.end()
-	var out ledger.Row
-	err := l.withRow(ctx, "revive", key, func(row *storedRow, now time.Time) (durability, error) {
+	return withRow(ctx, l, "revive", key, func(row *storedRow, now time.Time) (ledger.Row, durability, error) {
 		if row.State == ledger.StateAbandoned {
 			if _, err := l.r.report(row); err != nil {
-				return 0, fmt.Errorf("%w: the report of the abandoned row is not available: %v", ledger.ErrInvalid, err)
+				return ledger.Row{}, 0, fmt.Errorf("%w: the report of the abandoned row is not available: %v", ledger.ErrInvalid, err)
 			}
 		}
 		changed, err := row.Revive(evaluationID, now)
 		if err != nil {
-			return 0, err
+			return ledger.Row{}, 0, err
 		}
-		out = row.Row
 		if changed {
-			return durableFull, nil
+			return row.Row, durableFull, nil
 		}
 		// Already revived: the operator is told the row is saved, to be published; the
 		// Revive that saved it may have died before its folder sync
 		// (TestPowerCutAfterAProcessCrashKeepsARetriedRevive).
-		return asRead, nil
+		return row.Row, asRead, nil
 	})
-	if err != nil {
-		out = ledger.Row{}
-	}
-	return out, err
 }
 
 // Report implements ledger.Ledger. It reads without locking, as Inspect does: a format 2 row
@@ -414,16 +320,13 @@ func (l *Ledger) Unclaim(ctx context.Context, lease ledger.Lease, notBefore time
 
 func (l *Ledger) giveBack(ctx context.Context, op string, lease ledger.Lease, notBefore time.Time,
 	fn func(*ledger.Row, ledger.Lease, time.Time, time.Time) error) error {
-	if err := l.r.begin(); err != nil {
-		return err
-	}
-	defer l.r.end()
-	return l.withRow(ctx, op, lease.Key, func(row *storedRow, now time.Time) (durability, error) {
+	_, err := withRow(ctx, l, op, lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
 		if err := fn(&row.Row, lease, notBefore, now); err != nil {
-			return 0, err
+			return struct{}{}, 0, err
 		}
-		return durableData, nil
+		return struct{}{}, durableData, nil
 	})
+	return err
 }
 
 // Inspect implements ledger.Ledger. It reads without locking: every file is replaced
@@ -438,58 +341,6 @@ func (l *Ledger) Inspect(ctx context.Context, key ledger.Key) (ledger.Row, error
 		return ledger.Row{}, fmt.Errorf("inspect %s: %w", key.Short(), err)
 	}
 	return row.Row, nil
-}
-
-// indexName is the end-time index entry of a row: ended/<hour>/<end nanos>-<key>.
-func indexName(row *ledger.Row) (bucket, name string) {
-	end := row.RetainUntil.UnixNano()
-	if end < 0 {
-		end = 0
-	}
-	return fmt.Sprintf("%012d", end/int64(time.Hour)), fmt.Sprintf("%020d-%s", end, row.Key)
-}
-
-// addIndex creates the row's entry in the end-time index (an empty file). The entry is not
-// synced: see Complete. A new hour's folder is made durable once per process, so entries
-// created in it later are not lost with it.
-func (r *root) addIndex(row *ledger.Row) error {
-	bucket, name := indexName(row)
-	dir := filepath.Join(r.dir, EndedDir, bucket)
-	r.mu.Lock()
-	known := r.bucketDir[bucket]
-	r.mu.Unlock()
-	if !known {
-		if err := r.mkdirDurable(filepath.Join(r.dir, EndedDir)); err != nil {
-			return err
-		}
-		if err := r.mkdirDurable(dir); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.bucketDir[bucket] = true
-		r.mu.Unlock()
-	}
-	p := filepath.Join(dir, name)
-	f, err := r.fs.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("%w: close %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	return nil
-}
-
-// mkdirDurable creates dir if it is missing and makes its entry durable in the parent.
-func (r *root) mkdirDurable(dir string) error {
-	err := r.fs.Mkdir(dir, 0o700)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
-	}
-	return r.sync.syncDirs(filepath.Dir(dir))
 }
 
 // Stats implements ledger.Ledger. It reads every row and every capacity shard.

@@ -11,14 +11,21 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/powerfs"
+	"github.com/amiss-ci/amiss/localfs/internal/powerfs"
+	"github.com/amiss-ci/amiss/localfs/vfs"
 )
+
+// Power-cut tests: the harness (a root in a powerfs, the ways a reboot recovers what no sync made
+// durable, the calls to cut before) and the sweeps over every step of every operation and of
+// opening a root. The tests of one mechanism each are in powercut_*_test.go and
+// groupcommit_test.go; process crashes, where the page cache survives, are in crash_test.go.
 
 // powerRoot is where the power-cut tests keep their root inside a powerfs.
 const powerRoot = "/power/root"
@@ -131,16 +138,6 @@ func openPowered(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, crea
 
 // openOn opens the root through fsys, a wrapper of a powerfs (a process that dies, a sync
 // that fails), as a process would; the test fails if it cannot.
-// openOnF2 is openOn for a test of the format 2 admission (see openPoweredWithF2).
-func openOnF2(t testing.TB, fsys localfs.FS, clock *ledger.ManualClock) *localfs.Ledger {
-	t.Helper()
-	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys, NoAdmissionLog: true})
-	if err != nil {
-		t.Fatalf("open the root: %v", err)
-	}
-	return l
-}
-
 func openOn(t testing.TB, fsys localfs.FS, clock *ledger.ManualClock) *localfs.Ledger {
 	t.Helper()
 	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: fsys})
@@ -283,61 +280,6 @@ func checkPreparedRoot(t *testing.T, ctx context.Context, fsys *powerfs.FS, cloc
 	checkPreparedRootWith(t, fsys, clock, testLimits(), false, what)
 }
 
-// powerKey is one delivery a worker of a power-cut history drives, and what the answers it
-// got promise about it.
-type powerKey struct {
-	d ledger.Delivery
-	// last is the row as read after the last answered operation (valid when read).
-	last ledger.Row
-	read bool
-	// admitted: an admission was answered; saved: a save was answered, with this report.
-	admitted bool
-	saved    ledger.Digest
-	// fence is the fence of the last answered save: never to come back lower.
-	fence uint64
-}
-
-// TestPowerCutHistories runs concurrent workers on one root (their keys share two row folders,
-// so their writes share group-commit rounds and folder syncs), each driving deliveries through
-// random lifecycles, with cleanup passes and a moving clock; the power is cut at a random call.
-// After every way of recovering, each key must keep what its answers promised (an answered
-// admission keeps its row, an answered save its verdict and fence, unless cleanup could have
-// forgotten the row), every row must be legible and its work able to finish, and the prepared
-// root must verify clean with capacity counting its rows exactly.
-func TestPowerCutHistories(t *testing.T) {
-	t.Parallel()
-	powerCutHistories(t, testLimits(), []byte{0x10, 0x11}, 8*powerScale())
-}
-
-// checkPowerKey checks what k's answers promised after a reboot.
-func checkPowerKey(t *testing.T, l ledger.Ledger, clock *ledger.ManualClock, k *powerKey, what string) {
-	t.Helper()
-	what = fmt.Sprintf("%s, key %s", what, k.d.Key().Short())
-	state, row := ledgertest.RowState(t, l, k.d)
-	if state == "" {
-		// Only cleanup may forget a row whose admission was answered: one finished and past
-		// its retention when last read.
-		if k.admitted && !(k.read && k.last.State.Terminal() && k.last.Removable(k.last.Now(clock.Now(), time.Time{}))) {
-			t.Fatalf("%s: the answered admission was lost (last read %q)", what, k.last.State)
-		}
-		return
-	}
-	if !k.saved.IsZero() {
-		switch row.State {
-		case ledger.StateSaved, ledger.StateAbandoned:
-			if row.Report.Digest != k.saved {
-				t.Fatalf("%s: the answered save's verdict %s became %s", what, k.saved, row.Report.Digest)
-			}
-		case ledger.StateDone:
-		default:
-			t.Fatalf("%s: the answered save was lost: the row is %s", what, row.State)
-		}
-		if row.Fence < k.fence {
-			t.Fatalf("%s: fence went back from %d to %d", what, k.fence, row.Fence)
-		}
-	}
-}
-
 // loadTree copies the folder src of the real file system into fsys at dst, synced.
 func loadTree(t *testing.T, fsys *powerfs.FS, src, dst string) {
 	t.Helper()
@@ -458,4 +400,129 @@ func TestPowerCutWhileOpening(t *testing.T) {
 		}
 		t.Logf("%s: %d power cuts", c.name, points)
 	}
+}
+
+// smallCapLimits has one slot per capacity shard: a second key in a shard borrows.
+func smallCapLimits() ledger.Limits {
+	l := testLimits()
+	l.RecordCap = 256
+	return l
+}
+
+func openPoweredWith(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, limits ledger.Limits, create bool) *localfs.Ledger {
+	t.Helper()
+	l, err := localfs.Open(context.Background(), powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: fsys, Create: create})
+	if err != nil {
+		t.Fatalf("open the root: %v", err)
+	}
+	return l
+}
+
+// checkPreparedRootWith is checkPreparedRoot for a root of the given limits; it also runs a
+// cleanup lap first when lap is set (a lap settles what interrupted admissions left pending).
+func checkPreparedRootWith(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, limits ledger.Limits, lap bool, what string) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: limits, Clock: clock, FS: fsys})
+	if err != nil {
+		t.Fatalf("%s: prepare: %v", what, err)
+	}
+	defer p.Close()
+	v, err := p.Verify(ctx, nil)
+	if err != nil || !v.OK() {
+		t.Fatalf("%s: verify: %v %v", what, err, v.Problems)
+	}
+	if lap {
+		cleanupLap(t, p)
+	}
+	st, err := p.Stats(ctx)
+	if err != nil || st.CapacityUsed != st.Rows {
+		t.Fatalf("%s: after prepare: capacity %d for %d rows (%v)", what, st.CapacityUsed, st.Rows, err)
+	}
+}
+
+// syncFault is a process's view of a powerfs whose syncs go wrong while the machine, and its
+// page cache, go on: the process dies (every sync fails from then on) at its first folder sync
+// of a row folder (dieAtRowFolder: what it renamed stays in the page cache, nothing made it
+// durable) or at its first syncfs (dieAtSyncFS), or a row folder's sync fails with an I/O
+// error, once (failRowFolderOnce) or every time (failRowFolderAlways), and the process lives on.
+type syncFault struct {
+	*powerfs.FS
+	dieAtRowFolder, dieAtSyncFS, failRowFolderOnce, failRowFolderAlways bool
+	// dieAtFirstSync: the process dies at its first sync of any kind (a file's fsync or
+	// write-back, a folder's sync, syncfs), whatever round its operation takes.
+	dieAtFirstSync bool
+	dead, failed   atomic.Bool
+}
+
+// OpenFile wraps files for dieAtFirstSync.
+func (f *syncFault) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil || !f.dieAtFirstSync {
+		return file, err
+	}
+	return &faultFile{File: file, f: f}, nil
+}
+
+// faultFile is a file of a syncFault that dies at its first sync.
+type faultFile struct {
+	vfs.File
+	f *syncFault
+}
+
+func (w *faultFile) die() error {
+	if w.f.dieAtFirstSync {
+		w.f.dead.Store(true)
+	}
+	if w.f.dead.Load() {
+		return errProcessDied
+	}
+	return nil
+}
+
+func (w *faultFile) Sync() error {
+	if err := w.die(); err != nil {
+		return err
+	}
+	return w.File.Sync()
+}
+
+func (w *faultFile) WriteBack() error {
+	if err := w.die(); err != nil {
+		return err
+	}
+	return vfs.WriteBack(w.File)
+}
+
+func (w *faultFile) CheckWriteback() error { return vfs.CheckWriteback(w.File) }
+
+func (w *faultFile) Flock(how int) error { return vfs.Flock(w.File, how) }
+
+var (
+	errProcessDied      = errors.New("the process died")
+	errFolderSyncFailed = errors.New("sync folder: input/output error")
+)
+
+func (f *syncFault) SyncDir(name string) error {
+	row := strings.Contains(name, "/"+localfs.RowsDir+"/")
+	if row && f.dieAtRowFolder || f.dieAtFirstSync {
+		f.dead.Store(true)
+	}
+	if f.dead.Load() {
+		return errProcessDied
+	}
+	if row && (f.failRowFolderAlways || f.failRowFolderOnce && f.failed.CompareAndSwap(false, true)) {
+		return errFolderSyncFailed
+	}
+	return f.FS.SyncDir(name)
+}
+
+func (f *syncFault) SyncFS(name string) error {
+	if f.dieAtSyncFS || f.dieAtFirstSync {
+		f.dead.Store(true)
+	}
+	if f.dead.Load() {
+		return errProcessDied
+	}
+	return f.FS.SyncFS(name)
 }

@@ -9,6 +9,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
+// Row files: rows/XX/<key>.state, one per delivery key, its saved report inline (format 2), or
+// beside it in <key>.report (format 1, read as it is and rewritten as format 2 by the row's next
+// change).
+
 func shardName(s int) string { return fmt.Sprintf("%02x", s) }
 
 func (r *root) shardDirOf(s int) string { return filepath.Join(r.dir, RowsDir, shardName(s)) }
@@ -85,6 +89,14 @@ func (r *root) writeRow(s *storedRow, d durability) error {
 // removeQuietly removes a file that has become debris; a removal that fails leaves it to
 // debris collection.
 func (r *root) removeQuietly(p string) { r.fs.Remove(p) }
+
+// remove removes the file at p; a file already gone is no error.
+func (r *root) remove(p string) error {
+	if err := r.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	return nil
+}
 
 // report returns the report a saved or abandoned row keeps.
 func (r *root) report(s *storedRow) ([]byte, error) {

@@ -10,34 +10,9 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/localfs"
-	"github.com/amiss-ci/amiss/localfs/faultfs"
+	"github.com/amiss-ci/amiss/localfs/internal/faultfs"
 	"github.com/amiss-ci/amiss/localfs/vfs"
 )
-
-// TestSyncsPerLoggedAdmission: where a root admits through a log (a local file system whose
-// flush covers a write-back), a lone admission makes one sync, the log's fdatasync, and no
-// other: no syncfs, no folder sync, no fsync of the row or of the record (logged.go).
-func TestSyncsPerLoggedAdmission(t *testing.T) {
-	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "root")
-	if !vfs.FlushCoversWriteBack(localfs.OSFS{}, filepath.Dir(dir)) {
-		t.Skip("no admission log on this file system: its flush does not cover a write-back")
-	}
-	clock := ledger.NewManualClock(epoch)
-	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys})
-	defer l.Close()
-	ledgertest.MustAdmit(t, l, newDelivery(time.Time{})) // takes the slot: makes the log
-	for i := range 3 {
-		fsys.Counter().Reset()
-		ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
-		c := fsys.Counter().Snapshot()
-		if c.Fsyncs != 1 || c.ByOp[faultfs.OpSyncFS] != 0 || c.ByOp[faultfs.OpSyncDir] != 0 {
-			t.Fatalf("logged admission %d: %d syncs (%v), want the log's one", i, c.Fsyncs, c)
-		}
-		t.Logf("logged admission: %v", c)
-	}
-}
 
 // TestSyncsPerOperation counts the syncs (fsync, folder fsync, syncfs) each operation makes on
 // its own, through the instrumented file system: a count, never a timing. Each figure is argued
@@ -48,7 +23,7 @@ func TestSyncsPerOperation(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)
 	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys, NoAdmissionLog: true})
+	l := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys})
 	writeBack := vfs.FlushCoversWriteBack(localfs.OSFS{}, dir)
 	t.Logf("the flush of a sync covers a write-back here: %v", writeBack)
 	defer l.Close()
@@ -162,7 +137,7 @@ func TestConcurrentOperationsShareSyncs(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)
 	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Clock: clock, FS: fsys})
+	l := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys})
 	defer l.Close()
 	var leases []ledger.Lease
 	var saved []ledger.Delivery
@@ -221,7 +196,7 @@ func TestSweepSettlesWithoutSyncing(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)
 	fsys := faultfs.New(localfs.OSFS{}, nil)
-	l := openRoot(t, dir, localfs.Config{NoAdmissionLog: true, Clock: clock, FS: fsys})
+	l := openRoot(t, dir, localfs.Config{Clock: clock, FS: fsys})
 	defer l.Close()
 	for range 600 {
 		ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))

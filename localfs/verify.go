@@ -26,7 +26,7 @@ func ReadLimits(dir string, fsys FS) (ledger.Limits, error) {
 		}
 		return ledger.Limits{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 	}
-	st, err := decodeRoot(data)
+	st, _, err := decodeRoot(data)
 	if err != nil {
 		return ledger.Limits{}, fmt.Errorf("%s: %w", p, err)
 	}
@@ -87,7 +87,7 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 	}
 	if data, err := r.fs.ReadFile(r.path(BatchFile)); err == nil {
 		v.Files++
-		if _, err := decodeBatch(data); err != nil {
+		if _, _, err := decodeBatch(data); err != nil {
 			problem("%s: %v", r.path(BatchFile), err)
 		} else {
 			problem("%s: a cleanup batch was interrupted; the next cleanup or prepare finishes it", r.path(BatchFile))

@@ -1,13 +1,17 @@
 // Package peer measures the FileLedger's admission against its yardsticks in one run: a bare
-// durable replace of one file, and SQLite (WAL, synchronous=FULL) doing what an admission does
-// (one transaction: check the capacity count, insert the row, count it). Measurements, never
-// assertions: docs/benchmarks.md records the figures.
+// durable replace of one file (write, fsync, rename, folder fsync: two fsyncs), the floor of a
+// durable write (600 bytes written in place over a file made beforehand, one fdatasync), and
+// SQLite (WAL, synchronous=FULL) doing what an admission does (one transaction: check the
+// capacity count, insert the row, count it). The contenders run in a shuffled order, every
+// sample and every round, so that none is always first on a disk whose speed drifts.
+// Measurements, never assertions: docs/benchmarks.md records the figures.
 package peer
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -71,6 +75,26 @@ func bareReplace(path string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// floorWrite returns the floor of a durable write: 600 bytes written in place over a file made
+// (and synced) beforehand in dir, then one fdatasync: no new name, no metadata.
+func floorWrite(b *testing.B, dir string) func() error {
+	f, err := os.OpenFile(filepath.Join(dir, "floor"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	data := make([]byte, 600)
+	if _, err := f.WriteAt(data, 0); err != nil || f.Sync() != nil {
+		b.Fatalf("floor file: %v", err)
+	}
+	return func() error {
+		if _, err := f.WriteAt(data, 0); err != nil {
+			return err
+		}
+		return unix.Fdatasync(int(f.Fd()))
+	}
 }
 
 func openLedger(b *testing.B) *localfs.Ledger {
@@ -209,15 +233,17 @@ func medianDur(xs []time.Duration) time.Duration {
 	return s[len(s)/2]
 }
 
-// BenchmarkPeers measures, in rounds that interleave every contender so that all of them see
-// the same disk: the median latency of one admission against one bare durable replace (the
-// two alternated, one sample each in turn), and admissions per second with 1 and 8 writers for
-// the FileLedger and for SQLite.
+// BenchmarkPeers measures, in rounds, so that all contenders see the same disk: the median
+// latency of one admission against the two yardsticks (one sample of each in turn, in a
+// shuffled order), and admissions per second with 1 and 8 writers for the FileLedger and for
+// SQLite (the four windows in a shuffled order every round).
 func BenchmarkPeers(b *testing.B) {
 	ctx := context.Background()
 	fl := openLedger(b)
 	sq := openSQLite(b, 8)
-	yard := filepath.Join(b.TempDir(), "yardstick")
+	tmp := b.TempDir()
+	yard := filepath.Join(tmp, "yardstick")
+	floor := floorWrite(b, tmp)
 	admitFL := func(d ledger.Delivery) error {
 		a, err := fl.Admit(ctx, d)
 		if err == nil && a.Outcome != ledger.Admitted {
@@ -225,42 +251,61 @@ func BenchmarkPeers(b *testing.B) {
 		}
 		return err
 	}
-	var ratio, admitP50, replaceP50, fl1, fl8, sq1, sq8 []float64
+	// The latency samples: an admission and the two yardsticks.
+	contenders := []func() error{func() error { return admitFL(delivery()) }, func() error { return bareReplace(yard) }, floor}
+	var ratio, floorRatio, admitP50, replaceP50, floorP50, fl1, fl8, sq1, sq8 []float64
 	var flIOs, flKiB, sqIOs, sqKiB []float64
 	b.ResetTimer()
 	for range b.N {
 		for r := range rounds {
-			var ad, rp []time.Duration
+			lat := make([][]time.Duration, len(contenders))
 			for range samples {
-				start := time.Now()
-				if err := admitFL(delivery()); err != nil {
-					b.Fatal(err)
+				for _, i := range rand.Perm(len(contenders)) {
+					start := time.Now()
+					if err := contenders[i](); err != nil {
+						b.Fatal(err)
+					}
+					lat[i] = append(lat[i], time.Since(start))
 				}
-				ad = append(ad, time.Since(start))
-				start = time.Now()
-				if err := bareReplace(yard); err != nil {
-					b.Fatal(err)
-				}
-				rp = append(rp, time.Since(start))
 			}
-			a, p := medianDur(ad), medianDur(rp)
+			a, p, f := medianDur(lat[0]), medianDur(lat[1]), medianDur(lat[2])
 			admitP50 = append(admitP50, float64(a.Microseconds()))
 			replaceP50 = append(replaceP50, float64(p.Microseconds()))
-			ratio = append(ratio, float64(a)/float64(p))
-			rate, ios, kib := writesPer(b, fl.Dir(), 8, admitFL)
-			fl8, flIOs, flKiB = append(fl8, rate), append(flIOs, ios), append(flKiB, kib)
-			rate, ios, kib = writesPer(b, sq.dir, 8, sq.admit)
-			sq8, sqIOs, sqKiB = append(sq8, rate), append(sqIOs, ios), append(sqKiB, kib)
-			fl1 = append(fl1, throughput(b, 1, admitFL))
-			sq1 = append(sq1, throughput(b, 1, sq.admit))
-			b.Logf("round %d: admission p50 %v, bare replace p50 %v (%.2fx); admissions/s: FileLedger 1 %.0f, 8 %.0f; SQLite 1 %.0f, 8 %.0f (8 writers: %.2fx SQLite); device writes per admission with 8 writers: FileLedger %.1f (%.1f KiB), SQLite %.1f (%.1f KiB)",
-				r+1, a, p, float64(a)/float64(p), fl1[r], fl8[r], sq1[r], sq8[r], fl8[r]/sq8[r], flIOs[r], flKiB[r], sqIOs[r], sqKiB[r])
+			floorP50 = append(floorP50, float64(f.Microseconds()))
+			ratio, floorRatio = append(ratio, float64(a)/float64(p)), append(floorRatio, float64(a)/float64(f))
+			windows := []struct {
+				name string
+				run  func()
+			}{
+				{"FileLedger 8", func() {
+					rate, ios, kib := writesPer(b, fl.Dir(), 8, admitFL)
+					fl8, flIOs, flKiB = append(fl8, rate), append(flIOs, ios), append(flKiB, kib)
+				}},
+				{"SQLite 8", func() {
+					rate, ios, kib := writesPer(b, sq.dir, 8, sq.admit)
+					sq8, sqIOs, sqKiB = append(sq8, rate), append(sqIOs, ios), append(sqKiB, kib)
+				}},
+				{"FileLedger 1", func() { fl1 = append(fl1, throughput(b, 1, admitFL)) }},
+				{"SQLite 1", func() { sq1 = append(sq1, throughput(b, 1, sq.admit)) }},
+			}
+			var order []string
+			for _, i := range rand.Perm(len(windows)) {
+				order = append(order, windows[i].name)
+				windows[i].run()
+			}
+			b.Logf("round %d (windows in the order %s): admission p50 %v = %.2fx a bare replace (write, fsync, rename, folder fsync: two fsyncs; p50 %v) = %.2fx the floor (an in-place write and one fdatasync; p50 %v); "+
+				"admissions/s with 1 writer: FileLedger %.0f, SQLite %.0f; with 8: FileLedger %.0f, SQLite %.0f (FileLedger %.2fx SQLite in WAL mode, synchronous=FULL); "+
+				"device writes per admission with 8 writers: FileLedger %.1f (%.1f KiB), SQLite %.1f (%.1f KiB)",
+				r+1, strings.Join(order, ", "), a, float64(a)/float64(p), p, float64(a)/float64(f), f,
+				fl1[r], sq1[r], fl8[r], sq8[r], fl8[r]/sq8[r], flIOs[r], flKiB[r], sqIOs[r], sqKiB[r])
 		}
 	}
 	b.StopTimer()
 	b.ReportMetric(median(admitP50), "admit-p50-µs")
 	b.ReportMetric(median(replaceP50), "replace-p50-µs")
+	b.ReportMetric(median(floorP50), "floor-p50-µs")
 	b.ReportMetric(median(ratio), "x-replace")
+	b.ReportMetric(median(floorRatio), "x-floor")
 	b.ReportMetric(median(fl1), "fileledger-1w/s")
 	b.ReportMetric(median(fl8), "fileledger-8w/s")
 	b.ReportMetric(median(sq1), "sqlite-1w/s")

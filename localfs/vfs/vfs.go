@@ -1,6 +1,6 @@
 // Package vfs is the file system interface the FileLedger uses, and its real implementation.
-// It is its own package so that wrappers (localfs/faultfs) and the ledger can both depend on
-// it.
+// It is its own package so that wrappers (localfs/internal/faultfs) and the ledger can both
+// depend on it.
 package vfs
 
 import (

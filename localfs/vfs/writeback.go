@@ -136,27 +136,3 @@ func StartWriteBack(f File) error {
 	}
 	return nil
 }
-
-// Datasyncer is a file that makes its data durable through something other than its
-// descriptor (a model, a wrapper).
-type Datasyncer interface {
-	Datasync() error
-}
-
-// Datasync makes f's data durable, and its size, but not its timestamps: fdatasync(2) on an
-// OS file, which for a file overwritten in place within its size writes the data and flushes,
-// without the inode write an fsync adds for the new modification time. A wrapped file goes
-// through its own Datasync, or else its Sync (an fsync promises more).
-func Datasync(f File) error {
-	if d, ok := f.(Datasyncer); ok {
-		return d.Datasync()
-	}
-	of, ok := f.(*os.File)
-	if !ok {
-		return f.Sync()
-	}
-	if err := ignoringEINTR(func() error { return unix.Fdatasync(int(of.Fd())) }); err != nil {
-		return &os.PathError{Op: "fdatasync", Path: of.Name(), Err: err}
-	}
-	return nil
-}

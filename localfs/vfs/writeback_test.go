@@ -109,36 +109,3 @@ func TestStartWriteBack(t *testing.T) {
 		t.Fatalf("a wrapper with a start of its own: started %d times, %v", s.started, err)
 	}
 }
-
-// syncCounter is a wrapped file without a Datasync of its own: Datasync falls back to its
-// Sync, which promises more.
-type syncCounter struct {
-	File
-	syncs int
-}
-
-func (s *syncCounter) Sync() error { s.syncs++; return nil }
-
-// Datasync runs fdatasync on an OS file, answers a failure naming the file, and falls back
-// to a wrapper's Sync.
-func TestDatasync(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "f")
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(make([]byte, 4096)); err != nil {
-		t.Fatal(err)
-	}
-	if err := Datasync(f); err != nil {
-		t.Fatalf("fdatasync of an OS file: %v", err)
-	}
-	f.Close()
-	if err := Datasync(f); err == nil || !strings.Contains(err.Error(), p) {
-		t.Fatalf("fdatasync of a closed file: %v, want an error naming %s", err, p)
-	}
-	s := &syncCounter{}
-	if err := Datasync(s); err != nil || s.syncs != 1 {
-		t.Fatalf("a wrapper without a Datasync: %d syncs, %v; want its Sync once", s.syncs, err)
-	}
-}

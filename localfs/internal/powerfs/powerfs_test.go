@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/amiss-ci/amiss/localfs/powerfs"
+	"github.com/amiss-ci/amiss/localfs/internal/powerfs"
 )
 
 func mustWrite(t *testing.T, f *powerfs.FS, name string, data []byte, sync bool) {

@@ -35,11 +35,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -226,7 +226,7 @@ func (f *FS) syncAll() {
 
 func (f *FS) syncInode(in *inode) {
 	if in.dir {
-		in.durableEntries = maps(in.entries)
+		in.durableEntries = maps.Clone(in.entries)
 		in.ops = nil
 		return
 	}
@@ -268,14 +268,6 @@ func (f *FS) flush() {
 // FlushCoversWriteBack implements vfs.WriteBackFS: the model is a local disk whose syncs all
 // end with a flush.
 func (f *FS) FlushCoversWriteBack(dir string) bool { return true }
-
-func maps(m map[string]int64) map[string]int64 {
-	out := make(map[string]int64, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}
 
 // Recover returns the file system a reboot after the power cut finds: what was synced, and of
 // the rest what p keeps. Everything in it is durable. f must be cut.
@@ -334,7 +326,7 @@ func (f *FS) Recover(p Persistence) *FS {
 		in := f.inodes[id]
 		if in.dir {
 			n := newDir()
-			n.entries = maps(in.durableEntries)
+			n.entries = maps.Clone(in.durableEntries)
 			for _, op := range in.ops {
 				if id == lost || !keepOp(op) {
 					continue
@@ -345,7 +337,7 @@ func (f *FS) Recover(p Persistence) *FS {
 					n.entries[op.name] = op.ino
 				}
 			}
-			n.durableEntries = maps(n.entries)
+			n.durableEntries = maps.Clone(n.entries)
 			out.inodes[id] = n
 			continue
 		}
@@ -379,20 +371,10 @@ func (f *FS) Recover(p Persistence) *FS {
 	walk = func(id int64) {
 		reached[id] = true
 		in := out.inodes[id]
-		names := make([]string, 0, len(in.entries))
-		for name := range in.entries {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(in.entries)) {
 			c := in.entries[name]
 			child, ok := out.inodes[c]
-			if !ok {
-				delete(in.entries, name)
-				delete(in.durableEntries, name)
-				continue
-			}
-			if child.dir && reached[c] {
+			if !ok || child.dir && reached[c] {
 				delete(in.entries, name)
 				delete(in.durableEntries, name)
 				continue
@@ -432,7 +414,7 @@ func (f *FS) DirtyFolders() []string {
 		}
 	}
 	walk(rootIno, "/")
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 
@@ -442,10 +424,7 @@ func (f *FS) Clone() *FS {
 	defer f.mu.Unlock()
 	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1}
 	if len(f.writtenBack) > 0 {
-		out.writtenBack = make(map[int64]bool, len(f.writtenBack))
-		for id := range f.writtenBack {
-			out.writtenBack[id] = true
-		}
+		out.writtenBack = maps.Clone(f.writtenBack)
 	}
 	for id, in := range f.inodes {
 		// Shared data is never changed in place (see WriteAt), so copies share it.
@@ -453,7 +432,7 @@ func (f *FS) Clone() *FS {
 		c := &inode{dir: in.dir, data: in.data, durable: in.durable,
 			writes: slices.Clone(in.writes), writtenBack: in.writtenBack, ops: slices.Clone(in.ops)}
 		if in.dir {
-			c.entries, c.durableEntries = maps(in.entries), maps(in.durableEntries)
+			c.entries, c.durableEntries = maps.Clone(in.entries), maps.Clone(in.durableEntries)
 		}
 		out.inodes[id] = c
 	}
@@ -548,25 +527,21 @@ func (f *FS) ReadFile(name string) ([]byte, error) {
 }
 
 // OpenFile implements vfs.FS: files only, opened for writing (O_WRONLY or O_RDWR), with
-// O_CREATE and O_EXCL, or an existing one read-only (for its lock, or to sync it); the flags
-// the FileLedger does not use are refused.
+// O_CREATE and O_EXCL; the flags the FileLedger does not use are refused.
 func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
-	if flag&^(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_EXCL) != 0 || flag&(os.O_WRONLY|os.O_RDWR) == 0 && flag != os.O_RDONLY {
+	if flag&^(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_EXCL) != 0 || flag&(os.O_WRONLY|os.O_RDWR) == 0 {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("powerfs: flags %#x not modelled", flag)}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.read("open", name); err != nil {
+		return nil, err
+	}
 	parent, base, ino, err := f.lookup("open", name)
 	if err != nil {
-		if rerr := f.read("open", name); rerr != nil {
-			return nil, rerr
-		}
 		return nil, err
 	}
 	if ino != 0 {
-		if err := f.read("open", name); err != nil {
-			return nil, err
-		}
 		if flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrExist}
 		}
@@ -576,9 +551,6 @@ func (f *FS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error)
 		return &file{fs: f, ino: ino, name: name}, nil
 	}
 	if flag&os.O_CREATE == 0 {
-		if err := f.read("open", name); err != nil {
-			return nil, err
-		}
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
 	if err := f.change("create", name); err != nil {
@@ -646,14 +618,14 @@ func (f *FS) Remove(name string) error {
 func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.read("mkdir", name); err != nil {
+		return err
+	}
 	parent, base, ino, err := f.lookup("mkdir", name)
 	if err == nil && ino != 0 {
 		err = &fs.PathError{Op: "mkdir", Path: name, Err: fs.ErrExist}
 	}
 	if err != nil {
-		if rerr := f.read("mkdir", name); rerr != nil {
-			return rerr
-		}
 		return err
 	}
 	if err := f.change("mkdir", name); err != nil {
@@ -681,7 +653,7 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	for n, id := range in.entries {
 		out = append(out, fs.FileInfoToDirEntry(f.info(n, f.inodes[id])))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	slices.SortFunc(out, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return out, nil
 }
 

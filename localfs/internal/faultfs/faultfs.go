@@ -8,7 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/amiss-ci/amiss/localfs/vfs"
@@ -104,14 +105,9 @@ type Counts struct {
 
 // String lists the counts by operation.
 func (c Counts) String() string {
-	ops := make([]string, 0, len(c.ByOp))
-	for op := range c.ByOp {
-		ops = append(ops, string(op))
-	}
-	sort.Strings(ops)
 	s := fmt.Sprintf("%d ops", c.Total)
-	for _, op := range ops {
-		s += fmt.Sprintf(" %s=%d", op, c.ByOp[Op(op)])
+	for _, op := range slices.Sorted(maps.Keys(c.ByOp)) {
+		s += fmt.Sprintf(" %s=%d", op, c.ByOp[op])
 	}
 	return s
 }
@@ -199,12 +195,7 @@ func (f *FS) decide(op Op, path string) Action {
 	if f.dead {
 		return Crash
 	}
-	names := make([]string, 0, len(f.rules))
-	for n := range f.rules {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(f.rules)) {
 		if a := f.rules[n](op, path); a != Pass {
 			if a == Crash || a == CrashAfterEffect {
 				f.dead = true
@@ -341,23 +332,10 @@ func (w *wrappedFile) Flock(how int) error { return vfs.Flock(w.base, how) }
 // CrashAfter returns a rule that lets n mutating operations pass and then crashes (with
 // Crash, or CrashAfterEffect when afterEffect is set).
 func CrashAfter(n int, afterEffect bool) Rule {
-	var mu sync.Mutex
-	left := n
-	return func(op Op, path string) Action {
-		if !op.Mutating() {
-			return Pass
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if left > 0 {
-			left--
-			return Pass
-		}
-		if afterEffect {
-			return CrashAfterEffect
-		}
-		return Crash
+	if afterEffect {
+		return after(n, Op.Mutating, CrashAfterEffect)
 	}
+	return after(n, Op.Mutating, Crash)
 }
 
 // FailNth returns a rule that fails the (n+1)th mutating operation once (before or after its
@@ -384,10 +362,16 @@ func FailNth(n int, after bool) Rule {
 
 // FailListingsAfter returns a rule that lets n listings pass and fails every later one.
 func FailListingsAfter(n int) Rule {
+	return after(n, func(op Op) bool { return op == OpReadDir }, FailBefore)
+}
+
+// after returns a rule that lets n of the operations that match pass and answers a for every
+// later one.
+func after(n int, match func(Op) bool, a Action) Rule {
 	var mu sync.Mutex
 	left := n
 	return func(op Op, path string) Action {
-		if op != OpReadDir {
+		if !match(op) {
 			return Pass
 		}
 		mu.Lock()
@@ -396,6 +380,6 @@ func FailListingsAfter(n int) Rule {
 			left--
 			return Pass
 		}
-		return FailBefore
+		return a
 	}
 }
