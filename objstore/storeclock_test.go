@@ -1,0 +1,149 @@
+package objstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
+	"github.com/amiss-ci/amiss/objstore"
+)
+
+// The store's clock: every decision is made at the store's time, never a host's, and the
+// time never goes back, even when the store's own clock steps back.
+
+// TestClientClocksDecideNothing: hosts whose clocks are minutes off decide with the store's
+// time. Against the store's real Date (no test clock at all).
+func TestClientClocksDecideNothing(t *testing.T) {
+	requireMinIO(t)
+	t.Parallel()
+	open := func(prefix string, skew time.Duration) *objstore.Ledger {
+		t.Helper()
+		client, err := objstore.NewClient(context.Background(), objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint,
+			PathStyle: true, AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Timeout: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := objstore.Open(context.Background(), objstore.Config{Client: client, Bucket: testBucket, Prefix: prefix,
+			Limits: ledgertest.Limits(), Clock: offsetClock{ledger.SystemClock{}, skew}, Create: true, Shards: 2,
+			Owner: fmt.Sprintf("host%+v", skew)})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		return l
+	}
+	ctx := context.Background()
+	permanent := func(n int) ledger.Delivery {
+		body := fmt.Appendf(nil, `{"clock":%d,"at":%d}`, n, time.Now().UnixNano())
+		return ledger.Delivery{Binding: ledger.Binding{Route: "clocks", Scheme: "github-sha256", Identity: string(body),
+			BodyDigest: ledger.SumBody(body)}, Subject: body}
+	}
+	const leaseFor = time.Minute
+
+	t.Run("AheadGetsNoExecuteOnALiveLease", func(t *testing.T) {
+		prefix := newPrefix(t)
+		right, ahead := open(prefix, 0), open(prefix, 2*time.Minute)
+		d := permanent(1)
+		ledgertest.MustAdmit(t, right, d)
+		if c, err := right.Claim(ctx, d.Key(), d.Binding.Digest(), "right", leaseFor); err != nil || c.Outcome != ledger.Execute {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if c, err := ahead.Claim(ctx, d.Key(), d.Binding.Digest(), "ahead", leaseFor); err != nil || c.Outcome != ledger.Busy {
+			t.Fatalf("a host two minutes ahead claimed a live lease: %v %v", c.Outcome, err)
+		}
+	})
+	t.Run("AheadGetsNoPublishWhileAPublishLeaseIsLive", func(t *testing.T) {
+		prefix := newPrefix(t)
+		right, ahead := open(prefix, 0), open(prefix, 2*time.Minute)
+		d := permanent(2)
+		ledgertest.MustAdmit(t, right, d)
+		c, err := right.Claim(ctx, d.Key(), d.Binding.Digest(), "right", leaseFor)
+		if err != nil || c.Outcome != ledger.Execute {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if _, err := right.Save(ctx, *c.Lease, []byte("verdict")); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := ahead.Claim(ctx, d.Key(), d.Binding.Digest(), "ahead", leaseFor); err != nil || c.Outcome != ledger.Busy {
+			t.Fatalf("a host two minutes ahead was handed a live publication: %v %v", c.Outcome, err)
+		}
+	})
+	t.Run("SlowAdmitsNoStaleRequest", func(t *testing.T) {
+		slow := open(newPrefix(t), -2*time.Minute)
+		d := permanent(3)
+		d.Binding.Scheme = "standard-webhooks"
+		d.SignedAt = time.Now().Add(-6 * time.Minute) // the accepted age is 5 minutes
+		if a, err := slow.Admit(ctx, d); err != nil || a.Outcome != ledger.Stale {
+			t.Fatalf("a host two minutes slow admitted a request signed 6 minutes ago: %v %v", a.Outcome, err)
+		}
+	})
+	t.Run("FastCleanerCannotMakeFreshDeliveriesStale", func(t *testing.T) {
+		prefix := newPrefix(t)
+		fast := open(prefix, 10*time.Minute)
+		if _, err := fast.Cleanup(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		right := open(prefix, 0)
+		d := permanent(4)
+		d.Binding.Scheme = "standard-webhooks"
+		d.SignedAt = time.Now()
+		if a, err := right.Admit(ctx, d); err != nil || a.Outcome != ledger.Admitted {
+			t.Fatalf("after a cleaner ten minutes fast, a fresh delivery was answered %v %v", a.Outcome, err)
+		}
+	})
+}
+
+// TestWarmHandleRefusesAReplayAfterTheStoreClockStepsBack: §3.2 of the design: "Cleanup
+// persists the high-water before it deletes anything, so after a clock steps back, a request
+// that was stale when its row was removed is still refused as Stale." On S3 the clock is the
+// store's, and a handle re-reads the persisted high-water at most once a minute (of its own
+// monotonic time), so for up to a minute after a removal every warm ingress decides on a
+// high-water from before it. Interleaving (accepted age 40m, queue ceiling 1m, store time):
+//
+//	S       ingress (warm, high-water read at S): Admit(d signed S) -> Admitted; run, saved,
+//	        completed
+//	S+41m   cleaner: retention (S+41m) over, key aged (31m): the row is removed, the
+//	        high-water S+41m persisted
+//	        the store's clock steps back 2 minutes (NTP on a MinIO host): S+39m
+//	S+39m   ingress: Admit(d signed S), a replay: decided at max(S+39m, its cached
+//	        high-water S) -> fresh -> Admitted again, a new evaluation id: evaluated and
+//	        published twice. A handle opened after the cleanup answers Stale.
+//
+// Needs the store's clock to step back by more than the queue ceiling; no held request.
+// Fixed: each capacity shard carries the high-water of the last cleanup that settled it, and
+// an admission refuses there what it makes stale.
+func TestWarmHandleRefusesAReplayAfterTheStoreClockStepsBack(t *testing.T) {
+	w := newWorld(t)
+	w.limits.SignedAgeCeiling = 40 * time.Minute // retention outlasts the life of a request
+	w.limits.QueueCeiling = time.Minute
+	ingress, _ := w.handle("ingress", 0, nil)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+
+	d := w.delivery(w.store.Now())
+	first := w.saved(ingress, d, "first verdict")
+	ledgertest.MustComplete(t, ingress, first)
+	row, err := ingress.Inspect(w.ctx, d.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.RetainUntil.Before(row.CreatedAt.Add(objstore.RequestLife + time.Minute)) {
+		t.Fatalf("retention %s is too short for this interleaving", row.RetainUntil.Sub(row.CreatedAt))
+	}
+	w.store.Set(row.RetainUntil.Add(time.Second))
+	if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+		t.Fatalf("cleanup removed %d rows, want 1", len(rep.Removed))
+	}
+	w.store.Advance(-2 * time.Minute)
+	fresh, _ := w.handle("ingress-new", 0, nil)
+	if a, err := fresh.Admit(w.ctx, d); err != nil || a.Outcome != ledger.Stale {
+		t.Fatalf("a handle opened after the cleanup: %v %v, want stale", a.Outcome, err)
+	}
+	a, err := ingress.Admit(w.ctx, d)
+	if err == nil && a.Outcome == ledger.Admitted {
+		t.Fatalf("a replay of a delivery forgotten as stale was admitted again by a warm ingress (evaluation %s, first %s): "+
+			"its high-water is cached for a minute, and the store's clock stepped back", a.EvaluationID, row.EvaluationID)
+	}
+}
