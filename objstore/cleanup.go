@@ -12,7 +12,9 @@ import (
 )
 
 // Cleanup implements ledger.Ledger. One pass:
-//  1. checks that the bucket keeps versions, and takes the maintenance lease (a fenced object
+//  1. checks that the bucket keeps versions (at every pass: while versioning is suspended a
+//     write replaces the "null" version in place, so a version judged removable could be a
+//     row written after the judgement), and takes the maintenance lease (a fenced object
 //     written by compare-and-swap; a live lease of another owner answers ErrBusy);
 //  2. finishes the previous batch if it was left unfinished;
 //  3. lists the end-time index (with versions) and the next page of rows for the sweep; if
@@ -37,7 +39,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: %w: another cleanup of this handle is running", ledger.ErrBusy)
 	}
 	defer l.cleaning.Unlock()
-	if err := l.requireVersioning(ctx); err != nil {
+	if err := l.s.requireVersioning(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	lease, err := l.takeMaintenance(ctx)

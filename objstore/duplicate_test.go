@@ -130,7 +130,7 @@ func (w *world) dupHandle(name string, adjust func(*objstore.Config)) (*objstore
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	cfg := objstore.Config{Client: client, Bucket: testBucket, Prefix: w.prefix, Limits: w.limits,
+	cfg := objstore.Config{Client: client, Bucket: w.bucket, Prefix: w.prefix, Limits: w.limits,
 		Clock: offsetClock{w.store, 0}, Create: true, Shards: w.shards, Owner: name}
 	if adjust != nil {
 		adjust(&cfg)
@@ -391,7 +391,7 @@ func (w *world) captureHandle(name string, adjust func(*objstore.Config)) (*objs
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	cfg := objstore.Config{Client: client, Bucket: testBucket, Prefix: w.prefix, Limits: w.limits,
+	cfg := objstore.Config{Client: client, Bucket: w.bucket, Prefix: w.prefix, Limits: w.limits,
 		Clock: offsetClock{w.store, 0}, Create: true, Shards: w.shards, Owner: name}
 	if adjust != nil {
 		adjust(&cfg)
@@ -440,7 +440,7 @@ func TestReplayedReservationLetsNoHeldRowWriteLandWithoutASlot(t *testing.T) {
 	}
 	// Fixed: the void reservation stays until no copy of its PUT can land any more (16
 	// minutes by the store's clock), so the key is never empty while one could.
-	if _, err := minioRaw.StatObject(w.ctx, testBucket, w.prefix+objstore.RowName(d.Key()), minio.StatObjectOptions{}); err != nil {
+	if _, err := minioRaw.StatObject(w.ctx, w.bucket, w.prefix+objstore.RowName(d.Key()), minio.StatObjectOptions{}); err != nil {
 		t.Fatalf("cleanup removed the void reservation within the life of its requests: %v", err)
 	}
 	st := w.exact(cleaner)

@@ -116,8 +116,6 @@ type Ledger struct {
 	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
 	// maintenance lease does not tell apart.
 	cleaning sync.Mutex
-	// versioned is set once the bucket was seen to keep versions.
-	versioned atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -136,8 +134,10 @@ const (
 
 func rowName(k ledger.Key) string { return rowsPrefix + k.String() + ".json" }
 
-// Open opens the ledger under cfg.Prefix: it reads the root object and checks the limits. A
-// missing or damaged root, or other limits, fail closed with an error naming the object.
+// Open opens the ledger under cfg.Prefix: it checks that the bucket keeps versions, reads the
+// root object and checks the limits. A bucket whose versioning is not enabled (suspended, or
+// never enabled), a missing or damaged root, or other limits, fail closed with an error naming
+// the setting or the object.
 func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -148,13 +148,16 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	clock := newStoreClock(cfg.Clock)
 	l := &Ledger{s: store{client: cfg.Client, bucket: cfg.Bucket, prefix: cfg.Prefix, clock: clock}, clock: clock, cfg: cfg,
 		cache: map[ledger.Key]cachedRow{}}
+	// Every start checks that the bucket keeps versions, not only the creation: an operator
+	// may have suspended versioning since, and rows written meanwhile are "null" versions that
+	// every later write replaces in place.
+	if err := l.s.requireVersioning(ctx); err != nil {
+		return nil, err
+	}
 	root, rootTag, err := l.readRoot(ctx)
 	if errors.Is(err, errNotFound) {
 		if !cfg.Create {
 			return nil, fmt.Errorf("%w: %s is missing: not a ledger (create one first)", ledger.ErrRootMismatch, l.s.key(rootName))
-		}
-		if err := l.requireVersioning(ctx); err != nil {
-			return nil, err
 		}
 		if err := l.create(ctx); err != nil {
 			return nil, err
@@ -330,16 +333,4 @@ func (l *Ledger) nowFor(row *ledger.Row) time.Time {
 		return ledger.MaxTime(l.clock.Now(), l.highWater())
 	}
 	return row.Now(l.clock.Now(), l.highWater())
-}
-
-// requireVersioning checks, once per handle, that the bucket keeps versions.
-func (l *Ledger) requireVersioning(ctx context.Context) error {
-	if l.versioned.Load() {
-		return nil
-	}
-	if err := l.s.requireVersioning(ctx); err != nil {
-		return err
-	}
-	l.versioned.Store(true)
-	return nil
 }

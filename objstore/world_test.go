@@ -32,6 +32,7 @@ func (c offsetClock) Now() time.Time { return c.base.Now().Add(c.skew) }
 type world struct {
 	t      *testing.T
 	ctx    context.Context
+	bucket string
 	prefix string
 	store  *ledger.ManualClock
 	limits ledger.Limits
@@ -42,12 +43,22 @@ type world struct {
 func newWorld(t *testing.T) *world {
 	requireMinIO(t)
 	t.Parallel()
-	return &world{t: t, ctx: context.Background(), prefix: newPrefix(t), store: ledger.NewManualClock(ledgertest.Epoch),
+	return &world{t: t, ctx: context.Background(), bucket: testBucket, prefix: newPrefix(t), store: ledger.NewManualClock(ledgertest.Epoch),
 		limits: ledgertest.Limits(), shards: 4}
 }
 
 // handle opens a handle whose host clock is skew away from the store's.
 func (w *world) handle(name string, skew time.Duration, adjust func(*objstore.Config)) (*objstore.Ledger, *transport) {
+	w.t.Helper()
+	l, tr, err := w.open(name, skew, adjust)
+	if err != nil {
+		w.t.Fatalf("open %s: %v", name, err)
+	}
+	return l, tr
+}
+
+// open opens a handle as handle does, and answers Open's error.
+func (w *world) open(name string, skew time.Duration, adjust func(*objstore.Config)) (*objstore.Ledger, *transport, error) {
 	w.t.Helper()
 	tr := newTransport(&counter{})
 	tr.setStoreClock(w.store)
@@ -57,16 +68,13 @@ func (w *world) handle(name string, skew time.Duration, adjust func(*objstore.Co
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	cfg := objstore.Config{Client: client, Bucket: testBucket, Prefix: w.prefix, Limits: w.limits,
+	cfg := objstore.Config{Client: client, Bucket: w.bucket, Prefix: w.prefix, Limits: w.limits,
 		Clock: offsetClock{w.store, skew}, Create: true, Shards: w.shards, Owner: name}
 	if adjust != nil {
 		adjust(&cfg)
 	}
 	l, err := objstore.Open(w.ctx, cfg)
-	if err != nil {
-		w.t.Fatalf("open %s: %v", name, err)
-	}
-	return l, tr
+	return l, tr, err
 }
 
 // delivery makes a new delivery signed at signedAt (zero: permanent).
