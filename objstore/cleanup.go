@@ -481,9 +481,11 @@ func (j *judge) sweep(ctx context.Context, names []string) ([]sweptRow, error) {
 }
 
 // tidyReservation clears away a reservation no admission can use any more. One older than the
-// grace with no pending entry is voided first (by a conditional write); a void one is removed,
-// by version (a reservation or row written after it was read survives), once RequestLife has
-// passed since it was voided.
+// grace with no pending entry is voided (by a conditional write); a void is removed, by version
+// (a reservation or row written after it was read survives), only when it says no row write can
+// wait on the key (NoRowWrite). Every other void stays until an admission of the key takes it
+// over: removed, it would let a late copy of a reservation PUT create the reservation again, and
+// a row write held in flight land over it without a slot.
 func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState) error {
 	l := j.l
 	if !ks.res.Void {
@@ -504,7 +506,7 @@ func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState
 		}
 		return nil
 	}
-	if j.now.Sub(time.Unix(0, ks.res.VoidedAt)) <= j.l.cfg.RequestLife {
+	if !ks.res.NoRowWrite {
 		return nil
 	}
 	_, _, err := l.s.removeVersion(ctx, rowName(key), ks.version)

@@ -147,3 +147,73 @@ func TestWarmHandleRefusesAReplayAfterTheStoreClockStepsBack(t *testing.T) {
 			"its high-water is cached for a minute, and the store's clock stepped back", a.EvaluationID, row.EvaluationID)
 	}
 }
+
+// TestVoidedReservationOutlivesStoreClocksThatDisagree: the store is many nodes, whose clocks
+// may disagree by minutes, and a node's clock may be stepped forward and back. The Date one
+// handle reads and the clock that checks a held request's signature are then not the same
+// clock, and a decision that a held write "can never land" made by comparing Dates is wrong.
+// Interleaving (cap 1, one shard; the ingress and the first cleaner talk to a node at the
+// store's time):
+//
+//	ingress  reservation PUT: its first attempt is held in the network and a retry lands; the
+//	         slot is taken; every attempt of the row PUT (If-Match on the reservation's ETag)
+//	         is held in the network, and the admission gives up
+//	+3m      cleaner: the pending entry is past the grace: the reservation is voided and its
+//	         slot given back
+//	+14m     a cleaner whose Dates run 21 minutes ahead (another node, or the same one with its
+//	         clock stepped forward) finds the void 32 minutes old, past the 31-minute life of a
+//	         request, and removes it: the key is empty
+//	         the held reservation attempt lands (signed 14 minutes ago: inside SigV4's 15) with
+//	         the same bytes, so the same ETag; the held row write lands over it: a row that no
+//	         slot counts, and the cap of 1 admits one more.
+func TestVoidedReservationOutlivesStoreClocksThatDisagree(t *testing.T) {
+	const ahead = 21 * time.Minute
+	for _, c := range []struct {
+		name string
+		// stepped: the cleaner that voided is the one whose Date steps forward, and back.
+		stepped bool
+	}{{"NodesApart", false}, {"DateSteppedForwardAndBack", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.shards = 1
+			w.limits.RecordCap = 1
+			ingress, capt := w.captureHandle("ingress", nil)
+			cleaner, cleanerTr := w.handle("cleaner", 0, nil)
+			late, lateTr := cleaner, cleanerTr
+			if !c.stepped {
+				late, lateTr = w.handle("cleaner-ahead", 0, nil)
+			}
+
+			d := w.delivery(time.Time{})
+			res := capt.add(both(rowRequest(d, http.MethodPut), objectKind("reservation")), 1)
+			rowPut := capt.add(both(rowRequest(d, http.MethodPut), objectKind("row")), -1)
+			if a, err := ingress.Admit(w.ctx, d); err == nil {
+				t.Fatalf("admit succeeded (%v) although every row write was held", a.Outcome)
+			}
+			if len(res.got) != 1 || len(rowPut.got) == 0 {
+				t.Fatalf("held %d reservation and %d row writes", len(res.got), len(rowPut.got))
+			}
+			w.store.Advance(3 * time.Minute)
+			w.cleanLap(cleaner) // the reservation is voided, its slot given back
+			w.store.Advance(11 * time.Minute)
+			lateTr.setStoreClock(offsetClock{w.store, ahead})
+			w.cleanLap(late)
+			lateTr.setStoreClock(w.store)
+
+			code, msg := res.deliver(t, 0)
+			t.Logf("held reservation attempt, 14 minutes after it was signed: %d %s", code, msg)
+			code, msg = rowPut.deliver(t, 0)
+			t.Logf("held row write: %d %s", code, msg)
+			w.store.Advance(10 * time.Minute)
+			w.cleanLap(cleaner)
+			st := w.exact(cleaner)
+			other := w.delivery(time.Time{})
+			a, err := cleaner.Admit(w.ctx, other)
+			after := w.exact(cleaner)
+			if st.Rows != 0 || after.Rows > w.limits.RecordCap {
+				t.Fatalf("%d row(s) after the held writes landed, then another delivery was answered %v %v: %d rows under a cap of %d",
+					st.Rows, a.Outcome, err, after.Rows, w.limits.RecordCap)
+			}
+		})
+	}
+}
