@@ -46,6 +46,17 @@ func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission
 }
 
 func (l *Ledger) readmit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	if !d.SignedAt.IsZero() || !d.BodyAt.IsZero() {
+		// The freshness of a signed time is judged no lower than the last cleanup's
+		// high-water, which every capacity shard carries: the store's nodes may disagree,
+		// and this handle's node (and its copy of the root, up to a minute old) may be behind
+		// the one the cleanup read.
+		st, err := l.readShard(ctx, l.homeShard(d.Key()))
+		if err != nil {
+			return ledger.Admission{}, fmt.Errorf("admit %s: %w", d.Key().Short(), err)
+		}
+		l.raiseHighWater(time.Unix(0, st.data.HighWater))
+	}
 	var out ledger.Admission
 	err := l.update(ctx, "admit", d.Key(), func(rd *rowData, now time.Time) (bool, error) {
 		o, changed := rd.Row.Readmit(d, l.cfg.Limits, now)
@@ -128,8 +139,11 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		return ledger.Admission{Outcome: outcome, Key: key}, nil
 	}
 	// The shard read for the slot brings the last cleanup's high-water: a request it makes
-	// stale is refused there (the handle's copy of the root may be a minute old).
+	// stale is refused there (the handle's copy of the root may be a minute old, and its node
+	// behind the one the cleanup read).
+	var shardHW time.Time
 	stale := func(hw time.Time) bool {
+		shardHW = ledger.MaxTime(shardHW, hw)
 		_, o, err := ledger.NewRow(d, l.cfg.Limits, ledger.MaxTime(now, hw), id)
 		return err == nil && o != ledger.Admitted
 	}
@@ -144,6 +158,17 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	if !ok {
 		void()
 		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
+	}
+	if shardHW.After(now) {
+		// The row's times start no lower than that high-water, so that no later decision on
+		// it is made below it. The request is fresh there: every high-water read was checked.
+		now = shardHW
+		l.raiseHighWater(now)
+		if row, outcome, err = ledger.NewRow(d, l.cfg.Limits, now, id); err != nil || outcome != ledger.Admitted {
+			void()
+			l.settleShard(ctx, shard, key)
+			return ledger.Admission{}, fmt.Errorf("admit %s: fresh by every high-water read, %v at their highest: %w (%v)", key.Short(), outcome, ledger.ErrBusy, err)
+		}
 	}
 	rd = rowData{Row: row, Shard: shard, Reservation: res.ID, ReservedAt: reservedAt.UnixNano()}
 	body, token, err := l.encode(kindRow, rd)

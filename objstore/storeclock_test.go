@@ -217,3 +217,69 @@ func TestVoidedReservationOutlivesStoreClocksThatDisagree(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater: the ledger's clock never goes back,
+// across the store's nodes too: a cleanup on a node ahead persists its now as the high-water,
+// and a handle on a node two minutes behind (whose copy of the root is up to a minute old)
+// must decide no lower than it. A re-admission of a delivery stale by that high-water is
+// Stale, and a row admitted after it starts there: a lease granted on it ends no sooner than
+// the high-water plus the lease.
+func TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater(t *testing.T) {
+	behind := func(w *world, name string) *objstore.Ledger {
+		l, tr := w.handle(name, 0, nil)
+		tr.setStoreClock(offsetClock{w.store, -2 * time.Minute})
+		return l
+	}
+	ahead := func(w *world, name string) *objstore.Ledger {
+		l, tr := w.handle(name, 0, nil)
+		tr.setStoreClock(offsetClock{w.store, 3 * time.Minute})
+		return l
+	}
+	t.Run("ReadmissionIsStale", func(t *testing.T) {
+		w := newWorld(t)
+		fast, _ := w.handle("ingress", 0, nil)
+		slow := behind(w, "ingress-behind")
+		cleaner := ahead(w, "cleaner-ahead")
+		w.store.Advance(3 * time.Minute)
+		d := w.delivery(w.store.Now())
+		w.admit(fast, d, ledger.Admitted)
+		w.store.Advance(3 * time.Minute) // the cleaner's node says d is 6 minutes old
+		w.cleanLap(cleaner)
+		if a, err := slow.Admit(w.ctx, d); err != nil || a.Outcome != ledger.Stale {
+			t.Fatalf("a re-admission of a delivery signed 6 minutes before the last cleanup's high-water (accepted age 5m), "+
+				"through a node 2 minutes behind: %v %v, want Stale", a.Outcome, err)
+		}
+	})
+	t.Run("NewRowStartsAtIt", func(t *testing.T) {
+		w := newWorld(t)
+		fast, _ := w.handle("worker", 0, nil)
+		cleaner := ahead(w, "cleaner-ahead")
+		d := w.delivery(w.store.Now())
+		ledgertest.MustComplete(t, fast, w.saved(fast, d, "verdict"))
+		row, err := fast.Inspect(w.ctx, d.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.store.Set(ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife)).Add(time.Minute))
+		slow := behind(w, "ingress-behind") // its copy of the root is read now, before the cleanup
+		if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+			t.Fatalf("cleanup removed %d rows, want 1", len(rep.Removed))
+		}
+		rep, err := cleaner.Cleanup(w.ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := d
+		again.SignedAt = w.store.Now().Add(-90 * time.Second) // fresh on both nodes
+		w.admit(slow, again, ledger.Admitted)
+		const leaseFor = time.Minute
+		c, err := slow.Claim(w.ctx, d.Key(), d.Binding.Digest(), "runner-behind", leaseFor)
+		if err != nil || c.Outcome != ledger.Execute {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if c.Lease.Expires.Before(rep.HighWater.Add(leaseFor)) {
+			t.Fatalf("a lease of %s granted after a cleanup whose high-water is %s ends at %s: decided %s below the high-water",
+				leaseFor, rep.HighWater.Format(time.TimeOnly), c.Lease.Expires.Format(time.TimeOnly), rep.HighWater.Add(leaseFor).Sub(c.Lease.Expires))
+		}
+	})
+}
