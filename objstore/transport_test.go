@@ -66,7 +66,7 @@ type transport struct {
 	// to it, so a test moves the time the store reports (the ledger's only clock).
 	storeClock ledger.Clock
 	// spanned, when set, is told of each request held in flight, or copied and sent later,
-	// while the store's clock stepped (a ledgertest.SteppingClock counts its steps).
+	// while the store's clock stepped (a ledgertest.NodeClock counts its steps).
 	spanned func()
 }
 
@@ -293,17 +293,23 @@ func peekBody(r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
-// dated rewrites the answer's Date to the store clock, when the test sets one.
+// dated rewrites the answer's Date to the store clock, when the test sets one (the clock of
+// the store node the handle talks to reads it as an answer's).
 func (t *transport) dated(resp *http.Response, storeClock ledger.Clock) *http.Response {
-	if storeClock != nil {
-		resp.Header.Set("Date", storeClock.Now().UTC().Format(http.TimeFormat))
+	if storeClock == nil {
+		return resp
 	}
+	date := storeClock.Now
+	if n, ok := storeClock.(ledgertest.NodeClock); ok {
+		date = n.Answer
+	}
+	resp.Header.Set("Date", date().UTC().Format(http.TimeFormat))
 	return resp
 }
 
-// clockSteps counts the steps of a store clock that steps (ledgertest.SteppingClock).
+// clockSteps counts the steps of a store clock that steps (ledgertest.NodeClock).
 func clockSteps(c ledger.Clock) int64 {
-	if s, ok := c.(ledgertest.SteppingClock); ok {
+	if s, ok := c.(ledgertest.NodeClock); ok {
 		return s.Steps()
 	}
 	return 0

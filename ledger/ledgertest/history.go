@@ -61,14 +61,17 @@ type HistoryStats struct {
 
 // HeldAcrossStep is the kind under which a harness counts, in Harness.Faults, the requests it
 // held in flight (or copied and delivered later) while a clock of the store stepped: it
-// compares the count of its store clock's steps (SteppingClock) when it holds a request and
-// when it lets it land.
+// compares NodeClock.Steps when it holds a request and when it lets it land.
 const HeldAcrossStep = "held-across-clock-step"
 
-// SteppingClock is the store clock a handle is given (Options.StoreClock) when the store's
-// nodes' clocks step: Steps counts the steps of every node's clock so far.
-type SteppingClock interface {
+// NodeClock is the store clock a handle is given (Options.StoreClock) when the store is nodes
+// whose clocks disagree and step (HistoryConfig.StoreSkew): the clock of the node the handle
+// talks to. A harness stamps the Date of every answer it lets reach the handle with Answer
+// (Now serves every other reading), and counts held requests across Steps, the steps of every
+// node's clock so far.
+type NodeClock interface {
 	ledger.Clock
+	Answer() time.Time
 	Steps() int64
 }
 
@@ -338,7 +341,32 @@ func (c *nodeClock) Now() time.Time {
 	return t
 }
 
-func (c *nodeClock) Steps() int64 { return c.steps.Load() }
+// handleNode is a node's clock as one handle sees it (Options.StoreClock, a NodeClock): it
+// keeps the latest Date the handle was answered with. Each handle has its own, so that the
+// late answer of a handle that died counts for none that came after it.
+type handleNode struct {
+	*nodeClock
+	answered atomic.Int64 // Unix nanoseconds; zero before the first answer
+}
+
+func (c *handleNode) Answer() time.Time {
+	t := c.Now()
+	RaiseInt64(&c.answered, t.UnixNano())
+	return t
+}
+
+func (c *handleNode) Steps() int64 { return c.steps.Load() }
+
+// cachedNow bounds from below the now of a decision the handle makes without asking the store:
+// its estimate of the store's time, never below the latest Date it was answered with, may be
+// behind its node's clock (the node stepped forward, or the host was suspended, since).
+func (c *handleNode) cachedNow() time.Time {
+	now := c.Now()
+	if a := c.answered.Load(); a != 0 && a < now.UnixNano() {
+		return time.Unix(0, a)
+	}
+	return now
+}
 
 // step moves the node's clock forward, to at most limit from the base (a second at least),
 // or back home when it is ahead.
@@ -377,7 +405,8 @@ type caller struct {
 	env    *HistoryEnv
 	l      ledger.Ledger
 	host   *hostClock
-	node   *nodeClock // the store node its handle talks to (Config.StoreSkew); nil: the base
+	node   *nodeClock  // the store node its handles talk to (Config.StoreSkew); nil: the base
+	seen   *handleNode // that node as the current handle sees it
 	decide ledger.Clock
 	opts   Options
 }
@@ -409,7 +438,14 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	w, res := c.env.World, int64(c.env.Resolution)
 	o.Client = c.id
 	back1 := w.SteppedBack()
-	lo1 := c.decide.Now()
+	decide := c.decide.Now
+	if c.node != nil && (o.Kind == OpComplete || o.Kind == OpRelease) {
+		// A backend on the store's clock may decide these, which depend on no time, on the
+		// row it has cached, without asking the store: at its own estimate, which with the
+		// store's nodes apart a later decision on another node may be below of.
+		decide = c.seen.cachedNow
+	}
+	lo1 := decide()
 	o.Call = w.Tick()
 	// Should this process die during the call, its decision came after lo1 less the steps
 	// back of the clock until it died (Back lets the reader of Begin work that out).
@@ -417,7 +453,7 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	c.env.Sink.Begin(o)
 	err := do(&o)
 	o.Return = w.Tick()
-	lo2 := c.decide.Now()
+	lo2 := decide()
 	o.Lo = min(lo1.UnixNano()-(w.SteppedBack()-back1), lo2.UnixNano()) - res
 	o.Hi = c.maxNow()
 	if class, known := ErrClass(err); known {
@@ -446,6 +482,10 @@ func (c *caller) reopen(ctx context.Context) error {
 	if c.l != nil {
 		c.l.Close()
 		c.l = nil
+	}
+	if c.node != nil {
+		c.seen = &handleNode{nodeClock: c.node} // a new handle has been answered nothing yet
+		c.opts.StoreClock = c.seen
 	}
 	var err error
 	for range 20 {
