@@ -121,21 +121,8 @@ func (d *dupTransport) copyStatus() (fired bool, status int) {
 // the world's transport, which reports the store's clock).
 func (w *world) dupHandle(name string, adjust func(*objstore.Config)) (*objstore.Ledger, *dupTransport) {
 	w.t.Helper()
-	tr := newTransport(&counter{})
-	tr.setStoreClock(w.store)
-	d := &dupTransport{base: tr}
-	client, err := objstore.NewClient(w.ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
-		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: d, Timeout: 2 * time.Minute},
-		Retryer: fastRetryer, DisableClockSkewCorrection: true})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	cfg := objstore.Config{Client: client, Bucket: w.bucket, Prefix: w.prefix, Limits: w.limits,
-		Clock: offsetClock{w.store, 0}, Create: true, Shards: w.shards, Owner: name}
-	if adjust != nil {
-		adjust(&cfg)
-	}
-	l, err := objstore.Open(w.ctx, cfg)
+	var d *dupTransport
+	l, _, err := w.openVia(name, 0, func(tr *transport) http.RoundTripper { d = &dupTransport{base: tr}; return d }, adjust)
 	if err != nil {
 		w.t.Fatalf("open %s: %v", name, err)
 	}
@@ -382,21 +369,8 @@ func (rule *captureRule) deliver(t *testing.T, i int) (int, string) {
 // captureHandle opens a handle whose requests pass through a capture first.
 func (w *world) captureHandle(name string, adjust func(*objstore.Config)) (*objstore.Ledger, *capture) {
 	w.t.Helper()
-	tr := newTransport(&counter{})
-	tr.setStoreClock(w.store)
-	c := &capture{base: tr}
-	client, err := objstore.NewClient(w.ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
-		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: c, Timeout: 2 * time.Minute},
-		Retryer: fastRetryer, DisableClockSkewCorrection: true})
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	cfg := objstore.Config{Client: client, Bucket: w.bucket, Prefix: w.prefix, Limits: w.limits,
-		Clock: offsetClock{w.store, 0}, Create: true, Shards: w.shards, Owner: name}
-	if adjust != nil {
-		adjust(&cfg)
-	}
-	l, err := objstore.Open(w.ctx, cfg)
+	var c *capture
+	l, _, err := w.openVia(name, 0, func(tr *transport) http.RoundTripper { c = &capture{base: tr}; return c }, adjust)
 	if err != nil {
 		w.t.Fatalf("open %s: %v", name, err)
 	}

@@ -59,11 +59,22 @@ func (w *world) handle(name string, skew time.Duration, adjust func(*objstore.Co
 
 // open opens a handle as handle does, and answers Open's error.
 func (w *world) open(name string, skew time.Duration, adjust func(*objstore.Config)) (*objstore.Ledger, *transport, error) {
+	return w.openVia(name, skew, nil, adjust)
+}
+
+// openVia opens a handle as open does, its requests passing through what via puts in front
+// of the handle's transport (nil: nothing).
+func (w *world) openVia(name string, skew time.Duration, via func(*transport) http.RoundTripper,
+	adjust func(*objstore.Config)) (*objstore.Ledger, *transport, error) {
 	w.t.Helper()
 	tr := newTransport(&counter{})
 	tr.setStoreClock(w.store)
+	var rt http.RoundTripper = tr
+	if via != nil {
+		rt = via(tr)
+	}
 	client, err := objstore.NewClient(w.ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
-		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 2 * time.Minute},
+		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: rt, Timeout: 2 * time.Minute},
 		Retryer: fastRetryer, DisableClockSkewCorrection: true})
 	if err != nil {
 		w.t.Fatal(err)
