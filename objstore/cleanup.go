@@ -362,8 +362,8 @@ func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 // request whose signing time is more than 15 minutes from its own clock. The SDK signs with the
 // host's wall clock corrected by the last skew it measured; a host clock that stepped up to 15
 // minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
-// and a minute for the estimates. A key is not emptied, nor a
-// reservation removed, sooner than that after the reservation landed (see reservationData).
+// and a minute for the store's nodes' disagreement (half a minute each way). A row's key is
+// not emptied sooner than that after its reservation landed (see Config.RequestLife).
 const DefaultRequestLife = 31 * time.Minute
 
 // keyAged reports whether every request that could recreate the reservation a row was made

@@ -47,12 +47,14 @@ type Config struct {
 	// retry; it never costs a slot or lets a row in without one.
 	PendingGrace time.Duration
 	// RequestLife is how long after it was signed a request can still land on the store
-	// (default 31 minutes, what SigV4 and a host clock that stepped allow: see
-	// DefaultRequestLife). A key is not emptied, nor a reservation removed, sooner than that
-	// after the reservation landed, so a row is forgotten no sooner either. Only a deployment
-	// whose transport bounds a request's life more tightly (a test's, holding requests a
-	// minute at most) may set it lower; a value below the real life lets a late copy of a
-	// request recreate what cleanup removed.
+	// (default 31 minutes: see DefaultRequestLife). A row's key is emptied no sooner than that
+	// after its reservation landed, so that no copy of the reservation's PUT, landing late on
+	// the empty key, lets a copy of the row's create land over it again. This compares two
+	// readings of the store's clock (the reservation's, through the admitting handle, and
+	// cleanup's), so it assumes the store's nodes agree within about half a minute, unless the
+	// row's retention, which comes on top (72 hours with the default limits), outlasts their
+	// disagreement. Only a deployment whose transport bounds a request's life more tightly (a
+	// test's) may set it lower.
 	RequestLife time.Duration
 	// Owner names this handle in the maintenance lease (default: random).
 	Owner string
