@@ -9,7 +9,8 @@
 //	                       it), shard count, creation time, high-water clock
 //	capacity/NN.json       capacity shards: quota, slots used, pending admissions, last batch
 //	rows/<key>.json        one object per row: the row, and its report while it may be
-//	                       published; or, before the row exists, the reservation of its key
+//	                       published; or the reservation of its key, before the row exists
+//	                       or, void, after an admission ended without one
 //	ended/<end>-<key>      empty index entries of finished rows with a retention end
 //	maintenance.json       the fenced maintenance lease (one cleanup at a time)
 //	batch.json             the last cleanup batch
