@@ -308,34 +308,18 @@ func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (in
 			return entryRow, nil
 		case !old:
 			return entryInFlight, nil
-		case ks.absent():
-			// Take the empty key with a void reservation first, so that the format 1
-			// admission's create, however late, can no longer land once its slot is given
-			// back.
-			void := reservationData{At: p.At, Void: true, VoidedAt: l.nowFor(nil).Add(time.Second).UnixNano()}
-			if void.ID, err = l.token(); err != nil {
-				return 0, err
-			}
-			body, token, err := l.encode(kindReservation, void)
-			if err != nil {
-				return 0, err
-			}
-			if _, err := l.s.put(ctx, rowName(p.Key), body, token, "", true); err != nil {
-				if errors.Is(err, errRaced) {
-					return l.judgePending(ctx, p, old) // the create landed meanwhile
-				}
-				return 0, err
-			}
 		}
-		return entryFree, nil
 	case ks.row != nil && ks.row.Reservation == p.Reservation:
 		return entryRow, nil
 	case ks.res != nil && ks.res.ID == p.Reservation && !ks.res.Void:
 		if !old {
 			return entryInFlight, nil
 		}
+		// Void it first: the admission's row write (If-Match on this reservation), however
+		// long it is held, can then never land, since the void stays at the key until a later
+		// admission takes it over.
 		void := *ks.res
-		void.Void, void.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano() // after the read that found it
+		void.Void, void.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano()
 		body, token, err := l.encode(kindReservation, void)
 		if err != nil {
 			return 0, err
@@ -348,7 +332,28 @@ func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (in
 		}
 		return entryFree, nil
 	}
-	// Nothing at the key, or another admission's reservation or row: this entry's row write
-	// (If-Match on its own reservation) can never land.
+	if ks.absent() {
+		// Nothing at the key: take it with a void first, so that no copy of this admission's
+		// reservation PUT (or, format 1, of its row create), landing however late, finds the
+		// key empty once the slot is given back.
+		void := reservationData{At: p.At, Void: true, VoidedAt: l.nowFor(nil).Add(time.Second).UnixNano()}
+		if void.ID, err = l.token(); err != nil {
+			return 0, err
+		}
+		body, token, err := l.encode(kindReservation, void)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := l.s.put(ctx, rowName(p.Key), body, token, "", true); err != nil {
+			if errors.Is(err, errRaced) {
+				return l.judgePending(ctx, p, old) // something landed meanwhile
+			}
+			return 0, err
+		}
+	}
+	// The key holds a void, or another admission's reservation or row: this entry's row write
+	// (If-Match on its own reservation) cannot land while it does, and a key that held a
+	// reservation whose admission may have sent a row write is emptied only when cleanup
+	// removes a row.
 	return entryFree, nil
 }

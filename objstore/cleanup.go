@@ -12,7 +12,9 @@ import (
 )
 
 // Cleanup implements ledger.Ledger. One pass:
-//  1. checks that the bucket keeps versions, and takes the maintenance lease (a fenced object
+//  1. checks that the bucket keeps versions (at every pass: while versioning is suspended a
+//     write replaces the "null" version in place, so a version judged removable could be a
+//     row written after the judgement), and takes the maintenance lease (a fenced object
 //     written by compare-and-swap; a live lease of another owner answers ErrBusy);
 //  2. finishes the previous batch if it was left unfinished;
 //  3. lists the end-time index (with versions) and the next page of rows for the sweep; if
@@ -37,7 +39,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: %w: another cleanup of this handle is running", ledger.ErrBusy)
 	}
 	defer l.cleaning.Unlock()
-	if err := l.requireVersioning(ctx); err != nil {
+	if err := l.s.requireVersioning(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	lease, err := l.takeMaintenance(ctx)
@@ -360,8 +362,8 @@ func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 // request whose signing time is more than 15 minutes from its own clock. The SDK signs with the
 // host's wall clock corrected by the last skew it measured; a host clock that stepped up to 15
 // minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
-// and a minute for the estimates. A key is not emptied, nor a
-// reservation removed, sooner than that after the reservation landed (see reservationData).
+// and a minute for the store's nodes' disagreement (half a minute each way). A row's key is
+// not emptied sooner than that after its reservation landed (see Config.RequestLife).
 const DefaultRequestLife = 31 * time.Minute
 
 // keyAged reports whether every request that could recreate the reservation a row was made
@@ -479,9 +481,11 @@ func (j *judge) sweep(ctx context.Context, names []string) ([]sweptRow, error) {
 }
 
 // tidyReservation clears away a reservation no admission can use any more. One older than the
-// grace with no pending entry is voided first (by a conditional write); a void one is removed,
-// by version (a reservation or row written after it was read survives), once RequestLife has
-// passed since it was voided.
+// grace with no pending entry is voided (by a conditional write); a void is removed, by version
+// (a reservation or row written after it was read survives), only when it says no row write can
+// wait on the key (NoRowWrite). Every other void stays until an admission of the key takes it
+// over: removed, it would let a late copy of a reservation PUT create the reservation again, and
+// a row write held in flight land over it without a slot.
 func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState) error {
 	l := j.l
 	if !ks.res.Void {
@@ -502,7 +506,7 @@ func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState
 		}
 		return nil
 	}
-	if j.now.Sub(time.Unix(0, ks.res.VoidedAt)) <= j.l.cfg.RequestLife {
+	if !ks.res.NoRowWrite {
 		return nil
 	}
 	_, _, err := l.s.removeVersion(ctx, rowName(key), ks.version)

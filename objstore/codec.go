@@ -13,11 +13,13 @@ import (
 // added reservations (a row is created only over the reservation of its key, whose pending
 // capacity entry names it), kept the report of an abandoned row, and deletes by version id.
 // Format 3 added body times: the root records a body-age ceiling (and, for a root that adopted
-// one, when), and a row may be bounded by a provider-set time inside its signed body. A
-// format 2 build reading a format 3 object fails closed ("written by format 3"), so once a
-// root records body times no handle of an older build can admit under the older policy.
-// Objects of formats 1 and 2 are read as they are.
-const FormatVersion = 3
+// one, when), and a row may be bounded by a provider-set time inside its signed body. Format 4
+// keeps a void reservation at its key for as long as an admission's row write may wait on it
+// (only a void that says no slot was taken is removed), where format 3 removed every void a
+// request's life after it was voided: a format 3 build reading a format 4 object fails closed
+// ("written by format 4"), so no older cleaner removes a void that must stay. Objects of
+// formats 1 to 3 are read as they are.
+const FormatVersion = 4
 
 // maxObjectBytes bounds every object the ledger reads.
 const maxObjectBytes = 8 << 20
@@ -136,16 +138,24 @@ type rowData struct {
 // whose admission is over marks the reservation void (If-Match again), so a row write held in
 // flight can never land after its slot was given back.
 //
-// A reservation is never removed, and a row never removed (the key emptied) sooner than
-// RequestLife after the reservation landed: a copy of the reservation's PUT delivered late
-// (its bytes, so its ETag, are the same in every attempt) could otherwise create it again on an
-// empty key, and let a row write held in flight over it land without a slot. VoidedAt, when it
-// was voided, is after it landed.
+// A void stays at its key until a later admission of the key takes it over: were the key
+// emptied, a copy of the reservation's PUT delivered late (its bytes, so its ETag, are the same
+// in every attempt) could create it again, and a row write held in flight over it would land
+// without a slot. That a copy can no longer land is never decided by comparing clocks: the
+// store's nodes may disagree by minutes. Only a void marked NoRowWrite is removed, at once.
 type reservationData struct {
-	ID       string `json:"id"`
-	At       int64  `json:"at_unix_nano"`
-	Void     bool   `json:"void,omitempty"`
-	VoidedAt int64  `json:"voided_at_unix_nano,omitempty"`
+	ID   string `json:"id"`
+	At   int64  `json:"at_unix_nano"`
+	Void bool   `json:"void,omitempty"`
+	// VoidedAt is when it was voided, by the voiding handle's reading of the store's clock
+	// (for operators; nothing is decided on it).
+	VoidedAt int64 `json:"voided_at_unix_nano,omitempty"`
+	// NoRowWrite, on a void, says that no admission that reserved this key since it was last
+	// empty can have sent a row write: the admission that voided it sent none (it took no
+	// slot), and its reservation was created on the empty key or over a void that said the
+	// same. No row write can then wait on any reservation the key held, and cleanup may
+	// remove the void.
+	NoRowWrite bool `json:"no_row_write,omitempty"`
 }
 
 type maintenanceData struct {

@@ -104,6 +104,7 @@ func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.O
 	tr.setStoreClock(store)
 	if o.Faults != nil {
 		tr.setRule(randomFaults(*o.Faults, &h.faults))
+		tr.setSpanned(func() { h.faults.add(ledgertest.HeldAcrossStep) })
 	}
 	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
 		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},

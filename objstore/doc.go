@@ -9,7 +9,8 @@
 //	                       it), shard count, creation time, high-water clock
 //	capacity/NN.json       capacity shards: quota, slots used, pending admissions, last batch
 //	rows/<key>.json        one object per row: the row, and its report while it may be
-//	                       published; or, before the row exists, the reservation of its key
+//	                       published; or the reservation of its key, before the row exists
+//	                       or, void, after an admission ended without one
 //	ended/<end>-<key>      empty index entries of finished rows with a retention end
 //	maintenance.json       the fenced maintenance lease (one cleanup at a time)
 //	batch.json             the last cleanup batch
@@ -21,15 +22,20 @@
 // retention, the high-water) uses the store's time estimated from the latest Date, raised by
 // the persisted high-water and the row's own times. Hosts' clocks decide nothing. The
 // resolution is one second: a lease may be honoured up to a second (plus one answer's transit)
-// past its end, so lease windows are tens of seconds.
+// past its end, so lease windows are tens of seconds. The store is many nodes whose clocks may
+// disagree: no decision that a request held in flight can never land rests on comparing two
+// readings of the store's clock, except that a row's key is emptied only RequestLife after its
+// reservation (see Config.RequestLife for what that assumes).
 //
 // Deletion names the exact version it judged: cleanup deletes a removable row's older versions,
 // then the judged version by its version id, never by key. A write that landed after the
-// judgement is a newer version and survives any late DELETE. The bucket must keep versions;
-// a lifecycle rule expires the noncurrent ones.
+// judgement is a newer version and survives any late DELETE. The bucket must keep versions
+// (checked at every start and every cleanup pass); a lifecycle rule expires the noncurrent
+// ones.
 //
 // Capacity is exact: an admission writes a reservation at its key, takes a slot naming that
 // reservation, and creates the row only over the reservation (If-Match). Settling an entry
-// whose admission is over voids the reservation first, so a row write held in flight can
-// never land once its slot was given back.
+// whose admission is over voids the reservation first, and the void stays at the key until a
+// later admission takes it over, so a row write held in flight can never land once its slot
+// was given back, however late it lands and whatever the clocks say.
 package objstore

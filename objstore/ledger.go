@@ -47,12 +47,14 @@ type Config struct {
 	// retry; it never costs a slot or lets a row in without one.
 	PendingGrace time.Duration
 	// RequestLife is how long after it was signed a request can still land on the store
-	// (default 31 minutes, what SigV4 and a host clock that stepped allow: see
-	// DefaultRequestLife). A key is not emptied, nor a reservation removed, sooner than that
-	// after the reservation landed, so a row is forgotten no sooner either. Only a deployment
-	// whose transport bounds a request's life more tightly (a test's, holding requests a
-	// minute at most) may set it lower; a value below the real life lets a late copy of a
-	// request recreate what cleanup removed.
+	// (default 31 minutes: see DefaultRequestLife). A row's key is emptied no sooner than that
+	// after its reservation landed, so that no copy of the reservation's PUT, landing late on
+	// the empty key, lets a copy of the row's create land over it again. This compares two
+	// readings of the store's clock (the reservation's, through the admitting handle, and
+	// cleanup's), so it assumes the store's nodes agree within about half a minute, unless the
+	// row's retention, which comes on top (72 hours with the default limits), outlasts their
+	// disagreement. Only a deployment whose transport bounds a request's life more tightly (a
+	// test's) may set it lower.
 	RequestLife time.Duration
 	// Owner names this handle in the maintenance lease (default: random).
 	Owner string
@@ -116,8 +118,6 @@ type Ledger struct {
 	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
 	// maintenance lease does not tell apart.
 	cleaning sync.Mutex
-	// versioned is set once the bucket was seen to keep versions.
-	versioned atomic.Bool
 }
 
 var _ ledger.Ledger = (*Ledger)(nil)
@@ -136,8 +136,10 @@ const (
 
 func rowName(k ledger.Key) string { return rowsPrefix + k.String() + ".json" }
 
-// Open opens the ledger under cfg.Prefix: it reads the root object and checks the limits. A
-// missing or damaged root, or other limits, fail closed with an error naming the object.
+// Open opens the ledger under cfg.Prefix: it checks that the bucket keeps versions, reads the
+// root object and checks the limits. A bucket whose versioning is not enabled (suspended, or
+// never enabled), a missing or damaged root, or other limits, fail closed with an error naming
+// the setting or the object.
 func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -148,13 +150,16 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	clock := newStoreClock(cfg.Clock)
 	l := &Ledger{s: store{client: cfg.Client, bucket: cfg.Bucket, prefix: cfg.Prefix, clock: clock}, clock: clock, cfg: cfg,
 		cache: map[ledger.Key]cachedRow{}}
+	// Every start checks that the bucket keeps versions, not only the creation: an operator
+	// may have suspended versioning since, and rows written meanwhile are "null" versions that
+	// every later write replaces in place.
+	if err := l.s.requireVersioning(ctx); err != nil {
+		return nil, err
+	}
 	root, rootTag, err := l.readRoot(ctx)
 	if errors.Is(err, errNotFound) {
 		if !cfg.Create {
 			return nil, fmt.Errorf("%w: %s is missing: not a ledger (create one first)", ledger.ErrRootMismatch, l.s.key(rootName))
-		}
-		if err := l.requireVersioning(ctx); err != nil {
-			return nil, err
 		}
 		if err := l.create(ctx); err != nil {
 			return nil, err
@@ -330,16 +335,4 @@ func (l *Ledger) nowFor(row *ledger.Row) time.Time {
 		return ledger.MaxTime(l.clock.Now(), l.highWater())
 	}
 	return row.Now(l.clock.Now(), l.highWater())
-}
-
-// requireVersioning checks, once per handle, that the bucket keeps versions.
-func (l *Ledger) requireVersioning(ctx context.Context) error {
-	if l.versioned.Load() {
-		return nil
-	}
-	if err := l.s.requireVersioning(ctx); err != nil {
-		return err
-	}
-	l.versioned.Store(true)
-	return nil
 }

@@ -46,6 +46,17 @@ func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission
 }
 
 func (l *Ledger) readmit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	if !d.SignedAt.IsZero() || !d.BodyAt.IsZero() {
+		// The freshness of a signed time is judged no lower than the last cleanup's
+		// high-water, which every capacity shard carries: the store's nodes may disagree,
+		// and this handle's node (and its copy of the root, up to a minute old) may be behind
+		// the one the cleanup read.
+		st, err := l.readShard(ctx, l.homeShard(d.Key()))
+		if err != nil {
+			return ledger.Admission{}, fmt.Errorf("admit %s: %w", d.Key().Short(), err)
+		}
+		l.raiseHighWater(time.Unix(0, st.data.HighWater))
+	}
 	var out ledger.Admission
 	err := l.update(ctx, "admit", d.Key(), func(rd *rowData, now time.Time) (bool, error) {
 		o, changed := rd.Row.Readmit(d, l.cfg.Limits, now)
@@ -91,14 +102,16 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	if res.ID, err = l.token(); err != nil {
 		return ledger.Admission{}, err
 	}
-	resTag, err := l.reserveKey(ctx, d, res)
+	resTag, fresh, err := l.reserveKey(ctx, d, res)
 	if err != nil {
 		return ledger.Admission{}, err
 	}
+	// void ends this admission before it took a slot. Best effort: the next admission of the
+	// key need not wait for the grace, and an abandoned reservation is taken over later anyway.
+	// This admission sent no row write: its void says so (and cleanup removes it) when no
+	// admission before it since the key was last empty can have sent one either.
 	void := func() {
-		// Best effort: the next admission of the key need not wait for the grace, and an
-		// abandoned reservation is taken over later anyway.
-		res.Void, res.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano()
+		res.Void, res.VoidedAt, res.NoRowWrite = true, l.nowFor(nil).Add(time.Second).UnixNano(), fresh
 		if body, token, err := l.encode(kindReservation, res); err == nil {
 			l.s.put(ctx, rowName(key), body, token, resTag, false)
 		}
@@ -126,8 +139,11 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		return ledger.Admission{Outcome: outcome, Key: key}, nil
 	}
 	// The shard read for the slot brings the last cleanup's high-water: a request it makes
-	// stale is refused there (the handle's copy of the root may be a minute old).
+	// stale is refused there (the handle's copy of the root may be a minute old, and its node
+	// behind the one the cleanup read).
+	var shardHW time.Time
 	stale := func(hw time.Time) bool {
+		shardHW = ledger.MaxTime(shardHW, hw)
 		_, o, err := ledger.NewRow(d, l.cfg.Limits, ledger.MaxTime(now, hw), id)
 		return err == nil && o != ledger.Admitted
 	}
@@ -142,6 +158,17 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	if !ok {
 		void()
 		return ledger.Admission{Outcome: ledger.Full, Key: key}, nil
+	}
+	if shardHW.After(now) {
+		// The row's times start no lower than that high-water, so that no later decision on
+		// it is made below it. The request is fresh there: every high-water read was checked.
+		now = shardHW
+		l.raiseHighWater(now)
+		if row, outcome, err = ledger.NewRow(d, l.cfg.Limits, now, id); err != nil || outcome != ledger.Admitted {
+			void()
+			l.settleShard(ctx, shard, key)
+			return ledger.Admission{}, fmt.Errorf("admit %s: fresh by every high-water read, %v at their highest: %w (%v)", key.Short(), outcome, ledger.ErrBusy, err)
+		}
 	}
 	rd = rowData{Row: row, Shard: shard, Reservation: res.ID, ReservedAt: reservedAt.UnixNano()}
 	body, token, err := l.encode(kindRow, rd)
@@ -168,38 +195,40 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	return row.Admission(ledger.Admitted), nil
 }
 
-// reserveKey writes the reservation res at d's key and returns its ETag. A key that holds a
-// row is answered by errRaced after remembering the row (the caller answers as a
-// re-admission).
-func (l *Ledger) reserveKey(ctx context.Context, d ledger.Delivery, res reservationData) (string, error) {
+// reserveKey writes the reservation res at d's key and returns its ETag. fresh reports that
+// no admission that reserved the key since it was last empty can have sent a row write: the
+// reservation was created on the empty key, or over a void that says so (NoRowWrite). A key that holds a row is
+// answered by errRaced after remembering the row (the caller answers as a re-admission).
+func (l *Ledger) reserveKey(ctx context.Context, d ledger.Delivery, res reservationData) (string, bool, error) {
 	key := d.Key()
 	body, token, err := l.encode(kindReservation, res)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	etag, err := l.s.put(ctx, rowName(key), body, token, "", true)
 	if err == nil {
-		return etag, nil
+		return etag, true, nil
 	}
 	if !errors.Is(err, errRaced) {
-		return "", fmt.Errorf("admit %s: reserve: %w", key.Short(), err)
+		return "", false, fmt.Errorf("admit %s: reserve: %w", key.Short(), err)
 	}
 	ks, err := l.readKey(ctx, key)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("admit %s: %w", key.Short(), err)
+		return "", false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	case ks.row != nil || ks.absent():
-		return "", errRaced // a row (now remembered), or gone again: decide again
+		return "", false, errRaced // a row (now remembered), or gone again: decide again
 	}
 	// Another admission's reservation: void, abandoned by a crash, or still in flight (the
 	// same delivery admitted twice at once). Take the key over: that admission's row write
 	// (If-Match on its own reservation) can no longer land, and its pending entry is settled
 	// as not its row's. Two admissions taking it from each other end when one writes its row.
+	fresh := ks.res.Void && ks.res.NoRowWrite
 	etag, err = l.s.put(ctx, rowName(key), body, token, ks.etag, false)
 	if err != nil && !errors.Is(err, errRaced) {
 		err = fmt.Errorf("admit %s: reserve: %w", key.Short(), err)
 	}
-	return etag, err
+	return etag, fresh, err
 }
 
 // Claim implements ledger.Ledger.

@@ -88,7 +88,18 @@ func (s *store) get(ctx context.Context, name string) (object, error) {
 	if len(body) > maxObjectBytes {
 		return object{}, fmt.Errorf("%w: %s is over %d bytes", ledger.ErrCorrupt, s.key(name), maxObjectBytes)
 	}
-	return object{body: body, etag: aws.ToString(out.ETag), version: aws.ToString(out.VersionId), modified: aws.ToTime(out.LastModified)}, nil
+	return object{body: body, etag: aws.ToString(out.ETag), version: versionID(out.VersionId), modified: aws.ToTime(out.LastModified)}, nil
+}
+
+// versionID is the id of the version an answer names. A version written while the bucket's
+// versioning was suspended is the "null" version: MinIO answers it without a version id (only
+// a listing of versions names it), AWS with "null"; deleting by version id "null" deletes it.
+// The ledger opens only on a bucket that keeps versions, so an answer without an id names it.
+func versionID(id *string) string {
+	if v := aws.ToString(id); v != "" {
+		return v
+	}
+	return "null"
 }
 
 func isNotFound(err error) bool {

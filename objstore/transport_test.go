@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 )
 
 var errInjected = errors.New("injected transport failure")
@@ -64,6 +65,9 @@ type transport struct {
 	// storeClock, when set, is the store's clock: every answer's Date header is rewritten
 	// to it, so a test moves the time the store reports (the ledger's only clock).
 	storeClock ledger.Clock
+	// spanned, when set, is told of each request held in flight, or copied and sent later,
+	// while the store's clock stepped (a ledgertest.NodeClock counts its steps).
+	spanned func()
 }
 
 // A hold keeps the first request it matches in flight until the test releases it: a paused
@@ -156,7 +160,7 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		t.listingsLeft--
 	}
-	rule, latency, storeClock := t.rule, t.latency, t.storeClock
+	rule, latency, storeClock, spanned := t.rule, t.latency, t.storeClock, t.spanned
 	var held *hold
 	if len(t.holds) > 0 {
 		body, err := peekBody(r)
@@ -221,9 +225,13 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			time.Sleep(time.Duration(5+rand.IntN(60)) * time.Millisecond)
 			break
 		}
+		steps := clockSteps(storeClock)
 		until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
 		for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
+		}
+		if spanned != nil && clockSteps(storeClock) != steps {
+			spanned()
 		}
 	case duplicate:
 		// The copy goes out as signed, once the store's clock has moved on or half a second
@@ -233,12 +241,16 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		cp := r.Clone(context.Background())
+		steps := clockSteps(storeClock)
 		go func() {
 			if storeClock != nil {
 				until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
 				for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
 				}
+			}
+			if spanned != nil && clockSteps(storeClock) != steps {
+				spanned()
 			}
 			cp.Body = io.NopCloser(bytes.NewReader(body))
 			if resp, err := t.base.RoundTrip(cp); err == nil {
@@ -281,12 +293,32 @@ func peekBody(r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
-// dated rewrites the answer's Date to the store clock, when the test sets one.
+// dated rewrites the answer's Date to the store clock, when the test sets one (the clock of
+// the store node the handle talks to reads it as an answer's).
 func (t *transport) dated(resp *http.Response, storeClock ledger.Clock) *http.Response {
-	if storeClock != nil {
-		resp.Header.Set("Date", storeClock.Now().UTC().Format(http.TimeFormat))
+	if storeClock == nil {
+		return resp
 	}
+	date := storeClock.Now
+	if n, ok := storeClock.(ledgertest.NodeClock); ok {
+		date = n.Answer
+	}
+	resp.Header.Set("Date", date().UTC().Format(http.TimeFormat))
 	return resp
+}
+
+// clockSteps counts the steps of a store clock that steps (ledgertest.NodeClock).
+func clockSteps(c ledger.Clock) int64 {
+	if s, ok := c.(ledgertest.NodeClock); ok {
+		return s.Steps()
+	}
+	return 0
+}
+
+func (t *transport) setSpanned(f func()) {
+	t.mu.Lock()
+	t.spanned = f
+	t.mu.Unlock()
 }
 
 func (t *transport) setStoreClock(c ledger.Clock) {

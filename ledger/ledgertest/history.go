@@ -35,6 +35,13 @@ type HistoryConfig struct {
 	Keys int
 	// Skew spreads the handles' clocks over [-Skew, +Skew] (stepping them from time to time).
 	Skew time.Duration
+	// StoreSkew, for a backend on the store's clock, makes the store many nodes whose clocks
+	// disagree: each handle talks to a node of its own, set at most StoreSkew from the base,
+	// and from time to time a node's clock steps forward (up to StoreSkew from the base) and
+	// later back, while requests may be held in flight. A handle reads that node's time in
+	// every Date; the deliveries a worker signs are signed at its node's time. Zero: the store
+	// has one clock, the base.
+	StoreSkew time.Duration
 	// FaultRate is the chance that one storage operation of a worker's or the cleaner's
 	// handle is hit by a fault the harness chooses (crash, lost answer, held request...).
 	FaultRate float64
@@ -45,19 +52,42 @@ type HistoryConfig struct {
 // HistoryStats is what a history check went through.
 type HistoryStats struct {
 	Histories, Ops, Unknown, Reopens, Removed, Rows int
-	Faults                                          map[string]int
+	// Faults counts the faults the harness injected, by kind (HeldAcrossStep is not one).
+	Faults map[string]int
+	// StoreSteps counts the steps of the store's nodes' clocks (HistoryConfig.StoreSkew), and
+	// HeldAcrossSteps the requests held in flight while one was made (Faults[HeldAcrossStep]).
+	StoreSteps, HeldAcrossSteps int
+}
+
+// HeldAcrossStep is the kind under which a harness counts, in Harness.Faults, the requests it
+// held in flight (or copied and delivered later) while a clock of the store stepped: it
+// compares NodeClock.Steps when it holds a request and when it lets it land.
+const HeldAcrossStep = "held-across-clock-step"
+
+// NodeClock is the store clock a handle is given (Options.StoreClock) when the store is nodes
+// whose clocks disagree and step (HistoryConfig.StoreSkew): the clock of the node the handle
+// talks to. A harness stamps the Date of every answer it lets reach the handle with Answer
+// (Now serves every other reading), and counts held requests across Steps, the steps of every
+// node's clock so far.
+type NodeClock interface {
+	ledger.Clock
+	Answer() time.Time
+	Steps() int64
 }
 
 func (s HistoryStats) String() string {
 	names := make([]string, 0, len(s.Faults))
 	total := 0
 	for n, c := range s.Faults {
+		if n == HeldAcrossStep {
+			continue
+		}
 		names = append(names, fmt.Sprintf("%s %d", n, c))
 		total += c
 	}
 	sort.Strings(names)
-	return fmt.Sprintf("%d histories, %d operations checked (%d with unknown outcome), %d faults injected %v, %d handles reopened after a fault, %d rows removed by cleanup, %d rows at the end",
-		s.Histories, s.Ops, s.Unknown, total, names, s.Reopens, s.Removed, s.Rows)
+	return fmt.Sprintf("%d histories, %d operations checked (%d with unknown outcome), %d faults injected %v, %d handles reopened after a fault, %d rows removed by cleanup, %d rows at the end, %d steps of a store node's clock, %d held requests spanned one",
+		s.Histories, s.Ops, s.Unknown, total, names, s.Reopens, s.Removed, s.Rows, s.StoreSteps, s.HeldAcrossSteps)
 }
 
 // HistoryLimits are the limits history stores are created with: short windows, so that a
@@ -90,6 +120,9 @@ func RunHistories(t *testing.T, newHarness NewHarness, cfg HistoryConfig) Histor
 		// history's span of time), and nobody saw that removal went unchecked.
 		t.Errorf("no history removed a row: cleanup's removals went unchecked (does the backend forget rows within a history's span of time?)")
 	}
+	if !t.Failed() && cfg.StoreSkew > 0 && total.HeldAcrossSteps == 0 {
+		t.Errorf("no held request spanned a step of the store's clock (%d steps): the histories did not check what a step does to a request in flight", total.StoreSteps)
+	}
 	return total
 }
 
@@ -100,6 +133,8 @@ func (s *HistoryStats) add(o HistoryStats) {
 	s.Reopens += o.Reopens
 	s.Removed += o.Removed
 	s.Rows += o.Rows
+	s.StoreSteps += o.StoreSteps
+	s.HeldAcrossSteps += o.HeldAcrossSteps
 	if s.Faults == nil {
 		s.Faults = map[string]int{}
 	}
@@ -164,8 +199,9 @@ func runHistory(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryS
 			unknown++
 		}
 	}
+	faults := h.Faults()
 	return HistoryStats{Ops: len(ops), Unknown: unknown, Reopens: int(reopens.Load()), Removed: removed,
-		Rows: int(st.Rows), Faults: h.Faults()}
+		Rows: int(st.Rows), Faults: faults, StoreSteps: int(env.nodeSteps.Load()), HeldAcrossSteps: faults[HeldAcrossStep]}
 }
 
 // HistoryWorld is what every caller of one history shares, across goroutines or processes: a
@@ -289,6 +325,60 @@ func (c storeClock) Now() time.Time {
 	return t
 }
 
+// nodeClock is the clock of one node of the store (HistoryConfig.StoreSkew): the base moved
+// by the node's offset, which steps forward and back. Reads are recorded as the store's. Only
+// the worker whose handle talks to the node steps it, between its calls.
+type nodeClock struct {
+	w      HistoryWorld
+	steps  *atomic.Int64 // every node's steps (HistoryEnv.nodeSteps)
+	home   time.Duration // the node's offset when its clock is right by its own account
+	offset atomic.Int64
+}
+
+func (c *nodeClock) Now() time.Time {
+	t := c.w.Now().Add(time.Duration(c.offset.Load()))
+	c.w.SawStore(t)
+	return t
+}
+
+// handleNode is a node's clock as one handle sees it (Options.StoreClock, a NodeClock): it
+// keeps the latest Date the handle was answered with. Each handle has its own, so that the
+// late answer of a handle that died counts for none that came after it.
+type handleNode struct {
+	*nodeClock
+	answered atomic.Int64 // Unix nanoseconds; zero before the first answer
+}
+
+func (c *handleNode) Answer() time.Time {
+	t := c.Now()
+	RaiseInt64(&c.answered, t.UnixNano())
+	return t
+}
+
+func (c *handleNode) Steps() int64 { return c.steps.Load() }
+
+// cachedNow bounds from below the now of a decision the handle makes without asking the store:
+// its estimate of the store's time, never below the latest Date it was answered with, may be
+// behind its node's clock (the node stepped forward, or the host was suspended, since).
+func (c *handleNode) cachedNow() time.Time {
+	now := c.Now()
+	if a := c.answered.Load(); a != 0 && a < now.UnixNano() {
+		return time.Unix(0, a)
+	}
+	return now
+}
+
+// step moves the node's clock forward, to at most limit from the base (a second at least),
+// or back home when it is ahead.
+func (c *nodeClock) step(rng *rand.Rand, limit time.Duration) {
+	next := c.home
+	if time.Duration(c.offset.Load()) == c.home {
+		next = c.home + time.Second + time.Duration(rng.Int64N(int64(max(time.Second, limit-c.home))))
+	}
+	c.offset.Store(int64(next))
+	c.steps.Add(1)
+}
+
 // HistoryEnv is what the callers of a history need: how to open a handle, the world, where the
 // calls go, and what the backend is like.
 type HistoryEnv struct {
@@ -302,6 +392,8 @@ type HistoryEnv struct {
 	// Steps says whether the base clock may step back (never for a store's own clock).
 	Steps  bool
 	Config HistoryConfig
+
+	nodeSteps atomic.Int64 // steps of the store's nodes' clocks (Config.StoreSkew)
 }
 
 // maxStepBack is the furthest a worker steps the base clock back at once.
@@ -313,6 +405,8 @@ type caller struct {
 	env    *HistoryEnv
 	l      ledger.Ledger
 	host   *hostClock
+	node   *nodeClock  // the store node its handles talk to (Config.StoreSkew); nil: the base
+	seen   *handleNode // that node as the current handle sees it
 	decide ledger.Clock
 	opts   Options
 }
@@ -323,10 +417,16 @@ func newCaller(ctx context.Context, env *HistoryEnv, id int, faulty bool, rng *r
 		host.skew.Store(rng.Int64N(2*int64(skew)+1) - int64(skew))
 	}
 	c := &caller{id: id, env: env, host: host, decide: ledger.Clock(host)}
-	if env.StoreClocked {
-		c.decide = storeClock{env.World}
+	var store ledger.Clock = storeClock{env.World}
+	if skew := env.Config.StoreSkew; skew > 0 && env.StoreClocked {
+		c.node = &nodeClock{w: env.World, steps: &env.nodeSteps, home: time.Duration(rng.Int64N(2*int64(skew)+1) - int64(skew))}
+		c.node.offset.Store(int64(c.node.home))
+		store = c.node
 	}
-	c.opts = Options{Clock: host, StoreClock: storeClock{env.World}, StrandedAfter: time.Minute, CleanupBatch: 50}
+	if env.StoreClocked {
+		c.decide = store
+	}
+	c.opts = Options{Clock: host, StoreClock: store, StrandedAfter: time.Minute, CleanupBatch: 50}
 	if faulty && env.Config.FaultRate > 0 {
 		c.opts.Faults = &FaultPlan{Rate: env.Config.FaultRate, Seed: rng.Uint64()}
 	}
@@ -338,7 +438,14 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	w, res := c.env.World, int64(c.env.Resolution)
 	o.Client = c.id
 	back1 := w.SteppedBack()
-	lo1 := c.decide.Now()
+	decide := c.decide.Now
+	if c.node != nil && (o.Kind == OpComplete || o.Kind == OpRelease) {
+		// A backend on the store's clock may decide these, which depend on no time, on the
+		// row it has cached, without asking the store: at its own estimate, which with the
+		// store's nodes apart a later decision on another node may be below of.
+		decide = c.seen.cachedNow
+	}
+	lo1 := decide()
 	o.Call = w.Tick()
 	// Should this process die during the call, its decision came after lo1 less the steps
 	// back of the clock until it died (Back lets the reader of Begin work that out).
@@ -346,7 +453,7 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	c.env.Sink.Begin(o)
 	err := do(&o)
 	o.Return = w.Tick()
-	lo2 := c.decide.Now()
+	lo2 := decide()
 	o.Lo = min(lo1.UnixNano()-(w.SteppedBack()-back1), lo2.UnixNano()) - res
 	o.Hi = c.maxNow()
 	if class, known := ErrClass(err); known {
@@ -375,6 +482,10 @@ func (c *caller) reopen(ctx context.Context) error {
 	if c.l != nil {
 		c.l.Close()
 		c.l = nil
+	}
+	if c.node != nil {
+		c.seen = &handleNode{nodeClock: c.node} // a new handle has been answered nothing yet
+		c.opts.StoreClock = c.seen
 	}
 	var err error
 	for range 20 {
@@ -562,6 +673,9 @@ func (k *worker) moveClock() {
 		// which never steps forward or back, but stops while the host is suspended: the
 		// host falls behind.
 		k.c.host.skew.Add(-int64(time.Duration(1+k.rng.IntN(60)) * time.Second))
+	case p < 0.3 && k.c.node != nil:
+		// The clock of the store node this handle talks to steps forward, or back.
+		k.c.node.step(k.rng, k.cfg.StoreSkew)
 	default:
 		env.World.Advance(time.Duration(1+k.rng.IntN(6)) * time.Second)
 	}
@@ -569,6 +683,9 @@ func (k *worker) moveClock() {
 
 func (k *worker) admit(ctx context.Context, id int, now time.Time) error {
 	c := k.c
+	if c.node != nil {
+		now = c.node.Now() // the sender's clock agrees with the node its request reaches
+	}
 	signed := now.Add(-time.Duration(k.rng.IntN(4)) * time.Second).Truncate(time.Second)
 	switch p := k.rng.Float64(); {
 	case p < 0.15:

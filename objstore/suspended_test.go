@@ -2,6 +2,7 @@ package objstore_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,12 +11,123 @@ import (
 	"github.com/amiss-ci/amiss/objstore"
 )
 
-// Attacks of a third review round on the S3 ledger's one clock, around the change that lets an
-// admission's first decision (made before any request, on an estimate that lags after the host
-// was suspended) refuse only a delivery too old for it. Helpers: the world of safety_test.go,
-// suspendedClock of adversary_test.go.
+// Suspended hosts: a host that is suspended (a paused VM, a frozen Lambda) counts none of that
+// time on its monotonic clock, so its estimate of the store's time lags by the whole
+// suspension. Every decision that depends on time is made at the Date of a fresh answer.
 
-// TestAttack3SuspendedOldPolicyHandleReadmitsAForgottenBody: a handle opened under the older
+// suspendedClock is a host's monotonic clock that does not count the time the host was
+// suspended (Linux CLOCK_MONOTONIC, which Go's time.Now reads for elapsed time, stops while the
+// machine sleeps): it follows the store's clock less the time spent suspended.
+type suspendedClock struct {
+	store *ledger.ManualClock
+	mu    sync.Mutex
+	slept time.Duration
+}
+
+func (c *suspendedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.store.Now().Add(-c.slept)
+}
+
+func (c *suspendedClock) sleep(d time.Duration) {
+	c.mu.Lock()
+	c.slept += d
+	c.mu.Unlock()
+}
+
+// TestSuspendedHostCannotSaveAfterItsLeaseEnded: the store-clock estimate adds the host's
+// elapsed monotonic time to the last Date seen, and a decision on a cached row makes no
+// request before it decides. A host that was suspended (a VM paused, a laptop asleep) counts
+// none of that time: its estimate is behind the store by the whole suspension, not "a second
+// plus one answer's transit". Interleaving:
+//
+//	T      worker: Claim -> Execute, lease 30s (the row is cached)
+//	       the host is suspended for 10 minutes; nobody else claims
+//	T+10m  worker: Save under the lease that ended 9.5 minutes ago: decided on the cached row
+//	       at "T" and written (If-Match holds: nobody wrote the row). Invariant 4: an owner
+//	       whose lease expired cannot Save, even if no one else claimed.
+func TestSuspendedHostCannotSaveAfterItsLeaseEnded(t *testing.T) {
+	w := newWorld(t)
+	host := &suspendedClock{store: w.store}
+	worker, _ := w.handle("worker", 0, func(c *objstore.Config) { c.Clock = host })
+	d := w.delivery(time.Time{})
+	w.admit(worker, d, ledger.Admitted)
+	c, err := worker.Claim(w.ctx, d.Key(), d.Binding.Digest(), "worker", 30*time.Second)
+	if err != nil || c.Outcome != ledger.Execute {
+		t.Fatalf("claim: %v %v", c.Outcome, err)
+	}
+	w.store.Advance(10 * time.Minute)
+	host.sleep(10 * time.Minute)
+	if _, err := worker.Save(w.ctx, *c.Lease, []byte("late verdict")); !errors.Is(err, ledger.ErrLeaseLost) {
+		row, _ := worker.Inspect(w.ctx, d.Key())
+		t.Fatalf("save 10 minutes (store time) after a 30s lease ended: %v, want ErrLeaseLost; the row is %v "+
+			"(lease until %s, store now %s)", err, row.State, c.Lease.Expires.Format(time.TimeOnly), w.store.Now().Format(time.TimeOnly))
+	}
+}
+
+// TestSuspendedIngressDoesNotReadmitAForgottenDelivery: admission decides freshness on the
+// estimate before its first request, and the estimate of a host that was suspended is behind
+// by the whole suspension (see above). No request is held here. Interleaving (accepted age 5m,
+// queue ceiling 2m, so retention ends at S+7m):
+//
+//	S+1m   ingress-a answers something (its estimate is S+1m), then its host is suspended
+//	S+1m   ingress-b admits d; it is run, saved and completed
+//	S+7m+1 cleanup forgets the row; the high-water says d is stale
+//	S+8m   ingress-a wakes; the sender's replay of d arrives: decided fresh at "S+1m", the key
+//	       is empty, d is Admitted again and evaluated a second time.
+func TestSuspendedIngressDoesNotReadmitAForgottenDelivery(t *testing.T) {
+	w := newWorld(t)
+	w.limits.QueueCeiling = 2 * time.Minute
+	host := &suspendedClock{store: w.store}
+	a, _ := w.handle("ingress-a", 0, func(c *objstore.Config) { c.Clock = host })
+	b, _ := w.handle("ingress-b", 0, nil)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+
+	d := w.delivery(w.store.Now())
+	w.store.Advance(time.Minute)
+	w.admit(a, w.delivery(time.Time{}), ledger.Admitted) // ingress-a's last answer before it sleeps
+	ledgertest.MustComplete(t, b, w.saved(b, d, "first verdict"))
+	row, err := b.Inspect(w.ctx, d.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asleep := ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife)).Add(time.Minute).Sub(w.store.Now())
+	w.store.Advance(asleep)
+	host.sleep(asleep)
+	if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+		t.Fatalf("cleanup removed %d rows, want 1", len(rep.Removed))
+	}
+	got, err := a.Admit(w.ctx, d)
+	if err == nil && got.Outcome == ledger.Admitted {
+		t.Fatalf("a replay of a delivery forgotten as stale was admitted again (evaluation %s, first %s) by an ingress "+
+			"whose host had been suspended: it is evaluated and published twice", got.EvaluationID, row.EvaluationID)
+	}
+}
+
+// TestSuspendedIngressAdmitsAFreshDelivery: the first decision of an admission
+// is made before any request, on the store-clock estimate, which after the host was suspended
+// is behind the store by the whole suspension. A delivery signed a second ago by the store's
+// clock then looks minutes ahead of that estimate and was refused as Stale (401: the sender
+// does not retry it), though it is fresh by the store's time. Found by the S3 history soak.
+//
+//	T      ingress: answers something (its estimate is T), then its host is suspended 2 minutes
+//	T+2m   a sender signs d at T+2m; ingress admits it: its estimate still says T
+func TestSuspendedIngressAdmitsAFreshDelivery(t *testing.T) {
+	w := newWorld(t)
+	host := &suspendedClock{store: w.store}
+	ingress, _ := w.handle("ingress", 0, func(c *objstore.Config) { c.Clock = host })
+	w.admit(ingress, w.delivery(time.Time{}), ledger.Admitted)
+	w.store.Advance(2 * time.Minute)
+	host.sleep(2 * time.Minute)
+	d := w.delivery(w.store.Now().Add(-time.Second))
+	a, err := ingress.Admit(w.ctx, d)
+	if err != nil || a.Outcome != ledger.Admitted {
+		t.Fatalf("a delivery signed a second ago by the store's clock, admitted by a host that was suspended: %v %v, want Admitted", a.Outcome, err)
+	}
+}
+
+// TestSuspendedOldPolicyHandleDoesNotReadmitAForgottenBody: a handle opened under the older
 // body-time policy (a root without a body-age ceiling, the handle configured without one) is
 // meant to stop at its next re-read of the root, which it makes "once a minute", before any row
 // bounded by a body time can be forgotten (ledger.BodyPolicyGrace, an hour). But the minute
@@ -35,7 +147,7 @@ import (
 //
 // Fixed: an admission re-reads the root when its last read is a minute old by the store's time
 // as of the reservation's answer (a fresh Date), before it takes a slot.
-func TestAttack3SuspendedOldPolicyHandleReadmitsAForgottenBody(t *testing.T) {
+func TestSuspendedOldPolicyHandleDoesNotReadmitAForgottenBody(t *testing.T) {
 	w := newWorld(t)
 	w.limits.BodyAgeCeiling = 0 // the root is created under the older policy
 	host := &suspendedClock{store: w.store}
@@ -78,7 +190,7 @@ func TestAttack3SuspendedOldPolicyHandleReadmitsAForgottenBody(t *testing.T) {
 	w.exact(cleaner)
 }
 
-// TestAttack3SuspendedCleanerTakesAnEndedMaintenanceLease: takeMaintenance decided its lease
+// TestSuspendedCleanerTakesALiveMaintenanceLease: takeMaintenance decided its lease
 // on the store-clock estimate read before its first request. On a host that was suspended
 // longer than the lease (15 minutes), the lease it writes has already ended by the store's
 // time: the pass then finds its own lease lost before its first delete and fails, and meanwhile
@@ -93,7 +205,7 @@ func TestAttack3SuspendedOldPolicyHandleReadmitsAForgottenBody(t *testing.T) {
 //	         removable and checks its lease before deleting: lost.
 //
 // Fixed: the lease is decided at the store's time of the maintenance object's answer.
-func TestAttack3SuspendedCleanerTakesAnEndedMaintenanceLease(t *testing.T) {
+func TestSuspendedCleanerTakesALiveMaintenanceLease(t *testing.T) {
 	w := newWorld(t)
 	w.limits.QueueCeiling = 2 * time.Minute
 	host := &suspendedClock{store: w.store}
@@ -116,13 +228,13 @@ func TestAttack3SuspendedCleanerTakesAnEndedMaintenanceLease(t *testing.T) {
 	}
 }
 
-// TestAttack3FutureDeliveryThroughALaggingHost (held): a delivery signed minutes ahead of the
+// TestFutureDeliveryThroughALaggingHostTakesNoSlot (held): a delivery signed minutes ahead of the
 // store's time reaches a host whose estimate lags by a suspension. The first decision (at the
 // signed time) lets it through to the reservation; the second, at the reservation's Date,
 // refuses it as Stale and voids the reservation; no slot is taken or kept, a delivery signed
 // within the skew of the store's time is admitted, and cleanup tidies the void reservation
 // after the life of a request.
-func TestAttack3FutureDeliveryThroughALaggingHost(t *testing.T) {
+func TestFutureDeliveryThroughALaggingHostTakesNoSlot(t *testing.T) {
 	w := newWorld(t)
 	w.shards = 1
 	w.limits.RecordCap = 2

@@ -1,0 +1,285 @@
+package objstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
+	"github.com/amiss-ci/amiss/objstore"
+)
+
+// The store's clock: every decision is made at the store's time, never a host's, and the
+// time never goes back, even when the store's own clock steps back.
+
+// TestClientClocksDecideNothing: hosts whose clocks are minutes off decide with the store's
+// time. Against the store's real Date (no test clock at all).
+func TestClientClocksDecideNothing(t *testing.T) {
+	requireMinIO(t)
+	t.Parallel()
+	open := func(prefix string, skew time.Duration) *objstore.Ledger {
+		t.Helper()
+		client, err := objstore.NewClient(context.Background(), objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint,
+			PathStyle: true, AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Timeout: time.Minute}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := objstore.Open(context.Background(), objstore.Config{Client: client, Bucket: testBucket, Prefix: prefix,
+			Limits: ledgertest.Limits(), Clock: offsetClock{ledger.SystemClock{}, skew}, Create: true, Shards: 2,
+			Owner: fmt.Sprintf("host%+v", skew)})
+		if err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		return l
+	}
+	ctx := context.Background()
+	permanent := func(n int) ledger.Delivery {
+		body := fmt.Appendf(nil, `{"clock":%d,"at":%d}`, n, time.Now().UnixNano())
+		return ledger.Delivery{Binding: ledger.Binding{Route: "clocks", Scheme: "github-sha256", Identity: string(body),
+			BodyDigest: ledger.SumBody(body)}, Subject: body}
+	}
+	const leaseFor = time.Minute
+
+	t.Run("AheadGetsNoExecuteOnALiveLease", func(t *testing.T) {
+		prefix := newPrefix(t)
+		right, ahead := open(prefix, 0), open(prefix, 2*time.Minute)
+		d := permanent(1)
+		ledgertest.MustAdmit(t, right, d)
+		if c, err := right.Claim(ctx, d.Key(), d.Binding.Digest(), "right", leaseFor); err != nil || c.Outcome != ledger.Execute {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if c, err := ahead.Claim(ctx, d.Key(), d.Binding.Digest(), "ahead", leaseFor); err != nil || c.Outcome != ledger.Busy {
+			t.Fatalf("a host two minutes ahead claimed a live lease: %v %v", c.Outcome, err)
+		}
+	})
+	t.Run("AheadGetsNoPublishWhileAPublishLeaseIsLive", func(t *testing.T) {
+		prefix := newPrefix(t)
+		right, ahead := open(prefix, 0), open(prefix, 2*time.Minute)
+		d := permanent(2)
+		ledgertest.MustAdmit(t, right, d)
+		c, err := right.Claim(ctx, d.Key(), d.Binding.Digest(), "right", leaseFor)
+		if err != nil || c.Outcome != ledger.Execute {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if _, err := right.Save(ctx, *c.Lease, []byte("verdict")); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := ahead.Claim(ctx, d.Key(), d.Binding.Digest(), "ahead", leaseFor); err != nil || c.Outcome != ledger.Busy {
+			t.Fatalf("a host two minutes ahead was handed a live publication: %v %v", c.Outcome, err)
+		}
+	})
+	t.Run("SlowAdmitsNoStaleRequest", func(t *testing.T) {
+		slow := open(newPrefix(t), -2*time.Minute)
+		d := permanent(3)
+		d.Binding.Scheme = "standard-webhooks"
+		d.SignedAt = time.Now().Add(-6 * time.Minute) // the accepted age is 5 minutes
+		if a, err := slow.Admit(ctx, d); err != nil || a.Outcome != ledger.Stale {
+			t.Fatalf("a host two minutes slow admitted a request signed 6 minutes ago: %v %v", a.Outcome, err)
+		}
+	})
+	t.Run("FastCleanerCannotMakeFreshDeliveriesStale", func(t *testing.T) {
+		prefix := newPrefix(t)
+		fast := open(prefix, 10*time.Minute)
+		if _, err := fast.Cleanup(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		right := open(prefix, 0)
+		d := permanent(4)
+		d.Binding.Scheme = "standard-webhooks"
+		d.SignedAt = time.Now()
+		if a, err := right.Admit(ctx, d); err != nil || a.Outcome != ledger.Admitted {
+			t.Fatalf("after a cleaner ten minutes fast, a fresh delivery was answered %v %v", a.Outcome, err)
+		}
+	})
+}
+
+// TestWarmHandleRefusesAReplayAfterTheStoreClockStepsBack: §3.2 of the design: "Cleanup
+// persists the high-water before it deletes anything, so after a clock steps back, a request
+// that was stale when its row was removed is still refused as Stale." On S3 the clock is the
+// store's, and a handle re-reads the persisted high-water at most once a minute (of its own
+// monotonic time), so for up to a minute after a removal every warm ingress decides on a
+// high-water from before it. Interleaving (accepted age 40m, queue ceiling 1m, store time):
+//
+//	S       ingress (warm, high-water read at S): Admit(d signed S) -> Admitted; run, saved,
+//	        completed
+//	S+41m   cleaner: retention (S+41m) over, key aged (31m): the row is removed, the
+//	        high-water S+41m persisted
+//	        the store's clock steps back 2 minutes (NTP on a MinIO host): S+39m
+//	S+39m   ingress: Admit(d signed S), a replay: decided at max(S+39m, its cached
+//	        high-water S) -> fresh -> Admitted again, a new evaluation id: evaluated and
+//	        published twice. A handle opened after the cleanup answers Stale.
+//
+// Needs the store's clock to step back by more than the queue ceiling; no held request.
+// Fixed: each capacity shard carries the high-water of the last cleanup that settled it, and
+// an admission refuses there what it makes stale.
+func TestWarmHandleRefusesAReplayAfterTheStoreClockStepsBack(t *testing.T) {
+	w := newWorld(t)
+	w.limits.SignedAgeCeiling = 40 * time.Minute // retention outlasts the life of a request
+	w.limits.QueueCeiling = time.Minute
+	ingress, _ := w.handle("ingress", 0, nil)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+
+	d := w.delivery(w.store.Now())
+	first := w.saved(ingress, d, "first verdict")
+	ledgertest.MustComplete(t, ingress, first)
+	row, err := ingress.Inspect(w.ctx, d.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.RetainUntil.Before(row.CreatedAt.Add(objstore.RequestLife + time.Minute)) {
+		t.Fatalf("retention %s is too short for this interleaving", row.RetainUntil.Sub(row.CreatedAt))
+	}
+	w.store.Set(row.RetainUntil.Add(time.Second))
+	if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+		t.Fatalf("cleanup removed %d rows, want 1", len(rep.Removed))
+	}
+	w.store.Advance(-2 * time.Minute)
+	fresh, _ := w.handle("ingress-new", 0, nil)
+	if a, err := fresh.Admit(w.ctx, d); err != nil || a.Outcome != ledger.Stale {
+		t.Fatalf("a handle opened after the cleanup: %v %v, want stale", a.Outcome, err)
+	}
+	a, err := ingress.Admit(w.ctx, d)
+	if err == nil && a.Outcome == ledger.Admitted {
+		t.Fatalf("a replay of a delivery forgotten as stale was admitted again by a warm ingress (evaluation %s, first %s): "+
+			"its high-water is cached for a minute, and the store's clock stepped back", a.EvaluationID, row.EvaluationID)
+	}
+}
+
+// TestVoidedReservationOutlivesStoreClocksThatDisagree: the store is many nodes, whose clocks
+// may disagree by minutes, and a node's clock may be stepped forward and back. The Date one
+// handle reads and the clock that checks a held request's signature are then not the same
+// clock, and a decision that a held write "can never land" made by comparing Dates is wrong.
+// Interleaving (cap 1, one shard; the ingress and the first cleaner talk to a node at the
+// store's time):
+//
+//	ingress  reservation PUT: its first attempt is held in the network and a retry lands; the
+//	         slot is taken; every attempt of the row PUT (If-Match on the reservation's ETag)
+//	         is held in the network, and the admission gives up
+//	+3m      cleaner: the pending entry is past the grace: the reservation is voided and its
+//	         slot given back
+//	+14m     a cleaner whose Dates run 21 minutes ahead (another node, or the same one with its
+//	         clock stepped forward) finds the void 32 minutes old, past the 31-minute life of a
+//	         request, and removes it: the key is empty
+//	         the held reservation attempt lands (signed 14 minutes ago: inside SigV4's 15) with
+//	         the same bytes, so the same ETag; the held row write lands over it: a row that no
+//	         slot counts, and the cap of 1 admits one more.
+func TestVoidedReservationOutlivesStoreClocksThatDisagree(t *testing.T) {
+	const ahead = 21 * time.Minute
+	for _, c := range []struct {
+		name string
+		// stepped: the cleaner that voided is the one whose Date steps forward, and back.
+		stepped bool
+	}{{"NodesApart", false}, {"DateSteppedForwardAndBack", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.shards = 1
+			w.limits.RecordCap = 1
+			ingress, capt := w.captureHandle("ingress", nil)
+			cleaner, cleanerTr := w.handle("cleaner", 0, nil)
+			late, lateTr := cleaner, cleanerTr
+			if !c.stepped {
+				late, lateTr = w.handle("cleaner-ahead", 0, nil)
+			}
+
+			d := w.delivery(time.Time{})
+			res := capt.add(both(rowRequest(d, http.MethodPut), objectKind("reservation")), 1)
+			rowPut := capt.add(both(rowRequest(d, http.MethodPut), objectKind("row")), -1)
+			if a, err := ingress.Admit(w.ctx, d); err == nil {
+				t.Fatalf("admit succeeded (%v) although every row write was held", a.Outcome)
+			}
+			if len(res.got) != 1 || len(rowPut.got) == 0 {
+				t.Fatalf("held %d reservation and %d row writes", len(res.got), len(rowPut.got))
+			}
+			w.store.Advance(3 * time.Minute)
+			w.cleanLap(cleaner) // the reservation is voided, its slot given back
+			w.store.Advance(11 * time.Minute)
+			lateTr.setStoreClock(offsetClock{w.store, ahead})
+			w.cleanLap(late)
+			lateTr.setStoreClock(w.store)
+
+			code, msg := res.deliver(t, 0)
+			t.Logf("held reservation attempt, 14 minutes after it was signed: %d %s", code, msg)
+			code, msg = rowPut.deliver(t, 0)
+			t.Logf("held row write: %d %s", code, msg)
+			w.store.Advance(10 * time.Minute)
+			w.cleanLap(cleaner)
+			st := w.exact(cleaner)
+			other := w.delivery(time.Time{})
+			a, err := cleaner.Admit(w.ctx, other)
+			after := w.exact(cleaner)
+			if st.Rows != 0 || after.Rows > w.limits.RecordCap {
+				t.Fatalf("%d row(s) after the held writes landed, then another delivery was answered %v %v: %d rows under a cap of %d",
+					st.Rows, a.Outcome, err, after.Rows, w.limits.RecordCap)
+			}
+		})
+	}
+}
+
+// TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater: the ledger's clock never goes back,
+// across the store's nodes too: a cleanup on a node ahead persists its now as the high-water,
+// and a handle on a node two minutes behind (whose copy of the root is up to a minute old)
+// must decide no lower than it. A re-admission of a delivery stale by that high-water is
+// Stale, and a row admitted after it starts there: a lease granted on it ends no sooner than
+// the high-water plus the lease.
+func TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater(t *testing.T) {
+	behind := func(w *world, name string) *objstore.Ledger {
+		l, tr := w.handle(name, 0, nil)
+		tr.setStoreClock(offsetClock{w.store, -2 * time.Minute})
+		return l
+	}
+	ahead := func(w *world, name string) *objstore.Ledger {
+		l, tr := w.handle(name, 0, nil)
+		tr.setStoreClock(offsetClock{w.store, 3 * time.Minute})
+		return l
+	}
+	t.Run("ReadmissionIsStale", func(t *testing.T) {
+		w := newWorld(t)
+		fast, _ := w.handle("ingress", 0, nil)
+		slow := behind(w, "ingress-behind")
+		cleaner := ahead(w, "cleaner-ahead")
+		w.store.Advance(3 * time.Minute)
+		d := w.delivery(w.store.Now())
+		w.admit(fast, d, ledger.Admitted)
+		w.store.Advance(3 * time.Minute) // the cleaner's node says d is 6 minutes old
+		w.cleanLap(cleaner)
+		if a, err := slow.Admit(w.ctx, d); err != nil || a.Outcome != ledger.Stale {
+			t.Fatalf("a re-admission of a delivery signed 6 minutes before the last cleanup's high-water (accepted age 5m), "+
+				"through a node 2 minutes behind: %v %v, want Stale", a.Outcome, err)
+		}
+	})
+	t.Run("NewRowStartsAtIt", func(t *testing.T) {
+		w := newWorld(t)
+		fast, _ := w.handle("worker", 0, nil)
+		cleaner := ahead(w, "cleaner-ahead")
+		d := w.delivery(w.store.Now())
+		ledgertest.MustComplete(t, fast, w.saved(fast, d, "verdict"))
+		row, err := fast.Inspect(w.ctx, d.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.store.Set(ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife)).Add(time.Minute))
+		slow := behind(w, "ingress-behind") // its copy of the root is read now, before the cleanup
+		if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+			t.Fatalf("cleanup removed %d rows, want 1", len(rep.Removed))
+		}
+		rep, err := cleaner.Cleanup(w.ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := d
+		again.SignedAt = w.store.Now().Add(-90 * time.Second) // fresh on both nodes
+		w.admit(slow, again, ledger.Admitted)
+		const leaseFor = time.Minute
+		c, err := slow.Claim(w.ctx, d.Key(), d.Binding.Digest(), "runner-behind", leaseFor)
+		if err != nil || c.Outcome != ledger.Execute {
+			t.Fatalf("claim: %v %v", c.Outcome, err)
+		}
+		if c.Lease.Expires.Before(rep.HighWater.Add(leaseFor)) {
+			t.Fatalf("a lease of %s granted after a cleanup whose high-water is %s ends at %s: decided %s below the high-water",
+				leaseFor, rep.HighWater.Format(time.TimeOnly), c.Lease.Expires.Format(time.TimeOnly), rep.HighWater.Add(leaseFor).Sub(c.Lease.Expires))
+		}
+	})
+}

@@ -1,0 +1,99 @@
+package objstore_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
+	"github.com/amiss-ci/amiss/objstore"
+)
+
+// Bucket versioning: the S3 ledger deletes rows by version id, and relies on a bucket that
+// keeps versions. An operator may suspend versioning on a live ledger's bucket; these tests
+// give the world a bucket of its own, since they change its settings.
+
+// ownBucket makes a versioned bucket for w alone.
+func ownBucket(w *world) string {
+	w.t.Helper()
+	name := fmt.Sprintf("own-%d-%d", time.Now().UnixNano()%1e9, prefixSeq.Add(1))
+	if err := minioRaw.MakeBucket(w.ctx, name, minio.MakeBucketOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := minioRaw.EnableVersioning(w.ctx, name); err != nil {
+		w.t.Fatal(err)
+	}
+	w.bucket = name
+	return name
+}
+
+// TestEveryStartChecksVersioning: versioning is suspended on the bucket of a ledger in use.
+// Opening the ledger (every start of a process, not only its creation) is refused with a
+// message naming the bucket setting, and a warm handle's cleanup, which has seen the bucket
+// keep versions before, refuses too: while versioning is suspended every write replaces the
+// "null" version in place, so a version judged removable could be a row written after the
+// judgement.
+func TestEveryStartChecksVersioning(t *testing.T) {
+	w := newWorld(t)
+	bucket := ownBucket(w)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+	w.cleanLap(cleaner)
+	if err := minioRaw.SuspendVersioning(w.ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.open("restarted", 0, nil); !errors.Is(err, ledger.ErrRootMismatch) || !strings.Contains(err.Error(), "versioning") {
+		t.Errorf("a start while the bucket's versioning is suspended: %v, want a refusal naming bucket versioning", err)
+	}
+	if _, err := cleaner.Cleanup(w.ctx, ""); !errors.Is(err, ledger.ErrRootMismatch) || !strings.Contains(err.Error(), "versioning") {
+		t.Fatalf("cleanup through a warm handle while the bucket's versioning is suspended: %v, want a refusal naming bucket versioning", err)
+	}
+	if err := minioRaw.EnableVersioning(w.ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.open("restarted", 0, nil); err != nil {
+		t.Fatalf("a start once versioning is enabled again: %v", err)
+	}
+	w.cleanLap(cleaner)
+}
+
+// TestRowsWrittenWhileVersioningWasSuspendedAreForgotten: a handle opened while the bucket kept
+// versions goes on admitting after versioning was suspended, and every write of those rows
+// makes the "null" version (which MinIO answers without a version id; only the listing names
+// it). Once versioning is enabled again, cleanup must forget such a row when its retention
+// ends and give its slot back, like any other.
+func TestRowsWrittenWhileVersioningWasSuspendedAreForgotten(t *testing.T) {
+	w := newWorld(t)
+	w.shards = 1
+	bucket := ownBucket(w)
+	worker, _ := w.handle("worker", 0, nil)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+	w.admit(worker, w.delivery(time.Time{}), ledger.Admitted) // a permanent row beside it, so an understatement shows
+	if err := minioRaw.SuspendVersioning(w.ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	d := w.delivery(w.store.Now())
+	ledgertest.MustComplete(t, worker, w.saved(worker, d, "verdict"))
+	if err := minioRaw.EnableVersioning(w.ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	row, err := worker.Inspect(w.ctx, d.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.store.Set(ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife)).Add(time.Minute))
+	if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+		st, _ := cleaner.Stats(w.ctx)
+		t.Fatalf("cleanup removed %d rows, want the one written while versioning was suspended, its retention over by %s; "+
+			"%d rows, capacity records %d", len(rep.Removed), w.store.Now().Sub(row.RetainUntil), st.Rows, st.CapacityUsed)
+	}
+	if st := w.exact(cleaner); st.Rows != 1 {
+		t.Fatalf("%d rows left, want the permanent one", st.Rows)
+	}
+	w.cleanLap(cleaner)
+	w.exact(cleaner)
+}
