@@ -27,6 +27,9 @@ var (
 	ErrRootMismatch = errors.New("ledger: root does not match configuration")
 	// ErrUnknownDelivery: no row exists for the key (never admitted, or safely forgotten).
 	ErrUnknownDelivery = errors.New("ledger: unknown delivery")
+	// ErrUnknownSubject: no record exists for the subject key (nothing was published to it, or
+	// its record was safely forgotten).
+	ErrUnknownSubject = errors.New("ledger: unknown subject")
 	// ErrBusy: a bounded wait for a lock or a maintenance lease ran out; try again later.
 	ErrBusy = errors.New("ledger: busy")
 	// ErrUnavailable: the backing store cannot be used right now (I/O failure, listing

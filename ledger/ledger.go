@@ -60,6 +60,29 @@ type Ledger interface {
 	// Release is: a repeated or late Unclaim answers ErrLeaseLost and hands nothing back.
 	Unclaim(ctx context.Context, lease Lease, notBefore time.Time) error
 
+	// Supersede ends a saved row whose verdict must never be posted, because the subject's
+	// record answered SubjectSuperseded: by names the newer verdict (zero for a late verdict
+	// that found another status standing). The holder must own a live publishing lease. The
+	// row answers Duplicate afterwards, keeps no report, and is cleaned like a done one.
+	// Repeating it on a superseded row succeeds.
+	Supersede(ctx context.Context, staged Staged, by Key) error
+
+	// AcquireSubject registers a saved verdict with the record of its subject and asks for the
+	// right to post it, in one read-modify-write of that record (SubjectRecord.Acquire decides;
+	// a subject with no record gets a new one). The caller holds the row's publishing lease.
+	// It answers SubjectPost with a fenced grant, SubjectWait while another post is in flight,
+	// SubjectSuperseded when a newer verdict is recorded, or SubjectStanding when this verdict
+	// is known to stand.
+	AcquireSubject(ctx context.Context, q SubjectRequest) (SubjectGrant, error)
+
+	// ReportSubject records what became of the post made under a grant (SubjectRecord.Report
+	// decides), in one read-modify-write of the subject's record. A grant that is no longer the
+	// record's is ErrLeaseLost.
+	ReportSubject(ctx context.Context, g SubjectGrant, o PostOutcome) (SubjectGrant, error)
+
+	// InspectSubject returns a copy of the record of a subject, or ErrUnknownSubject.
+	InspectSubject(ctx context.Context, key SubjectKey) (SubjectRecord, error)
+
 	// Revive returns an abandoned row to saved with the report it froze, byte for byte, so
 	// that it is published again and never evaluated again (an operator's remedy once the
 	// cause of the abandonment is fixed). evaluationID, when not empty, must be the row's, so
@@ -69,8 +92,9 @@ type Ledger interface {
 	Revive(ctx context.Context, key Key, evaluationID string) (Row, error)
 
 	// Cleanup runs one bounded pass starting at cursor (empty for the start). It removes only
-	// rows that are done or abandoned, not permanent, and whose retention ended strictly
-	// before the effective now, after persisting that now as the high-water. It reports what
+	// rows that are done, abandoned or superseded, not permanent, and whose retention ended
+	// strictly before the effective now, after persisting that now as the high-water; and
+	// subject records that SubjectRecord.Removable allows. It reports what
 	// it removed, how many rows it kept, the rows it could not read (skipped, never removed)
 	// and the stranded rows (not finished, no live lease, idle longer than the threshold).
 	// When it cannot list or read the store it removes nothing and returns an error. Only one
@@ -184,6 +208,15 @@ func (d Delivery) replayTime(l Limits) (time.Time, bool) {
 		return d.BodyAt, true
 	}
 	return time.Time{}, false
+}
+
+// eventTime is the event's time as the signature proves it: the signed time, or the body time
+// whatever the root's body-age ceiling (zero: none).
+func (d Delivery) eventTime() time.Time {
+	if !d.SignedAt.IsZero() {
+		return d.SignedAt
+	}
+	return d.BodyAt
 }
 
 // fresh reports whether the delivery's replay time (t, a body time when body) is inside the
@@ -322,6 +355,8 @@ type Lease struct {
 	PublishSince time.Time
 	// AdmittedAt is when the row was admitted, by the ledger's clock.
 	AdmittedAt time.Time
+	// EventAt is the event's time as the provider signed it (the row's EventAt; zero: none).
+	EventAt time.Time
 	// Failures counts, for an executing lease, the earlier attempts released as failed
 	// (Release of an executing lease); attempts handed back (Unclaim) or lost (their holder
 	// died, or lost its lease) are not failures.
@@ -329,6 +364,9 @@ type Lease struct {
 	// Subject is the row's subject, handed to the evaluator and to the publisher.
 	Subject []byte
 }
+
+// Order places the lease's verdict among the verdicts of its subject.
+func (l Lease) Order() Order { return Order{Key: l.Key, EventAt: l.EventAt, AdmittedAt: l.AdmittedAt} }
 
 // RowPage is one page of Rows.
 type RowPage struct {
@@ -353,13 +391,16 @@ const (
 	StateSaved
 	StateDone
 	StateAbandoned
+	// StateSuperseded: the verdict was never posted because a newer one on the same subject
+	// was recorded first (Row.SupersededBy names it).
+	StateSuperseded
 )
 
 var stateNames = map[State]string{StatePending: "pending", StateRunning: "running", StateSaved: "saved",
-	StateDone: "done", StateAbandoned: "abandoned"}
+	StateDone: "done", StateAbandoned: "abandoned", StateSuperseded: "superseded"}
 
 // States lists every state in lifecycle order.
-var States = []State{StatePending, StateRunning, StateSaved, StateDone, StateAbandoned}
+var States = []State{StatePending, StateRunning, StateSaved, StateDone, StateAbandoned, StateSuperseded}
 
 func (s State) String() string {
 	if n, ok := stateNames[s]; ok {
@@ -368,8 +409,8 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", int(s))
 }
 
-// Terminal reports whether the state is done or abandoned.
-func (s State) Terminal() bool { return s == StateDone || s == StateAbandoned }
+// Terminal reports whether the state is done, abandoned or superseded.
+func (s State) Terminal() bool { return s == StateDone || s == StateAbandoned || s == StateSuperseded }
 
 // MarshalText encodes the state by name.
 func (s State) MarshalText() ([]byte, error) {
@@ -403,6 +444,8 @@ type CleanupReport struct {
 	Damaged []DamagedRow
 	// Stranded lists unfinished rows with no live lease, idle longer than the threshold.
 	Stranded []StrandedRow
+	// RemovedSubjects counts the subject records this pass forgot, and Subjects those it kept.
+	RemovedSubjects, Subjects int
 	// HighWater is the effective now the pass persisted before deleting.
 	HighWater time.Time
 	// CapacityUsed and RecordCap are the slots in use after the pass and the cap, as the
@@ -440,8 +483,11 @@ type Stats struct {
 	Rows    int64
 	ByState map[State]int64
 	// ByLifetime counts the rows by what bounds their replay memory.
-	ByLifetime   map[Lifetime]int64
-	Damaged      int64
+	ByLifetime map[Lifetime]int64
+	Damaged    int64
+	// Subjects counts the subject records (one per commit and status context published to,
+	// kept until SubjectRecord.Removable).
+	Subjects     int64
 	CapacityUsed int64
 	Limits       Limits
 	HighWater    time.Time

@@ -24,6 +24,10 @@ type Row struct {
 	// ceiling.
 	BodyTime    bool      `json:"body_time,omitempty"`
 	RetainUntil time.Time `json:"retain_until,omitzero"`
+	// EventAt is the event's time as the provider signed it, fixed at admission: the first
+	// signed time, or the body time (even where no body-age ceiling bounds the row). It orders
+	// the row's verdict among those of its subject (Order); zero when the signature proves none.
+	EventAt time.Time `json:"event_at,omitzero"`
 	// Fence is the last fence granted; Owner and LeaseUntil describe the current lease.
 	Fence      uint64    `json:"fence"`
 	Owner      string    `json:"owner,omitempty"`
@@ -42,6 +46,9 @@ type Row struct {
 	// Report describes the saved result while the row is saved, done or abandoned.
 	Report ReportRef `json:"report,omitzero"`
 	Reason string    `json:"reason,omitempty"`
+	// SupersededBy names the newer verdict that superseded this one (StateSuperseded; zero
+	// when a late verdict found another status standing).
+	SupersededBy Key `json:"superseded_by,omitzero"`
 	// CreatedAt is the admission time, UpdatedAt the last transition.
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
@@ -83,6 +90,7 @@ func NewRow(d Delivery, l Limits, now time.Time, evaluationID string) (Row, Admi
 		State:        StatePending,
 		Subject:      append([]byte(nil), d.Subject...),
 		Permanent:    t.IsZero(),
+		EventAt:      d.eventTime().Round(0),
 		CreatedAt:    now,
 		UpdatedAt:    now,
 	}
@@ -163,7 +171,7 @@ func (r *Row) Claim(bindingDigest Digest, owner string, leaseFor time.Duration, 
 		return Claim{Outcome: Busy, EvaluationID: r.EvaluationID, RetryAt: at, Decided: now}, nil
 	}
 	switch r.State {
-	case StateDone, StateAbandoned:
+	case StateDone, StateAbandoned, StateSuperseded:
 		return Claim{Outcome: ClaimDuplicate, EvaluationID: r.EvaluationID}, nil
 	case StatePending, StateRunning:
 		if r.leaseLive(now) {
@@ -201,7 +209,7 @@ func (r *Row) grant(owner string, leaseFor time.Duration, now time.Time) {
 
 func (r *Row) lease(p Phase, attempt int) Lease {
 	l := Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), Route: r.Binding.Route, EvaluationID: r.EvaluationID, Fence: r.Fence,
-		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, AdmittedAt: r.CreatedAt, Subject: append([]byte(nil), r.Subject...)}
+		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, AdmittedAt: r.CreatedAt, EventAt: r.EventAt, Subject: append([]byte(nil), r.Subject...)}
 	if p == PhasePublish {
 		l.PublishSince = r.PublishSince
 	} else {
@@ -287,8 +295,8 @@ func (r *Row) Complete(s Staged, now time.Time) (bool, error) {
 	switch r.State {
 	case StateDone:
 		return false, nil
-	case StateAbandoned:
-		return false, fmt.Errorf("%w: row was abandoned: %s", ErrLeaseLost, r.Reason)
+	case StateAbandoned, StateSuperseded:
+		return false, fmt.Errorf("%w: row was %v: %s", ErrLeaseLost, r.State, r.Reason)
 	case StateSaved:
 	default:
 		return false, fmt.Errorf("%w: complete of a row that is %v", ErrInvalid, r.State)
@@ -315,6 +323,28 @@ func (r *Row) Abandon(s Staged, reason string, now time.Time) (bool, error) {
 	}
 	r.State = StateAbandoned
 	r.Reason = reason
+	r.Owner, r.LeaseUntil, r.NotBefore = "", time.Time{}, time.Time{}
+	r.UpdatedAt = now
+	return true, nil
+}
+
+// Supersede ends a saved row whose verdict a newer one on the same subject replaced (by; zero
+// for a late verdict that found another status standing), under its publishing lease. The
+// verdict is never posted; a repeat on a superseded row changes nothing.
+func (r *Row) Supersede(s Staged, by Key, now time.Time) (bool, error) {
+	if s.Lease.EvaluationID == r.EvaluationID && r.State == StateSuperseded {
+		return false, nil
+	}
+	if observed, err := r.holds(s.Lease, PhasePublish, now); err != nil {
+		return observed, err
+	}
+	r.State = StateSuperseded
+	r.SupersededBy = by
+	if by.IsZero() {
+		r.Reason = "late: another status stood on the subject, and its record had been forgotten"
+	} else {
+		r.Reason = "superseded by " + by.String()
+	}
 	r.Owner, r.LeaseUntil, r.NotBefore = "", time.Time{}, time.Time{}
 	r.UpdatedAt = now
 	return true, nil
@@ -419,7 +449,7 @@ func (r *Row) Check() error {
 		return fmt.Errorf("%w: row key does not match its binding", ErrCorrupt)
 	case r.EvaluationID == "":
 		return fmt.Errorf("%w: row has no evaluation id", ErrCorrupt)
-	case r.State < StatePending || r.State > StateAbandoned:
+	case r.State < StatePending || r.State > StateSuperseded:
 		return fmt.Errorf("%w: row state %d", ErrCorrupt, int(r.State))
 	case r.Permanent != r.RetainUntil.IsZero():
 		return fmt.Errorf("%w: row permanence and retention disagree", ErrCorrupt)
@@ -427,6 +457,8 @@ func (r *Row) Check() error {
 		return fmt.Errorf("%w: a permanent row bounded by a body time", ErrCorrupt)
 	case (r.State == StateSaved || r.State == StateDone) && r.Report.IsZero():
 		return fmt.Errorf("%w: %v row names no report", ErrCorrupt, r.State)
+	case !r.SupersededBy.IsZero() && r.State != StateSuperseded:
+		return fmt.Errorf("%w: a %v row names a verdict that superseded it", ErrCorrupt, r.State)
 	}
 	return nil
 }
@@ -435,7 +467,7 @@ func (r *Row) Check() error {
 func (r *Row) Equal(o *Row) bool {
 	return r.Key == o.Key && r.Binding == o.Binding && r.EvaluationID == o.EvaluationID && r.State == o.State &&
 		bytes.Equal(r.Subject, o.Subject) && r.Permanent == o.Permanent && r.SignedAt.Equal(o.SignedAt) && r.BodyTime == o.BodyTime &&
-		r.RetainUntil.Equal(o.RetainUntil) && r.Fence == o.Fence && r.Owner == o.Owner &&
+		r.RetainUntil.Equal(o.RetainUntil) && r.EventAt.Equal(o.EventAt) && r.SupersededBy == o.SupersededBy && r.Fence == o.Fence && r.Owner == o.Owner &&
 		r.LeaseUntil.Equal(o.LeaseUntil) && r.NotBefore.Equal(o.NotBefore) && r.Attempts == o.Attempts && r.Failures == o.Failures &&
 		r.PublishAttempts == o.PublishAttempts && r.PublishSince.Equal(o.PublishSince) && r.Report == o.Report && r.Reason == o.Reason &&
 		r.CreatedAt.Equal(o.CreatedAt) && r.UpdatedAt.Equal(o.UpdatedAt) && r.SeenAt.Equal(o.SeenAt)

@@ -55,6 +55,10 @@ func rowIn(t *testing.T, situation string) (ledger.Row, ledger.Lease) {
 		if _, err := r.Abandon(ledger.Staged{Lease: publish, Report: []byte("rep")}, "refused", t0); err != nil {
 			t.Fatal(err)
 		}
+	case "superseded":
+		if _, err := r.Supersede(ledger.Staged{Lease: publish, Report: []byte("rep")}, ledger.Key{9}, t0); err != nil {
+			t.Fatal(err)
+		}
 	default:
 		t.Fatalf("unknown situation %q", situation)
 	}
@@ -120,54 +124,72 @@ func TestRowTransitions(t *testing.T) {
 		{"revive", func(r *ledger.Row, _ ledger.Lease, now time.Time) (string, error) {
 			return answer(r.Revive("", now))
 		}},
+		{"supersede", func(r *ledger.Row, l ledger.Lease, now time.Time) (string, error) {
+			return answer(r.Supersede(ledger.Staged{Lease: l, Report: []byte("rep")}, ledger.Key{7}, now))
+		}},
 	}
 	type want struct{ answer, state string }
 	// rows: situation -> op -> {inside the lease, after it}
 	table := map[string]map[string][2]want{
 		"pending": {
-			"claim":    {{execute, "running"}, {execute, "running"}},
-			"renew":    {{lost, "pending"}, {lost, "pending"}},
-			"save":     {{lost, "pending"}, {lost, "pending"}},
-			"complete": {{lost, "pending"}, {lost, "pending"}}, // the staged result names no evaluation
-			"abandon":  {{lost, "pending"}, {lost, "pending"}},
-			"release":  {{lost, "pending"}, {lost, "pending"}},
-			"revive":   {{invalid, "pending"}, {invalid, "pending"}},
+			"claim":     {{execute, "running"}, {execute, "running"}},
+			"renew":     {{lost, "pending"}, {lost, "pending"}},
+			"save":      {{lost, "pending"}, {lost, "pending"}},
+			"complete":  {{lost, "pending"}, {lost, "pending"}}, // the staged result names no evaluation
+			"abandon":   {{lost, "pending"}, {lost, "pending"}},
+			"release":   {{lost, "pending"}, {lost, "pending"}},
+			"revive":    {{invalid, "pending"}, {invalid, "pending"}},
+			"supersede": {{lost, "pending"}, {lost, "pending"}},
 		},
 		"running": {
-			"claim":    {{busy, "running"}, {execute, "running"}},
-			"renew":    {{ok, "running"}, {lost, "running"}},
-			"save":     {{ok, "saved"}, {lost, "running"}},
-			"complete": {{invalid, "running"}, {invalid, "running"}},
-			"abandon":  {{lost, "running"}, {lost, "running"}},
-			"release":  {{ok, "pending"}, {ok, "pending"}},
-			"revive":   {{invalid, "running"}, {invalid, "running"}},
+			"claim":     {{busy, "running"}, {execute, "running"}},
+			"renew":     {{ok, "running"}, {lost, "running"}},
+			"save":      {{ok, "saved"}, {lost, "running"}},
+			"complete":  {{invalid, "running"}, {invalid, "running"}},
+			"abandon":   {{lost, "running"}, {lost, "running"}},
+			"release":   {{ok, "pending"}, {ok, "pending"}},
+			"revive":    {{invalid, "running"}, {invalid, "running"}},
+			"supersede": {{lost, "running"}, {lost, "running"}},
 		},
 		"saved": {
-			"claim":    {{busy, "saved"}, {publish, "saved"}},
-			"renew":    {{ok, "saved"}, {lost, "saved"}},
-			"save":     {{lost, "saved"}, {lost, "saved"}},
-			"complete": {{ok, "done"}, {ok, "done"}},
-			"abandon":  {{ok, "abandoned"}, {lost, "saved"}},
-			"release":  {{ok, "saved"}, {ok, "saved"}},
-			"revive":   {{nothing, "saved"}, {nothing, "saved"}},
+			"claim":     {{busy, "saved"}, {publish, "saved"}},
+			"renew":     {{ok, "saved"}, {lost, "saved"}},
+			"save":      {{lost, "saved"}, {lost, "saved"}},
+			"complete":  {{ok, "done"}, {ok, "done"}},
+			"abandon":   {{ok, "abandoned"}, {lost, "saved"}},
+			"release":   {{ok, "saved"}, {ok, "saved"}},
+			"revive":    {{nothing, "saved"}, {nothing, "saved"}},
+			"supersede": {{ok, "superseded"}, {lost, "saved"}},
 		},
 		"done": {
-			"claim":    {{duplicate, "done"}, {duplicate, "done"}},
-			"renew":    {{lost, "done"}, {lost, "done"}},
-			"save":     {{lost, "done"}, {lost, "done"}},
-			"complete": {{nothing, "done"}, {nothing, "done"}},
-			"abandon":  {{nothing, "done"}, {nothing, "done"}},
-			"release":  {{lost, "done"}, {lost, "done"}},
-			"revive":   {{invalid, "done"}, {invalid, "done"}},
+			"claim":     {{duplicate, "done"}, {duplicate, "done"}},
+			"renew":     {{lost, "done"}, {lost, "done"}},
+			"save":      {{lost, "done"}, {lost, "done"}},
+			"complete":  {{nothing, "done"}, {nothing, "done"}},
+			"abandon":   {{nothing, "done"}, {nothing, "done"}},
+			"release":   {{lost, "done"}, {lost, "done"}},
+			"revive":    {{invalid, "done"}, {invalid, "done"}},
+			"supersede": {{lost, "done"}, {lost, "done"}},
 		},
 		"abandoned": {
-			"claim":    {{duplicate, "abandoned"}, {duplicate, "abandoned"}},
-			"renew":    {{lost, "abandoned"}, {lost, "abandoned"}},
-			"save":     {{lost, "abandoned"}, {lost, "abandoned"}},
-			"complete": {{lost, "abandoned"}, {lost, "abandoned"}},
-			"abandon":  {{nothing, "abandoned"}, {nothing, "abandoned"}},
-			"release":  {{lost, "abandoned"}, {lost, "abandoned"}},
-			"revive":   {{ok, "saved"}, {ok, "saved"}},
+			"claim":     {{duplicate, "abandoned"}, {duplicate, "abandoned"}},
+			"renew":     {{lost, "abandoned"}, {lost, "abandoned"}},
+			"save":      {{lost, "abandoned"}, {lost, "abandoned"}},
+			"complete":  {{lost, "abandoned"}, {lost, "abandoned"}},
+			"abandon":   {{nothing, "abandoned"}, {nothing, "abandoned"}},
+			"release":   {{lost, "abandoned"}, {lost, "abandoned"}},
+			"revive":    {{ok, "saved"}, {ok, "saved"}},
+			"supersede": {{lost, "abandoned"}, {lost, "abandoned"}},
+		},
+		"superseded": {
+			"claim":     {{duplicate, "superseded"}, {duplicate, "superseded"}},
+			"renew":     {{lost, "superseded"}, {lost, "superseded"}},
+			"save":      {{lost, "superseded"}, {lost, "superseded"}},
+			"complete":  {{lost, "superseded"}, {lost, "superseded"}},
+			"abandon":   {{nothing, "superseded"}, {nothing, "superseded"}},
+			"release":   {{lost, "superseded"}, {lost, "superseded"}},
+			"revive":    {{invalid, "superseded"}, {invalid, "superseded"}},
+			"supersede": {{nothing, "superseded"}, {nothing, "superseded"}},
 		},
 	}
 	for situation, byOp := range table {
@@ -204,7 +226,7 @@ func TestRowFormatIsStable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "row-v1.json")
+	path := filepath.Join("testdata", "row-v2.json")
 	if *updateGolden {
 		os.MkdirAll("testdata", 0o755)
 		if err := os.WriteFile(path, append(got, '\n'), 0o644); err != nil {
@@ -221,5 +243,15 @@ func TestRowFormatIsStable(t *testing.T) {
 	var back ledger.Row
 	if err := json.Unmarshal(want, &back); err != nil || !back.Equal(&r) {
 		t.Fatalf("the golden row does not decode to the row: %v", err)
+	}
+	// Rows written before event times and superseded rows existed decode as they were.
+	old, err := os.ReadFile(filepath.Join("testdata", "row-v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.EventAt = time.Time{}
+	var first ledger.Row
+	if err := json.Unmarshal(old, &first); err != nil || !first.Equal(&r) {
+		t.Fatalf("a row of the first format does not decode to the row without an event time: %v", err)
 	}
 }

@@ -1,0 +1,423 @@
+package ledger
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+)
+
+// Subject is what a user looks at: one status context on one commit of one repository, at one
+// provider's API. Verdicts of several deliveries may be published to one subject (a pull
+// request opened, then edited, on the same head commit); the one left standing must be the
+// newest event's. For each subject the ledger keeps one small record (SubjectRecord) that
+// decides which verdict may post, and when.
+type Subject struct {
+	// Publisher names the API the status is posted to: the provider kind and its base URL
+	// ("github https://api.github.com"), so two installations never share a subject.
+	Publisher  string `json:"publisher"`
+	Repository string `json:"repository"`
+	SHA        string `json:"sha"`
+	// Context is the status context as the provider keys it (GitLab's name, Bitbucket's key).
+	Context string `json:"context"`
+}
+
+// MaxSubjectName bounds the four parts of a Subject together, in bytes.
+const MaxSubjectName = 2 << 10
+
+// Key returns the subject's key.
+func (s Subject) Key() SubjectKey {
+	return SubjectKey(framedDigest("amiss/subject/v1", s.Publisher, s.Repository, s.SHA, s.Context))
+}
+
+// Validate reports a subject no ledger stores: a part missing, or the whole over MaxSubjectName.
+func (s Subject) Validate() error {
+	if s.Publisher == "" || s.Repository == "" || s.SHA == "" || s.Context == "" {
+		return fmt.Errorf("%w: a subject needs publisher, repository, sha and context", ErrInvalid)
+	}
+	if n := len(s.Publisher) + len(s.Repository) + len(s.SHA) + len(s.Context); n > MaxSubjectName {
+		return fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, n, MaxSubjectName)
+	}
+	return nil
+}
+
+func (s Subject) String() string {
+	return fmt.Sprintf("%s %s@%s %q", s.Publisher, s.Repository, s.SHA, s.Context)
+}
+
+// SubjectKey identifies a subject record: a SHA-256 digest of the subject's parts.
+type SubjectKey [32]byte
+
+// String returns the key as 64 lower-case hex digits.
+func (k SubjectKey) String() string { return Key(k).String() }
+
+// Short returns the first 12 hex digits, for log lines.
+func (k SubjectKey) Short() string { return Key(k).Short() }
+
+// IsZero reports whether k is the zero key, which no subject has.
+func (k SubjectKey) IsZero() bool { return k == SubjectKey{} }
+
+// MarshalText encodes the key as hex.
+func (k SubjectKey) MarshalText() ([]byte, error) { return Key(k).MarshalText() }
+
+// UnmarshalText decodes a hex key.
+func (k *SubjectKey) UnmarshalText(b []byte) error { return (*Key)(k).UnmarshalText(b) }
+
+// ParseSubjectKey parses 64 hex digits as a SubjectKey.
+func ParseSubjectKey(s string) (SubjectKey, error) {
+	k, err := ParseKey(s)
+	return SubjectKey(k), err
+}
+
+// Order places a verdict among the verdicts of its subject. The newer of two is the one whose
+// event the provider signed later (EventAt: a time inside the signed body, or a signed header
+// time); a delivery whose signature proves no time is placed at its admission, by the ledger's
+// clock. Equal times are broken by admission (AdmittedAt), then by key, so any two verdicts
+// are ordered, the same way by every runner.
+type Order struct {
+	Key        Key       `json:"key"`
+	EventAt    time.Time `json:"event_at,omitzero"`
+	AdmittedAt time.Time `json:"admitted_at"`
+}
+
+// At is the time the verdict is ordered by: its event time, or its admission when it has none.
+func (o Order) At() time.Time {
+	if o.EventAt.IsZero() {
+		return o.AdmittedAt
+	}
+	return o.EventAt
+}
+
+// Before reports whether o is older than p.
+func (o Order) Before(p Order) bool {
+	if a, b := o.At(), p.At(); !a.Equal(b) {
+		return a.Before(b)
+	}
+	if !o.AdmittedAt.Equal(p.AdmittedAt) {
+		return o.AdmittedAt.Before(p.AdmittedAt)
+	}
+	return bytes.Compare(o.Key[:], p.Key[:]) < 0
+}
+
+// SubjectHorizonMargin is added to the admission windows in SubjectHorizon: it covers clocks
+// of hosts (or store nodes) that disagree by less than this.
+const SubjectHorizonMargin = time.Hour
+
+// SubjectHorizon is how long after its newest verdict's time a subject record is kept (once
+// nothing is in flight): past it, any delivery still admissible is newer than that verdict,
+// since no route accepts an event older than the longest accepted age. A delivery admitted
+// before and still unpublished past it is late (SubjectGrant.Late).
+func (l Limits) SubjectHorizon() time.Duration {
+	return max(l.SignedAgeCeiling, l.BodyAgeCeiling) + SubjectHorizonMargin
+}
+
+// SubjectRequest asks for the right to post one verdict to its subject.
+type SubjectRequest struct {
+	Subject      Subject
+	Order        Order
+	EvaluationID string
+	// HoldFor bounds the post: the grant ends HoldFor after it is given, and the poster must
+	// have given up on every request it sent by then.
+	HoldFor time.Duration
+	// Settle is how long after the poster gave up on a request the provider may still apply
+	// it (the route's setting): until then, what stands is not known.
+	Settle time.Duration
+}
+
+// Validate reports a request the contract cannot decide.
+func (q SubjectRequest) Validate() error {
+	if err := q.Subject.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case q.Order.Key.IsZero() || q.Order.AdmittedAt.IsZero():
+		return fmt.Errorf("%w: a subject request needs the verdict's key and admission time", ErrInvalid)
+	case q.EvaluationID == "":
+		return fmt.Errorf("%w: a subject request needs the verdict's evaluation id", ErrInvalid)
+	case q.HoldFor <= 0 || q.Settle < 0:
+		return fmt.Errorf("%w: a subject request needs a positive hold and a settle time not below zero", ErrInvalid)
+	}
+	return nil
+}
+
+// SubjectOutcome is what the subject record answers.
+type SubjectOutcome int
+
+// The answers of AcquireSubject and ReportSubject.
+const (
+	// SubjectPost: post the verdict now, under the grant's fence, and report what became of it.
+	SubjectPost SubjectOutcome = iota + 1
+	// SubjectWait: another post is in flight, or a post of this verdict may still land; come
+	// back at RetryAt.
+	SubjectWait
+	// SubjectSuperseded: a newer verdict is recorded (By); this one must never be posted. By is
+	// zero when a late verdict found another status standing that it cannot order against.
+	SubjectSuperseded
+	// SubjectStanding: the verdict is known to stand; nothing is left to post.
+	SubjectStanding
+	// SubjectConfirm: the post landed, but a post whose outcome was unknown may still land
+	// over it until RetryAt; read back what stands then.
+	SubjectConfirm
+	// SubjectRetry: the post's outcome is unknown (or it was refused, or never sent); try again,
+	// reading back first, no sooner than RetryAt.
+	SubjectRetry
+)
+
+var subjectOutcomeNames = map[SubjectOutcome]string{SubjectPost: "post", SubjectWait: "wait", SubjectSuperseded: "superseded",
+	SubjectStanding: "standing", SubjectConfirm: "confirm", SubjectRetry: "retry"}
+
+func (o SubjectOutcome) String() string {
+	if s, ok := subjectOutcomeNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("SubjectOutcome(%d)", int(o))
+}
+
+// SubjectGrant is the subject record's answer.
+type SubjectGrant struct {
+	Outcome SubjectOutcome
+	Subject SubjectKey
+	// Order is the verdict the request was for.
+	Order Order
+	// Fence is the grant's fence (SubjectPost); ReportSubject checks it.
+	Fence uint64
+	// ReadBack (SubjectPost): a post of this verdict may already stand, or the verdict is
+	// late; read what stands before posting, and post only if it is not this verdict.
+	ReadBack bool
+	// Late (SubjectPost): the subject's record had been forgotten and this verdict is older
+	// than the horizon, so a newer verdict may have stood before; post it only if nothing
+	// stands, and report PostOverridden if another status does.
+	Late bool
+	// By (SubjectSuperseded) is the newer verdict.
+	By Key
+	// RetryAt (SubjectWait, SubjectConfirm, SubjectRetry) is when to come back, by the
+	// ledger's clock; Decided is the ledger's time of the answer.
+	RetryAt, Decided time.Time
+}
+
+// PostOutcome is what became of a post made under a grant.
+type PostOutcome int
+
+// Post outcomes, as the poster reports them.
+const (
+	// PostApplied: the provider answered that it applied the status, or a read-back shows this
+	// verdict standing.
+	PostApplied PostOutcome = iota + 1
+	// PostUnknown: the provider may have applied it (a timeout, a cut connection, an answer
+	// that does not say).
+	PostUnknown
+	// PostRefused: the provider answered that it did not apply it, or nothing was sent.
+	PostRefused
+	// PostOverridden: a late verdict read back another status standing, and posted nothing.
+	PostOverridden
+)
+
+var postOutcomeNames = map[PostOutcome]string{PostApplied: "applied", PostUnknown: "unknown", PostRefused: "refused",
+	PostOverridden: "overridden"}
+
+func (o PostOutcome) String() string {
+	if s, ok := postOutcomeNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("PostOutcome(%d)", int(o))
+}
+
+// SubjectRecord is the ledger's record of one subject: the newest verdict that asked to be
+// published, the one verdict allowed to post at a time, and what is known to stand. Backends
+// store it (each in its own format) and apply the methods below inside one atomic
+// read-modify-write of the record; the methods never do I/O.
+//
+// The guarantee it gives, with posters that keep to their grants: once the newest verdict
+// is reported standing, every status the provider creates for the subject afterwards is
+// that verdict's or a newer one's. An older verdict never gets a grant once a newer one is
+// recorded; a newer one waits while an older one holds a grant; and a verdict is called
+// standing only when it was posted (or read back) under a grant given after every post whose
+// outcome was unknown had settled.
+type SubjectRecord struct {
+	Key     SubjectKey `json:"key"`
+	Subject Subject    `json:"subject"`
+	// Newest is the newest verdict that asked to be published; NewestEvaluation is its row's
+	// evaluation id.
+	Newest           Order  `json:"newest"`
+	NewestEvaluation string `json:"newest_evaluation"`
+	// Holder is the verdict allowed to post (zero: none), under Fence, from HolderSince until
+	// HolderUntil; HolderSettle is its route's settle time.
+	Holder       Key           `json:"holder,omitzero"`
+	Fence        uint64        `json:"fence"`
+	HolderSince  time.Time     `json:"holder_since,omitzero"`
+	HolderUntil  time.Time     `json:"holder_until,omitzero"`
+	HolderSettle time.Duration `json:"holder_settle,omitempty"`
+	// Posted is the last verdict whose post may have reached the provider; Stands is the
+	// verdict known to stand (zero: not known).
+	Posted Key `json:"posted,omitzero"`
+	Stands Key `json:"stands,omitzero"`
+	// SettleUntil is when every post whose outcome is unknown has been applied or dropped.
+	SettleUntil time.Time `json:"settle_until,omitzero"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// NewSubjectRecord returns the record of a subject nothing was recorded for (or whose record
+// was forgotten), at now. Acquire fills it.
+func NewSubjectRecord(s Subject, now time.Time) SubjectRecord {
+	return SubjectRecord{Key: s.Key(), Subject: s, CreatedAt: now, UpdatedAt: now}
+}
+
+// Now returns the effective now for a decision on the record.
+func (r *SubjectRecord) Now(clock, highWater time.Time) time.Time {
+	return MaxTime(clock, highWater, r.UpdatedAt)
+}
+
+func (r *SubjectRecord) held(now time.Time) bool {
+	return !r.Holder.IsZero() && now.Before(r.HolderUntil)
+}
+
+// endHold ends the current grant, its post's outcome unknown unless known is set: a post it
+// may have sent can still be applied until HolderSettle after the grant ended.
+func (r *SubjectRecord) endHold(until time.Time, known bool) {
+	if !known {
+		r.Posted = r.Holder
+		r.SettleUntil = MaxTime(r.SettleUntil, until.Add(r.HolderSettle))
+	}
+	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = Key{}, time.Time{}, time.Time{}, 0
+}
+
+// Acquire decides a request to post at now. horizon is the ledger's SubjectHorizon. It
+// reports whether the record changed (the caller then persists it; a record that was new is
+// persisted whenever it changed).
+func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now time.Time) (SubjectGrant, bool, error) {
+	if err := q.Validate(); err != nil {
+		return SubjectGrant{}, false, err
+	}
+	if q.Subject.Key() != r.Key {
+		return SubjectGrant{}, false, fmt.Errorf("%w: request for subject %s, record %s", ErrInvalid, q.Subject.Key().Short(), r.Key.Short())
+	}
+	g := SubjectGrant{Subject: r.Key, Order: q.Order, Decided: now}
+	fresh := r.Newest.Key.IsZero()
+	switch {
+	case !fresh && q.Order.Key == r.Newest.Key && q.EvaluationID != r.NewestEvaluation:
+		return SubjectGrant{}, false, fmt.Errorf("%w: verdict %s of evaluation %s, record holds evaluation %s",
+			ErrInvalid, q.Order.Key.Short(), q.EvaluationID, r.NewestEvaluation)
+	case !fresh && q.Order.Before(r.Newest):
+		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
+		return g, false, nil
+	}
+	changed := false
+	if fresh || r.Newest.Before(q.Order) {
+		r.Newest, r.NewestEvaluation = q.Order, q.EvaluationID
+		changed = true
+	}
+	if r.held(now) {
+		// An older verdict's post (or an earlier attempt at this one) is in flight: wait for it.
+		g.Outcome, g.RetryAt = SubjectWait, r.HolderUntil
+		return g, r.touch(changed, now), nil
+	}
+	if !r.Holder.IsZero() {
+		// A grant ended without a report: its post's outcome is unknown.
+		r.endHold(r.HolderUntil, false)
+		changed = true
+	}
+	if r.Stands == q.Order.Key && !now.Before(r.SettleUntil) {
+		g.Outcome = SubjectStanding
+		return g, r.touch(changed, now), nil
+	}
+	if r.Posted == q.Order.Key && now.Before(r.SettleUntil) {
+		// A post of this verdict may still land: reading back before then could miss it and
+		// post it twice.
+		g.Outcome, g.RetryAt = SubjectWait, r.SettleUntil
+		return g, r.touch(changed, now), nil
+	}
+	r.Fence++
+	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = q.Order.Key, now, now.Add(q.HoldFor), q.Settle
+	if r.Stands != q.Order.Key {
+		r.Stands = Key{} // what stands is in flux until this grant reports
+	}
+	g.Outcome, g.Fence = SubjectPost, r.Fence
+	g.Late = fresh && now.After(q.Order.At().Add(horizon))
+	g.ReadBack = g.Late || r.Posted == q.Order.Key
+	return g, r.touch(true, now), nil
+}
+
+func (r *SubjectRecord) touch(changed bool, now time.Time) bool {
+	if changed {
+		r.UpdatedAt = now
+	}
+	return changed
+}
+
+// Report records what became of the post made under the grant g, at now, and answers what the
+// poster does next: SubjectStanding (complete the row), SubjectConfirm (come back at RetryAt
+// and read back), SubjectRetry (the post may or may not have landed, or it was refused: try
+// again no sooner than RetryAt, reading back first) or SubjectSuperseded (a late verdict that
+// found another status standing). A report under a grant that is no longer the record's is
+// ErrLeaseLost and changes nothing: whoever took over already counted its post as unknown.
+func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (SubjectGrant, error) {
+	if g.Outcome != SubjectPost || g.Subject != r.Key {
+		return SubjectGrant{}, fmt.Errorf("%w: a report needs a grant to post on this subject", ErrInvalid)
+	}
+	if g.Fence != r.Fence || r.Holder != g.Order.Key {
+		return SubjectGrant{}, fmt.Errorf("%w: grant %d of subject %s is not the record's (fence %d)", ErrLeaseLost,
+			g.Fence, r.Key.Short(), r.Fence)
+	}
+	since := r.HolderSince
+	out := SubjectGrant{Subject: r.Key, Order: g.Order, Decided: now}
+	switch o {
+	case PostApplied:
+		r.Posted = g.Order.Key
+		r.endHold(now, true)
+		if since.Before(r.SettleUntil) {
+			// Posted while an older post could still land over it: confirm it once that is over.
+			out.Outcome, out.RetryAt = SubjectConfirm, r.SettleUntil
+		} else {
+			r.Stands = g.Order.Key
+			out.Outcome = SubjectStanding
+		}
+	case PostUnknown:
+		r.endHold(now, false)
+		out.Outcome, out.RetryAt = SubjectRetry, r.SettleUntil
+	case PostRefused:
+		r.endHold(now, true)
+		out.Outcome, out.RetryAt = SubjectRetry, now
+	case PostOverridden:
+		if !g.Late {
+			return SubjectGrant{}, fmt.Errorf("%w: only a late verdict can be overridden by what stands", ErrInvalid)
+		}
+		r.endHold(now, true)
+		out.Outcome = SubjectSuperseded
+	default:
+		return SubjectGrant{}, fmt.Errorf("%w: post outcome %v", ErrInvalid, o)
+	}
+	r.UpdatedAt = now
+	return out, nil
+}
+
+// Removable reports whether Cleanup may forget the record at now: no grant is live, no post
+// can still land, the newest verdict is older than the horizon (so any delivery still
+// admissible is newer than it), and the newest verdict's row can publish no more. newest is
+// that row as the ledger holds it, nil when it was forgotten; an abandoned row can be revived,
+// so its record stays until the row is gone.
+func (r *SubjectRecord) Removable(now time.Time, horizon time.Duration, newest *Row) bool {
+	settled := r.SettleUntil
+	if !r.Holder.IsZero() {
+		settled = MaxTime(settled, r.HolderUntil.Add(r.HolderSettle)) // a grant that ended without a report
+	}
+	if !now.After(settled) || !now.After(r.Newest.At().Add(horizon)) {
+		return false
+	}
+	if newest == nil || newest.EvaluationID != r.NewestEvaluation {
+		return true
+	}
+	return newest.State == StateDone || newest.State == StateSuperseded
+}
+
+// Check reports a record whose fields contradict each other.
+func (r *SubjectRecord) Check() error {
+	switch {
+	case r.Subject.Key() != r.Key:
+		return fmt.Errorf("%w: subject record key does not match its subject", ErrCorrupt)
+	case r.Newest.Key.IsZero() || r.NewestEvaluation == "":
+		return fmt.Errorf("%w: subject record names no newest verdict", ErrCorrupt)
+	case !r.Holder.IsZero() && (r.HolderUntil.IsZero() || r.Fence == 0):
+		return fmt.Errorf("%w: subject record holder has no grant", ErrCorrupt)
+	}
+	return r.Subject.Validate()
+}
