@@ -66,8 +66,7 @@ func (g *GitHub) Publish(ctx context.Context, s Status) error {
 		body["target_url"] = s.TargetURL
 	}
 	_, _, err = g.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/repos/%s/%s/statuses/%s", g.BaseURL,
-		url.PathEscape(owner), url.PathEscape(repo), url.PathEscape(s.SHA)), body, map[string]string{
-		"Authorization": "Bearer " + g.Token, "Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}))
+		url.PathEscape(owner), url.PathEscape(repo), url.PathEscape(s.SHA)), body, g.header()))
 	return err
 }
 
@@ -150,57 +149,17 @@ func (g *GitLab) Publish(ctx context.Context, s Status) error {
 		return err
 	}
 	// 400 from an older GitLab: maybe the status already holds this state (a POST that landed
-	// and whose answer was lost). Read the commit's statuses under this name back, page by page:
-	// GitLab lists them oldest first, and a busy pipeline gathers many before ours.
-	for page := 1; page <= gitlabReadBackPages; page++ {
-		_, list, rerr := g.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/api/v4/projects/%s/repository/commits/%s/statuses?name=%s&all=true&per_page=%d&page=%d",
-			g.BaseURL, project, url.PathEscape(s.SHA), url.QueryEscape(s.Context), gitlabReadBackPerPage, page), nil, hdr))
-		if rerr != nil {
-			if ClassOf(rerr) == Permanent {
-				return err
-			}
-			return rerr // the read-back failed for now: try the whole thing again later
-		}
-		// Ours only if every field it would show is ours: another delivery's verdict for the
-		// same commit and context in the same state (failure and error are both "failed") is not.
-		var statuses []struct {
-			Name        string  `json:"name"`
-			Status      string  `json:"status"`
-			Description *string `json:"description"`
-			TargetURL   *string `json:"target_url"`
-		}
-		if derr := json.Unmarshal(list, &statuses); derr != nil {
-			// Cut at the client's read limit, or not GitLab's answer: whether ours is there is
-			// unknown, so the publication is tried again later rather than given up.
-			return &Error{Class: Transient, Err: fmt.Errorf("after %v: page %d of the commit's statuses does not decode: %v", err, page, derr)}
-		}
-		for _, st := range statuses {
-			if st.Name == s.Context && st.Status == state && deref(st.Description) == body["description"] &&
-				deref(st.TargetURL) == body["target_url"] {
-				return nil
-			}
-		}
-		if len(statuses) == 0 {
-			break // past the last page (a short page is not the end: a server may cap per_page)
-		}
+	// and whose answer was lost). Ours only if the latest status under this name shows every
+	// field it would: another delivery's verdict for the same commit and context in the same
+	// state (failure and error are both "failed") is not.
+	st, rerr := g.Standing(ctx, s)
+	switch {
+	case rerr == nil && st == StandingOurs:
+		return nil
+	case rerr != nil && ClassOf(rerr) != Permanent:
+		return rerr // the read-back failed for now: try the whole thing again later
 	}
 	return err
-}
-
-// The read-back after a 400 reads the commit's statuses under the context's name 20 at a time
-// (each carries its author; 20 at GitLab's field limits, 255-character descriptions and target
-// URLs with escapes, stay within the 64 KiB the client reads of an answer), until an empty page,
-// at most 50 pages (1,000 statuses under one name).
-const (
-	gitlabReadBackPerPage = 20
-	gitlabReadBackPages   = 50
-)
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Bitbucket posts to POST {base}/2.0/repositories/{workspace}/{slug}/commit/{sha}/statuses/build
@@ -235,7 +194,7 @@ func (b *Bitbucket) resolve(ctx context.Context, ws, slug, sha string) (string, 
 	// Only the hash is asked for: the whole resource repeats the commit's message (raw and
 	// rendered), which for a long message is more than an answer is read.
 	_, body, err := b.do(ctx, jsonRequest(http.MethodGet, fmt.Sprintf("%s/2.0/repositories/%s/%s/commit/%s?fields=hash", b.BaseURL,
-		url.PathEscape(ws), url.PathEscape(slug), url.PathEscape(sha)), nil, map[string]string{"Authorization": "Bearer " + b.Token}))
+		url.PathEscape(ws), url.PathEscape(slug), url.PathEscape(sha)), nil, b.header()))
 	if err != nil {
 		return "", err
 	}
@@ -248,18 +207,27 @@ func (b *Bitbucket) resolve(ctx context.Context, ws, slug, sha string) (string, 
 	return c.Hash, nil
 }
 
-// Publish implements Publisher.
-func (b *Bitbucket) Publish(ctx context.Context, s Status) error {
-	ws, slug, err := splitRepo(s.Repository)
-	if err != nil {
-		return err
+func (b *Bitbucket) header() map[string]string {
+	return map[string]string{"Authorization": "Bearer " + b.Token}
+}
+
+// commit returns the workspace, the slug and the full commit hash s is posted to (an
+// abbreviated hash is resolved).
+func (b *Bitbucket) commit(ctx context.Context, s Status) (ws, slug, sha string, err error) {
+	if ws, slug, err = splitRepo(s.Repository); err != nil {
+		return "", "", "", err
 	}
-	sha := strings.ToLower(s.SHA)
+	sha = strings.ToLower(s.SHA)
 	if len(sha) < fullHashLength {
 		if sha, err = b.resolve(ctx, ws, slug, sha); err != nil {
-			return err
+			return "", "", "", err
 		}
 	}
+	return ws, slug, sha, nil
+}
+
+// body is the build status Publish posts for s on the commit sha.
+func (b *Bitbucket) body(ws, slug, sha string, s Status) map[string]string {
 	state := "FAILED"
 	if s.State == "success" {
 		state = "SUCCESSFUL"
@@ -268,9 +236,17 @@ func (b *Bitbucket) Publish(ctx context.Context, s Status) error {
 	if target == "" {
 		target = fmt.Sprintf("https://bitbucket.org/%s/%s/commits/%s", ws, slug, sha)
 	}
-	body := map[string]string{"key": BitbucketKey(s.Context), "state": state, "name": s.Context, "url": target,
+	return map[string]string{"key": BitbucketKey(s.Context), "state": state, "name": s.Context, "url": target,
 		"description": cutRunes(s.Description, otherDescription)}
+}
+
+// Publish implements Publisher.
+func (b *Bitbucket) Publish(ctx context.Context, s Status) error {
+	ws, slug, sha, err := b.commit(ctx, s)
+	if err != nil {
+		return err
+	}
 	_, _, err = b.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/2.0/repositories/%s/%s/commit/%s/statuses/build", b.BaseURL,
-		url.PathEscape(ws), url.PathEscape(slug), url.PathEscape(sha)), body, map[string]string{"Authorization": "Bearer " + b.Token}))
+		url.PathEscape(ws), url.PathEscape(slug), url.PathEscape(sha)), b.body(ws, slug, sha, s), b.header()))
 	return err
 }

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -40,9 +41,39 @@ type Status struct {
 	TargetURL   string
 }
 
-// Publisher posts statuses.
+// Publisher posts statuses, and reads back what stands.
 type Publisher interface {
+	// Publish posts s. A failure is an *Error; Unknown(err) says whether the provider may have
+	// applied the status all the same (a timeout, a cut connection, a gateway's 5xx).
 	Publish(ctx context.Context, s Status) error
+	// Standing reads back the latest status the provider holds for s's repository, commit and
+	// context, and says whether it is s (as Publish would have posted it), another, or none.
+	Standing(ctx context.Context, s Status) (Standing, error)
+}
+
+// Standing is what a read-back found.
+type Standing int
+
+// What a read-back can find.
+const (
+	// StandingNone: no status for the context.
+	StandingNone Standing = iota + 1
+	// StandingOurs: the latest status for the context is the one asked about.
+	StandingOurs
+	// StandingOther: the latest status for the context is another.
+	StandingOther
+)
+
+func (s Standing) String() string {
+	switch s {
+	case StandingNone:
+		return "none"
+	case StandingOurs:
+		return "ours"
+	case StandingOther:
+		return "other"
+	}
+	return fmt.Sprintf("Standing(%d)", int(s))
 }
 
 // ErrPermanent: the provider refused the status for good; retrying cannot help.
@@ -75,10 +106,14 @@ func (c Class) String() string {
 }
 
 // Error is a failed publication: the class of the provider's last answer, its HTTP status (0
-// for a transport error), and the wait the provider asked for, if any.
+// for a transport error), whether the provider may have applied the status all the same, and
+// the wait the provider asked for, if any.
 type Error struct {
 	Class  Class
 	Status int
+	// Unknown: the request may have been applied (it was sent, and the answer was cut, timed
+	// out, or came from a gateway that does not say what the provider did).
+	Unknown bool
 	// RetryAfter is the provider's own wait before the next attempt (Retry-After, a rate
 	// limit's reset), zero when it named none.
 	RetryAfter time.Duration
@@ -118,6 +153,17 @@ func RetryAfterOf(err error) time.Duration {
 		return pe.RetryAfter
 	}
 	return 0
+}
+
+// Unknown reports whether a failed publication may have been applied all the same: a status
+// the provider created although its answer never arrived. Such a publication is read back
+// before it is posted again.
+func Unknown(err error) bool {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Unknown
+	}
+	return err != nil && !errors.Is(err, ErrPermanent) // an error no publisher classified: assume the worst
 }
 
 // StatusOf returns the provider's HTTP status in err, or zero.
@@ -290,7 +336,7 @@ func (c *client) do(ctx context.Context, build func() (*http.Request, error)) (i
 		var e *Error
 		resp, err := c.httpClient().Do(req.WithContext(ctx))
 		if err != nil {
-			e = &Error{Class: Transient, Err: err}
+			e = &Error{Class: Transient, Unknown: sent(err), Err: err}
 		} else {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
@@ -298,8 +344,11 @@ func (c *client) do(ctx context.Context, build func() (*http.Request, error)) (i
 				return resp.StatusCode, body, nil
 			}
 			e = cls(resp, body)
+			e.Unknown = mayHaveApplied(resp.StatusCode)
 		}
-		if e.Class != Transient || i+1 >= attempts || ctx.Err() != nil {
+		// A request that may have been applied is not sent again blindly: a POST would create a
+		// second status. The caller reads back first (a GET is repeated freely).
+		if e.Class != Transient || (e.Unknown && req.Method != http.MethodGet) || i+1 >= attempts || ctx.Err() != nil {
 			return 0, nil, e
 		}
 		w := max(wait, e.RetryAfter)
@@ -311,6 +360,21 @@ func (c *client) do(ctx context.Context, build func() (*http.Request, error)) (i
 		}
 		wait *= 2
 	}
+}
+
+// mayHaveApplied reports whether an answer with this HTTP status leaves open whether the
+// provider applied the request: a 500 (it failed somewhere, maybe after the write) and a
+// gateway's 502 or 504 (the provider behind it may have finished). Every other answer is the
+// provider's own, and says it did not (4xx, 501, 503).
+func mayHaveApplied(code int) bool {
+	return code == http.StatusInternalServerError || code == http.StatusBadGateway || code == http.StatusGatewayTimeout
+}
+
+// sent reports whether a request that failed in transport may have reached the provider: it
+// did unless the connection was never made.
+func sent(err error) bool {
+	var op *net.OpError
+	return !(errors.As(err, &op) && op.Op == "dial")
 }
 
 func jsonRequest(method, url string, body any, header map[string]string) func() (*http.Request, error) {
@@ -345,8 +409,12 @@ func splitRepo(repo string) (string, string, error) {
 	return owner, name, nil
 }
 
-// Log prints verdicts instead of posting them: the local default.
+// Log prints verdicts instead of posting them: the local default. It never fails, and has
+// nothing to read back (Standing answers StandingNone).
 type Log struct{ Logger *slog.Logger }
+
+// Standing implements Publisher: a log holds no status.
+func (Log) Standing(context.Context, Status) (Standing, error) { return StandingNone, nil }
 
 // Publish implements Publisher.
 func (l Log) Publish(ctx context.Context, s Status) error {

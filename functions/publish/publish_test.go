@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -125,9 +126,10 @@ func TestGitLabAndItsUnchangedState(t *testing.T) {
 	rec.answers = []func(http.ResponseWriter){
 		status(http.StatusBadRequest),
 		func(w http.ResponseWriter) {
-			w.Write([]byte(`[{"name":"other","status":"success"},{"name":"amiss/verdict","status":"failed",` +
+			w.Write([]byte(`[{"id":1,"name":"other","status":"success"},{"id":2,"name":"amiss/verdict","status":"failed",` +
 				`"description":"failed: pull request title","target_url":"https://ci.example.com/r/1"}]`))
 		},
+		func(w http.ResponseWriter) { w.Write([]byte(`[]`)) }, // the page after the last
 	}
 	if err := g.Publish(context.Background(), s); err != nil {
 		t.Fatalf("unchanged state treated as a failure: %v", err)
@@ -165,7 +167,7 @@ func TestBitbucketCloud(t *testing.T) {
 func TestQuickRetriesWithinOneCall(t *testing.T) {
 	rec := &recorder{answers: []func(http.ResponseWriter){
 		status(http.StatusTooManyRequests, "Retry-After", "7"),
-		status(http.StatusBadGateway),
+		status(http.StatusServiceUnavailable),
 	}}
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
@@ -178,12 +180,64 @@ func TestQuickRetriesWithinOneCall(t *testing.T) {
 	if len(rec.got) != 3 || len(waits) != 2 || waits[0] < 7*time.Second {
 		t.Fatalf("%d requests, waits %v: want 3 requests and a first wait of at least Retry-After 7s", len(rec.got), waits)
 	}
-	rec.answers = []func(http.ResponseWriter){status(500), status(500), status(500), status(500)}
+	rec.answers = []func(http.ResponseWriter){status(503), status(503), status(503), status(503)}
 	n := len(rec.got)
 	err := g.Publish(context.Background(), st())
-	if publish.ClassOf(err) != publish.Transient || errors.Is(err, publish.ErrPermanent) || len(rec.got) != n+3 {
-		t.Fatalf("exhausted retries: %v after %d requests (want transient after 3)", err, len(rec.got)-n)
+	if publish.ClassOf(err) != publish.Transient || errors.Is(err, publish.ErrPermanent) || publish.Unknown(err) || len(rec.got) != n+3 {
+		t.Fatalf("exhausted retries: %v after %d requests (want transient, known not applied, after 3)", err, len(rec.got)-n)
 	}
+}
+
+// A POST whose answer leaves open whether the provider applied it (a 500, a gateway's 502 or
+// 504, a timeout) is never sent again within the call: a second POST would create a second
+// status. It is answered Unknown, and the runner reads back before it posts again.
+func TestAPostThatMayHaveLandedIsNotRepeatedBlindly(t *testing.T) {
+	for _, code := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusGatewayTimeout} {
+		rec := &recorder{answers: []func(http.ResponseWriter){status(code), status(code)}}
+		srv := httptest.NewServer(rec)
+		g := publish.NewGitHub(srv.URL, "t", srv.Client())
+		g.Sleep = func(context.Context, time.Duration) error { return nil }
+		err := g.Publish(context.Background(), st())
+		srv.Close()
+		if publish.ClassOf(err) != publish.Transient || !publish.Unknown(err) || len(rec.got) != 1 {
+			t.Fatalf("%d: %v (unknown %v) after %d requests, want one request answered transient and unknown", code, err, publish.Unknown(err), len(rec.got))
+		}
+	}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer slow.Close()
+	var requests atomic.Int32
+	hc := slow.Client()
+	hc.Timeout = 50 * time.Millisecond
+	hc.Transport = countingTransport{hc.Transport, &requests}
+	g := publish.NewGitHub(slow.URL, "t", hc)
+	g.Sleep = func(context.Context, time.Duration) error { return nil }
+	err := g.Publish(context.Background(), st())
+	if !publish.Unknown(err) || requests.Load() != 1 {
+		t.Fatalf("timed out POST: %v (unknown %v) after %d requests, want one, unknown", err, publish.Unknown(err), requests.Load())
+	}
+	// A connection never made sent nothing: retried, and known not applied.
+	closed := httptest.NewServer(http.NotFoundHandler())
+	addr := closed.URL
+	closed.Close()
+	requests.Store(0)
+	g = publish.NewGitHub(addr, "t", &http.Client{Transport: countingTransport{http.DefaultTransport, &requests}})
+	g.Sleep = func(context.Context, time.Duration) error { return nil }
+	if err := g.Publish(context.Background(), st()); publish.Unknown(err) || requests.Load() != 3 {
+		t.Fatalf("refused connection: %v (unknown %v) after %d requests, want three, not unknown", err, publish.Unknown(err), requests.Load())
+	}
+}
+
+type countingTransport struct {
+	rt http.RoundTripper
+	n  *atomic.Int32
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
 }
 
 // A provider asking for a long wait gets it from the runner's schedule: the call never sleeps
