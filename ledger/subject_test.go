@@ -419,4 +419,3 @@ func simulateSubject(seed uint64) error {
 	}
 	return nil
 }
-

@@ -51,6 +51,8 @@ type Harness interface {
 	FailListings(n int)
 	// DamageRow overwrites the stored row of key with bytes that do not decode.
 	DamageRow(ctx context.Context, key ledger.Key) error
+	// DamageSubject overwrites the stored record of a subject with bytes that do not decode.
+	DamageSubject(ctx context.Context, key ledger.SubjectKey) error
 	// HoldMaintenance takes the maintenance lock or lease as another process would, until
 	// release is called.
 	HoldMaintenance(ctx context.Context) (release func(), err error)

@@ -210,6 +210,7 @@ func (e *env) cleanAll() ledger.CleanupReport {
 		all.Damaged = append(all.Damaged, r.Damaged...)
 		all.Stranded = append(all.Stranded, r.Stranded...)
 		all.HighWater = r.HighWater
+		all.RemovedSubjects += r.RemovedSubjects
 		if r.Done {
 			return all
 		}
@@ -295,6 +296,15 @@ var cases = []testCase{
 	{"RevivedVerdictIsPublishedWithTheSameBytes", 0, caseRevivedVerdictIsPublishedWithTheSameBytes},
 	{"OnlyAnAbandonedRowCanBeRevived", 0, caseOnlyAnAbandonedRowCanBeRevived},
 	{"RowsListsEveryRowOnceAndNamesTheDamaged", 0, caseRowsListsEveryRowOnceAndNamesTheDamaged},
+	// cases_subject.go
+	{"Subject_OlderVerdictIsSupersededByANewerOne", 0, caseSubjectOlderVerdictIsSupersededByANewerOne},
+	{"Subject_GrantsOnePosterAtATime", 0, caseSubjectGrantsOnePosterAtATime},
+	{"Subject_ReportUnderATakenOverGrantIsLost", 0, caseSubjectReportUnderATakenOverGrantIsLost},
+	{"Subject_RecordSurvivesReopen", 0, caseSubjectRecordSurvivesReopen},
+	{"Subject_RecordIsForgottenOnlyWhenNothingCanStillLand", 0, caseSubjectRecordIsForgottenOnlyWhenNothingCanStillLand},
+	{"Subject_RequestIsChecked", 0, caseSubjectRequestIsChecked},
+	{"Subject_SupersededRowIsCleanedLikeADoneOne", 0, caseSupersededRowIsCleanedLikeADoneOne},
+	{"Subject_DamagedRecordFailsClosed", 0, caseDamagedSubjectRecordFailsClosed},
 }
 
 // tick is the smallest step of the clock that the backend tells apart.
