@@ -112,7 +112,30 @@ type Publish struct {
 	Token     SecretRef `yaml:"token"`
 	Context   string    `yaml:"context"`
 	TargetURL string    `yaml:"target_url"`
+	// Timeout bounds one request to the provider's API (default DefaultPublishTimeout).
+	Timeout time.Duration `yaml:"timeout"`
+	// Settle is how long after amiss gave up on a request the provider may still apply it
+	// (default DefaultPublishSettle): until then, what stands on the commit is not known, and
+	// a newer verdict posted meanwhile is read back once it is over.
+	Settle time.Duration `yaml:"settle"`
+	// Concurrency bounds the requests in flight at once to this API (base URL), per runner
+	// process (default DefaultPublishConcurrency); a delivery that finds no room waits its turn
+	// without holding a worker.
+	Concurrency int `yaml:"concurrency"`
 }
+
+// Publication defaults and bounds. GitHub ends any request it takes more than 10 seconds to
+// process; GitLab's default request timeout is 60 seconds. A timeout of 30 seconds lets a slow
+// provider answer, and a minute's settle covers a request a provider was still processing
+// when amiss gave up on it.
+const (
+	DefaultPublishTimeout     = 30 * time.Second
+	DefaultPublishSettle      = time.Minute
+	DefaultPublishConcurrency = 4
+	MaxPublishTimeout         = 5 * time.Minute
+	MaxPublishSettle          = time.Hour
+	MaxPublishConcurrency     = 64
+)
 
 // defaultMaxBodyBytes is the largest webhook body the ingress reads when the file sets no
 // max_body_bytes. It is not a ledger limit: the root never records it.
@@ -434,6 +457,24 @@ func (p *Publish) validate() error {
 	}
 	if p.Provider == "" {
 		p.Provider = provider.Log
+	}
+	switch {
+	case p.Timeout == 0:
+		p.Timeout = DefaultPublishTimeout
+	case p.Timeout < time.Second || p.Timeout > MaxPublishTimeout:
+		return fieldErr("publish.timeout", "%s: want between 1s and %s", p.Timeout, MaxPublishTimeout)
+	}
+	switch {
+	case p.Settle == 0:
+		p.Settle = DefaultPublishSettle
+	case p.Settle < time.Second || p.Settle > MaxPublishSettle:
+		return fieldErr("publish.settle", "%s: want between 1s and %s", p.Settle, MaxPublishSettle)
+	}
+	switch {
+	case p.Concurrency == 0:
+		p.Concurrency = DefaultPublishConcurrency
+	case p.Concurrency < 1 || p.Concurrency > MaxPublishConcurrency:
+		return fieldErr("publish.concurrency", "%d: want between 1 and %d", p.Concurrency, MaxPublishConcurrency)
 	}
 	// Both are frozen into every verdict: bounded, so that a verdict always fits the report
 	// ceiling (MinReportBytes).

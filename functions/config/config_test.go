@@ -323,3 +323,30 @@ func TestBodyAgeCeilingAndRouteNarrowing(t *testing.T) {
 		t.Fatalf("switching off: %q", m)
 	}
 }
+
+// A route's publication is bounded in time and in concurrency: defaults that fit the
+// providers' own limits, and settings outside sane bounds refused by name.
+func TestPublishTimeoutSettleAndConcurrency(t *testing.T) {
+	c, err := config.Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Route("r").Publish
+	if p.Timeout != config.DefaultPublishTimeout || p.Settle != config.DefaultPublishSettle || p.Concurrency != config.DefaultPublishConcurrency {
+		t.Fatalf("defaults: timeout %v settle %v concurrency %d", p.Timeout, p.Settle, p.Concurrency)
+	}
+	c, err = config.Parse([]byte(base + "    publish: {timeout: 12s, settle: 20s, concurrency: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Route("r").Publish; p.Timeout != 12*time.Second || p.Settle != 20*time.Second || p.Concurrency != 2 {
+		t.Fatalf("set: %+v", p)
+	}
+	for _, c := range [][2]string{{"timeout", "500ms"}, {"settle", "2h"}, {"settle", "-1s"}, {"concurrency", "65"}} {
+		field, value := c[0], c[1]
+		_, err := config.Parse([]byte(base + fmt.Sprintf("    publish: {%s: %s}\n", field, value)))
+		if err == nil || !strings.Contains(err.Error(), "routes.r.publish."+field) {
+			t.Errorf("publish.%s: %s: %v, want an error naming the field", field, value, err)
+		}
+	}
+}
