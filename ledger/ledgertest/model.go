@@ -27,6 +27,12 @@ const (
 	OpRelease  OpKind = "release"
 	OpRevive   OpKind = "revive"
 	OpRemove   OpKind = "remove"
+	// OpSupersede ends a saved row whose verdict the subject record answered superseded.
+	OpSupersede OpKind = "supersede"
+	// OpAcquireSubject and OpReportSubject are calls on a subject record (Op.Subject), judged
+	// by the subject model (model_subject.go).
+	OpAcquireSubject OpKind = "acquire-subject"
+	OpReportSubject  OpKind = "report-subject"
 )
 
 // The classes of error the model tells apart. Every other error (unavailable, busy, a crash,
@@ -92,6 +98,25 @@ type Op struct {
 	RetainUntil int64        `json:"retain_until,omitempty"`
 	OutReport   string       `json:"out_report,omitempty"` // claim (publish): digest of the staged report
 	OutState    ledger.State `json:"out_state,omitempty"`  // revive
+
+	// Subject calls: the subject, the verdict's order (Key is the verdict's key), the grant's
+	// length, and the post's outcome (report); OutFence is the grant's fence, By the newer
+	// verdict a superseded answer names.
+	Subject    ledger.SubjectKey `json:"subject,omitzero"`
+	EventAt    int64             `json:"event_at,omitempty"`
+	AdmittedAt int64             `json:"admitted_at,omitempty"`
+	HoldFor    time.Duration     `json:"hold_for,omitempty"`
+	Post       string            `json:"post,omitempty"`
+	By         ledger.Key        `json:"by,omitzero"`
+}
+
+// partition is the key an operation is checked under: its subject's for a subject call, its
+// row's otherwise (the two digest spaces never meet).
+func (o Op) partition() ledger.Key {
+	if !o.Subject.IsZero() {
+		return ledger.Key(o.Subject)
+	}
+	return o.Key
 }
 
 func (o Op) String() string {
@@ -149,7 +174,7 @@ func Model(l ledger.Limits, routeMaxAge, resolution time.Duration) porcupine.Mod
 			by := map[ledger.Key][]porcupine.Operation{}
 			var order []ledger.Key
 			for _, o := range h {
-				k := o.Input.(Op).Key
+				k := o.Input.(Op).partition()
 				if _, ok := by[k]; !ok {
 					order = append(order, k)
 				}
@@ -163,11 +188,19 @@ func Model(l ledger.Limits, routeMaxAge, resolution time.Duration) porcupine.Mod
 		},
 		Init: func() []interface{} { return []interface{}{rowModel{}} },
 		Step: func(state, input, output interface{}) []interface{} {
-			return m.step(state.(rowModel), output.(Op))
+			o := output.(Op)
+			if !o.Subject.IsZero() {
+				s, _ := state.(subjectModel) // the partition's first state is Init's
+				return subjectStates(m.stepSubject(s, o)...)
+			}
+			return m.step(state.(rowModel), o)
 		},
-		Equal:             func(a, b interface{}) bool { return a.(rowModel) == b.(rowModel) },
+		Equal:             func(a, b interface{}) bool { return a == b },
 		DescribeOperation: func(in, out interface{}) string { return out.(Op).String() },
 		DescribeState: func(s interface{}) string {
+			if sm, ok := s.(subjectModel); ok {
+				return sm.String()
+			}
 			r := s.(rowModel)
 			if !r.Exists {
 				return "absent"
@@ -362,6 +395,19 @@ func (m model) answer(r rowModel, o Op) []rowModel {
 		return []rowModel{n}
 	case OpComplete:
 		return m.complete(r, o)
+	case OpSupersede:
+		if r.State == ledger.StateSuperseded && sameEval(r, o.Eval) {
+			return ifOK(o.Err == "", r)
+		}
+		if o.Err == ErrClassLeaseLost {
+			return ifOK(m.lostPossible(r, o), r)
+		}
+		if o.Err != "" || !m.holds(r, o) {
+			return nil
+		}
+		n := r
+		n.State, n.Owner, n.NotBef = ledger.StateSuperseded, false, 0
+		return []rowModel{n}
 	case OpAbandon:
 		if r.State.Terminal() && sameEval(r, o.Eval) {
 			return ifOK(o.Err == "", r)
@@ -532,7 +578,7 @@ func (m model) complete(r rowModel, o Op) []rowModel {
 		return ifOK(o.Err == ErrClassLeaseLost, r)
 	case r.State == ledger.StateDone:
 		return ifOK(o.Err == "", r)
-	case r.State == ledger.StateAbandoned:
+	case r.State == ledger.StateAbandoned || r.State == ledger.StateSuperseded:
 		return ifOK(o.Err == ErrClassLeaseLost, r)
 	case r.State != ledger.StateSaved || r.Report != o.Report:
 		return ifOK(o.Err == ErrClassInvalid, r)
@@ -619,10 +665,13 @@ func (m model) effects(r rowModel, o Op) []rowModel {
 				out = append(out, d...)
 			}
 		}
-	case OpAbandon:
+	case OpAbandon, OpSupersede:
 		if m.holds(r, o) {
 			n := r
 			n.State, n.Owner, n.NotBef = ledger.StateAbandoned, false, 0
+			if o.Kind == OpSupersede {
+				n.State = ledger.StateSuperseded
+			}
 			out = append(out, n)
 		}
 	case OpRelease:
