@@ -226,6 +226,13 @@ func (b *Bitbucket) commit(ctx context.Context, s Status) (ws, slug, sha string,
 	return ws, slug, sha, nil
 }
 
+// Resolve implements Resolver: an abbreviated hash is resolved to the full one.
+func (b *Bitbucket) Resolve(ctx context.Context, s Status) (Status, error) {
+	_, _, sha, err := b.commit(ctx, s)
+	s.SHA = sha
+	return s, err
+}
+
 // body is the build status Publish posts for s on the commit sha.
 func (b *Bitbucket) body(ws, slug, sha string, s Status) map[string]string {
 	state := "FAILED"

@@ -51,6 +51,13 @@ type Publisher interface {
 	Standing(ctx context.Context, s Status) (Standing, error)
 }
 
+// Resolver is a publisher that names some commits by another hash than the one it posts to
+// (Bitbucket Cloud's pull requests abbreviate them): Resolve returns s with the hash the
+// status is posted against.
+type Resolver interface {
+	Resolve(ctx context.Context, s Status) (Status, error)
+}
+
 // Standing is what a read-back found.
 type Standing int
 

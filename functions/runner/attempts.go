@@ -69,13 +69,26 @@ const (
 	// undecodable: the saved report or the delivery's subject does not decode, so nothing
 	// can ever be posted (attempt.err names which).
 	undecodable
+	// superseded: the subject's record holds a newer verdict (attempt.by; none for a late
+	// verdict that found another status standing): this one is never posted.
+	superseded
+	// subjectBusy: another verdict's post is in flight on the subject, or a post of this
+	// verdict may still land; come back at attempt.retryAt, by the ledger's clock.
+	subjectBusy
+	// confirmLater: posted while an older post could still land over it; come back at
+	// attempt.retryAt, by the ledger's clock, to read back what stands.
+	confirmLater
+	// gateFull: this process has as many requests in flight to the route's API as the route
+	// allows; come back after attempt.wait, when one of them will have ended.
+	gateFull
 )
 
 var eventNames = [...]string{noTime: "no time", busy: "busy", ledgerFailed: "ledger failed", claimed: "claimed",
 	leaseLost: "lease lost", routeFailed: "route failed", routeCut: "route cut", subjectUnreadable: "subject unreadable",
 	evalFailed: "evaluation failed", evalOutOfTime: "evaluation out of time", evalCut: "evaluation cut",
 	saveFailed: "save failed", published: "published", postLost: "post lost", postCut: "post cut",
-	postFailed: "post failed", undecodable: "undecodable"}
+	postFailed: "post failed", undecodable: "undecodable", superseded: "superseded", subjectBusy: "subject busy",
+	confirmLater: "confirm later", gateFull: "gate full"}
 
 func (e event) String() string {
 	if int(e) < len(eventNames) && eventNames[e] != "" {
@@ -107,10 +120,13 @@ const (
 	abandon
 	// complete: mark the row done.
 	complete
+	// supersede: end the saved row as superseded by attempt.by, never posted.
+	supersede
 )
 
 var actNames = [...]string{proceed: "proceed", retry: "retry", release: "release", unclaim: "unclaim",
-	saveError: "save an error verdict", freezeUnroutable: "freeze unroutable", abandon: "abandon", complete: "complete"}
+	saveError: "save an error verdict", freezeUnroutable: "freeze unroutable", abandon: "abandon", complete: "complete",
+	supersede: "supersede"}
 
 func (a act) String() string {
 	if int(a) < len(actNames) && actNames[a] != "" {
@@ -194,8 +210,15 @@ type attempt struct {
 	since time.Time
 	// jitter (postFailed) is a number in [0, 1) that draws the back-off within its range.
 	jitter float64
-	// retryAt (busy) is when the row may be claimed again, by the ledger's clock.
+	// retryAt (busy, subjectBusy, confirmLater) is when to come back, by the ledger's clock.
 	retryAt time.Time
+	// settle (postFailed) is, for a post that may have landed, how long until it has landed
+	// or never will: no new post before then (what stands is read back first).
+	settle time.Duration
+	// wait (gateFull) is how long until a request in flight to the API ends.
+	wait time.Duration
+	// by (superseded) is the newer verdict.
+	by ledger.Key
 }
 
 // policy holds the limits the runner's attempts are decided by (Runner.policy fills in the
@@ -284,6 +307,14 @@ func (p policy) decide(a attempt) decision {
 		return p.publicationFailed(a)
 	case undecodable:
 		return decision{act: abandon, text: fmt.Sprint(a.err)}
+	case superseded:
+		return decision{act: supersede}
+	case subjectBusy, confirmLater:
+		// No failure: another post or the settling of one decides when; the attempt is handed
+		// back uncounted.
+		return decision{act: unclaim, retry: onLedger(a.retryAt)}
+	case gateFull:
+		return handBack(unclaim, a.wait)
 	}
 	// Unreachable (every event is decided above): the lease runs out by itself.
 	return decision{act: retry, retry: after(p.retryDelay)}
@@ -350,7 +381,7 @@ func (p policy) publicationFailed(a attempt) decision {
 		return decision{act: abandon, text: fmt.Sprintf("publish budget of %s spent (since %s, %d attempts): last answer: %v (%s)",
 			p.publishBudget, a.since.UTC().Format(time.RFC3339), a.lease.Attempt+1, a.err, verdict)}
 	}
-	wait := max(min(p.backoff(a.lease.Attempt, a.jitter), p.publishBudget-elapsed), publish.RetryAfterOf(a.err))
+	wait := max(min(p.backoff(a.lease.Attempt, a.jitter), p.publishBudget-elapsed), publish.RetryAfterOf(a.err), a.settle)
 	return handBack(release, wait)
 }
 

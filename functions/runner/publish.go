@@ -25,7 +25,7 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 	route, err := r.route(wctx, s.Lease.Route)
 	if k.isLost() {
 		log.Warn("lease lost while building the route; the next owner publishes the saved verdict", "err", err)
-		return r.settle(ctx, log, s, lc, Report{}, postLost, err)
+		return r.settle(ctx, log, s, lc, Report{}, outcome{ev: postLost, err: err})
 	}
 	if err != nil {
 		k.end()
@@ -34,74 +34,229 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 			// Cut by a shutdown while building it (a secret read in flight): not a failed
 			// publication.
 			log.Warn("publication cut while building the route; handed back for the next claim", "err", err)
-			return r.settle(ctx, log, s, lc, Report{}, postCut, err)
+			return r.settle(ctx, log, s, lc, Report{}, outcome{ev: postCut, err: err})
 		}
 		// The route cannot be built (its token cannot be read, it was removed from the
 		// configuration): an operator's to fix, retried on the publish schedule and budget.
 		var rep Report
 		json.Unmarshal(s.Report, &rep)
-		return r.settle(ctx, log, s, lc, rep, postFailed,
-			&publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)})
+		return r.settle(ctx, log, s, lc, rep, outcome{ev: postFailed,
+			err: &publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)}})
 	}
 	return r.publishStaged(ctx, wctx, log, s, route, lc, k)
 }
 
-// publishStaged posts the saved verdict s through route and settles the outcome. The keeper k
-// (nil: none) is stopped before the ledger hears the outcome: a renewal landing after a
-// Complete or an Abandon would be refused and counted as a lost lease.
+// publishStaged posts the saved verdict s through route, in its subject's order, and settles
+// the outcome. The keeper k (nil: none) is stopped before the ledger hears the outcome: a
+// renewal landing after a Complete or an Abandon would be refused and counted as a lost lease.
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
 	var subj subject.Subject
-	var ev event
-	var err error
+	var o outcome
 	switch {
 	case json.Unmarshal(s.Report, &rep) != nil:
-		ev, err = undecodable, errors.New("the saved report does not decode")
+		o = outcome{ev: undecodable, err: errors.New("the saved report does not decode")}
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
-		ev, err = undecodable, errors.New("the delivery's subject does not decode")
+		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
-		ev, err = r.post(ctx, wctx, route.Publisher, subj, rep, k)
-		switch ev {
+		o = r.postInOrder(ctx, wctx, log, s, route, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
+			Description: rep.Description, Context: rep.Context, TargetURL: rep.TargetURL}, k)
+		switch o.ev {
 		case postLost:
-			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", err)
+			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
 		case postCut:
-			log.Warn("publication cut; handed back for the next claim", "err", err)
+			log.Warn("publication cut; handed back for the next claim", "err", o.err)
 		}
 	}
 	if k != nil {
 		k.halt()
 	}
-	return r.settle(ctx, log, s, lc, rep, ev, err)
+	return r.settle(ctx, log, s, lc, rep, o)
 }
 
-// post posts the verdict rep on subj's commit through pub and classifies the outcome:
-// published; postLost (the lease k keeps was lost meanwhile: wctx, which the keeper cancels
-// then, cut the call, and whoever holds the row now posts the same bytes); postCut (the
-// caller's ctx ended: a shutdown); postFailed (the provider refused it or could not be
-// reached; the error says how: publish.ClassOf, publish.RetryAfterOf). k is nil when no
-// keeper runs. post only posts: what the outcome means is settle's to carry out.
-func (r *Runner) post(ctx, wctx context.Context, pub publish.Publisher, subj subject.Subject, rep Report, k *keeper) (event, error) {
+// outcome is what became of a publication: the event, how it failed, and what the policy
+// needs of the subject's answer.
+type outcome struct {
+	ev  event
+	err error
+	// by (superseded) is the newer verdict; retryAt (subjectBusy, confirmLater) when to come
+	// back, by the ledger's clock; settle (postFailed) how long a post that may have landed
+	// needs to have landed or never; wait (gateFull) until a request in flight ends.
+	by      ledger.Key
+	retryAt time.Time
+	settle  time.Duration
+	wait    time.Duration
+}
+
+// Publication's defaults (a route's publish settings override them) and the margin a grant to
+// post holds beyond the requests it covers.
+const (
+	defaultPublishTimeout     = 30 * time.Second
+	defaultPublishSettle      = time.Minute
+	defaultPublishConcurrency = 4
+	// holdMargin is what a grant to post lasts beyond its requests' time: it covers the time
+	// the grant takes to reach this runner and clocks of hosts (or store nodes) that disagree
+	// by less than 20 s, so that nobody takes the grant over while this runner may still be
+	// sending under it.
+	holdMargin = 30 * time.Second
+)
+
+func (rt *Route) timeout() time.Duration    { return cmpOr(rt.Timeout, defaultPublishTimeout) }
+func (rt *Route) settleTime() time.Duration { return cmpOr(rt.Settle, defaultPublishSettle) }
+func (rt *Route) destination() string {
+	if rt.Destination == "" {
+		return "publisher"
+	}
+	return rt.Destination
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// postInOrder posts status for the saved verdict s under its subject's record: only when the
+// record grants it (a newer verdict superseded this one, another post is in flight, or this
+// one already stands), within room of the route's API, and reading back first when a post of
+// it may already stand. What became of the post is reported to the record, whatever became of
+// the row's lease: the record is what orders posts.
+func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, k *keeper) outcome {
+	pub := route.Publisher
+	if res, ok := pub.(publish.Resolver); ok {
+		// An abbreviated commit hash (Bitbucket Cloud's pull requests) is ordered, and posted,
+		// as the full one, so that every delivery of the commit shares its subject.
+		st, err := res.Resolve(wctx, status)
+		if err != nil {
+			return r.posted(ctx, k, err)
+		}
+		status = st
+	}
+	timeout := route.timeout()
+	hold := 2*timeout + holdMargin
+	sent := r.now()
+	g, err := r.Ledger.AcquireSubject(ctx, ledger.SubjectRequest{
+		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
+		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime()})
+	switch {
+	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrTooLarge):
+		return outcome{ev: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
+	case err != nil:
+		return outcome{ev: ledgerFailed, err: fmt.Errorf("runner: subject: %w", err)}
+	}
+	switch g.Outcome {
+	case ledger.SubjectSuperseded:
+		return outcome{ev: superseded, by: g.By}
+	case ledger.SubjectStanding:
+		return outcome{ev: published}
+	case ledger.SubjectWait:
+		return outcome{ev: subjectBusy, retryAt: g.RetryAt}
+	}
+	// Granted: every request under the grant ends before it does (the grant counts from the
+	// ledger's decision, which came after sent).
+	end := sent.Add(2*timeout + holdMargin/3)
+	leave, wait := r.gates.enter(route.destination(), status.Repository, cmpOr(route.Concurrency, defaultPublishConcurrency), r.now(), end)
+	if leave == nil {
+		r.reportSubject(ctx, log, g, ledger.PostRefused, nil)
+		return outcome{ev: gateFull, wait: wait}
+	}
+	defer leave()
+	pctx, cancel := context.WithTimeout(wctx, end.Sub(r.now()))
+	defer cancel()
 	start := time.Now()
-	err := pub.Publish(wctx, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
-		Description: rep.Description, Context: rep.Context, TargetURL: rep.TargetURL})
+	post, perr := r.postOnce(pctx, pub, status, g)
 	r.latency("publish_latency", start)
+	a, rerr := r.reportSubject(ctx, log, g, post, perr)
+	if rerr != nil {
+		// What the post did is not recorded: the grant ends by itself, and whoever comes next
+		// counts the post as unknown and reads back.
+		if perr == nil {
+			perr = &publish.Error{Class: publish.Transient, Unknown: true, Err: fmt.Errorf("the post's outcome could not be recorded: %v", rerr)}
+		}
+		o := r.posted(ctx, k, perr)
+		o.settle = hold + route.settleTime()
+		return o
+	}
+	switch a.Outcome {
+	case ledger.SubjectStanding:
+		return outcome{ev: published}
+	case ledger.SubjectConfirm:
+		return outcome{ev: confirmLater, retryAt: a.RetryAt}
+	case ledger.SubjectSuperseded:
+		return outcome{ev: superseded}
+	}
+	o := r.posted(ctx, k, perr)
+	if post == ledger.PostUnknown {
+		o.settle = a.RetryAt.Sub(a.Decided)
+	}
+	return o
+}
+
+// postOnce makes the one post a grant allows: it reads back first when the grant asks (a post
+// of this verdict may already stand, or the verdict is late), and posts unless this verdict
+// stands already (or, late, another does). It answers what the subject's record is to hear,
+// and the publisher's error.
+func (r *Runner) postOnce(ctx context.Context, pub publish.Publisher, status publish.Status, g ledger.SubjectGrant) (ledger.PostOutcome, error) {
+	if g.ReadBack {
+		st, err := pub.Standing(ctx, status)
+		switch {
+		case err != nil:
+			return ledger.PostRefused, err // nothing was posted
+		case st == publish.StandingOurs:
+			r.count("publish_read_back")
+			return ledger.PostApplied, nil
+		case g.Late && st == publish.StandingOther:
+			return ledger.PostOverridden, nil
+		}
+	}
+	err := pub.Publish(ctx, status)
 	switch {
 	case err == nil:
-		return published, nil
-	case k != nil && k.isLost() && ctx.Err() == nil:
-		return postLost, err
-	case ctx.Err() != nil:
-		return postCut, err
+		return ledger.PostApplied, nil
+	case publish.Unknown(err):
+		r.count("publish_unknown")
+		return ledger.PostUnknown, err
 	}
-	return postFailed, err
+	return ledger.PostRefused, err
+}
+
+// reportSubject tells the subject's record what became of the post under g, with a context of
+// its own (a shutdown must not stop it) bounded to 5 s.
+func (r *Runner) reportSubject(ctx context.Context, log *slog.Logger, g ledger.SubjectGrant, post ledger.PostOutcome, perr error) (ledger.SubjectGrant, error) {
+	hctx, cancel := detached(ctx, 5*time.Second)
+	defer cancel()
+	a, err := r.Ledger.ReportSubject(hctx, g, post)
+	if err != nil {
+		log.Warn("the post's outcome is not recorded on its subject; the grant ends by itself", "post", post, "post_err", perr, "err", err)
+	}
+	return a, err
+}
+
+// posted classifies a post that did not make the verdict stand: postLost (the lease k keeps
+// was lost meanwhile: wctx, which the keeper cancels then, cut the call, and whoever holds the
+// row now posts the same bytes); postCut (the caller's ctx ended: a shutdown); postFailed (the
+// provider refused it, could not be reached, or may have applied it: err says how). k is nil
+// when no keeper runs.
+func (r *Runner) posted(ctx context.Context, k *keeper, err error) outcome {
+	switch {
+	case k != nil && k.isLost() && ctx.Err() == nil:
+		return outcome{ev: postLost, err: err}
+	case ctx.Err() != nil:
+		return outcome{ev: postCut, err: err}
+	}
+	return outcome{ev: postFailed, err: err}
 }
 
 // settle carries out what the policy decides after a publication's outcome ev (err: how it
 // failed), under the publishing lease lc holds: complete the row, abandon it, release it for
 // the next attempt on the schedule, hand it back, or let the message come back later.
-func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, rep Report, ev event, err error) (Result, error) {
+func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, rep Report, o outcome) (Result, error) {
 	p := r.policy()
-	a := attempt{event: ev, lease: s.Lease, granted: lc.granted, leaseFor: lc.leaseFor, err: err, report: rep}
+	ev, err := o.ev, o.err
+	a := attempt{event: ev, lease: s.Lease, granted: lc.granted, leaseFor: lc.leaseFor, err: err, report: rep,
+		by: o.by, retryAt: o.retryAt, settle: o.settle, wait: o.wait}
 	class := publish.ClassOf(err)
 	if ev == postFailed {
 		r.count("publish_failures")
@@ -126,6 +281,8 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 		return Result{Done: true}, nil
 	case abandon:
 		return r.abandon(ctx, log, s, lc, d.text)
+	case supersede:
+		return r.supersede(ctx, log, s, lc, o.by)
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
 	if ev == postFailed && class != publish.Operator {
@@ -148,6 +305,26 @@ func (r *Runner) abandon(ctx context.Context, log *slog.Logger, s ledger.Staged,
 	}
 	r.count("abandoned")
 	log.Error("delivery abandoned; amiss ledger republish revives it once the cause is fixed", "reason", reason)
+	return Result{Done: true}, nil
+}
+
+// supersede ends a saved row whose verdict must never be posted: a newer verdict on the same
+// commit and context was recorded first (by), or, late, another status stands.
+func (r *Runner) supersede(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, by ledger.Key) (Result, error) {
+	if err := r.Ledger.Supersede(ctx, s, by); err != nil {
+		p := r.policy()
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			r.count("lease_lost")
+			return r.follow(ctx, log, lc, p.decide(attempt{event: leaseLost, lease: s.Lease}), nil)
+		}
+		return r.follow(ctx, log, lc, p.decide(attempt{event: ledgerFailed}), fmt.Errorf("runner: supersede: %w", err))
+	}
+	r.count("superseded")
+	if by.IsZero() {
+		log.Warn("late verdict not posted: another status stands on the commit, and its subject's record was forgotten")
+	} else {
+		log.Info("superseded by a newer verdict on the same commit and context; not posted", "by", by)
+	}
 	return Result{Done: true}, nil
 }
 

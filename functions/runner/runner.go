@@ -38,6 +38,16 @@ type Route struct {
 	Publisher publish.Publisher
 	Context   string
 	TargetURL string
+	// Destination names the API the publisher posts to (its provider and base URL): the
+	// verdicts of every route posting to one destination, repository, commit and context are
+	// ordered together, and Concurrency bounds the requests in flight to it.
+	Destination string
+	// Timeout bounds one request to the provider (default 30 s); Settle is how long after
+	// the runner gave up on a request the provider may still apply it (default a minute);
+	// Concurrency bounds the requests this process has in flight to the destination (default
+	// 4; at most half of them, and at least one, for one repository).
+	Timeout, Settle time.Duration
+	Concurrency     int
 }
 
 // Runner processes queue messages. It is safe for concurrent use.
@@ -73,6 +83,8 @@ type Runner struct {
 	Metrics Metrics
 	// Now is the wall clock for notBefore times (default time.Now).
 	Now func() time.Time
+
+	gates gates
 }
 
 // Metrics receives the runner's measurements.
@@ -205,9 +217,13 @@ func (r *Runner) follow(ctx context.Context, log *slog.Logger, lc leaseClock, d 
 	default:
 		return res, fmt.Errorf("runner: %v does not end an attempt without a verdict", d.act)
 	}
+	notBefore := r.after(lc, d.retry.wait)
+	if d.retry.clock == ledgerClock {
+		notBefore = d.retry.at
+	}
 	hctx, cancel := detached(ctx, 5*time.Second)
 	defer cancel()
-	if err := giveBack(hctx, lc.lease, r.after(lc, d.retry.wait)); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
+	if err := giveBack(hctx, lc.lease, notBefore); err != nil && !errors.Is(err, ledger.ErrLeaseLost) {
 		if cause == nil {
 			return res, fmt.Errorf("runner: %v: %w", d.act, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
@@ -45,7 +46,10 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 		if !ok {
 			return nil, fmt.Errorf("route %s: publisher %q", name, r.Publish.Provider)
 		}
-		target := provider.Target{BaseURL: r.Publish.BaseURL, Client: hc, Log: log}
+		// Each request to the provider is bounded by the route's timeout.
+		pc := *hc
+		pc.Timeout = r.Publish.Timeout
+		target := provider.Target{BaseURL: r.Publish.BaseURL, Client: &pc, Log: log}
 		if p.Remote {
 			token, err := secrets.Get(ctx, r.Publish.Token.From)
 			if err != nil {
@@ -54,6 +58,8 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 			target.Token = token
 		}
 		pub := p.Publisher(target)
-		return &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL}, nil
+		return &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL,
+			Destination: r.Publish.Provider + " " + strings.TrimRight(r.Publish.BaseURL, "/"),
+			Timeout:     r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}, nil
 	}
 }

@@ -1,0 +1,63 @@
+package runner
+
+import (
+	"sync"
+	"time"
+)
+
+// gates bound the requests one runner process has in flight to each publishing destination
+// (a provider's API at one base URL), and to each repository there: a provider that answers
+// slowly holds at most that many requests, and no worker waits for room. A delivery that finds
+// none is handed back to come again when the earliest request in flight will have ended.
+type gates struct {
+	mu     sync.Mutex
+	flight map[string][]time.Time // destination, and destination + repository: each request's end
+}
+
+// enter takes room for a request to destination and repo, allowed limit requests at once
+// (and half of them, at least one, for one repository), that ends by end. It answers the
+// function that gives the room back, or nil and how long until a request in flight ends.
+func (g *gates) enter(destination, repo string, limit int, now, end time.Time) (func(), time.Duration) {
+	perRepo := max(limit/2, 1)
+	keys := [2]string{destination, destination + "\x00" + repo}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.flight == nil {
+		g.flight = map[string][]time.Time{}
+	}
+	for i, k := range keys {
+		if ends := g.flight[k]; len(ends) >= [2]int{limit, perRepo}[i] {
+			first := ends[0]
+			for _, e := range ends[1:] {
+				if e.Before(first) {
+					first = e
+				}
+			}
+			return nil, max(first.Sub(now), 100*time.Millisecond)
+		}
+	}
+	for _, k := range keys {
+		g.flight[k] = append(g.flight[k], end)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			for _, k := range keys {
+				ends := g.flight[k]
+				for i, e := range ends {
+					if e.Equal(end) {
+						ends = append(ends[:i], ends[i+1:]...)
+						break
+					}
+				}
+				if len(ends) == 0 {
+					delete(g.flight, k)
+				} else {
+					g.flight[k] = ends
+				}
+			}
+		})
+	}, 0
+}
