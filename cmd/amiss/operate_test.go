@@ -38,6 +38,20 @@ func (p *refusing) Publish(ctx context.Context, s publish.Status) error {
 	return nil
 }
 
+func (p *refusing) Standing(_ context.Context, s publish.Status) (publish.Standing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.posted) - 1; i >= 0; i-- {
+		if q := p.posted[i]; q.Repository == s.Repository && q.SHA == s.SHA && q.Context == s.Context {
+			if q == s {
+				return publish.StandingOurs, nil
+			}
+			return publish.StandingOther, nil
+		}
+	}
+	return publish.StandingNone, nil
+}
+
 type constant evaluate.Verdict
 
 func (c constant) Evaluate(context.Context, subject.Subject) (evaluate.Verdict, error) {

@@ -176,6 +176,22 @@ var decisionTable = []struct {
 	{"a budget whose start is unknown is not spent",
 		with(publishing(40, 100*time.Hour, 0, transient(0)), postFailed, func(a *attempt) { a.since = time.Time{} }),
 		decision{act: release, retry: after(15 * time.Minute)}},
+	{"a post that may have landed is not tried again before it has landed or never will",
+		with(publishing(0, 0, 0, transient(0)), postFailed, func(a *attempt) { a.settle = 75 * time.Second }),
+		decision{act: release, retry: after(75 * time.Second)}},
+
+	// The order of the verdicts on a commit.
+	{"a verdict a newer one superseded is ended, never posted",
+		with(publishing(0, 0, 0, nil), superseded, func(a *attempt) { a.by = ledger.Key{7} }), decision{act: supersede}},
+	{"a verdict waiting for another post on its commit comes back when the subject says, uncounted",
+		with(publishing(2, 0, 0, nil), subjectBusy, func(a *attempt) { a.retryAt = admitted.Add(time.Minute) }),
+		decision{act: unclaim, retry: onLedger(admitted.Add(time.Minute))}},
+	{"a verdict posted while an older post could land over it comes back to read back, uncounted",
+		with(publishing(2, 0, 0, nil), confirmLater, func(a *attempt) { a.retryAt = admitted.Add(2 * time.Minute) }),
+		decision{act: unclaim, retry: onLedger(admitted.Add(2 * time.Minute))}},
+	{"a verdict that finds its API's requests in flight at the limit comes back when one ends, uncounted",
+		with(publishing(2, 0, 0, nil), gateFull, func(a *attempt) { a.wait = 12 * time.Second }),
+		decision{act: unclaim, retry: after(12 * time.Second)}},
 }
 
 func TestEachOutcomeOfAnAttemptHasItsDecision(t *testing.T) {
@@ -196,7 +212,7 @@ func TestEveryEventIsInTheDecisionTable(t *testing.T) {
 	for _, row := range decisionTable {
 		seen[row.in.event] = true
 	}
-	for e := noTime; e <= undecodable; e++ {
+	for e := noTime; e <= gateFull; e++ {
 		if !seen[e] {
 			t.Errorf("no row decides %v", e)
 		}

@@ -348,6 +348,12 @@ func (p *landsThenFails) Publish(_ context.Context, s publish.Status) error {
 	return nil
 }
 
+func (p *landsThenFails) Standing(_ context.Context, s publish.Status) (publish.Standing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return standingIn(p.posted, s), nil
+}
+
 // The unroutable verdict is frozen with its context (the default one) and published as frozen: the
 // route's configuration at the time of each attempt changes nothing. An operator re-adds the route
 // and republishes; the first post lands at the provider but its answer is lost; the operator then

@@ -144,6 +144,10 @@ func (b *blocking) Publish(ctx context.Context, s publish.Status) error {
 	return &publish.Error{Class: publish.Transient, Err: ctx.Err()}
 }
 
+func (b *blocking) Standing(context.Context, publish.Status) (publish.Standing, error) {
+	return publish.StandingNone, nil
+}
+
 // A publication cut by the caller (a shutdown) is not the provider's failure: the lease is
 // given back at once, so the next claim publishes without waiting for the schedule.
 func TestCancelledPublicationReleasesTheLease(t *testing.T) {

@@ -95,6 +95,26 @@ func (p *recorder) Publish(ctx context.Context, s publish.Status) error {
 	return nil
 }
 
+// Standing reads back the last status recorded for s's commit and context.
+func (p *recorder) Standing(_ context.Context, s publish.Status) (publish.Standing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return standingIn(p.statuses, s), nil
+}
+
+// standingIn is what a provider holding posted (in order) shows for s's commit and context.
+func standingIn(posted []publish.Status, s publish.Status) publish.Standing {
+	for i := len(posted) - 1; i >= 0; i-- {
+		if p := posted[i]; p.Repository == s.Repository && p.SHA == s.SHA && p.Context == s.Context {
+			if p == s {
+				return publish.StandingOurs
+			}
+			return publish.StandingOther
+		}
+	}
+	return publish.StandingNone
+}
+
 func (p *recorder) all() []publish.Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -117,6 +137,11 @@ func verdict(state, desc string) evaluate.Evaluator {
 type pubFunc func(context.Context, publish.Status) error
 
 func (f pubFunc) Publish(ctx context.Context, s publish.Status) error { return f(ctx, s) }
+
+// Standing implements publish.Publisher: a function keeps no statuses.
+func (f pubFunc) Standing(context.Context, publish.Status) (publish.Standing, error) {
+	return publish.StandingNone, nil
+}
 
 // counter records the runner's metrics.
 type counter struct {
@@ -160,6 +185,13 @@ func (p *scripted) Publish(ctx context.Context, s publish.Status) error {
 	}
 	p.posted = append(p.posted, s)
 	return nil
+}
+
+// Standing reads back the last status posted for s's commit and context.
+func (p *scripted) Standing(_ context.Context, s publish.Status) (publish.Standing, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return standingIn(p.posted, s), nil
 }
 
 func outage(code int) error {
