@@ -1,0 +1,335 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
+)
+
+// What stands on the commit. A pull request is opened with a title that breaks the route's
+// rule, then edited to one that follows it: two deliveries, one head commit, one status
+// context. Whatever the order they arrive in, whatever fails or dies, the status left standing
+// at the provider must be the edit's verdict, and every delivery must end published,
+// superseded or abandoned (revivable). The provider is a fake of GitHub's status API that
+// checks every request against GitHub's API description.
+
+const (
+	headSHA    = "8f9e0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b"
+	badTitle   = "add stuff"
+	goodTitle  = "feat: add the thing"
+	statusCtx  = "amiss/title"
+	ghToken    = "gh-token"
+	commitRepo = "acme/app"
+)
+
+// commitWorld is a FileLedger on a manual clock, a fake GitHub, and routes posting to it.
+type commitWorld struct {
+	t      *testing.T
+	root   string
+	l      ledger.Ledger
+	clock  *ledger.ManualClock
+	gh     *publishtest.GitHub
+	srv    *httptest.Server
+	client *http.Client
+}
+
+func newCommitWorld(t *testing.T, gh *publishtest.GitHub) *commitWorld {
+	t.Helper()
+	w := &commitWorld{t: t, root: filepath.Join(t.TempDir(), "root"), clock: ledger.NewManualClock(epoch), gh: gh}
+	w.l = w.open()
+	w.srv = httptest.NewServer(gh)
+	t.Cleanup(w.srv.Close)
+	w.client = w.srv.Client()
+	w.client.Timeout = 5 * time.Second
+	return w
+}
+
+func (w *commitWorld) open() ledger.Ledger {
+	w.t.Helper()
+	l, err := localfs.Open(context.Background(), w.root, localfs.Config{Limits: ledger.DefaultLimits(), Clock: w.clock, Create: true})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// titleRule is the route's evaluator: a pull request title must start with "feat:".
+var titleRule = evalFunc(func(_ context.Context, s subject.Subject) (evaluate.Verdict, error) {
+	if s.Pull != nil && strings.HasPrefix(s.Pull.Title, "feat:") {
+		return evaluate.Verdict{State: "success", Description: "title follows the rule"}, nil
+	}
+	return evaluate.Verdict{State: "failure", Description: "failed: pull request title"}, nil
+})
+
+// runner is a runner over l (the world's ledger unless given) posting to the fake GitHub.
+func (w *commitWorld) runner(owner string, l ledger.Ledger, timeout time.Duration) *runner.Runner {
+	if l == nil {
+		l = w.l
+	}
+	hc := *w.client
+	hc.Timeout = timeout
+	pub := publish.NewGitHub(w.srv.URL, ghToken, &hc)
+	pub.Sleep = func(context.Context, time.Duration) error { return nil }
+	return &runner.Runner{Ledger: l, Owner: owner, Lease: 30 * time.Second, RenewEvery: 5 * time.Millisecond,
+		RetryDelay: time.Second, Now: w.clock.Now,
+		Routes: func(context.Context, string) (*runner.Route, error) {
+			return &runner.Route{Evaluator: titleRule, Publisher: pub, Context: statusCtx, Destination: "github " + w.srv.URL,
+				Timeout: timeout, Settle: time.Minute}, nil
+		}}
+}
+
+// pullRequest admits a pull request event with title, GitHub having signed the event at
+// updatedAt (pull_request.updated_at), and returns its queue message.
+func (w *commitWorld) pullRequest(title string, updatedAt time.Time) queue.Message {
+	w.t.Helper()
+	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
+		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}})
+	body := []byte(fmt.Sprintf(`{"action":%q,"title":%q}`, title, title))
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
+		BodyDigest: ledger.SumBody(body)}, Subject: s, BodyAt: updatedAt}
+	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
+		w.t.Fatalf("admit %q: %+v %v", title, a, err)
+	}
+	return queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
+}
+
+// process runs m through r until it is done, moving the clock to each retry time.
+func (w *commitWorld) process(r *runner.Runner, m queue.Message) {
+	w.t.Helper()
+	for i := 0; ; i++ {
+		if i > 20 {
+			w.t.Fatalf("delivery %s not done after 20 attempts", m.Key.Short())
+		}
+		res, err := r.Process(context.Background(), m)
+		if err != nil {
+			w.t.Logf("process %s: %v", m.Key.Short(), err)
+		}
+		if res.Done {
+			return
+		}
+		if res.RetryAt.After(w.clock.Now()) {
+			w.clock.Set(res.RetryAt)
+		}
+	}
+}
+
+// standing checks what a user sees on the commit: the status left standing, and how many
+// statuses were created for the context in all.
+func (w *commitWorld) standing(wantState string, wantCreated int) {
+	w.t.Helper()
+	if v := w.gh.Violations(); len(v) > 0 {
+		w.t.Fatalf("requests outside GitHub's API description: %v", v)
+	}
+	got, ok := w.gh.Latest(commitRepo, headSHA, statusCtx)
+	if !ok || got.State != wantState {
+		w.t.Fatalf("the commit shows %q (%q), want %q; statuses created: %+v", got.State, got.Description, wantState,
+			w.gh.Created(commitRepo, headSHA))
+	}
+	if n := len(w.gh.Created(commitRepo, headSHA)); n != wantCreated {
+		w.t.Fatalf("%d statuses created for the context, want %d: %+v", n, wantCreated, w.gh.Created(commitRepo, headSHA))
+	}
+}
+
+func (w *commitWorld) row(m queue.Message) ledger.Row {
+	w.t.Helper()
+	r, err := w.l.Inspect(context.Background(), m.Key)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r
+}
+
+// wantSuperseded checks that the older delivery ended superseded by the newer one.
+func (w *commitWorld) wantSuperseded(older, newer queue.Message) {
+	w.t.Helper()
+	if r := w.row(older); r.State != ledger.StateSuperseded || r.SupersededBy != newer.Key {
+		w.t.Fatalf("older delivery: %v superseded by %s, want superseded by %s", r.State, r.SupersededBy.Short(), newer.Key.Short())
+	}
+	if r := w.row(newer); r.State != ledger.StateDone {
+		w.t.Fatalf("newer delivery: %v, want done", r.State)
+	}
+}
+
+// Delivered in order; the older verdict's POSTs are answered 503 until the newer one is
+// created. Retried after the newer stands, the older is superseded, never posted.
+func TestAnOlderVerdictRefusedUntilTheNewerStandsIsNeverPostedAfterIt(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	var mu sync.Mutex
+	newerCreated := false
+	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+		mu.Lock()
+		defer mu.Unlock()
+		if s.State == "success" {
+			newerCreated = true
+		} else if !newerCreated {
+			return publishtest.Behavior{Code: http.StatusServiceUnavailable}
+		}
+		return publishtest.Behavior{}
+	}
+	w := newCommitWorld(t, gh)
+	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
+	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
+	r := w.runner("a", nil, 5*time.Second)
+	if res, _ := r.Process(context.Background(), opened); res.Done {
+		t.Fatal("the older verdict was done although every post of it was refused")
+	}
+	w.process(r, edited)
+	w.clock.Advance(time.Hour)
+	w.process(r, opened)
+	w.standing("success", 1)
+	w.wantSuperseded(opened, edited)
+}
+
+// Delivered newest first, no fault at all: the older verdict is superseded.
+func TestAnOlderVerdictDeliveredLastIsSuperseded(t *testing.T) {
+	w := newCommitWorld(t, publishtest.NewGitHub(ghToken))
+	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
+	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
+	r := w.runner("a", nil, 5*time.Second)
+	w.process(r, edited)
+	w.process(r, opened)
+	w.standing("success", 1)
+	w.wantSuperseded(opened, edited)
+	st, err := w.l.Stats(context.Background())
+	if err != nil || st.ByState[ledger.StateSuperseded] != 1 || st.Subjects != 1 {
+		t.Fatalf("stats: %+v %v", st, err)
+	}
+}
+
+// killable is a ledger handle of a process that can be killed: after kill, nothing it asks
+// reaches the ledger any more.
+type killable struct {
+	ledger.Ledger
+	mu     sync.Mutex
+	killed bool
+}
+
+var errKilled = errors.New("the process was killed")
+
+func (k *killable) kill() { k.mu.Lock(); k.killed = true; k.mu.Unlock() }
+func (k *killable) dead() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.killed
+}
+func (k *killable) ReportSubject(ctx context.Context, g ledger.SubjectGrant, o ledger.PostOutcome) (ledger.SubjectGrant, error) {
+	if k.dead() {
+		return ledger.SubjectGrant{}, errKilled
+	}
+	return k.Ledger.ReportSubject(ctx, g, o)
+}
+func (k *killable) Complete(ctx context.Context, s ledger.Staged) error {
+	if k.dead() {
+		return errKilled
+	}
+	return k.Ledger.Complete(ctx, s)
+}
+func (k *killable) Release(ctx context.Context, l ledger.Lease, nb time.Time) error {
+	if k.dead() {
+		return errKilled
+	}
+	return k.Ledger.Release(ctx, l, nb)
+}
+func (k *killable) Unclaim(ctx context.Context, l ledger.Lease, nb time.Time) error {
+	if k.dead() {
+		return errKilled
+	}
+	return k.Ledger.Unclaim(ctx, l, nb)
+}
+func (k *killable) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	if k.dead() {
+		return ledger.Lease{}, errKilled
+	}
+	return k.Ledger.Renew(ctx, l, d)
+}
+
+// The older verdict's POST is in flight when its runner is killed; GitHub applies it late,
+// after the newer verdict was posted by the runner that came next. The newer one, posted while
+// the killed post could still land, is read back once that is over, found covered, and posted
+// again: it stands, with no other status after it.
+func TestAnOlderPostInFlightWhenItsRunnerDiesIsOverwrittenByTheNewest(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	entered, land := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+		if s.State == "failure" {
+			once.Do(func() { close(entered) })
+			<-land // held in flight; created when let go
+		}
+		return publishtest.Behavior{}
+	}
+	w := newCommitWorld(t, gh)
+	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
+	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
+	dying := &killable{Ledger: w.l}
+	a := w.runner("a", dying, 5*time.Second)
+	done := make(chan struct{})
+	go func() { a.Process(context.Background(), opened); close(done) }()
+	<-entered
+	dying.kill() // kill -9: nothing more of runner a reaches the ledger
+
+	// The next runner: the newer verdict waits out the dead runner's grant, then posts.
+	b := w.runner("b", nil, 5*time.Second)
+	res, err := b.Process(context.Background(), edited)
+	if err != nil || res.Done {
+		t.Fatalf("the newer verdict posted while the dead runner's grant lasted: %+v %v", res, err)
+	}
+	w.clock.Set(res.RetryAt)
+	res, _ = b.Process(context.Background(), edited)
+	if res.Done {
+		t.Fatal("the newer verdict was called standing while the dead runner's post could still land over it")
+	}
+	if got, _ := gh.Latest(commitRepo, headSHA, statusCtx); got.State != "success" {
+		t.Fatalf("the newer verdict was not posted once the grant was over: %+v", got)
+	}
+	close(land) // the dead runner's post lands now, over the newer one
+	<-done
+	if got, _ := gh.Latest(commitRepo, headSHA, statusCtx); got.State != "failure" {
+		t.Fatalf("the scenario needs the late post to land last: %+v", got)
+	}
+	w.process(b, edited) // comes back once the late post has settled: reads back, posts again
+	w.process(b, opened) // the older delivery, re-driven after the restart
+	w.standing("success", 3)
+	w.wantSuperseded(opened, edited)
+}
+
+// A status API that answers every POST after longer than the route's timeout, though it
+// applies the status at once: the runner reads back before posting again, and each verdict
+// creates one status.
+func TestASlowStatusAPICreatesOneStatusPerVerdict(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	gh.Post = func(int, publishtest.Created) publishtest.Behavior {
+		return publishtest.Behavior{Delay: 400 * time.Millisecond, ApplyFirst: true}
+	}
+	w := newCommitWorld(t, gh)
+	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
+	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
+	r := w.runner("a", nil, 100*time.Millisecond)
+	w.process(r, opened)
+	w.process(r, edited)
+	w.standing("success", 2)
+	if gh.Posts() != 2 {
+		t.Fatalf("%d POSTs for two verdicts", gh.Posts())
+	}
+	if r := w.row(opened); r.State != ledger.StateDone {
+		t.Fatalf("the older verdict, posted before the newer existed: %v", r.State)
+	}
+}
