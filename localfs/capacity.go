@@ -431,7 +431,7 @@ func (r *root) readBatch() (*batchState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
 	}
-	if version < FormatVersion {
+	if version < shardedFormat {
 		// Only a format 1 process writes one, and none runs on a format 2 root: the migration
 		// counted its rows as they stood, and format 2 never applies it (it names no shards).
 		return nil, nil

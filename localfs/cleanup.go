@@ -26,7 +26,9 @@ import (
 //     sync for the records' data and one for their renames;
 //  5. read the sweep's rows and report the damaged and the stranded ones; a row met past its
 //     retention gets its index entry again (Complete does not sync it); collect the debris
-//     found in the folders listed.
+//     found in the folders listed;
+//  6. forget the subject records of the same folders that no verdict can land on any more
+//     (ledger.SubjectRecord.Removable; subjects.go).
 //
 // The sweep goes round the 256 row folders in laps. An empty cursor starts a lap at the folder
 // where the last pass stopped (kept in .amiss-maintenance.state), so a cleanup that is cut
@@ -101,6 +103,11 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := r.collectDebris(ctx, sweep.debris); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	subjects, err := r.cleanSubjects(ctx, sweep.shards, now, tally)
+	if err != nil {
+		return rep, fmt.Errorf("cleanup: subjects: %w", err)
+	}
+	rep.Subjects, rep.RemovedSubjects = subjects.kept, subjects.removed
 	if err := r.settleShards(ctx, sweep.shards); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}

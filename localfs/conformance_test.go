@@ -141,7 +141,15 @@ func (h *harness) FailListings(n int) {
 }
 
 func (h *harness) DamageRow(ctx context.Context, key ledger.Key) error {
-	p := filepath.Join(h.dir, localfs.RowsDir, key.String()[:2], key.String()+".state")
+	return damageFile(filepath.Join(h.dir, localfs.RowsDir, key.String()[:2], key.String()+".state"))
+}
+
+func (h *harness) DamageSubject(ctx context.Context, key ledger.SubjectKey) error {
+	return damageFile(filepath.Join(h.dir, localfs.SubjectsDir, key.String()[:2], key.String()+".state"))
+}
+
+// damageFile flips a bit in the middle of the file at p, so that it no longer decodes.
+func damageFile(p string) error {
 	data, err := os.ReadFile(p)
 	if err != nil {
 		return err

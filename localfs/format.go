@@ -22,7 +22,17 @@ import (
 //
 // Format 3 (per-process admission logs on local roots) was built on a development branch and
 // retired before any release: no release wrote it, and none reads it (retiredFormat).
-const FormatVersion = 2
+//
+// Format 4 adds the subject records (subjects/XX/<key>.state, subjects.go) and superseded
+// rows. Its files are format 2's otherwise: a format 2 root is migrated by writing its root
+// state as format 4 (so that a format 2 process, which would take a superseded row for a
+// damaged one and knows nothing of subject records, refuses the root), and format 2 files are
+// read as they are.
+const FormatVersion = 4
+
+// shardedFormat is the first format with sharded capacity (format 2): a cleanup batch of an
+// older one is format 1's, settled by the migration.
+const shardedFormat = 2
 
 // retiredFormat is the version of the retired format 3. A file of that version is refused
 // with what it is and what to do (see docs/file-ledger.md, "When it fails"), as a newer format is:
@@ -50,6 +60,7 @@ const (
 	kindShard    kind = 'S'
 	kindSweep    kind = 'M'
 	kindRoom     kind = 'E'
+	kindSubject  kind = 'J'
 )
 
 func (k kind) String() string {
@@ -70,6 +81,8 @@ func (k kind) String() string {
 		return "maintenance state"
 	case kindRoom:
 		return "room epoch"
+	case kindSubject:
+		return "subject record"
 	}
 	return fmt.Sprintf("kind %q", byte(k))
 }
@@ -260,6 +273,10 @@ const (
 	shardSlot       = 4096
 	maxShardPayload = shardSlot - frameOverhead
 )
+
+// maxSubjectPayload is the ceiling of a subject record's JSON: the subject's names and fixed
+// fields.
+const maxSubjectPayload = ledger.MaxSubjectName*2 + 4<<10
 
 // maxRowPayload is the ceiling of a row's JSON: the subject and the report (base64) plus
 // fixed fields.

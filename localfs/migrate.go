@@ -10,7 +10,8 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// migrate turns a format 1 root into a format 2 one, in place. Format 1 kept one capacity
+// migrate turns a root of an older format into one of this format, in place: a format 2 root
+// by writing its root state as this format; a format 1 root as follows. Format 1 kept one capacity
 // record (.amiss-capacity.state) for the whole root, taken under the admission lock; format 2
 // keeps one per row folder. The migration holds the maintenance lock and the admission lock,
 // so no format 1 admission or cleanup is in flight, and no format 2 process admits anything
@@ -46,6 +47,14 @@ func (r *root) migrate(ctx context.Context) error {
 	}
 	if version >= FormatVersion {
 		return nil // migrated by another process meanwhile
+	}
+	if version >= shardedFormat {
+		// Format 2: its files are read as they are; the root state says the format now.
+		out, err := encodeJSON(kindRoot, st)
+		if err != nil {
+			return err
+		}
+		return r.replace(r.path(RootFile), out, durableFull)
 	}
 	c, err := r.readCapacityV1()
 	if err != nil {

@@ -192,16 +192,16 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 	return err
 }
 
-// finish prepares the write of a row that just became done or abandoned: its end-time index
-// entry first, then the row (data synced). An abandoned row keeps its report, so that Revive
-// can publish it again; a done one drops it.
+// finish prepares the write of a row that just became done, abandoned or superseded: its
+// end-time index entry first, then the row (data synced). An abandoned row keeps its report,
+// so that Revive can publish it again; a done or superseded one drops it.
 func (r *root) finish(row *storedRow) (struct{}, durability, error) {
 	if !row.Permanent {
 		if err := r.addIndex(&row.Row); err != nil {
 			return struct{}{}, 0, err
 		}
 	}
-	if row.State == ledger.StateDone {
+	if row.State == ledger.StateDone || row.State == ledger.StateSuperseded {
 		row.Frozen = nil
 	}
 	// (A format 1 row is written with its folder synced, then its report file removed: see
@@ -364,6 +364,9 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 		return st, err
 	}
 	st.CapacityUsed = used
+	if st.Subjects, err = r.countSubjects(); err != nil {
+		return st, fmt.Errorf("stats: %w", err)
+	}
 	cursor := ledger.Cursor("")
 	for {
 		res, err := r.listRows(position{}, cursor, 4096)

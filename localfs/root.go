@@ -21,6 +21,8 @@ const (
 	ClockLock       = ".amiss-clock.lock"
 	RowsDir         = "rows"
 	EndedDir        = "ended"
+	// SubjectsDir holds the subject records: subjects/XX/<subject key>.state.
+	SubjectsDir = "subjects"
 	// ShardCapacityFile is the capacity shard's record inside each rows/XX folder.
 	ShardCapacityFile = "capacity.state"
 	// RoomFile changes before any capacity shard gains room (see capacity.go).
@@ -99,7 +101,9 @@ type root struct {
 	mu        sync.Mutex
 	rowLocks  [shardCount]*fileLock
 	bucketDir map[string]bool
-	closed    bool
+	// subjectDir[s] is set once subjects/XX of shard s is known durable.
+	subjectDir [shardCount]bool
+	closed     bool
 	// inflight counts the operations running on the root; Close waits for them (idle is
 	// signalled when the count drops to zero), so no lock is dropped under a running
 	// operation.

@@ -225,7 +225,7 @@ func caseSubjectRecordSurvivesReopen(e *env) {
 func caseSubjectRecordIsForgottenOnlyWhenNothingCanStillLand(e *env) {
 	kept, gone := testSubject(5), testSubject(6)
 	_, a := e.saved(e.clock.Now())
-	dB, b := e.saved(e.clock.Now())
+	dB, b := e.saved(time.Time{}) // permanent: its row is never forgotten
 	g := e.acquireSubject(e.subjectRequest(gone, a), ledger.SubjectPost)
 	e.reportSubject(g, ledger.PostApplied, ledger.SubjectStanding)
 	e.complete(a)

@@ -1,0 +1,317 @@
+package localfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Subject records: subjects/XX/<subject key>.state, one per commit and status context published
+// to (ledger.SubjectRecord decides every change), under the row-shard lock of the key's first
+// byte: a subject call takes that one lock, as a row call does, and nothing else.
+//
+// Durability: a grant to post is synced with its folder before it is answered (a post may
+// follow at once, and a grant lost with a power cut would let another verdict post without
+// knowing that this one may land after it); every other change is synced for its data only: a
+// report lost with a power cut leaves the grant, which ends by itself and counts its post as
+// unknown, and a recorded newer verdict lost with it is recorded again by its next request.
+
+func (r *root) subjectDirOf(s int) string {
+	return filepath.Join(r.dir, SubjectsDir, shardName(s))
+}
+
+func (r *root) subjectPath(k ledger.SubjectKey) string {
+	return filepath.Join(r.subjectDirOf(int(k[0])), k.String()+".state")
+}
+
+// readSubject reads and checks a subject record; exists is false when there is none.
+func (r *root) readSubject(k ledger.SubjectKey) (rec ledger.SubjectRecord, exists bool, err error) {
+	p := r.subjectPath(k)
+	data, err := r.fs.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+	}
+	if _, err := decodeJSON(kindSubject, data, maxSubjectPayload, &rec); err != nil {
+		return rec, false, fmt.Errorf("%s: %w", p, err)
+	}
+	if err := rec.Check(); err != nil {
+		return rec, false, fmt.Errorf("%s: %w", p, err)
+	}
+	if rec.Key != k {
+		return rec, false, fmt.Errorf("%s: %w: file holds subject %s", p, ledger.ErrCorrupt, rec.Key)
+	}
+	return rec, true, nil
+}
+
+// writeSubject replaces the subject record's file, making its folder durable first when this
+// process has not seen it so.
+func (r *root) writeSubject(rec *ledger.SubjectRecord, d durability) error {
+	s := int(rec.Key[0])
+	r.mu.Lock()
+	known := r.subjectDir[s]
+	r.mu.Unlock()
+	if !known {
+		if err := r.mkdirDurable(filepath.Join(r.dir, SubjectsDir)); err != nil {
+			return err
+		}
+		if err := r.mkdirDurable(r.subjectDirOf(s)); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		r.subjectDir[s] = true
+		r.mu.Unlock()
+	}
+	data, err := encodeJSON(kindSubject, rec)
+	if err != nil {
+		return err
+	}
+	return r.replace(r.subjectPath(rec.Key), data, d)
+}
+
+// withSubject runs fn on the subject record of k under its row-shard lock, at the record's
+// effective now (a record that does not exist yet is made by fn from exists == false), and
+// writes it as fn says.
+func withSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey,
+	fn func(rec *ledger.SubjectRecord, exists bool, now time.Time) (T, durability, error)) (T, error) {
+	var zero T
+	r := l.r
+	if err := r.begin(); err != nil {
+		return zero, err
+	}
+	defer r.end()
+	out, err := func() (T, error) {
+		unlock, err := r.lockShard(ctx, k[0])
+		if err != nil {
+			return zero, err
+		}
+		defer unlock()
+		rec, exists, err := r.readSubject(k)
+		if err != nil {
+			return zero, err
+		}
+		now, err := r.now(nil)
+		if err != nil {
+			return zero, err
+		}
+		now = rec.Now(now, time.Time{})
+		out, write, err := fn(&rec, exists, now)
+		if err == nil && write != 0 {
+			err = r.writeSubject(&rec, write)
+		}
+		return out, err
+	}()
+	if err != nil {
+		return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+	}
+	return out, nil
+}
+
+// AcquireSubject implements ledger.Ledger.
+func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (ledger.SubjectGrant, error) {
+	if err := q.Validate(); err != nil {
+		return ledger.SubjectGrant{}, fmt.Errorf("acquire subject: %w", err)
+	}
+	horizon := l.r.cfg.Limits.SubjectHorizon()
+	return withSubject(ctx, l, "acquire subject", q.Subject.Key(), func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, durability, error) {
+		if !exists {
+			*rec = ledger.NewSubjectRecord(q.Subject, now)
+		}
+		g, changed, err := rec.Acquire(q, horizon, now)
+		switch {
+		case err != nil || !changed:
+			return g, 0, err
+		case g.Outcome == ledger.SubjectPost:
+			return g, durableFull, nil
+		}
+		return g, durableData, nil
+	})
+}
+
+// ReportSubject implements ledger.Ledger.
+func (l *Ledger) ReportSubject(ctx context.Context, g ledger.SubjectGrant, o ledger.PostOutcome) (ledger.SubjectGrant, error) {
+	return withSubject(ctx, l, "report subject", g.Subject, func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, durability, error) {
+		if !exists {
+			return ledger.SubjectGrant{}, 0, fmt.Errorf("%w: the subject's record is gone", ledger.ErrLeaseLost)
+		}
+		a, err := rec.Report(g, o, now)
+		if err != nil {
+			return a, 0, err
+		}
+		return a, durableData, nil
+	})
+}
+
+// InspectSubject implements ledger.Ledger. It reads without locking, as Inspect does.
+func (l *Ledger) InspectSubject(ctx context.Context, k ledger.SubjectKey) (ledger.SubjectRecord, error) {
+	if err := l.r.begin(); err != nil {
+		return ledger.SubjectRecord{}, err
+	}
+	defer l.r.end()
+	rec, exists, err := l.r.readSubject(k)
+	switch {
+	case err != nil:
+		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), err)
+	case !exists:
+		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), ledger.ErrUnknownSubject)
+	}
+	return rec, nil
+}
+
+// Supersede implements ledger.Ledger, with the write order of Complete: a superseded row keeps
+// no report.
+func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
+	_, err := withRow(ctx, l, "supersede", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
+		changed, err := row.Supersede(s, by, now)
+		if err != nil {
+			return struct{}{}, refusalWrite(changed && !row.State.Terminal()), err
+		}
+		if !changed {
+			return struct{}{}, 0, nil
+		}
+		return l.r.finish(row)
+	})
+	return err
+}
+
+// subjectShard is what a cleanup pass found in one shard's subject folder.
+type subjectShard struct {
+	kept, removed int
+}
+
+// cleanSubjects forgets the removable subject records of the given shards (the folders the
+// pass's sweep listed), at the pass's now: each is judged without a lock, then judged again
+// and removed under its shard's lock. A record that does not decode is reported damaged and
+// kept. It answers how many it kept and removed.
+func (r *root) cleanSubjects(ctx context.Context, shards []int, now time.Time, tally *ledger.Tally) (subjectShard, error) {
+	var out subjectShard
+	horizon := r.cfg.Limits.SubjectHorizon()
+	removable := func(k ledger.SubjectKey) (bool, error) {
+		rec, exists, err := r.readSubject(k)
+		if err != nil || !exists {
+			return false, err
+		}
+		row, err := r.readRow(rec.Newest.Key)
+		switch {
+		case errors.Is(err, ledger.ErrUnknownDelivery):
+			return rec.Removable(now, horizon, nil), nil
+		case err != nil:
+			return false, nil // the newest verdict's row cannot be read: kept, and the row reported by the sweep
+		}
+		return rec.Removable(now, horizon, &row.Row), nil
+	}
+	for _, s := range shards {
+		keys, debris, err := r.listSubjects(s)
+		if err != nil {
+			return out, err
+		}
+		if err := r.collectSubjectDebris(ctx, s, debris); err != nil {
+			return out, err
+		}
+		for _, k := range keys {
+			ok, err := removable(k)
+			if errors.Is(err, ledger.ErrCorrupt) {
+				tally.Damage(r.subjectPath(k), err)
+				out.kept++
+				continue
+			}
+			if err != nil {
+				return out, err
+			}
+			if ok {
+				if ok, err = r.removeSubject(ctx, k, removable); err != nil {
+					return out, err
+				}
+			}
+			if ok {
+				out.removed++
+			} else {
+				out.kept++
+			}
+		}
+	}
+	return out, nil
+}
+
+// removeSubject removes the record of k if it is still removable under its shard's lock.
+func (r *root) removeSubject(ctx context.Context, k ledger.SubjectKey, removable func(ledger.SubjectKey) (bool, error)) (bool, error) {
+	unlock, err := r.lockShard(ctx, k[0])
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	if ok, err := removable(k); err != nil || !ok {
+		return false, err
+	}
+	if err := r.remove(r.subjectPath(k)); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// listSubjects lists the subject keys of shard s's folder (none when it does not exist yet),
+// and the temporary files a crashed write left there.
+func (r *root) listSubjects(s int) (keys []ledger.SubjectKey, debris []string, err error) {
+	dir := r.subjectDirOf(s)
+	names, err := r.fs.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
+	}
+	for _, n := range names {
+		if strings.Contains(n.Name(), tmpMarker) {
+			debris = append(debris, n.Name())
+			continue
+		}
+		name, ok := strings.CutSuffix(n.Name(), ".state")
+		if !ok {
+			continue
+		}
+		if k, err := ledger.ParseSubjectKey(name); err == nil {
+			keys = append(keys, k)
+		}
+	}
+	return keys, debris, nil
+}
+
+// collectSubjectDebris removes the temporary files listed in shard s's subject folder, under
+// the shard's lock (only its holder writes one, and renames or removes it before letting go).
+func (r *root) collectSubjectDebris(ctx context.Context, s int, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	unlock, err := r.lockShard(ctx, byte(s))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	for _, name := range names {
+		if err := r.remove(filepath.Join(r.subjectDirOf(s), name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countSubjects counts the subject records of every shard, for Stats.
+func (r *root) countSubjects() (int64, error) {
+	var n int64
+	for s := range shardCount {
+		keys, _, err := r.listSubjects(s)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(keys))
+	}
+	return n, nil
+}
