@@ -16,8 +16,9 @@ import (
 //
 // One pass, under the maintenance lock:
 //  1. finish a batch a crashed pass left behind;
-//  2. list what the pass will look at: the end-time index up to now, and the next slice of
-//     rows for the sweep. A listing that fails ends the pass with nothing removed;
+//  2. list what the pass will look at: the end-time index up to now, the next slice of rows
+//     for the sweep, and the subject records of the folders it lists. A listing that fails
+//     ends the pass with nothing removed;
 //  3. persist the effective now as the high-water (and reserve the batch's id);
 //  4. pick the removable rows from the index (reading only finished rows with a retention
 //     end, never the permanent ones), write them as one batch record, remove them, make the
@@ -66,6 +67,10 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	subjectsListed, err := r.listSubjectShards(sweep.shards)
+	if err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	batchID, err := r.persistRoot(ctx, now, len(entries) > 0)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
@@ -103,7 +108,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := r.collectDebris(ctx, sweep.debris); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	subjects, err := r.cleanSubjects(ctx, sweep.shards, now, tally)
+	subjects, err := r.cleanSubjects(ctx, subjectsListed, now, tally)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: subjects: %w", err)
 	}

@@ -187,11 +187,35 @@ type subjectShard struct {
 	kept, removed int
 }
 
-// cleanSubjects forgets the removable subject records of the given shards (the folders the
-// pass's sweep listed), at the pass's now: each is judged without a lock, then judged again
-// and removed under its shard's lock. A record that does not decode is reported damaged and
-// kept. It answers how many it kept and removed.
-func (r *root) cleanSubjects(ctx context.Context, shards []int, now time.Time, tally *ledger.Tally) (subjectShard, error) {
+// subjectListing is the subject records a cleanup pass judges, by shard, and the temporary
+// files found beside them: listed before the pass removes anything (a listing that fails
+// removes nothing).
+type subjectListing map[int]struct {
+	keys   []ledger.SubjectKey
+	debris []string
+}
+
+// listSubjectShards lists the subject folders of the given shards (the folders the pass's
+// sweep listed).
+func (r *root) listSubjectShards(shards []int) (subjectListing, error) {
+	out := subjectListing{}
+	for _, s := range shards {
+		keys, debris, err := r.listSubjects(s)
+		if err != nil {
+			return nil, err
+		}
+		out[s] = struct {
+			keys   []ledger.SubjectKey
+			debris []string
+		}{keys, debris}
+	}
+	return out, nil
+}
+
+// cleanSubjects forgets the removable subject records listed, at the pass's now: each is
+// judged without a lock, then judged again and removed under its shard's lock. A record that
+// does not decode is reported damaged and kept. It answers how many it kept and removed.
+func (r *root) cleanSubjects(ctx context.Context, listed subjectListing, now time.Time, tally *ledger.Tally) (subjectShard, error) {
 	var out subjectShard
 	horizon := r.cfg.Limits.SubjectHorizon()
 	removable := func(k ledger.SubjectKey) (bool, error) {
@@ -208,15 +232,11 @@ func (r *root) cleanSubjects(ctx context.Context, shards []int, now time.Time, t
 		}
 		return rec.Removable(now, horizon, &row.Row), nil
 	}
-	for _, s := range shards {
-		keys, debris, err := r.listSubjects(s)
-		if err != nil {
+	for s, found := range listed {
+		if err := r.collectSubjectDebris(ctx, s, found.debris); err != nil {
 			return out, err
 		}
-		if err := r.collectSubjectDebris(ctx, s, debris); err != nil {
-			return out, err
-		}
-		for _, k := range keys {
+		for _, k := range found.keys {
 			ok, err := removable(k)
 			if errors.Is(err, ledger.ErrCorrupt) {
 				tally.Damage(r.subjectPath(k), err)

@@ -17,8 +17,8 @@ import (
 //     row written after the judgement), and takes the maintenance lease (a fenced object
 //     written by compare-and-swap; a live lease of another owner answers ErrBusy);
 //  2. finishes the previous batch if it was left unfinished;
-//  3. lists the end-time index (with versions) and the next page of rows for the sweep; if
-//     any page fails, the pass removes nothing. The sweep goes round the rows in laps: a pass
+//  3. lists the end-time index (with versions), the next page of rows for the sweep and the
+//     next page of subject records; if any page fails, the pass removes nothing. The sweep goes round the rows in laps: a pass
 //     with an empty cursor starts a lap after the last row the previous pass read (kept in
 //     sweep.json), reads to the last row, then from the first row up to where the lap
 //     started (Done), so a cleanup cut short by its time limit every time still reaches every
@@ -28,7 +28,8 @@ import (
 //     ones (each with the exact version judged) as a new batch by compare-and-swap; then,
 //     with the lease checked by fence, removes each judged version with the history below it
 //     and releases the slots of the rows the batch really removed, once per shard per batch;
-//  6. reports the damaged and the stranded rows the sweep read.
+//  6. reports the damaged and the stranded rows the sweep read, and forgets the subject
+//     records of its page that no verdict can land on any more (subjects.go).
 //
 // An index entry is dropped only when its row is gone, or is finished with another end (it is
 // indexed again first); the entry of a row that is not finished stays, since that row can
@@ -65,19 +66,21 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	var lap sweepCursor
+	sw, err := l.readSweep(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
+	lap := sweepCursor{Lap: sw.After, At: sw.After}
 	if cursor != "" {
 		if lap, err = parseSweepCursor(cursor); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
-	} else {
-		at, err := l.readSweep(ctx)
-		if err != nil {
-			return rep, fmt.Errorf("cleanup: %w", err)
-		}
-		lap = sweepCursor{Lap: at, At: at}
 	}
 	sweep, next, err := l.listSweep(ctx, lap)
+	if err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
+	subjects, err := l.listSubjects(ctx, sw.Subjects, l.cfg.SweepBatch)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -141,6 +144,12 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
 	}
+	// The subject records, a page a pass, round and round (subjects.go).
+	var nextSubject string
+	rep.Subjects, rep.RemovedSubjects, nextSubject, err = l.cleanSubjects(ctx, subjects, now, j.tally)
+	if err != nil {
+		return rep, fmt.Errorf("cleanup: subjects: %w", err)
+	}
 	j.tally.Fill(&rep)
 	// Capacity after the pass: the shards as every pass settles them, less the slots this
 	// pass released.
@@ -158,7 +167,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	case next != nil:
 		stop = next.At
 	}
-	if err := l.writeSweep(ctx, stop); err != nil {
+	if err := l.writeSweep(ctx, sweepData{After: stop, Subjects: nextSubject}); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	return rep, nil
@@ -245,25 +254,26 @@ func (l *Ledger) listSweep(ctx context.Context, c sweepCursor) ([]string, *sweep
 // time limit at every invocation still reaches every row in turn; from the first row when no
 // pass recorded a position. A damaged record starts from the first row: a sweep repeated is
 // harmless, one that never reaches some rows is not.
-func (l *Ledger) readSweep(ctx context.Context) (string, error) {
+func (l *Ledger) readSweep(ctx context.Context) (sweepData, error) {
 	o, err := l.s.get(ctx, sweepName)
 	if errors.Is(err, errNotFound) {
-		return "", nil
+		return sweepData{}, nil
 	}
 	if err != nil {
-		return "", err
+		return sweepData{}, err
 	}
 	var sw sweepData
 	if err := decode(l.s.key(sweepName), kindSweep, o.body, &sw); err != nil || strings.Contains(sw.After, "|") {
-		return "", nil
+		return sweepData{}, nil
 	}
-	return sw.After, nil
+	return sw, nil
 }
 
-// writeSweep records where the next pass with an empty cursor starts. A plain write: a late
-// copy of an older one only makes a later pass read some rows again.
-func (l *Ledger) writeSweep(ctx context.Context, after string) error {
-	body, _, err := l.encode(kindSweep, sweepData{After: after})
+// writeSweep records where the next pass with an empty cursor starts, and where the next pass
+// goes on judging subject records. A plain write: a late copy of an older one only makes a
+// later pass read some rows or records again.
+func (l *Ledger) writeSweep(ctx context.Context, sw sweepData) error {
+	body, _, err := l.encode(kindSweep, sw)
 	if err != nil {
 		return err
 	}

@@ -17,9 +17,11 @@ import (
 // keeps a void reservation at its key for as long as an admission's row write may wait on it
 // (only a void that says no slot was taken is removed), where format 3 removed every void a
 // request's life after it was voided: a format 3 build reading a format 4 object fails closed
-// ("written by format 4"), so no older cleaner removes a void that must stay. Objects of
-// formats 1 to 3 are read as they are.
-const FormatVersion = 4
+// ("written by format 4"), so no older cleaner removes a void that must stay. Format 5 adds
+// the subject records (subjects/<key>.json, subjects.go) and superseded rows: a format 4
+// build refuses their objects ("written by format 5") rather than take a superseded row for a
+// damaged one. Objects of formats 1 to 4 are read as they are.
+const FormatVersion = 5
 
 // maxObjectBytes bounds every object the ledger reads.
 const maxObjectBytes = 8 << 20
@@ -89,6 +91,7 @@ const (
 	kindBatch       = "cleanup-batch"
 	kindReservation = "reservation"
 	kindSweep       = "sweep-position"
+	kindSubject     = "subject"
 )
 
 type rootData struct {
@@ -168,6 +171,8 @@ type maintenanceData struct {
 // object's name without the rows prefix), or at the first row when After is empty.
 type sweepData struct {
 	After string `json:"after"`
+	// Subjects is the last subject record the previous pass judged (format 5).
+	Subjects string `json:"subjects,omitempty"`
 }
 
 type batchData struct {

@@ -144,7 +144,15 @@ func (h *harness) FailListings(n int) {
 }
 
 func (h *harness) DamageRow(ctx context.Context, key ledger.Key) error {
-	name := h.prefix + objstore.RowName(key)
+	return h.damage(ctx, h.prefix+objstore.RowName(key))
+}
+
+func (h *harness) DamageSubject(ctx context.Context, key ledger.SubjectKey) error {
+	return h.damage(ctx, h.prefix+objstore.SubjectName(key))
+}
+
+// damage flips a bit in the middle of the object, so that it no longer decodes.
+func (h *harness) damage(ctx context.Context, name string) error {
 	obj, err := minioRaw.GetObject(ctx, testBucket, name, minio.GetObjectOptions{})
 	if err != nil {
 		return err

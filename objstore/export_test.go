@@ -16,3 +16,6 @@ const RequestLife = DefaultRequestLife
 // RereadRootNextForTest makes the handle's next admission re-read the root, as it does once a
 // minute.
 func RereadRootNextForTest(l *Ledger) { l.hwRead.Store(-int64(hwRefresh)) }
+
+// SubjectName is the object name of a subject record, without the prefix.
+var SubjectName = subjectName

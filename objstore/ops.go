@@ -312,11 +312,12 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 	})
 }
 
-// finish prepares a row that just became done or abandoned: its index entry is written (before
-// the row, by the caller's write) and the report of a done row dropped. An abandoned row keeps
+// finish prepares a row that just became done, abandoned or superseded: its index entry is
+// written (before the row, by the caller's write) and the report of a done or superseded row
+// dropped. An abandoned row keeps
 // its report, so that Revive can publish it again.
 func (l *Ledger) finish(ctx context.Context, rd *rowData) error {
-	if rd.Row.State == ledger.StateDone {
+	if rd.Row.State == ledger.StateDone || rd.Row.State == ledger.StateSuperseded {
 		rd.Report = nil
 	}
 	if rd.Row.Permanent {
@@ -443,6 +444,9 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 			return st, err
 		}
 		st.CapacityUsed += sh.data.Used
+	}
+	if st.Subjects, err = l.countSubjects(ctx); err != nil {
+		return st, fmt.Errorf("stats: %w", err)
 	}
 	after := ""
 	for {

@@ -1,0 +1,218 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Subject records: subjects/<subject key>.json, one per commit and status context published to
+// (ledger.SubjectRecord decides every change), each changed by one conditional write as a row
+// is: created with If-None-Match, changed with If-Match on the version read, with a write token
+// to recognise a write whose answer was lost.
+//
+// A request held in flight cannot bring a forgotten record back: cleanup forgets a record only
+// a horizon of hours (at least the longest accepted signed age, plus an hour) after its newest
+// verdict, and a create (If-None-Match, sent only when no record existed) would have to have
+// been signed before the record it would replace was first created; a SigV4-signed request
+// lands within 15 minutes of its signing or never. A change (If-Match) lands only over the
+// version it was decided on.
+
+const subjectsPrefix = "subjects/"
+
+func subjectName(k ledger.SubjectKey) string { return subjectsPrefix + k.String() + ".json" }
+
+// readSubject reads a subject record fresh; exists is false when there is none.
+func (l *Ledger) readSubject(ctx context.Context, k ledger.SubjectKey) (rec ledger.SubjectRecord, o object, exists bool, err error) {
+	o, err = l.s.get(ctx, subjectName(k))
+	if errors.Is(err, errNotFound) {
+		return rec, o, false, nil
+	}
+	if err != nil {
+		return rec, o, false, err
+	}
+	name := l.s.key(subjectName(k))
+	if err := decode(name, kindSubject, o.body, &rec); err != nil {
+		return rec, o, false, err
+	}
+	if err := rec.Check(); err != nil {
+		return rec, o, false, fmt.Errorf("%s: %w", name, err)
+	}
+	if rec.Key != k {
+		return rec, o, false, fmt.Errorf("%w: %s holds subject %s", ledger.ErrCorrupt, name, rec.Key)
+	}
+	return rec, o, true, nil
+}
+
+// updateSubject runs fn on the subject record of k as an optimistic transaction: read fresh,
+// decide at the store's time of the answer, write with If-None-Match (a new record) or If-Match
+// (the version read); a write that loses is decided again.
+func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey,
+	fn func(rec *ledger.SubjectRecord, exists bool, now time.Time) (T, bool, error)) (T, error) {
+	var zero T
+	for attempt := 0; attempt < maxRetries; attempt++ {
+		rec, o, exists, err := l.readSubject(ctx, k)
+		if err != nil {
+			return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+		}
+		now := rec.Now(l.nowFor(nil), time.Time{})
+		out, write, err := fn(&rec, exists, now)
+		if err != nil || !write {
+			if err != nil {
+				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+			}
+			return out, nil
+		}
+		body, token, err := l.encode(kindSubject, rec)
+		if err != nil {
+			return zero, err
+		}
+		if _, err := l.s.put(ctx, subjectName(k), body, token, o.etag, !exists); err != nil {
+			if errors.Is(err, errRaced) {
+				continue
+			}
+			return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+		}
+		return out, nil
+	}
+	return zero, fmt.Errorf("%s %s: %w: %d conflicting writers in a row", op, k.Short(), ledger.ErrBusy, maxRetries)
+}
+
+// AcquireSubject implements ledger.Ledger.
+func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (ledger.SubjectGrant, error) {
+	if err := q.Validate(); err != nil {
+		return ledger.SubjectGrant{}, fmt.Errorf("acquire subject: %w", err)
+	}
+	horizon := l.cfg.Limits.SubjectHorizon()
+	return updateSubject(ctx, l, "acquire subject", q.Subject.Key(), func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, bool, error) {
+		if !exists {
+			*rec = ledger.NewSubjectRecord(q.Subject, now)
+		}
+		g, changed, err := rec.Acquire(q, horizon, now)
+		return g, changed && err == nil, err
+	})
+}
+
+// ReportSubject implements ledger.Ledger.
+func (l *Ledger) ReportSubject(ctx context.Context, g ledger.SubjectGrant, o ledger.PostOutcome) (ledger.SubjectGrant, error) {
+	return updateSubject(ctx, l, "report subject", g.Subject, func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, bool, error) {
+		if !exists {
+			return ledger.SubjectGrant{}, false, fmt.Errorf("%w: the subject's record is gone", ledger.ErrLeaseLost)
+		}
+		a, err := rec.Report(g, o, now)
+		return a, err == nil, err
+	})
+}
+
+// InspectSubject implements ledger.Ledger.
+func (l *Ledger) InspectSubject(ctx context.Context, k ledger.SubjectKey) (ledger.SubjectRecord, error) {
+	rec, _, exists, err := l.readSubject(ctx, k)
+	switch {
+	case err != nil:
+		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), err)
+	case !exists:
+		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), ledger.ErrUnknownSubject)
+	}
+	return rec, nil
+}
+
+// Supersede implements ledger.Ledger, written as Complete is: a superseded row keeps no report.
+func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
+	return l.update(ctx, "supersede", s.Lease.Key, func(rd *rowData, now time.Time) (bool, error) {
+		changed, err := rd.Row.Supersede(s, by, now)
+		if err != nil {
+			return changed && !rd.Row.State.Terminal(), err
+		}
+		if !changed {
+			return false, nil
+		}
+		if err := l.finish(ctx, rd); err != nil {
+			return false, err
+		}
+		return true, nil
+	})
+}
+
+// subjectPage is the page of subject records a cleanup pass judges: listed before the pass
+// removes anything (a listing that fails removes nothing), up to max after the one named
+// after (from the first when empty).
+type subjectPage struct {
+	names []string
+	more  bool
+}
+
+func (l *Ledger) listSubjects(ctx context.Context, after string, max int) (subjectPage, error) {
+	names, more, err := l.s.list(ctx, subjectsPrefix, after, max)
+	return subjectPage{names: names, more: more}, err
+}
+
+// cleanSubjects judges the page's subject records at now, and removes the removable ones by
+// the exact version judged (a write that lands after the judgement is a newer version, and
+// stays). It answers the counts, and where the next pass goes on ("" once the last record was
+// reached).
+func (l *Ledger) cleanSubjects(ctx context.Context, page subjectPage, now time.Time, tally *ledger.Tally) (kept, removed int, next string, err error) {
+	horizon := l.cfg.Limits.SubjectHorizon()
+	for _, name := range page.names {
+		k, err := ledger.ParseSubjectKey(strings.TrimSuffix(strings.TrimPrefix(name, subjectsPrefix), ".json"))
+		if err != nil {
+			continue
+		}
+		rec, o, exists, err := l.readSubject(ctx, k)
+		switch {
+		case errors.Is(err, ledger.ErrCorrupt):
+			tally.Damage(l.s.key(name), err)
+			kept++
+			continue
+		case err != nil:
+			return kept, removed, "", err
+		case !exists:
+			continue
+		}
+		var newest *ledger.Row
+		rd, _, err := l.getRow(ctx, rec.Newest.Key)
+		switch {
+		case err == nil:
+			newest = &rd.Row
+		case !errors.Is(err, ledger.ErrUnknownDelivery):
+			kept++ // its newest verdict's row cannot be read: kept, and the row reported by the sweep
+			continue
+		}
+		if !rec.Removable(now, horizon, newest) {
+			kept++
+			continue
+		}
+		latest, gone, err := l.s.removeVersion(ctx, name, o.version)
+		if err != nil {
+			return kept, removed, "", err
+		}
+		if latest || gone {
+			removed++
+		} else {
+			kept++ // changed since it was judged
+		}
+	}
+	if page.more && len(page.names) > 0 {
+		next = page.names[len(page.names)-1]
+	}
+	return kept, removed, next, nil
+}
+
+// countSubjects counts the subject records, for Stats.
+func (l *Ledger) countSubjects(ctx context.Context) (int64, error) {
+	var n int64
+	for after := ""; ; {
+		names, more, err := l.s.list(ctx, subjectsPrefix, after, 1000)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(names))
+		if !more || len(names) == 0 {
+			return n, nil
+		}
+		after = names[len(names)-1]
+	}
+}
