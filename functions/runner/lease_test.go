@@ -116,8 +116,10 @@ func TestPausedHolderHandsTheMessageBack(t *testing.T) {
 }
 
 // The publishing lease is lost while the provider call is in flight (A stalled past its lease) and
-// B claims Publish and posts. A's keeper sees the loss: A's provider call is cut (its context
-// ends), and does not go on to post the same status a second time.
+// B claims Publish and posts (once A's grant on the commit has ended and its post has settled:
+// B's loop moves the clock to each time it is told to come back). A's keeper sees the loss:
+// A's provider call is cut (its context ends), and does not go on to post the same status a
+// second time.
 func TestALostPublishingLeaseStopsThePost(t *testing.T) {
 	w := newWorld(t)
 	stageSaved(t, w, `{"state":"success","description":"ok","context":"amiss/verdict"}`)
@@ -137,8 +139,12 @@ func TestALostPublishingLeaseStopsThePost(t *testing.T) {
 			go func() {
 				defer close(bDone)
 				for i := 0; i < 200; i++ {
-					if res, err := b.Process(context.Background(), w.msg); err == nil && res.Done {
+					res, err := b.Process(context.Background(), w.msg)
+					if err == nil && res.Done {
 						return
+					}
+					if res.RetryAt.After(w.clock.Now()) {
+						w.clock.Set(res.RetryAt)
 					}
 					time.Sleep(5 * time.Millisecond)
 				}

@@ -277,6 +277,9 @@ func TestAnOlderPostInFlightWhenItsRunnerDiesIsOverwrittenByTheNewest(t *testing
 		return publishtest.Behavior{}
 	}
 	w := newCommitWorld(t, gh)
+	var letGo sync.Once
+	release := func() { letGo.Do(func() { close(land) }) }
+	t.Cleanup(release) // a failure below must not leave the held request (and the server) waiting
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
 	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
 	dying := &killable{Ledger: w.l}
@@ -300,7 +303,7 @@ func TestAnOlderPostInFlightWhenItsRunnerDiesIsOverwrittenByTheNewest(t *testing
 	if got, _ := gh.Latest(commitRepo, headSHA, statusCtx); got.State != "success" {
 		t.Fatalf("the newer verdict was not posted once the grant was over: %+v", got)
 	}
-	close(land) // the dead runner's post lands now, over the newer one
+	release() // the dead runner's post lands now, over the newer one
 	<-done
 	if got, _ := gh.Latest(commitRepo, headSHA, statusCtx); got.State != "failure" {
 		t.Fatalf("the scenario needs the late post to land last: %+v", got)
