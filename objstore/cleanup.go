@@ -640,3 +640,67 @@ func (l *Ledger) readBatch(ctx context.Context) (*batchData, string, error) {
 	}
 	return &b, o.etag, nil
 }
+
+// subjectPage is the page of subject records a cleanup pass judges: listed before the pass
+// removes anything (a listing that fails removes nothing), up to max after the one named
+// after (from the first when empty).
+type subjectPage struct {
+	names []string
+	more  bool
+}
+
+func (l *Ledger) listSubjects(ctx context.Context, after string, max int) (subjectPage, error) {
+	names, more, err := l.s.list(ctx, subjectsPrefix, after, max)
+	return subjectPage{names: names, more: more}, err
+}
+
+// cleanSubjects judges the page's subject records at now, and removes the removable ones by
+// the exact version judged (a write that lands after the judgement is a newer version, and
+// stays). It answers the counts, and where the next pass goes on ("" once the last record was
+// reached).
+func (l *Ledger) cleanSubjects(ctx context.Context, page subjectPage, now time.Time, tally *ledger.Tally) (kept, removed int, next string, err error) {
+	horizon := l.cfg.Limits.SubjectHorizon()
+	for _, name := range page.names {
+		k, err := ledger.ParseSubjectKey(strings.TrimSuffix(strings.TrimPrefix(name, subjectsPrefix), ".json"))
+		if err != nil {
+			continue
+		}
+		rec, o, exists, err := l.readSubject(ctx, k)
+		switch {
+		case errors.Is(err, ledger.ErrCorrupt):
+			tally.Damage(l.s.key(name), err)
+			kept++
+			continue
+		case err != nil:
+			return kept, removed, "", err
+		case !exists:
+			continue
+		}
+		var newest *ledger.Row
+		rd, _, err := l.getRow(ctx, rec.Newest.Key)
+		switch {
+		case err == nil:
+			newest = &rd.Row
+		case !errors.Is(err, ledger.ErrUnknownDelivery):
+			kept++ // its newest verdict's row cannot be read: kept, and the row reported by the sweep
+			continue
+		}
+		if !rec.Removable(now, horizon, newest) {
+			kept++
+			continue
+		}
+		latest, gone, err := l.s.removeVersion(ctx, name, o.version)
+		if err != nil {
+			return kept, removed, "", err
+		}
+		if latest || gone {
+			removed++
+		} else {
+			kept++ // changed since it was judged
+		}
+	}
+	if page.more && len(page.names) > 0 {
+		next = page.names[len(page.names)-1]
+	}
+	return kept, removed, next, nil
+}

@@ -53,6 +53,10 @@ type standIn struct {
 
 func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(r.URL.Path, "/")
+	if r.Method == http.MethodGet && len(parts) == 7 && parts[4] == "commits" && parts[6] == "status" {
+		s.combined(w, parts[5])
+		return
+	}
 	if r.Method != http.MethodPost || len(parts) != 6 || parts[1] != "repos" || parts[4] != "statuses" || r.Header.Get("Authorization") != "Bearer gh-token" {
 		http.Error(w, `{"message":"Not Found"}`, http.StatusNotFound)
 		return
@@ -77,6 +81,29 @@ func (s *standIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	fmt.Fprintf(w, `{"id":1,"state":%q,"context":"amiss/verdict"}`, "success")
+}
+
+// combined answers GitHub's combined status of a commit: the last status each context got
+// (a request held counts as applied: the provider has it).
+func (s *standIn) combined(w http.ResponseWriter, sha string) {
+	s.mu.Lock()
+	bodies := append([]string(nil), s.bodies[sha]...)
+	s.mu.Unlock()
+	latest := map[string]json.RawMessage{}
+	for _, b := range bodies {
+		var st struct {
+			Context string `json:"context"`
+		}
+		if json.Unmarshal([]byte(b), &st) == nil {
+			latest[st.Context] = json.RawMessage(b)
+		}
+	}
+	var statuses []json.RawMessage
+	for _, b := range latest {
+		statuses = append(statuses, b)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"state": "pending", "total_count": len(statuses), "statuses": statuses})
 }
 
 // child is amiss serve running in a child process.
@@ -180,7 +207,7 @@ routes:
     provider: github
     secrets: [{id: k, from: "env:HOOK_SECRET"}]
     repositories: ["acme/*"]
-    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/verdict}
+    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/verdict, timeout: 2s, settle: 2s}
 `), 0o600)
 	root := filepath.Join(dir, "root")
 	args := []string{"-config", cfg, "-root", root, "-listen", "127.0.0.1:0", "-workers", "2", "-lease", lease.String(),

@@ -108,7 +108,7 @@ routes:
     provider: github
     secrets: [{id: k, from: "env:HOOK_SECRET"}]
     repositories: ["acme/*"]
-    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/verdict}
+    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/verdict, timeout: 2s, settle: 2s}
 `), 0o600)
 	t.Setenv("HOOK_SECRET", "kill-test-secret")
 	t.Setenv("GH_TOKEN", "gh-token")

@@ -52,8 +52,10 @@ type combinedStatus struct {
 }
 
 // readCombined pages through a combined status (perPage contexts a page) for the context of
-// s, and compares its latest status with s, the description cut to cut characters.
-func (a *api) readCombined(ctx context.Context, pageURL func(page int) string, header map[string]string, s Status, cut int) (Standing, error) {
+// s, and compares its latest status with s, the description cut to cut characters. It stops at
+// the page that holds the context, a page short of perPage, or the provider's total count.
+func (a *api) readCombined(ctx context.Context, pageURL func(page int) string, header map[string]string, s Status, cut, perPage int) (Standing, error) {
+	seen := 0
 	for page := 1; page <= readPages; page++ {
 		_, body, err := a.do(ctx, jsonRequest(http.MethodGet, pageURL(page), nil, header))
 		if err != nil {
@@ -74,11 +76,12 @@ func (a *api) readCombined(ctx context.Context, pageURL func(page int) string, h
 			return standingOf(true, state == s.State && deref(st.Description) == cutRunes(s.Description, cut) &&
 				deref(st.TargetURL) == s.TargetURL), nil
 		}
-		if len(c.Statuses) == 0 {
-			break // past the last page
+		seen += len(c.Statuses)
+		if len(c.Statuses) < perPage || (c.TotalCount > 0 && seen >= c.TotalCount) {
+			return StandingNone, nil // the last page
 		}
 	}
-	return StandingNone, nil
+	return 0, &Error{Class: Transient, Err: fmt.Errorf("the combined status lists over %d pages of contexts without %q", readPages, s.Context)}
 }
 
 // Standing implements Publisher: GET {base}/repos/{owner}/{repo}/commits/{sha}/status, the
@@ -91,7 +94,7 @@ func (g *GitHub) Standing(ctx context.Context, s Status) (Standing, error) {
 	return g.readCombined(ctx, func(page int) string {
 		return fmt.Sprintf("%s/repos/%s/%s/commits/%s/status?per_page=100&page=%d", g.BaseURL, url.PathEscape(owner),
 			url.PathEscape(repo), url.PathEscape(s.SHA), page)
-	}, g.header(), s, githubDescription)
+	}, g.header(), s, githubDescription, 100)
 }
 
 func (g *GitHub) header() map[string]string {
@@ -107,7 +110,7 @@ func (g *Gitea) Standing(ctx context.Context, s Status) (Standing, error) {
 	return g.readCombined(ctx, func(page int) string {
 		return fmt.Sprintf("%s/api/v1/repos/%s/%s/commits/%s/status?limit=50&page=%d", g.BaseURL, url.PathEscape(owner),
 			url.PathEscape(repo), url.PathEscape(s.SHA), page)
-	}, map[string]string{"Authorization": "token " + g.Token}, s, otherDescription)
+	}, map[string]string{"Authorization": "token " + g.Token}, s, otherDescription, 50)
 }
 
 // The GitLab read-back reads the commit's statuses under the context's name 20 at a time

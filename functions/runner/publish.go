@@ -94,11 +94,14 @@ const (
 	defaultPublishTimeout     = 30 * time.Second
 	defaultPublishSettle      = time.Minute
 	defaultPublishConcurrency = 4
-	// holdMargin is what a grant to post lasts beyond its requests' time: it covers the time
-	// the grant takes to reach this runner and clocks of hosts (or store nodes) that disagree
-	// by less than 20 s, so that nobody takes the grant over while this runner may still be
-	// sending under it.
-	holdMargin = 30 * time.Second
+	// holdMargin is what a grant to post lasts beyond its requests' time: the time the grant
+	// takes to reach this runner, and clocks of hosts (or store nodes) that disagree by a few
+	// seconds, so that nobody takes the grant over while this runner may still be sending
+	// under it. Clocks further apart only make a takeover come early: the one who takes over
+	// counts the grant's post as unknown, and its own verdict is read back once that post has
+	// settled (the route's settle time after the grant's end), so the order holds while the
+	// clocks agree within the settle time.
+	holdMargin = 10 * time.Second
 )
 
 func (rt *Route) timeout() time.Duration    { return cmpOr(rt.Timeout, defaultPublishTimeout) }
