@@ -180,6 +180,7 @@ func printStats(out io.Writer, st ledger.Stats) {
 	if st.Damaged > 0 {
 		fmt.Fprintf(out, "  %-9s %d\n", "damaged", st.Damaged)
 	}
+	fmt.Fprintf(out, "subject records %d (one per commit and status context published to, forgotten once no verdict can land on it)\n", st.Subjects)
 	fmt.Fprintln(out, "retained rows by lifetime:")
 	for _, k := range ledger.Lifetimes {
 		fmt.Fprintf(out, "  %-9s %d  %s\n", k, st.ByLifetime[k], lifetimeNote[k])

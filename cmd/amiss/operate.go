@@ -25,7 +25,7 @@ import (
 func runList(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("ledger list", flag.ContinueOnError)
 	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
-	stateName := fs.String("state", "", "only rows in this state: pending, running, saved, done or abandoned")
+	stateName := fs.String("state", "", "only rows in this state: pending, running, saved, done, abandoned or superseded")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -35,7 +35,7 @@ func runList(ctx context.Context, args []string, out, errOut io.Writer) error {
 	var state ledger.State
 	if *stateName != "" {
 		if err := state.UnmarshalText([]byte(*stateName)); err != nil {
-			return fmt.Errorf("%w: -state %q: want pending, running, saved, done or abandoned", errUsage, *stateName)
+			return fmt.Errorf("%w: -state %q: want pending, running, saved, done, abandoned or superseded", errUsage, *stateName)
 		}
 	}
 	l, err := openRoot(ctx, *root, false)
@@ -85,6 +85,8 @@ func verdictOf(ctx context.Context, l ledger.Ledger, row ledger.Row) inspected {
 		out.VerdictNote = fmt.Sprintf("the frozen report is not JSON: %q", b)
 	case row.State == ledger.StateDone:
 		out.VerdictNote = "published; the ledger drops a report once its row is done"
+	case row.State == ledger.StateSuperseded:
+		out.VerdictNote = "never posted: a newer verdict on the same commit and status context (superseded_by) was recorded first; the ledger drops the report of a superseded row"
 	default:
 		out.VerdictNote = err.Error()
 	}

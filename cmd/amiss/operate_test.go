@@ -192,3 +192,64 @@ func TestListInspectRepublishOnAFileRoot(t *testing.T) {
 		t.Fatalf("republish of a done row: %v", err)
 	}
 }
+
+// A verdict superseded by a newer one on the same commit and context is shown as such: list
+// names the newer verdict, inspect says why it was never posted, stats counts it and the
+// subject record.
+func TestASupersededRowIsShownWithTheVerdictThatSupersededIt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	ctx := context.Background()
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: ledger.DefaultLimits(), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &refusing{fixed: true}
+	r := &runner.Runner{Ledger: l, Owner: "t", Lease: time.Minute, Routes: func(context.Context, string) (*runner.Route, error) {
+		return &runner.Route{Evaluator: constant{State: "success", Description: "ok"}, Publisher: p, Context: "amiss/verdict"}, nil
+	}}
+	s, _ := json.Marshal(subject.Subject{Repository: "acme/app", SHA: fmt.Sprintf("%040x", 7), Event: "pull_request",
+		Pull: &subject.Pull{Number: 1, Title: "t", TargetBranch: "main"}})
+	var keys []ledger.Key
+	for i, at := range []time.Time{time.Now().Add(-time.Minute), time.Now().Add(-2 * time.Minute)} { // the newer first
+		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: fmt.Sprint(i)}, Subject: s, BodyAt: at}
+		if _, err := l.Admit(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := r.Process(ctx, queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}); err != nil || !res.Done {
+			t.Fatalf("delivery %d: %+v %v", i, res, err)
+		}
+		keys = append(keys, d.Key())
+	}
+	l.Close()
+	newer, older := keys[0], keys[1]
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"ledger", "list", "-root", dir, "-state", "superseded"}, &out, &errOut); err != nil {
+		t.Fatalf("list: %v %s", err, errOut.String())
+	}
+	if line := strings.TrimSpace(out.String()); !strings.HasPrefix(line, older.String()+"\tsuperseded\t") || !strings.Contains(line, "superseded by "+newer.String()) {
+		t.Fatalf("list -state superseded:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"ledger", "inspect", "-root", dir, older.String()}, &out, &errOut); err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	var row struct {
+		State        string `json:"state"`
+		SupersededBy string `json:"superseded_by"`
+		VerdictNote  string `json:"verdict_note"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &row); err != nil || row.State != "superseded" || row.SupersededBy != newer.String() ||
+		!strings.Contains(row.VerdictNote, "never posted") {
+		t.Fatalf("inspect: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"ledger", "stats", "-root", dir}, &out, &errOut); err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if !strings.Contains(out.String(), "superseded 1") || !strings.Contains(out.String(), "subject records 1") {
+		t.Fatalf("stats:\n%s", out.String())
+	}
+	if len(p.posted) != 1 || p.posted[0].State != "success" {
+		t.Fatalf("posted %+v: want the newer verdict once", p.posted)
+	}
+}
