@@ -8,15 +8,20 @@ import (
 // gates bound the requests one runner process has in flight to each publishing destination
 // (a provider's API at one base URL), and to each repository there: a provider that answers
 // slowly holds at most that many requests, and no worker waits for room. A delivery that finds
-// none is handed back to come again when the earliest request in flight will have ended.
+// none is handed back to come again a moment later (gateRetry): requests in flight usually end
+// long before the deadline they are bounded by.
 type gates struct {
 	mu     sync.Mutex
 	flight map[string][]time.Time // destination, and destination + repository: each request's end
 }
 
+// gateRetry is how long a delivery that found no room waits before it tries again.
+const gateRetry = time.Second
+
 // enter takes room for a request to destination and repo, allowed limit requests at once
 // (and half of them, at least one, for one repository), that ends by end. It answers the
-// function that gives the room back, or nil and how long until a request in flight ends.
+// function that gives the room back, or nil and how long to wait before trying again: a
+// moment, or until the earliest request in flight has surely ended if that is sooner.
 func (g *gates) enter(destination, repo string, limit int, now, end time.Time) (func(), time.Duration) {
 	perRepo := max(limit/2, 1)
 	keys := [2]string{destination, destination + "\x00" + repo}
@@ -33,7 +38,7 @@ func (g *gates) enter(destination, repo string, limit int, now, end time.Time) (
 					first = e
 				}
 			}
-			return nil, max(first.Sub(now), 100*time.Millisecond)
+			return nil, min(max(first.Sub(now), 100*time.Millisecond), gateRetry)
 		}
 	}
 	for _, k := range keys {

@@ -336,3 +336,102 @@ func TestASlowStatusAPICreatesOneStatusPerVerdict(t *testing.T) {
 		t.Fatalf("the older verdict, posted before the newer existed: %v", r.State)
 	}
 }
+
+// A provider that holds one repository's POSTs does not hold the workers other deliveries need:
+// with two requests allowed in flight to the API (at most one for one repository), amiss serve's
+// four workers publish every delivery of another repository while the slow repository's
+// requests are still held, and no more of those than allowed are ever in flight at once.
+func TestASlowRepositoryDoesNotHoldTheWorkersOtherDeliveriesNeed(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	release := make(chan struct{})
+	var letGo sync.Once
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+		if s.Repository != "acme/slow" {
+			return publishtest.Behavior{}
+		}
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return publishtest.Behavior{}
+	}
+	w := newCommitWorld(t, gh)
+	t.Cleanup(func() { letGo.Do(func() { close(release) }) })
+	q := queue.NewLocalOn(w.clock)
+	admit := func(repo string, n int) []queue.Message {
+		var out []queue.Message
+		for i := range n {
+			s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: repo, SHA: fmt.Sprintf("%040x", i+1), Event: subject.Push})
+			body := []byte(repo + fmt.Sprint(i))
+			d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: string(body),
+				BodyDigest: ledger.SumBody(body)}, Subject: s}
+			if _, err := w.l.Admit(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			m := queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
+			q.Send(context.Background(), m)
+			out = append(out, m)
+		}
+		return out
+	}
+	slow := admit("acme/slow", 6)
+	fast := admit("acme/fast", 4)
+	r := w.runner("a", nil, 10*time.Second)
+	routes := r.Routes
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		rt, err := routes(ctx, name)
+		if rt != nil {
+			rt.Concurrency = 2
+		}
+		return rt, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // the ledger's clock keeps time, as a server's does
+		for tick := time.NewTicker(10 * time.Millisecond); ctx.Err() == nil; <-tick.C {
+			w.clock.Advance(10 * time.Millisecond)
+		}
+	}()
+	stopped := make(chan struct{})
+	go func() { (&runner.Local{Runner: r, Queue: q}).Run(ctx, 4); close(stopped) }()
+	done := func(ms []queue.Message) int {
+		n := 0
+		for _, m := range ms {
+			if w.row(m).State == ledger.StateDone {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); done(fast) < len(fast); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d deliveries of another repository published while the slow one's requests are held", done(fast), len(fast))
+		}
+	}
+	mu.Lock()
+	held := inFlight
+	mu.Unlock()
+	if held != 1 || done(slow) != 0 {
+		t.Fatalf("the slow repository has %d requests in flight and %d deliveries done, want 1 held and none done", held, done(slow))
+	}
+	letGo.Do(func() { close(release) })
+	for deadline := time.Now().Add(30 * time.Second); done(slow) < len(slow); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d slow deliveries published once the provider answered", done(slow), len(slow))
+		}
+	}
+	cancel()
+	q.Close()
+	<-stopped
+	if most != 1 {
+		t.Fatalf("%d requests for one repository were in flight at once, the route allows 1", most)
+	}
+	if n := gh.Posts(); n != len(slow)+len(fast) {
+		t.Fatalf("%d POSTs for %d verdicts", n, len(slow)+len(fast))
+	}
+}
