@@ -172,12 +172,23 @@ func (o SubjectOutcome) String() string {
 	return fmt.Sprintf("SubjectOutcome(%d)", int(o))
 }
 
+// Verdict names one verdict: a delivery's key and its row's evaluation (a key forgotten and
+// admitted again is another verdict).
+type Verdict struct {
+	Key        Key    `json:"key"`
+	Evaluation string `json:"evaluation"`
+}
+
+// IsZero reports whether v names no verdict.
+func (v Verdict) IsZero() bool { return v == Verdict{} }
+
 // SubjectGrant is the subject record's answer.
 type SubjectGrant struct {
 	Outcome SubjectOutcome
 	Subject SubjectKey
-	// Order is the verdict the request was for.
-	Order Order
+	// Order and Evaluation are the verdict the request was for.
+	Order      Order
+	Evaluation string
 	// Fence is the grant's fence (SubjectPost); ReportSubject checks it.
 	Fence uint64
 	// ReadBack (SubjectPost): a post of this verdict may already stand, or the verdict is
@@ -241,15 +252,15 @@ type SubjectRecord struct {
 	NewestEvaluation string `json:"newest_evaluation"`
 	// Holder is the verdict allowed to post (zero: none), under Fence, from HolderSince until
 	// HolderUntil; HolderSettle is its route's settle time.
-	Holder       Key           `json:"holder,omitzero"`
+	Holder       Verdict       `json:"holder,omitzero"`
 	Fence        uint64        `json:"fence"`
 	HolderSince  time.Time     `json:"holder_since,omitzero"`
 	HolderUntil  time.Time     `json:"holder_until,omitzero"`
 	HolderSettle time.Duration `json:"holder_settle,omitempty"`
 	// Posted is the last verdict whose post may have reached the provider; Stands is the
 	// verdict known to stand (zero: not known).
-	Posted Key `json:"posted,omitzero"`
-	Stands Key `json:"stands,omitzero"`
+	Posted Verdict `json:"posted,omitzero"`
+	Stands Verdict `json:"stands,omitzero"`
 	// SettleUntil is when every post whose outcome is unknown has been applied or dropped.
 	SettleUntil time.Time `json:"settle_until,omitzero"`
 	CreatedAt   time.Time `json:"created_at"`
@@ -278,7 +289,7 @@ func (r *SubjectRecord) endHold(until time.Time, known bool) {
 		r.Posted = r.Holder
 		r.SettleUntil = MaxTime(r.SettleUntil, until.Add(r.HolderSettle))
 	}
-	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = Key{}, time.Time{}, time.Time{}, 0
+	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = Verdict{}, time.Time{}, time.Time{}, 0
 }
 
 // Acquire decides a request to post at now. horizon is the ledger's SubjectHorizon. It
@@ -291,13 +302,10 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	if q.Subject.Key() != r.Key {
 		return SubjectGrant{}, false, fmt.Errorf("%w: request for subject %s, record %s", ErrInvalid, q.Subject.Key().Short(), r.Key.Short())
 	}
-	g := SubjectGrant{Subject: r.Key, Order: q.Order, Decided: now}
+	g := SubjectGrant{Subject: r.Key, Order: q.Order, Evaluation: q.EvaluationID, Decided: now}
+	v := Verdict{Key: q.Order.Key, Evaluation: q.EvaluationID}
 	fresh := r.Newest.Key.IsZero()
-	switch {
-	case !fresh && q.Order.Key == r.Newest.Key && q.EvaluationID != r.NewestEvaluation:
-		return SubjectGrant{}, false, fmt.Errorf("%w: verdict %s of evaluation %s, record holds evaluation %s",
-			ErrInvalid, q.Order.Key.Short(), q.EvaluationID, r.NewestEvaluation)
-	case !fresh && q.Order.Before(r.Newest):
+	if !fresh && q.Order.Before(r.Newest) {
 		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
 		return g, false, nil
 	}
@@ -316,24 +324,24 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 		r.endHold(r.HolderUntil, false)
 		changed = true
 	}
-	if r.Stands == q.Order.Key && !now.Before(r.SettleUntil) {
+	if r.Stands == v && !now.Before(r.SettleUntil) {
 		g.Outcome = SubjectStanding
 		return g, r.touch(changed, now), nil
 	}
-	if r.Posted == q.Order.Key && now.Before(r.SettleUntil) {
+	if r.Posted == v && now.Before(r.SettleUntil) {
 		// A post of this verdict may still land: reading back before then could miss it and
 		// post it twice.
 		g.Outcome, g.RetryAt = SubjectWait, r.SettleUntil
 		return g, r.touch(changed, now), nil
 	}
 	r.Fence++
-	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = q.Order.Key, now, now.Add(q.HoldFor), q.Settle
-	if r.Stands != q.Order.Key {
-		r.Stands = Key{} // what stands is in flux until this grant reports
+	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = v, now, now.Add(q.HoldFor), q.Settle
+	if r.Stands != v {
+		r.Stands = Verdict{} // what stands is in flux until this grant reports
 	}
 	g.Outcome, g.Fence = SubjectPost, r.Fence
 	g.Late = fresh && now.After(q.Order.At().Add(horizon))
-	g.ReadBack = g.Late || r.Posted == q.Order.Key
+	g.ReadBack = g.Late || r.Posted == v
 	return g, r.touch(true, now), nil
 }
 
@@ -354,21 +362,22 @@ func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (Su
 	if g.Outcome != SubjectPost || g.Subject != r.Key {
 		return SubjectGrant{}, fmt.Errorf("%w: a report needs a grant to post on this subject", ErrInvalid)
 	}
-	if g.Fence != r.Fence || r.Holder != g.Order.Key {
+	v := Verdict{Key: g.Order.Key, Evaluation: g.Evaluation}
+	if g.Fence != r.Fence || r.Holder != v {
 		return SubjectGrant{}, fmt.Errorf("%w: grant %d of subject %s is not the record's (fence %d)", ErrLeaseLost,
 			g.Fence, r.Key.Short(), r.Fence)
 	}
 	since := r.HolderSince
-	out := SubjectGrant{Subject: r.Key, Order: g.Order, Decided: now}
+	out := SubjectGrant{Subject: r.Key, Order: g.Order, Evaluation: g.Evaluation, Decided: now}
 	switch o {
 	case PostApplied:
-		r.Posted = g.Order.Key
+		r.Posted = v
 		r.endHold(now, true)
 		if since.Before(r.SettleUntil) {
 			// Posted while an older post could still land over it: confirm it once that is over.
 			out.Outcome, out.RetryAt = SubjectConfirm, r.SettleUntil
 		} else {
-			r.Stands = g.Order.Key
+			r.Stands = v
 			out.Outcome = SubjectStanding
 		}
 	case PostUnknown:

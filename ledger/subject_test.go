@@ -102,8 +102,8 @@ func TestANewerVerdictWaitsForAnOlderOneMidPost(t *testing.T) {
 	acquire(t, &r, older, subjT0.Add(3*time.Second), SubjectSuperseded)
 	g = acquire(t, &r, newer, subjT0.Add(3*time.Second), SubjectPost)
 	report(t, &r, g, PostApplied, subjT0.Add(4*time.Second), SubjectStanding)
-	if r.Stands != newer.Order.Key {
-		t.Fatalf("stands %s, want the newer verdict", r.Stands.Short())
+	if r.Stands.Key != newer.Order.Key {
+		t.Fatalf("stands %s, want the newer verdict", r.Stands.Key.Short())
 	}
 }
 
@@ -140,8 +140,8 @@ func TestAGrantThatEndsWithoutAReportCountsAsUnknown(t *testing.T) {
 	end := subjT0.Add(holdFor)
 	acquire(t, &r, newer, end.Add(-time.Nanosecond), SubjectWait)
 	g := acquire(t, &r, newer, end, SubjectPost)
-	if want := end.Add(settleFor); !r.SettleUntil.Equal(want) || r.Posted != older.Order.Key {
-		t.Fatalf("settle until +%v posted %s, want +%v and the killed verdict", r.SettleUntil.Sub(subjT0), r.Posted.Short(), want.Sub(subjT0))
+	if want := end.Add(settleFor); !r.SettleUntil.Equal(want) || r.Posted.Key != older.Order.Key {
+		t.Fatalf("settle until +%v posted %s, want +%v and the killed verdict", r.SettleUntil.Sub(subjT0), r.Posted.Key.Short(), want.Sub(subjT0))
 	}
 	if _, err := r.Report(stale, PostApplied, end); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a report under a grant taken over: %v, want ErrLeaseLost", err)
@@ -249,14 +249,29 @@ func TestASubjectRequestIsChecked(t *testing.T) {
 		}
 	}
 	acquire(t, &r, v, subjT0, SubjectPost)
-	other := v
-	other.EvaluationID = "eval-other"
-	if _, _, err := r.Acquire(other, horizon, subjT0); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("the newest verdict's key with another evaluation: %v, want ErrInvalid", err)
-	}
 	if err := r.Check(); err != nil {
 		t.Fatalf("check: %v", err)
 	}
+}
+
+// A key forgotten and admitted again is another verdict (a new evaluation, admitted later):
+// it is posted, whatever its key's earlier verdict did.
+func TestAKeyAdmittedAgainIsANewVerdict(t *testing.T) {
+	r := NewSubjectRecord(testSubj, subjT0)
+	first := verdict(1, time.Time{})
+	g := acquire(t, &r, first, subjT0, SubjectPost)
+	report(t, &r, g, PostApplied, subjT0.Add(time.Second), SubjectStanding)
+	again := first
+	again.EvaluationID, again.Order.AdmittedAt = "eval-again", subjT0.Add(time.Hour)
+	g = acquire(t, &r, again, subjT0.Add(time.Hour), SubjectPost)
+	if g.ReadBack {
+		t.Fatal("the new verdict is asked to read back the old one's post")
+	}
+	report(t, &r, g, PostApplied, subjT0.Add(time.Hour+time.Second), SubjectStanding)
+	if r.Stands != (Verdict{Key: again.Order.Key, Evaluation: "eval-again"}) {
+		t.Fatalf("stands %+v", r.Stands)
+	}
+	acquire(t, &r, first, subjT0.Add(2*time.Hour), SubjectSuperseded)
 }
 
 // TestTheNewestVerdictStandsLastWhateverTheInterleaving drives the subject record with
@@ -414,8 +429,8 @@ func simulateSubject(seed uint64) error {
 	if got := standing(); got != newest.Key {
 		return fmt.Errorf("last status applied is %s's, want the newest verdict %s's (%d landings)", got.Short(), newest.Key.Short(), len(landed))
 	}
-	if r.Stands != newest.Key {
-		return fmt.Errorf("record says %s stands, want %s", r.Stands.Short(), newest.Key.Short())
+	if r.Stands.Key != newest.Key {
+		return fmt.Errorf("record says %s stands, want %s", r.Stands.Key.Short(), newest.Key.Short())
 	}
 	return nil
 }

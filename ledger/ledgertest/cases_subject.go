@@ -102,8 +102,8 @@ func caseSubjectOlderVerdictIsSupersededByANewerOne(e *env) {
 	_, err = e.l.Revive(e.ctx, dOld.Key(), "")
 	wantErr(e.t, "revive of a superseded row", err, ledger.ErrInvalid)
 	rec := e.subjectRecord(s)
-	if rec.Newest.Key != dNew.Key() || rec.Stands != dNew.Key() || !rec.Holder.IsZero() {
-		e.t.Fatalf("subject record: newest %s stands %s holder %s", rec.Newest.Key.Short(), rec.Stands.Short(), rec.Holder.Short())
+	if rec.Newest.Key != dNew.Key() || rec.Stands.Key != dNew.Key() || !rec.Holder.IsZero() {
+		e.t.Fatalf("subject record: newest %s stands %s holder %s", rec.Newest.Key.Short(), rec.Stands.Key.Short(), rec.Holder.Key.Short())
 	}
 	st := e.stats()
 	if st.ByState[ledger.StateSuperseded] != 1 || st.ByState[ledger.StateDone] != 1 || st.Subjects != 1 {
@@ -177,8 +177,8 @@ func caseSubjectGrantsOnePosterAtATime(e *env) {
 		}
 		e.clock.Set(g.RetryAt)
 	}
-	if rec := e.subjectRecord(s); rec.Stands != newest.Order.Key {
-		e.t.Fatalf("stands %s, want the newest", rec.Stands.Short())
+	if rec := e.subjectRecord(s); rec.Stands.Key != newest.Order.Key {
+		e.t.Fatalf("stands %s, want the newest", rec.Stands.Key.Short())
 	}
 	for i := range n - 1 {
 		e.acquireSubject(e.subjectRequest(s, staged[i]), ledger.SubjectSuperseded)
@@ -197,9 +197,9 @@ func caseSubjectReportUnderATakenOverGrantIsLost(e *env) {
 	_, err := e.l.ReportSubject(e.ctx, stale, ledger.PostApplied)
 	wantErr(e.t, "report under a taken-over grant", err, ledger.ErrLeaseLost)
 	rec := e.subjectRecord(s)
-	if rec.Posted != older.Lease.Key || rec.SettleUntil.Before(stale.Decided.Add(subjectHold+subjectSettle)) {
+	if rec.Posted.Key != older.Lease.Key || rec.SettleUntil.Before(stale.Decided.Add(subjectHold+subjectSettle)) {
 		e.t.Fatalf("taken-over grant: posted %s, settle until %v; want the older verdict and its grant's end plus the settle time",
-			rec.Posted.Short(), rec.SettleUntil)
+			rec.Posted.Key.Short(), rec.SettleUntil)
 	}
 }
 

@@ -18,13 +18,16 @@ type subjectModel struct {
 	NewestKey          ledger.Key
 	NewestAt, NewestIn int64 // the newest verdict's order: its time, and its admission
 	Fence              uint64
-	Holder             ledger.Key
+	Holder             ledger.Verdict
 	HolderLo, HolderHi int64
-	Stands             ledger.Key
+	Stands             ledger.Verdict
 }
 
+// verdict is the verdict a subject call is for: its key and its evaluation.
+func (o Op) verdict() ledger.Verdict { return ledger.Verdict{Key: o.Key, Evaluation: o.Eval} }
+
 func (s subjectModel) String() string {
-	return fmt.Sprintf("newest %s fence %d holder %s stands %s", s.NewestKey.Short(), s.Fence, s.Holder.Short(), s.Stands.Short())
+	return fmt.Sprintf("newest %s fence %d holder %s stands %s", s.NewestKey.Short(), s.Fence, s.Holder.Key.Short(), s.Stands.Key.Short())
 }
 
 func subjectStates(ss ...subjectModel) []interface{} {
@@ -61,9 +64,9 @@ func (s subjectModel) recorded(o Op) subjectModel {
 // granted is s after a grant to o's verdict under fence, ending within [lo, hi].
 func (s subjectModel) granted(o Op, fence uint64, lo, hi int64) subjectModel {
 	s = s.recorded(o)
-	s.Fence, s.Holder, s.HolderLo, s.HolderHi = fence, o.Key, lo, hi
-	if s.Stands != o.Key {
-		s.Stands = ledger.Key{}
+	s.Fence, s.Holder, s.HolderLo, s.HolderHi = fence, o.verdict(), lo, hi
+	if s.Stands != o.verdict() {
+		s.Stands = ledger.Verdict{}
 	}
 	return s
 }
@@ -85,12 +88,12 @@ func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
 				}
 			}
 		case OpReportSubject:
-			if s.Fence == o.Fence && s.Holder == o.Key {
+			if s.Fence == o.Fence && s.Holder == o.verdict() {
 				n := s
-				n.Holder, n.HolderLo, n.HolderHi = ledger.Key{}, 0, 0
+				n.Holder, n.HolderLo, n.HolderHi = ledger.Verdict{}, 0, 0
 				out = append(out, n)
 				if o.Post == ledger.PostApplied.String() {
-					n.Stands = o.Key
+					n.Stands = o.verdict()
 					out = append(out, n)
 				}
 			}
@@ -116,13 +119,13 @@ func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
 				return []subjectModel{s.recorded(o)}
 			}
 		case ledger.SubjectStanding.String():
-			if !s.superseded(o) && s.Stands == o.Key {
+			if !s.superseded(o) && s.Stands == o.verdict() {
 				return []subjectModel{s.recorded(o)}
 			}
 		}
 		return nil
 	case OpReportSubject:
-		mine := s.Fence == o.Fence && s.Holder == o.Key
+		mine := s.Fence == o.Fence && s.Holder == o.verdict()
 		if o.Err == ErrClassLeaseLost {
 			return ifSubject(!mine, s)
 		}
@@ -130,13 +133,13 @@ func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
 			return nil
 		}
 		n := s
-		n.Holder, n.HolderLo, n.HolderHi = ledger.Key{}, 0, 0
+		n.Holder, n.HolderLo, n.HolderHi = ledger.Verdict{}, 0, 0
 		switch o.Outcome {
 		case ledger.SubjectStanding.String():
 			if o.Post != ledger.PostApplied.String() {
 				return nil
 			}
-			n.Stands = o.Key
+			n.Stands = o.verdict()
 		case ledger.SubjectConfirm.String():
 			if o.Post != ledger.PostApplied.String() {
 				return nil
