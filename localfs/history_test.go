@@ -331,13 +331,9 @@ func multiProcessHistory(t *testing.T, cfg ledgertest.HistoryConfig, seed uint64
 	removed, st := ledgertest.FinishHistory(t, ctx, env, cfg.Workers+1)
 	ops = append(ops, sink.ops...)
 	ledgertest.CheckHistory(t, ops, ledgertest.HistoryLimits(), 0)
-	unknown := 0
-	for _, o := range ops {
-		if o.Unknown {
-			unknown++
-		}
-	}
-	return ledgertest.HistoryStats{Ops: len(ops), Unknown: unknown, Reopens: killed, Removed: removed, Rows: int(st.Rows)}
+	out := ledgertest.HistoryStats{Ops: len(ops), Reopens: killed, Removed: removed, Rows: int(st.Rows)}
+	out.CountOps(ops)
+	return out
 }
 
 type memOpSink struct {

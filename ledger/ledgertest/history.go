@@ -57,6 +57,9 @@ type HistoryStats struct {
 	// StoreSteps counts the steps of the store's nodes' clocks (HistoryConfig.StoreSkew), and
 	// HeldAcrossSteps the requests held in flight while one was made (Faults[HeldAcrossStep]).
 	StoreSteps, HeldAcrossSteps int
+	// SubjectCalls counts the calls on subject records, Posts the statuses posted under their
+	// grants, and Superseded the verdicts a newer one superseded.
+	SubjectCalls, Posts, Superseded int
 }
 
 // HeldAcrossStep is the kind under which a harness counts, in Harness.Faults, the requests it
@@ -86,8 +89,8 @@ func (s HistoryStats) String() string {
 		total += c
 	}
 	sort.Strings(names)
-	return fmt.Sprintf("%d histories, %d operations checked (%d with unknown outcome), %d faults injected %v, %d handles reopened after a fault, %d rows removed by cleanup, %d rows at the end, %d steps of a store node's clock, %d held requests spanned one",
-		s.Histories, s.Ops, s.Unknown, total, names, s.Reopens, s.Removed, s.Rows, s.StoreSteps, s.HeldAcrossSteps)
+	return fmt.Sprintf("%d histories, %d operations checked (%d with unknown outcome), %d faults injected %v, %d handles reopened after a fault, %d rows removed by cleanup, %d rows at the end, %d steps of a store node's clock, %d held requests spanned one, %d subject calls, %d posts, %d verdicts superseded",
+		s.Histories, s.Ops, s.Unknown, total, names, s.Reopens, s.Removed, s.Rows, s.StoreSteps, s.HeldAcrossSteps, s.SubjectCalls, s.Posts, s.Superseded)
 }
 
 // HistoryLimits are the limits history stores are created with: short windows, so that a
@@ -135,6 +138,9 @@ func (s *HistoryStats) add(o HistoryStats) {
 	s.Rows += o.Rows
 	s.StoreSteps += o.StoreSteps
 	s.HeldAcrossSteps += o.HeldAcrossSteps
+	s.SubjectCalls += o.SubjectCalls
+	s.Posts += o.Posts
+	s.Superseded += o.Superseded
 	if s.Faults == nil {
 		s.Faults = map[string]int{}
 	}
@@ -193,15 +199,29 @@ func runHistory(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryS
 	removed, st := FinishHistory(t, ctx, env, cfg.Workers+1)
 	ops := sink.ops
 	CheckHistory(t, ops, HistoryLimits(), h.Resolution())
-	unknown := 0
+	faults := h.Faults()
+	out := HistoryStats{Ops: len(ops), Reopens: int(reopens.Load()), Removed: removed,
+		Rows: int(st.Rows), Faults: faults, StoreSteps: int(env.nodeSteps.Load()), HeldAcrossSteps: faults[HeldAcrossStep]}
+	out.CountOps(ops)
+	return out
+}
+
+// CountOps counts, in ops, the calls of unknown outcome and the subject calls, posts and
+// verdicts superseded.
+func (s *HistoryStats) CountOps(ops []Op) {
 	for _, o := range ops {
-		if o.Unknown {
-			unknown++
+		switch {
+		case o.Unknown:
+			s.Unknown++
+		case o.Kind == OpPost:
+			s.Posts++
+		case o.Kind == OpSupersede && o.Err == "":
+			s.Superseded++
+		}
+		if o.Kind == OpAcquireSubject || o.Kind == OpReportSubject {
+			s.SubjectCalls++
 		}
 	}
-	faults := h.Faults()
-	return HistoryStats{Ops: len(ops), Unknown: unknown, Reopens: int(reopens.Load()), Removed: removed,
-		Rows: int(st.Rows), Faults: faults, StoreSteps: int(env.nodeSteps.Load()), HeldAcrossSteps: faults[HeldAcrossStep]}
 }
 
 // HistoryWorld is what every caller of one history shares, across goroutines or processes: a
@@ -810,9 +830,118 @@ func (k *worker) publish(ctx context.Context, id int, s *ledger.Staged) error {
 			}
 			return err
 		})
-	default:
+	case p < 0.32:
 		_, err = c.call(o, func(*Op) error { return c.l.Complete(ctx, *s) })
+	default:
+		return k.publishInOrder(ctx, id, s)
 	}
+	return unknownOnly(err)
+}
+
+// The history's deliveries publish to a few subjects, so that the verdicts of several meet on
+// one; each post is made under the subject record's grant, to a provider the history keeps as
+// posts (OpPost) in its real-time order.
+const (
+	historySubjects = 3
+	historyHold     = 8 * time.Second
+	historySettle   = 4 * time.Second
+)
+
+func historySubject(id int) ledger.Subject {
+	return ledger.Subject{Publisher: "history", Repository: "acme/app", SHA: fmt.Sprintf("%040d", id%historySubjects),
+		Context: "amiss/history"}
+}
+
+func subjectOp(kind OpKind, q ledger.SubjectRequest) Op {
+	o := Op{Kind: kind, Subject: q.Subject.Key(), Key: q.Order.Key, Eval: q.EvaluationID, AdmittedAt: q.Order.AdmittedAt.UnixNano(),
+		HoldFor: q.HoldFor}
+	if !q.Order.EventAt.IsZero() {
+		o.EventAt = q.Order.EventAt.UnixNano()
+	}
+	return o
+}
+
+// publishInOrder publishes the saved verdict s of identity id as the runner does: it asks the
+// subject's record, posts under the grant (or stops as a killed runner would, or is refused),
+// reports, and ends the row as the record answers.
+func (k *worker) publishInOrder(ctx context.Context, id int, s *ledger.Staged) error {
+	c := k.c
+	q := ledger.SubjectRequest{Subject: historySubject(id), Order: s.Lease.Order(), EvaluationID: s.Lease.EvaluationID,
+		HoldFor: historyHold, Settle: historySettle}
+	var g ledger.SubjectGrant
+	_, err := c.call(subjectOp(OpAcquireSubject, q), func(o *Op) error {
+		var err error
+		if g, err = c.l.AcquireSubject(ctx, q); err == nil {
+			o.Outcome, o.OutFence, o.By = g.Outcome.String(), g.Fence, g.By
+		}
+		return err
+	})
+	if err != nil {
+		return unknownOnly(err)
+	}
+	switch g.Outcome {
+	case ledger.SubjectSuperseded:
+		return k.endRow(ctx, s, OpSupersede, g.By)
+	case ledger.SubjectStanding:
+		return k.endRow(ctx, s, OpComplete, ledger.Key{})
+	case ledger.SubjectWait:
+		return nil // the row's lease ends by itself; the next claim asks again
+	}
+	post := ledger.PostApplied
+	switch p := k.rng.Float64(); {
+	case p < 0.1:
+		return errors.New("the poster died under its grant") // restarts: the grant ends without a report
+	case p < 0.2:
+		post = ledger.PostRefused
+	default:
+		// Posted, if this poster is still inside its grant (a runner never sends after it):
+		// the post's place in real time is taken before the check, so that whoever takes the
+		// grant over (at a ledger time past its end, which some clock read first) posts later.
+		at := c.env.World.Tick()
+		if c.maxNow() >= g.Decided.Add(q.HoldFor).UnixNano() {
+			post = ledger.PostRefused // too late to send: nothing posted
+			break
+		}
+		o := subjectOp(OpPost, q)
+		o.Client, o.Call, o.Return = c.id, at, at
+		c.env.Sink.End(o)
+		if k.rng.Float64() < 0.2 {
+			post = ledger.PostUnknown // the answer was lost
+		}
+	}
+	var a ledger.SubjectGrant
+	ro := subjectOp(OpReportSubject, q)
+	ro.Fence, ro.Post = g.Fence, post.String()
+	_, err = c.call(ro, func(o *Op) error {
+		var err error
+		if a, err = c.l.ReportSubject(ctx, g, post); err == nil {
+			o.Outcome = a.Outcome.String()
+		}
+		return err
+	})
+	if err != nil {
+		return unknownOnly(err)
+	}
+	switch a.Outcome {
+	case ledger.SubjectStanding:
+		return k.endRow(ctx, s, OpComplete, ledger.Key{})
+	case ledger.SubjectSuperseded:
+		return k.endRow(ctx, s, OpSupersede, ledger.Key{})
+	}
+	return nil // to be confirmed, or tried again: the next claim asks again
+}
+
+// endRow completes or supersedes (by) the saved row s.
+func (k *worker) endRow(ctx context.Context, s *ledger.Staged, kind OpKind, by ledger.Key) error {
+	c := k.c
+	o := k.leaseOp(kind, s.Lease)
+	o.Report, o.By = digest(s.Report), by
+	_, err := c.call(o, func(*Op) error {
+		if kind == OpSupersede {
+			return c.l.Supersede(ctx, *s, by)
+		}
+		return c.l.Complete(ctx, *s)
+	})
 	return unknownOnly(err)
 }
 
@@ -992,7 +1121,11 @@ func CheckHistory(t *testing.T, ops []Op, limits ledger.Limits, resolution time.
 	}
 	removed := map[pass]map[ledger.Key]bool{}
 	hist := make([]porcupine.Operation, 0, len(ops))
+	checkStanding(t, ops)
 	for _, o := range ops {
+		if o.Kind == OpPost {
+			continue // the provider's, not the ledger's
+		}
 		switch {
 		case o.Unknown:
 		case o.Kind == OpSave && o.Err == "":
@@ -1031,6 +1164,40 @@ func CheckHistory(t *testing.T, ops []Op, limits ledger.Limits, resolution time.
 	}
 	t.Fatalf("the history of %d operations is not linearizable under the contract's model (visualization: %s)\n%s",
 		len(hist), path, refusedKey(m, hist))
+}
+
+// checkStanding checks what stands on each subject at the end of a history: the last post the
+// provider took for it must be of a verdict no older than the newest one the subject's record
+// called standing. (The record's other promises, one grant at a time and none to an older
+// verdict, are the model's to check.)
+func checkStanding(t *testing.T, ops []Op) {
+	t.Helper()
+	standing := map[ledger.SubjectKey]ledger.Order{}
+	last := map[ledger.SubjectKey]Op{}
+	for _, o := range ops {
+		switch {
+		case o.Kind == OpPost:
+			if l, ok := last[o.Subject]; !ok || o.Call > l.Call {
+				last[o.Subject] = o
+			}
+		case (o.Kind == OpAcquireSubject || o.Kind == OpReportSubject) && !o.Unknown && o.Err == "" &&
+			o.Outcome == ledger.SubjectStanding.String():
+			if cur, ok := standing[o.Subject]; !ok || cur.Before(o.order()) {
+				standing[o.Subject] = o.order()
+			}
+		}
+	}
+	for subj, newest := range standing {
+		l, ok := last[subj]
+		if !ok {
+			t.Errorf("subject %s: verdict %s called standing, and nothing was ever posted", subj.Short(), newest.Key.Short())
+			continue
+		}
+		if l.order().Before(newest) {
+			t.Errorf("subject %s: the last status posted is verdict %s's, older than verdict %s, which the record called standing",
+				subj.Short(), l.Key.Short(), newest.Key.Short())
+		}
+	}
 }
 
 // refusedKey describes the calls on the first key whose history the model refuses.

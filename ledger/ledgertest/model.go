@@ -33,6 +33,9 @@ const (
 	// by the subject model (model_subject.go).
 	OpAcquireSubject OpKind = "acquire-subject"
 	OpReportSubject  OpKind = "report-subject"
+	// OpPost is no ledger call: a status the history's provider took, at its place in real
+	// time (Call), under a grant of Op.Subject's record (checkStanding).
+	OpPost OpKind = "post"
 )
 
 // The classes of error the model tells apart. Every other error (unavailable, busy, a crash,
