@@ -1,7 +1,7 @@
 // Package localfs is the FileLedger: the ledger contract over ordinary files in one root
 // folder, on local disk or on EFS (NFSv4.1), with advisory locks and atomic replacement.
 //
-// Layout of a root (format 2):
+// Layout of a root (format 4):
 //
 //	.amiss-root.state          format version, limits, creation time, high-water clock, last batch
 //	.amiss-cleanup.batch       only while a cleanup batch is being removed
@@ -11,6 +11,7 @@
 //	.amiss-row-XX.lock         at most 256, one per first key byte, created lazily
 //	rows/XX/capacity.state     capacity shard XX: slots used (never understated), pending keys
 //	rows/XX/<key>.state        one bounded state file per row, its saved report inline
+//	subjects/XX/<key>.state    one record per commit and status context published to
 //	ended/<hour>/<end>-<key>   index of finished rows with a retention end, by end time
 //
 // Every file is a checksummed frame with a format version, written by atomic replacement
@@ -44,10 +45,11 @@
 //	listing.go         laps over the row folders, cursors
 //	capacity.go        capacity shards: records, settling, the room epoch
 //	maintenance.go     the maintenance state and debris collection
+//	subjects.go        subject records: AcquireSubject, ReportSubject, InspectSubject, their cleanup
 //	cleanup.go         Cleanup: batches, releases, the sweep
 //	admit.go           Admit: a new key's slot, borrowing, refusal
-//	ops.go             the other row operations, Report, Rows, Inspect, Stats
-//	migrate.go         format 1 to format 2
+//	ops.go             the other row operations (Supersede among them), Report, Rows, Inspect, Stats
+//	migrate.go         formats 1 and 2 to format 4
 //	verify.go          ReadLimits and Verify
 //	ledger.go          Open, Prepare, Session, Close: creating and loading a root
 //

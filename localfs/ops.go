@@ -192,6 +192,22 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 	return err
 }
 
+// Supersede implements ledger.Ledger, with the write order of Complete: a superseded row keeps
+// no report.
+func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
+	_, err := withRow(ctx, l, "supersede", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
+		changed, err := row.Supersede(s, by, now)
+		if err != nil {
+			return struct{}{}, refusalWrite(changed && !row.State.Terminal()), err
+		}
+		if !changed {
+			return struct{}{}, 0, nil
+		}
+		return l.r.finish(row)
+	})
+	return err
+}
+
 // finish prepares the write of a row that just became done, abandoned or superseded: its
 // end-time index entry first, then the row (data synced). An abandoned row keeps its report,
 // so that Revive can publish it again; a done or superseded one drops it.

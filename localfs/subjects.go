@@ -166,22 +166,6 @@ func (l *Ledger) InspectSubject(ctx context.Context, k ledger.SubjectKey) (ledge
 	return rec, nil
 }
 
-// Supersede implements ledger.Ledger, with the write order of Complete: a superseded row keeps
-// no report.
-func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
-	_, err := withRow(ctx, l, "supersede", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
-		changed, err := row.Supersede(s, by, now)
-		if err != nil {
-			return struct{}{}, refusalWrite(changed && !row.State.Terminal()), err
-		}
-		if !changed {
-			return struct{}{}, 0, nil
-		}
-		return l.r.finish(row)
-	})
-	return err
-}
-
 // subjectShard is what a cleanup pass found in one shard's subject folder.
 type subjectShard struct {
 	kept, removed int

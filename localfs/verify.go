@@ -37,8 +37,9 @@ func ReadLimits(dir string, fsys FS) (ledger.Limits, error) {
 type VerifyReport struct {
 	// Files counts the files read and decoded.
 	Files int
-	// Rows counts the row state files, Reports the format 1 report files.
-	Rows, Reports int
+	// Rows counts the row state files, Reports the format 1 report files, Subjects the
+	// subject records.
+	Rows, Reports, Subjects int
 	// CapacityUsed is the sum of the capacity shards' counts.
 	CapacityUsed int64
 	// Problems lists every file that failed, and every inconsistency, one line each.
@@ -165,6 +166,23 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 			default:
 				problem("%s: unexpected file", p)
 			}
+		}
+	}
+	for s := range shardCount {
+		keys, debris, err := r.listSubjects(s)
+		if err != nil {
+			return v, fmt.Errorf("verify: %w", err)
+		}
+		for _, name := range debris {
+			problem("%s: leftover temporary file (the cleanup sweep collects it)", filepath.Join(r.subjectDirOf(s), name))
+		}
+		for _, k := range keys {
+			v.Subjects++
+			if _, _, err := r.readSubject(k); err != nil {
+				problem("%v", err)
+				continue
+			}
+			v.Files++
 		}
 	}
 	for s := range shardCount {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
@@ -27,10 +28,11 @@ func ReadLimits(ctx context.Context, client *s3.Client, bucket, prefix string) (
 // VerifyReport is what Verify found.
 type VerifyReport struct {
 	Objects, Rows int
-	// Reservations counts keys that hold an admission's reservation and no row.
-	Reservations int
-	CapacityUsed int64
-	Problems     []string
+	// Reservations counts keys that hold an admission's reservation and no row; Subjects the
+	// subject records.
+	Reservations, Subjects int
+	CapacityUsed           int64
+	Problems               []string
 }
 
 // OK reports whether Verify found nothing wrong.
@@ -104,5 +106,27 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 	if v.CapacityUsed < int64(v.Rows) {
 		problem("capacity shards count %d, fewer than the %d rows stored", v.CapacityUsed, v.Rows)
 	}
-	return v, nil
+	for after := ""; ; {
+		names, more, err := l.s.list(ctx, subjectsPrefix, after, 1000)
+		if err != nil {
+			return v, fmt.Errorf("verify: %w", err)
+		}
+		for _, n := range names {
+			k, err := ledger.ParseSubjectKey(strings.TrimSuffix(strings.TrimPrefix(n, subjectsPrefix), ".json"))
+			if err != nil {
+				problem("%s: not a subject record's name", l.s.key(n))
+				continue
+			}
+			v.Subjects++
+			if _, _, exists, err := l.readSubject(ctx, k); err != nil {
+				problem("%v", err)
+			} else if exists {
+				v.Objects++
+			}
+		}
+		if !more || len(names) == 0 {
+			return v, nil
+		}
+		after = names[len(names)-1]
+	}
 }

@@ -24,14 +24,14 @@ type fileRoot struct{ *localfs.Ledger }
 
 func (f fileRoot) verify(ctx context.Context, p func(int, int64)) (bool, string, []string, error) {
 	v, err := f.Verify(ctx, p)
-	return v.OK(), fmt.Sprintf("%d files decoded: %d rows, %d reports; capacity record counts %d", v.Files, v.Rows, v.Reports, v.CapacityUsed), v.Problems, err
+	return v.OK(), fmt.Sprintf("%d files decoded: %d rows, %d reports, %d subject records; capacity record counts %d", v.Files, v.Rows, v.Reports, v.Subjects, v.CapacityUsed), v.Problems, err
 }
 
 type s3Ledger struct{ *objstore.Ledger }
 
 func (s s3Ledger) verify(ctx context.Context, p func(int, int64)) (bool, string, []string, error) {
 	v, err := s.Verify(ctx, p)
-	return v.OK(), fmt.Sprintf("%d objects decoded: %d rows; capacity shards count %d", v.Objects, v.Rows, v.CapacityUsed), v.Problems, err
+	return v.OK(), fmt.Sprintf("%d objects decoded: %d rows, %d subject records; capacity shards count %d", v.Objects, v.Rows, v.Subjects, v.CapacityUsed), v.Problems, err
 }
 
 // openRoot opens the ledger an operator's -root names, a folder or s3://bucket/prefix/ (see
