@@ -1,0 +1,120 @@
+package main
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// signedPullRequest sends a GitHub pull_request webhook for PR 7 on head sha, with title and
+// GitHub's updated_at, to the server at addr, and answers the HTTP status.
+func signedPullRequest(t *testing.T, addr, sha, title string, updatedAt time.Time) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"action":"edited","number":7,"pull_request":{"number":7,"title":%q,"updated_at":%q,`+
+		`"head":{"sha":%q,"ref":"feature","repo":{"pushed_at":null}},"base":{"ref":"main"}},"repository":{"full_name":"acme/app"}}`,
+		title, updatedAt.UTC().Format(time.RFC3339), sha)
+	m := hmac.New(sha256.New, []byte("kill-test-secret"))
+	m.Write([]byte(body))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/gh", strings.NewReader(body))
+	req.Header.Set("X-GitHub-Event", "pull_request")
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
+		t.Fatalf("webhook %q: %d %s", title, resp.StatusCode, b)
+	}
+	return resp.StatusCode
+}
+
+// Two amiss serve processes on one root take the edits of one pull request, in a shuffled
+// order, from a provider that answers slowly, refuses some posts and sometimes applies a post
+// only after amiss gave up on it; one of them is killed with SIGKILL in the middle and
+// started again. The status left standing on the commit is the newest edit's verdict, and
+// every delivery ends done or superseded. (The newest edit breaks the rule and the older ones
+// mostly follow it, so an older verdict left standing shows.)
+func TestTwoServeProcessesLeaveTheNewestVerdictStanding(t *testing.T) {
+	const edits = 8
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	gh := publishtest.NewGitHub("gh-token")
+	gh.Post = func(n int, _ publishtest.Created) publishtest.Behavior {
+		switch rng.IntN(6) {
+		case 0:
+			return publishtest.Behavior{Code: http.StatusServiceUnavailable}
+		case 1:
+			return publishtest.Behavior{Delay: 1500 * time.Millisecond, ApplyFirst: true} // answered after the timeout
+		case 2:
+			return publishtest.Behavior{Delay: 1500 * time.Millisecond} // applied after amiss gave up
+		}
+		return publishtest.Behavior{Delay: time.Duration(rng.IntN(200)) * time.Millisecond}
+	}
+	srv := httptest.NewServer(gh)
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "amiss.yaml")
+	os.WriteFile(cfg, []byte(`
+routes:
+  gh:
+    provider: github
+    secrets: [{id: k, from: "env:HOOK_SECRET"}]
+    repositories: ["acme/*"]
+    rules: {pull_request_title: "^feat: "}
+    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/title, timeout: 1s, settle: 2s}
+`), 0o600)
+	root := filepath.Join(dir, "root")
+	args := []string{"-config", cfg, "-root", root, "-listen", "127.0.0.1:0", "-workers", "2", "-lease", "4s",
+		"-cleanup-every", "1h", "-stranded-after", "1h", "-grace", "1s"}
+	procs := []*child{startServeProcess(t, args...), startServeProcess(t, args...)}
+	sha := fmt.Sprintf("%040x", 0xfeed)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	order := rng.Perm(edits)
+	for i, e := range order {
+		title := fmt.Sprintf("feat: edit %d", e) // the older edits follow the rule...
+		if e%3 == 1 || e == edits-1 {
+			title = fmt.Sprintf("wip %d", e) // ...but some, and the newest, break it
+		}
+		signedPullRequest(t, procs[i%2].addr, sha, title, t0.Add(time.Duration(e)*time.Minute))
+		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond) // some are posted before the next arrives
+		if i == edits/2 {
+			procs[0].cmd.Process.Signal(syscall.SIGKILL)
+			procs[0].cmd.Wait()
+			procs[0] = startServeProcess(t, args...)
+		}
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		st := rowStates(t, root)
+		if st[ledger.StateDone]+st[ledger.StateSuperseded] == edits {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not every edit ended published or superseded: %v", st)
+		}
+	}
+	if v := gh.Violations(); len(v) > 0 {
+		t.Fatalf("requests outside GitHub's API description: %v", v)
+	}
+	// What a user sees, once every post amiss gave up on has landed.
+	time.Sleep(2 * time.Second)
+	got, ok := gh.Latest("acme/app", sha, "amiss/title")
+	if !ok || got.State != "failure" {
+		t.Fatalf("the commit shows %+v, want the newest edit's failure; statuses created: %+v", got, gh.Created("acme/app", sha))
+	}
+	t.Logf("order %v: %d statuses created, %d POSTs", order, len(gh.Created("acme/app", sha)), gh.Posts())
+}
