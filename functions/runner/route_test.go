@@ -29,7 +29,9 @@ import (
 func TestARouteHangingOnASecretIsHandedBackBeforeTheDeadline(t *testing.T) {
 	w := newWorld(t)
 	r := w.runner("a", verdict(evaluate.Success, "all rules hold"))
-	r.Margin = 50 * time.Millisecond
+	// Two margins (400 ms) are left after the build for the hand-back: a loaded machine's
+	// syncs take that long at worst.
+	r.Margin = 200 * time.Millisecond
 	r.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	routes := r.Routes
 	built := make(chan time.Time, 1) // the deadline the route's build was given
@@ -39,8 +41,8 @@ func TestARouteHangingOnASecretIsHandedBackBeforeTheDeadline(t *testing.T) {
 		<-ctx.Done() // the read hangs until the caller gives up
 		return nil, fmt.Errorf("route r: publish token: %w", ctx.Err())
 	}
-	for i := range 15 {
-		ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond) // the invocation's deadline
+	for i := range 13 { // past both bounds on attempts lost (9) and on attempts never answered (12)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second) // the invocation's deadline
 		dl, _ := ctx.Deadline()
 		done := make(chan error, 1)
 		go func() { _, err := r.Process(runner.FirstOfInvocation(ctx), w.msg); done <- err }()
