@@ -201,9 +201,9 @@ func TestWritebackFailureFailsTheOperation(t *testing.T) {
 // second) until the test ends, and records the sizes of the rounds run.
 func gatherPairs(l *localfs.Ledger) *sync.Map {
 	var rounds sync.Map
-	// A round waits up to 2 s for its pair: both callers start at once, but a loaded machine
+	// A round waits up to a second for its pair: both callers start at once, but a loaded machine
 	// (the race detector, other packages) can take hundreds of milliseconds to run the second.
-	localfs.SetSyncGatherForTest(l, 2, 2*time.Second)
+	localfs.SetSyncGatherForTest(l, 2, time.Second)
 	localfs.SetAfterSyncForTest(l, func(n int) { rounds.Store(n, true) })
 	return &rounds
 }
