@@ -167,10 +167,20 @@ func signedPush(t *testing.T, addr string, i int) string {
 	sha := fmt.Sprintf("%040x", 0xabc000+i)
 	body := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"full_name":"acme/app"},"commits":[{"id":%q,"message":"Change %d"}]}`,
 		sha, sha, i)
+	if code, answer := postSigned(t, addr, "push", body); code != http.StatusAccepted {
+		t.Fatalf("webhook %d: %d %s", i, code, answer)
+	}
+	return sha
+}
+
+// postSigned sends body as a GitHub webhook of the event kind, signed with the tests' secret,
+// to the gh route of the server at addr, and answers the HTTP status and body.
+func postSigned(t *testing.T, addr, event, body string) (int, string) {
+	t.Helper()
 	m := hmac.New(sha256.New, []byte("kill-test-secret"))
 	m.Write([]byte(body))
 	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/gh", strings.NewReader(body))
-	req.Header.Set("X-GitHub-Event", "push")
+	req.Header.Set("X-GitHub-Event", event)
 	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -178,10 +188,7 @@ func signedPush(t *testing.T, addr string, i int) string {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("webhook %d: %d %s", i, resp.StatusCode, b)
-	}
-	return sha
+	return resp.StatusCode, string(b)
 }
 
 // TestServeKilledMidBatchRecoversAtRestart kills amiss serve with SIGKILL while it is

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,27 +16,15 @@ import (
 )
 
 // signedPullRequest sends a GitHub pull_request webhook for PR 7 on head sha, with title and
-// GitHub's updated_at, to the server at addr, and answers the HTTP status.
-func signedPullRequest(t *testing.T, addr, sha, title string, updatedAt time.Time) int {
+// GitHub's updated_at, to the server at addr.
+func signedPullRequest(t *testing.T, addr, sha, title string, updatedAt time.Time) {
 	t.Helper()
 	body := fmt.Sprintf(`{"action":"edited","number":7,"pull_request":{"number":7,"title":%q,"updated_at":%q,`+
 		`"head":{"sha":%q,"ref":"feature","repo":{"pushed_at":null}},"base":{"ref":"main"}},"repository":{"full_name":"acme/app"}}`,
 		title, updatedAt.UTC().Format(time.RFC3339), sha)
-	m := hmac.New(sha256.New, []byte("kill-test-secret"))
-	m.Write([]byte(body))
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/gh", strings.NewReader(body))
-	req.Header.Set("X-GitHub-Event", "pull_request")
-	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	if code, answer := postSigned(t, addr, "pull_request", body); code != http.StatusAccepted && code != http.StatusOK {
+		t.Fatalf("webhook %q: %d %s", title, code, answer)
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
-		t.Fatalf("webhook %q: %d %s", title, resp.StatusCode, b)
-	}
-	return resp.StatusCode
 }
 
 // Two amiss serve processes on one root take the edits of one pull request, in a shuffled
