@@ -140,6 +140,15 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	timeout := route.timeout()
 	hold := 2*timeout + holdMargin
 	sent := r.now()
+	// Every request under a grant ends before the grant does (the grant counts from the
+	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
+	// delivery that finds none costs the ledger nothing but its hand-back.
+	end := sent.Add(2*timeout + holdMargin/3)
+	leave, wait := r.gates.enter(route.destination(), status.Repository, cmpOr(route.Concurrency, defaultPublishConcurrency), sent, end)
+	if leave == nil {
+		return outcome{ev: gateFull, wait: wait}
+	}
+	defer leave()
 	g, err := r.Ledger.AcquireSubject(ctx, ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
 		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime()})
@@ -157,15 +166,6 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	case ledger.SubjectWait:
 		return outcome{ev: subjectBusy, retryAt: g.RetryAt}
 	}
-	// Granted: every request under the grant ends before it does (the grant counts from the
-	// ledger's decision, which came after sent).
-	end := sent.Add(2*timeout + holdMargin/3)
-	leave, wait := r.gates.enter(route.destination(), status.Repository, cmpOr(route.Concurrency, defaultPublishConcurrency), r.now(), end)
-	if leave == nil {
-		r.reportSubject(ctx, log, g, ledger.PostRefused, nil)
-		return outcome{ev: gateFull, wait: wait}
-	}
-	defer leave()
 	pctx, cancel := context.WithTimeout(wctx, end.Sub(r.now()))
 	defer cancel()
 	start := time.Now()
