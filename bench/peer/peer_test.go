@@ -116,28 +116,41 @@ type sqlitePeer struct {
 }
 
 func openSQLite(b *testing.B, conns int) *sqlitePeer {
-	p := filepath.Join(b.TempDir(), "peer.db")
-	db, err := sql.Open("sqlite3", "file:"+p+"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=30000&_txlock=immediate")
+	p, err := openSQLiteAt(filepath.Join(b.TempDir(), "peer.db"), conns, true)
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { p.db.Close() })
+	return p
+}
+
+// openSQLiteAt opens the database at path with conns connections, making its tables when
+// create is set.
+func openSQLiteAt(path string, conns int, create bool) (*sqlitePeer, error) {
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=30000&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
 	db.SetMaxOpenConns(conns)
 	db.SetMaxIdleConns(conns)
-	for _, q := range []string{
-		`CREATE TABLE rows (key BLOB PRIMARY KEY, binding BLOB NOT NULL, state TEXT NOT NULL, subject BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID`,
-		`CREATE TABLE capacity (id INTEGER PRIMARY KEY, used INTEGER NOT NULL, cap INTEGER NOT NULL)`,
-		`INSERT INTO capacity VALUES (1, 0, 100000000)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			b.Fatal(err)
+	if create {
+		for _, q := range []string{
+			`CREATE TABLE rows (key BLOB PRIMARY KEY, binding BLOB NOT NULL, state TEXT NOT NULL, subject BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID`,
+			`CREATE TABLE capacity (id INTEGER PRIMARY KEY, used INTEGER NOT NULL, cap INTEGER NOT NULL)`,
+			`INSERT INTO capacity VALUES (1, 0, 100000000)`,
+		} {
+			if _, err := db.Exec(q); err != nil {
+				db.Close()
+				return nil, err
+			}
 		}
 	}
 	var mode string
 	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil || mode != "wal" {
-		b.Fatalf("journal mode %q %v", mode, err)
+		db.Close()
+		return nil, fmt.Errorf("journal mode %q %v", mode, err)
 	}
-	b.Cleanup(func() { db.Close() })
-	return &sqlitePeer{db: db, dir: filepath.Dir(p)}
+	return &sqlitePeer{db: db, dir: filepath.Dir(path)}, nil
 }
 
 // admit is one transaction: read the count, refuse at the cap, insert the row, count it.
