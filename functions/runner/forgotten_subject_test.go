@@ -1,0 +1,168 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Verdicts published after their subject's record was forgotten. An operator revives abandoned
+// verdicts long after a newer one was published on the same commit and context, and cleanup
+// forgot the subject's record meanwhile. The newer status must keep standing: the revived
+// verdicts are older, and none of them may post over it, whatever order they come in and
+// whatever fails on the way.
+
+// refusingFailures answers GitHub's 422 to every "failure" status while refuse is set.
+func refusingFailures(refuse *atomic.Bool) func(int, publishtest.Created) publishtest.Behavior {
+	return func(_ int, s publishtest.Created) publishtest.Behavior {
+		if s.State == "failure" && refuse.Load() {
+			return publishtest.Behavior{Code: http.StatusUnprocessableEntity}
+		}
+		return publishtest.Behavior{}
+	}
+}
+
+// forgetSubject moves the clock past the subject horizon and cleans until cleanup forgot the
+// commit's subject record.
+func (w *commitWorld) forgetSubject() {
+	w.t.Helper()
+	w.clock.Advance(ledger.DefaultLimits().SubjectHorizon() + time.Hour)
+	removed := 0
+	for cur, i := ledger.Cursor(""), 0; ; i++ {
+		if i > 10_000 {
+			w.t.Fatal("cleanup never finished a lap")
+		}
+		rep, err := w.l.Cleanup(context.Background(), cur)
+		if err != nil {
+			w.t.Fatalf("cleanup: %v", err)
+		}
+		removed += rep.RemovedSubjects
+		if rep.Done {
+			break
+		}
+		cur = rep.Next
+	}
+	if removed != 1 {
+		w.t.Fatalf("cleanup forgot %d subject records, want the commit's one", removed)
+	}
+}
+
+func (w *commitWorld) revive(m queue.Message) {
+	w.t.Helper()
+	if _, err := w.l.Revive(context.Background(), m.Key, ""); err != nil {
+		w.t.Fatalf("revive %s: %v", m.Key.Short(), err)
+	}
+}
+
+func (w *commitWorld) wantState(m queue.Message, want ledger.State) {
+	w.t.Helper()
+	if r := w.row(m); r.State != want {
+		w.t.Fatalf("delivery %s: %v (%q), want %v", m.Key.Short(), r.State, r.Reason, want)
+	}
+}
+
+// timeless admits a pull request event whose signature proves no time (a token scheme): it
+// is ordered at its admission, and its row is permanent (an abandoned one can be revived at any
+// time).
+func (w *commitWorld) timeless(title string) queue.Message {
+	w.t.Helper()
+	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
+		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}})
+	body := []byte(fmt.Sprintf(`{"action":"edited","title":%q}`, title))
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "token", Identity: ledger.SumBody(body).String(),
+		BodyDigest: ledger.SumBody(body)}, Subject: s}
+	a, err := w.l.Admit(context.Background(), d)
+	if err != nil || a.Outcome != ledger.Admitted {
+		w.t.Fatalf("admit %q: %+v %v", title, a, err)
+	}
+	w.clock.Advance(time.Second)
+	return queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
+}
+
+// olderAbandonedNewestPublished admits two failing verdicts and a newer passing one on the
+// commit, has GitHub refuse the failing ones for good (abandoned), publishes the newer one, and
+// lets cleanup forget the subject's record. It returns the older two, oldest first, and the
+// newest.
+func olderAbandonedNewestPublished(t *testing.T, w *commitWorld, refuse *atomic.Bool, r *runner.Runner) (oldest, older, newest queue.Message) {
+	t.Helper()
+	oldest = w.timeless(badTitle)
+	older = w.timeless("more stuff")
+	newest = w.timeless(goodTitle)
+	refuse.Store(true)
+	for _, m := range []queue.Message{oldest, older} {
+		if res, err := r.Process(context.Background(), m); err != nil || !res.Done {
+			t.Fatalf("a verdict GitHub refuses with 422: %+v %v", res, err)
+		}
+		w.wantState(m, ledger.StateAbandoned)
+	}
+	w.process(r, newest)
+	w.standing("success", 1)
+	w.forgetSubject()
+	refuse.Store(false)
+	return oldest, older, newest
+}
+
+// Revived oldest first: the oldest reads back, finds the newer status and gives way; the next
+// one must too, although the record it finds is the one the oldest brought back.
+func TestRevivedVerdictsOnAForgottenSubjectNeverPostOverTheNewest(t *testing.T) {
+	var refuse atomic.Bool
+	gh := publishtest.NewGitHub(ghToken)
+	gh.Post = refusingFailures(&refuse)
+	w := newCommitWorld(t, gh)
+	r := w.runner("a", nil, 5*time.Second)
+	oldest, older, _ := olderAbandonedNewestPublished(t, w, &refuse, r)
+	w.revive(oldest)
+	w.revive(older)
+	w.process(r, oldest)
+	w.process(r, older)
+	w.standing("success", 1)
+	w.wantState(oldest, ledger.StateSuperseded)
+	w.wantState(older, ledger.StateSuperseded)
+}
+
+// failingReadBacks fails the combined-status reads (GitHub's 502) while fail is set.
+type failingReadBacks struct {
+	base http.RoundTripper
+	fail *atomic.Bool
+}
+
+func (f failingReadBacks) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodGet && f.fail.Load() {
+		return &http.Response{StatusCode: http.StatusBadGateway, Status: "502 Bad Gateway", Header: http.Header{},
+			Body: http.NoBody, Request: req}, nil
+	}
+	return f.base.RoundTrip(req)
+}
+
+// A revived verdict whose read-back fails is tried again: it must read back again then, not
+// post over the newer status because the record now exists.
+func TestARevivedVerdictWhoseReadBackFailedNeverPostsOverTheNewest(t *testing.T) {
+	var refuse, failReads atomic.Bool
+	gh := publishtest.NewGitHub(ghToken)
+	gh.Post = refusingFailures(&refuse)
+	w := newCommitWorld(t, gh)
+	w.client.Transport = failingReadBacks{base: w.client.Transport, fail: &failReads}
+	r := w.runner("a", nil, 5*time.Second)
+	oldest, _, _ := olderAbandonedNewestPublished(t, w, &refuse, r)
+	w.revive(oldest)
+	failReads.Store(true)
+	res, _ := r.Process(context.Background(), oldest)
+	if res.Done {
+		t.Fatal("a late verdict was done although it could not read back what stands")
+	}
+	failReads.Store(false)
+	w.clock.Set(res.RetryAt)
+	w.process(r, oldest)
+	w.standing("success", 1)
+	w.wantState(oldest, ledger.StateSuperseded)
+}
