@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Subject is what a user looks at: one status context on one commit of one repository, at one
@@ -29,10 +30,14 @@ func (s Subject) Key() SubjectKey {
 	return SubjectKey(framedDigest("amiss/subject/v1", s.Publisher, s.Repository, s.SHA, s.Context))
 }
 
-// Validate reports a subject no ledger stores: a part missing, or the whole over MaxSubjectName.
+// Validate reports a subject no ledger stores: a part missing or not UTF-8 (a record could not
+// keep it as it is), or the whole over MaxSubjectName.
 func (s Subject) Validate() error {
 	if s.Publisher == "" || s.Repository == "" || s.SHA == "" || s.Context == "" {
 		return fmt.Errorf("%w: a subject needs publisher, repository, sha and context", ErrInvalid)
+	}
+	if !utf8.ValidString(s.Publisher) || !utf8.ValidString(s.Repository) || !utf8.ValidString(s.SHA) || !utf8.ValidString(s.Context) {
+		return fmt.Errorf("%w: a subject's names must be UTF-8", ErrInvalid)
 	}
 	if n := len(s.Publisher) + len(s.Repository) + len(s.SHA) + len(s.Context); n > MaxSubjectName {
 		return fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, n, MaxSubjectName)
