@@ -16,9 +16,9 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Verdicts published after their subject's record was forgotten. An operator revives abandoned
-// verdicts long after a newer one was published on the same commit and context, and cleanup
-// forgot the subject's record meanwhile. The newer status must keep standing: the revived
+// Revived verdicts. An operator revives abandoned verdicts after a newer one was published on
+// the same commit and context, while the subject's record still holds the newer one, or long
+// after, once cleanup forgot the record. The newer status must keep standing: the revived
 // verdicts are older, and none of them may post over it, whatever order they come in and
 // whatever fails on the way.
 
@@ -112,7 +112,37 @@ func olderAbandonedNewestPublished(t *testing.T, w *commitWorld, refuse *atomic.
 	return oldest, older, newest
 }
 
-// Revived oldest first: the oldest reads back, finds the newer status and gives way; the next
+// Revived while the subject's record holds the newer verdict: each is superseded by it, never
+// posted.
+func TestRevivedOlderVerdictsAreSupersededByTheNewestStanding(t *testing.T) {
+	var refuse atomic.Bool
+	gh := publishtest.NewGitHub(ghToken)
+	gh.Post = refusingFailures(&refuse)
+	w := newCommitWorld(t, gh)
+	r := w.runner("a", nil, 5*time.Second)
+	oldest := w.timeless(badTitle)
+	older := w.timeless("more stuff")
+	newest := w.timeless(goodTitle)
+	refuse.Store(true)
+	for _, m := range []queue.Message{oldest, older} {
+		w.process(r, m)
+		w.wantState(m, ledger.StateAbandoned)
+	}
+	w.process(r, newest)
+	refuse.Store(false)
+	w.revive(older)
+	w.revive(oldest)
+	w.process(r, older)
+	w.process(r, oldest)
+	w.standing("success", 1)
+	for _, m := range []queue.Message{oldest, older} {
+		if row := w.row(m); row.State != ledger.StateSuperseded || row.SupersededBy != newest.Key {
+			t.Fatalf("revived verdict: %v superseded by %s, want superseded by the newest %s", row.State, row.SupersededBy.Short(), newest.Key.Short())
+		}
+	}
+}
+
+// Revived oldest first, after the record was forgotten: the oldest reads back, finds the newer status and gives way; the next
 // one must too, although the record it finds is the one the oldest brought back.
 func TestRevivedVerdictsOnAForgottenSubjectNeverPostOverTheNewest(t *testing.T) {
 	var refuse atomic.Bool
