@@ -89,12 +89,17 @@ func (w *commitWorld) timeless(title string) queue.Message {
 	return queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
 }
 
-// olderAbandonedNewestPublished admits two failing verdicts and a newer passing one on the
-// commit, has GitHub refuse the failing ones for good (abandoned), publishes the newer one, and
-// lets cleanup forget the subject's record. It returns the older two, oldest first, and the
-// newest.
-func olderAbandonedNewestPublished(t *testing.T, w *commitWorld, refuse *atomic.Bool, r *runner.Runner) (oldest, older, newest queue.Message) {
+// olderAbandonedNewestPublished makes a world whose runner r has seen two failing verdicts and
+// a newer passing one on the commit: GitHub refused the failing ones for good (abandoned), and
+// the newer one stands. When forget is set, cleanup has forgotten the subject's record since.
+// It returns the older two, oldest first, and the newest.
+func olderAbandonedNewestPublished(t *testing.T, forget bool) (w *commitWorld, r *runner.Runner, oldest, older, newest queue.Message) {
 	t.Helper()
+	var refuse atomic.Bool
+	gh := publishtest.NewGitHub(ghToken)
+	gh.Post = refusingFailures(&refuse)
+	w = newCommitWorld(t, gh)
+	r = w.runner("a", nil, 5*time.Second)
 	oldest = w.timeless(badTitle)
 	older = w.timeless("more stuff")
 	newest = w.timeless(goodTitle)
@@ -107,29 +112,17 @@ func olderAbandonedNewestPublished(t *testing.T, w *commitWorld, refuse *atomic.
 	}
 	w.process(r, newest)
 	w.standing("success", 1)
-	w.forgetSubject()
+	if forget {
+		w.forgetSubject()
+	}
 	refuse.Store(false)
-	return oldest, older, newest
+	return w, r, oldest, older, newest
 }
 
 // Revived while the subject's record holds the newer verdict: each is superseded by it, never
 // posted.
 func TestRevivedOlderVerdictsAreSupersededByTheNewestStanding(t *testing.T) {
-	var refuse atomic.Bool
-	gh := publishtest.NewGitHub(ghToken)
-	gh.Post = refusingFailures(&refuse)
-	w := newCommitWorld(t, gh)
-	r := w.runner("a", nil, 5*time.Second)
-	oldest := w.timeless(badTitle)
-	older := w.timeless("more stuff")
-	newest := w.timeless(goodTitle)
-	refuse.Store(true)
-	for _, m := range []queue.Message{oldest, older} {
-		w.process(r, m)
-		w.wantState(m, ledger.StateAbandoned)
-	}
-	w.process(r, newest)
-	refuse.Store(false)
+	w, r, oldest, older, newest := olderAbandonedNewestPublished(t, false)
 	w.revive(older)
 	w.revive(oldest)
 	w.process(r, older)
@@ -142,15 +135,11 @@ func TestRevivedOlderVerdictsAreSupersededByTheNewestStanding(t *testing.T) {
 	}
 }
 
-// Revived oldest first, after the record was forgotten: the oldest reads back, finds the newer status and gives way; the next
-// one must too, although the record it finds is the one the oldest brought back.
+// Revived oldest first, after the record was forgotten: the oldest reads back, finds the newer
+// status and gives way; the next one must too, although the record it finds is the one the
+// oldest brought back.
 func TestRevivedVerdictsOnAForgottenSubjectNeverPostOverTheNewest(t *testing.T) {
-	var refuse atomic.Bool
-	gh := publishtest.NewGitHub(ghToken)
-	gh.Post = refusingFailures(&refuse)
-	w := newCommitWorld(t, gh)
-	r := w.runner("a", nil, 5*time.Second)
-	oldest, older, _ := olderAbandonedNewestPublished(t, w, &refuse, r)
+	w, r, oldest, older, _ := olderAbandonedNewestPublished(t, true)
 	w.revive(oldest)
 	w.revive(older)
 	w.process(r, oldest)
@@ -177,13 +166,10 @@ func (f failingReadBacks) RoundTrip(req *http.Request) (*http.Response, error) {
 // A revived verdict whose read-back fails is tried again: it must read back again then, not
 // post over the newer status because the record now exists.
 func TestARevivedVerdictWhoseReadBackFailedNeverPostsOverTheNewest(t *testing.T) {
-	var refuse, failReads atomic.Bool
-	gh := publishtest.NewGitHub(ghToken)
-	gh.Post = refusingFailures(&refuse)
-	w := newCommitWorld(t, gh)
+	w, _, oldest, _, _ := olderAbandonedNewestPublished(t, true)
+	var failReads atomic.Bool
 	w.client.Transport = failingReadBacks{base: w.client.Transport, fail: &failReads}
-	r := w.runner("a", nil, 5*time.Second)
-	oldest, _, _ := olderAbandonedNewestPublished(t, w, &refuse, r)
+	r := w.runner("b", nil, 5*time.Second) // on the failing transport
 	w.revive(oldest)
 	failReads.Store(true)
 	res, _ := r.Process(context.Background(), oldest)

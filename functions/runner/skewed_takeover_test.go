@@ -19,6 +19,24 @@ import (
 // covers, the late post lands before that read-back, which finds it and posts the newer verdict
 // again: the newer verdict stands last.
 
+// holdFailures has gh hold every POST of a failing status in flight, created when release is
+// called; entered is closed when the first one arrives. Call it once the world's server runs:
+// the test's cleanup lets the held requests go before the server closes.
+func holdFailures(t *testing.T, gh *publishtest.GitHub) (entered <-chan struct{}, release func()) {
+	arrived, land := make(chan struct{}), make(chan struct{})
+	var once, letGo sync.Once
+	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+		if s.State == "failure" {
+			once.Do(func() { close(arrived) })
+			<-land // held in flight; created when let go
+		}
+		return publishtest.Behavior{}
+	}
+	release = func() { letGo.Do(func() { close(land) }) }
+	t.Cleanup(release)
+	return arrived, release
+}
+
 // skewedClock reads base ahead by by.
 type skewedClock struct {
 	base *ledger.ManualClock
@@ -32,19 +50,8 @@ func (c skewedClock) Now() time.Time { return c.base.Now().Add(c.by) }
 func takeOverWithSkew(t *testing.T, skew time.Duration) bool {
 	const timeout = 5 * time.Second
 	gh := publishtest.NewGitHub(ghToken)
-	entered, land := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
-		if s.State == "failure" {
-			once.Do(func() { close(entered) })
-			<-land // held in flight; created when let go
-		}
-		return publishtest.Behavior{}
-	}
 	w := newCommitWorld(t, gh)
-	var letGo sync.Once
-	release := func() { letGo.Do(func() { close(land) }) }
-	t.Cleanup(release)
+	entered, release := holdFailures(t, gh)
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
 	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
 	granted := w.clock.Now() // a's grant, by a's clock (which does not move while a posts)
