@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Subject is what a user looks at: one status context on one commit of one repository, at one
@@ -29,10 +30,14 @@ func (s Subject) Key() SubjectKey {
 	return SubjectKey(framedDigest("amiss/subject/v1", s.Publisher, s.Repository, s.SHA, s.Context))
 }
 
-// Validate reports a subject no ledger stores: a part missing, or the whole over MaxSubjectName.
+// Validate reports a subject no ledger stores: a part missing or not UTF-8 (a record could not
+// keep it as it is), or the whole over MaxSubjectName.
 func (s Subject) Validate() error {
 	if s.Publisher == "" || s.Repository == "" || s.SHA == "" || s.Context == "" {
 		return fmt.Errorf("%w: a subject needs publisher, repository, sha and context", ErrInvalid)
+	}
+	if !utf8.ValidString(s.Publisher) || !utf8.ValidString(s.Repository) || !utf8.ValidString(s.SHA) || !utf8.ValidString(s.Context) {
+		return fmt.Errorf("%w: a subject's names must be UTF-8", ErrInvalid)
 	}
 	if n := len(s.Publisher) + len(s.Repository) + len(s.SHA) + len(s.Context); n > MaxSubjectName {
 		return fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, n, MaxSubjectName)
@@ -194,9 +199,12 @@ type SubjectGrant struct {
 	// ReadBack (SubjectPost): a post of this verdict may already stand, or the verdict is
 	// late; read what stands before posting, and post only if it is not this verdict.
 	ReadBack bool
-	// Late (SubjectPost): the subject's record had been forgotten and this verdict is older
-	// than the horizon, so a newer verdict may have stood before; post it only if nothing
-	// stands, and report PostOverridden if another status does.
+	// Late (SubjectPost): the subject's record was made when this verdict was already older
+	// than the horizon (an earlier record, forgotten, may have held a newer verdict whose
+	// status still stands), and no post under it may have landed since, so what stands is not
+	// the record's to know; post it only if nothing stands, and report PostOverridden if
+	// another status does. A late grant reported applied or unknown (its read-back found
+	// nothing standing, or this verdict) makes the record know again.
 	Late bool
 	// By (SubjectSuperseded) is the newer verdict.
 	By Key
@@ -340,7 +348,11 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 		r.Stands = Verdict{} // what stands is in flux until this grant reports
 	}
 	g.Outcome, g.Fence = SubjectPost, r.Fence
-	g.Late = fresh && now.After(q.Order.At().Add(horizon))
+	made := r.CreatedAt
+	if fresh {
+		made = now
+	}
+	g.Late = r.Posted.IsZero() && made.After(q.Order.At().Add(horizon))
 	g.ReadBack = g.Late || r.Posted == v
 	return g, r.touch(true, now), nil
 }

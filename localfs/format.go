@@ -274,9 +274,9 @@ const (
 	maxShardPayload = shardSlot - frameOverhead
 )
 
-// maxSubjectPayload is the ceiling of a subject record's JSON: the subject's names and fixed
-// fields.
-const maxSubjectPayload = ledger.MaxSubjectName*2 + 4<<10
+// maxSubjectPayload is the ceiling of a subject record's JSON: the subject's names (JSON writes
+// a byte as at most six: \u003c for '<', \u0001 for a control character) and fixed fields.
+const maxSubjectPayload = ledger.MaxSubjectName*6 + 4<<10
 
 // maxRowPayload is the ceiling of a row's JSON: the subject and the report (base64) plus
 // fixed fields.

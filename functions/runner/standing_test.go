@@ -267,19 +267,8 @@ func (k *killable) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (
 // again: it stands, with no other status after it.
 func TestAnOlderPostInFlightWhenItsRunnerDiesIsOverwrittenByTheNewest(t *testing.T) {
 	gh := publishtest.NewGitHub(ghToken)
-	entered, land := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
-		if s.State == "failure" {
-			once.Do(func() { close(entered) })
-			<-land // held in flight; created when let go
-		}
-		return publishtest.Behavior{}
-	}
 	w := newCommitWorld(t, gh)
-	var letGo sync.Once
-	release := func() { letGo.Do(func() { close(land) }) }
-	t.Cleanup(release) // a failure below must not leave the held request (and the server) waiting
+	entered, release := holdFailures(t, gh) // a failure below must not leave the held request (and the server) waiting
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
 	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
 	dying := &killable{Ledger: w.l}

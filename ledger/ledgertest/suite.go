@@ -305,6 +305,9 @@ var cases = []testCase{
 	{"Subject_RequestIsChecked", 0, caseSubjectRequestIsChecked},
 	{"Subject_SupersededRowIsCleanedLikeADoneOne", 0, caseSupersededRowIsCleanedLikeADoneOne},
 	{"Subject_DamagedRecordFailsClosed", 0, caseDamagedSubjectRecordFailsClosed},
+	// cases_subject_limits.go
+	{"Subject_RecordOfTheLargestSubjectIsLegible", 0, caseSubjectRecordOfTheLargestSubjectIsLegible},
+	{"Subject_OfNamesNotUTF8IsRefused", 0, caseSubjectOfNamesNotUTF8IsRefused},
 }
 
 // tick is the smallest step of the clock that the backend tells apart.
