@@ -271,14 +271,19 @@ type SubjectRecord struct {
 	Stands Verdict `json:"stands,omitzero"`
 	// SettleUntil is when every post whose outcome is unknown has been applied or dropped.
 	SettleUntil time.Time `json:"settle_until,omitzero"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	// Blind is set while the record knows nothing of what stands: from its creation until a
+	// post under it is reported applied or unknown (a grant that ends without a report may
+	// have read back another status and died: it teaches nothing). A verdict older than the
+	// horizon when a blind record was made is late (SubjectGrant.Late).
+	Blind     bool      `json:"blind,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // NewSubjectRecord returns the record of a subject nothing was recorded for (or whose record
 // was forgotten), at now. Acquire fills it.
 func NewSubjectRecord(s Subject, now time.Time) SubjectRecord {
-	return SubjectRecord{Key: s.Key(), Subject: s, CreatedAt: now, UpdatedAt: now}
+	return SubjectRecord{Key: s.Key(), Subject: s, CreatedAt: now, UpdatedAt: now, Blind: true}
 }
 
 // Now returns the effective now for a decision on the record.
@@ -348,11 +353,7 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 		r.Stands = Verdict{} // what stands is in flux until this grant reports
 	}
 	g.Outcome, g.Fence = SubjectPost, r.Fence
-	made := r.CreatedAt
-	if fresh {
-		made = now
-	}
-	g.Late = r.Posted.IsZero() && made.After(q.Order.At().Add(horizon))
+	g.Late = r.Blind && r.CreatedAt.After(q.Order.At().Add(horizon))
 	g.ReadBack = g.Late || r.Posted == v
 	return g, r.touch(true, now), nil
 }
@@ -383,7 +384,7 @@ func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (Su
 	out := SubjectGrant{Subject: r.Key, Order: g.Order, Evaluation: g.Evaluation, Decided: now}
 	switch o {
 	case PostApplied:
-		r.Posted = v
+		r.Posted, r.Blind = v, false
 		r.endHold(now, true)
 		if since.Before(r.SettleUntil) {
 			// Posted while an older post could still land over it: confirm it once that is over.
@@ -393,6 +394,7 @@ func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (Su
 			out.Outcome = SubjectStanding
 		}
 	case PostUnknown:
+		r.Blind = false // posted after a read-back found nothing standing, or this verdict, if late
 		r.endHold(now, false)
 		out.Outcome, out.RetryAt = SubjectRetry, r.SettleUntil
 	case PostRefused:

@@ -85,3 +85,15 @@ func TestARecordBroughtBackInTimeMakesNoVerdictLate(t *testing.T) {
 	report(t, &r, g, PostRefused, now.Add(time.Second), SubjectRetry)
 	acquire(t, &r, verdict(1, subjT0), now.Add(time.Minute), SubjectSuperseded)
 }
+
+// A late grant that ends without a report (its runner died, perhaps after a read-back found a
+// newer status standing) teaches the record nothing: the next late verdict reads back too.
+func TestALateGrantThatEndsWithoutAReportLeavesTheNextLate(t *testing.T) {
+	now := subjT0.Add(horizon + time.Hour)
+	older, newer := verdict(1, subjT0), verdict(2, subjT0.Add(time.Second))
+	r, _ := lateRecord(t, older, now)
+	g := acquire(t, &r, newer, now.Add(holdFor+settleFor+time.Minute), SubjectPost)
+	if !g.Late || !g.ReadBack {
+		t.Fatalf("a late verdict after a late grant ended without a report: late %v read back %v, want both", g.Late, g.ReadBack)
+	}
+}

@@ -176,9 +176,9 @@ func TestARefusedPostIsNotUnknown(t *testing.T) {
 }
 
 func TestALateVerdictOnAForgottenSubjectReadsBackFirst(t *testing.T) {
-	r := NewSubjectRecord(testSubj, subjT0)
 	v := verdict(1, subjT0)
 	now := subjT0.Add(horizon + time.Second)
+	r := NewSubjectRecord(testSubj, now) // made at the decision's now, as a backend makes it
 	g := acquire(t, &r, v, now, SubjectPost)
 	if !g.Late || !g.ReadBack {
 		t.Fatalf("late %v read back %v, want both", g.Late, g.ReadBack)

@@ -97,11 +97,13 @@ const (
 	// holdMargin is what a grant to post lasts beyond its requests' time: the time the grant
 	// takes to reach this runner, and clocks of hosts (or store nodes) that disagree by a few
 	// seconds, so that nobody takes the grant over while this runner may still be sending
-	// under it. Clocks further apart only make a takeover come early: the one who takes over
-	// counts the grant's post as unknown, and its own verdict is read back once that post has
-	// settled (the route's settle time after the grant's end), so the order holds while the
-	// clocks agree within the settle time.
+	// under it.
 	holdMargin = 10 * time.Second
+	// clockAllowance is added to the route's settle time on every grant: the ledger decides
+	// when a post has settled on the clock of whoever asks next, which may run ahead of the
+	// one that gave up on the post. With it, the order holds while those clocks agree within
+	// 10 s (and, for a grant whose runner died, within the hold's margin beyond its requests).
+	clockAllowance = 10 * time.Second
 )
 
 func (rt *Route) timeout() time.Duration    { return cmpOr(rt.Timeout, defaultPublishTimeout) }
@@ -151,7 +153,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	defer leave()
 	g, err := r.Ledger.AcquireSubject(ctx, ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
-		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime()})
+		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance})
 	switch {
 	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrTooLarge):
 		return outcome{ev: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
@@ -179,7 +181,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 			perr = &publish.Error{Class: publish.Transient, Unknown: true, Err: fmt.Errorf("the post's outcome could not be recorded: %v", rerr)}
 		}
 		o := r.posted(ctx, k, perr)
-		o.settle = hold + route.settleTime()
+		o.settle = hold + route.settleTime() + clockAllowance
 		return o
 	}
 	switch a.Outcome {
