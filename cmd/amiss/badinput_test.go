@@ -252,6 +252,13 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 			}
 		})
 	}
+	// A command refused over a folder of other files leaves nothing in it.
+	for _, d := range []string{"docs", "examples"} {
+		entries, err := os.ReadDir(w.path(d))
+		if err != nil || len(entries) != 1 {
+			t.Errorf("%s after the refusals: %v %v, want its one file", d, entries, err)
+		}
+	}
 	// check prints each failure with its remedy on stdout.
 	code, stdout, _ := w.run(t, false, nil, "check", "-root", "var/ledger")
 	if code != 1 || !strings.Contains(stdout, "FAIL  routes.demo.secrets[0].from") || !strings.Contains(stdout, "export "+demoSecretVar+"=") {

@@ -120,6 +120,23 @@ func explainRoot(spec string, create bool, err error) error {
 	return err
 }
 
+// refuseForeignFolder refuses, before anything is written there, to make a root in the folder
+// dir (spec as given) when it holds no root state and entries the FileLedger would refuse to
+// make a root over (anything but lock and temporary files and the row folders an interrupted
+// creation leaves, which it checks itself): opening it would leave lock files behind in a
+// folder that is not a ledger's.
+func refuseForeignFolder(spec, dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, localfs.RootFile)); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	foreign, ledgerData := folderContents(dir)
+	if len(foreign) == 0 && (len(ledgerData) == 0 || len(ledgerData) == 1 && ledgerData[0] == localfs.RowsDir) {
+		return nil
+	}
+	return explainRoot(spec, true, fmt.Errorf("%w: %s is missing and the folder holds other entries", ledger.ErrRootMismatch,
+		filepath.Join(dir, localfs.RootFile)))
+}
+
 // accessProblem reports what this user may not do that every command on a root does: list
 // and write the folder (each command takes locks there), read the root state and open the
 // lock files. statErr is the folder's own stat error.

@@ -90,6 +90,9 @@ func prepareRoot(ctx context.Context, cmd string, cfg *config.Config, dir string
 	if err := os.MkdirAll(loc.Dir, 0o700); err != nil {
 		return nil, explainMkdir(dir, err)
 	}
+	if err := refuseForeignFolder(dir, loc.Dir); err != nil {
+		return nil, err
+	}
 	l, err := wiring.OpenLedger(ctx, dir, wiring.LedgerOptions{From: "-root", Folders: true, Config: cfg, Prepare: true,
 		StrandedAfter: strandedAfter})
 	if err != nil {
