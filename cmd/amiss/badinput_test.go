@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -143,6 +144,12 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 	}
 	defer busy.Close()
 	busyAddr := busy.Addr().String()
+	// The address the answer suggests instead: the port 10000 above (or below), never the one in use.
+	busyPort := busy.Addr().(*net.TCPAddr).Port
+	otherBusy := fmt.Sprintf("127.0.0.1:%d", busyPort+10000)
+	if busyPort+10000 > 65535 {
+		otherBusy = fmt.Sprintf("127.0.0.1:%d", busyPort-10000)
+	}
 	missingKey := strings.Repeat("ab", 32)
 
 	for _, c := range []struct {
@@ -183,7 +190,7 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 			not:  []string{"store unavailable"}},
 		// -listen
 		{name: "an address in use", args: []string{"serve", "-root", "var/serve", "-listen", busyAddr}, env: secret, code: 1,
-			want: []string{"-listen " + busyAddr + ": the address is in use", "-listen 127.0.0.1:18080", "LISTEN=127.0.0.1:18080"}},
+			want: []string{"-listen " + busyAddr + ": the address is in use", "amiss serve -listen " + otherBusy, "make run LISTEN=" + otherBusy}},
 		{name: "an address that is not one", args: []string{"serve", "-root", "var/serve", "-listen", "localhost"}, env: secret, code: 1,
 			want: []string{"-listen localhost", "HOST:PORT"}},
 		// secrets and configuration

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -213,9 +215,10 @@ func unwrapPath(err error) error {
 func explainListen(addr string, err error) error {
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
+		other := otherAddress(addr)
 		return fmt.Errorf("-listen %s: the address is in use (another amiss serve, or another program, listens there): "+
-			"stop it, or listen elsewhere: amiss serve -listen 127.0.0.1:18080, or make run LISTEN=127.0.0.1:18080 "+
-			"(and the same LISTEN= for make sign): %w", addr, err)
+			"stop it, or listen elsewhere: amiss serve -listen %s, or make run LISTEN=%s "+
+			"(and the same LISTEN= for make sign): %w", addr, other, other, err)
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("-listen %s: this user may not listen there (ports below 1024 need privileges): "+
 			"choose a port from 1024 up, such as -listen 127.0.0.1:8080: %w", addr, err)
@@ -224,4 +227,18 @@ func explainListen(addr string, err error) error {
 			"(loopback), or an address this machine has: %w", addr, err)
 	}
 	return fmt.Errorf("-listen %s: cannot listen: give HOST:PORT, such as 127.0.0.1:8080: %w", addr, err)
+}
+
+// otherAddress suggests an address instead of addr, which is in use: the same host, on the port
+// 10000 above (8080 gives 18080), or below when that is past the last port.
+func otherAddress(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil {
+		return "127.0.0.1:18080"
+	}
+	if p += 10000; p > 65535 {
+		p -= 20000
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p))
 }
