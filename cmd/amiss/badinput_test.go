@@ -160,6 +160,7 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 		code     int
 		want     []string // each in stderr
 		not      []string // none in stderr
+		out      []string // each in stdout
 	}{
 		// -root
 		{name: "a mistyped root", args: []string{"ledger", "stats", "-root", "var/ledgr"}, code: 1,
@@ -188,6 +189,12 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 			env: secret, asNobody: true, code: 1,
 			want: []string{"-root var/locked: this user may not use the folder", "permission denied", "choose another -root"},
 			not:  []string{"store unavailable"}},
+		{name: "check over a folder that holds other files", args: []string{"check", "-root", "docs"}, env: secret, code: 1,
+			want: []string{"check failed"},
+			out:  []string{"FAIL  ledger docs: -root docs: the folder holds benchmarks.md, not a ledger", "choose another -root"}},
+		{name: "check over an unreadable folder", args: []string{"check", "-root", "var/locked"}, env: secret, asNobody: true, code: 1,
+			want: []string{"check failed"},
+			out:  []string{"FAIL  ledger var/locked: -root var/locked: this user may not use the folder", "the user that owns it"}},
 		// -listen
 		{name: "an address in use", args: []string{"serve", "-root", "var/serve", "-listen", busyAddr}, env: secret, code: 1,
 			want: []string{"-listen " + busyAddr + ": the address is in use", "amiss serve -listen " + otherBusy, "make run LISTEN=" + otherBusy}},
@@ -243,13 +250,18 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 			want: []string{`version: unexpected argument "now"`}},
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
-			code, _, stderr := w.run(t, c.asNobody, c.env, c.args...)
+			code, stdout, stderr := w.run(t, c.asNobody, c.env, c.args...)
 			if code != c.code {
 				t.Errorf("amiss %s: exit %d, want %d\n%s", strings.Join(c.args, " "), code, c.code, stderr)
 			}
 			for _, want := range c.want {
 				if !strings.Contains(stderr, want) {
 					t.Errorf("amiss %s: the error does not say %q:\n%s", strings.Join(c.args, " "), want, stderr)
+				}
+			}
+			for _, want := range c.out {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("amiss %s: the output does not say %q:\n%s", strings.Join(c.args, " "), want, stdout)
 				}
 			}
 			for _, not := range c.not {

@@ -122,7 +122,7 @@ func usesSecretsManager(cfg *config.Config) bool {
 
 // probeLedger reads the root's recorded limits (a file root or an S3 prefix) and compares
 // them with the configuration's. A root that does not exist yet is fine: it is created at
-// the first start.
+// the first start, unless the folder holds other files (serve would refuse it).
 func (c *checker) probeLedger(ctx context.Context, cfg *config.Config, spec string) {
 	loc, err := wiring.ParseLocation(spec, "-root", true)
 	if err != nil {
@@ -133,13 +133,17 @@ func (c *checker) probeLedger(ctx context.Context, cfg *config.Config, spec stri
 	if loc.Bucket == "" {
 		name = loc.Dir
 		if _, err := os.Stat(filepath.Join(loc.Dir, localfs.RootFile)); errors.Is(err, fs.ErrNotExist) {
+			if err := refuseForeignFolder(spec, loc.Dir); err != nil {
+				c.fail("ledger %s: %v", name, err)
+				return
+			}
 			c.ok("ledger %s: no root yet; amiss serve creates it with the configuration's limits", name)
 			return
 		}
 	}
 	stored, err := wiring.StoredLimits(ctx, loc)
 	if err != nil {
-		c.fail("ledger %s: %v", name, err)
+		c.fail("ledger %s: %v", name, explainRoot(spec, false, err))
 		return
 	}
 	c.compareLimits(cfg, name, stored)
