@@ -25,17 +25,24 @@ MINIO_BUILD   := .cache/minio
 
 ## help: this list
 help:
-	@echo "amiss: make TARGET [VAR=value]"
+	@echo "amiss: make TARGET [VAR=value]   (start with make run, then make sign in a second terminal)"
 	@echo
-	@sed -n 's/^## \([a-z-]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 18
+	@sed -n 's/^## \([a-z0-9-]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 18
+	@echo "  build-NAME      what sam build runs for each function (IngressFunction, RunnerFunction, CleanupFunction)"
 	@echo
-	@echo "Variables: CONFIG=$(CONFIG) ROOT=$(ROOT) LISTEN=$(LISTEN) DEPLOY_CONFIG=$(DEPLOY_CONFIG)"
+	@echo "Variables, with their values here:"
+	@echo "  CONFIG=$(CONFIG) ROOT=$(ROOT) LISTEN=$(LISTEN)   (run, sign, demo, check)"
+	@echo "  TITLE=\"...\" (sign: a pull request)  EVENT=FILE (invoke-*)  INVOKE_STATE=$(INVOKE_STATE)"
+	@echo "  DEPLOY_CONFIG=$(DEPLOY_CONFIG) (sam build)  FUZZTIME=$(FUZZTIME)  BENCHTIME=$(BENCHTIME)  POWER_SCALE=$(POWER_SCALE)"
+	@echo "  MINIO_IMAGE=$(MINIO_IMAGE)  GO=$(GO)"
+	@echo "Another address when $(LISTEN) is taken: make run LISTEN=127.0.0.1:18080, then make sign LISTEN=127.0.0.1:18080"
 
-## run: build amiss and serve the example configuration on 127.0.0.1:8080 over the file root var/ledger
+## run: build amiss and serve the example configuration on LISTEN (127.0.0.1:8080) over the file root ROOT (var/ledger)
 run: build
+	@echo "== serving $(CONFIG) on http://$(LISTEN) over $(ROOT): make sign$(if $(filter-out 127.0.0.1:8080,$(LISTEN)), LISTEN=$(LISTEN)) in another terminal; Ctrl-C stops"
 	./bin/amiss serve -config $(CONFIG) -root $(ROOT) -listen $(LISTEN)
 
-## sign: send a signed sample webhook to the server make run started (TITLE="..." for a pull request)
+## sign: send a signed sample webhook to the server make run started, at LISTEN (TITLE="..." for a pull request)
 sign: build
 	@./bin/amiss sign -send -config $(CONFIG) -url http://$(LISTEN) $(if $(TITLE),-title "$(TITLE)")
 
@@ -60,6 +67,7 @@ test: vet test-prepare
 test: export TESTCONTAINERS_RYUK_DISABLED ?= true
 test: export TESTCONTAINERS_HOST_OVERRIDE ?= 127.0.0.1
 test: export AMISS_MINIO_IMAGE ?= $(MINIO_IMAGE)
+# test-prepare: build the MinIO image and install the emulator when this machine can (make test runs it)
 test-prepare:
 	@if docker info >/dev/null 2>&1; then \
 		docker image inspect $(MINIO_IMAGE) >/dev/null 2>&1 || { \
@@ -71,12 +79,14 @@ test-prepare:
 	fi
 	@$(MAKE) --no-print-directory rie >/dev/null || echo "*** could not install the runtime interface emulator (make rie): the Lambda tests will be SKIPPED"
 
+## vet: go vet and the gofmt check (make test runs them first)
 vet:
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 ## build: the amiss binary in bin/
 build:
+	@test -x bin/amiss || echo "== first build of bin/amiss: Go fetches the modules, then compiles amiss and its dependencies (the AWS SDK among them) and prints nothing for a few minutes; later builds take seconds"
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/amiss ./cmd/amiss
 
 ## bench: the measurements recorded in docs/benchmarks.md (the S3 ones need MinIO: see docs/s3-ledger.md)
@@ -166,7 +176,7 @@ invoke-fakes:
 invoke-clean:
 	rm -rf $(INVOKE_STATE)
 
-## minio-image: build the pinned MinIO release from source into the image $(MINIO_IMAGE)
+## minio-image: build the pinned MinIO release from source into the image MINIO_IMAGE (Docker)
 minio-image:
 	mkdir -p $(MINIO_BUILD)/context/tmp
 	test -x $(MINIO_BUILD)/bin/minio || CGO_ENABLED=0 GOBIN=$(abspath $(MINIO_BUILD))/bin $(GO) install github.com/minio/minio@$(MINIO_VERSION)
@@ -180,5 +190,6 @@ RIE_VERSION ?= v0.0.0-20261030222936-bef5c4ba774d
 rie:
 	@test -x .cache/rie/bin/aws-lambda-rie || GOBIN=$(abspath .cache/rie/bin) $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
+## clean: remove bin/, var/ (every local ledger root: make run's and the invoke loop's), bench.out and .cache/
 clean:
 	rm -rf bin var bench.out .cache

@@ -35,20 +35,27 @@ var errCheck = errors.New("check failed")
 // (${NAME}, env:NAME) is one the template declares for the functions, since Lambda sets no
 // other. The Makefile's build targets run this, so sam build refuses such a file.
 func runCheck(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("check", "[-config FILE] [-root DIR|s3://bucket/prefix/] | -template template.yaml [-function NAME] [-config FILE]")
-	cfgPath := fs.String("config", "examples/amiss.yaml", "configuration file")
+	fs := newCommand("check", "[-config FILE] [-root DIR|s3://bucket/prefix/] | -template template.yaml [-function NAME] [-config FILE]",
+		"Checks a configuration without sending anything to a provider: it loads, every secret it names can be\n"+
+			"read, the ledger root records its limits, each publisher's base URL answers. Each check prints ok or\n"+
+			"FAIL with the remedy; any FAIL exits 1. With -template: every variable the file reads is one the SAM\n"+
+			"template declares for the functions.")
+	cfgPath := fs.String("config", defaultConfig, "configuration file")
 	root := fs.String("root", "", "ledger root to probe: a folder or s3://bucket/prefix/ (default: AMISS_LEDGER's, else "+defaultRoot+")")
 	template := fs.String("template", "", "check the file against this SAM template's declared environment instead")
 	function := fs.String("function", "", "with -template: only this function (default: every function)")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long each probe may take")
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := fs.noArgs(); err != nil {
 		return err
 	}
 	if *template != "" {
 		return checkPackaged(*cfgPath, *template, *function, out)
 	}
 	c := &checker{out: out}
-	cfg, err := config.Load(*cfgPath)
+	cfg, err := loadConfig(*cfgPath, os.Getenv)
 	if err != nil {
 		c.fail("configuration %s: %v", *cfgPath, err)
 		return c.done()
@@ -115,7 +122,7 @@ func usesSecretsManager(cfg *config.Config) bool {
 
 // probeLedger reads the root's recorded limits (a file root or an S3 prefix) and compares
 // them with the configuration's. A root that does not exist yet is fine: it is created at
-// the first start.
+// the first start, unless the folder holds other files (serve would refuse it).
 func (c *checker) probeLedger(ctx context.Context, cfg *config.Config, spec string) {
 	loc, err := wiring.ParseLocation(spec, "-root", true)
 	if err != nil {
@@ -126,13 +133,17 @@ func (c *checker) probeLedger(ctx context.Context, cfg *config.Config, spec stri
 	if loc.Bucket == "" {
 		name = loc.Dir
 		if _, err := os.Stat(filepath.Join(loc.Dir, localfs.RootFile)); errors.Is(err, fs.ErrNotExist) {
+			if err := refuseForeignFolder(spec, loc.Dir); err != nil {
+				c.fail("ledger %s: %v", name, err)
+				return
+			}
 			c.ok("ledger %s: no root yet; amiss serve creates it with the configuration's limits", name)
 			return
 		}
 	}
 	stored, err := wiring.StoredLimits(ctx, loc)
 	if err != nil {
-		c.fail("ledger %s: %v", name, err)
+		c.fail("ledger %s: %v", name, explainRoot(spec, false, err))
 		return
 	}
 	c.compareLimits(cfg, name, stored)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -233,5 +234,40 @@ func TestSignSends(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "202") || !strings.Contains(out.String(), `"outcome":"admitted"`) {
 		t.Fatalf("sign -send printed %q", out.String())
+	}
+}
+
+// inspect shows the row's subject as the JSON it is (not base64); list says so, on stderr,
+// when no row matches, and keeps stdout to one row a line.
+func TestInspectShowsTheSubjectAndListSaysWhenNothingMatches(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"demo", "-config", exampleConfig, "-root", root}, &out, io.Discard); err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"ledger", "list", "-root", root}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	key, _, _ := strings.Cut(out.String(), "\t")
+	if len(key) != 64 || errOut.Len() != 0 {
+		t.Fatalf("list: %q, stderr %q", out.String(), errOut.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"ledger", "inspect", "-root", root, key}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var row struct {
+		Subject map[string]any `json:"subject"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &row); err != nil || row.Subject["repository"] != "acme/app" || row.Subject["event"] != "push" {
+		t.Fatalf("inspect's subject: %v, %+v\n%s", err, row.Subject, out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"ledger", "list", "-root", root, "-state", "abandoned"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 || errOut.String() != "no abandoned row in "+root+"\n" {
+		t.Fatalf("list of no row: stdout %q, stderr %q", out.String(), errOut.String())
 	}
 }

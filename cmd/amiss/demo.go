@@ -8,7 +8,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/ledger"
@@ -27,18 +26,24 @@ func placeholderEnv(name string) string {
 // does, so that make demo and make run share one root, and takes one sample delivery through
 // every state, printing each answer of the ledger, then the root's stats.
 func runDemo(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("demo", "[-config FILE] [-root DIR]")
-	cfgPath := fs.String("config", "examples/amiss.yaml", "configuration whose limits the root records (the one amiss serve uses)")
+	fs := newCommand("demo", "[-config FILE] [-root DIR]",
+		"Takes one sample delivery through every state of a file root (created when missing, with the\n"+
+			"configuration's limits, as amiss serve does), printing each answer of the ledger, then its stats.\n"+
+			"It needs no server and reads no secret.")
+	cfgPath := fs.String("config", defaultConfig, "configuration whose limits the root records (the one amiss serve uses)")
 	root := fs.String("root", defaultRoot, "ledger root folder (created when missing)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
+		return err
+	}
+	if err := fs.noArgs(); err != nil {
 		return err
 	}
 	// Only the limits are used: the demo reads no secret and needs none set.
-	cfg, err := config.LoadEnv(*cfgPath, placeholderEnv)
+	cfg, err := loadConfig(*cfgPath, placeholderEnv)
 	if err != nil {
 		return err
 	}
-	l, err := prepareRoot(ctx, cfg, *root, 0)
+	l, err := prepareRoot(ctx, "demo", cfg, *root, 0)
 	if err != nil {
 		return err
 	}

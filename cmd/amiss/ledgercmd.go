@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -39,7 +40,7 @@ func (s s3Ledger) verify(ctx context.Context, p func(int, int64)) (bool, string,
 func openRoot(ctx context.Context, root string, prepare bool) (verifier, error) {
 	l, err := wiring.OpenLedger(ctx, root, wiring.LedgerOptions{From: "-root", Folders: true, Prepare: prepare})
 	if err != nil {
-		return nil, err
+		return nil, explainRoot(root, false, err)
 	}
 	switch l := l.(type) {
 	case *localfs.Ledger:
@@ -73,18 +74,86 @@ func progressBar(w io.Writer) func(done int, total int64) {
 	}
 }
 
-func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Writer) error {
+// A ledgerCommand is one subcommand of amiss ledger.
+type ledgerCommand struct{ name, synopsis, about string }
+
+// ledgerCommands are amiss ledger's subcommands, in the order its usage lists them.
+var ledgerCommands = []ledgerCommand{
+	{"stats", "[-root DIR]", "Counts rows by state and lifetime, the capacity in use, the high-water clock and the limits the root records."},
+	{"list", "[-root DIR] [-state S]", "Lists rows, one a line, tab-separated: the full key (as logs print it and inspect and republish take it),\n" +
+		"the state, the last transition, the route, and an abandoned row's reason."},
+	{"inspect", "[-root DIR] KEY", "Prints one row as JSON, its subject decoded, with the verdict it froze.\n" +
+		"KEY is the row's full key: 64 hex digits, as logs, answers and amiss ledger list print it."},
+	{"republish", "[-root DIR] [-queue URL] KEY | -abandoned [-since T]", "Revives an abandoned row (KEY), or every one (-abandoned), and queues it: the verdict it froze is\n" +
+		"published again, the same bytes, never evaluated again."},
+	{"verify", "[-root DIR]", "Decodes every file of the root and checks the capacity record; exits 1 when it finds a problem."},
+	{"cleanup", "[-root DIR]", "Runs cleanup passes until a lap is done: forgets what is safe to forget, reports stranded and damaged rows."},
+	{"s3-setup", "-root s3://bucket/prefix/ [-noncurrent-days N]", "Turns versioning on for the ledger's bucket and adds a lifecycle rule expiring noncurrent versions."},
+}
+
+// ledgerNames lists the subcommands' names.
+func ledgerNames() string {
+	names := make([]string, len(ledgerCommands))
+	for i, c := range ledgerCommands {
+		names[i] = c.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// printLedgerUsage writes amiss ledger's usage: every subcommand's synopsis.
+func printLedgerUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: amiss ledger SUBCOMMAND [flags]   (amiss ledger SUBCOMMAND -h for its flags)")
+	fmt.Fprintln(w)
+	for _, c := range ledgerCommands {
+		fmt.Fprintf(w, "  amiss ledger %s %s\n", c.name, c.synopsis)
+	}
+	fmt.Fprintln(w, "\nDIR is a file root (default "+defaultRoot+", the one make run serves) or s3://bucket/prefix/.")
+}
+
+// newLedgerCommand returns the flag set of "amiss ledger name", with its -root flag.
+func newLedgerCommand(name string) (*command, *string) {
+	for _, lc := range ledgerCommands {
+		if lc.name == name {
+			c := newCommand("ledger "+name, lc.synopsis, lc.about)
+			if name == "s3-setup" {
+				return c, c.String("root", "", "the ledger's bucket and prefix, s3://bucket/prefix/")
+			}
+			return c, c.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
+		}
+	}
+	return nil, nil
+}
+
+func runLedger(ctx context.Context, args []string, out, errOut io.Writer) error {
+	if len(args) == 0 {
+		return usagef("ledger", "no subcommand given: one of %s", ledgerNames())
+	}
+	sub := args[0]
+	switch sub {
+	case "-h", "-help", "--help", "help":
+		printLedgerUsage(out)
+		return nil
+	}
+	c, root := newLedgerCommand(sub)
+	if c == nil {
+		return usagef("ledger", "unknown subcommand %q: one of %s", sub, ledgerNames())
+	}
+	args = args[1:]
 	switch sub {
 	case "list":
-		return runList(ctx, args, out, errOut)
+		return runList(ctx, c, root, args, out, errOut)
 	case "republish":
-		return runRepublish(ctx, args, out)
+		return runRepublish(ctx, c, root, args, out)
 	case "s3-setup":
-		return runS3Setup(ctx, args, out)
+		return runS3Setup(ctx, c, root, args, out)
 	}
-	fs, root, err := rootFlags("ledger "+sub, args)
-	if err != nil {
+	if err := c.parse(args); err != nil {
 		return err
+	}
+	if sub != "inspect" {
+		if err := c.noArgs(); err != nil {
+			return err
+		}
 	}
 	switch sub {
 	case "stats":
@@ -100,10 +169,7 @@ func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Wr
 		printStats(out, st)
 		return nil
 	case "inspect":
-		if fs.NArg() != 1 {
-			return fmt.Errorf("%w: inspect takes one key (64 hex digits, as logs and amiss ledger list print it)", errUsage)
-		}
-		key, err := ledger.ParseKey(fs.Arg(0))
+		key, err := keyArg(c)
 		if err != nil {
 			return err
 		}
@@ -113,6 +179,10 @@ func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Wr
 		}
 		defer l.Close()
 		row, err := l.Inspect(ctx, key)
+		if errors.Is(err, ledger.ErrUnknownDelivery) {
+			return fmt.Errorf("no row %s in %s: never admitted there, or forgotten once its retention ended; amiss ledger list -root %s lists the keys: %w",
+				key, *root, *root, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -138,38 +208,49 @@ func runLedger(ctx context.Context, sub string, args []string, out, errOut io.Wr
 		}
 		fmt.Fprintln(out, "ok")
 		return nil
-	case "cleanup":
-		l, err := openRoot(ctx, *root, true)
+	}
+	// cleanup
+	l, err := openRoot(ctx, *root, true)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	cur := ledger.Cursor("")
+	var removed, retained, stranded, damaged int
+	for {
+		rep, err := l.Cleanup(ctx, cur)
 		if err != nil {
 			return err
 		}
-		defer l.Close()
-		cur := ledger.Cursor("")
-		var removed, retained, stranded, damaged int
-		for {
-			rep, err := l.Cleanup(ctx, cur)
-			if err != nil {
-				return err
-			}
-			removed += len(rep.Removed)
-			retained += rep.Retained
-			stranded += len(rep.Stranded)
-			damaged += len(rep.Damaged)
-			for _, d := range rep.Damaged {
-				fmt.Fprintf(out, "damaged: %s: %v\n", d.Name, d.Err)
-			}
-			for _, s := range rep.Stranded {
-				fmt.Fprintf(out, "stranded: %s %v since %s\n", s.Key, s.State, s.Since.Format(time.RFC3339))
-			}
-			if rep.Done {
-				break
-			}
-			cur = rep.Next
+		removed += len(rep.Removed)
+		retained += rep.Retained
+		stranded += len(rep.Stranded)
+		damaged += len(rep.Damaged)
+		for _, d := range rep.Damaged {
+			fmt.Fprintf(out, "damaged: %s: %v\n", d.Name, d.Err)
 		}
-		fmt.Fprintf(out, "removed %d, retained %d, stranded %d, damaged %d\n", removed, retained, stranded, damaged)
-		return nil
+		for _, s := range rep.Stranded {
+			fmt.Fprintf(out, "stranded: %s %v since %s\n", s.Key, s.State, s.Since.Format(time.RFC3339))
+		}
+		if rep.Done {
+			break
+		}
+		cur = rep.Next
 	}
-	return fmt.Errorf("%w (unknown ledger command %q)", errUsage, sub)
+	fmt.Fprintf(out, "removed %d, retained %d, stranded %d, damaged %d\n", removed, retained, stranded, damaged)
+	return nil
+}
+
+// keyArg reads the one KEY argument of inspect or republish.
+func keyArg(c *command) (ledger.Key, error) {
+	if c.NArg() != 1 {
+		return ledger.Key{}, c.usagef("give one KEY, the row's full key (64 hex digits, as logs, answers and amiss ledger list print it); got %d arguments", c.NArg())
+	}
+	key, err := ledger.ParseKey(c.Arg(0))
+	if err != nil {
+		return ledger.Key{}, c.usagef("KEY %q: %v; give the row's full key, as logs, answers and amiss ledger list print it", c.Arg(0), err)
+	}
+	return key, nil
 }
 
 func printStats(out io.Writer, st ledger.Stats) {
@@ -217,16 +298,17 @@ var lifetimeNote = map[ledger.Lifetime]string{
 
 // runS3Setup makes the bucket of an s3:// root fit for a ledger: versioning on, and a lifecycle
 // rule that expires noncurrent versions (for a local MinIO, or a bucket made by hand).
-func runS3Setup(ctx context.Context, args []string, out io.Writer) error {
-	fs := newFlags("ledger s3-setup", "-root s3://bucket/prefix/ [-noncurrent-days N]")
-	root := fs.String("root", "", "the ledger's bucket and prefix, s3://bucket/prefix/")
-	days := fs.Int("noncurrent-days", 1, "days a version is kept after it stopped being current")
-	if err := parseFlags(fs, args); err != nil {
+func runS3Setup(ctx context.Context, c *command, root *string, args []string, out io.Writer) error {
+	days := c.Int("noncurrent-days", 1, "days a version is kept after it stopped being current")
+	if err := c.parse(args); err != nil {
+		return err
+	}
+	if err := c.noArgs(); err != nil {
 		return err
 	}
 	loc, err := wiring.ParseLocation(*root, "-root", false)
 	if err != nil || loc.Bucket == "" {
-		return fmt.Errorf("%w: s3-setup needs -root s3://bucket/prefix/, got %q", errUsage, *root)
+		return c.usagef("give -root s3://bucket/prefix/ (got %q)", *root)
 	}
 	client, err := wiring.S3Client(ctx, *root)
 	if err != nil {

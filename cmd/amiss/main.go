@@ -35,6 +35,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -59,50 +60,109 @@ const usage = `usage: amiss COMMAND [flags]   (amiss COMMAND -h for a command's 
   demo      one sample delivery through every state of a file root, without a server
   check     read every secret, probe the ledger and the publishers' base URLs;
             with -template, check a packaged configuration against a SAM template
-  ledger    stats | list | inspect KEY | republish | verify | cleanup,
+  ledger    stats | list | inspect KEY | republish KEY | verify | cleanup,
             on a file root or s3://bucket/prefix/; s3-setup readies a bucket
   version   the build: version, commit, Go`
 
-var errUsage = errors.New("usage: amiss serve|sign|demo|check|ledger stats|list|inspect|republish|verify|cleanup|s3-setup|version (amiss -h for help)")
+// commands are the top-level commands, in the order usage lists them.
+var commands = []string{"serve", "sign", "demo", "check", "ledger", "version"}
 
-// flagOutput receives flag usage and errors (run points it at its stderr).
-var flagOutput io.Writer = os.Stderr
+// errUsage marks a command line amiss cannot act on: a flag it does not know, a missing or
+// malformed argument, an unknown command. main exits with status 2 for it (1 for any other
+// failure, 0 for -h). Match it with errors.Is; the error itself is a *usageError.
+var errUsage = errors.New("usage error")
 
-// newFlags returns a flag set for "amiss NAME" whose usage names the command.
-func newFlags(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(flagOutput)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: amiss %s %s\n", name, synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
+// A usageError says what is wrong with a command line and where its usage is shown.
+type usageError struct {
+	// cmd is the command ("serve", "ledger inspect"), empty for the top level.
+	cmd     string
+	problem string
 }
 
-// parseFlags parses args; -h answers flag.ErrHelp (run prints nothing more and succeeds), any
-// other mistake is a usage error.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+func (e *usageError) Error() string {
+	if e.cmd == "" {
+		return e.problem + " (amiss -h lists the commands)"
+	}
+	return fmt.Sprintf("%s: %s (amiss %s -h shows its usage)", e.cmd, e.problem, e.cmd)
+}
+
+// Is makes errors.Is(err, errUsage) hold.
+func (e *usageError) Is(target error) bool { return target == errUsage }
+
+// usagef is a usage error of the command cmd.
+func usagef(cmd, format string, a ...any) error {
+	return &usageError{cmd: cmd, problem: fmt.Sprintf(format, a...)}
+}
+
+// helpOutput receives the usage a -h asks for (run points it at its stdout).
+var helpOutput io.Writer = os.Stdout
+
+// A command is the flag set of "amiss NAME": -h prints its synopsis, what it does and its
+// flags on stdout and succeeds; any other mistake is a usage error naming the command.
+type command struct {
+	*flag.FlagSet
+	name, synopsis, about string
+}
+
+// newCommand returns the flag set of "amiss name"; synopsis follows the name in the usage
+// line, about says what the command does.
+func newCommand(name, synopsis, about string) *command {
+	c := &command{FlagSet: flag.NewFlagSet(name, flag.ContinueOnError), name: name, synopsis: synopsis, about: about}
+	c.SetOutput(io.Discard) // parse reports mistakes itself
+	c.Usage = func() {}
+	return c
+}
+
+// printUsage writes the command's usage: synopsis, what it does, and its flags.
+func (c *command) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\n%s\n", strings.TrimSpace("usage: amiss "+c.name+" "+c.synopsis), c.about)
+	n := 0
+	c.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintln(w, "\nflags:")
+		c.SetOutput(w)
+		c.PrintDefaults()
+		c.SetOutput(io.Discard)
+	}
+}
+
+// parse parses args. -h (or -help) prints the usage and answers flag.ErrHelp, which run turns
+// into success; any other mistake is a usage error.
+func (c *command) parse(args []string) error {
+	err := c.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.printUsage(helpOutput)
+		return err
+	case err != nil:
+		return c.usagef("%v", err)
+	}
+	return nil
+}
+
+// usagef is a usage error of this command.
+func (c *command) usagef(format string, a ...any) error { return usagef(c.name, format, a...) }
+
+// noArgs refuses arguments after the flags of a command that takes none.
+func (c *command) noArgs() error {
+	if c.NArg() > 0 {
+		return c.usagef("unexpected argument %q (flags go before arguments; this command takes none)", c.Arg(0))
 	}
 	return nil
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	flagOutput = stderr
+	helpOutput = stdout
 	err := dispatch(ctx, args, stdout, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return nil // the flag set printed its usage
+		return nil // the command printed its usage
 	}
 	return err
 }
 
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errUsage
+		return usagef("", "no command given: one of %s", strings.Join(commands, ", "))
 	}
 	switch args[0] {
 	case "serve":
@@ -118,18 +178,22 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "check":
 		return runCheck(ctx, args[1:], stdout)
 	case "ledger":
-		if len(args) < 2 {
-			return errUsage
-		}
-		return runLedger(ctx, args[1], args[2:], stdout, stderr)
+		return runLedger(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
+		c := newCommand("version", "", "Prints the build: version, commit, Go, and the platform.")
+		if err := c.parse(args[1:]); err != nil {
+			return err
+		}
+		if err := c.noArgs(); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, versionString())
 		return nil
 	case "help", "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usage)
 		return nil
 	}
-	return fmt.Errorf("%w (unknown command %q)", errUsage, args[0])
+	return usagef("", "unknown command %q: one of %s", args[0], strings.Join(commands, ", "))
 }
 
 // version is set at build time by the Makefile (-ldflags "-X main.version=..."); without it
@@ -165,13 +229,4 @@ func versionString() string {
 		}
 	}
 	return fmt.Sprintf("%s %s %s/%s", s, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-}
-
-func rootFlags(name string, args []string) (*flag.FlagSet, *string, error) {
-	fs := newFlags(name, "[-root DIR]")
-	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, nil, err
-	}
-	return fs, root, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,21 +20,20 @@ import (
 
 // runList prints one line per row, tab-separated: the full key (the one logs print, inspect
 // and republish take), the state, the last transition, the route, and for an abandoned row
-// its reason. Damaged rows are named on errOut.
-func runList(ctx context.Context, args []string, out, errOut io.Writer) error {
-	fs := flag.NewFlagSet("ledger list", flag.ContinueOnError)
-	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
-	stateName := fs.String("state", "", "only rows in this state: pending, running, saved, done, abandoned or superseded")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+// its reason. Damaged rows are named on errOut, and so is an empty answer (stdout stays one row
+// a line, for scripts).
+func runList(ctx context.Context, c *command, root *string, args []string, out, errOut io.Writer) error {
+	stateName := c.String("state", "", "only rows in this state: pending, running, saved, done, abandoned or superseded")
+	if err := c.parse(args); err != nil {
+		return err
 	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: list takes no arguments (got %q)", errUsage, fs.Args())
+	if err := c.noArgs(); err != nil {
+		return err
 	}
 	var state ledger.State
 	if *stateName != "" {
 		if err := state.UnmarshalText([]byte(*stateName)); err != nil {
-			return fmt.Errorf("%w: -state %q: want pending, running, saved, done, abandoned or superseded", errUsage, *stateName)
+			return c.usagef("-state %q: want pending, running, saved, done, abandoned or superseded", *stateName)
 		}
 	}
 	l, err := openRoot(ctx, *root, false)
@@ -43,8 +41,9 @@ func runList(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	damaged := 0
+	damaged, rows := 0, 0
 	err = operator.List(ctx, l, state, func(r ledger.Row) error {
+		rows++
 		line := fmt.Sprintf("%s\t%s\t%s\t%s", r.Key, r.State, r.UpdatedAt.UTC().Format(time.RFC3339), r.Binding.Route)
 		if r.Reason != "" {
 			line += "\t" + strings.ReplaceAll(r.Reason, "\n", " ")
@@ -61,19 +60,28 @@ func runList(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if damaged > 0 {
 		return fmt.Errorf("%d rows could not be read (amiss ledger verify says more)", damaged)
 	}
+	if rows == 0 {
+		if *stateName != "" {
+			fmt.Fprintf(errOut, "no %s row in %s\n", *stateName, *root)
+		} else {
+			fmt.Fprintf(errOut, "no row in %s\n", *root)
+		}
+	}
 	return nil
 }
 
-// inspected is what inspect prints: the row, and the verdict it froze when it can be read.
+// inspected is what inspect prints: the row, its subject as the JSON it is stored as (rather
+// than the base64 a []byte becomes), and the verdict it froze when it can be read.
 type inspected struct {
 	ledger.Row
+	Subject     json.RawMessage `json:"subject,omitempty"`
 	Verdict     json.RawMessage `json:"verdict,omitempty"`
 	VerdictNote string          `json:"verdict_note,omitempty"`
 }
 
 // verdictOf fills in the verdict a row froze, or says where to find it.
 func verdictOf(ctx context.Context, l ledger.Ledger, row ledger.Row) inspected {
-	out := inspected{Row: row}
+	out := inspected{Row: row, Subject: subjectJSON(row.Subject)}
 	if row.Report.IsZero() {
 		return out
 	}
@@ -91,6 +99,16 @@ func verdictOf(ctx context.Context, l ledger.Ledger, row ledger.Row) inspected {
 		out.VerdictNote = err.Error()
 	}
 	return out
+}
+
+// subjectJSON is a stored subject as JSON: itself when it is JSON (as every backend stores it),
+// else its bytes as a JSON string, so that inspect still shows a damaged one.
+func subjectJSON(b []byte) json.RawMessage {
+	if len(b) == 0 || json.Valid(b) {
+		return b
+	}
+	s, _ := json.Marshal(string(b))
+	return s
 }
 
 // queueFor returns the queue revived rows are sent to: the SQS queue url names (AWS
@@ -117,20 +135,18 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(s); err == nil && d > 0 {
 		return now.Add(-d), nil
 	}
-	return time.Time{}, fmt.Errorf("%w: -since %q: want an RFC 3339 time (2026-07-01T12:00:00Z) or a duration back from now (24h)", errUsage, s)
+	return time.Time{}, usagef("ledger republish", "-since %q: want an RFC 3339 time (2026-07-01T12:00:00Z) or a duration back from now (24h)", s)
 }
 
 // runRepublish revives abandoned rows (the frozen verdict, never evaluated again) and queues
 // them: `republish KEY` for one, `republish -abandoned [-since T]` for every one abandoned
 // since T.
-func runRepublish(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("ledger republish", flag.ContinueOnError)
-	root := fs.String("root", defaultRoot, "ledger root folder, or s3://bucket/prefix/")
-	all := fs.Bool("abandoned", false, "republish every abandoned row (with -since, those abandoned since then)")
-	sinceFlag := fs.String("since", "", "with -abandoned: only rows abandoned at or after this time (RFC 3339, or a duration back from now)")
-	queueURL := fs.String("queue", os.Getenv("AMISS_QUEUE_URL"), "SQS queue URL to queue revived rows on (default $AMISS_QUEUE_URL)")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+func runRepublish(ctx context.Context, c *command, root *string, args []string, out io.Writer) error {
+	all := c.Bool("abandoned", false, "republish every abandoned row (with -since, those abandoned since then)")
+	sinceFlag := c.String("since", "", "with -abandoned: only rows abandoned at or after this time (RFC 3339, or a duration back from now)")
+	queueURL := c.String("queue", os.Getenv("AMISS_QUEUE_URL"), "SQS queue URL to queue revived rows on (default $AMISS_QUEUE_URL)")
+	if err := c.parse(args); err != nil {
+		return err
 	}
 	since, err := parseSince(*sinceFlag, time.Now())
 	if err != nil {
@@ -138,13 +154,15 @@ func runRepublish(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var key ledger.Key
 	switch {
-	case *all && fs.NArg() == 0:
-	case !*all && fs.NArg() == 1 && *sinceFlag == "":
-		if key, err = ledger.ParseKey(fs.Arg(0)); err != nil {
-			return fmt.Errorf("%w: republish takes the row's full key (64 hex digits, as logs and amiss ledger list print it): %v", errUsage, err)
-		}
+	case *all && c.NArg() == 0:
+	case *all:
+		return c.usagef("-abandoned takes no KEY (got %q): republish KEY for one row, or -abandoned [-since T] for every abandoned one", c.Arg(0))
+	case *sinceFlag != "":
+		return c.usagef("-since goes with -abandoned: republish KEY for one row, or -abandoned [-since T] for every abandoned one")
 	default:
-		return fmt.Errorf("%w: republish KEY, or republish -abandoned [-since T]", errUsage)
+		if key, err = keyArg(c); err != nil {
+			return err
+		}
 	}
 	q, err := queueFor(ctx, *queueURL)
 	if err != nil {

@@ -43,9 +43,12 @@ const (
 )
 
 func parseServe(args []string) (serveOptions, error) {
-	fs := newFlags("serve", "[-config FILE] [-root DIR] [-listen ADDR] [flags]")
+	fs := newCommand("serve", "[-config FILE] [-root DIR] [-listen ADDR] [flags]",
+		"Serves webhooks at http://ADDR/hooks/ROUTE: the ingress, the runner and the cleanup in one process over a\n"+
+			"file root, with an in-process queue. Every secret is read before it listens; unfinished rows are\n"+
+			"queued again at start. Ctrl-C stops taking webhooks and lets work in flight finish.")
 	o := serveOptions{}
-	fs.StringVar(&o.config, "config", "examples/amiss.yaml", "configuration file")
+	fs.StringVar(&o.config, "config", defaultConfig, "configuration file")
 	fs.StringVar(&o.root, "root", defaultRoot, "ledger root folder (created when missing)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on (loopback by default)")
 	fs.IntVar(&o.workers, "workers", 4, "runner workers")
@@ -55,38 +58,45 @@ func parseServe(args []string) (serveOptions, error) {
 		"idle time after which cleanup queues an unfinished row again (a revived row, a lost message)")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "time in-flight work gets to finish at shutdown")
 	fs.DurationVar(&o.readTimeout, "read-timeout", 30*time.Second, "longest time to read one request, its body included")
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
+		return o, err
+	}
+	if err := fs.noArgs(); err != nil {
 		return o, err
 	}
 	if o.strandedAfter <= 0 || o.cleanupEvery <= 0 || o.lease <= 0 {
-		return o, fmt.Errorf("%w: -lease, -cleanup-every and -stranded-after must be positive", errUsage)
+		return o, fs.usagef("-lease, -cleanup-every and -stranded-after must be positive")
 	}
 	if o.lease < minServeLease {
-		return o, fmt.Errorf("%w: -lease %s: at least %s (an evaluation, its save and its publication run under it)", errUsage, o.lease, minServeLease)
+		return o, fs.usagef("-lease %s: at least %s (an evaluation, its save and its publication run under it)", o.lease, minServeLease)
 	}
 	if o.workers < 1 || o.workers > maxServeWorkers {
-		return o, fmt.Errorf("%w: -workers %d: from 1 to %d (with none, webhooks would be admitted and never evaluated)", errUsage, o.workers, maxServeWorkers)
+		return o, fs.usagef("-workers %d: from 1 to %d (with none, webhooks would be admitted and never evaluated)", o.workers, maxServeWorkers)
 	}
 	return o, nil
 }
 
-// prepareRoot prepares the file root dir (created when missing) with cfg's limits; a root made
-// with other limits is refused with the differing settings named and the remedy.
-func prepareRoot(ctx context.Context, cfg *config.Config, dir string, strandedAfter time.Duration) (*localfs.Ledger, error) {
+// prepareRoot prepares the file root dir (created when missing) with cfg's limits for the
+// command cmd; a root made with other limits is refused with the differing settings named and
+// the remedy, and a folder that cannot hold a root with what is wrong and what to do.
+func prepareRoot(ctx context.Context, cmd string, cfg *config.Config, dir string, strandedAfter time.Duration) (*localfs.Ledger, error) {
 	loc, err := wiring.ParseLocation(dir, "-root", true)
 	if err != nil {
 		return nil, err
 	}
 	if loc.Bucket != "" {
-		return nil, fmt.Errorf("%w: -root %s: this command runs over a folder (an S3 ledger is served by the Lambda functions)", errUsage, dir)
+		return nil, usagef(cmd, "-root %s: this command runs over a folder (an S3 ledger is served by the Lambda functions)", dir)
 	}
 	if err := os.MkdirAll(loc.Dir, 0o700); err != nil {
+		return nil, explainMkdir(dir, err)
+	}
+	if err := refuseForeignFolder(dir, loc.Dir); err != nil {
 		return nil, err
 	}
 	l, err := wiring.OpenLedger(ctx, dir, wiring.LedgerOptions{From: "-root", Folders: true, Config: cfg, Prepare: true,
 		StrandedAfter: strandedAfter})
 	if err != nil {
-		return nil, err
+		return nil, explainRoot(dir, true, err)
 	}
 	return l.(*localfs.Ledger), nil
 }
@@ -94,7 +104,7 @@ func prepareRoot(ctx context.Context, cfg *config.Config, dir string, strandedAf
 // runServe runs the three handlers in one process over a file root: the embedded default.
 func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	log := slog.New(slog.NewJSONHandler(out, nil))
-	cfg, err := config.Load(o.config)
+	cfg, err := loadConfig(o.config, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -103,7 +113,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	if err := wiring.ResolveSecrets(ctx, cfg, secrets); err != nil {
 		return fmt.Errorf("cannot start: %w", err)
 	}
-	root, err := prepareRoot(ctx, cfg, o.root, o.strandedAfter)
+	root, err := prepareRoot(ctx, "serve", cfg, o.root, o.strandedAfter)
 	if err != nil {
 		return err
 	}
@@ -125,7 +135,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return err
+		return explainListen(o.listen, err)
 	}
 	if o.readTimeout <= 0 {
 		o.readTimeout = 30 * time.Second

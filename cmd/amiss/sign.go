@@ -23,27 +23,43 @@ import (
 // runSign prints a ready curl command that sends a correctly signed webhook to a route, or,
 // with -send, sends it and prints the answer.
 func runSign(args []string, out io.Writer) error {
-	fs := newFlags("sign", "[-config FILE] [-route NAME] [-url URL] [-title T] [-body FILE] [-send]")
-	cfgPath := fs.String("config", "examples/amiss.yaml", "configuration file")
+	fs := newCommand("sign", "[-config FILE] [-route NAME] [-url URL] [-title T] [-body FILE] [-send]",
+		"Signs a sample webhook (a push, or with -title a pull request) for a route with the route's secret, as\n"+
+			"its provider would, and prints the curl command that sends it; with -send, sends it and prints the answer.\n"+
+			"The secret is read as amiss serve reads it: sign with the value the server checks.")
+	cfgPath := fs.String("config", defaultConfig, "configuration file")
 	route := fs.String("route", "demo", "route to send to")
 	url := fs.String("url", "http://127.0.0.1:8080", "base URL of amiss serve")
 	file := fs.String("body", "", "file holding the payload (default: a sample push for the route)")
 	title := fs.String("title", "", "send a pull request with this title instead of a push")
 	send := fs.Bool("send", false, "send the webhook and print the answer, instead of printing a curl command")
-	if err := parseFlags(fs, args); err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(*cfgPath)
+	if err := fs.noArgs(); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*cfgPath, os.Getenv)
 	if err != nil {
 		return err
 	}
 	r := cfg.Route(*route)
 	if r == nil {
-		return fmt.Errorf("route %q is not configured (routes: %s)", *route, strings.Join(cfg.RouteNames(), ", "))
+		return fs.usagef("-route %q: %s configures no such route (routes: %s)", *route, *cfgPath, strings.Join(cfg.RouteNames(), ", "))
 	}
-	secret, err := wiring.Secrets(nil).Get(context.Background(), r.Secrets[0].From)
+	src := wiring.Secrets(nil)
+	secret, err := src.Get(context.Background(), r.Secrets[0].From)
 	if err != nil {
-		return fmt.Errorf("route %s: secret %s: %w", *route, r.Secrets[0].ID, err)
+		use := config.SecretUse{Path: fmt.Sprintf("routes.%s.secrets[0].from", r.Name), Route: r.Name,
+			What: "webhook secret " + r.Secrets[0].ID, From: r.Secrets[0].From}
+		if rerr := wiring.ResolveSecret(context.Background(), src, use); rerr != nil {
+			err = rerr // the same failure, with the field, the source and the remedy
+		}
+		hint := "amiss sign must sign with the value the server checks"
+		if use.From == "env:"+demoSecretVar {
+			hint += " (make run and make sign export the example's " + demoSecretVar + "; the README shows the export)"
+		}
+		return fmt.Errorf("cannot sign: %w; %s", err, hint)
 	}
 	var body []byte
 	if *file != "" {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,9 +37,15 @@ func signedPullRequest(t *testing.T, addr, sha, title string, updatedAt time.Tim
 func TestTwoServeProcessesLeaveTheNewestVerdictStanding(t *testing.T) {
 	const edits = 8
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	var rngMu sync.Mutex // the stand-in's handlers draw from rng while the test does
+	intN := func(n int) int {
+		rngMu.Lock()
+		defer rngMu.Unlock()
+		return rng.IntN(n)
+	}
 	gh := publishtest.NewGitHub("gh-token")
 	gh.Post = func(n int, _ publishtest.Created) publishtest.Behavior {
-		switch rng.IntN(6) {
+		switch intN(6) {
 		case 0:
 			return publishtest.Behavior{Code: http.StatusServiceUnavailable}
 		case 1:
@@ -46,7 +53,7 @@ func TestTwoServeProcessesLeaveTheNewestVerdictStanding(t *testing.T) {
 		case 2:
 			return publishtest.Behavior{Delay: 1500 * time.Millisecond} // applied after amiss gave up
 		}
-		return publishtest.Behavior{Delay: time.Duration(rng.IntN(200)) * time.Millisecond}
+		return publishtest.Behavior{Delay: time.Duration(intN(200)) * time.Millisecond}
 	}
 	srv := httptest.NewServer(gh)
 	defer srv.Close()
@@ -67,14 +74,16 @@ routes:
 	procs := []*child{startServeProcess(t, args...), startServeProcess(t, args...)}
 	sha := fmt.Sprintf("%040x", 0xfeed)
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	rngMu.Lock()
 	order := rng.Perm(edits)
+	rngMu.Unlock()
 	for i, e := range order {
 		title := fmt.Sprintf("feat: edit %d", e) // the older edits follow the rule...
 		if e%3 == 1 || e == edits-1 {
 			title = fmt.Sprintf("wip %d", e) // ...but some, and the newest, break it
 		}
 		signedPullRequest(t, procs[i%2].addr, sha, title, t0.Add(time.Duration(e)*time.Minute))
-		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond) // some are posted before the next arrives
+		time.Sleep(time.Duration(intN(400)) * time.Millisecond) // some are posted before the next arrives
 		if i == edits/2 {
 			procs[0].cmd.Process.Signal(syscall.SIGKILL)
 			procs[0].cmd.Wait()

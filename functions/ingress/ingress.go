@@ -119,7 +119,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	proof, err := verifier.Verify(webhook.Request{Header: header, Body: body}, secrets)
 	switch {
 	case errors.Is(err, webhook.ErrMalformed):
-		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: err.Error()})
+		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
 	case err != nil:
 		return reply(http.StatusUnauthorized, response{Outcome: "unauthenticated", Message: "signature not accepted"}, "reason", err.Error())
 	}
@@ -133,7 +133,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	case errors.Is(err, subject.ErrIgnored):
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
 	case err != nil:
-		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: err.Error()})
+		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
 	}
 	if !route.Accepts(subj.Event) {
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", "event "+subj.Event+" not accepted by the route")
