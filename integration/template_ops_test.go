@@ -389,6 +389,22 @@ func TestTheEFSVariantNeedsNoNetworkOfItsOwn(t *testing.T) {
 			t.Errorf("no VPC endpoint with private DNS for %s", svc)
 		}
 	}
+	// The functions wait for the endpoints (through the handle they depend on), so no first
+	// run finds SQS or Secrets Manager out of reach.
+	waits := map[string]bool{}
+	for _, fn := range []string{"IngressFunction", "RunnerFunction", "CleanupFunction"} {
+		h := child(child(res, fn), "DependsOn")
+		for _, kv := range pairsOf(child(child(res, h.Value), "Metadata")) {
+			if kv[1].Tag == "!If" && kv[1].Content[1].Tag == "!Ref" {
+				waits[fn+" "+kv[1].Content[1].Value] = true
+			}
+		}
+		for _, kv := range pairsOf(res) {
+			if v := child(kv[1], "Type"); v != nil && v.Value == "AWS::EC2::VPCEndpoint" && !waits[fn+" "+kv[0].Value] {
+				t.Errorf("%s does not wait for %s", fn, kv[0].Value)
+			}
+		}
+	}
 	for _, mt := range []string{"LedgerMountTargetA", "LedgerMountTargetB"} {
 		v := child(child(child(res, mt), "Properties"), "SubnetId")
 		if v == nil || v.Tag != "!If" || v.Content[0].Value != "EfsGivenNetwork" {
