@@ -21,7 +21,7 @@ MINIO_BUILD   := .cache/minio
 .DEFAULT_GOAL := help
 .PHONY: help run sign demo check test test-prepare build bench fuzz soak powercut attack-ext4 vet clean minio-image rie \
 	invoke-ingress invoke-runner invoke-cleanup invoke-fakes invoke-clean \
-	build-IngressFunction build-RunnerFunction build-CleanupFunction
+	build-IngressFunction build-RunnerFunction build-CleanupFunction lint-template
 
 ## help: this list
 help:
@@ -119,28 +119,44 @@ powercut:
 attack-ext4:
 	bash scripts/ext4-journal-abort.sh
 
-# SAM's makefile build method: sam build calls build-<LogicalId> with ARTIFACTS_DIR set. Each
-# function is a bootstrap for provided.al2023 (arm64; LAMBDA_ARCH for a local run), with the
-# packaged configuration beside it. The check refuses a configuration that reads a variable
-# the template does not declare (Lambda would not set it).
+# SAM's makefile build method: each function's CodeUri is its own main package
+# (functions/cmd/<name>), which is all sam build copies; the template's ContextPath and
+# WorkingDirectory make it run build-<LogicalId> of this Makefile at the repository's root,
+# with ARTIFACTS_DIR set (SAM CLI 1.63 or later). Each function is a bootstrap for
+# provided.al2023 (arm64; LAMBDA_ARCH for a local run), with the packaged configuration beside
+# it. The check refuses a configuration that reads a variable the template does not declare
+# (Lambda would not set it).
 LAMBDA_ARCH  ?= arm64
 LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
 PACKAGE_CHECK = $(GO) run ./cmd/amiss check -template template.yaml -config $(DEPLOY_CONFIG) -function
+AT_ROOT = @test -f go.mod -a -d functions/cmd || { echo "$@ runs at the repository's root: a SAM CLI older than 1.63 ignores the template's WorkingDirectory (upgrade it)" >&2; exit 1; }
 
 build-IngressFunction:
+	$(AT_ROOT)
 	$(PACKAGE_CHECK) IngressFunction >/dev/null || $(PACKAGE_CHECK) IngressFunction
 	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/ingress
 	cp $(DEPLOY_CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
 
 build-RunnerFunction:
+	$(AT_ROOT)
 	$(PACKAGE_CHECK) RunnerFunction >/dev/null || $(PACKAGE_CHECK) RunnerFunction
 	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/runner
 	cp $(DEPLOY_CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
 
 build-CleanupFunction:
+	$(AT_ROOT)
 	$(PACKAGE_CHECK) CleanupFunction >/dev/null || $(PACKAGE_CHECK) CleanupFunction
 	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/cleanup
 	cp $(DEPLOY_CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
+
+## lint-template: cfn-lint template.yaml, and the EFS variant with the network the stack creates (needs cfn-lint)
+lint-template:
+	@command -v cfn-lint >/dev/null || { echo "cfn-lint is not installed (pip install cfn-lint)"; exit 1; }
+	cfn-lint template.yaml
+	@mkdir -p .cache
+	sed 's/^    Default: S3$$/    Default: EFS/' template.yaml > .cache/template-efs.yaml
+	@grep -q '^    Default: EFS$$' .cache/template-efs.yaml || { echo "could not make the EFS variant"; exit 1; }
+	cfn-lint .cache/template-efs.yaml
 
 # The local Lambda loop: each function built as sam build builds it (for this machine's
 # architecture), run under the pinned runtime interface emulator with the variables of

@@ -10,6 +10,12 @@
 //     and run under the pinned runtime interface emulator on loopback, with stand-in SQS and
 //     provider servers, over a file ledger and over MinIO (the S3 ledger): a runner killed
 //     mid-evaluation, invoked again once its lease has ended, publishes exactly one verdict.
+//   - template_ops_test.go: the template as an operator runs it: an alarm for each way the
+//     deployment fails (with OK actions and a runbook entry), the API's throttling and each
+//     function's reserved concurrency, the EFS variant's own network, each role's grants.
+//   - lambda_ops_test.go: the cleanup bootstrap emptying the dead-letter queue of what the
+//     ledger explains, the request id and cold-start mark on every log line, and a function
+//     that cannot start failing every invocation.
 //   - invoke_test.go: the README's local Lambda loop (make invoke-ingress, invoke-runner,
 //     invoke-cleanup) run as a user runs it.
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/awslabs/goformation/v7"
+	"github.com/awslabs/goformation/v7/cloudformation"
 
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/queue"
@@ -49,6 +50,38 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// goformationUnknown are the function properties SAM takes and goformation's schema (its last
+// release, 7.14) predates: they are removed before goformation reads the template, and
+// checked on the raw template instead (template_ops_test.go).
+var goformationUnknown = []string{"LoggingConfig"}
+
+// openTemplate reads template.yaml with goformation, which checks every resource's properties
+// against the CloudFormation and SAM schemas (an unknown property is an error), except for
+// goformationUnknown.
+func openTemplate(t *testing.T) (*cloudformation.Template, error) {
+	t.Helper()
+	doc := rawTemplate(t)
+	for _, kv := range pairsOf(child(doc, "Resources")) {
+		if v := child(kv[1], "Type"); v == nil || v.Value != "AWS::Serverless::Function" {
+			continue
+		}
+		props := child(kv[1], "Properties")
+		for _, name := range goformationUnknown {
+			for i := 0; i+1 < len(props.Content); i += 2 {
+				if props.Content[i].Value == name {
+					props.Content = append(props.Content[:i], props.Content[i+2:]...)
+					break
+				}
+			}
+		}
+	}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return goformation.ParseYAML(b)
 }
 
 // rawTemplate is template.yaml as YAML nodes (CloudFormation's short tags kept as tags).
@@ -113,7 +146,7 @@ func actions(n *yaml.Node, into map[string]bool) {
 }
 
 func TestTemplate(t *testing.T) {
-	tpl, err := goformation.Open(filepath.Join(root, "template.yaml"))
+	tpl, err := openTemplate(t)
 	if err != nil {
 		t.Fatalf("goformation cannot read template.yaml: %v", err)
 	}
@@ -137,12 +170,28 @@ func TestTemplate(t *testing.T) {
 		// The build target exists and builds the function's main package.
 		// The build target checks the packaged configuration against the template, then builds
 		// the function's main package and puts the configuration beside it.
-		target := regexp.MustCompile(`(?m)^build-` + name + `:\n\t\$\(PACKAGE_CHECK\) ` + name + `\b.*\n\t\$\(LAMBDA_BUILD\) -o \$\(ARTIFACTS_DIR\)/bootstrap \./functions/cmd/` + w.cmd + `\n\tcp \$\(DEPLOY_CONFIG\) \$\(ARTIFACTS_DIR\)/amiss.yaml\n`)
+		target := regexp.MustCompile(`(?m)^build-` + name + `:\n\t\$\(AT_ROOT\)\n\t\$\(PACKAGE_CHECK\) ` + name + `\b.*\n\t\$\(LAMBDA_BUILD\) -o \$\(ARTIFACTS_DIR\)/bootstrap \./functions/cmd/` + w.cmd + `\n\tcp \$\(DEPLOY_CONFIG\) \$\(ARTIFACTS_DIR\)/amiss.yaml\n`)
 		if !target.MatchString(makefile) {
 			t.Fatalf("Makefile has no build-%s target checking the packaged configuration and building ./functions/cmd/%s", name, w.cmd)
 		}
 		if !regexp.MustCompile(`(?m)^PACKAGE_CHECK = \$\(GO\) run \./cmd/amiss check -template template\.yaml -config \$\(DEPLOY_CONFIG\) -function$`).MatchString(makefile) {
 			t.Fatal("PACKAGE_CHECK is not amiss check -template template.yaml -config $(DEPLOY_CONFIG) -function")
+		}
+		// sam build copies only the function's own main package (its CodeUri) and runs the
+		// target at the repository's root, where the module is; run anywhere else the target
+		// stops with the remedy.
+		fn := child(child(rawTemplate(t), "Resources"), name)
+		if v := child(child(fn, "Properties"), "CodeUri"); v == nil || v.Value != "functions/cmd/"+w.cmd {
+			t.Fatalf("%s's CodeUri is not its own main package functions/cmd/%s", name, w.cmd)
+		}
+		meta := child(fn, "Metadata")
+		for k, want := range map[string]string{"BuildMethod": "makefile", "ContextPath": ".", "WorkingDirectory": "."} {
+			if v := child(meta, k); v == nil || v.Value != want {
+				t.Fatalf("%s's Metadata %s is not %q", name, k, want)
+			}
+		}
+		if !regexp.MustCompile(`(?m)^AT_ROOT = @test -f go\.mod .*exit 1; }$`).MatchString(makefile) {
+			t.Fatal("AT_ROOT does not stop a build outside the repository's root")
 		}
 		main := readFile(t, "functions/cmd/"+w.cmd+"/main.go")
 		if !strings.Contains(main, "package main") || !strings.Contains(main, "lambda.Start") {
@@ -304,14 +353,45 @@ func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 				t.Errorf("%s lacks %s, which the ledger calls", fn, action)
 			}
 		}
-		if !p["secretsmanager:GetSecretValue"] {
-			t.Errorf("%s cannot read its secrets", fn)
+	}
+	// Secrets: each function's role reads only the secrets the function reads (its
+	// wiring.SecretSet): the ingress the webhook secrets, the runner the evaluator secrets and
+	// publish tokens, cleanup none; and each function's AMISS_SECRET_ARNS, against which it
+	// checks its configuration at start, names what its role may read.
+	for fn, want := range map[string]struct{ set, grant, env string }{
+		"IngressFunction": {"wiring.WebhookSecrets", "ExtraWebhookSecretArns,WebhookSecretArn", "ExtraWebhookSecretArns,WebhookSecretArn"},
+		"RunnerFunction":  {"wiring.RunnerSecrets", "SecretArns", "SecretArns"},
+		"CleanupFunction": {"", "", ""},
+	} {
+		main := readFile(t, "functions/cmd/"+strings.ToLower(strings.TrimSuffix(fn, "Function"))+"/main.go")
+		if want.set != "" && !strings.Contains(main, "Secrets: "+want.set) || want.set == "" && strings.Contains(main, "Secrets:") {
+			t.Errorf("%s's main does not read exactly the secrets %q", fn, want.set)
+		}
+		if got := strings.Join(secretGrants(t, raw, fn), ","); got != want.grant {
+			t.Errorf("%s's role may read the secrets of %q, want %q", fn, got, want.grant)
+		}
+		if got := strings.Join(refsIn(functionEnv(raw, fn, "AMISS_SECRET_ARNS")), ","); got != want.env {
+			t.Errorf("%s's AMISS_SECRET_ARNS names %q, want %q", fn, got, want.env)
 		}
 	}
-	// SQS: the ingress and cleanup send (functions/queue), the runner changes visibility.
+	if v := functionEnv(raw, "CleanupFunction", "AMISS_SECRET_ARNS"); v == nil || v.Value != "none" {
+		t.Error(`CleanupFunction's AMISS_SECRET_ARNS is not "none"`)
+	}
+	// SQS: the ingress and cleanup send (functions/queue), the runner changes visibility, the
+	// cleanup receives and deletes dead letters (functions/cleanup).
+	dead := readFile(t, "functions/cleanup/deadletters.go")
 	if !strings.Contains(readFile(t, "functions/queue/sqs.go"), "SendMessage(") ||
-		!strings.Contains(readFile(t, "functions/runner/sqs.go"), "ChangeMessageVisibility(") {
+		!strings.Contains(readFile(t, "functions/runner/sqs.go"), "ChangeMessageVisibility(") ||
+		!strings.Contains(dead, "ReceiveMessage(") || !strings.Contains(dead, "DeleteMessage(") {
 		t.Fatal("the SQS calls moved: update this test")
+	}
+	if got := strings.Join(sqsGrants(t, raw, "CleanupFunction", "DeadLetterQueue.Arn"), ","); got != "sqs:DeleteMessage,sqs:ReceiveMessage" {
+		t.Errorf("the cleanup may call %s on the dead-letter queue, want receive and delete", got)
+	}
+	for _, fn := range []string{"IngressFunction", "RunnerFunction"} {
+		if got := sqsGrants(t, raw, fn, "DeadLetterQueue.Arn"); len(got) != 0 {
+			t.Errorf("%s may call %v on the dead-letter queue", fn, got)
+		}
 	}
 	// The runner's role is the template's own, so it also needs what the SQS event source
 	// mapping does on its behalf.
@@ -432,7 +512,7 @@ func TestLocalEnvironmentIsDeclared(t *testing.T) {
 
 // The template defects found by a first deploy, each held here.
 func TestTemplateDeploysSafely(t *testing.T) {
-	tpl, err := goformation.Open(filepath.Join(root, "template.yaml"))
+	tpl, err := openTemplate(t)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,37 +557,47 @@ func TestTemplateDeploysSafely(t *testing.T) {
 		t.Errorf("LeaseSeconds may reach %d s against a runner timeout of %d s", lease, limit)
 	}
 
-	// Every function's log group has a retention.
-	groups := map[string]bool{}
+	// Every function logs to a log group of the template's, with a retention, named after the
+	// stack and not after the function: the group exists before the function (its LoggingConfig
+	// refers to it), so no first log line can create it first under Lambda's own settings.
 	for _, g := range tpl.GetAllLogsLogGroupResources() {
 		if g.RetentionInDays == nil {
 			t.Error("a log group without retention")
 		}
 	}
-	for _, kv := range pairsOf(res) {
-		if v := child(kv[1], "Type"); v != nil && v.Value == "AWS::Logs::LogGroup" {
-			groups[child(child(kv[1], "Properties"), "LogGroupName").Value] = true
-		}
-	}
 	for name := range tpl.GetAllServerlessFunctionResources() {
-		if !groups["/aws/lambda/${"+name+"}"] {
-			t.Errorf("%s has no log group with a retention", name)
+		lc := child(child(child(res, name), "Properties"), "LoggingConfig")
+		group := child(lc, "LogGroup")
+		if group == nil || group.Tag != "!Ref" {
+			t.Errorf("%s names no log group of the template's (LoggingConfig.LogGroup: !Ref GROUP)", name)
+			continue
+		}
+		g := child(res, group.Value)
+		if v := child(g, "Type"); v == nil || v.Value != "AWS::Logs::LogGroup" || child(child(g, "Properties"), "RetentionInDays") == nil {
+			t.Errorf("%s logs to %s, which is not a log group with a retention", name, group.Value)
+			continue
+		}
+		if n := child(child(g, "Properties"), "LogGroupName"); n == nil || strings.Contains(n.Value, name) {
+			t.Errorf("%s's log group is named after the function: it can race the function's first log line", name)
+		}
+		if v := child(lc, "LogFormat"); v == nil || v.Value != "JSON" {
+			t.Errorf("%s's log format is not JSON", name)
 		}
 	}
 
-	// An alarm watches the dead-letter queue.
+	// The dead-letter alarm counts what the cleanup left in the dead-letter queue because no
+	// row explains it (the cleanup removes or re-drives every other message).
 	alarmed := false
 	for _, kv := range pairsOf(res) {
 		if v := child(kv[1], "Type"); v != nil && v.Value == "AWS::CloudWatch::Alarm" {
-			for _, d := range child(child(kv[1], "Properties"), "Dimensions").Content {
-				if q := child(d, "Value"); q != nil && q.Tag == "!GetAtt" && q.Value == "DeadLetterQueue.QueueName" {
-					alarmed = true
-				}
+			p := child(kv[1], "Properties")
+			if child(p, "Namespace").Value == "amiss" && child(p, "MetricName").Value == "dead_letters_unexplained" {
+				alarmed = true
 			}
 		}
 	}
-	if !alarmed {
-		t.Error("no alarm on the dead-letter queue")
+	if !alarmed || !strings.Contains(readFile(t, "functions/cleanup/cleanup.go"), `"dead_letters_unexplained"`) {
+		t.Error("no alarm on the dead letters no row explains")
 	}
 
 	// The bucket refuses requests without TLS.

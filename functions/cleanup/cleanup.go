@@ -1,7 +1,8 @@
-// Package cleanup is the scheduled cleanup: it runs the ledger's Cleanup in bounded passes
-// within its time limit, re-enqueues every stranded row (admitted but never run, saved with
-// no live lease, running with an ended lease) so no verdict waits on a message that will never
-// come, and logs what it did.
+// Package cleanup is the scheduled cleanup: it empties the dead-letter queue of the messages
+// a row explains (re-driving the unfinished ones), runs the ledger's Cleanup in bounded passes
+// within its time limit, re-enqueues every stranded row (admitted but never run, saved with no
+// live lease, running with an ended lease) so no verdict waits on a message that will never
+// come, and logs and measures what it did.
 package cleanup
 
 import (
@@ -18,12 +19,18 @@ import (
 type Handler struct {
 	Ledger ledger.Ledger
 	Queue  queue.Queue
-	Log    *slog.Logger
+	// DeadLetters is the dead-letter queue the runner's messages end in after ten receives;
+	// nil: none (amiss serve, a local run). See deadletters.go.
+	DeadLetters DeadLetterQueue
+	Log         *slog.Logger
 	// Margin is the time kept free before the context's deadline (default 10 seconds, and
 	// never more than a fifth of the time the invocation has, so a short one still cleans).
 	Margin time.Duration
-	// Metrics receives the capacity in use after the last pass (capacity_used, a count, and
-	// capacity_used_percent); nil: none.
+	// Metrics receives, after every run: cleanup_succeeded (1 when the run finished at least
+	// one pass without an error: the "cleanup is running" signal), the capacity in use
+	// (capacity_used, a count, and capacity_used_percent), and with DeadLetters
+	// dead_letters_redriven, dead_letters_removed and, once the queue was read through,
+	// dead_letters_unexplained. Nil: none.
 	Metrics interface {
 		Gauge(name string, v float64, unit string)
 	}
@@ -37,9 +44,13 @@ type Summary struct {
 	// CapacityUsed and RecordCap are the slots in use after the last pass and the cap
 	// (RecordCap zero: the backend did not report them).
 	CapacityUsed, RecordCap int64
+	// DeadLetters is what was done with the dead-letter queue (zero without one).
+	DeadLetters DeadLetterSummary
 }
 
-// Handle runs cleanup passes until a lap is done or the time is nearly up.
+// Handle reads the dead-letter queue (when there is one), then runs cleanup passes until a lap
+// is done or the time is nearly up. An error reading the dead-letter queue does not stop the
+// passes; it is returned with theirs.
 func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 	log := h.Log
 	if log == nil {
@@ -53,19 +64,41 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 		margin = min(margin, time.Until(dl)/5)
 	}
 	var s Summary
+	var dlErr error
+	if h.DeadLetters != nil {
+		s.DeadLetters, dlErr = h.deadLetters(ctx, log, margin)
+		d := s.DeadLetters
+		log.Info("dead letters", "redriven", d.Redriven, "removed", d.Removed, "unexplained", d.Unexplained, "read_through", d.Complete)
+		if dlErr != nil {
+			log.Error("dead-letter queue: reading stopped; the messages left come back at the next run", "err", dlErr)
+		}
+	}
+	err := h.passes(ctx, log, margin, &s)
+	if err != nil {
+		log.Error("cleanup pass failed: nothing removed in it", "err", err, "passes", s.Passes)
+	} else {
+		log.Info("cleanup", "passes", s.Passes, "removed", s.Removed, "retained", s.Retained, "damaged", s.Damaged,
+			"stranded", s.Stranded, "requeued", s.Requeued, "lap_done", s.LapDone)
+	}
+	h.report(log, s, err == nil, dlErr == nil)
+	return s, errors.Join(err, dlErr)
+}
+
+// passes runs cleanup passes into s until a lap is done or the time is nearly up. Another
+// cleanup holding maintenance ends the run without an error.
+func (h *Handler) passes(ctx context.Context, log *slog.Logger, margin time.Duration, s *Summary) error {
 	cursor := ledger.Cursor("")
 	for {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < margin {
-			break
+			return nil
 		}
 		rep, err := h.Ledger.Cleanup(ctx, cursor)
 		if errors.Is(err, ledger.ErrBusy) {
 			log.Info("cleanup: another cleanup holds maintenance")
-			return s, nil
+			return nil
 		}
 		if err != nil {
-			log.Error("cleanup pass failed: nothing removed in it", "err", err, "passes", s.Passes)
-			return s, err
+			return err
 		}
 		s.Passes++
 		s.Removed += len(rep.Removed)
@@ -87,14 +120,27 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 		}
 		if rep.Done {
 			s.LapDone = true
-			break
+			return nil
 		}
 		cursor = rep.Next
 	}
-	log.Info("cleanup", "passes", s.Passes, "removed", s.Removed, "retained", s.Retained, "damaged", s.Damaged,
-		"stranded", s.Stranded, "requeued", s.Requeued, "lap_done", s.LapDone)
+}
+
+// report hands the run's metrics over (see Handler.Metrics) and warns about capacity.
+func (h *Handler) report(log *slog.Logger, s Summary, passesOK, deadLettersOK bool) {
+	if h.Metrics != nil {
+		if passesOK && s.Passes > 0 {
+			h.Metrics.Gauge("cleanup_succeeded", 1, "Count")
+		}
+		if h.DeadLetters != nil {
+			h.Metrics.Gauge("dead_letters_redriven", float64(s.DeadLetters.Redriven), "Count")
+			h.Metrics.Gauge("dead_letters_removed", float64(s.DeadLetters.Removed), "Count")
+			if deadLettersOK && s.DeadLetters.Complete {
+				h.Metrics.Gauge("dead_letters_unexplained", float64(s.DeadLetters.Unexplained), "Count")
+			}
+		}
+	}
 	h.capacity(log, s)
-	return s, nil
 }
 
 // capacity reports the capacity in use as metrics, and warns once it reaches

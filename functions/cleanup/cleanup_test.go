@@ -3,6 +3,7 @@ package cleanup_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -156,9 +157,43 @@ func TestCapacityMetricAndWarningAt80Percent(t *testing.T) {
 			t.Fatalf("%d of 1000 in use: warned %v, want %v\n%s", c.used, warned, c.warn, logs)
 		}
 	}
-	// A backend that reports no capacity gets no metric and no warning.
+	// A backend that reports no capacity gets no capacity metric and no warning.
 	g := gauges{}
-	if _, err := (&cleanup.Handler{Ledger: passLedger{}, Queue: queue.NewLocal(), Metrics: g}).Handle(context.Background()); err != nil || len(g) != 0 {
+	_, err := (&cleanup.Handler{Ledger: passLedger{}, Queue: queue.NewLocal(), Metrics: g}).Handle(context.Background())
+	_, used := g["capacity_used Count"]
+	_, pct := g["capacity_used_percent Percent"]
+	if err != nil || used || pct {
 		t.Fatalf("no capacity reported: %v %v", g, err)
+	}
+}
+
+// cleanupLedger answers every Cleanup with err.
+type cleanupLedger struct {
+	ledger.Ledger
+	err error
+}
+
+func (c cleanupLedger) Cleanup(context.Context, ledger.Cursor) (ledger.CleanupReport, error) {
+	return ledger.CleanupReport{}, c.err
+}
+
+// cleanup_succeeded, the metric the "cleanup is not running" alarm watches, is reported only
+// by a run that finished a pass: not by one that found another cleanup holding maintenance,
+// nor by one whose pass failed.
+func TestCleanupSucceededOnlyForARunThatFinishedAPass(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		l    ledger.Ledger
+		want bool
+	}{
+		{"a finished pass", passLedger{}, true},
+		{"maintenance held elsewhere", cleanupLedger{err: ledger.ErrBusy}, false},
+		{"a failed pass", cleanupLedger{err: errors.New("store unavailable")}, false},
+	} {
+		g := gauges{}
+		_, err := (&cleanup.Handler{Ledger: c.l, Queue: queue.NewLocal(), Metrics: g}).Handle(context.Background())
+		if _, got := g["cleanup_succeeded Count"]; got != c.want || (err != nil) != (c.name == "a failed pass") {
+			t.Errorf("%s: cleanup_succeeded reported %v, want %v (metrics %v, err %v)", c.name, got, c.want, g, err)
+		}
 	}
 }

@@ -18,6 +18,9 @@ type SecretUse struct {
 	What string
 	// From is the reference: env:NAME, file:PATH or aws-secretsmanager:ARN[#key].
 	From string
+	// Webhook marks a webhook secret (the ingress reads it); the others (evaluator secrets,
+	// publish tokens) are the runner's.
+	Webhook bool
 }
 
 // SecretUses lists every secret the configuration refers to, route by route in name order:
@@ -28,7 +31,7 @@ func (c *Config) SecretUses() []SecretUse {
 		r := c.Routes[name]
 		for i, s := range r.Secrets {
 			out = append(out, SecretUse{Path: fmt.Sprintf("routes.%s.secrets[%d].from", name, i), Route: name,
-				What: "webhook secret " + s.ID, From: s.From})
+				What: "webhook secret " + s.ID, From: s.From, Webhook: true})
 		}
 		if r.Evaluator.URL != "" {
 			out = append(out, SecretUse{Path: "routes." + name + ".evaluator.secret.from", Route: name,

@@ -15,11 +15,14 @@ import (
 
 // Boot is what every function starts with.
 type Boot struct {
-	Log     *slog.Logger
-	Config  *config.Config
-	AWS     aws.Config
-	Ledger  ledger.Ledger
-	Secrets *secrets.Resolver
+	Log *slog.Logger
+	// Invocations marks the log lines with the invocation they belong to: wrap the handler
+	// with Invoked.
+	Invocations *Invocations
+	Config      *config.Config
+	AWS         aws.Config
+	Ledger      ledger.Ledger
+	Secrets     *secrets.Resolver
 }
 
 // Function says what one Lambda function needs at start.
@@ -28,29 +31,31 @@ type Function struct {
 	// Prepare prepares the ledger (long-lived work such as cleanup); otherwise a cold start
 	// only opens it.
 	Prepare bool
-	// Secrets reads every secret the configuration refers to at start, so that one that
-	// cannot be read stops the function instead of failing each request.
-	Secrets bool
+	// Secrets are the configuration's secrets the function reads. They are checked against
+	// AMISS_SECRET_ARNS and each read once at start, so that one that cannot be read stops the
+	// function instead of failing each request; the others are neither checked nor read (the
+	// function's role may not read them).
+	Secrets SecretSet
 }
 
-// Start builds a function's start-up: JSON logs on stdout, the configuration (checked against
-// AMISS_SECRET_ARNS), the AWS configuration, the secrets (each read once when fn.Secrets) and
-// the ledger. A failure is logged with its step and the process exits: a function that cannot
-// start must not take traffic.
+// Start builds a function's start-up: JSON logs on stdout (see NewLog), the configuration
+// (its fn.Secrets checked against AMISS_SECRET_ARNS), the AWS configuration, the secrets (each
+// of fn.Secrets read once) and the ledger. A failure is logged with its step and the process
+// exits. Lambda then fails the invocation that started it, and starts the function again at
+// the next one: a function that cannot start fails every invocation, each with this log line.
 func Start(ctx context.Context, fn Function) *Boot {
-	b := &Boot{Log: slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("function", fn.Name)}
+	b := &Boot{}
+	b.Log, b.Invocations = NewLog(os.Stdout, fn.Name)
 	var err error
-	if b.Config, err = Config(); err != nil {
+	if b.Config, err = ConfigFor(fn.Secrets); err != nil {
 		b.Fail("configuration", err)
 	}
 	if b.AWS, err = AWS(ctx); err != nil {
 		b.Fail("aws", err)
 	}
 	b.Secrets = Secrets(&b.AWS)
-	if fn.Secrets {
-		if err := ResolveSecrets(ctx, b.Config, b.Secrets); err != nil {
-			b.Fail("secrets", err)
-		}
+	if err := resolveSecrets(ctx, b.Config, b.Secrets, fn.Secrets); err != nil {
+		b.Fail("secrets", err)
 	}
 	if b.Ledger, err = Ledger(ctx, b.Config, fn.Prepare); err != nil {
 		b.Fail("ledger", err)

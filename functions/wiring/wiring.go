@@ -11,7 +11,8 @@
 //	AMISS_SQS_ENDPOINT      another SQS endpoint (optional: a local run's stand-in queue)
 //	AMISS_SECRETS_ENDPOINT  another Secrets Manager endpoint (optional: a local run's stand-in)
 //	AMISS_LEASE             the runner's lease window (default 1m; keep it short in tests)
-//	AMISS_SECRET_ARNS       the Secrets Manager ARNs the functions may read (the template's IAM grant)
+//	AMISS_SECRET_ARNS       the Secrets Manager ARNs the function may read (its role's grant; "none": no ARN)
+//	AMISS_DEAD_LETTER_QUEUE_URL  the dead-letter queue the cleanup empties (optional: none locally)
 //	AWS_REGION              set by Lambda
 //
 // The configuration may read more variables through ${NAME} (see package config): the
@@ -33,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/amiss-ci/amiss/functions/cleanup"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/secrets"
@@ -51,44 +53,86 @@ const (
 	// EnvSQSEndpoint and EnvSecretsEndpoint point the clients at stand-ins (a local run).
 	EnvSQSEndpoint     = "AMISS_SQS_ENDPOINT"
 	EnvSecretsEndpoint = "AMISS_SECRETS_ENDPOINT"
+	// EnvDeadLetterQueueURL names the dead-letter queue the cleanup function reads.
+	EnvDeadLetterQueueURL = "AMISS_DEAD_LETTER_QUEUE_URL"
 )
 
 // Getenv reads the environment (tests replace it).
 var Getenv = os.Getenv
 
+// SecretSet says which of the configuration's secrets a process reads.
+type SecretSet int
+
+// Secret sets.
+const (
+	// NoSecrets: none (the cleanup function).
+	NoSecrets SecretSet = iota
+	// WebhookSecrets: the routes' webhook secrets (the ingress function).
+	WebhookSecrets
+	// RunnerSecrets: the evaluator secrets and publish tokens (the runner function).
+	RunnerSecrets
+	// AllSecrets: every secret (amiss serve, which runs all three).
+	AllSecrets
+)
+
+// Reads reports whether a process reading s reads the secret u.
+func (s SecretSet) Reads(u config.SecretUse) bool {
+	switch s {
+	case WebhookSecrets:
+		return u.Webhook
+	case RunnerSecrets:
+		return !u.Webhook
+	case AllSecrets:
+		return true
+	}
+	return false
+}
+
 // Config loads the configuration named by AMISS_CONFIG. An invalid one is an error naming the
 // field: the function fails at start rather than at the first request. So is a Secrets Manager
 // reference outside AMISS_SECRET_ARNS (when set): the function's role could not read it.
-func Config() (*config.Config, error) {
+func Config() (*config.Config, error) { return ConfigFor(AllSecrets) }
+
+// ConfigFor loads the configuration as Config does, checking only the secrets in reads
+// against AMISS_SECRET_ARNS: each function's variable lists what its own role may read.
+func ConfigFor(reads SecretSet) (*config.Config, error) {
 	c, err := loadConfig()
 	if err != nil {
 		return nil, err
 	}
 	if allowed := Getenv(EnvSecretARNs); allowed != "" {
-		if err := checkSecretARNs(c, strings.Split(allowed, ",")); err != nil {
+		if err := checkSecretARNs(c, strings.Split(allowed, ","), reads); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// checkSecretARNs fails on a secret reference the function may not read.
-func checkSecretARNs(c *config.Config, allowed []string) error {
+// checkSecretARNs fails on a secret reference in reads the function may not read.
+func checkSecretARNs(c *config.Config, allowed []string, reads SecretSet) error {
 	ok := map[string]bool{}
 	for _, a := range allowed {
 		ok[strings.TrimSpace(a)] = true
 	}
 	for _, u := range c.SecretUses() {
 		arn, isSM := strings.CutPrefix(u.From, "aws-secretsmanager:")
-		if !isSM {
+		if !isSM || !reads.Reads(u) {
 			continue
 		}
 		arn, _, _ = strings.Cut(arn, "#")
 		if !ok[arn] {
-			return fmt.Errorf("%s: %s is not among %s (the function's role cannot read it: add it to the template's SecretArns parameter)", u.Path, arn, EnvSecretARNs)
+			return fmt.Errorf("%s: %s is not among %s (the function's role cannot read it: add it to the template's %s parameter)", u.Path, arn, EnvSecretARNs, templateParameter(u))
 		}
 	}
 	return nil
+}
+
+// templateParameter names the template parameter that grants the secret u.
+func templateParameter(u config.SecretUse) string {
+	if u.Webhook {
+		return "ExtraWebhookSecretArns"
+	}
+	return "SecretArns"
 }
 
 // ResolveSecrets reads every secret the configuration refers to, once, so that a secret that
@@ -96,9 +140,16 @@ func checkSecretARNs(c *config.Config, allowed []string) error {
 // every secret that failed, each by its field, its route and its source, with the remedy; it
 // never holds a secret's value.
 func ResolveSecrets(ctx context.Context, c *config.Config, res secrets.Source) error {
+	return resolveSecrets(ctx, c, res, AllSecrets)
+}
+
+// resolveSecrets reads the secrets in reads as ResolveSecrets does.
+func resolveSecrets(ctx context.Context, c *config.Config, res secrets.Source, reads SecretSet) error {
 	var errs []error
 	for _, u := range c.SecretUses() {
-		errs = append(errs, ResolveSecret(ctx, res, u))
+		if reads.Reads(u) {
+			errs = append(errs, ResolveSecret(ctx, res, u))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -121,7 +172,7 @@ func remedy(ref string) string {
 	case "file":
 		return "create the file, readable by amiss, holding the secret"
 	case "aws-secretsmanager":
-		return "check the ARN (and the #key of a JSON secret), that the secret has a value, and that the role may read it (the template's WebhookSecretArn or SecretArns)"
+		return "check the ARN (and the #key of a JSON secret), that the secret has a value, and that the role may read it (the template's WebhookSecretArn or ExtraWebhookSecretArns for a webhook secret, SecretArns for the others; SecretsKmsKeyArn for a secret under a customer-managed KMS key)"
 	}
 	return "use env:NAME, file:PATH or aws-secretsmanager:ARN"
 }
@@ -210,6 +261,16 @@ func SQSQueue(awsCfg aws.Config) (*queue.SQS, error) {
 		return nil, errors.New(EnvQueueURL + " is not set")
 	}
 	return &queue.SQS{Client: SQSClient(awsCfg), QueueURL: url}, nil
+}
+
+// DeadLetters returns the dead-letter queue AMISS_DEAD_LETTER_QUEUE_URL names, through the
+// SQS client SQSClient returns; nil when the variable is not set.
+func DeadLetters(awsCfg aws.Config) *cleanup.SQSDeadLetters {
+	url := Getenv(EnvDeadLetterQueueURL)
+	if url == "" {
+		return nil
+	}
+	return &cleanup.SQSDeadLetters{Client: SQSClient(awsCfg), QueueURL: url}
 }
 
 // Secrets returns a resolver reading Secrets Manager (cached a minute; AMISS_SECRETS_ENDPOINT

@@ -3,12 +3,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/amiss-ci/amiss/functions/cleanup"
-	"github.com/amiss-ci/amiss/functions/metrics"
 	"github.com/amiss-ci/amiss/functions/wiring"
 )
 
@@ -18,10 +18,16 @@ func main() {
 	if err != nil {
 		b.Fail("queue", err)
 	}
-	m := &metrics.EMF{Namespace: "amiss", Dimensions: map[string]string{"Function": "cleanup"}, Out: os.Stdout}
+	m := wiring.Metrics(os.Stdout, "cleanup")
 	h := &cleanup.Handler{Ledger: b.Ledger, Queue: q, Log: b.Log, Metrics: m}
-	lambda.Start(func(ctx context.Context) (cleanup.Summary, error) {
+	if dl := wiring.DeadLetters(b.AWS); dl != nil {
+		h.DeadLetters = dl
+	} else {
+		b.Log.Warn("no dead-letter queue (" + wiring.EnvDeadLetterQueueURL + " is not set): dead letters are left alone")
+	}
+	// The schedule's event carries nothing the cleanup reads.
+	lambda.Start(wiring.Invoked(b.Invocations, func(ctx context.Context, _ json.RawMessage) (cleanup.Summary, error) {
 		defer m.Flush()
 		return h.Handle(ctx)
-	})
+	}))
 }
