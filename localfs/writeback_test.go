@@ -369,32 +369,37 @@ func TestConcurrentOneFlushAdmissions(t *testing.T) {
 	l, fsys := oneFlushRoot(t)
 	defer l.Close()
 	const workers, each = 8, 12
-	var wg sync.WaitGroup
-	errs := make(chan error, workers*each)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				d := newDelivery(time.Time{})
-				a, err := l.Admit(ctx, d)
-				if err == nil && a.Outcome != ledger.Admitted {
-					err = fmt.Errorf("outcome %v", a.Outcome)
+	// A round takes the one-flush path only when it carries one admission; eight workers at
+	// once can keep every round shared on a loaded machine, so the batch is run again (at most
+	// five times) until some round was a lone one.
+	for batch := 0; batch < 5 && fsys.Counter().Snapshot().ByOp[faultfs.OpWriteStart] == 0; batch++ {
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*each)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range each {
+					d := newDelivery(time.Time{})
+					a, err := l.Admit(ctx, d)
+					if err == nil && a.Outcome != ledger.Admitted {
+						err = fmt.Errorf("outcome %v", a.Outcome)
+					}
+					if err != nil {
+						errs <- err
+						continue
+					}
+					if _, err := l.Inspect(ctx, d.Key()); err != nil {
+						errs <- err
+					}
 				}
-				if err != nil {
-					errs <- err
-					continue
-				}
-				if _, err := l.Inspect(ctx, d.Key()); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
 	}
 	if n := fsys.Counter().Snapshot().ByOp[faultfs.OpWriteStart]; n == 0 {
 		t.Fatal("no admission went through the one-flush round")
