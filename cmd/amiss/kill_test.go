@@ -173,6 +173,29 @@ func signedPush(t *testing.T, addr string, i int) string {
 	return sha
 }
 
+// githubRouteConfig writes, in dir, the configuration of one GitHub route "gh" (the tests'
+// webhook secret and token from HOOK_SECRET and GH_TOKEN, repositories acme/*) publishing to the
+// stand-in at baseURL, with the route's extra fields (a line of YAML, or "") and its publish
+// settings beyond the provider, base URL and token; it returns the file's path.
+func githubRouteConfig(t *testing.T, dir, baseURL, extra, publish string) string {
+	t.Helper()
+	if extra != "" {
+		extra = "    " + extra + "\n"
+	}
+	cfg := filepath.Join(dir, "amiss.yaml")
+	if err := os.WriteFile(cfg, []byte(`
+routes:
+  gh:
+    provider: github
+    secrets: [{id: k, from: "env:HOOK_SECRET"}]
+    repositories: ["acme/*"]
+`+extra+`    publish: {provider: github, base_url: "`+baseURL+`", token: {from: "env:GH_TOKEN"}, `+publish+`}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // postSigned sends body as a GitHub webhook of the event kind, signed with the tests' secret,
 // to the gh route of the server at addr, and answers the HTTP status and body.
 func postSigned(t *testing.T, addr, event, body string) (int, string) {
@@ -207,15 +230,7 @@ func TestServeKilledMidBatchRecoversAtRestart(t *testing.T) {
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "amiss.yaml")
-	os.WriteFile(cfg, []byte(`
-routes:
-  gh:
-    provider: github
-    secrets: [{id: k, from: "env:HOOK_SECRET"}]
-    repositories: ["acme/*"]
-    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/verdict, timeout: 2s, settle: 2s}
-`), 0o600)
+	cfg := githubRouteConfig(t, dir, srv.URL, "", "context: amiss/verdict, timeout: 2s, settle: 2s")
 	root := filepath.Join(dir, "root")
 	args := []string{"-config", cfg, "-root", root, "-listen", "127.0.0.1:0", "-workers", "2", "-lease", lease.String(),
 		"-cleanup-every", "1h", "-stranded-after", "1h", "-grace", "1s"}

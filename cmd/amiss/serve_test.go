@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -101,15 +100,7 @@ func TestShutdownSaysWhenCutWorkResumes(t *testing.T) {
 	srv := httptest.NewServer(api)
 	defer srv.Close()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "amiss.yaml")
-	os.WriteFile(cfg, []byte(`
-routes:
-  gh:
-    provider: github
-    secrets: [{id: k, from: "env:HOOK_SECRET"}]
-    repositories: ["acme/*"]
-    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/verdict, timeout: 2s, settle: 2s}
-`), 0o600)
+	cfg := githubRouteConfig(t, dir, srv.URL, "", "context: amiss/verdict, timeout: 2s, settle: 2s")
 	t.Setenv("HOOK_SECRET", "kill-test-secret")
 	t.Setenv("GH_TOKEN", "gh-token")
 	o := serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 1, lease: 2 * time.Second,

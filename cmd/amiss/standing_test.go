@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -58,16 +57,7 @@ func TestTwoServeProcessesLeaveTheNewestVerdictStanding(t *testing.T) {
 	srv := httptest.NewServer(gh)
 	defer srv.Close()
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "amiss.yaml")
-	os.WriteFile(cfg, []byte(`
-routes:
-  gh:
-    provider: github
-    secrets: [{id: k, from: "env:HOOK_SECRET"}]
-    repositories: ["acme/*"]
-    rules: {pull_request_title: "^feat: "}
-    publish: {provider: github, base_url: "`+srv.URL+`", token: {from: "env:GH_TOKEN"}, context: amiss/title, timeout: 1s, settle: 2s}
-`), 0o600)
+	cfg := githubRouteConfig(t, dir, srv.URL, `rules: {pull_request_title: "^feat: "}`, "context: amiss/title, timeout: 1s, settle: 2s")
 	root := filepath.Join(dir, "root")
 	args := []string{"-config", cfg, "-root", root, "-listen", "127.0.0.1:0", "-workers", "2", "-lease", "4s",
 		"-cleanup-every", "1h", "-stranded-after", "1h", "-grace", "1s"}
