@@ -97,3 +97,67 @@ func TestRowsWrittenWhileVersioningWasSuspendedAreForgotten(t *testing.T) {
 	w.cleanLap(cleaner)
 	w.exact(cleaner)
 }
+
+// TestEverythingWrittenWhileVersioningWasSuspendedIsForgotten: while versioning is suspended,
+// a warm handle's writes make "null" versions of every object it writes: a finished row, its
+// end-time index entry, the subject record its verdict is posted under, and the void of an
+// admission refused Full. Once versioning is enabled again, cleanup removes each of them when
+// it is due (by the version id "null", which MinIO's reads do not name), and the capacity
+// shards count exactly the rows left.
+func TestEverythingWrittenWhileVersioningWasSuspendedIsForgotten(t *testing.T) {
+	w := newWorld(t)
+	w.shards = 1
+	w.limits.RecordCap = 2
+	bucket := ownBucket(w)
+	worker, _ := w.handle("worker", 0, nil)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+	w.admit(worker, w.delivery(time.Time{}), ledger.Admitted) // a permanent row beside them, so an understatement shows
+	if err := minioRaw.SuspendVersioning(w.ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	d := w.delivery(w.store.Now())
+	s := w.saved(worker, d, "verdict")
+	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("a", 40),
+		Context: "amiss/verdict"}
+	g, err := worker.AcquireSubject(w.ctx, ledger.SubjectRequest{Subject: subject, Order: s.Lease.Order(),
+		EvaluationID: s.Lease.EvaluationID, HoldFor: 20 * time.Second, Settle: time.Minute})
+	if err != nil || g.Outcome != ledger.SubjectPost {
+		t.Fatalf("acquire the subject: %v %v", g.Outcome, err)
+	}
+	if _, err := worker.ReportSubject(w.ctx, g, ledger.PostApplied); err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.MustComplete(t, worker, s)
+	full := w.delivery(time.Time{})
+	w.admit(worker, full, ledger.Full)
+	if err := minioRaw.EnableVersioning(w.ctx, bucket); err != nil {
+		t.Fatal(err)
+	}
+	row, err := worker.Inspect(w.ctx, d.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.store.Set(ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife), row.EventAt.Add(w.limits.SubjectHorizon())).
+		Add(time.Hour))
+	w.cleanLap(cleaner)
+	w.cleanLap(cleaner)
+	for _, under := range []string{"rows/", "ended/", "subjects/"} {
+		var left []string
+		for o := range minioRaw.ListObjects(w.ctx, bucket, minio.ListObjectsOptions{Prefix: w.prefix + under}) {
+			if o.Err != nil {
+				t.Fatal(o.Err)
+			}
+			left = append(left, strings.TrimPrefix(o.Key, w.prefix))
+		}
+		want := 0
+		if under == "rows/" {
+			want = 1 // the permanent row
+		}
+		if len(left) != want {
+			t.Errorf("%s holds %d object(s) after cleanup, want %d: %v", under, len(left), want, left)
+		}
+	}
+	if st := w.exact(cleaner); st.Rows != 1 {
+		t.Fatalf("%d rows left, want the permanent one", st.Rows)
+	}
+}
