@@ -283,3 +283,55 @@ func TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater(t *testing.T) {
 		}
 	})
 }
+
+// TestForgottenRowsKeyOutlivesItsRequestsOnNodesHalfAMinuteApart: forgetting a row empties its
+// key, and late copies of its admission's reservation PUT and row write (captured as signed
+// and delivered later) would bring it back on the empty key. The key is emptied only when
+// RequestLife (31 minutes) has passed since the reservation, by the cleaner's reading of the
+// store's clock; a request lands within 30 minutes of its signing (15 of SigV4, 15 of a host
+// clock stepped after the SDK measured its skew) or never. The docs assume store nodes agree
+// within about half a minute: a cleaner on a node 30 s ahead, 30 minutes after the
+// reservation by the ingress's node, keeps the row, and the copies are refused; one minute
+// later it forgets the row.
+func TestForgottenRowsKeyOutlivesItsRequestsOnNodesHalfAMinuteApart(t *testing.T) {
+	w := newWorld(t)
+	w.shards = 1
+	w.limits.QueueCeiling = time.Minute // a retention that ends well within RequestLife
+	ingress, capt := w.captureHandle("ingress", nil)
+	cleaner, cleanerTr := w.handle("cleaner-ahead", 0, nil)
+	cleanerTr.setStoreClock(offsetClock{w.store, 30 * time.Second})
+
+	d := w.delivery(w.store.Now())
+	res := capt.add(both(rowRequest(d, http.MethodPut), objectKind("reservation")), 1)
+	rowPut := capt.add(both(rowRequest(d, http.MethodPut), objectKind("row")), 1)
+	ledgertest.MustComplete(t, ingress, w.saved(ingress, d, "verdict"))
+	if len(res.got) != 1 || len(rowPut.got) != 1 {
+		t.Fatalf("captured %d reservation and %d row writes", len(res.got), len(rowPut.got))
+	}
+	row, err := ingress.Inspect(w.ctx, d.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reservedAt := row.CreatedAt.Add(time.Second) // the reservation's answer, rounded up to the second
+	w.store.Set(reservedAt.Add(30 * time.Minute))
+	if rep := w.cleanLap(cleaner); len(rep.Removed) != 0 {
+		t.Fatalf("a cleaner 30 s ahead forgot the row 30 minutes after its reservation (by the ingress's node), "+
+			"while a copy of its reservation PUT signed then can still land")
+	}
+	if code, msg := res.deliver(t, 0); code/100 == 2 {
+		t.Fatalf("the late reservation copy landed: %d %s", code, msg)
+	}
+	if code, msg := rowPut.deliver(t, 0); code/100 == 2 {
+		t.Fatalf("the late row write copy landed: %d %s", code, msg)
+	}
+	if got, err := ingress.Inspect(w.ctx, d.Key()); err != nil || got.State != ledger.StateDone || got.EvaluationID != row.EvaluationID {
+		t.Fatalf("after the late copies: %v %v, want the done row", got.State, err)
+	}
+	w.store.Advance(time.Minute)
+	if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+		t.Fatalf("cleanup removed %d rows 31 minutes after the reservation, want 1", len(rep.Removed))
+	}
+	if st := w.exact(cleaner); st.Rows != 0 {
+		t.Fatalf("%d rows left", st.Rows)
+	}
+}
