@@ -315,7 +315,7 @@ func TestForgottenRowsKeyOutlivesItsRequestsOnNodesHalfAMinuteApart(t *testing.T
 	reservedAt := row.CreatedAt.Add(time.Second) // the reservation's answer, rounded up to the second
 	w.store.Set(reservedAt.Add(30 * time.Minute))
 	if rep := w.cleanLap(cleaner); len(rep.Removed) != 0 {
-		t.Fatalf("a cleaner 30 s ahead forgot the row 30 minutes after its reservation (by the ingress's node), "+
+		t.Fatalf("a cleaner 30 s ahead forgot the row 30 minutes after its reservation (by the ingress's node), " +
 			"while a copy of its reservation PUT signed then can still land")
 	}
 	if code, msg := res.deliver(t, 0); code/100 == 2 {

@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -160,4 +161,77 @@ func TestEverythingWrittenWhileVersioningWasSuspendedIsForgotten(t *testing.T) {
 	if st := w.exact(cleaner); st.Rows != 1 {
 		t.Fatalf("%d rows left, want the permanent one", st.Rows)
 	}
+}
+
+// TestVersioningSuspendedDuringACleanupPassSparesWhatIsWrittenMeanwhile: a cleanup pass checks
+// versioning, judges an object and its DELETE (by version id) is held in flight; versioning is
+// suspended, and a write lands on the key (a "null" version, replacing nothing the pass
+// judged); then the DELETE lands. The write survives: a retention lengthened over a removable
+// row, or a row admitted over a void that said no row write waited on its key.
+func TestVersioningSuspendedDuringACleanupPassSparesWhatIsWrittenMeanwhile(t *testing.T) {
+	t.Run("RetentionLengthened", func(t *testing.T) {
+		w := newWorld(t)
+		bucket := ownBucket(w)
+		ingress, _ := w.handle("ingress", 0, nil)
+		cleaner, cleanerTr := w.handle("cleaner", 0, nil)
+		d := w.delivery(w.store.Now())
+		ledgertest.MustComplete(t, ingress, w.saved(ingress, d, "verdict"))
+		row, err := ingress.Inspect(w.ctx, d.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.store.Set(ledger.MaxTime(row.RetainUntil, row.CreatedAt.Add(objstore.RequestLife)).Add(time.Second))
+		held := cleanerTr.holdNext(rowRequest(d, http.MethodDelete))
+		done := make(chan error, 1)
+		go func() { _, err := cleaner.Cleanup(w.ctx, ""); done <- err }()
+		held.waitHeld(t)
+		if err := minioRaw.SuspendVersioning(w.ctx, bucket); err != nil {
+			t.Fatal(err)
+		}
+		resigned := d
+		resigned.SignedAt = w.store.Now()
+		w.admit(ingress, resigned, ledger.Duplicate) // lengthens the retention: a "null" version
+		held.land(t)
+		<-done
+		if err := minioRaw.EnableVersioning(w.ctx, bucket); err != nil {
+			t.Fatal(err)
+		}
+		w.admit(ingress, resigned, ledger.Duplicate)
+		w.cleanLap(cleaner)
+		w.admit(ingress, resigned, ledger.Duplicate)
+		w.exact(cleaner)
+	})
+	t.Run("VoidTakenOver", func(t *testing.T) {
+		w := newWorld(t)
+		w.shards = 1
+		w.limits.RecordCap = 1
+		bucket := ownBucket(w)
+		ingress, _ := w.handle("ingress", 0, nil)
+		cleaner, cleanerTr := w.handle("cleaner", 0, nil)
+		w.slotWithoutRow()
+		d := w.delivery(time.Time{})
+		w.admit(ingress, d, ledger.Full) // a void that says no row write waits on the key
+		held := cleanerTr.holdNext(rowRequest(d, http.MethodDelete))
+		done := make(chan error, 1)
+		go func() { _, err := cleaner.Cleanup(w.ctx, ""); done <- err }()
+		held.waitHeld(t)
+		if err := minioRaw.SuspendVersioning(w.ctx, bucket); err != nil {
+			t.Fatal(err)
+		}
+		w.store.Advance(3 * time.Minute) // the dead admission's slot is given back
+		w.admit(ingress, d, ledger.Admitted)
+		held.land(t)
+		<-done
+		if err := minioRaw.EnableVersioning(w.ctx, bucket); err != nil {
+			t.Fatal(err)
+		}
+		if row, err := ingress.Inspect(w.ctx, d.Key()); err != nil || row.State != ledger.StatePending {
+			t.Fatalf("the row admitted over the void while versioning was suspended, after the void's DELETE landed: %v %v",
+				row.State, err)
+		}
+		w.cleanLap(cleaner)
+		if st := w.exact(cleaner); st.Rows != 1 {
+			t.Fatalf("%d rows, want 1", st.Rows)
+		}
+	})
 }
