@@ -62,13 +62,28 @@ func (w *world) noViolations(t *testing.T) {
 }
 
 // inProcess is an HTTP client that serves every request with h in this process (no network),
-// for tests run in a synctest bubble.
+// for tests run in a synctest bubble. A request whose context ended is answered with its
+// error, as a transport does.
 func inProcess(h http.Handler) *http.Client {
 	return &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, r)
+		if err := r.Context().Err(); err != nil {
+			return nil, err
+		}
 		return rec.Result(), nil
 	})}
+}
+
+// gated serves h once gate is closed (or not at all, when the request's context ends first).
+func gated(gate <-chan struct{}, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-gate:
+			h.ServeHTTP(w, r)
+		case <-r.Context().Done():
+		}
+	})
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)

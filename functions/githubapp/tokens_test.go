@@ -74,12 +74,8 @@ func TestConcurrentCallersShareOneExchange(t *testing.T) {
 		fake.Install(2, "other/app")
 		// The exchanges wait at the gate until every caller is blocked.
 		gate := make(chan struct{})
-		gated := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			<-gate
-			fake.ServeHTTP(w, r)
-		})
 		_, pemKey := appKey()
-		tk, err := githubapp.New(githubapp.Config{BaseURL: "https://api.github.com", AppID: "4242", PrivateKey: pemKey, Client: inProcess(gated)})
+		tk, err := githubapp.New(githubapp.Config{BaseURL: "https://api.github.com", AppID: "4242", PrivateKey: pemKey, Client: inProcess(gated(gate, fake))})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,12 +122,8 @@ func TestACallerGivingUpLeavesTheSharedExchange(t *testing.T) {
 		fake := githubapptest.New(appID, publicKey())
 		fake.Install(1, "acme/app")
 		gate := make(chan struct{})
-		gated := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			<-gate
-			fake.ServeHTTP(w, r)
-		})
 		_, pemKey := appKey()
-		tk, err := githubapp.New(githubapp.Config{AppID: "4242", PrivateKey: pemKey, Client: inProcess(gated)})
+		tk, err := githubapp.New(githubapp.Config{AppID: "4242", PrivateKey: pemKey, Client: inProcess(gated(gate, fake))})
 		if err != nil {
 			t.Fatal(err)
 		}
