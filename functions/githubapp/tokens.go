@@ -232,8 +232,8 @@ func (t *Tokens) newToken(ctx context.Context, installation int64) (cached, erro
 // ("installation 42", "installation on acme/app").
 func installationHint(status int, what string) string {
 	if status == http.StatusNotFound {
-		return "GitHub knows no " + what + " of this App (never installed, uninstalled, or the App id names another App): " +
-			"install the App on the repository (the App's page, Install App) and use the installation.id its webhooks carry"
+		return "the App has no " + what + " (never installed, uninstalled, or the App id names another App): " +
+			"install the App on the repository (the App's page, Install App)"
 	}
 	return "GitHub refuses the " + what + ": the installation is suspended, or lacks a permission this needs (see GitHub's message): " +
 		"an owner of the account unsuspends it or accepts the App's permissions (Settings, GitHub Apps)"
