@@ -129,7 +129,7 @@ func (t *Tokens) JWT() (string, error) {
 }
 
 // Token returns an installation token for the installation: the cached one while it has
-// more than RefreshMargin left, otherwise a new one, exchanged for a fresh JWT at POST
+// more than RefreshMargin (5 minutes) left, otherwise a new one, exchanged for a fresh JWT at POST
 // {base}/app/installations/{installation}/access_tokens. Concurrent callers for one
 // installation share one exchange; each stops waiting when its own ctx ends, without
 // cancelling the exchange for the others. A failed exchange is not cached: the next call

@@ -213,7 +213,6 @@ func TestServerErrorsAndRateLimitsAreTemporary(t *testing.T) {
 	}
 	// The network: nothing listens any more.
 	w.srv.Close()
-	tk.Forget(1, "")
 	if _, err := w.tokens(t, nil).Token(context.Background(), 1); !githubapp.Temporary(err) {
 		t.Fatalf("no server: %v", err)
 	}
