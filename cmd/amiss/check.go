@@ -29,7 +29,9 @@ var errCheck = errors.New("check failed")
 //
 // Without -template, as amiss would run it here: the file loads, every secret it names can
 // be read, the ledger root (when it exists) records the configuration's limits, and each
-// publisher's base URL answers HTTP. No status is posted and no webhook is sent.
+// publisher's base URL answers HTTP; a route publishing as a GitHub App has its key, its JWT,
+// its installations and their tokens checked (checkApp). No status or check run is posted
+// and no webhook is sent.
 //
 // With -template, as a SAM build packages it: every environment variable the file reads
 // (${NAME}, env:NAME) is one the template declares for the functions, since Lambda sets no
@@ -37,9 +39,10 @@ var errCheck = errors.New("check failed")
 func runCheck(ctx context.Context, args []string, out io.Writer) error {
 	fs := newCommand("check", "[-config FILE] [-root DIR|s3://bucket/prefix/] | -template template.yaml [-function NAME] [-config FILE]",
 		"Checks a configuration without sending anything to a provider: it loads, every secret it names can be\n"+
-			"read, the ledger root records its limits, each publisher's base URL answers. Each check prints ok or\n"+
-			"FAIL with the remedy; any FAIL exits 1. With -template: every variable the file reads is one the SAM\n"+
-			"template declares for the functions.")
+			"read, the ledger root records its limits, each publisher's base URL answers; a GitHub App's key and\n"+
+			"JWT are accepted, and it is installed, with a token to be had, on each repository the route names.\n"+
+			"Each check prints ok or FAIL with the remedy; any FAIL exits 1. With -template: every variable the\n"+
+			"file reads is one the SAM template declares for the functions.")
 	cfgPath := fs.String("config", defaultConfig, "configuration file")
 	root := fs.String("root", "", "ledger root to probe: a folder or s3://bucket/prefix/ (default: AMISS_LEDGER's, else "+defaultRoot+")")
 	template := fs.String("template", "", "check the file against this SAM template's declared environment instead")
@@ -107,6 +110,9 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 		}
 		resp.Body.Close()
 		c.ok("routes.%s.publish.base_url: %s answers (HTTP %d; no status was posted)", name, p.BaseURL, resp.StatusCode)
+		if p.App != nil {
+			c.checkApp(ctx, res, cfg.Route(name), hc, *timeout)
+		}
 	}
 	return c.done()
 }

@@ -106,12 +106,16 @@ type Rules struct {
 // Publish is where verdicts go.
 type Publish struct {
 	// Provider names a row of the provider table (functions/provider) that publishes: github,
-	// gitea (Gitea and Forgejo), gitlab, bitbucket, or log (print the verdict).
-	Provider  string    `yaml:"provider"`
-	BaseURL   string    `yaml:"base_url"`
-	Token     SecretRef `yaml:"token"`
-	Context   string    `yaml:"context"`
-	TargetURL string    `yaml:"target_url"`
+	// github-checks (check runs, as a GitHub App), gitea (Gitea and Forgejo), gitlab,
+	// bitbucket, or log (print the verdict).
+	Provider string    `yaml:"provider"`
+	BaseURL  string    `yaml:"base_url"`
+	Token    SecretRef `yaml:"token"`
+	// App, instead of Token, publishes as a GitHub App with installation tokens (github:
+	// statuses; github-checks, which requires it: check runs).
+	App       *App   `yaml:"app"`
+	Context   string `yaml:"context"`
+	TargetURL string `yaml:"target_url"`
 	// Timeout bounds one request to the provider's API (default DefaultPublishTimeout).
 	Timeout time.Duration `yaml:"timeout"`
 	// Settle is how long after amiss gave up on a request the provider may still apply it
@@ -122,6 +126,47 @@ type Publish struct {
 	// process (default DefaultPublishConcurrency); a delivery that finds no room waits its turn
 	// without holding a worker.
 	Concurrency int `yaml:"concurrency"`
+}
+
+// App is a GitHub App a route publishes as.
+type App struct {
+	// ID is the App's id (digits) or its client id (Iv1.…, Iv23…), from the App's settings
+	// page; GitHub accepts either as the JWT's issuer.
+	ID string `yaml:"id"`
+	// PrivateKey is where the App's private key (the PEM GitHub downloads) is read at run
+	// time, like every other secret.
+	PrivateKey SecretRef `yaml:"private_key"`
+}
+
+// githubChecks is the provider table's row that publishes check runs (functions/provider).
+const githubChecks = "github-checks"
+
+// appID matches an App id or a client id.
+var appID = regexp.MustCompile(`^([1-9][0-9]{0,18}|Iv[0-9A-Za-z.]{1,40})$`)
+
+// validate checks the App against the publisher it authenticates to.
+func (a *App) validate(p *Publish) error {
+	if a == nil {
+		if p.Provider == githubChecks {
+			return fieldErr("publish.app", "publish.provider %s writes check runs, which only a GitHub App can: "+
+				"set publish.app {id, private_key} (see docs/providers/github.md, GitHub App)", githubChecks)
+		}
+		return nil
+	}
+	if p.Provider != provider.GitHub && p.Provider != githubChecks {
+		return fieldErr("publish.app", "a GitHub App authenticates to GitHub only: want publish.provider %s or %s, not %q",
+			provider.GitHub, githubChecks, p.Provider)
+	}
+	if p.Token.From != "" || p.Token.ID != "" {
+		return fieldErr("publish.token", "publish.app and publish.token are exclusive: the App's installation tokens replace the token; remove one")
+	}
+	if !appID.MatchString(a.ID) {
+		return fieldErr("publish.app.id", "%q: want the App's id (digits) or client id (Iv…), from the App's settings page", a.ID)
+	}
+	if err := a.PrivateKey.check(); err != nil {
+		return fieldErr("publish.app.private_key.from", "%v", err)
+	}
+	return nil
 }
 
 // Publication defaults and bounds. GitHub ends any request it takes more than 10 seconds to
@@ -484,6 +529,9 @@ func (p *Publish) validate() error {
 	if n := utf8.RuneCountInString(p.TargetURL); n > MaxTargetURL {
 		return fieldErr("publish.target_url", "at most %d characters, this one has %d", MaxTargetURL, n)
 	}
+	if err := p.App.validate(p); err != nil {
+		return err
+	}
 	target, ok := provider.Publishing(p.Provider)
 	if !ok {
 		names := provider.Publishers()
@@ -495,6 +543,9 @@ func (p *Publish) validate() error {
 	}
 	if err := checkBaseURL(p.BaseURL); err != nil {
 		return fieldErr("publish.base_url", "%q: %v", p.BaseURL, err)
+	}
+	if p.App != nil {
+		return nil
 	}
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)

@@ -284,9 +284,13 @@ func TestSecretUsesAndLimitsMismatch(t *testing.T) {
 
 // Every example loads once the variables it names are set.
 func TestEveryExampleLoads(t *testing.T) {
-	env := map[string]string{"AMISS_REPOSITORIES": "acme/*",
-		"AMISS_WEBHOOK_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:000000000000:secret:amiss-webhook"}
-	for _, f := range []string{"amiss.yaml", "github.yaml", "aws.yaml"} {
+	env := map[string]string{
+		"AMISS_REPOSITORIES":       "acme/*",
+		"AMISS_WEBHOOK_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:000000000000:secret:amiss-webhook",
+		"AMISS_APP_ID":             "123456",
+		"AMISS_APP_KEY_FILE":       "/run/amiss/app.pem",
+	}
+	for _, f := range []string{"amiss.yaml", "github.yaml", "aws.yaml", "github-app.yaml"} {
 		if _, err := config.LoadEnv("../../examples/"+f, func(k string) string { return env[k] }); err != nil {
 			t.Errorf("examples/%s: %v", f, err)
 		}

@@ -13,8 +13,8 @@ type SecretUse struct {
 	// Path is the YAML path of the reference, such as routes.acme.secrets[0].from.
 	Path  string
 	Route string
-	// What says what the secret is for: "webhook secret ID", "evaluator secret" or
-	// "publish token".
+	// What says what the secret is for: "webhook secret ID", "evaluator secret", "publish
+	// token" or "GitHub App private key".
 	What string
 	// From is the reference: env:NAME, file:PATH or aws-secretsmanager:ARN[#key].
 	From string
@@ -24,7 +24,7 @@ type SecretUse struct {
 }
 
 // SecretUses lists every secret the configuration refers to, route by route in name order:
-// webhook secrets, evaluator secrets and publish tokens.
+// webhook secrets, evaluator secrets, publish tokens and GitHub App private keys.
 func (c *Config) SecretUses() []SecretUse {
 	var out []SecretUse
 	for _, name := range c.RouteNames() {
@@ -40,6 +40,10 @@ func (c *Config) SecretUses() []SecretUse {
 		if p, ok := provider.Publishing(r.Publish.Provider); ok && p.Remote && r.Publish.Token.From != "" {
 			out = append(out, SecretUse{Path: "routes." + name + ".publish.token.from", Route: name,
 				What: "publish token", From: r.Publish.Token.From})
+		}
+		if a := r.Publish.App; a != nil {
+			out = append(out, SecretUse{Path: "routes." + name + ".publish.app.private_key.from", Route: name,
+				What: "GitHub App private key", From: a.PrivateKey.From})
 		}
 	}
 	return out
