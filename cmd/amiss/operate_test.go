@@ -43,7 +43,7 @@ func (p *refusing) Standing(_ context.Context, s publish.Status) (publish.Standi
 	defer p.mu.Unlock()
 	for i := len(p.posted) - 1; i >= 0; i-- {
 		if q := p.posted[i]; q.Repository == s.Repository && q.SHA == s.SHA && q.Context == s.Context {
-			if q == s {
+			if q.State == s.State && q.Description == s.Description && q.TargetURL == s.TargetURL {
 				return publish.StandingOurs, nil
 			}
 			return publish.StandingOther, nil

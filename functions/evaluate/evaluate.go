@@ -24,7 +24,21 @@ const (
 type Verdict struct {
 	State       string `json:"state"`
 	Description string `json:"description"`
+	// Files are the files a rule refused (the forbidden paths among the changed ones), for a
+	// publisher that shows them on the file (a check run's annotations). The built-in rules
+	// fill it; an HTTP evaluator's answer cannot (the field is not part of its contract).
+	Files []File `json:"-"`
 }
+
+// File is a file a rule refused: the path, the rule's name, and why.
+type File struct {
+	Path    string `json:"path"`
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+}
+
+// ForbiddenPathRule is the name of the forbidden-paths rule in File.Rule.
+const ForbiddenPathRule = "forbidden path"
 
 // Evaluator evaluates a subject. An error means the evaluation could not be done (it is retried,
 // and after the configured attempts becomes an error verdict); a failure is a Verdict.
@@ -59,8 +73,17 @@ func NewRules(r config.Rules) (*Rules, error) {
 // Evaluate implements Evaluator. The description names every rule that failed.
 func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
 	var failed []string
-	if r.title != nil && s.Pull != nil && !r.title.MatchString(s.Pull.Title) {
+	var files []File
+	rerun := s.Event == subject.Rerun
+	switch {
+	case r.title != nil && s.Pull != nil && rerun:
+		// A re-run's webhook names the pull request but not its title: it cannot be checked.
+		failed = append(failed, "pull request title (a re-run does not carry it; push again or edit the pull request)")
+	case r.title != nil && s.Pull != nil && !r.title.MatchString(s.Pull.Title):
 		failed = append(failed, "pull request title")
+	}
+	if r.message != nil && rerun {
+		failed = append(failed, "commit messages (a re-run does not carry them; push again)")
 	}
 	if r.message != nil {
 		for _, c := range s.Commits {
@@ -71,13 +94,19 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 		}
 	}
 	if len(r.forbidden) > 0 {
+		// The description names the first forbidden path; Files lists them all.
 		for _, p := range s.Paths {
 			if g := matchAny(r.forbidden, p); g != "" {
-				failed = append(failed, "forbidden path "+p+" ("+g+")")
-				break
+				if len(files) == 0 {
+					failed = append(failed, "forbidden path "+p+" ("+g+")")
+				}
+				files = append(files, File{Path: p, Rule: ForbiddenPathRule, Message: "changes " + p + ", which " + g + " forbids"})
 			}
 		}
-		if s.Truncated {
+		switch {
+		case rerun:
+			failed = append(failed, "changed paths (a re-run does not carry them; push again)")
+		case s.Truncated:
 			failed = append(failed, "changed paths (the list was cut; cannot check every path)")
 		}
 	}
@@ -87,7 +116,7 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 	if len(failed) == 0 {
 		return Verdict{State: Success, Description: "all rules hold"}, nil
 	}
-	return Verdict{State: Failure, Description: "failed: " + strings.Join(failed, "; ")}, nil
+	return Verdict{State: Failure, Description: "failed: " + strings.Join(failed, "; "), Files: files}, nil
 }
 
 // matchAny returns the first glob that matches name ("**" matches across slashes).

@@ -174,3 +174,52 @@ func TestHTTPEvaluatorTimeoutOverridesTheClients(t *testing.T) {
 		t.Fatal("an evaluator allowed 100 ms answering in 300 ms was answered")
 	}
 }
+
+// The forbidden-paths rule names the first forbidden path in the description and lists every
+// forbidden one in Files, in the order of the changed paths; a verdict that holds has none.
+func TestForbiddenPathsAreAllListed(t *testing.T) {
+	r := rules(t)
+	v, err := r.Evaluate(context.Background(), subject.Subject{Event: "push",
+		Paths: []string{"README.md", "secrets/a", "cmd/key.pem", "main.go", "secrets/b/c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"secrets/a", "cmd/key.pem", "secrets/b/c"}
+	if v.State != evaluate.Failure || !strings.Contains(v.Description, "forbidden path secrets/a (secrets/**)") || len(v.Files) != len(want) {
+		t.Fatalf("verdict %+v", v)
+	}
+	for i, f := range v.Files {
+		if f.Path != want[i] || f.Rule != evaluate.ForbiddenPathRule || !strings.Contains(f.Message, want[i]) {
+			t.Fatalf("file %d: %+v, want %s", i, f, want[i])
+		}
+	}
+	if v, _ := r.Evaluate(context.Background(), subject.Subject{Event: "push", Paths: []string{"README.md"}}); v.State != evaluate.Success || v.Files != nil {
+		t.Fatalf("verdict %+v", v)
+	}
+}
+
+// A re-run carries no changed paths, commit messages or pull request title: each configured
+// rule that needs them fails closed, saying why; one that needs none (the target branch) is
+// checked as for any pull request.
+func TestARerunFailsClosedOnWhatItDoesNotCarry(t *testing.T) {
+	rerun := subject.Subject{Event: subject.Rerun, Truncated: true, Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "x"}}
+	v, err := rules(t).Evaluate(context.Background(), rerun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rule := range []string{"pull request title (a re-run", "commit messages (a re-run", "changed paths (a re-run"} {
+		if v.State != evaluate.Failure || !strings.Contains(v.Description, rule) {
+			t.Fatalf("re-run verdict %q does not fail closed on %q", v.Description, rule)
+		}
+	}
+	if strings.Contains(v.Description, "target branch") {
+		t.Fatalf("re-run verdict %q fails the target branch main", v.Description)
+	}
+	branch, err := evaluate.NewRules(config.Rules{TargetBranches: []string{"main"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := branch.Evaluate(context.Background(), rerun); v.State != evaluate.Success {
+		t.Fatalf("a re-run onto main under a target branch rule: %+v", v)
+	}
+}

@@ -18,7 +18,10 @@ import (
 
 // Provider names, as a configuration spells them.
 const (
-	GitHub           = "github"
+	GitHub = "github"
+	// GitHubChecks publishes check runs to GitHub as a GitHub App (publish-only: its webhooks
+	// are GitHub's, received under github).
+	GitHubChecks     = "github-checks"
 	Gitea            = "gitea"
 	Forgejo          = "forgejo"
 	GitLab           = "gitlab"
@@ -48,7 +51,10 @@ type Provider struct {
 type Target struct {
 	BaseURL string
 	Token   string
-	Client  *http.Client
+	// Tokens, when set, gives GitHub App installation tokens: the GitHub publisher posts with
+	// them instead of Token, and the check-run publisher needs them.
+	Tokens publish.InstallationTokens
+	Client *http.Client
 	// Log receives the verdicts of the log publisher.
 	Log *slog.Logger
 }
@@ -56,7 +62,14 @@ type Target struct {
 // table lists the providers, in the order messages list them.
 var table = []Provider{
 	{Name: GitHub, Schemes: []string{webhook.SchemeGitHub}, Format: subject.GitHubFormat, Remote: true,
-		Publisher: func(t Target) publish.Publisher { return publish.NewGitHub(t.BaseURL, t.Token, t.Client) }},
+		Publisher: func(t Target) publish.Publisher {
+			if t.Tokens != nil {
+				return publish.NewGitHubApp(t.BaseURL, t.Tokens, t.Client)
+			}
+			return publish.NewGitHub(t.BaseURL, t.Token, t.Client)
+		}},
+	{Name: GitHubChecks, Remote: true,
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitHubChecks(t.BaseURL, t.Tokens, t.Client) }},
 	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: subject.GiteaFormat, Remote: true,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) }},
 	// Forgejo's webhooks are received under their own name; its API is Gitea's, so a route

@@ -29,11 +29,14 @@ func TestTheTableIsWhole(t *testing.T) {
 	if want := []string{"github", "gitea", "forgejo", "gitlab", "bitbucket", "standard-webhooks"}; !reflect.DeepEqual(provider.Senders(), want) {
 		t.Errorf("senders %v, want %v", provider.Senders(), want)
 	}
-	if want := []string{"github", "gitea", "gitlab", "bitbucket", "log"}; !reflect.DeepEqual(provider.Publishers(), want) {
+	if want := []string{"github", "github-checks", "gitea", "gitlab", "bitbucket", "log"}; !reflect.DeepEqual(provider.Publishers(), want) {
 		t.Errorf("publishers %v, want %v", provider.Publishers(), want)
 	}
 	if _, ok := provider.Sender(provider.Log); ok {
 		t.Error("log receives webhooks")
+	}
+	if _, ok := provider.Sender(provider.GitHubChecks); ok {
+		t.Error("github-checks receives webhooks: GitHub's are received under github")
 	}
 	if _, err := provider.Extract("sourcehut", http.Header{}, []byte(`{}`)); err == nil {
 		t.Error("an unknown provider's webhook was read")

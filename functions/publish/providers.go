@@ -23,12 +23,22 @@ func newAPI(baseURL, token string, hc *http.Client, cls func(*http.Response, []b
 }
 
 // GitHub posts to POST {base}/repos/{owner}/{repo}/statuses/{sha} (GitHub Enterprise: base is
-// https://HOST/api/v3).
-type GitHub struct{ api }
+// https://HOST/api/v3), with a static token (NewGitHub) or as a GitHub App (NewGitHubApp).
+type GitHub struct {
+	api
+	auth githubAuth
+}
 
-// NewGitHub returns a GitHub publisher.
+// NewGitHub returns a GitHub publisher that posts with token.
 func NewGitHub(baseURL, token string, hc *http.Client) *GitHub {
-	return &GitHub{newAPI(baseURL, token, hc, classifyGitHub)}
+	return &GitHub{api: newAPI(baseURL, token, hc, classifyGitHub), auth: githubAuth{token: token}}
+}
+
+// NewGitHubApp returns a GitHub publisher that posts each status with the installation token
+// of its webhook's installation (Status.Installation), taken from tokens. A status whose
+// webhook named no installation is refused as the operator's to fix (ErrNoInstallation).
+func NewGitHubApp(baseURL string, tokens InstallationTokens, hc *http.Client) *GitHub {
+	return &GitHub{api: newAPI(baseURL, "", hc, classifyGitHub), auth: githubAuth{tokens: tokens}}
 }
 
 // classifyGitHub: GitHub answers its rate limits with 403 or 429. The primary limit says
@@ -65,8 +75,8 @@ func (g *GitHub) Publish(ctx context.Context, s Status) error {
 	if s.TargetURL != "" {
 		body["target_url"] = s.TargetURL
 	}
-	_, _, err = g.do(ctx, jsonRequest(http.MethodPost, fmt.Sprintf("%s/repos/%s/%s/statuses/%s", g.BaseURL,
-		url.PathEscape(owner), url.PathEscape(repo), url.PathEscape(s.SHA)), body, g.header()))
+	_, _, err = g.auth.send(ctx, &g.client, s.Installation, http.MethodPost, fmt.Sprintf("%s/repos/%s/%s/statuses/%s", g.BaseURL,
+		url.PathEscape(owner), url.PathEscape(repo), url.PathEscape(s.SHA)), body)
 	return err
 }
 

@@ -31,7 +31,8 @@ import (
 	"unicode/utf8"
 )
 
-// Status is one commit status to post. State is success, failure or error: never pending.
+// Status is one verdict to post: a commit status, or a check run. State is success, failure or
+// error: never pending.
 type Status struct {
 	Repository  string
 	SHA         string
@@ -39,6 +40,24 @@ type Status struct {
 	Description string
 	Context     string
 	TargetURL   string
+	// Installation is the GitHub App installation the delivery's webhook came from (0: none);
+	// a publisher authenticating as the App posts with its token.
+	Installation int64
+	// ExternalID names the delivery (its ledger key): a check run carries it, and a publisher
+	// finds its own check run again by it.
+	ExternalID string
+	// Files are the files the verdict's rules refused, for the publishers that can show them
+	// on the file (a check run's annotations); the others leave them out. FilesLeftOut counts
+	// those the frozen verdict had no room for.
+	Files        []File
+	FilesLeftOut int
+}
+
+// File is a file a rule refused: its path, the rule's short name, and why.
+type File struct {
+	Path    string
+	Rule    string
+	Message string
 }
 
 // Publisher posts statuses, and reads back what stands.

@@ -51,13 +51,14 @@ type combinedStatus struct {
 	} `json:"statuses"`
 }
 
-// readCombined pages through a combined status (perPage contexts a page) for the context of
-// s, and compares its latest status with s, the description cut to cut characters. It stops at
-// the page that holds the context, a page short of perPage, or the provider's total count.
-func (a *api) readCombined(ctx context.Context, pageURL func(page int) string, header map[string]string, s Status, cut, perPage int) (Standing, error) {
+// readCombined pages through a combined status (perPage contexts a page, each read by get)
+// for the context of s, and compares its latest status with s, the description cut to cut
+// characters. It stops at the page that holds the context, a page short of perPage, or the
+// provider's total count.
+func readCombined(ctx context.Context, get func(ctx context.Context, url string) ([]byte, error), pageURL func(page int) string, s Status, cut, perPage int) (Standing, error) {
 	seen := 0
 	for page := 1; page <= readPages; page++ {
-		_, body, err := a.do(ctx, jsonRequest(http.MethodGet, pageURL(page), nil, header))
+		body, err := get(ctx, pageURL(page))
 		if err != nil {
 			return 0, err
 		}
@@ -91,14 +92,14 @@ func (g *GitHub) Standing(ctx context.Context, s Status) (Standing, error) {
 	if err != nil {
 		return 0, err
 	}
-	return g.readCombined(ctx, func(page int) string {
+	get := func(ctx context.Context, url string) ([]byte, error) {
+		_, body, err := g.auth.send(ctx, &g.client, s.Installation, http.MethodGet, url, nil)
+		return body, err
+	}
+	return readCombined(ctx, get, func(page int) string {
 		return fmt.Sprintf("%s/repos/%s/%s/commits/%s/status?per_page=100&page=%d", g.BaseURL, url.PathEscape(owner),
 			url.PathEscape(repo), url.PathEscape(s.SHA), page)
-	}, g.header(), s, githubDescription, 100)
-}
-
-func (g *GitHub) header() map[string]string {
-	return map[string]string{"Authorization": "Bearer " + g.Token, "Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
+	}, s, githubDescription, 100)
 }
 
 // Standing implements Publisher: GET {base}/api/v1/repos/{owner}/{repo}/commits/{sha}/status.
@@ -107,10 +108,14 @@ func (g *Gitea) Standing(ctx context.Context, s Status) (Standing, error) {
 	if err != nil {
 		return 0, err
 	}
-	return g.readCombined(ctx, func(page int) string {
+	get := func(ctx context.Context, url string) ([]byte, error) {
+		_, body, err := g.do(ctx, jsonRequest(http.MethodGet, url, nil, map[string]string{"Authorization": "token " + g.Token}))
+		return body, err
+	}
+	return readCombined(ctx, get, func(page int) string {
 		return fmt.Sprintf("%s/api/v1/repos/%s/%s/commits/%s/status?limit=50&page=%d", g.BaseURL, url.PathEscape(owner),
 			url.PathEscape(repo), url.PathEscape(s.SHA), page)
-	}, map[string]string{"Authorization": "token " + g.Token}, s, otherDescription, 50)
+	}, s, otherDescription, 50)
 }
 
 // The GitLab read-back reads the commit's statuses under the context's name 20 at a time

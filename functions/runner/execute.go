@@ -127,8 +127,8 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 	// The description is cut before it is frozen (no provider shows more than 255
 	// characters): a longer one, escaped as JSON, could outgrow the ledger's report ceiling
 	// and be refused at every attempt, leaving the commit without a verdict.
-	report, _ := json.Marshal(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
-		TargetURL: route.TargetURL})
+	rep := withFiles(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
+		TargetURL: route.TargetURL}, v.Files)
 	if k != nil {
 		lc = k.clock(lc.leaseFor)
 		k.mu <- struct{}{}
@@ -140,7 +140,21 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 	// spend its attempt for nothing.
 	sctx, scancel := detached(ctx, 10*time.Second)
 	defer scancel()
+	report, _ := json.Marshal(rep)
 	staged, err := r.Ledger.Save(sctx, l, report)
+	for errors.Is(err, ledger.ErrTooLarge) && len(rep.Files) > 0 {
+		// A ledger whose ceiling is under the files' budget: the files are what a check run
+		// annotates, not the verdict, so half of them are kept (and the rest counted as left
+		// out) before the verdict itself is given up.
+		keep := len(rep.Files) / 2
+		rep.FilesLeftOut += len(rep.Files) - keep
+		rep.Files = rep.Files[:keep]
+		if keep == 0 {
+			rep.Files = nil
+		}
+		report, _ = json.Marshal(rep)
+		staged, err = r.Ledger.Save(sctx, l, report)
+	}
 	if errors.Is(err, ledger.ErrTooLarge) {
 		// Nothing was written and the lease still holds: freeze an error verdict that fits
 		// instead, so the commit is not left waiting on a verdict that can never be kept.

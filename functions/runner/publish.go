@@ -59,8 +59,7 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
 		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
-		o = r.postInOrder(ctx, wctx, log, s, route, publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State,
-			Description: rep.Description, Context: rep.Context, TargetURL: rep.TargetURL}, k)
+		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), k)
 		switch o.ev {
 		case postLost:
 			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
@@ -72,6 +71,18 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 		k.halt()
 	}
 	return r.settle(ctx, log, s, lc, rep, o)
+}
+
+// statusOf is what publishing the saved verdict s posts: its frozen report, on its subject's
+// commit, for its webhook's installation, named by its delivery key.
+func statusOf(s ledger.Staged, subj subject.Subject, rep Report) publish.Status {
+	st := publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State, Description: rep.Description,
+		Context: rep.Context, TargetURL: rep.TargetURL, Installation: subj.Installation, ExternalID: s.Lease.Key.String(),
+		FilesLeftOut: rep.FilesLeftOut}
+	for _, f := range rep.Files {
+		st.Files = append(st.Files, publish.File{Path: f.Path, Rule: f.Rule, Message: f.Message})
+	}
+	return st
 }
 
 // outcome is what became of a publication: the event, how it failed, and what the policy

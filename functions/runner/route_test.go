@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -414,7 +415,7 @@ func TestEveryPostOfAnUnroutableVerdictIsTheFrozenStatus(t *testing.T) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.posted[1:] {
-		if s != p.posted[0] {
+		if !reflect.DeepEqual(s, p.posted[0]) {
 			t.Fatalf("one delivery, one frozen verdict, posted as different statuses: %+v then %+v", p.posted[0], s)
 		}
 	}

@@ -1,6 +1,11 @@
 package runner
 
-import "unicode/utf8"
+import (
+	"encoding/json"
+	"unicode/utf8"
+
+	"github.com/amiss-ci/amiss/functions/evaluate"
+)
 
 // Report is the frozen result a row holds: exactly what is published.
 type Report struct {
@@ -8,6 +13,37 @@ type Report struct {
 	Description string `json:"description"`
 	Context     string `json:"context"`
 	TargetURL   string `json:"target_url,omitempty"`
+	// Files are the files the rules refused (a check run annotates them), as many as fit
+	// filesBudget; FilesLeftOut counts those that did not. A report frozen without them
+	// decodes with none, and one without files encodes as before.
+	Files        []evaluate.File `json:"files,omitempty"`
+	FilesLeftOut int             `json:"files_left_out,omitempty"`
+}
+
+// filesBudget bounds a report with its files, in bytes: files are kept while the encoded report
+// stays within it. It is config.MinReportBytes, the smallest report ceiling a configuration may
+// set, so the files never make a verdict too large to keep (a verdict alone stays well under
+// it: see MaxDescription); a ledger with a smaller ceiling still refuses one, and saveReport
+// then keeps fewer.
+const filesBudget = 32 << 10
+
+// withFiles is rep with as many of files as fit filesBudget, in order, and the count left out.
+func withFiles(rep Report, files []evaluate.File) Report {
+	base, _ := json.Marshal(rep)
+	size := len(base) + len(`,"files":[]`) + len(`,"files_left_out":`) + 10
+	n := 0
+	for ; n < len(files); n++ {
+		b, _ := json.Marshal(files[n])
+		if size+len(b)+1 > filesBudget {
+			break
+		}
+		size += len(b) + 1
+	}
+	rep.Files, rep.FilesLeftOut = files[:n:n], rep.FilesLeftOut+len(files)-n
+	if n == 0 {
+		rep.Files = nil
+	}
+	return rep
 }
 
 // DefaultContext is the status context of a verdict frozen without a route (the

@@ -106,7 +106,7 @@ func (p *recorder) Standing(_ context.Context, s publish.Status) (publish.Standi
 func standingIn(posted []publish.Status, s publish.Status) publish.Standing {
 	for i := len(posted) - 1; i >= 0; i-- {
 		if p := posted[i]; p.Repository == s.Repository && p.SHA == s.SHA && p.Context == s.Context {
-			if p == s {
+			if p.State == s.State && p.Description == s.Description && p.TargetURL == s.TargetURL { // what a status shows
 				return publish.StandingOurs
 			}
 			return publish.StandingOther

@@ -10,6 +10,14 @@ type ghRepo struct {
 	FullName string `json:"full_name"`
 }
 
+// ghInstallation is the GitHub App installation a webhook was sent for (absent from a
+// repository's own webhooks and from Gitea's).
+type ghInstallation struct {
+	Installation struct {
+		ID int64 `json:"id"`
+	} `json:"installation"`
+}
+
 type ghCommit struct {
 	ID       string   `json:"id"`
 	Message  string   `json:"message"`
@@ -57,6 +65,22 @@ var evaluatedPullActions = map[string]bool{"opened": true, "reopened": true, "sy
 	"edited": true, "ready_for_review": true}
 
 func fromGitHubFamily(provider, event string, body []byte) (Subject, error) {
+	s, err := fromGitHubEvent(provider, event, body)
+	if err != nil {
+		return Subject{}, err
+	}
+	var in ghInstallation
+	if err := decode(body, &in); err != nil {
+		return Subject{}, err
+	}
+	if in.Installation.ID < 0 {
+		return Subject{}, fmt.Errorf("%w: installation id %d", ErrMalformed, in.Installation.ID)
+	}
+	s.Installation = in.Installation.ID
+	return s, nil
+}
+
+func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 	switch event {
 	case "push":
 		var p ghPush
@@ -81,10 +105,70 @@ func fromGitHubFamily(provider, event string, body []byte) (Subject, error) {
 			Ref: "refs/heads/" + p.PullRequest.Head.Ref,
 			Pull: &Pull{Number: p.Number, Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref,
 				SourceBranch: p.PullRequest.Head.Ref}}, nil
+	case "check_run", "check_suite":
+		return fromRerun(event, body)
 	case "":
 		return Subject{}, fmt.Errorf("%w: %s event header missing", ErrMalformed, provider)
 	}
 	return Subject{}, fmt.Errorf("%w: %s event %q", ErrIgnored, provider, event)
+}
+
+// ghCheck is the check run or check suite of a check_run or check_suite webhook: the commit,
+// the branch (a check suite's) and the pull requests whose head it is.
+type ghCheck struct {
+	HeadSHA      string `json:"head_sha"`
+	HeadBranch   string `json:"head_branch"`
+	PullRequests []struct {
+		Number int `json:"number"`
+		Head   struct {
+			Ref string `json:"ref"`
+		} `json:"head"`
+		Base struct {
+			Ref string `json:"ref"`
+		} `json:"base"`
+	} `json:"pull_requests"`
+}
+
+type ghRerun struct {
+	Action     string   `json:"action"`
+	Repository ghRepo   `json:"repository"`
+	CheckRun   *ghCheck `json:"check_run"`
+	CheckSuite *ghCheck `json:"check_suite"`
+}
+
+// fromRerun reads a check_run or check_suite webhook. Only "rerequested" (a user pressed
+// Re-run) is evaluated: the other actions (created, completed, requested, requested_action)
+// report what GitHub or an App did, and are ignored. The subject is the head commit, Truncated:
+// the body lists no commits and no changed paths. A check suite's branch is its head_branch;
+// the first pull request the commit heads gives the pull request's number and branches (never
+// its title, which the body does not carry).
+func fromRerun(event string, body []byte) (Subject, error) {
+	var p ghRerun
+	if err := decode(body, &p); err != nil {
+		return Subject{}, err
+	}
+	if p.Action != "rerequested" {
+		return Subject{}, fmt.Errorf("%w: %s %s", ErrIgnored, event, p.Action)
+	}
+	c := p.CheckRun
+	if event == "check_suite" {
+		c = p.CheckSuite
+	}
+	if c == nil {
+		return Subject{}, fmt.Errorf("%w: %s payload without its %s", ErrMalformed, event, event)
+	}
+	s := Subject{Event: Rerun, Repository: p.Repository.FullName, SHA: c.HeadSHA, Truncated: true}
+	if c.HeadBranch != "" {
+		s.Ref = "refs/heads/" + c.HeadBranch
+	}
+	if len(c.PullRequests) > 0 {
+		pr := c.PullRequests[0]
+		s.Pull = &Pull{Number: pr.Number, TargetBranch: pr.Base.Ref, SourceBranch: pr.Head.Ref}
+		if s.Ref == "" && pr.Head.Ref != "" {
+			s.Ref = "refs/heads/" + pr.Head.Ref
+		}
+	}
+	return s, nil
 }
 
 type glPayload struct {
@@ -307,6 +391,7 @@ func fromStandard(body []byte) (Subject, error) {
 	s := p.Data
 	s.Event = p.Type
 	s.Truncated = false
+	s.Installation = 0 // a GitHub App's: never named by another sender
 	if s.Event == PullRequest && s.Pull == nil {
 		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
 	}

@@ -17,6 +17,11 @@ import (
 const (
 	Push        = "push"
 	PullRequest = "pull_request"
+	// Rerun is a GitHub user's request to evaluate a commit again (the "Re-run" button of a
+	// check run or a check suite). Its webhook names the commit and its pull requests'
+	// branches, and carries no commits, changed paths or pull request title: the subject is
+	// Truncated, so that a rule that needs them fails closed.
+	Rerun = "rerun"
 )
 
 // Bounds on what a subject keeps.
@@ -40,6 +45,10 @@ type Subject struct {
 	// Truncated is set when commits, paths or messages were cut to the bounds: a rule that
 	// needs the whole list cannot be sure, and should fail closed.
 	Truncated bool `json:"truncated,omitempty"`
+	// Installation is the GitHub App installation a GitHub webhook came from (installation.id
+	// in its signed body; 0 when it carried none: a repository's own webhook). A publisher
+	// that authenticates as the App posts with that installation's token.
+	Installation int64 `json:"installation,omitempty"`
 }
 
 // Pull is a pull or merge request.

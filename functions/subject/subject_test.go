@@ -37,6 +37,12 @@ func TestFixtures(t *testing.T) {
 		{"github", "X-GitHub-Event", "pull_request", "github/pull_request.json", subject.Subject{Event: "pull_request",
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
 			Pull: &subject.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes"}}},
+		{"github", "X-GitHub-Event", "check_run", "github/check_run_rerequested.json", subject.Subject{Event: "rerun",
+			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
+			Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}, Truncated: true, Installation: 2311213}},
+		{"github", "X-GitHub-Event", "check_suite", "github/check_suite_rerequested.json", subject.Subject{Event: "rerun",
+			Repository: "octo-org/octo-repo", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
+			Truncated: true, Installation: 2311213}},
 		{"gitea", "X-Gitea-Event", "push", "gitea/push.json", subject.Subject{Event: "push", Repository: "gitea/webhooks",
 			SHA: "bffeb74224043ba2feb48d137756c8a9331c449a", Ref: "refs/heads/develop",
 			Commits: []subject.Commit{{ID: "bffeb74224043ba2feb48d137756c8a9331c449a", Message: "fix: webhooks now sign the body\n"}},
@@ -108,6 +114,12 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		{"bitbucket", h("X-Event-Key", "diagnostics:ping"), `{}`},
 		{"bitbucket", h("X-Event-Key", "repo:push"), `{"repository":{"full_name":"team/app"},"push":{"changes":[{"new":null}]}}`},
 		{"standard-webhooks", nil, `{"type":"release","data":{}}`},
+		// A check run's or suite's other actions report what GitHub or an App did.
+		{"github", h("X-GitHub-Event", "check_run"), strings.Replace(string(load(t, "github/check_run_rerequested.json")), `"rerequested"`, `"created"`, 1)},
+		{"github", h("X-GitHub-Event", "check_run"), strings.Replace(string(load(t, "github/check_run_rerequested.json")), `"rerequested"`, `"completed"`, 1)},
+		{"github", h("X-GitHub-Event", "check_run"), strings.Replace(string(load(t, "github/check_run_rerequested.json")), `"rerequested"`, `"requested_action"`, 1)},
+		{"github", h("X-GitHub-Event", "check_suite"), strings.Replace(string(load(t, "github/check_suite_rerequested.json")), `"rerequested"`, `"requested"`, 1)},
+		{"github", h("X-GitHub-Event", "check_suite"), strings.Replace(string(load(t, "github/check_suite_rerequested.json")), `"rerequested"`, `"completed"`, 1)},
 	}
 	for i, c := range ignored {
 		if c.h == nil {
@@ -132,6 +144,11 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		{"gitlab", nil, `{}`},
 		{"bitbucket", http.Header{}, `{}`},
 		{"standard-webhooks", nil, `{"data":{}}`},
+		// A re-run's body under the other event's header lacks the object it names.
+		{"github", h("X-GitHub-Event", "check_suite"), string(load(t, "github/check_run_rerequested.json"))},
+		{"github", h("X-GitHub-Event", "check_run"), `{"action":"rerequested","repository":{"full_name":"a/b"}}`},
+		{"github", h("X-GitHub-Event", "check_run"), `{"action":"rerequested","check_run":{"head_sha":"nothex"},"repository":{"full_name":"a/b"}}`},
+		{"github", h("X-GitHub-Event", "push"), strings.Replace(string(load(t, "github/push.json")), `"sender"`, `"installation": {"id": -4}, "sender"`, 1)},
 		{"standard-webhooks", nil, `{"type":"pull_request","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567"}}`},
 	}
 	for i, c := range malformed {
@@ -198,6 +215,42 @@ func TestBounds(t *testing.T) {
 	var back subject.Subject
 	if err := json.Unmarshal(b, &back); err != nil || !back.Truncated || back.SHA != s.SHA {
 		t.Fatalf("fitted subject: %v %+v", err, back)
+	}
+}
+
+// A GitHub App's webhooks carry the installation in the signed body: the subject keeps it, for
+// every event kind; a repository's own webhook carries none (0). A Standard Webhooks sender's
+// data cannot name one.
+func TestInstallationIsKept(t *testing.T) {
+	h := http.Header{}
+	for event, file := range map[string]string{"push": "github/push.json", "pull_request": "github/pull_request.json"} {
+		h.Set("X-GitHub-Event", event)
+		body := strings.Replace(string(load(t, file)), `"sender"`, `"installation": {"id": 77, "node_id": "x"}, "sender"`, 1)
+		s, err := provider.Extract("github", h, []byte(body))
+		if err != nil || s.Installation != 77 {
+			t.Fatalf("%s from an App: installation %d, %v", event, s.Installation, err)
+		}
+		if s, err := provider.Extract("github", h, load(t, file)); err != nil || s.Installation != 0 {
+			t.Fatalf("%s from a repository webhook: installation %d, %v", event, s.Installation, err)
+		}
+	}
+	body := `{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","installation":5}}`
+	if s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(body)); err != nil || s.Installation != 0 {
+		t.Fatalf("standard webhooks: installation %d, %v", s.Installation, err)
+	}
+}
+
+// A subject queued or frozen before installations were kept decodes unchanged, and one without
+// an installation encodes as before (no new key).
+func TestSubjectsWithoutAnInstallationKeepTheirEncoding(t *testing.T) {
+	old := `{"provider":"github","repository":"a/b","sha":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","event":"push","changed_paths":["x"]}`
+	var s subject.Subject
+	if err := json.Unmarshal([]byte(old), &s); err != nil || s.Installation != 0 || s.Paths[0] != "x" {
+		t.Fatalf("old subject: %+v, %v", s, err)
+	}
+	b, err := s.Marshal(1 << 10)
+	if err != nil || string(b) != old {
+		t.Fatalf("re-encoded:\n got  %s\n want %s (%v)", b, old, err)
 	}
 }
 
