@@ -66,7 +66,8 @@ type Route struct {
 	// Scheme is the signature scheme; it defaults by provider (gitlab: gitlab-signing).
 	Scheme  string      `yaml:"scheme"`
 	Secrets []SecretRef `yaml:"secrets"`
-	// Events lists the accepted event kinds: push, pull_request. Others are ignored (204).
+	// Events lists the accepted event kinds: push, pull_request, rerun (a GitHub check run's or
+	// check suite's Re-run; default: all three). Others are ignored (204).
 	Events []string `yaml:"events"`
 	// MaxAge narrows the accepted signed age (signed schemes only).
 	MaxAge time.Duration `yaml:"max_age"`
@@ -139,7 +140,7 @@ type App struct {
 }
 
 // githubChecks is the provider table's row that publishes check runs (functions/provider).
-const githubChecks = "github-checks"
+const githubChecks = provider.GitHubChecks
 
 // appID matches an App id or a client id.
 var appID = regexp.MustCompile(`^([1-9][0-9]{0,18}|Iv[0-9A-Za-z.]{1,40})$`)
@@ -216,7 +217,7 @@ var (
 	routeName  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
 	repoName   = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`)
 	repoOwner  = regexp.MustCompile(`^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/\*$`)
-	knownEvent = map[string]bool{"push": true, "pull_request": true}
+	knownEvent = map[string]bool{"push": true, "pull_request": true, "rerun": true}
 )
 
 // Load reads and validates a configuration file, expanding ${NAME} from the process
@@ -403,11 +404,11 @@ func (r *Route) validate(ctl Controller) error {
 		}
 	}
 	if len(r.Events) == 0 {
-		r.Events = []string{"push", "pull_request"}
+		r.Events = []string{"push", "pull_request", "rerun"}
 	}
 	for i, e := range r.Events {
 		if !knownEvent[e] {
-			return fieldErr(fmt.Sprintf("events[%d]", i), "unknown event %q (want push or pull_request)", e)
+			return fieldErr(fmt.Sprintf("events[%d]", i), "unknown event %q (want push, pull_request or rerun)", e)
 		}
 	}
 	signed := r.Scheme == webhook.SchemeStandardWebhooks || r.Scheme == webhook.SchemeGitLabSigning

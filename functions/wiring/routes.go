@@ -23,6 +23,7 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 	if hc == nil {
 		hc = &http.Client{Timeout: 15 * time.Second}
 	}
+	apps := &appTokens{}
 	return func(ctx context.Context, name string) (*runner.Route, error) {
 		r := cfg.Route(name)
 		if r == nil {
@@ -50,7 +51,14 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 		pc := *hc
 		pc.Timeout = r.Publish.Timeout
 		target := provider.Target{BaseURL: r.Publish.BaseURL, Client: &pc, Log: log}
-		if p.Remote {
+		switch {
+		case r.Publish.App != nil:
+			tokens, err := apps.forRoute(ctx, r, secrets, &pc)
+			if err != nil {
+				return nil, fmt.Errorf("route %s: %w", name, err)
+			}
+			target.Tokens = tokens
+		case p.Remote:
 			token, err := secrets.Get(ctx, r.Publish.Token.From)
 			if err != nil {
 				return nil, fmt.Errorf("route %s: publish token: %w", name, err)
