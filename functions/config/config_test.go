@@ -43,7 +43,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Route("r")
-	if r.Scheme != webhook.SchemeGitHub || len(r.Events) != 2 || r.Publish.Provider != "log" {
+	if r.Scheme != webhook.SchemeGitHub || strings.Join(r.Events, ",") != "push,pull_request,rerun" || r.Publish.Provider != "log" {
 		t.Fatalf("defaults: %+v", r)
 	}
 	c, err = config.Parse([]byte(strings.Replace(base, "provider: github", "provider: gitlab", 1)))
