@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/githubapp/githubapptest"
+	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+)
+
+// gitHubWithApp is a fake GitHub on 127.0.0.1 serving an App's endpoints (JWTs checked with
+// the App's public key, installation tokens that expire) and the checks API (requests checked
+// against GitHub's description, only tokens of installation 7 accepted).
+type gitHubWithApp struct {
+	app    *githubapptest.App
+	checks *publishtest.Checks
+	srv    *httptest.Server
+	pem    []byte
+}
+
+func newGitHubWithApp(t *testing.T) *gitHubWithApp {
+	t.Helper()
+	key, pem := githubapptest.GenerateKey()
+	g := &gitHubWithApp{app: githubapptest.New(42, &key.PublicKey), pem: pem}
+	g.app.Install(7, "acme/app")
+	g.checks = publishtest.NewChecks(func(token string) bool {
+		inst, ok := g.app.Authorize(token)
+		return ok && inst == 7
+	})
+	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/app/") || r.URL.Path == "/app" || strings.HasSuffix(r.URL.Path, "/installation") {
+			g.app.ServeHTTP(w, r)
+			return
+		}
+		g.checks.ServeHTTP(w, r)
+	}))
+	t.Cleanup(g.srv.Close)
+	return g
+}
+
+// exampleAppConfig writes examples/github-app.yaml pointed at baseURL, with its environment
+// (the App's id and key file, the webhook secret, the repository) set for the test.
+func exampleAppConfig(t *testing.T, dir, baseURL string, pem []byte) string {
+	t.Helper()
+	example, err := os.ReadFile("../../examples/github-app.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(example), "https://api.github.com") {
+		t.Fatal("examples/github-app.yaml no longer names https://api.github.com as its base URL")
+	}
+	keyFile := filepath.Join(dir, "app.pem")
+	if err := os.WriteFile(keyFile, pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AMISS_GITHUB_SECRET", "app-webhook-secret")
+	t.Setenv("AMISS_APP_ID", "42")
+	t.Setenv("AMISS_APP_KEY_FILE", keyFile)
+	t.Setenv("AMISS_REPOSITORIES", "acme/app")
+	cfg := filepath.Join(dir, "github-app.yaml")
+	if err := os.WriteFile(cfg, []byte(strings.ReplaceAll(string(example), "https://api.github.com", baseURL)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// postAppWebhook sends body as the App's webhook of the event kind to the example's route.
+func postAppWebhook(t *testing.T, addr, event, body string) (int, string) {
+	t.Helper()
+	m := hmac.New(sha256.New, []byte("app-webhook-secret"))
+	m.Write([]byte(body))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/hooks/github", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-GitHub-Event", event)
+	req.Header.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(m.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The local path of examples/github-app.yaml, end to end: amiss serve receives the App's push
+// webhook and publishes a check run (annotating the forbidden file, named by the delivery's
+// key) with an installation token it exchanged for the App's JWT; a Re-run webhook for the
+// commit is a new delivery that leads to a new check run, with the token kept from the first.
+func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
+	gh := newGitHubWithApp(t)
+	dir := t.TempDir()
+	cfg := exampleAppConfig(t, dir, gh.srv.URL, gh.pem)
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 2,
+			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready}, out)
+	}()
+	addr := <-ready
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	const sha = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+	push := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"full_name":"acme/app"},`+
+		`"installation":{"id":7},"commits":[{"id":%q,"message":"add config","added":["secrets/prod.env"],"modified":["README.md"]}]}`, sha, sha)
+	if code, body := postAppWebhook(t, addr, "push", push); code != http.StatusAccepted {
+		t.Fatalf("push: %d %s", code, body)
+	}
+	first := waitForCheckRuns(t, gh.checks, sha, 1, out)
+	run := first[0]
+	if run.Name != "amiss/local" || run.Status != "completed" || run.Conclusion != "failure" || len(run.ExternalID) != 64 {
+		t.Fatalf("check run: %+v", run)
+	}
+	if len(run.Annotations) != 1 || run.Annotations[0].Path != "secrets/prod.env" || run.Annotations[0].Level != "failure" {
+		t.Fatalf("annotations: %+v", run.Annotations)
+	}
+
+	rerun := fmt.Sprintf(`{"action":"rerequested","check_run":{"id":%d,"name":"amiss/local","head_sha":%q,"external_id":%q,`+
+		`"status":"completed","conclusion":"failure","check_suite":{"id":5,"head_branch":"main","head_sha":%q},"pull_requests":[]},`+
+		`"repository":{"full_name":"acme/app"},"installation":{"id":7}}`, run.ID, sha, run.ExternalID, sha)
+	if code, body := postAppWebhook(t, addr, "check_run", rerun); code != http.StatusAccepted {
+		t.Fatalf("re-run: %d %s", code, body)
+	}
+	runs := waitForCheckRuns(t, gh.checks, sha, 2, out)
+	if runs[1].ExternalID == run.ExternalID || runs[1].Name != "amiss/local" || runs[1].Status != "completed" {
+		t.Fatalf("the re-run's check run: %+v (first %+v)", runs[1], run)
+	}
+	if v := append(gh.app.Violations(), gh.checks.Violations()...); len(v) != 0 {
+		t.Fatalf("requests GitHub's description refuses: %q", v)
+	}
+	if n := gh.app.Exchanges(7); n != 1 {
+		t.Fatalf("%d token exchanges for two deliveries: the installation token was not kept", n)
+	}
+	if gh.checks.Creates() != 2 {
+		t.Fatalf("%d check runs created for two verdicts", gh.checks.Creates())
+	}
+}
+
+func waitForCheckRuns(t *testing.T, c *publishtest.Checks, sha string, n int, out *syncBuffer) []publishtest.CheckRun {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if runs := c.Runs("acme/app", sha); len(runs) >= n {
+			return runs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d check runs on %s, want %d; violations %q\n%s", len(c.Runs("acme/app", sha)), sha, n, c.Violations(), out.String())
+		}
+	}
+}
