@@ -49,6 +49,17 @@ type Subject struct {
 	// in its signed body; 0 when it carried none: a repository's own webhook). A publisher
 	// that authenticates as the App posts with that installation's token.
 	Installation int64 `json:"installation,omitempty"`
+	// Before is a re-run's: the commit its check suite's branch was at before the push that
+	// made the suite (check_suite.before; empty when the body gave none). With SHA it names
+	// the push's commits and changed paths, which the runner reads from GitHub.
+	Before string `json:"before,omitempty"`
+	// Filled is set on a re-run once its pull request title, commits and changed paths were
+	// read from the provider's API (Truncated then says whether they were cut): it is
+	// evaluated like the event it re-runs. Set by the runner before evaluation, never stored.
+	Filled bool `json:"-"`
+	// NotFilled says why a re-run's inputs could not be read (a permission the App lacks);
+	// the rules that need them fail closed with it. Set by the runner, never stored.
+	NotFilled string `json:"-"`
 }
 
 // Pull is a pull or merge request.
