@@ -150,7 +150,7 @@ func Extract(provider string, f Format, h http.Header, body []byte) (Subject, er
 	if s.Repository == "" || !(isSHA(s.SHA) || abbreviated && isAbbreviatedSHA(s.SHA)) {
 		return Subject{}, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
 	}
-	s.bound()
+	s.Bound()
 	return s, nil
 }
 
@@ -204,8 +204,10 @@ func cut(s string, n int) (string, bool) {
 	return s[:n], true
 }
 
-// bound applies the bounds, marking the subject truncated when anything was cut.
-func (s *Subject) bound() {
+// Bound applies the bounds (the newest MaxCommits commits, MaxMessageBytes of each message,
+// the first MaxPaths paths, MaxTitleBytes of the title), marking the subject truncated when
+// anything was cut.
+func (s *Subject) Bound() {
 	if len(s.Commits) > MaxCommits {
 		s.Commits, s.Truncated = s.Commits[len(s.Commits)-MaxCommits:], true
 	}
