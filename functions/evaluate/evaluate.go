@@ -70,20 +70,30 @@ func NewRules(r config.Rules) (*Rules, error) {
 	return out, nil
 }
 
-// Evaluate implements Evaluator. The description names every rule that failed.
+// Evaluate implements Evaluator. The description names every rule that failed. A re-run
+// (subject.Rerun) is evaluated like the event it re-runs once its inputs were read from the
+// provider (s.Filled); before that, each rule that needs what its webhook lacks (the pull
+// request title, commit messages, changed paths) fails closed, naming why (s.NotFilled).
 func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
 	var failed []string
 	var files []File
-	rerun := s.Event == subject.Rerun
+	// A re-run whose inputs were not read from the provider lacks the title, the commits and
+	// the changed paths: every rule that needs them fails closed, saying why.
+	unfilled := s.Event == subject.Rerun && !s.Filled
+	missing := func(what, push string) string {
+		if s.NotFilled != "" {
+			return what + " (a re-run's could not be read: " + s.NotFilled + ")"
+		}
+		return what + " (a re-run does not carry " + push + ")"
+	}
 	switch {
-	case r.title != nil && s.Pull != nil && rerun:
-		// A re-run's webhook names the pull request but not its title: it cannot be checked.
-		failed = append(failed, "pull request title (a re-run does not carry it; push again or edit the pull request)")
+	case r.title != nil && s.Pull != nil && unfilled:
+		failed = append(failed, missing("pull request title", "it; push again or edit the pull request"))
 	case r.title != nil && s.Pull != nil && !r.title.MatchString(s.Pull.Title):
 		failed = append(failed, "pull request title")
 	}
-	if r.message != nil && rerun {
-		failed = append(failed, "commit messages (a re-run does not carry them; push again)")
+	if r.message != nil && unfilled {
+		failed = append(failed, missing("commit messages", "them; push again"))
 	}
 	if r.message != nil {
 		for _, c := range s.Commits {
@@ -104,8 +114,8 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 			}
 		}
 		switch {
-		case rerun:
-			failed = append(failed, "changed paths (a re-run does not carry them; push again)")
+		case unfilled:
+			failed = append(failed, missing("changed paths", "them; push again"))
 		case s.Truncated:
 			failed = append(failed, "changed paths (the list was cut; cannot check every path)")
 		}

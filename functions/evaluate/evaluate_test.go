@@ -223,3 +223,41 @@ func TestARerunFailsClosedOnWhatItDoesNotCarry(t *testing.T) {
 		t.Fatalf("a re-run onto main under a target branch rule: %+v", v)
 	}
 }
+
+// A re-run whose inputs the runner read from the provider (Filled) is evaluated like the
+// event it re-runs: a clean one succeeds, a forbidden path fails and is listed, and inputs
+// cut to the bounds still fail closed on the paths.
+func TestAFilledRerunIsEvaluatedLikeTheEventItReruns(t *testing.T) {
+	clean := subject.Subject{Event: subject.Rerun, Filled: true, Pull: &subject.Pull{Number: 2, Title: "feat: add it", TargetBranch: "main"},
+		Commits: []subject.Commit{{ID: "a1", Message: "Add it"}}, Paths: []string{"docs/it.md"}}
+	if v, err := rules(t).Evaluate(context.Background(), clean); err != nil || v.State != evaluate.Success {
+		t.Fatalf("a clean filled re-run: %+v %v", v, err)
+	}
+	forbidden := clean
+	forbidden.Paths = []string{"docs/it.md", "secrets/key.pem"}
+	v, _ := rules(t).Evaluate(context.Background(), forbidden)
+	if v.State != evaluate.Failure || !strings.Contains(v.Description, "forbidden path secrets/key.pem") ||
+		len(v.Files) != 1 || v.Files[0].Path != "secrets/key.pem" {
+		t.Fatalf("a filled re-run changing a forbidden path: %+v", v)
+	}
+	cut := clean
+	cut.Truncated = true
+	if v, _ := rules(t).Evaluate(context.Background(), cut); v.State != evaluate.Failure ||
+		!strings.Contains(v.Description, "changed paths (the list was cut") {
+		t.Fatalf("a filled re-run cut to the bounds: %+v", v)
+	}
+}
+
+// A re-run whose inputs could not be read (NotFilled: a permission the App lacks) fails
+// closed on each rule that needs them, naming why.
+func TestARerunWhoseInputsCouldNotBeReadFailsClosedNamingWhy(t *testing.T) {
+	rerun := subject.Subject{Event: subject.Rerun, Truncated: true, NotFilled: "grant the GitHub App Contents: read",
+		Pull: &subject.Pull{Number: 2, TargetBranch: "main"}}
+	v, _ := rules(t).Evaluate(context.Background(), rerun)
+	for _, rule := range []string{"pull request title (a re-run's could not be read: grant the GitHub App Contents: read)",
+		"commit messages (a re-run's", "changed paths (a re-run's could not be read: grant the GitHub App Contents: read)"} {
+		if v.State != evaluate.Failure || !strings.Contains(v.Description, rule) {
+			t.Fatalf("re-run verdict %q does not fail closed on %q", v.Description, rule)
+		}
+	}
+}

@@ -238,6 +238,9 @@ type client struct {
 	Sleep func(context.Context, time.Duration) error
 	// classify reads a provider's non-2xx answer (default: classify).
 	classify func(resp *http.Response, body []byte) *Error
+	// maxBody bounds the answer read (default 64 KiB: a status's or a check run's); a longer
+	// one is cut, and fails to decode.
+	maxBody int64
 }
 
 // httpClient is the caller's client (default: a 15 s timeout) made to follow no redirect: Go
@@ -364,7 +367,11 @@ func (c *client) do(ctx context.Context, build func() (*http.Request, error)) (i
 		if err != nil {
 			e = &Error{Class: Transient, Unknown: sent(err), Err: err}
 		} else {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			limit := c.maxBody
+			if limit <= 0 {
+				limit = 64 << 10
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))
 			resp.Body.Close()
 			if resp.StatusCode/100 == 2 {
 				return resp.StatusCode, body, nil

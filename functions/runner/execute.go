@@ -75,7 +75,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	}
 	start := time.Now()
 	ectx, ecancel := r.evaluationContext(wctx)
-	v, evalErr := route.Evaluator.Evaluate(ectx, s)
+	v, evalErr := evaluateOn(ectx, route, s)
 	outOfTime := errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	ecancel()
 	r.latency("evaluation_latency", start)
@@ -99,6 +99,18 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	k.end()
 	log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr, "outcome", ev, "act", d.act)
 	return r.follow(ctx, log, k.clock(leaseFor), d, nil)
+}
+
+// evaluateOn evaluates s on route, a re-run with the inputs the route reads first.
+func evaluateOn(ctx context.Context, route *Route, s subject.Subject) (evaluate.Verdict, error) {
+	if s.Event == subject.Rerun && route.Inputs != nil {
+		filled, err := route.Inputs(ctx, s)
+		if err != nil {
+			return evaluate.Verdict{}, fmt.Errorf("reading the re-run's inputs: %w", err)
+		}
+		s = filled
+	}
+	return route.Evaluator.Evaluate(ctx, s)
 }
 
 // unroutable ends a delivery whose route cannot be built (d, decided by the policy): it

@@ -29,6 +29,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -48,6 +49,13 @@ type Route struct {
 	// 4; at most half of them, and at least one, for one repository).
 	Timeout, Settle time.Duration
 	Concurrency     int
+	// Inputs, when set, reads what a re-run's webhook lacks (subject.Rerun: the pull request
+	// title, commits, changed paths) from the provider before evaluation, returning the
+	// subject Filled, or unfilled with NotFilled saying why (a permission the App lacks). An
+	// error fails the attempt like an evaluator's (it is retried, and after the configured
+	// attempts becomes an error verdict). Nil: a re-run is evaluated as its webhook gives it,
+	// and the rules that need what it lacks fail closed.
+	Inputs func(ctx context.Context, s subject.Subject) (subject.Subject, error)
 }
 
 // Runner processes queue messages. It is safe for concurrent use.

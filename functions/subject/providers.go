@@ -116,8 +116,17 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 // ghCheck is the check run or check suite of a check_run or check_suite webhook: the commit,
 // the branch (a check suite's) and the pull requests whose head it is.
 type ghCheck struct {
-	HeadSHA      string `json:"head_sha"`
-	HeadBranch   string `json:"head_branch"`
+	HeadSHA    string `json:"head_sha"`
+	HeadBranch string `json:"head_branch"`
+	// Before and After are a check suite's: the push that made it moved the branch from
+	// Before to After (the head commit).
+	Before string `json:"before"`
+	After  string `json:"after"`
+	// CheckSuite is a check run's suite.
+	CheckSuite *struct {
+		Before string `json:"before"`
+		After  string `json:"after"`
+	} `json:"check_suite"`
 	PullRequests []struct {
 		Number int `json:"number"`
 		Head   struct {
@@ -141,7 +150,9 @@ type ghRerun struct {
 // report what GitHub or an App did, and are ignored. The subject is the head commit, Truncated:
 // the body lists no commits and no changed paths. A check suite's branch is its head_branch;
 // the first pull request the commit heads gives the pull request's number and branches (never
-// its title, which the body does not carry).
+// its title, which the body does not carry). Before is the check suite's (a check run's own
+// suite's), when the suite's after is the head commit: the commit the branch was at before
+// the push, from which a re-run of a push reads the commits and paths it lacks.
 func fromRerun(event string, body []byte) (Subject, error) {
 	var p ghRerun
 	if err := decode(body, &p); err != nil {
@@ -158,6 +169,13 @@ func fromRerun(event string, body []byte) (Subject, error) {
 		return Subject{}, fmt.Errorf("%w: %s payload without its %s", ErrMalformed, event, event)
 	}
 	s := Subject{Event: Rerun, Repository: p.Repository.FullName, SHA: c.HeadSHA, Truncated: true}
+	before, after := c.Before, c.After
+	if c.CheckSuite != nil {
+		before, after = c.CheckSuite.Before, c.CheckSuite.After
+	}
+	if after == c.HeadSHA && isSHA(before) {
+		s.Before = before
+	}
 	if c.HeadBranch != "" {
 		s.Ref = "refs/heads/" + c.HeadBranch
 	}
@@ -392,6 +410,7 @@ func fromStandard(body []byte) (Subject, error) {
 	s.Event = p.Type
 	s.Truncated = false
 	s.Installation = 0 // a GitHub App's: never named by another sender
+	s.Before = ""      // a re-run's
 	if s.Event == PullRequest && s.Pull == nil {
 		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
 	}

@@ -49,6 +49,17 @@ type Subject struct {
 	// in its signed body; 0 when it carried none: a repository's own webhook). A publisher
 	// that authenticates as the App posts with that installation's token.
 	Installation int64 `json:"installation,omitempty"`
+	// Before is a re-run's: the commit its check suite's branch was at before the push that
+	// made the suite (check_suite.before; empty when the body gave none). With SHA it names
+	// the push's commits and changed paths, which the runner reads from GitHub.
+	Before string `json:"before,omitempty"`
+	// Filled is set on a re-run once its pull request title, commits and changed paths were
+	// read from the provider's API (Truncated then says whether they were cut): it is
+	// evaluated like the event it re-runs. Set by the runner before evaluation, never stored.
+	Filled bool `json:"-"`
+	// NotFilled says why a re-run's inputs could not be read (a permission the App lacks);
+	// the rules that need them fail closed with it. Set by the runner, never stored.
+	NotFilled string `json:"-"`
 }
 
 // Pull is a pull or merge request.
@@ -139,7 +150,7 @@ func Extract(provider string, f Format, h http.Header, body []byte) (Subject, er
 	if s.Repository == "" || !(isSHA(s.SHA) || abbreviated && isAbbreviatedSHA(s.SHA)) {
 		return Subject{}, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
 	}
-	s.bound()
+	s.Bound()
 	return s, nil
 }
 
@@ -193,8 +204,10 @@ func cut(s string, n int) (string, bool) {
 	return s[:n], true
 }
 
-// bound applies the bounds, marking the subject truncated when anything was cut.
-func (s *Subject) bound() {
+// Bound applies the bounds (the newest MaxCommits commits, MaxMessageBytes of each message,
+// the first MaxPaths paths, MaxTitleBytes of the title), marking the subject truncated when
+// anything was cut.
+func (s *Subject) Bound() {
 	if len(s.Commits) > MaxCommits {
 		s.Commits, s.Truncated = s.Commits[len(s.Commits)-MaxCommits:], true
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/secrets"
 )
@@ -66,8 +67,13 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 			target.Token = token
 		}
 		pub := p.Publisher(target)
-		return &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL,
+		route := &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL,
 			Destination: r.Publish.Provider + " " + strings.TrimRight(r.Publish.BaseURL, "/"),
-			Timeout:     r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}, nil
+			Timeout:     r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}
+		if r.Publish.App != nil {
+			// A re-run's inputs are read with the publisher's installation tokens.
+			route.Inputs = publish.NewGitHubRerun(r.Publish.BaseURL, target.Tokens, &pc).Fill
+		}
+		return route, nil
 	}
 }

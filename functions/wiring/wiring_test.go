@@ -2,6 +2,10 @@ package wiring_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -297,5 +301,32 @@ func TestRouteLookupReadsSecretsWithinItsContext(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the lookup still waits for its secret 5 s after its context ended")
+	}
+}
+
+// A route publishing as a GitHub App reads a re-run's inputs (Route.Inputs) with the App's
+// tokens; a route with a token does not (its re-runs fail the rules that need them closed).
+func TestAnAppRouteReadsReRunsInputs(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemKey := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+	cfg, err := config.LoadEnv("../../examples/github-app.yaml", func(k string) string {
+		return map[string]string{"AMISS_REPOSITORIES": "acme/*", "AMISS_APP_ID": "123", "AMISS_APP_KEY_FILE": "/app.pem"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := wiring.Routes(cfg, fixedSecrets{"file:/app.pem": pemKey}, nil, nil)(context.Background(), "github")
+	if err != nil || app.Inputs == nil {
+		t.Fatalf("an App's route: %+v %v", app, err)
+	}
+	cfg, err = config.LoadEnv("../../examples/github.yaml", func(k string) string { return map[string]string{"AMISS_REPOSITORIES": "acme/*"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gh, err := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)(context.Background(), "github"); err != nil || gh.Inputs != nil {
+		t.Fatalf("a token's route: %+v %v", gh, err)
 	}
 }

@@ -1,0 +1,202 @@
+package runner_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// A Re-run evaluates the same commit with the same inputs: the runner reads what the re-run's
+// webhook lacks from GitHub (a fake of its pull request and commit reads, checking every
+// request against GitHub's API description) before the route's rules are evaluated, and the
+// verdict is a check run as for the event re-run.
+
+// baseSHA is the commit the fixtures' check suite names as its before.
+const baseSHA = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
+
+// forbiddenPaths is a route's rules: a title of the conventional form, no secrets.
+func forbiddenPaths(t *testing.T) evaluate.Evaluator {
+	t.Helper()
+	r, err := evaluate.NewRules(config.Rules{PullRequestTitle: `^feat: `, ForbiddenPaths: []string{"secrets/**"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// rerunWorld is a checksWorld whose routes read re-runs' inputs from a History.
+type rerunWorld struct {
+	*checksWorld
+	history *publishtest.History
+	hsrv    *httptest.Server
+}
+
+func newRerunWorld(t *testing.T) *rerunWorld {
+	t.Helper()
+	w := &rerunWorld{checksWorld: newChecksWorld(t, publishtest.NewChecks(nil)), history: publishtest.NewHistory(nil)}
+	w.hsrv = httptest.NewServer(w.history)
+	t.Cleanup(w.hsrv.Close)
+	// The commit the re-runs are of: it moves secrets/ into docs/ unless a test says otherwise.
+	w.history.AddCommit(commitRepo, publishtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the thing",
+		Files: []publishtest.ChangedFile{{Filename: "src/thing.go", Status: "added"}}})
+	return w
+}
+
+// rerunRunner is a runner publishing check runs with ev, reading re-runs' inputs as the
+// wiring does for a route with a GitHub App.
+func (w *rerunWorld) rerunRunner(ev evaluate.Evaluator) *runner.Runner {
+	r := w.checksRunner("a", ev, 5*time.Second)
+	reader := publish.NewGitHubRerun(w.hsrv.URL, oneToken{}, w.hsrv.Client())
+	reader.Sleep = func(context.Context, time.Duration) error { return nil }
+	routes := r.Routes
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		route, err := routes(ctx, name)
+		if err == nil {
+			route.Inputs = reader.Fill
+		}
+		return route, err
+	}
+	return r
+}
+
+// rerun admits GitHub's check_run (or check_suite) "rerequested" webhook of the fixture,
+// read as the ingress reads it, for the world's commit.
+func (w *rerunWorld) rerun(event string) queue.Message {
+	w.t.Helper()
+	body, err := os.ReadFile(filepath.Join("..", "subject", "testdata", "github", event+"_rerequested.json"))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	h := http.Header{}
+	h.Set("X-GitHub-Event", event)
+	s, err := provider.Extract("github", h, body)
+	if err != nil || s.Event != subject.Rerun || s.Before != baseSHA {
+		w.t.Fatalf("re-run subject %+v %v", s, err)
+	}
+	s.Repository, s.SHA = commitRepo, headSHA
+	return w.admitSubject(s, string(body), time.Time{})
+}
+
+// pullRequest makes the commit the head of the fixture's pull request #2, changing files.
+func (w *rerunWorld) pullRequest(title string, files ...string) {
+	var changed []publishtest.ChangedFile
+	for _, f := range files {
+		changed = append(changed, publishtest.ChangedFile{Filename: f, Status: "added"})
+	}
+	w.history.AddCommit(commitRepo, publishtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the thing", Files: changed})
+	w.history.AddPull(commitRepo, publishtest.HistoryPull{Number: 2, Title: title, Base: "main", Head: "changes",
+		BaseSHA: baseSHA, HeadSHA: headSHA})
+}
+
+// latest is the check run the commit shows, after checking every request to GitHub.
+func (w *rerunWorld) latest(m queue.Message, wantConclusion string) publishtest.CheckRun {
+	w.t.Helper()
+	if v := w.history.Violations(); len(v) > 0 {
+		w.t.Fatalf("reads outside GitHub's API description: %v", v)
+	}
+	w.checkRuns(wantConclusion, m, 1)
+	run, _ := w.checks.Latest(commitRepo, headSHA, statusCtx)
+	return run
+}
+
+// A Re-run of a pull request whose files hold a forbidden path fails, annotating the file.
+func TestARerunOfAPullRequestChangingAForbiddenPathFailsAnnotatingIt(t *testing.T) {
+	w := newRerunWorld(t)
+	w.pullRequest("feat: add the thing", "src/thing.go", "secrets/key.pem")
+	m := w.rerun("check_run")
+	w.process(w.rerunRunner(forbiddenPaths(t)), m)
+	run := w.latest(m, "failure")
+	if !strings.Contains(run.Summary, "forbidden path secrets/key.pem") || len(run.Annotations) != 1 ||
+		run.Annotations[0].Path != "secrets/key.pem" {
+		t.Fatalf("check run %+v", run)
+	}
+}
+
+// A Re-run of a clean pull request succeeds: its title, files and commits are read, and every
+// rule holds (its webhook alone would fail the title and paths rules closed).
+func TestARerunOfACleanPullRequestSucceeds(t *testing.T) {
+	w := newRerunWorld(t)
+	w.pullRequest("feat: add the thing", "src/thing.go")
+	m := w.rerun("check_run")
+	w.process(w.rerunRunner(forbiddenPaths(t)), m)
+	if run := w.latest(m, "success"); run.Title != "All rules hold" {
+		t.Fatalf("check run %+v", run)
+	}
+	if w.history.Requests(publishtest.OpListPullFiles) == 0 {
+		t.Fatal("the pull request's files were not read")
+	}
+}
+
+// A Re-run of a push (a check suite no pull request heads) is evaluated on the push's
+// comparison, from the suite's before to the commit.
+func TestARerunOfAPushIsEvaluatedOnThePushsComparison(t *testing.T) {
+	w := newRerunWorld(t)
+	w.history.AddCommit(commitRepo, publishtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the key",
+		Files: []publishtest.ChangedFile{{Filename: "secrets/deploy.pem", Status: "added"}}})
+	m := w.rerun("check_suite")
+	w.process(w.rerunRunner(forbiddenPaths(t)), m)
+	run := w.latest(m, "failure")
+	if len(run.Annotations) != 1 || run.Annotations[0].Path != "secrets/deploy.pem" || w.history.Requests(publishtest.OpCompareCommits) == 0 {
+		t.Fatalf("check run %+v; %d comparisons", run, w.history.Requests(publishtest.OpCompareCommits))
+	}
+}
+
+// An App without Contents: read cannot read a push: the re-run fails closed, its check run
+// naming the permission to grant.
+func TestARerunWithoutTheContentsPermissionFailsClosedNamingIt(t *testing.T) {
+	w := newRerunWorld(t)
+	w.history.Answer = func(op string, _ int) int {
+		if op == publishtest.OpCompareCommits || op == publishtest.OpGetCommit {
+			return http.StatusForbidden
+		}
+		return 0
+	}
+	m := w.rerun("check_suite")
+	w.process(w.rerunRunner(forbiddenPaths(t)), m)
+	if run := w.latest(m, "failure"); !strings.Contains(run.Summary, "changed paths") || !strings.Contains(run.Summary, "Contents: read") {
+		t.Fatalf("check run %+v", run)
+	}
+}
+
+// GitHub's outage while the inputs are read (502) ends the attempt like an evaluation failure:
+// released, nothing published, and retried; the next attempt reads them and publishes.
+func TestARerunDuringGitHubsOutageIsReleasedAndRetried(t *testing.T) {
+	w := newRerunWorld(t)
+	w.pullRequest("feat: add the thing", "src/thing.go")
+	var outage atomic.Bool
+	outage.Store(true)
+	w.history.Answer = func(string, int) int {
+		if outage.Load() {
+			return http.StatusBadGateway
+		}
+		return 0
+	}
+	m := w.rerun("check_run")
+	r := w.rerunRunner(forbiddenPaths(t))
+	res, _ := r.Process(context.Background(), m)
+	if res.Done || len(w.checks.Runs(commitRepo, headSHA)) != 0 {
+		t.Fatalf("an attempt that could not read the inputs: %+v, check runs %+v", res, w.checks.Runs(commitRepo, headSHA))
+	}
+	if row := w.row(m); row.State != ledger.StatePending {
+		t.Fatalf("row after the outage: %v, want pending (released for a later attempt)", row.State)
+	}
+	outage.Store(false)
+	w.process(r, m)
+	w.latest(m, "success")
+}
