@@ -20,13 +20,15 @@ import (
 )
 
 // gitHubWithApp is a fake GitHub on 127.0.0.1 serving an App's endpoints (JWTs checked with
-// the App's public key, installation tokens that expire) and the checks API (requests checked
-// against GitHub's description, only tokens of installation 7 accepted).
+// the App's public key, installation tokens that expire), the checks API and the commits and
+// pull requests a re-run reads (requests checked against GitHub's description, only tokens of
+// installation 7 accepted).
 type gitHubWithApp struct {
-	app    *githubapptest.App
-	checks *publishtest.Checks
-	srv    *httptest.Server
-	pem    []byte
+	app     *githubapptest.App
+	checks  *publishtest.Checks
+	history *publishtest.History
+	srv     *httptest.Server
+	pem     []byte
 }
 
 func newGitHubWithApp(t *testing.T) *gitHubWithApp {
@@ -34,16 +36,22 @@ func newGitHubWithApp(t *testing.T) *gitHubWithApp {
 	key, pem := githubapptest.GenerateKey()
 	g := &gitHubWithApp{app: githubapptest.New(42, &key.PublicKey), pem: pem}
 	g.app.Install(7, "acme/app")
-	g.checks = publishtest.NewChecks(func(token string) bool {
+	installed := func(token string) bool {
 		inst, ok := g.app.Authorize(token)
 		return ok && inst == 7
-	})
+	}
+	g.checks = publishtest.NewChecks(installed)
+	g.history = publishtest.NewHistory(installed)
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/app/") || r.URL.Path == "/app" || strings.HasSuffix(r.URL.Path, "/installation") {
+		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+		switch {
+		case parts[0] == "app" || strings.HasSuffix(r.URL.Path, "/installation"):
 			g.app.ServeHTTP(w, r)
-			return
+		case len(parts) >= 4 && (parts[3] == "pulls" || parts[3] == "compare" || parts[3] == "commits" && len(parts) == 5):
+			g.history.ServeHTTP(w, r)
+		default:
+			g.checks.ServeHTTP(w, r)
 		}
-		g.checks.ServeHTTP(w, r)
 	}))
 	t.Cleanup(g.srv.Close)
 	return g
@@ -96,7 +104,8 @@ func postAppWebhook(t *testing.T, addr, event, body string) (int, string) {
 // The local path of examples/github-app.yaml, end to end: amiss serve receives the App's push
 // webhook and publishes a check run (annotating the forbidden file, named by the delivery's
 // key) with an installation token it exchanged for the App's JWT; a Re-run webhook for the
-// commit is a new delivery that leads to a new check run, with the token kept from the first.
+// commit is a new delivery that reads the commit's files from GitHub and leads to a new check
+// run with the same verdict, with the token kept from the first.
 func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	gh := newGitHubWithApp(t)
 	dir := t.TempDir()
@@ -118,6 +127,9 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	}()
 
 	const sha = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+	gh.history.AddCommit("acme/app", publishtest.HistoryCommit{SHA: sha, Parent: "9fceb02d0ae598e95dc970b74767f19372d61af8",
+		Message: "add config", Files: []publishtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"},
+			{Filename: "README.md", Status: "modified"}}})
 	push := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"full_name":"acme/app"},`+
 		`"installation":{"id":7},"commits":[{"id":%q,"message":"add config","added":["secrets/prod.env"],"modified":["README.md"]}]}`, sha, sha)
 	if code, body := postAppWebhook(t, addr, "push", push); code != http.StatusAccepted {
@@ -139,10 +151,19 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 		t.Fatalf("re-run: %d %s", code, body)
 	}
 	runs := waitForCheckRuns(t, gh.checks, sha, 2, out)
-	if runs[1].ExternalID == run.ExternalID || runs[1].Name != "amiss/local" || runs[1].Status != "completed" {
-		t.Fatalf("the re-run's check run: %+v (first %+v)", runs[1], run)
+	// The re-run read the commit's files (the body lists none) and refused the same file.
+	again := runs[1]
+	if again.ExternalID == run.ExternalID || again.Name != "amiss/local" || again.Status != "completed" ||
+		again.Conclusion != "failure" || again.Summary != run.Summary {
+		t.Fatalf("the re-run's check run: %+v (first %+v)", again, run)
 	}
-	if v := append(gh.app.Violations(), gh.checks.Violations()...); len(v) != 0 {
+	if len(again.Annotations) != 1 || again.Annotations[0].Path != "secrets/prod.env" {
+		t.Fatalf("the re-run's annotations: %+v", again.Annotations)
+	}
+	if n := gh.history.Requests(publishtest.OpGetCommit); n != 1 {
+		t.Fatalf("the re-run read the commit %d times", n)
+	}
+	if v := append(append(gh.app.Violations(), gh.checks.Violations()...), gh.history.Violations()...); len(v) != 0 {
 		t.Fatalf("requests GitHub's description refuses: %q", v)
 	}
 	if n := gh.app.Exchanges(7); n != 1 {
