@@ -53,7 +53,7 @@ func (c *checker) checkApp(ctx context.Context, res secrets.Source, r *config.Ro
 			continue
 		}
 		checked++
-		c.checkInstallation(ctx, tk, field, owner, name, perm, timeout)
+		c.checkInstallation(ctx, tk, field, owner, name, perm, slices.Contains(r.Events, "rerun"), timeout)
 	}
 	if checked == 0 {
 		c.ok("%s: the route names only owner/* repositories: no installation checked (amiss takes it from each webhook); "+
@@ -61,9 +61,14 @@ func (c *checker) checkApp(ctx context.Context, res secrets.Source, r *config.Ro
 	}
 }
 
-// checkInstallation checks that the App is installed on owner/name with perm write, and that
-// an installation token can be had.
-func (c *checker) checkInstallation(ctx context.Context, tk *githubapp.Tokens, field, owner, name, perm string, timeout time.Duration) {
+// rerunReads are the permissions a re-run reads its inputs with: a pull request's title, files
+// and commits, and a push's commits and files.
+var rerunReads = []string{"pull_requests", "contents"}
+
+// checkInstallation checks that the App is installed on owner/name with perm write, that it
+// may read what a re-run reads when the route takes re-runs, and that an installation token
+// can be had.
+func (c *checker) checkInstallation(ctx context.Context, tk *githubapp.Tokens, field, owner, name, perm string, reruns bool, timeout time.Duration) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	in, err := tk.Installation(pctx, owner, name)
@@ -76,6 +81,21 @@ func (c *checker) checkInstallation(ctx context.Context, tk *githubapp.Tokens, f
 			"(the App's settings, Permissions), then have the account's owner accept it (Settings, GitHub Apps)",
 			field, owner, name, in.ID, perm, permissions(in.Permissions), perm)
 		return
+	}
+	if reruns {
+		var missing []string
+		for _, read := range rerunReads {
+			if l := in.Permissions[read]; l != "read" && l != "write" {
+				missing = append(missing, read)
+			}
+		}
+		if len(missing) > 0 {
+			c.fail("%s: %s/%s: installation %d may not read %s (it has %s), which a Re-run reads its commit's files and "+
+				"messages with: give the App those permissions Read-only, then have the account's owner accept them; or leave "+
+				"rerun out of routes.%s.events (its re-runs would fail their path, message and title rules naming the permission)",
+				field, owner, name, in.ID, strings.Join(missing, " and "), permissions(in.Permissions), strings.Split(field, ".")[1])
+			return
+		}
 	}
 	if _, err := tk.Token(pctx, in.ID); err != nil {
 		c.fail("%s: %s/%s: %v", field, owner, name, err)

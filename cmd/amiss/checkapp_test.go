@@ -84,6 +84,10 @@ routes:
 	out, _ = check(pemKey)
 	says(out, "FAIL  routes.gh.publish.app: acme/app: installation 7 may not write statuses (it has checks:write, metadata:read): "+
 		"give the App the statuses permission Read and write")
+	fake.Permissions = map[string]string{"statuses": "write", "pull_requests": "read", "metadata": "read"}
+	out, _ = check(pemKey)
+	says(out, "FAIL  routes.gh.publish.app: acme/app: installation 7 may not read contents (it has metadata:read, pull_requests:read, "+
+		"statuses:write), which a Re-run reads its commit's files and messages with", "or leave rerun out of routes.gh.events")
 	fake.Permissions = nil
 
 	out, _ = check(otherPEM)

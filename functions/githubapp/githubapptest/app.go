@@ -57,7 +57,7 @@ type App struct {
 	// Key is the App's public key: JWTs are verified with it.
 	Key *rsa.PublicKey
 	// Permissions are the App's, and every installation's (default: checks and statuses
-	// write, pull_requests and metadata read).
+	// write, pull_requests, contents and metadata read).
 	Permissions map[string]string
 	// Lifetime is an installation token's lifetime (default DefaultLifetime).
 	Lifetime time.Duration
@@ -112,7 +112,7 @@ func (a *App) permissions() map[string]string {
 	if a.Permissions != nil {
 		return a.Permissions
 	}
-	return map[string]string{"checks": "write", "statuses": "write", "pull_requests": "read", "metadata": "read"}
+	return map[string]string{"checks": "write", "statuses": "write", "pull_requests": "read", "contents": "read", "metadata": "read"}
 }
 
 // Install installs the App on repositories (owner/name) as the installation id; the
