@@ -49,7 +49,9 @@ type GitHubChecks struct {
 
 // NewGitHubChecks returns a check-run publisher authenticating as a GitHub App with tokens.
 func NewGitHubChecks(baseURL string, tokens InstallationTokens, hc *http.Client) *GitHubChecks {
-	return &GitHubChecks{api: newAPI(baseURL, "", hc, classifyGitHub), auth: githubAuth{tokens: tokens}}
+	a := newAPI(baseURL, "", hc, classifyGitHub)
+	a.maxBody = maxCheckRunsPage
+	return &GitHubChecks{api: a, auth: githubAuth{tokens: tokens}}
 }
 
 // Bounds of a check run's output (checks/create and checks/update in GitHub's OpenAPI
@@ -61,6 +63,10 @@ const (
 	maxAnnotationTitle       = 255
 	maxAnnotationMessage     = 4096
 	checkRunsPerPage         = 100
+	// maxCheckRunsPage bounds one answer: a page of 100 check runs, each a few KB with its App
+	// and check suite, runs to half a megabyte, far past the 64 KiB of a status. An answer cut
+	// by it does not decode, and the publication is retried (transient).
+	maxCheckRunsPage = 8 << 20
 )
 
 // Conclusion is the check run conclusion of a verdict's state: success is success, failure is
