@@ -22,7 +22,10 @@ import (
 // left out when there is none: GitHub then links the App's page), and external_id, the
 // delivery's key. Before it creates anything, Publish lists the commit's check runs of that
 // name (filter=all) and looks for its external_id: a create whose answer was lost (a timeout,
-// a cut connection, a 5xx) is found there and updated in place, never created twice.
+// a cut connection, a 5xx) is found there and updated in place, never created twice, as long
+// as it is the latest check run of the name. When another was created after it (an older
+// verdict's create that GitHub applied late, another App's check run of the name), an update
+// would leave that one shown: Publish creates a new check run, which stands.
 //
 // Annotations: one per refused file (Status.Files), at level failure on line 1 of the file.
 // GitHub takes at most 50 in one request and appends those of each update to the ones the
@@ -46,7 +49,9 @@ type GitHubChecks struct {
 
 // NewGitHubChecks returns a check-run publisher authenticating as a GitHub App with tokens.
 func NewGitHubChecks(baseURL string, tokens InstallationTokens, hc *http.Client) *GitHubChecks {
-	return &GitHubChecks{api: newAPI(baseURL, "", hc, classifyGitHub), auth: githubAuth{tokens: tokens}}
+	a := newAPI(baseURL, "", hc, classifyGitHub)
+	a.maxBody = maxCheckRunsPage
+	return &GitHubChecks{api: a, auth: githubAuth{tokens: tokens}}
 }
 
 // Bounds of a check run's output (checks/create and checks/update in GitHub's OpenAPI
@@ -58,6 +63,10 @@ const (
 	maxAnnotationTitle       = 255
 	maxAnnotationMessage     = 4096
 	checkRunsPerPage         = 100
+	// maxCheckRunsPage bounds one answer: a page of 100 check runs, each a few KB with its App
+	// and check suite, runs to half a megabyte, far past the 64 KiB of a status. An answer cut
+	// by it does not decode, and the publication is retried (transient).
+	maxCheckRunsPage = 8 << 20
 )
 
 // Conclusion is the check run conclusion of a verdict's state: success is success, failure is
@@ -232,15 +241,26 @@ func mayStand(err error) error {
 	return &Error{Class: Transient, Unknown: true, Err: err}
 }
 
-// ours returns this delivery's check run among runs (the latest, should there be several).
+// ours returns this delivery's check run among runs when it is the latest of the name (the
+// highest id), which an update keeps shown; nil when there is none, or when another check run
+// of the name was created after it (an older verdict's create that GitHub applied late, another
+// App's): updating ours in place would leave that one shown, so a new check run is created.
 func ours(runs []checkRun, s Status) *checkRun {
-	var mine *checkRun
+	if r := latest(runs, s.Context); r != nil && deref(r.ExternalID) == s.ExternalID {
+		return r
+	}
+	return nil
+}
+
+// latest returns the check run named name with the highest id among runs, or nil.
+func latest(runs []checkRun, name string) *checkRun {
+	var last *checkRun
 	for i := range runs {
-		if r := &runs[i]; r.Name == s.Context && deref(r.ExternalID) == s.ExternalID && (mine == nil || r.ID > mine.ID) {
-			mine = r
+		if r := &runs[i]; r.Name == name && (last == nil || r.ID > last.ID) {
+			last = r
 		}
 	}
-	return mine
+	return last
 }
 
 // Publish implements Publisher: it creates this delivery's check run, or finds it by its
@@ -299,18 +319,13 @@ func (c *GitHubChecks) Standing(ctx context.Context, s Status) (Standing, error)
 	if err != nil {
 		return 0, err
 	}
-	var latest *checkRun
-	for i := range runs {
-		if r := &runs[i]; r.Name == s.Context && (latest == nil || r.ID > latest.ID) {
-			latest = r
-		}
-	}
+	last := latest(runs, s.Context)
 	switch {
-	case latest == nil:
+	case last == nil:
 		return StandingNone, nil
-	case deref(latest.ExternalID) != s.ExternalID:
+	case deref(last.ExternalID) != s.ExternalID:
 		return StandingOther, nil
-	case shows(latest, c.body(s), len(s.Files)):
+	case shows(last, c.body(s), len(s.Files)):
 		return StandingOurs, nil
 	}
 	return StandingNone, nil // ours, unfinished: Publish finishes it in place
