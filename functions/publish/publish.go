@@ -238,10 +238,16 @@ type client struct {
 	Sleep func(context.Context, time.Duration) error
 	// classify reads a provider's non-2xx answer (default: classify).
 	classify func(resp *http.Response, body []byte) *Error
-	// maxBody bounds the answer read (default 64 KiB: a status's or a check run's); a longer
-	// one is cut, and fails to decode.
+	// maxBody bounds the answer read (default: 64 KiB for a POST's or a PATCH's answer, a
+	// status or a check run; maxPageBytes for a GET's, a page of a listing); a longer one is
+	// cut, and fails to decode.
 	maxBody int64
 }
+
+// maxPageBytes bounds a listing's page read back by default: 100 statuses of a combined status
+// or of a ref's list, each with a description and a link of up to a few KB, and the
+// repository object.
+const maxPageBytes = 4 << 20
 
 // httpClient is the caller's client (default: a 15 s timeout) made to follow no redirect: Go
 // follows a 301, 302 or 303 on a POST as a GET without the body, and the GET of a statuses
@@ -368,7 +374,11 @@ func (c *client) do(ctx context.Context, build func() (*http.Request, error)) (i
 			e = &Error{Class: Transient, Unknown: sent(err), Err: err}
 		} else {
 			limit := c.maxBody
-			if limit <= 0 {
+			switch {
+			case limit > 0:
+			case req.Method == http.MethodGet:
+				limit = maxPageBytes
+			default:
 				limit = 64 << 10
 			}
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, limit))

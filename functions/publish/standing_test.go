@@ -124,3 +124,26 @@ func TestBitbucketReadsBackTheStatusOfTheKey(t *testing.T) {
 	s.State = "success"
 	wantStanding(t, b, s, publish.StandingOther)
 }
+
+// A page of the combined status holds up to 100 contexts, each with its description and link:
+// far more than one status's answer. The read-back reads it whole.
+func TestGitHubReadsBackAPageOfContextsLongerThanAStatus(t *testing.T) {
+	fake := publishtest.NewGitHub("t")
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	g := publish.NewGitHub(srv.URL, "t", srv.Client())
+	for i := range 99 {
+		other := st()
+		other.Context = fmt.Sprintf("ci/job-%03d", i)
+		other.Description = strings.Repeat("d", 140)
+		other.TargetURL = "https://ci.example.com/" + strings.Repeat("x", 1000)
+		if err := g.Publish(context.Background(), other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ours := st()
+	if err := g.Publish(context.Background(), ours); err != nil {
+		t.Fatal(err)
+	}
+	wantStanding(t, g, ours, publish.StandingOurs)
+}
