@@ -338,11 +338,6 @@ func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool
 	if err := r.remove(r.statePath(e.Key)); err != nil {
 		return false, err
 	}
-	if row.v1 {
-		if err := r.remove(r.reportPath(e.Key)); err != nil {
-			return false, err
-		}
-	}
 	return true, r.removeIndexNamed(e)
 }
 

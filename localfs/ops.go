@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -220,8 +219,6 @@ func (r *root) finish(row *storedRow) (struct{}, durability, error) {
 	if row.State == ledger.StateDone || row.State == ledger.StateSuperseded {
 		row.Frozen = nil
 	}
-	// (A format 1 row is written with its folder synced, then its report file removed: see
-	// writeRow.)
 	return struct{}{}, durableData, nil
 }
 
@@ -248,42 +245,28 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 	})
 }
 
-// Report implements ledger.Ledger. It reads without locking, as Inspect does: a format 2 row
-// keeps its report inside its state file; a format 1 row's report file is written before the
-// state that names it and removed only after the state no longer does (read again once if it
-// vanished meanwhile).
+// Report implements ledger.Ledger. It reads without locking, as Inspect does: a row keeps its
+// report inside its state file.
 func (l *Ledger) Report(ctx context.Context, key ledger.Key) ([]byte, error) {
 	if err := l.r.begin(); err != nil {
 		return nil, err
 	}
 	defer l.r.end()
-	for attempt := 0; ; attempt++ {
-		row, err := l.r.readRow(key)
-		if err != nil {
-			return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-		}
-		if err := reportKept(&row.Row); err != nil {
-			return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-		}
-		if row.State == ledger.StateAbandoned && !row.v1 && len(row.Frozen) == 0 {
-			return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
-		}
-		rep, err := l.r.report(&row)
-		if err == nil {
-			return rep, nil
-		}
-		if row.v1 && errors.Is(err, ledger.ErrCorrupt) {
-			if _, serr := l.r.fs.Stat(l.r.reportPath(key)); errors.Is(serr, fs.ErrNotExist) {
-				if attempt == 0 {
-					continue // rewritten as format 2 meanwhile?
-				}
-				if row.State == ledger.StateAbandoned {
-					return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
-				}
-			}
-		}
+	row, err := l.r.readRow(key)
+	if err == nil {
+		err = reportKept(&row.Row)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
 	}
+	if row.State == ledger.StateAbandoned && len(row.Frozen) == 0 {
+		return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
+	}
+	rep, err := l.r.report(&row)
+	if err != nil {
+		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+	}
+	return rep, nil
 }
 
 // reportKept refuses a row that holds no report: one not saved yet, or done.

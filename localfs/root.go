@@ -26,10 +26,8 @@ const (
 	// ShardCapacityFile is the capacity shard's record inside each rows/XX folder.
 	ShardCapacityFile = "capacity.state"
 	// RoomFile changes before any capacity shard gains room (see capacity.go).
-	RoomFile = ".amiss-room.epoch"
-	// CapacityFile is the capacity record of format 1, read only to migrate.
-	CapacityFile = ".amiss-capacity.state"
-	tmpMarker    = ".tmp-"
+	RoomFile  = ".amiss-room.epoch"
+	tmpMarker = ".tmp-"
 )
 
 // Config configures a FileLedger handle.
