@@ -361,3 +361,34 @@ func TestNewerFormatFailsClosed(t *testing.T) {
 		t.Fatalf("admission into a newer-format capacity shard: %v", err)
 	}
 }
+
+// TestFormat2MigrationWaitsForTheClockLock: the migration rewrites the root state, so it takes
+// the lock every other writer of the root state holds (a format 2 process records body times
+// or persists its high-water under the clock lock): while another holds it, opening a format 2
+// root waits, answers ErrBusy, and leaves the root state as format 2 wrote it.
+func TestFormat2MigrationWaitsForTheClockLock(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	copyTree(t, filepath.Join("testdata", "format-v2"), dir)
+	release, err := localfs.HoldLockForTest(ctx, dir, localfs.ClockLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	_, err = localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), LockWait: 100 * time.Millisecond})
+	if !errors.Is(err, ledger.ErrBusy) {
+		t.Fatalf("open of a format 2 root while the clock lock is held: %v, want ErrBusy", err)
+	}
+	if v := frameVersion(t, filepath.Join(dir, localfs.RootFile)); v != 2 {
+		t.Fatalf("root state of format %d, want the format 2 one untouched", v)
+	}
+	release()
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits()})
+	if err != nil {
+		t.Fatalf("open once the clock lock is free: %v", err)
+	}
+	l.Close()
+	if v := frameVersion(t, filepath.Join(dir, localfs.RootFile)); v != localfs.FormatVersion {
+		t.Fatalf("root state of format %d after the migration", v)
+	}
+}
