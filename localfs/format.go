@@ -55,22 +55,12 @@ const (
 	kindSubject kind = 'J'
 )
 
+var kindNames = map[kind]string{kindRoot: "root state", kindRow: "row state", kindBatch: "cleanup batch",
+	kindShard: "capacity shard", kindSweep: "maintenance state", kindRoom: "room epoch", kindSubject: "subject record"}
+
 func (k kind) String() string {
-	switch k {
-	case kindRoot:
-		return "root state"
-	case kindRow:
-		return "row state"
-	case kindBatch:
-		return "cleanup batch"
-	case kindShard:
-		return "capacity shard"
-	case kindSweep:
-		return "maintenance state"
-	case kindRoom:
-		return "room epoch"
-	case kindSubject:
-		return "subject record"
+	if n, ok := kindNames[k]; ok {
+		return n
 	}
 	return fmt.Sprintf("kind %q", byte(k))
 }

@@ -274,7 +274,7 @@ func (r *root) prepare(ctx context.Context) error {
 				debris = append(debris, n.Name())
 			}
 		}
-		if err := r.collectDebris(ctx, map[int][]string{s: debris}); err != nil {
+		if err := r.collectDebris(ctx, s, dir, debris); err != nil {
 			return fmt.Errorf("prepare: %w", err)
 		}
 		s = (s + 1) % shardCount

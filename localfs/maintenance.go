@@ -72,30 +72,21 @@ func (r *root) collectRootDebris(ctx context.Context) error {
 	return nil
 }
 
-// collectDebris removes, for each folder, the named temporary files: only a holder of the
-// folder's lock writes one, and it renames or removes it before letting go. The folders were
-// listed without a lock; each folder with candidates is locked only to remove them.
-func (r *root) collectDebris(ctx context.Context, debris map[int][]string) error {
-	for s, names := range debris {
-		if len(names) == 0 {
-			continue
-		}
-		unlock, err := r.lockShard(ctx, byte(s))
-		if err != nil {
-			return err
-		}
-		err = r.collectLocked(s, names)
-		unlock()
-		if err != nil {
-			return err
-		}
+// collectDebris removes the named temporary files of dir, a folder of row shard s (its rows
+// or its subject records): only a holder of the shard's lock writes one, and it renames or
+// removes it before letting go. The folder was listed without a lock; it is locked only to
+// remove what was found.
+func (r *root) collectDebris(ctx context.Context, s int, dir string, names []string) error {
+	if len(names) == 0 {
+		return nil
 	}
-	return nil
-}
-
-func (r *root) collectLocked(s int, names []string) error {
+	unlock, err := r.lockShard(ctx, byte(s))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	for _, name := range names {
-		if err := r.remove(filepath.Join(r.shardDirOf(s), name)); err != nil {
+		if err := r.remove(filepath.Join(dir, name)); err != nil {
 			return err
 		}
 	}

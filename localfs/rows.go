@@ -32,10 +32,6 @@ func (r *root) readRow(key ledger.Key) (storedRow, error) {
 		}
 		return storedRow{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
 	}
-	return r.decodeRowFile(p, key, data)
-}
-
-func (r *root) decodeRowFile(p string, key ledger.Key, data []byte) (storedRow, error) {
 	row, err := decodeRow(data, r.cfg.Limits)
 	if err != nil {
 		return storedRow{}, fmt.Errorf("%s: %w", p, err)
