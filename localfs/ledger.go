@@ -31,7 +31,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localfs: root %s: %w", dir, err)
 	}
-	r := &root{dir: abs, cfg: cfg, fs: cfg.FS, bucketDir: map[string]bool{}}
+	r := &root{dir: abs, cfg: cfg, fs: cfg.FS, durableDirs: map[string]bool{}}
 	r.sync = newSyncer(r.fs, abs)
 	r.idle = sync.NewCond(&r.mu)
 	if !cfg.Create {

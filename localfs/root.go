@@ -96,12 +96,11 @@ type root struct {
 
 	maintenance, admission, clock *fileLock
 
-	mu        sync.Mutex
-	rowLocks  [shardCount]*fileLock
-	bucketDir map[string]bool
-	// subjectDir[s] is set once subjects/XX of shard s is known durable.
-	subjectDir [shardCount]bool
-	closed     bool
+	mu       sync.Mutex
+	rowLocks [shardCount]*fileLock
+	// durableDirs holds the folders mkdirDurable answered for (ended/<hour>, subjects/XX).
+	durableDirs map[string]bool
+	closed      bool
 	// inflight counts the operations running on the root; Close waits for them (idle is
 	// signalled when the count drops to zero), so no lock is dropped under a running
 	// operation.

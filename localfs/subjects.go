@@ -55,20 +55,8 @@ func (r *root) readSubject(k ledger.SubjectKey) (rec ledger.SubjectRecord, exist
 // writeSubject replaces the subject record's file, making its folder durable first when this
 // process has not seen it so.
 func (r *root) writeSubject(rec *ledger.SubjectRecord, d durability) error {
-	s := int(rec.Key[0])
-	r.mu.Lock()
-	known := r.subjectDir[s]
-	r.mu.Unlock()
-	if !known {
-		if err := r.mkdirDurable(filepath.Join(r.dir, SubjectsDir)); err != nil {
-			return err
-		}
-		if err := r.mkdirDurable(r.subjectDirOf(s)); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.subjectDir[s] = true
-		r.mu.Unlock()
+	if err := r.mkdirDurable(r.subjectDirOf(int(rec.Key[0]))); err != nil {
+		return err
 	}
 	data, err := encodeJSON(kindSubject, rec)
 	if err != nil {

@@ -2,9 +2,7 @@ package localfs
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,19 +16,8 @@ func ReadLimits(dir string, fsys FS) (ledger.Limits, error) {
 	if fsys == nil {
 		fsys = OSFS{}
 	}
-	p := filepath.Join(dir, RootFile)
-	data, err := fsys.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return ledger.Limits{}, fmt.Errorf("%w: %s is missing: not a ledger root", ledger.ErrRootMismatch, p)
-		}
-		return ledger.Limits{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	st, _, err := decodeRoot(data)
-	if err != nil {
-		return ledger.Limits{}, fmt.Errorf("%s: %w", p, err)
-	}
-	return st.Limits, nil
+	st, _, err := (&root{dir: dir, fs: fsys}).readRootVersion()
+	return st.Limits, err
 }
 
 // VerifyReport is what Verify found.
