@@ -113,7 +113,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	if outcome != ledger.Admitted {
 		return ledger.Admission{Outcome: outcome, Key: key}, false, nil
 	}
-	rec := storedRow{rowRecord: rowRecord{Row: row, Shard: s}}
+	rec := storedRow{Row: row, Shard: s}
 	data, err := encodeRow(&rec, r.cfg.Limits) // refuse an oversized state before any write
 	if err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)

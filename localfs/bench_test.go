@@ -93,7 +93,7 @@ func seedRoot(b *testing.B, dir string, limits ledger.Limits, prefix string, n i
 				b.Fatalf("seeding %d rows: the record cap is full", n)
 			}
 		}
-		rec := storedRow{rowRecord: rowRecord{Row: row, Shard: charge}}
+		rec := storedRow{Row: row, Shard: charge}
 		data, err := encodeRow(&rec, limits)
 		if err != nil {
 			b.Fatal(err)

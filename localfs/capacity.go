@@ -28,9 +28,8 @@ import (
 // place and synced before the row is renamed into place, so a crash can leave the count
 // without the row (settled below) but never the row without the count.
 
-// quota is shard s's share of the record cap in a new root. A shard's quota is kept in its
-// record (a migrated root shares the cap out according to the rows it already holds); the
-// quotas of all shards add up to the record cap.
+// quota is shard s's share of the record cap in a new root, kept in its record; the quotas of
+// all shards add up to the record cap.
 func quota(recordCap int64, s int) int64 {
 	q := recordCap / shardCount
 	if int64(s) < recordCap%shardCount {
@@ -191,18 +190,16 @@ func (r *root) madeDurable(s int, p pendingSlot) {
 	r.mu.Unlock()
 }
 
-// writeShards writes the 256 capacity records rec makes as new files (making their row folders
-// first when mkdir is set): one sync for all their data, the renames, one sync for the renames.
-// A crash leaves some records or none, never a torn one; the caller writes what depends on
-// them (the root state) only after.
-func (r *root) writeShards(mkdir bool, rec func(s int) shardState) error {
+// writeShards makes the 256 row folders and writes the capacity records rec makes as new
+// files: one sync for all their data, the renames, one sync for the renames. A crash leaves
+// some records or none, never a torn one; the caller writes what depends on them (the root
+// state) only after.
+func (r *root) writeShards(rec func(s int) shardState) error {
 	var sts []*staged
 	for s := range shardCount {
-		if mkdir {
-			if err := r.mkdir(r.shardDirOf(s)); err != nil {
-				abortAll(sts)
-				return err
-			}
+		if err := r.mkdir(r.shardDirOf(s)); err != nil {
+			abortAll(sts)
+			return err
 		}
 		data, err := shardFile(rec(s))
 		if err == nil {
@@ -427,14 +424,9 @@ func (r *root) readBatch() (*batchState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
 	}
-	b, version, err := decodeBatch(data)
+	b, err := decodeBatch(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
-	}
-	if version < shardedFormat {
-		// Only a format 1 process writes one, and none runs on a format 2 root: the migration
-		// counted its rows as they stood, and format 2 never applies it (it names no shards).
-		return nil, nil
 	}
 	return &b, nil
 }

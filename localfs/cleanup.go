@@ -105,8 +105,10 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			}
 		}
 	}
-	if err := r.collectDebris(ctx, sweep.debris); err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
+	for s, names := range sweep.debris {
+		if err := r.collectDebris(ctx, s, r.shardDirOf(s), names); err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
+		}
 	}
 	subjects, err := r.cleanSubjects(ctx, subjectsListed, now, tally)
 	if err != nil {
@@ -337,11 +339,6 @@ func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool
 	}
 	if err := r.remove(r.statePath(e.Key)); err != nil {
 		return false, err
-	}
-	if row.v1 {
-		if err := r.remove(r.reportPath(e.Key)); err != nil {
-			return false, err
-		}
 	}
 	return true, r.removeIndexNamed(e)
 }

@@ -20,10 +20,10 @@
 // one write). Locks are taken in one order (maintenance, admission, row shards ascending,
 // clock) with bounded waits. A row shard's lock guards its rows and its capacity shard, so an
 // admission takes one lock; only when its home shard is full does it look at the others.
-// Roots of format 1 are migrated when opened; a root of the retired format 3 is refused.
+// A root of format 2 is migrated when opened; one of the retired formats 1 and 3 is refused.
 //
-// Opening and preparing: Open lists nothing and reads one file, the root state (a root of
-// format 1 is migrated first), so it fits every Lambda cold start. Prepare also checks every
+// Opening and preparing: Open lists nothing and reads one file, the root state, so it fits
+// every Lambda cold start. Prepare also checks every
 // capacity shard, finishes an interrupted cleanup batch and collects debris, within a bounded
 // budget: a long-running process (amiss serve, the cleanup function) prepares once, then hands
 // each worker a Session, which shares the root's locks and settings and does no I/O to be
@@ -49,7 +49,7 @@
 //	cleanup.go         Cleanup: batches, releases, the sweep
 //	admit.go           Admit: a new key's slot, borrowing, refusal
 //	ops.go             the other row operations (Supersede among them), Report, Rows, Inspect, Stats
-//	migrate.go         formats 1 and 2 to format 4
+//	migrate.go         format 2 to format 4
 //	verify.go          ReadLimits and Verify
 //	ledger.go          Open, Prepare, Session, Close: creating and loading a root
 //

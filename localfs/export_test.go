@@ -2,7 +2,6 @@ package localfs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -71,28 +70,6 @@ func SetWriteBackForTest(l *Ledger, on bool) (was bool) {
 // SetAfterSyncForTest runs f after each group-commit round's sync, before its callers are
 // answered (f receives the number of requests in the round).
 func SetAfterSyncForTest(l *Ledger, f func(n int)) { l.r.sync.afterSync = f }
-
-// EncodeCapacityV1ForTest encodes a format 1 capacity record.
-func EncodeCapacityV1ForTest(used int64, pending *ledger.Key, applied uint64) []byte {
-	p, err := json.Marshal(capacityState{Used: used, Pending: pending, AppliedBatch: applied})
-	if err != nil {
-		panic(err)
-	}
-	return encodeFrameVersion(kindCapacity, 1, p)
-}
-
-// EncodeBatchV1ForTest encodes a format 1 cleanup batch naming keys.
-func EncodeBatchV1ForTest(id uint64, keys ...ledger.Key) []byte {
-	var entries []map[string]any
-	for _, k := range keys {
-		entries = append(entries, map[string]any{"key": k, "evaluation_id": "x"})
-	}
-	p, err := json.Marshal(map[string]any{"id": id, "entries": entries})
-	if err != nil {
-		panic(err)
-	}
-	return encodeFrameVersion(kindBatch, 1, p)
-}
 
 // FrameVersionForTest returns the format version a file's frame carries.
 func FrameVersionForTest(data []byte) uint16 {

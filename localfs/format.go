@@ -11,37 +11,31 @@ import (
 )
 
 // FormatVersion is the on-disk format this code writes. Every file carries its version; a
-// file of a newer version fails closed, an older released one is migrated when read.
+// file of a newer version fails closed, one of format 2 is read as it is.
 //
-// Format 1 kept one capacity record for the whole root and each saved report in a file of its
-// own. Format 2 shards the capacity record (one per row shard, in the shard's folder, guarded
-// by the shard's row lock), keeps a saved report inside its row's state file, and records in
-// each row the capacity shard that holds its slot. A format 1 root is migrated when opened
-// (see migrate.go); format 1 row files are read as they are and rewritten as format 2 by the
-// next change to the row.
+// Format 2 shards the capacity record (one per row shard, in the shard's folder, guarded by the
+// shard's row lock), keeps a saved report inside its row's state file, and records in each row
+// the capacity shard that holds its slot. Format 4 adds the subject records
+// (subjects/XX/<key>.state, subjects.go) and superseded rows. Its files are format 2's
+// otherwise: a format 2 root is migrated by writing its root state as format 4 (so that a
+// format 2 process, which would take a superseded row for a damaged one and knows nothing of
+// subject records, refuses the root), and format 2 files are read as they are.
 //
-// Format 3 (per-process admission logs on local roots) was built on a development branch and
-// retired before any release: no release wrote it, and none reads it (retiredFormat).
-//
-// Format 4 adds the subject records (subjects/XX/<key>.state, subjects.go) and superseded
-// rows. Its files are format 2's otherwise: a format 2 root is migrated by writing its root
-// state as format 4 (so that a format 2 process, which would take a superseded row for a
-// damaged one and knows nothing of subject records, refuses the root), and format 2 files are
-// read as they are.
+// Formats 1 (one capacity record per root, reports in files of their own) and 3 (per-process
+// admission logs on local roots) were written by development builds only and are retired: no
+// release wrote them, and this build refuses them (retiredFormats).
 const FormatVersion = 4
 
-// shardedFormat is the first format with sharded capacity (format 2): a cleanup batch of an
-// older one is format 1's, settled by the migration.
-const shardedFormat = 2
-
-// retiredFormat is the version of the retired format 3. A file of that version is refused
-// with what it is and what to do (see docs/file-ledger.md, "When it fails"), as a newer format is:
+// retiredFormats says, for each retired format, what it was. A file of one is refused with
+// what it was and what to do (see docs/file-ledger.md, "When it fails"), as a newer format is:
 // ErrRootMismatch.
-const retiredFormat = 3
+var retiredFormats = map[uint16]string{
+	1: "the one capacity record per root of a development build that no release shipped",
+	3: "the admission logs of a development build that no release shipped",
+}
 
 // A frame is: "AMISS" | kind (1 byte) | version (uint16) | payload length (uint32) | payload |
-// CRC-32C of everything before it (uint32). Payloads of state files are JSON; a report's
-// payload is the report's own bytes.
+// CRC-32C of everything before it (uint32). Payloads are JSON.
 const (
 	frameMagic    = "AMISS"
 	frameHeader   = len(frameMagic) + 1 + 2 + 4
@@ -52,37 +46,21 @@ const (
 type kind byte
 
 const (
-	kindRoot     kind = 'R'
-	kindCapacity kind = 'C'
-	kindRow      kind = 'W'
-	kindReport   kind = 'P'
-	kindBatch    kind = 'B'
-	kindShard    kind = 'S'
-	kindSweep    kind = 'M'
-	kindRoom     kind = 'E'
-	kindSubject  kind = 'J'
+	kindRoot    kind = 'R'
+	kindRow     kind = 'W'
+	kindBatch   kind = 'B'
+	kindShard   kind = 'S'
+	kindSweep   kind = 'M'
+	kindRoom    kind = 'E'
+	kindSubject kind = 'J'
 )
 
+var kindNames = map[kind]string{kindRoot: "root state", kindRow: "row state", kindBatch: "cleanup batch",
+	kindShard: "capacity shard", kindSweep: "maintenance state", kindRoom: "room epoch", kindSubject: "subject record"}
+
 func (k kind) String() string {
-	switch k {
-	case kindRoot:
-		return "root state"
-	case kindCapacity:
-		return "capacity record"
-	case kindRow:
-		return "row state"
-	case kindReport:
-		return "report"
-	case kindBatch:
-		return "cleanup batch"
-	case kindShard:
-		return "capacity shard"
-	case kindSweep:
-		return "maintenance state"
-	case kindRoom:
-		return "room epoch"
-	case kindSubject:
-		return "subject record"
+	if n, ok := kindNames[k]; ok {
+		return n
 	}
 	return fmt.Sprintf("kind %q", byte(k))
 }
@@ -125,10 +103,9 @@ func decodeFrame(k kind, data []byte, maxPayload int) (uint16, []byte, error) {
 	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[len(body):]) {
 		return 0, nil, fmt.Errorf("%w: %v checksum mismatch", ledger.ErrCorrupt, k)
 	}
-	if version == retiredFormat {
-		return 0, nil, fmt.Errorf("%w: %v written by format 3, the admission logs of a development build that no release shipped; "+
-			"this build reads formats 1 and 2: drain the root with the build that wrote it, then move it aside and create a new one",
-			ledger.ErrRootMismatch, k)
+	if what, ok := retiredFormats[version]; ok {
+		return 0, nil, fmt.Errorf("%w: %v written by format %d, %s; this build reads formats 2 and 4: "+
+			"drain the root with the build that wrote it, then move it aside and create a new one", ledger.ErrRootMismatch, k, version, what)
 	}
 	if version > FormatVersion {
 		return 0, nil, fmt.Errorf("%w: %v written by format %d, this build reads up to %d", ledger.ErrRootMismatch, k, version, FormatVersion)
@@ -167,15 +144,6 @@ type rootState struct {
 	// LastBatch is the id of the last cleanup batch (format 2): every capacity shard has
 	// applied at most this one, so the next batch's id is new to all of them.
 	LastBatch uint64 `json:"last_batch,omitempty"`
-}
-
-// capacityState is the format 1 capacity record .amiss-capacity.state: a slot count for the
-// whole root that may overstate use but never understates it, at most one exact pending key,
-// and the last cleanup batch applied. Format 2 reads it only to migrate.
-type capacityState struct {
-	Used         int64       `json:"used"`
-	Pending      *ledger.Key `json:"pending,omitempty"`
-	AppliedBatch uint64      `json:"applied_batch"`
 }
 
 // shardState is rows/XX/capacity.state (format 2): its share of the record cap, the slots
@@ -225,19 +193,12 @@ func (p pendingSlot) is(k ledger.Key, e string) bool {
 	return p.Key == k && (p.EvaluationID == "" || p.EvaluationID == e)
 }
 
-// rowRecord is a row state file's payload in format 2: the row, the capacity shard whose slot
-// it holds, and, while the row is saved or abandoned, its report.
-type rowRecord struct {
+// storedRow is a row state file's payload: the row, the capacity shard whose slot it holds,
+// and, while the row is saved or abandoned, its report.
+type storedRow struct {
 	ledger.Row
 	Shard  int    `json:"capacity_shard"`
 	Frozen []byte `json:"frozen_report,omitempty"`
-}
-
-// A stored row as read: the record, and whether it was written by format 1 (its report, if
-// any, is then the file beside it, and its slot is in its home shard).
-type storedRow struct {
-	rowRecord
-	v1 bool
 }
 
 // batchState is .amiss-cleanup.batch: the rows one cleanup batch removes, written before the
@@ -245,26 +206,20 @@ type storedRow struct {
 type batchState struct {
 	ID      uint64       `json:"id"`
 	Entries []batchEntry `json:"entries"`
-	// Pending is the capacity record's pending key when the batch was chosen, if its row
-	// existed then: its slot is in use, so it must not be given back when a settler later
-	// finds the row gone (this batch may have removed it, and releases it once).
-	Pending *ledger.Key `json:"pending,omitempty"`
 }
 
 type batchEntry struct {
 	Key          ledger.Key `json:"key"`
 	EvaluationID string     `json:"evaluation_id"`
 	Index        string     `json:"index,omitempty"`
-	// Shard is the capacity shard whose slot the row held (format 2; format 1 batches were
-	// finished by the migration).
+	// Shard is the capacity shard whose slot the row held.
 	Shard int `json:"shard"`
 }
 
 const (
-	maxRootPayload     = 4 << 10
-	maxCapacityPayload = 1 << 10
-	maxBatchEntries    = 10_000
-	maxBatchPayload    = maxBatchEntries*256 + 1024
+	maxRootPayload  = 4 << 10
+	maxBatchEntries = 10_000
+	maxBatchPayload = maxBatchEntries*256 + 1024
 	// maxPending bounds a capacity shard's pending keys. An admission settles the pending
 	// keys it can judge from durable rows before it adds its own, and settles in full once
 	// the list reaches maxCautiousPending (3), so a shard holds more than 3 only when pending
@@ -360,41 +315,26 @@ func decodeShard(data []byte) (shardState, error) {
 	return s, err
 }
 
-func decodeCapacity(data []byte) (capacityState, error) {
-	var s capacityState
-	_, err := decodeJSON(kindCapacity, data, maxCapacityPayload, &s)
-	if err == nil && s.Used < 0 {
-		err = fmt.Errorf("%w: capacity record holds a negative count %d", ledger.ErrCorrupt, s.Used)
+func decodeBatch(data []byte) (batchState, error) {
+	var s batchState
+	_, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
+	if err == nil && (s.ID == 0 || len(s.Entries) > maxBatchEntries) {
+		err = fmt.Errorf("%w: cleanup batch id %d with %d entries", ledger.ErrCorrupt, s.ID, len(s.Entries))
 	}
 	return s, err
 }
 
-func decodeBatch(data []byte) (batchState, uint16, error) {
-	var s batchState
-	v, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
-	if err == nil && (s.ID == 0 || len(s.Entries) > maxBatchEntries) {
-		err = fmt.Errorf("%w: cleanup batch id %d with %d entries", ledger.ErrCorrupt, s.ID, len(s.Entries))
-	}
-	return s, v, err
-}
-
 func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {
-	version, payload, err := decodeFrame(kindRow, data, maxRowPayload(l))
-	if err != nil {
-		return storedRow{}, err
-	}
 	var s storedRow
-	if version == 1 {
-		if err := unmarshalStrict(payload, &s.Row); err != nil {
-			return storedRow{}, fmt.Errorf("%w: %v payload: %v", ledger.ErrCorrupt, kindRow, err)
-		}
-		s.v1, s.Shard = true, int(s.Key[0])
-	} else if err := unmarshalStrict(payload, &s.rowRecord); err != nil {
-		return storedRow{}, fmt.Errorf("%w: %v payload: %v", ledger.ErrCorrupt, kindRow, err)
+	if _, err := decodeJSON(kindRow, data, maxRowPayload(l), &s); err != nil {
+		return storedRow{}, err
 	}
 	if err := s.Check(); err != nil {
 		return storedRow{}, err
 	}
+	// A row that keeps a report keeps it inline, and it must be the one recorded. (An abandoned
+	// row may keep none: abandoned by a version that did not keep it.)
+	keeps := s.State == ledger.StateSaved || (s.State == ledger.StateAbandoned && len(s.Frozen) > 0)
 	switch {
 	case len(s.Subject) > l.MaxSubjectBytes:
 		return storedRow{}, fmt.Errorf("%w: row subject of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Subject), l.MaxSubjectBytes)
@@ -402,23 +342,16 @@ func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {
 		return storedRow{}, fmt.Errorf("%w: row names capacity shard %d", ledger.ErrCorrupt, s.Shard)
 	case len(s.Frozen) > l.MaxReportBytes:
 		return storedRow{}, fmt.Errorf("%w: row report of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Frozen), l.MaxReportBytes)
-	}
-	if !s.v1 {
-		// A format 2 row that keeps a report keeps it inline, and it must be the one recorded.
-		// (An abandoned row may keep none: abandoned by a version that did not keep it.)
-		keeps := s.State == ledger.StateSaved || (s.State == ledger.StateAbandoned && len(s.Frozen) > 0)
-		switch {
-		case keeps && ledger.SumBody(s.Frozen) != s.Report.Digest:
-			return storedRow{}, fmt.Errorf("%w: the row's report does not match the digest it recorded", ledger.ErrCorrupt)
-		case s.State != ledger.StateSaved && s.State != ledger.StateAbandoned && len(s.Frozen) > 0:
-			return storedRow{}, fmt.Errorf("%w: a %v row holds a report", ledger.ErrCorrupt, s.State)
-		}
+	case keeps && ledger.SumBody(s.Frozen) != s.Report.Digest:
+		return storedRow{}, fmt.Errorf("%w: the row's report does not match the digest it recorded", ledger.ErrCorrupt)
+	case !keeps && len(s.Frozen) > 0:
+		return storedRow{}, fmt.Errorf("%w: a %v row holds a report", ledger.ErrCorrupt, s.State)
 	}
 	return s, nil
 }
 
 func encodeRow(s *storedRow, l ledger.Limits) ([]byte, error) {
-	p, err := json.Marshal(&s.rowRecord)
+	p, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("localfs: encode row: %w", err)
 	}
@@ -426,11 +359,6 @@ func encodeRow(s *storedRow, l ledger.Limits) ([]byte, error) {
 		return nil, fmt.Errorf("%w: row state of %d bytes, ceiling %d", ledger.ErrTooLarge, len(p), maxRowPayload(l))
 	}
 	return encodeFrame(kindRow, p), nil
-}
-
-func decodeReport(data []byte, l ledger.Limits) ([]byte, error) {
-	_, p, err := decodeFrame(kindReport, data, l.MaxReportBytes)
-	return p, err
 }
 
 // sweepState is .amiss-maintenance.state: where the next cleanup lap starts and where the

@@ -146,54 +146,58 @@ func TestReleasedFormatsOpen(t *testing.T) {
 	}
 }
 
-// retiredFixture is the root of format 3, which no release wrote (format.go): it is refused,
-// never opened.
-var retiredFixture = filepath.Join("testdata", "format-v3")
+// retiredFixtures are the roots of the retired formats, which no release wrote (format.go):
+// they are refused, never opened.
+var retiredFixtures = map[string]int{filepath.Join("testdata", "format-v1"): 1, filepath.Join("testdata", "format-v3"): 3}
 
-// releasedFixtures are the fixture roots of every released format, the retired one left out.
+// releasedFixtures are the fixture roots of every released format, the retired ones left out.
 func releasedFixtures(t *testing.T) []string {
 	t.Helper()
 	dirs, _ := filepath.Glob(filepath.Join("testdata", "format-v*"))
-	dirs = slices.DeleteFunc(dirs, func(d string) bool { return d == retiredFixture })
+	dirs = slices.DeleteFunc(dirs, func(d string) bool { _, retired := retiredFixtures[d]; return retired })
 	if len(dirs) == 0 {
 		t.Fatal("no fixture roots under testdata")
 	}
 	return dirs
 }
 
-// TestRetiredFormat3IsRefused: a root of the retired format 3 (its admission logs, and files
-// framed as format 3) fails closed at Open, Prepare and ReadLimits with ErrRootMismatch, an
-// error that names the root state, says what the format was and what to do; nothing of the
-// root is changed.
-func TestRetiredFormat3IsRefused(t *testing.T) {
-	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "root")
-	copyTree(t, retiredFixture, dir)
-	before := treeDigest(t, dir)
-	state := filepath.Join(dir, localfs.RootFile)
-	check := func(what string, err error) {
-		t.Helper()
-		if !errors.Is(err, ledger.ErrRootMismatch) {
-			t.Fatalf("%s of a format 3 root: %v, want ErrRootMismatch", what, err)
-		}
-		for _, want := range []string{state, "format 3", "no release", "create a new one"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Fatalf("%s of a format 3 root: %q does not say %q", what, err, want)
+// TestRetiredFormatsAreRefused: a root of a retired format (format 1's one capacity record,
+// format 3's admission logs, and files framed as that format) fails closed at Open, Prepare and
+// ReadLimits with ErrRootMismatch, an error that names the root state, says what the format
+// was and what to do; nothing of the root is changed.
+func TestRetiredFormatsAreRefused(t *testing.T) {
+	for fixture, format := range retiredFixtures {
+		t.Run(filepath.Base(fixture), func(t *testing.T) {
+			ctx := context.Background()
+			dir := filepath.Join(t.TempDir(), "root")
+			copyTree(t, fixture, dir)
+			before := treeDigest(t, dir)
+			state := filepath.Join(dir, localfs.RootFile)
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, ledger.ErrRootMismatch) {
+					t.Fatalf("%s of a format %d root: %v, want ErrRootMismatch", what, format, err)
+				}
+				for _, want := range []string{state, fmt.Sprintf("format %d", format), "no release", "create a new one"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Fatalf("%s of a format %d root: %q does not say %q", what, format, err, want)
+					}
+				}
 			}
-		}
-	}
-	cfg := localfs.Config{Limits: fixtureLimits(), Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour))}
-	_, err := localfs.Open(ctx, dir, cfg)
-	check("open", err)
-	_, err = localfs.Prepare(ctx, dir, cfg)
-	check("prepare", err)
-	_, err = localfs.ReadLimits(dir, nil)
-	check("reading the limits", err)
-	cfg.Create = true
-	_, err = localfs.Open(ctx, dir, cfg)
-	check("open with Create", err)
-	if after := treeDigest(t, dir); !maps.Equal(before, after) {
-		t.Fatalf("refusing a format 3 root changed it")
+			cfg := localfs.Config{Limits: fixtureLimits(), Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour))}
+			_, err := localfs.Open(ctx, dir, cfg)
+			check("open", err)
+			_, err = localfs.Prepare(ctx, dir, cfg)
+			check("prepare", err)
+			_, err = localfs.ReadLimits(dir, nil)
+			check("reading the limits", err)
+			cfg.Create = true
+			_, err = localfs.Open(ctx, dir, cfg)
+			check("open with Create", err)
+			if after := treeDigest(t, dir); !maps.Equal(before, after) {
+				t.Fatalf("refusing a format %d root changed it", format)
+			}
+		})
 	}
 }
 
@@ -311,5 +315,80 @@ func TestReleasedFormatsAdoptBodyTimes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func frameVersion(t *testing.T, p string) uint16 {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return localfs.FrameVersionForTest(data)
+}
+
+// TestNewerFormatFailsClosed: a file written by a newer format (a row, a capacity shard, the
+// root state) is never read as if it were this one: the operation that meets it fails with
+// ErrRootMismatch naming the file, and nothing is written.
+func TestNewerFormatFailsClosed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	l := openRoot(t, dir, localfs.Config{})
+	defer l.Close()
+	d := deliveryInShard(0x21)
+	ledgertest.MustAdmit(t, l, d)
+	state := filepath.Join(dir, localfs.RowsDir, "21", d.Key().String()+".state")
+	if err := bumpVersion(filepath.Join(localfs.RowsDir, "21", d.Key().String()+".state"))(dir); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(state)
+	if _, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w", time.Minute); !errors.Is(err, ledger.ErrRootMismatch) || !strings.Contains(err.Error(), state) {
+		t.Fatalf("claim of a newer-format row: %v", err)
+	}
+	if after, _ := os.ReadFile(state); string(after) != string(before) {
+		t.Fatalf("a newer-format row was rewritten")
+	}
+	shard := filepath.Join(dir, shardFile(0x21))
+	data, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(shard, localfs.ReframeShardForTest(data, localfs.FormatVersion+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Admit(ctx, deliveryInShard(0x21)); !errors.Is(err, ledger.ErrRootMismatch) || !strings.Contains(err.Error(), shardFile(0x21)) {
+		t.Fatalf("admission into a newer-format capacity shard: %v", err)
+	}
+}
+
+// TestFormat2MigrationWaitsForTheClockLock: the migration rewrites the root state, so it takes
+// the lock every other writer of the root state holds (a format 2 process records body times
+// or persists its high-water under the clock lock): while another holds it, opening a format 2
+// root waits, answers ErrBusy, and leaves the root state as format 2 wrote it.
+func TestFormat2MigrationWaitsForTheClockLock(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	copyTree(t, filepath.Join("testdata", "format-v2"), dir)
+	release, err := localfs.HoldLockForTest(ctx, dir, localfs.ClockLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	_, err = localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits(), LockWait: 100 * time.Millisecond})
+	if !errors.Is(err, ledger.ErrBusy) {
+		t.Fatalf("open of a format 2 root while the clock lock is held: %v, want ErrBusy", err)
+	}
+	if v := frameVersion(t, filepath.Join(dir, localfs.RootFile)); v != 2 {
+		t.Fatalf("root state of format %d, want the format 2 one untouched", v)
+	}
+	release()
+	l, err := localfs.Open(ctx, dir, localfs.Config{Limits: fixtureLimits()})
+	if err != nil {
+		t.Fatalf("open once the clock lock is free: %v", err)
+	}
+	l.Close()
+	if v := frameVersion(t, filepath.Join(dir, localfs.RootFile)); v != localfs.FormatVersion {
+		t.Fatalf("root state of format %d after the migration", v)
 	}
 }

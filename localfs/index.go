@@ -31,19 +31,8 @@ func indexName(row *ledger.Row) (bucket, name string) {
 func (r *root) addIndex(row *ledger.Row) error {
 	bucket, name := indexName(row)
 	dir := filepath.Join(r.dir, EndedDir, bucket)
-	r.mu.Lock()
-	known := r.bucketDir[bucket]
-	r.mu.Unlock()
-	if !known {
-		if err := r.mkdirDurable(filepath.Join(r.dir, EndedDir)); err != nil {
-			return err
-		}
-		if err := r.mkdirDurable(dir); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.bucketDir[bucket] = true
-		r.mu.Unlock()
+	if err := r.mkdirDurable(dir); err != nil {
+		return err
 	}
 	p := filepath.Join(dir, name)
 	f, err := r.fs.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
@@ -56,16 +45,31 @@ func (r *root) addIndex(row *ledger.Row) error {
 	return nil
 }
 
-// mkdirDurable creates dir if it is missing and makes its entry durable in the parent.
+// mkdirDurable creates dir (ended/<hour> or subjects/XX) and its parent where they are missing,
+// making the entry of each one it creates durable in its parent. Once it has answered for dir,
+// this process asks no more.
 func (r *root) mkdirDurable(dir string) error {
-	err := r.fs.Mkdir(dir, 0o700)
-	if errors.Is(err, fs.ErrExist) {
+	r.mu.Lock()
+	known := r.durableDirs[dir]
+	r.mu.Unlock()
+	if known {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		err := r.fs.Mkdir(d, 0o700)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, d, err)
+		}
+		if err == nil {
+			if err := r.sync.syncDirs(filepath.Dir(d)); err != nil {
+				return err
+			}
+		}
 	}
-	return r.sync.syncDirs(filepath.Dir(dir))
+	r.mu.Lock()
+	r.durableDirs[dir] = true
+	r.mu.Unlock()
+	return nil
 }
 
 // indexEntry is one name in the end-time index.

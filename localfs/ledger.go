@@ -18,7 +18,7 @@ var _ ledger.Ledger = (*Ledger)(nil)
 
 // Open opens the root in dir: it reads the root state and checks the limits. It lists nothing
 // and reads one file, so it is cheap enough for every Lambda cold start. A root written by
-// format 1 is migrated first (see migrate.go). A missing or damaged root state, or limits that
+// format 2 is migrated first (see migrate.go). A missing or damaged root state, or limits that
 // differ from cfg.Limits, fail closed with an error naming the file; a missing or damaged
 // capacity shard fails closed when an admission or Prepare reads it. With cfg.Create, a folder
 // that holds no root yet gets a new one.
@@ -31,7 +31,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localfs: root %s: %w", dir, err)
 	}
-	r := &root{dir: abs, cfg: cfg, fs: cfg.FS, bucketDir: map[string]bool{}}
+	r := &root{dir: abs, cfg: cfg, fs: cfg.FS, durableDirs: map[string]bool{}}
 	r.sync = newSyncer(r.fs, abs)
 	r.idle = sync.NewCond(&r.mu)
 	if !cfg.Create {
@@ -53,7 +53,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 }
 
 // Prepare opens the root, checks every capacity shard, finishes an interrupted cleanup batch
-// and collects debris: leftover temporary files and dead reports, each removed only under the
+// and collects debris: leftover temporary files, each removed only under the
 // lock its writer holds, so a write in progress in another process is never mistaken for
 // debris. Its work is bounded whatever the size of the root: it lists the root folder and at
 // most Config.DebrisBudget entries of row folders, going on where the previous Prepare stopped
@@ -95,7 +95,7 @@ func (l *Ledger) Close() error {
 	return nil
 }
 
-// load reads the root state, creating the root or migrating it from format 1 when needed.
+// load reads the root state, creating the root or migrating it from format 2 when needed.
 func (r *root) load(ctx context.Context) error {
 	st, version, err := r.readRootVersion()
 	if errors.Is(err, fs.ErrNotExist) {
@@ -185,7 +185,7 @@ func (r *root) create(ctx context.Context) error {
 		return err
 	}
 	// The root state that follows finds every record durable.
-	if err := r.writeShards(true, func(s int) shardState {
+	if err := r.writeShards(func(s int) shardState {
 		return shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)}
 	}); err != nil {
 		return err
@@ -270,11 +270,11 @@ func (r *root) prepare(ctx context.Context) error {
 		listed += len(names)
 		var debris []string
 		for _, n := range names {
-			if strings.Contains(n.Name(), tmpMarker) || strings.HasSuffix(n.Name(), ".report") {
+			if strings.Contains(n.Name(), tmpMarker) {
 				debris = append(debris, n.Name())
 			}
 		}
-		if err := r.collectDebris(ctx, map[int][]string{s: debris}); err != nil {
+		if err := r.collectDebris(ctx, s, dir, debris); err != nil {
 			return fmt.Errorf("prepare: %w", err)
 		}
 		s = (s + 1) % shardCount

@@ -88,7 +88,7 @@ func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing,
 		out.shards = append(out.shards, s)
 		for _, n := range names {
 			name := n.Name()
-			if strings.Contains(name, tmpMarker) || strings.HasSuffix(name, ".report") {
+			if strings.Contains(name, tmpMarker) {
 				out.debris[s] = append(out.debris[s], name)
 				continue
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"time"
 
@@ -167,62 +166,44 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 // saved, to be published again with the same bytes; a forgotten index entry beside a done
 // state is created again by the cleanup sweep when it meets the row past its retention.
 func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
-	_, err := withRow(ctx, l, "complete", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
-		changed, err := row.Complete(s, now)
-		if err != nil || !changed {
-			return struct{}{}, 0, err
-		}
-		return l.r.finish(row)
-	})
-	return err
+	return l.end(ctx, "complete", s.Lease.Key, func(row *ledger.Row, now time.Time) (bool, error) { return row.Complete(s, now) })
 }
 
 // Abandon implements ledger.Ledger, with the write order of Complete.
 func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) error {
-	_, err := withRow(ctx, l, "abandon", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
-		changed, err := row.Abandon(s, reason, now)
-		if err != nil {
-			return struct{}{}, refusalWrite(changed && !row.State.Terminal()), err
-		}
-		if !changed {
-			return struct{}{}, 0, nil
-		}
-		return l.r.finish(row)
-	})
-	return err
+	return l.end(ctx, "abandon", s.Lease.Key, func(row *ledger.Row, now time.Time) (bool, error) { return row.Abandon(s, reason, now) })
 }
 
 // Supersede implements ledger.Ledger, with the write order of Complete: a superseded row keeps
 // no report.
 func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
-	_, err := withRow(ctx, l, "supersede", s.Lease.Key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
-		changed, err := row.Supersede(s, by, now)
+	return l.end(ctx, "supersede", s.Lease.Key, func(row *ledger.Row, now time.Time) (bool, error) { return row.Supersede(s, by, now) })
+}
+
+// end runs fn, which finishes the row (done, abandoned or superseded), then writes the row's
+// end-time index entry and the row (data synced). An abandoned row keeps its report, so that
+// Revive can publish it again; a done or superseded one drops it. A refusal that recorded the
+// effective now in a row not finished yet is written as refusalWrite says.
+func (l *Ledger) end(ctx context.Context, op string, key ledger.Key, fn func(*ledger.Row, time.Time) (bool, error)) error {
+	_, err := withRow(ctx, l, op, key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
+		changed, err := fn(&row.Row, now)
 		if err != nil {
 			return struct{}{}, refusalWrite(changed && !row.State.Terminal()), err
 		}
 		if !changed {
 			return struct{}{}, 0, nil
 		}
-		return l.r.finish(row)
+		if !row.Permanent {
+			if err := l.r.addIndex(&row.Row); err != nil {
+				return struct{}{}, 0, err
+			}
+		}
+		if row.State == ledger.StateDone || row.State == ledger.StateSuperseded {
+			row.Frozen = nil
+		}
+		return struct{}{}, durableData, nil
 	})
 	return err
-}
-
-// finish prepares the write of a row that just became done, abandoned or superseded: its
-// end-time index entry first, then the row (data synced). An abandoned row keeps its report,
-// so that Revive can publish it again; a done or superseded one drops it.
-func (r *root) finish(row *storedRow) (struct{}, durability, error) {
-	if !row.Permanent {
-		if err := r.addIndex(&row.Row); err != nil {
-			return struct{}{}, 0, err
-		}
-	}
-	if row.State == ledger.StateDone || row.State == ledger.StateSuperseded {
-		row.Frozen = nil
-	}
-	// (A format 1 row is written with its folder synced, then its report file removed: see
-	// writeRow.)
-	return struct{}{}, durableData, nil
 }
 
 // Revive implements ledger.Ledger. The report must still be kept and match the digest the row
@@ -248,42 +229,28 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 	})
 }
 
-// Report implements ledger.Ledger. It reads without locking, as Inspect does: a format 2 row
-// keeps its report inside its state file; a format 1 row's report file is written before the
-// state that names it and removed only after the state no longer does (read again once if it
-// vanished meanwhile).
+// Report implements ledger.Ledger. It reads without locking, as Inspect does: a row keeps its
+// report inside its state file.
 func (l *Ledger) Report(ctx context.Context, key ledger.Key) ([]byte, error) {
 	if err := l.r.begin(); err != nil {
 		return nil, err
 	}
 	defer l.r.end()
-	for attempt := 0; ; attempt++ {
-		row, err := l.r.readRow(key)
-		if err != nil {
-			return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-		}
-		if err := reportKept(&row.Row); err != nil {
-			return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-		}
-		if row.State == ledger.StateAbandoned && !row.v1 && len(row.Frozen) == 0 {
-			return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
-		}
-		rep, err := l.r.report(&row)
-		if err == nil {
-			return rep, nil
-		}
-		if row.v1 && errors.Is(err, ledger.ErrCorrupt) {
-			if _, serr := l.r.fs.Stat(l.r.reportPath(key)); errors.Is(serr, fs.ErrNotExist) {
-				if attempt == 0 {
-					continue // rewritten as format 2 meanwhile?
-				}
-				if row.State == ledger.StateAbandoned {
-					return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
-				}
-			}
-		}
+	row, err := l.r.readRow(key)
+	if err == nil {
+		err = reportKept(&row.Row)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
 	}
+	if row.State == ledger.StateAbandoned && len(row.Frozen) == 0 {
+		return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
+	}
+	rep, err := l.r.report(&row)
+	if err != nil {
+		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
+	}
+	return rep, nil
 }
 
 // reportKept refuses a row that holds no report: one not saved yet, or done.

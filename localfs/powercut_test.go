@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -280,47 +279,10 @@ func checkPreparedRoot(t *testing.T, ctx context.Context, fsys *powerfs.FS, cloc
 	checkPreparedRootWith(t, fsys, clock, testLimits(), false, what)
 }
 
-// loadTree copies the folder src of the real file system into fsys at dst, synced.
-func loadTree(t *testing.T, fsys *powerfs.FS, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		if e.IsDir() {
-			if err := fsys.Mkdir(to, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		f, err := fsys.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := f.Write(data); err != nil {
-			return err
-		}
-		return f.Close()
-	})
-	if err != nil {
-		t.Fatalf("load %s: %v", src, err)
-	}
-	fsys.SyncAll()
-}
-
-// TestPowerCutWhileOpening cuts the power before every sync (see cutSteps) of making a new root
-// and of migrating a format 1 root, and after the answer, then reboots with each way of keeping what was not synced: the next start
-// opens the root (making it again where the first start was never answered), which verifies
-// clean, keeps the migrated root's rows as they were, and counts its capacity exactly.
+// TestPowerCutWhileOpening cuts the power before every sync (see cutSteps) of making a new root,
+// and after the answer, then reboots with each way of keeping what was not synced: the next
+// start opens the root (making it again where the first start was never answered), which
+// verifies clean and counts its capacity exactly.
 func TestPowerCutWhileOpening(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -329,77 +291,55 @@ func TestPowerCutWhileOpening(t *testing.T) {
 		t.Fatal(err)
 	}
 	empty.SyncAll()
-	v1 := empty.Clone()
-	loadTree(t, v1, filepath.Join("testdata", "format-v1"), powerRoot)
-	cases := []struct {
-		name   string
-		fsys   *powerfs.FS
-		limits ledger.Limits
-		check  func(t *testing.T, l *localfs.Ledger, what string)
-	}{
-		{"new root", empty, testLimits(), func(*testing.T, *localfs.Ledger, string) {}},
-		{"format 1 migration", v1, fixtureLimits(), func(t *testing.T, l *localfs.Ledger, what string) {
-			for i, want := range fixtureStates {
-				d := fixtureDelivery(i)
-				row, err := l.Inspect(ctx, d.Key())
-				if err != nil || row.State != want || row.Binding != d.Binding {
-					t.Fatalf("%s: delivery %d: %+v %v, want %v", what, i, row, err, want)
-				}
-			}
-		}},
-	}
-	for _, c := range cases {
-		cutPoints := cutStepsEvery(c.fsys, func(m *powerfs.FS) {
-			l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: c.limits, Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour)), FS: m, Create: true})
+	cutPoints := cutStepsEvery(empty, func(m *powerfs.FS) {
+		l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: ledger.NewManualClock(fixtureEpoch.Add(time.Hour)), FS: m, Create: true})
+		if err != nil {
+			t.Fatalf("new root: %v", err)
+		}
+		l.Close()
+	}, false)
+	points := 0
+	for _, step := range cutPoints {
+		m := empty.Clone()
+		clock := ledger.NewManualClock(fixtureEpoch.Add(time.Hour))
+		m.CutAfter(step)
+		l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: m, Create: true})
+		answered := !m.IsCut()
+		if answered {
 			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
+				t.Fatalf("new root: failed with no cut: %v", err)
 			}
 			l.Close()
-		}, false)
-		points := 0
-		for _, step := range cutPoints {
-			m := c.fsys.Clone()
-			clock := ledger.NewManualClock(fixtureEpoch.Add(time.Hour))
-			m.CutAfter(step)
-			l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: c.limits, Clock: clock, FS: m, Create: true})
-			answered := !m.IsCut()
-			if answered {
-				if err != nil {
-					t.Fatalf("%s: failed with no cut: %v", c.name, err)
-				}
-				l.Close()
-				m.Cut()
-			}
-			// The 256 row folders are all written by these steps: losing one folder is tried
-			// for the root's own folders and a sample of the row folders (all of them in make
-			// powercut).
-			var losing []powerfs.Persistence
-			for i, p := range folderPersistences(m) {
-				if powerScale() > 1 || i%37 == 0 || !strings.Contains(p.LoseFolder, "/"+localfs.RowsDir+"/") {
-					losing = append(losing, p)
-				}
-			}
-			for _, p := range append(syncPersistences(step), losing...) {
-				points++
-				what := fmt.Sprintf("%s, power cut at step %d (answered: %v), %s", c.name, step, answered, p)
-				rebooted := m.Recover(p)
-				l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: c.limits, Clock: clock, FS: rebooted, Create: !answered})
-				if err != nil {
-					t.Fatalf("%s: the next start: %v", what, err)
-				}
-				c.check(t, l, what)
-				if v, err := l.Verify(ctx, nil); err != nil || !v.OK() {
-					t.Fatalf("%s: verify: %v %v", what, err, v.Problems)
-				}
-				if st, err := l.Stats(ctx); err != nil || st.CapacityUsed != st.Rows {
-					t.Fatalf("%s: capacity %d for %d rows (%v)", what, st.CapacityUsed, st.Rows, err)
-				}
-				ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
-				l.Close()
+			m.Cut()
+		}
+		// The 256 row folders are all written by these steps: losing one folder is tried
+		// for the root's own folders and a sample of the row folders (all of them in make
+		// powercut).
+		var losing []powerfs.Persistence
+		for i, p := range folderPersistences(m) {
+			if powerScale() > 1 || i%37 == 0 || !strings.Contains(p.LoseFolder, "/"+localfs.RowsDir+"/") {
+				losing = append(losing, p)
 			}
 		}
-		t.Logf("%s: %d power cuts", c.name, points)
+		for _, p := range append(syncPersistences(step), losing...) {
+			points++
+			what := fmt.Sprintf("new root, power cut at step %d (answered: %v), %s", step, answered, p)
+			rebooted := m.Recover(p)
+			l, err := localfs.Prepare(ctx, powerRoot, localfs.Config{Limits: testLimits(), Clock: clock, FS: rebooted, Create: !answered})
+			if err != nil {
+				t.Fatalf("%s: the next start: %v", what, err)
+			}
+			if v, err := l.Verify(ctx, nil); err != nil || !v.OK() {
+				t.Fatalf("%s: verify: %v %v", what, err, v.Problems)
+			}
+			if st, err := l.Stats(ctx); err != nil || st.CapacityUsed != st.Rows {
+				t.Fatalf("%s: capacity %d for %d rows (%v)", what, st.CapacityUsed, st.Rows, err)
+			}
+			ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
+			l.Close()
+		}
 	}
+	t.Logf("new root: %d power cuts", points)
 }
 
 // smallCapLimits has one slot per capacity shard: a second key in a shard borrows.

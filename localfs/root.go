@@ -26,10 +26,8 @@ const (
 	// ShardCapacityFile is the capacity shard's record inside each rows/XX folder.
 	ShardCapacityFile = "capacity.state"
 	// RoomFile changes before any capacity shard gains room (see capacity.go).
-	RoomFile = ".amiss-room.epoch"
-	// CapacityFile is the capacity record of format 1, read only to migrate.
-	CapacityFile = ".amiss-capacity.state"
-	tmpMarker    = ".tmp-"
+	RoomFile  = ".amiss-room.epoch"
+	tmpMarker = ".tmp-"
 )
 
 // Config configures a FileLedger handle.
@@ -98,12 +96,11 @@ type root struct {
 
 	maintenance, admission, clock *fileLock
 
-	mu        sync.Mutex
-	rowLocks  [shardCount]*fileLock
-	bucketDir map[string]bool
-	// subjectDir[s] is set once subjects/XX of shard s is known durable.
-	subjectDir [shardCount]bool
-	closed     bool
+	mu       sync.Mutex
+	rowLocks [shardCount]*fileLock
+	// durableDirs holds the folders mkdirDurable answered for (ended/<hour>, subjects/XX).
+	durableDirs map[string]bool
+	closed      bool
 	// inflight counts the operations running on the root; Close waits for them (idle is
 	// signalled when the count drops to zero), so no lock is dropped under a running
 	// operation.

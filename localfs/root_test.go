@@ -305,9 +305,9 @@ func appendBytes(p string, n int) error {
 	return err
 }
 
-// TestPrepareCollectsDebrisUnderTheWritersLock leaves temporary files and dead reports behind
-// and checks prepare removes them, keeps a live report, and leaves a shard alone while its
-// row lock is held (a writer may be in the middle of it).
+// TestPrepareCollectsDebrisUnderTheWritersLock leaves temporary files behind and checks prepare
+// removes them, keeps a live row and its report, and leaves a shard alone while its row lock is
+// held (a writer may be in the middle of it).
 func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "root")
@@ -327,15 +327,14 @@ func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadReport := filepath.Join(shard(done), done.Key().String()+".report")
 	tmpRow := filepath.Join(shard(done), done.Key().String()+".state.tmp-0123456789abcdef")
-	tmpRoot := filepath.Join(dir, localfs.CapacityFile+".tmp-0123456789abcdef")
-	for _, p := range []string{deadReport, tmpRow, tmpRoot} {
+	tmpRoot := filepath.Join(dir, localfs.RootFile+".tmp-0123456789abcdef")
+	for _, p := range []string{tmpRow, tmpRoot} {
 		if err := os.WriteFile(p, data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// While the dead report's shard is locked by a writer, prepare must not touch it.
+	// While the temporary row's shard is locked by a writer, prepare must not touch it.
 	release, err := localfs.HoldRowLockForTest(ctx, dir, done.Key())
 	if err != nil {
 		t.Fatal(err)
@@ -344,10 +343,8 @@ func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
 	if !errors.Is(err, ledger.ErrBusy) {
 		t.Fatalf("prepare with a shard held: %v, want ErrBusy", err)
 	}
-	for _, p := range []string{deadReport, tmpRow} {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("prepare removed %s while its writer's lock was held", p)
-		}
+	if _, err := os.Stat(tmpRow); err != nil {
+		t.Fatalf("prepare removed %s while its writer's lock was held", tmpRow)
 	}
 	release()
 	p, err := localfs.Prepare(ctx, dir, localfs.Config{Limits: testLimits()})
@@ -355,7 +352,7 @@ func TestPrepareCollectsDebrisUnderTheWritersLock(t *testing.T) {
 		t.Fatalf("prepare: %v", err)
 	}
 	defer p.Close()
-	for _, gone := range []string{deadReport, tmpRow, tmpRoot} {
+	for _, gone := range []string{tmpRow, tmpRoot} {
 		if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("prepare left %s", gone)
 		}

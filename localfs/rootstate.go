@@ -28,7 +28,7 @@ func (r *root) readRootVersion() (rootState, uint16, error) {
 	p := r.path(RootFile)
 	data, err := r.fs.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return rootState{}, 0, fmt.Errorf("%w: %s is missing (%w)", ledger.ErrRootMismatch, p, err)
+		return rootState{}, 0, fmt.Errorf("%w: %s is missing: not a ledger root (%w)", ledger.ErrRootMismatch, p, err)
 	}
 	if err != nil {
 		return rootState{}, 0, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)

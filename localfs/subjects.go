@@ -55,20 +55,8 @@ func (r *root) readSubject(k ledger.SubjectKey) (rec ledger.SubjectRecord, exist
 // writeSubject replaces the subject record's file, making its folder durable first when this
 // process has not seen it so.
 func (r *root) writeSubject(rec *ledger.SubjectRecord, d durability) error {
-	s := int(rec.Key[0])
-	r.mu.Lock()
-	known := r.subjectDir[s]
-	r.mu.Unlock()
-	if !known {
-		if err := r.mkdirDurable(filepath.Join(r.dir, SubjectsDir)); err != nil {
-			return err
-		}
-		if err := r.mkdirDurable(r.subjectDirOf(s)); err != nil {
-			return err
-		}
-		r.mu.Lock()
-		r.subjectDir[s] = true
-		r.mu.Unlock()
+	if err := r.mkdirDurable(r.subjectDirOf(int(rec.Key[0]))); err != nil {
+		return err
 	}
 	data, err := encodeJSON(kindSubject, rec)
 	if err != nil {
@@ -174,7 +162,9 @@ type subjectShard struct {
 // subjectListing is the subject records a cleanup pass judges, by shard, and the temporary
 // files found beside them: listed before the pass removes anything (a listing that fails
 // removes nothing).
-type subjectListing map[int]struct {
+type subjectListing map[int]subjectFolder
+
+type subjectFolder struct {
 	keys   []ledger.SubjectKey
 	debris []string
 }
@@ -188,10 +178,7 @@ func (r *root) listSubjectShards(shards []int) (subjectListing, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[s] = struct {
-			keys   []ledger.SubjectKey
-			debris []string
-		}{keys, debris}
+		out[s] = subjectFolder{keys, debris}
 	}
 	return out, nil
 }
@@ -217,7 +204,7 @@ func (r *root) cleanSubjects(ctx context.Context, listed subjectListing, now tim
 		return rec.Removable(now, horizon, &row.Row), nil
 	}
 	for s, found := range listed {
-		if err := r.collectSubjectDebris(ctx, s, found.debris); err != nil {
+		if err := r.collectDebris(ctx, s, r.subjectDirOf(s), found.debris); err != nil {
 			return out, err
 		}
 		for _, k := range found.keys {
@@ -286,25 +273,6 @@ func (r *root) listSubjects(s int) (keys []ledger.SubjectKey, debris []string, e
 		}
 	}
 	return keys, debris, nil
-}
-
-// collectSubjectDebris removes the temporary files listed in shard s's subject folder, under
-// the shard's lock (only its holder writes one, and renames or removes it before letting go).
-func (r *root) collectSubjectDebris(ctx context.Context, s int, names []string) error {
-	if len(names) == 0 {
-		return nil
-	}
-	unlock, err := r.lockShard(ctx, byte(s))
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	for _, name := range names {
-		if err := r.remove(filepath.Join(r.subjectDirOf(s), name)); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // countSubjects counts the subject records of every shard, for Stats.

@@ -2,9 +2,7 @@ package localfs
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,28 +16,16 @@ func ReadLimits(dir string, fsys FS) (ledger.Limits, error) {
 	if fsys == nil {
 		fsys = OSFS{}
 	}
-	p := filepath.Join(dir, RootFile)
-	data, err := fsys.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return ledger.Limits{}, fmt.Errorf("%w: %s is missing: not a ledger root", ledger.ErrRootMismatch, p)
-		}
-		return ledger.Limits{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	st, _, err := decodeRoot(data)
-	if err != nil {
-		return ledger.Limits{}, fmt.Errorf("%s: %w", p, err)
-	}
-	return st.Limits, nil
+	st, _, err := (&root{dir: dir, fs: fsys}).readRootVersion()
+	return st.Limits, err
 }
 
 // VerifyReport is what Verify found.
 type VerifyReport struct {
 	// Files counts the files read and decoded.
 	Files int
-	// Rows counts the row state files, Reports the format 1 report files, Subjects the
-	// subject records.
-	Rows, Reports, Subjects int
+	// Rows counts the row state files, Subjects the subject records.
+	Rows, Subjects int
 	// CapacityUsed is the sum of the capacity shards' counts.
 	CapacityUsed int64
 	// Problems lists every file that failed, and every inconsistency, one line each.
@@ -88,7 +74,7 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 	}
 	if data, err := r.fs.ReadFile(r.path(BatchFile)); err == nil {
 		v.Files++
-		if _, _, err := decodeBatch(data); err != nil {
+		if _, err := decodeBatch(data); err != nil {
 			problem("%s: %v", r.path(BatchFile), err)
 		} else {
 			problem("%s: a cleanup batch was interrupted; the next cleanup or prepare finishes it", r.path(BatchFile))
@@ -100,9 +86,6 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 		} else {
 			v.Files++
 		}
-	}
-	if _, err := r.fs.Stat(r.path(CapacityFile)); err == nil {
-		problem("%s: the format 1 capacity record was left by a migration (prepare removes it)", r.path(CapacityFile))
 	}
 	charged := make([]int64, shardCount)
 	for s := range shardCount {
@@ -134,34 +117,13 @@ func (l *Ledger) Verify(ctx context.Context, progress func(done int, total int64
 				}
 				v.Files++
 				charged[row.Shard]++
-				switch row.State {
-				case ledger.StateSaved:
+				if row.State == ledger.StateSaved {
 					if _, err := r.report(&row); err != nil {
 						problem("%v", err)
-					}
-				case ledger.StateAbandoned:
-					// Kept for Revive; versions before it removed it.
-					if row.v1 {
-						if _, err := r.fs.Stat(r.reportPath(key)); err == nil {
-							if _, err := r.readReportFile(&row); err != nil {
-								problem("%v", err)
-							}
-						}
 					}
 				}
 				if progress != nil {
 					progress(v.Rows, v.CapacityUsed)
-				}
-			case strings.HasSuffix(n.Name(), ".report"):
-				v.Reports++
-				data, err := r.fs.ReadFile(p)
-				if err == nil {
-					_, err = decodeReport(data, r.cfg.Limits)
-				}
-				if err != nil {
-					problem("%s: %v", p, err)
-				} else {
-					v.Files++
 				}
 			default:
 				problem("%s: unexpected file", p)

@@ -25,7 +25,7 @@ type fileRoot struct{ *localfs.Ledger }
 
 func (f fileRoot) verify(ctx context.Context, p func(int, int64)) (bool, string, []string, error) {
 	v, err := f.Verify(ctx, p)
-	return v.OK(), fmt.Sprintf("%d files decoded: %d rows, %d reports, %d subject records; capacity record counts %d", v.Files, v.Rows, v.Reports, v.Subjects, v.CapacityUsed), v.Problems, err
+	return v.OK(), fmt.Sprintf("%d files decoded: %d rows, %d subject records; capacity record counts %d", v.Files, v.Rows, v.Subjects, v.CapacityUsed), v.Problems, err
 }
 
 type s3Ledger struct{ *objstore.Ledger }

@@ -173,7 +173,7 @@ func accessProblem(dir string, statErr error) error {
 
 // ledgerEntries are the entries a FileLedger root holds besides its lock and temporary files.
 var ledgerEntries = map[string]bool{localfs.RowsDir: true, localfs.EndedDir: true, localfs.SubjectsDir: true,
-	localfs.BatchFile: true, localfs.SweepFile: true, localfs.RoomFile: true, localfs.CapacityFile: true}
+	localfs.BatchFile: true, localfs.SweepFile: true, localfs.RoomFile: true}
 
 // folderContents names a folder's entries: those no ledger makes, and a ledger's data (its
 // lock and temporary files aside, which any command leaves).

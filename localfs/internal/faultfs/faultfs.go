@@ -175,13 +175,6 @@ func (f *FS) SetRule(name string, r Rule) {
 	f.rules[name] = r
 }
 
-// Dead reports whether a crash rule has killed this FS.
-func (f *FS) Dead() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.dead
-}
-
 // Kill makes every later operation fail, as a process that died.
 func (f *FS) Kill() {
 	f.mu.Lock()
