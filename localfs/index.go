@@ -26,8 +26,8 @@ func indexName(row *ledger.Row) (bucket, name string) {
 }
 
 // addIndex creates the row's entry in the end-time index (an empty file). The entry is not
-// synced: see Complete. A new hour's folder is made durable once per process, so entries
-// created in it later are not lost with it.
+// synced: see Complete. An hour's folder is made durable the first time this process meets
+// it (mkdirDurable), so entries created in it later are not lost with it.
 func (r *root) addIndex(row *ledger.Row) error {
 	bucket, name := indexName(row)
 	dir := filepath.Join(r.dir, EndedDir, bucket)
