@@ -26,12 +26,12 @@ func indexName(row *ledger.Row) (bucket, name string) {
 }
 
 // addIndex creates the row's entry in the end-time index (an empty file). The entry is not
-// synced: see Complete. An hour's folder is made durable the first time this process meets
-// it (mkdirDurable), so entries created in it later are not lost with it.
+// synced: see Complete. A new hour's folder is made durable once per process, so entries
+// created in it later are not lost with it.
 func (r *root) addIndex(row *ledger.Row) error {
 	bucket, name := indexName(row)
 	dir := filepath.Join(r.dir, EndedDir, bucket)
-	if err := r.mkdirDurable(dir); err != nil {
+	if err := r.mkdirDurable(dir, false); err != nil {
 		return err
 	}
 	p := filepath.Join(dir, name)
@@ -46,12 +46,14 @@ func (r *root) addIndex(row *ledger.Row) error {
 }
 
 // mkdirDurable creates dir (ended/<hour> or subjects/XX) and its parent where they are missing,
-// and makes the entry of each durable in its parent the first time this process meets it,
-// whether it made the folder or found it: a folder found may have been made by a process that
-// died (or whose folder sync failed) before its entry was durable, and a file synced in a
-// folder whose own entry is not is lost with it. Once it has answered for a folder, this
-// process asks no more.
-func (r *root) mkdirDurable(dir string) error {
+// making the entry of each one it creates durable in its parent. With found set it also makes
+// durable the entry of each one it finds, the first time this process meets it: a folder found
+// may have been made by a process that died (or whose folder sync failed) before its entry was
+// durable, and a file synced in a folder whose own entry is not is lost with it. The subject
+// records need that (a grant to post is answered once synced); the end-time index does not (an
+// entry lost is made again by the sweep). Once it has answered for a folder, this process asks
+// no more.
+func (r *root) mkdirDurable(dir string, found bool) error {
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		r.mu.Lock()
 		known := r.durableDirs[d]
@@ -63,8 +65,10 @@ func (r *root) mkdirDurable(dir string) error {
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, d, err)
 		}
-		if err := r.sync.syncDirs(filepath.Dir(d)); err != nil {
-			return err
+		if err == nil || found {
+			if err := r.sync.syncDirs(filepath.Dir(d)); err != nil {
+				return err
+			}
 		}
 		r.mu.Lock()
 		r.durableDirs[d] = true

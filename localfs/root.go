@@ -98,7 +98,7 @@ type root struct {
 
 	mu       sync.Mutex
 	rowLocks [shardCount]*fileLock
-	// durableDirs holds the folders mkdirDurable made durable (ended, ended/<hour>, subjects,
+	// durableDirs holds the folders mkdirDurable answered for (ended, ended/<hour>, subjects,
 	// subjects/XX).
 	durableDirs map[string]bool
 	closed      bool
