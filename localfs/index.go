@@ -31,7 +31,7 @@ func indexName(row *ledger.Row) (bucket, name string) {
 func (r *root) addIndex(row *ledger.Row) error {
 	bucket, name := indexName(row)
 	dir := filepath.Join(r.dir, EndedDir, bucket)
-	if err := r.mkdirDurable(dir); err != nil {
+	if err := r.mkdirDurable(dir, false); err != nil {
 		return err
 	}
 	p := filepath.Join(dir, name)
@@ -46,29 +46,34 @@ func (r *root) addIndex(row *ledger.Row) error {
 }
 
 // mkdirDurable creates dir (ended/<hour> or subjects/XX) and its parent where they are missing,
-// making the entry of each one it creates durable in its parent. Once it has answered for dir,
-// this process asks no more.
-func (r *root) mkdirDurable(dir string) error {
-	r.mu.Lock()
-	known := r.durableDirs[dir]
-	r.mu.Unlock()
-	if known {
-		return nil
-	}
+// making the entry of each one it creates durable in its parent. With found set it also makes
+// durable the entry of each one it finds, the first time this process meets it: a folder found
+// may have been made by a process that died (or whose folder sync failed) before its entry was
+// durable, and a file synced in a folder whose own entry is not is lost with it. The subject
+// records need that (a grant to post is answered once synced); the end-time index does not (an
+// entry lost is made again by the sweep). Once it has answered for a folder, this process asks
+// no more.
+func (r *root) mkdirDurable(dir string, found bool) error {
 	for _, d := range []string{filepath.Dir(dir), dir} {
+		r.mu.Lock()
+		known := r.durableDirs[d]
+		r.mu.Unlock()
+		if known {
+			continue
+		}
 		err := r.fs.Mkdir(d, 0o700)
 		if err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, d, err)
 		}
-		if err == nil {
+		if err == nil || found {
 			if err := r.sync.syncDirs(filepath.Dir(d)); err != nil {
 				return err
 			}
 		}
+		r.mu.Lock()
+		r.durableDirs[d] = true
+		r.mu.Unlock()
 	}
-	r.mu.Lock()
-	r.durableDirs[dir] = true
-	r.mu.Unlock()
 	return nil
 }
 

@@ -98,7 +98,8 @@ type root struct {
 
 	mu       sync.Mutex
 	rowLocks [shardCount]*fileLock
-	// durableDirs holds the folders mkdirDurable answered for (ended/<hour>, subjects/XX).
+	// durableDirs holds the folders mkdirDurable answered for (ended, ended/<hour>, subjects,
+	// subjects/XX).
 	durableDirs map[string]bool
 	closed      bool
 	// inflight counts the operations running on the root; Close waits for them (idle is

@@ -55,7 +55,7 @@ func (r *root) readSubject(k ledger.SubjectKey) (rec ledger.SubjectRecord, exist
 // writeSubject replaces the subject record's file, making its folder durable first when this
 // process has not seen it so.
 func (r *root) writeSubject(rec *ledger.SubjectRecord, d durability) error {
-	if err := r.mkdirDurable(r.subjectDirOf(int(rec.Key[0]))); err != nil {
+	if err := r.mkdirDurable(r.subjectDirOf(int(rec.Key[0])), true); err != nil {
 		return err
 	}
 	data, err := encodeJSON(kindSubject, rec)
