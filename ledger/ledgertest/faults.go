@@ -159,6 +159,30 @@ func FaultOps() []FaultOp {
 			s := MustSave(t, l, *MustClaim(t, l, d, ledger.Execute).Lease, "verdict")
 			return d, func(l ledger.Ledger) error { return l.Abandon(ctx, s, "provider answered 422") }
 		}, []string{"saved", "abandoned"}},
+		{"supersede", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
+			d := faultDelivery(c.Now())
+			MustAdmit(t, l, d)
+			s := MustSave(t, l, *MustClaim(t, l, d, ledger.Execute).Lease, "verdict")
+			by := faultDelivery(c.Now()).Key()
+			return d, func(l ledger.Ledger) error { return l.Supersede(ctx, s, by) }
+		}, []string{"saved", "superseded"}},
+		{"acquire-subject", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
+			d := faultDelivery(c.Now())
+			MustAdmit(t, l, d)
+			s := MustSave(t, l, *MustClaim(t, l, d, ledger.Execute).Lease, "verdict")
+			q := faultSubjectRequest(d, s)
+			return d, func(l ledger.Ledger) error { _, err := l.AcquireSubject(ctx, q); return err }
+		}, []string{"saved"}},
+		{"report-subject", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
+			d := faultDelivery(c.Now())
+			MustAdmit(t, l, d)
+			s := MustSave(t, l, *MustClaim(t, l, d, ledger.Execute).Lease, "verdict")
+			g, err := l.AcquireSubject(ctx, faultSubjectRequest(d, s))
+			if err != nil || g.Outcome != ledger.SubjectPost {
+				t.Fatalf("acquire subject: %+v %v", g, err)
+			}
+			return d, func(l ledger.Ledger) error { _, err := l.ReportSubject(ctx, g, ledger.PostApplied); return err }
+		}, []string{"saved"}},
 		{"revive", func(t testing.TB, l ledger.Ledger, c *ledger.ManualClock) (ledger.Delivery, func(ledger.Ledger) error) {
 			d := faultDelivery(c.Now())
 			MustAdmit(t, l, d)
@@ -182,6 +206,15 @@ func FaultOps() []FaultOp {
 			return d, func(l ledger.Ledger) error { _, err := l.Cleanup(ctx, ""); return err }
 		}, []string{"done", ""}},
 	}
+}
+
+// faultSubjectRequest asks to publish s's verdict on a subject of d's own (a commit no
+// other operation publishes to).
+func faultSubjectRequest(d ledger.Delivery, s ledger.Staged) ledger.SubjectRequest {
+	return ledger.SubjectRequest{
+		Subject: ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/faults",
+			SHA: d.Key().String()[:40], Context: "amiss"},
+		Order: s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: time.Minute, Settle: time.Minute}
 }
 
 // RowState reads d's row: its state name ("" when absent) and the row. A row that cannot be
