@@ -13,11 +13,12 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// slowSave answers Save a moment after it landed (a slow response) and counts the renewals
-// the ledger refused.
+// slowSave answers Save a moment after it landed (a slow response), counts the renewals the
+// ledger refused, and tells a waiter on renewed of each renewal it granted.
 type slowSave struct {
 	ledger.Ledger
 	refused atomic.Int32
+	renewed chan struct{}
 }
 
 func (s *slowSave) Save(ctx context.Context, l ledger.Lease, report []byte) (ledger.Staged, error) {
@@ -31,7 +32,22 @@ func (s *slowSave) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (
 	if errors.Is(err, ledger.ErrLeaseLost) {
 		s.refused.Add(1)
 	}
+	if err == nil {
+		select {
+		case s.renewed <- struct{}{}:
+		default:
+		}
+	}
 	return nl, err
+}
+
+// awaitRenewal waits for the keeper's next granted renewal, if the keeper renews at all (a
+// second of real time at most: a loaded machine may run the keeper late, never that late).
+func awaitRenewal(renewed <-chan struct{}) {
+	select {
+	case <-renewed:
+	case <-time.After(time.Second):
+	}
 }
 
 // The keeper renews the lease while Save is in flight. A renewal of the executing lease that lands
@@ -40,7 +56,7 @@ func (s *slowSave) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (
 // would post while the first is posting.
 func TestARenewalRacingSaveKeepsThePublishingLease(t *testing.T) {
 	w := newWorld(t)
-	sl := &slowSave{Ledger: w.l}
+	sl := &slowSave{Ledger: w.l, renewed: make(chan struct{})}
 	var posts, second atomic.Int32
 	r := w.runner("a", verdict("success", "ok"))
 	r.Ledger = sl
@@ -49,7 +65,7 @@ func TestARenewalRacingSaveKeepsThePublishingLease(t *testing.T) {
 		// A slow provider: 40 s pass on the ledger's clock, the keeper renewing meanwhile.
 		for range 4 {
 			w.clock.Advance(10 * time.Second)
-			time.Sleep(30 * time.Millisecond)
+			awaitRenewal(sl.renewed)
 		}
 		c, err := w.l.Claim(ctx, w.msg.Key, w.msg.Binding, "b", 30*time.Second)
 		if err != nil {
@@ -72,16 +88,30 @@ func TestARenewalRacingSaveKeepsThePublishingLease(t *testing.T) {
 }
 
 // slowLanding: the Save request is in flight 40 s (ledger clock) before it lands; the lease
-// is 30 s and was being renewed every 5 ms until Save started.
+// is 30 s and was being renewed every 5 ms until Save started. After each 10 s it waits for
+// the keeper's next renewal to land, if the keeper is free to renew at all (a second of real
+// time at most: a loaded machine may run the keeper late, never that late).
 type slowLanding struct {
 	ledger.Ledger
-	clock *ledger.ManualClock
+	clock   *ledger.ManualClock
+	renewed chan struct{}
+}
+
+func (s *slowLanding) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	nl, err := s.Ledger.Renew(ctx, l, d)
+	if err == nil {
+		select {
+		case s.renewed <- struct{}{}:
+		default:
+		}
+	}
+	return nl, err
 }
 
 func (s *slowLanding) Save(ctx context.Context, l ledger.Lease, report []byte) (ledger.Staged, error) {
 	for range 4 {
 		s.clock.Advance(10 * time.Second)
-		time.Sleep(20 * time.Millisecond) // the keeper would renew here, if it were free to
+		awaitRenewal(s.renewed)
 	}
 	return s.Ledger.Save(ctx, l, report)
 }
@@ -93,7 +123,7 @@ func (s *slowLanding) Save(ctx context.Context, l ledger.Lease, report []byte) (
 func TestASlowSaveKeepsItsLease(t *testing.T) {
 	w := newWorld(t)
 	r := w.runner("a", verdict("success", "ok"))
-	r.Ledger = &slowLanding{Ledger: w.l, clock: w.clock}
+	r.Ledger = &slowLanding{Ledger: w.l, clock: w.clock, renewed: make(chan struct{})}
 	res, err := r.Process(context.Background(), w.msg)
 	if err != nil || !res.Done {
 		t.Fatalf("process: %+v %v; row %v, published %d: a renewed lease ran out during Save", res, err, w.state(t), len(w.pub.all()))
