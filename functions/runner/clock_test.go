@@ -69,11 +69,13 @@ func TestARunnerClockOffDecidesNoRetryTime(t *testing.T) {
 type lossyRenew struct {
 	ledger.Ledger
 	lose atomic.Bool
+	lost atomic.Int32
 }
 
 func (s *lossyRenew) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (ledger.Lease, error) {
 	nl, err := s.Ledger.Renew(ctx, l, d)
 	if err == nil && s.lose.Load() {
+		s.lost.Add(1)
 		return ledger.Lease{}, errors.New("renew: i/o timeout")
 	}
 	return nl, err
@@ -95,7 +97,13 @@ func TestALostRenewalAnswerDoesNotMoveTheRetryTime(t *testing.T) {
 		return &runner.Route{Evaluator: evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
 			lr.lose.Store(true)
 			w.clock.Advance(20 * time.Second)
-			time.Sleep(50 * time.Millisecond) // renewals land, their answers are lost
+			// Renewals land, their answers are lost: two of them, however late the keeper runs.
+			for deadline := time.Now().Add(5 * time.Second); lr.lost.Load() < 2 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if lr.lost.Load() < 2 {
+				t.Errorf("the keeper renewed %d times during the evaluation, want 2 (the premise)", lr.lost.Load())
+			}
 			return evaluate.Verdict{State: "success", Description: "ok"}, nil
 		}), Publisher: w.pub, Context: "amiss/verdict"}, nil
 	}
