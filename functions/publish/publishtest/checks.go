@@ -78,28 +78,43 @@ func (c *Checks) violate(w http.ResponseWriter, code int, format string, a ...an
 	writeJSON(w, code, map[string]string{"message": msg, "documentation_url": "https://docs.github.com/rest/checks/runs"})
 }
 
-// ServeHTTP implements http.Handler.
-func (c *Checks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// appRequest checks what every request with an installation token must carry (a bearer token
+// authorize accepts, GitHub's media type), answering and recording what does not (refused is
+// told of a token authorize refused), and returns the path's segments without GitHub
+// Enterprise Server's /api/v3 prefix.
+func appRequest(w http.ResponseWriter, r *http.Request, authorize func(string) bool,
+	violate func(http.ResponseWriter, int, string, ...any), refused func()) ([]string, bool) {
 	w.Header().Set("Date", time.Now().UTC().Format(http.TimeFormat))
 	auth := r.Header.Get("Authorization")
 	token, ok := strings.CutPrefix(auth, "Bearer ")
 	if !ok || token == "" {
-		c.violate(w, http.StatusUnauthorized, "Requires authentication: Authorization %q is not a bearer token", auth)
-		return
+		violate(w, http.StatusUnauthorized, "Requires authentication: Authorization %q is not a bearer token", auth)
+		return nil, false
 	}
-	if c.Authorize != nil && !c.Authorize(token) {
+	if authorize != nil && !authorize(token) {
+		if refused != nil {
+			refused()
+		}
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"})
+		return nil, false
+	}
+	if a := r.Header.Get("Accept"); a != "application/vnd.github+json" {
+		violate(w, http.StatusUnsupportedMediaType, "Accept %q, want application/vnd.github+json", a)
+		return nil, false
+	}
+	return strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/api/v3"), "/"), "/"), true
+}
+
+// ServeHTTP implements http.Handler.
+func (c *Checks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	parts, ok := appRequest(w, r, c.Authorize, c.violate, func() {
 		c.mu.Lock()
 		c.unauthorized++
 		c.mu.Unlock()
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"})
+	})
+	if !ok {
 		return
 	}
-	if a := r.Header.Get("Accept"); a != "application/vnd.github+json" {
-		c.violate(w, http.StatusUnsupportedMediaType, "Accept %q, want application/vnd.github+json", a)
-		return
-	}
-	// GitHub Enterprise Server serves the same API under /api/v3.
-	parts := strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/api/v3"), "/"), "/")
 	if len(parts) < 4 || parts[0] != "repos" {
 		c.violate(w, http.StatusNotFound, "Not Found: %s %s", r.Method, r.URL.Path)
 		return

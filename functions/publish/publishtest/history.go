@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // The operations History serves, by their operationId in GitHub's OpenAPI description.
@@ -126,22 +125,10 @@ func (h *History) violate(w http.ResponseWriter, code int, format string, a ...a
 
 // ServeHTTP implements http.Handler.
 func (h *History) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Date", time.Now().UTC().Format(http.TimeFormat))
-	auth := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || token == "" {
-		h.violate(w, http.StatusUnauthorized, "Requires authentication: Authorization %q is not a bearer token", auth)
+	parts, ok := appRequest(w, r, h.Authorize, h.violate, nil)
+	if !ok {
 		return
 	}
-	if h.Authorize != nil && !h.Authorize(token) {
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"})
-		return
-	}
-	if a := r.Header.Get("Accept"); a != "application/vnd.github+json" {
-		h.violate(w, http.StatusUnsupportedMediaType, "Accept %q, want application/vnd.github+json", a)
-		return
-	}
-	parts := strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/api/v3"), "/"), "/")
 	if r.Method != http.MethodGet || len(parts) < 4 || parts[0] != "repos" {
 		h.violate(w, http.StatusNotFound, "Not Found: %s %s", r.Method, r.URL.Path)
 		return
