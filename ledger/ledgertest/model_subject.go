@@ -74,6 +74,19 @@ func (s subjectModel) granted(o Op, fence uint64, lo, hi int64) subjectModel {
 // surelyHeld reports whether a grant is live at every now o may have decided at.
 func (s subjectModel) surelyHeld(o Op) bool { return !s.Holder.IsZero() && s.HolderLo > o.Hi }
 
+// lapsed returns, besides s, s with its grant ended when the grant is o's own verdict's and
+// may have run out by o's now: a request to post that verdict again ends it (its post's
+// outcome unknown), and its holder's late report is then lost.
+func (s subjectModel) lapsed(o Op) []subjectModel {
+	out := []subjectModel{s}
+	if s.Holder == o.verdict() && !s.surelyHeld(o) {
+		n := s
+		n.Holder, n.HolderLo, n.HolderHi = ledger.Verdict{}, 0, 0
+		out = append(out, n)
+	}
+	return out
+}
+
 // stepSubject returns every state the subject record may be in after o, or none when o's
 // answer is impossible.
 func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
@@ -82,7 +95,7 @@ func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
 		switch o.Kind {
 		case OpAcquireSubject:
 			if !s.superseded(o) {
-				out = append(out, s.recorded(o))
+				out = append(out, s.recorded(o).lapsed(o)...)
 				if !s.surelyHeld(o) {
 					out = append(out, s.granted(o, s.Fence+1, o.Lo+int64(o.HoldFor), Timeless))
 				}
@@ -116,11 +129,11 @@ func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
 			}
 		case ledger.SubjectWait.String():
 			if !s.superseded(o) {
-				return []subjectModel{s.recorded(o)}
+				return s.recorded(o).lapsed(o)
 			}
 		case ledger.SubjectStanding.String():
 			if !s.superseded(o) && s.Stands == o.verdict() {
-				return []subjectModel{s.recorded(o)}
+				return s.recorded(o).lapsed(o)
 			}
 		}
 		return nil

@@ -65,6 +65,12 @@ func TestSubjectModelRefusesAnOlderVerdictPostedAfterANewerOne(t *testing.T) {
 			{hold + time.Second, acquire(newer, newAt, ledger.SubjectPost, 2)},
 			{hold + 2*time.Second, mk(older, oldAt, Op{Kind: OpReportSubject, Fence: 1, Post: "applied", Err: ErrClassLeaseLost})},
 		},
+		"a grant that ended without a report is ended by its own verdict asking again": {
+			{0, acquire(older, oldAt, ledger.SubjectPost, 1)},
+			{hold + time.Second, acquire(older, oldAt, ledger.SubjectWait, 0)}, // its post may still land
+			{hold + 2*time.Second, mk(older, oldAt, Op{Kind: OpReportSubject, Fence: 1, Post: "applied", Err: ErrClassLeaseLost})},
+			{hold + 3*time.Second, acquire(newer, newAt, ledger.SubjectPost, 2)},
+		},
 	}
 	for name, steps := range legal {
 		if !check(steps...) {
@@ -93,6 +99,11 @@ func TestSubjectModelRefusesAnOlderVerdictPostedAfterANewerOne(t *testing.T) {
 			{0, acquire(older, oldAt, ledger.SubjectPost, 1)},
 			{hold + time.Second, acquire(newer, newAt, ledger.SubjectPost, 2)},
 			{hold + 2*time.Second, report(older, oldAt, 1, ledger.PostApplied, ledger.SubjectStanding)},
+		},
+		"a grant lost while it surely lives": {
+			{0, acquire(older, oldAt, ledger.SubjectPost, 1)},
+			{time.Second, acquire(older, oldAt, ledger.SubjectWait, 0)},
+			{2 * time.Second, mk(older, oldAt, Op{Kind: OpReportSubject, Fence: 1, Post: "applied", Err: ErrClassLeaseLost})},
 		},
 		"standing without a report": {
 			{0, acquire(newer, newAt, ledger.SubjectPost, 1)},
