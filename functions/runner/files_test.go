@@ -68,7 +68,7 @@ func TestFilesOverTheReportCeilingAreCutBeforeTheVerdict(t *testing.T) {
 	limits := ledger.DefaultLimits()
 	limits.MaxReportBytes = 8 << 10
 	clock := ledger.NewManualClock(epoch)
-	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: limits, Clock: clock, Create: true})
+	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: limits, Clock: clock, Create: true, FS: unsyncedFS{}})
 	if err != nil {
 		t.Fatal(err)
 	}

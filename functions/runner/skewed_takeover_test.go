@@ -68,7 +68,7 @@ func takeOverWithSkew(t *testing.T, skew time.Duration) bool {
 	dying.kill()
 	lands := killed.Add(time.Minute)
 	grantEnd := granted.Add(2*timeout + 10*time.Second)
-	lb, err := localfs.Open(context.Background(), w.root, localfs.Config{Limits: ledger.DefaultLimits(), Clock: skewedClock{w.clock, skew}})
+	lb, err := localfs.Open(context.Background(), w.root, localfs.Config{Limits: ledger.DefaultLimits(), Clock: skewedClock{w.clock, skew}, FS: unsyncedFS{}})
 	if err != nil {
 		t.Fatal(err)
 	}

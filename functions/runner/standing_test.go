@@ -63,7 +63,7 @@ func newCommitWorld(t *testing.T, gh *publishtest.GitHub) *commitWorld {
 
 func (w *commitWorld) open() ledger.Ledger {
 	w.t.Helper()
-	l, err := localfs.Open(context.Background(), w.root, localfs.Config{Limits: ledger.DefaultLimits(), Clock: w.clock, Create: true})
+	l, err := localfs.Open(context.Background(), w.root, localfs.Config{Limits: ledger.DefaultLimits(), Clock: w.clock, Create: true, FS: unsyncedFS{}})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func newWorldWithSubject(t *testing.T, subj []byte) *world {
 	t.Helper()
 	clock := ledger.NewManualClock(epoch)
 	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(),
-		Clock: clock, Create: true})
+		Clock: clock, Create: true, FS: unsyncedFS{}})
 	if err != nil {
 		t.Fatal(err)
 	}
