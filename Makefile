@@ -1,7 +1,9 @@
 # amiss: the two commands a newcomer types are `make run` and `make test`. `make help` lists the rest.
 GO        ?= go
-ROOT      ?= var/ledger
 CONFIG    ?= examples/amiss.yaml
+# The example's root; any other configuration gets one of its own, named after it
+# (examples/github.yaml: var/github), since a root keeps the limits it was made with.
+ROOT      ?= $(if $(filter examples/amiss.yaml,$(CONFIG)),var/ledger,var/$(basename $(notdir $(CONFIG))))
 # The configuration sam build packages beside each function (see docs/deployment.md).
 DEPLOY_CONFIG ?= examples/aws.yaml
 LISTEN    ?= 127.0.0.1:8080
