@@ -17,13 +17,6 @@ import (
 // markers left with no version. It is for operators (`amiss ledger s3-setup`) and stores such
 // as a local MinIO; the SAM template does the same for the bucket it creates. It replaces the
 // bucket's lifecycle configuration.
-
-// SetupBucket makes bucket fit for a ledger under prefix: it turns versioning on (the ledger
-// deletes by version id and refuses a bucket without versions) and sets a lifecycle rule on the
-// prefix that expires versions noncurrentDays after they stopped being current, and delete
-// markers left with no version. It is for operators (`amiss ledger s3-setup`) and stores such
-// as a local MinIO; the SAM template does the same for the bucket it creates. It replaces the
-// bucket's lifecycle configuration.
 func SetupBucket(ctx context.Context, client *s3.Client, bucket, prefix string, noncurrentDays int32) error {
 	if noncurrentDays < 1 {
 		return fmt.Errorf("%w: noncurrent versions must be kept at least a day, got %d", ledger.ErrInvalid, noncurrentDays)

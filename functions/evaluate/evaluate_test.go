@@ -152,7 +152,7 @@ func TestHTTPEvaluatorFollowsNoRedirect(t *testing.T) {
 // given: the runner's wiring shares one client (15 s) among every route, and a route may allow
 // its evaluator up to 5 minutes. Copying that client whole cut every evaluation at the
 // client's timeout, and an evaluator configured for longer failed every attempt, then got an
-// error verdict (helper-25).
+// error verdict.
 func TestHTTPEvaluatorTimeoutOverridesTheClients(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(300 * time.Millisecond) // slower than the client's timeout, within the evaluator's

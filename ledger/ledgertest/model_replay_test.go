@@ -11,7 +11,7 @@ import (
 // from the bounds of each call's own clock readings, and keeps no time in its state, so a call
 // that overlaps a removal may be linearized after it and still be judged fresh at a time
 // before it. The history below is the one a held reservation PUT produces on the S3 ledger
-// (objstore TestAttackHeldReservationReadmitsAForgottenDelivery):
+// (objstore TestHeldReservationDoesNotReadmitAForgottenDelivery):
 //
 //	client 1: admit(d signed at 0) called at 4m ....................... returns Admitted e2
 //	client 2:   admit(d) Admitted e1, execute, save, complete (at 4m)
