@@ -19,9 +19,10 @@ var appPermission = map[string]string{provider.GitHub: "statuses", "github-check
 
 // checkApp checks a route that publishes as a GitHub App, posting no status and no check run:
 // the private key parses, GitHub accepts the App's JWT (GET /app names the App), and for each
-// repository the route names (not owner/*) the App is installed there
-// (GET /repos/{owner}/{repo}/installation) with the permission the publisher needs, and an
-// installation token can be had (POST /app/installations/{id}/access_tokens, the one write:
+// repository the route names the App is installed there (GET
+// /repos/{owner}/{repo}/installation; for owner/*, on the account, found among GET
+// /app/installations) with the permission the publisher needs, and an installation token can
+// be had (POST /app/installations/{id}/access_tokens, the one write:
 // to GitHub's App API, not to the repository).
 func (c *checker) checkApp(ctx context.Context, res secrets.Source, r *config.Route, hc *http.Client, timeout time.Duration) {
 	p, field := r.Publish, "routes."+r.Name+".publish.app"
@@ -45,19 +46,15 @@ func (c *checker) checkApp(ctx context.Context, res secrets.Source, r *config.Ro
 		return
 	}
 	c.ok("%s: GitHub accepts the App's JWT: App %s (%q, id %d)", field, app.Slug, app.Name, app.ID)
-	perm := appPermission[p.Provider]
-	checked := 0
+	perm, reruns := appPermission[p.Provider], slices.Contains(r.Events, "rerun")
+	seen := map[string]bool{}
 	for _, repo := range r.Repositories {
 		owner, name, ok := strings.Cut(repo, "/")
-		if !ok || name == "*" || strings.Contains(name, "/") {
+		if !ok || strings.Contains(name, "/") || seen[strings.ToLower(repo)] {
 			continue
 		}
-		checked++
-		c.checkInstallation(ctx, tk, field, owner, name, perm, slices.Contains(r.Events, "rerun"), timeout)
-	}
-	if checked == 0 {
-		c.ok("%s: the route names only owner/* repositories: no installation checked (amiss takes it from each webhook); "+
-			"install the App on them", field)
+		seen[strings.ToLower(repo)] = true
+		c.checkInstallation(ctx, tk, field, owner, name, perm, reruns, timeout)
 	}
 }
 
@@ -65,13 +62,19 @@ func (c *checker) checkApp(ctx context.Context, res secrets.Source, r *config.Ro
 // and commits, and a push's commits and files.
 var rerunReads = []string{"pull_requests", "contents"}
 
-// checkInstallation checks that the App is installed on owner/name with perm write, that it
-// may read what a re-run reads when the route takes re-runs, and that an installation token
-// can be had.
+// checkInstallation checks that the App is installed on owner/name (on the account owner, for
+// owner/*) with perm write, that it may read what a re-run reads when the route takes
+// re-runs, and that an installation token can be had.
 func (c *checker) checkInstallation(ctx context.Context, tk *githubapp.Tokens, field, owner, name, perm string, reruns bool, timeout time.Duration) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	in, err := tk.Installation(pctx, owner, name)
+	var in githubapp.Installation
+	var err error
+	if name == "*" {
+		in, err = tk.AccountInstallation(pctx, owner)
+	} else {
+		in, err = tk.Installation(pctx, owner, name)
+	}
 	if err != nil {
 		c.fail("%s: %s/%s: %v", field, owner, name, err)
 		return

@@ -34,7 +34,7 @@ routes:
   gh:
     provider: github
     secrets: [{id: current, from: "env:AMISS_TEST_HOOK"}]
-    repositories: [acme/app, acme/lib, "acme/*"]
+    repositories: [acme/app, acme/lib, "acme/*", "zeta/*"]
     publish:
       provider: github
       base_url: "`+api.URL+`/api/v3"
@@ -69,16 +69,24 @@ routes:
 		`ok    routes.gh.publish.app: GitHub accepts the App's JWT: App amiss-test ("amiss test", id 4242)`,
 		"ok    routes.gh.publish.app: acme/app: installation 7 (account acme) may write statuses; an installation token can be had (nothing was posted)",
 		"FAIL  routes.gh.publish.app: acme/lib: githubapp: find the installation on acme/lib: GitHub answered 404",
-		"install the App on the repository", "amiss check: 8 passed, 1 failed")
-	if fake.Exchanges(7) != 1 {
-		t.Errorf("%d token exchanges for acme/app's installation, want 1", fake.Exchanges(7))
+		"install the App on the repository",
+		"ok    routes.gh.publish.app: acme/*: installation 7 (account acme) may write statuses; an installation token can be had",
+		"FAIL  routes.gh.publish.app: zeta/*: githubapp: find the installation on the account zeta (installation refused): "+
+			"the App is not installed on the account zeta: install it there",
+		"amiss check: 9 passed, 2 failed")
+	if fake.Exchanges(7) != 1 { // acme/app's, then acme/* has it cached
+		t.Errorf("%d token exchanges for acme's installation, want 1", fake.Exchanges(7))
 	}
 
 	fake.Install(7, "acme/lib")
+	fake.Install(8, "zeta/tools")
 	if out, err = check(pemKey); err != nil {
 		t.Fatalf("an App installed on every named repository: %v\n%s", err, out)
 	}
-	says(out, "ok    routes.gh.publish.app: acme/lib: installation 7")
+	says(out, "ok    routes.gh.publish.app: acme/lib: installation 7", "ok    routes.gh.publish.app: zeta/*: installation 8 (account zeta)")
+	if fake.Exchanges(8) != 1 {
+		t.Errorf("%d token exchanges for zeta's installation, want 1", fake.Exchanges(8))
+	}
 
 	fake.Permissions = map[string]string{"checks": "write", "metadata": "read"}
 	out, _ = check(pemKey)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -74,4 +75,40 @@ func (t *Tokens) Installation(ctx context.Context, owner, repo string) (Installa
 		return Installation{}, &Error{Op: op, Status: resp.StatusCode, Hint: "the answer is not an installation"}
 	}
 	return in, nil
+}
+
+// maxInstallationPages bounds AccountInstallation's listing: 10 pages of 100 installations.
+const maxInstallationPages = 10
+
+// AccountInstallation finds the App's installation on an account (a user or an organization,
+// for a route that names owner/*) by listing the App's installations: GET
+// {base}/app/installations (apps/list-installations), 100 a page, at most
+// maxInstallationPages pages. No installation on the account is ErrInstallationRefused.
+func (t *Tokens) AccountInstallation(ctx context.Context, account string) (Installation, error) {
+	op := "find the installation on the account " + account
+	for page := 1; page <= maxInstallationPages; page++ {
+		resp, body, err := t.appRequest(ctx, op, http.MethodGet, fmt.Sprintf("/app/installations?per_page=100&page=%d", page))
+		if err != nil {
+			return Installation{}, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return Installation{}, classify(op, resp, body, t.now())
+		}
+		var ins []Installation
+		if err := json.Unmarshal(body, &ins); err != nil {
+			return Installation{}, &Error{Op: op, Status: resp.StatusCode, Hint: "the answer is not a list of installations"}
+		}
+		for _, in := range ins {
+			if strings.EqualFold(in.Account.Login, account) && in.ID != 0 {
+				return in, nil
+			}
+		}
+		if len(ins) < 100 {
+			return Installation{}, &Error{Op: op, Kind: ErrInstallationRefused,
+				Hint: "the App is not installed on the account " + account + ": install it there (the App's page, Install App)"}
+		}
+	}
+	return Installation{}, &Error{Op: op, Kind: ErrInstallationRefused,
+		Hint: fmt.Sprintf("not among the App's first %d installations: name one of the account's repositories instead of %s/*",
+			maxInstallationPages*100, account)}
 }

@@ -16,6 +16,8 @@
 //     not have, 403 for a suspended one.
 //   - GET /repos/{owner}/{repo}/installation (apps/get-repo-installation), for a JWT: the
 //     installation (schema installation), 404 when the App is not installed there.
+//   - GET /app/installations (apps/list-installations), for a JWT: the installations, paged
+//     by per_page (at most 100) and page.
 //
 // Every request must accept application/vnd.github+json and ask for API version 2022-11-28
 // (X-GitHub-Api-Version), as amiss's GitHub clients do.
@@ -28,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,6 +251,8 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		serve = a.createToken
 	case r.Method == http.MethodGet && len(parts) == 4 && parts[0] == "repos" && parts[3] == "installation":
 		serve = a.repoInstallation
+	case r.Method == http.MethodGet && len(parts) == 2 && parts[0] == "app" && parts[1] == "installations":
+		serve = a.listInstallations
 	default:
 		a.violate(w, http.StatusNotFound, "Not Found: %s %s", r.Method, r.URL.Path)
 		return
@@ -454,24 +459,65 @@ func (a *App) repoInstallation(w http.ResponseWriter, _ *http.Request, parts []s
 			found = in
 		}
 	}
-	var suspended any
-	if found != nil && found.refusal == http.StatusForbidden {
-		suspended = a.now().UTC().Format(time.RFC3339)
+	var body map[string]any
+	if found != nil {
+		body = a.installationJSON(found)
 	}
 	a.mu.Unlock()
 	if found == nil {
 		a.answer(w, http.StatusNotFound, map[string]string{"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
 		return
 	}
+	a.answer(w, http.StatusOK, body)
+}
+
+// listInstallations answers apps/list-installations: the App's installations (not the
+// uninstalled ones), ordered by id, per_page (at most 100, default 30) a page.
+func (a *App) listInstallations(w http.ResponseWriter, r *http.Request, _ []string) {
+	perPage, page := 30, 1
+	q := r.URL.Query()
+	for name, v := range map[string]*int{"per_page": &perPage, "page": &page} {
+		if s := q.Get(name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || (name == "per_page" && n > 100) {
+				a.violate(w, http.StatusUnprocessableEntity, "%s %q is not an integer in range", name, s)
+				return
+			}
+			*v = n
+		}
+	}
+	a.mu.Lock()
+	var ids []int64
+	for id, in := range a.installations {
+		if in.refusal != http.StatusNotFound {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := []map[string]any{}
+	for i := (page - 1) * perPage; i < len(ids) && i < page*perPage; i++ {
+		out = append(out, a.installationJSON(a.installations[ids[i]]))
+	}
+	a.mu.Unlock()
+	a.answer(w, http.StatusOK, out)
+}
+
+// installationJSON is in as the schema installation gives it, with its required fields. The
+// caller holds a.mu.
+func (a *App) installationJSON(in *installation) map[string]any {
 	at := a.now().UTC().Format(time.RFC3339)
-	a.answer(w, http.StatusOK, map[string]any{
-		"id": found.id, "account": map[string]any{"login": found.account, "id": 1, "type": "Organization"},
-		"access_tokens_url": fmt.Sprintf("https://api.github.com/app/installations/%d/access_tokens", found.id),
+	var suspended any
+	if in.refusal == http.StatusForbidden {
+		suspended = at
+	}
+	return map[string]any{
+		"id": in.id, "account": map[string]any{"login": in.account, "id": 1, "type": "Organization"},
+		"access_tokens_url": fmt.Sprintf("https://api.github.com/app/installations/%d/access_tokens", in.id),
 		"repositories_url":  "https://api.github.com/installation/repositories",
-		"html_url":          fmt.Sprintf("https://github.com/organizations/%s/settings/installations/%d", found.account, found.id),
+		"html_url":          fmt.Sprintf("https://github.com/organizations/%s/settings/installations/%d", in.account, in.id),
 		"app_id":            a.ID, "app_slug": a.Slug, "target_id": 1, "target_type": "Organization",
 		"permissions": a.permissions(), "events": []string{"check_run", "check_suite", "pull_request", "push"},
 		"created_at": at, "updated_at": at, "single_file_name": nil, "repository_selection": "selected",
 		"suspended_at": suspended, "suspended_by": nil,
-	})
+	}
 }
