@@ -2,8 +2,10 @@
 // description (api.github.com, 2022-11-28) gives them, and verifies every App JWT the way
 // GitHub does: RS256 signed by the App's key, iss the App's id (or client id), iat and exp
 // present, exp at most 10 minutes after iat, iat not more than a minute in the future, not
-// expired. Every request that breaks the description is answered as GitHub would (401, 404,
-// 415, 422) and recorded: a test asserts Violations() is empty.
+// expired. Every request is checked against the description itself (internal/githubspec:
+// its path, parameters and body), and against what it says in prose (the headers, the JWT).
+// Every request that breaks it is answered as GitHub would (401, 404, 415, 422) and
+// recorded: a test asserts Violations() is empty.
 //
 // It serves:
 //   - GET / (meta/root): 200, no authentication.
@@ -37,6 +39,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/amiss-ci/amiss/internal/githubspec"
 )
 
 // GitHub's limits on an App JWT.
@@ -240,6 +244,15 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if v := r.Header.Get("X-GitHub-Api-Version"); v != "2022-11-28" {
 		a.violate(w, http.StatusBadRequest, "X-GitHub-Api-Version %q, want 2022-11-28", v)
+		return
+	}
+	// GitHub's published OpenAPI description decides what a request may carry.
+	if op, err := githubspec.Check(r, a.Prefix); err != nil {
+		status := http.StatusUnprocessableEntity
+		if op == "" {
+			status = http.StatusNotFound
+		}
+		a.violate(w, status, "%v", err)
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/amiss-ci/amiss/internal/githubspec"
 )
 
 // CheckRun is one check run the checks fake holds.
@@ -46,8 +48,9 @@ type Annotation struct {
 //
 // Each request must carry a bearer token (Authorize decides which are valid: a refused one is
 // answered 401, as an expired installation token is) and accept application/vnd.github+json;
-// each body must be a JSON object with the operation's keys, types, enums, bounds and required
-// fields (see validateCreate and validateUpdate). A request that breaks the description is
+// each is checked against the description itself (internal/githubspec: path, parameters and
+// body schema), then by the fake's own rules, which add what the description says only in
+// prose (see validateCreate and validateUpdate). A request that breaks the description is
 // answered as GitHub would (404, 415, 422) and recorded (Violations). The fake keeps the check
 // runs of each commit in the order it created them; an update overwrites the fields it gives
 // and appends its annotations, as GitHub does.
@@ -102,7 +105,30 @@ func appRequest(w http.ResponseWriter, r *http.Request, authorize func(string) b
 		violate(w, http.StatusUnsupportedMediaType, "Accept %q, want application/vnd.github+json", a)
 		return nil, false
 	}
-	return strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/api/v3"), "/"), "/"), true
+	prefix := ""
+	if strings.HasPrefix(r.URL.Path, "/api/v3/") {
+		prefix = "/api/v3"
+	}
+	if !described(w, r, prefix, violate) {
+		return nil, false
+	}
+	return strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, prefix), "/"), "/"), true
+}
+
+// described checks r against GitHub's published OpenAPI description (githubspec): a request
+// it refuses is a violation, answered 404 (no such operation) or 422 (its parameters or body
+// break the operation's), as GitHub answers.
+func described(w http.ResponseWriter, r *http.Request, prefix string, violate func(http.ResponseWriter, int, string, ...any)) bool {
+	op, err := githubspec.Check(r, prefix)
+	switch {
+	case err == nil:
+		return true
+	case op == "":
+		violate(w, http.StatusNotFound, "Not Found: %v", err)
+	default:
+		violate(w, http.StatusUnprocessableEntity, "Validation Failed: %v", err)
+	}
+	return false
 }
 
 // ServeHTTP implements http.Handler.

@@ -41,8 +41,9 @@ type Behavior struct {
 // and context (a string, "default" when left out), answered 201 with the status; and GET
 // /repos/{owner}/{repo}/commits/{ref}/status, the combined status, whose statuses hold the
 // latest status of each context, paginated by per_page (at most 100) and page. Requests must
-// carry the token as a bearer and accept application/vnd.github+json. Anything else is a
-// violation: answered as GitHub would (404, 401, 422) and recorded.
+// carry the token as a bearer and accept application/vnd.github+json; each is checked
+// against the description itself (internal/githubspec) before the fake's own checks. Anything
+// else is a violation: answered as GitHub would (404, 401, 422) and recorded.
 type GitHub struct {
 	Token string
 	// Post decides how the n-th POST (from 1) is answered; nil: created at once.
@@ -80,6 +81,9 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if a := r.Header.Get("Accept"); a != "application/vnd.github+json" {
 		g.violate(w, http.StatusUnsupportedMediaType, "Accept %q, want application/vnd.github+json", a)
+		return
+	}
+	if !described(w, r, "", g.violate) {
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")

@@ -41,7 +41,8 @@ type HistoryPull struct {
 }
 
 // History fakes GitHub's reads of a repository's pull requests and commits as its OpenAPI
-// description (api.github.com, 2022-11-28) gives them:
+// description (api.github.com, 2022-11-28) gives them, each request checked against the
+// description itself (internal/githubspec):
 //
 //	pulls/get              GET /repos/{owner}/{repo}/pulls/{pull_number}
 //	pulls/list-files       GET /repos/{owner}/{repo}/pulls/{pull_number}/files      per_page, page
