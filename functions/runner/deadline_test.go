@@ -40,7 +40,7 @@ func TestAnEvaluationOutOfTimeIsAFailedAttempt(t *testing.T) {
 	}
 }
 
-// A message processed with just over two margins left in the invocation (the tail of an SQS batch
+// A message processed with just over two margins left in the invocation (the tail of a batch
 // processed one message after another, or a Claim that waited on the row lock) is not the first of
 // its invocation, so it is claimed only with a whole lease window left besides the two margins:
 // here it goes back to the queue unclaimed three times, and an invocation with time to spare then

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -28,32 +29,54 @@ type SQSHandler struct {
 // maxVisibility is SQS's longest visibility timeout (12 hours).
 const maxVisibility = 12 * time.Hour
 
-// Handle processes every record of the batch.
+// Handle processes the batch's records side by side, each with the whole invocation's time
+// (each is the first of its invocation): a record whose provider is slow holds its own
+// goroutine, never the records behind it. What bounds the requests to one provider is the
+// route's publish gate (publish.concurrency for the API, half of it for one repository): a
+// record that finds no room is handed back uncounted and made visible again a second later.
 func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx = FirstOfInvocation(ctx) // every record has all the invocation's time
+	back := make([]bool, len(ev.Records))
+	var wg sync.WaitGroup
+	for i, rec := range ev.Records {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			back[i] = h.handle(ctx, rec)
+		}()
+	}
+	wg.Wait()
 	var out events.SQSEventResponse
-	ctx = FirstOfInvocation(ctx) // a message is "fresh" while at most a margin of it is spent
-	for _, rec := range ev.Records {
-		log := h.Runner.log().With("message", rec.MessageId)
-		m, err := queue.Parse(rec.Body)
-		if err != nil {
-			log.Error("unreadable message acknowledged", "err", err)
-			continue
-		}
-		res, err := h.Runner.Process(ctx, m)
-		if err != nil {
-			log.Error("process", "err", err)
-		}
-		if res.Done {
-			continue
-		}
-		out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-		if h.SQS != nil && rec.ReceiptHandle != "" {
-			wait := min(max(time.Until(res.RetryAt), 0), maxVisibility)
-			if _, err := h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(h.QueueURL),
-				ReceiptHandle: aws.String(rec.ReceiptHandle), VisibilityTimeout: int32(wait.Seconds())}); err != nil {
-				log.Warn("visibility not changed; the queue's own timeout applies", "err", err)
-			}
+	for i, rec := range ev.Records {
+		if back[i] {
+			out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
 		}
 	}
 	return out, nil
+}
+
+// handle processes one record and reports whether it must come back; it then makes the
+// message visible again at its retry time.
+func (h *SQSHandler) handle(ctx context.Context, rec events.SQSMessage) bool {
+	log := h.Runner.log().With("message", rec.MessageId)
+	m, err := queue.Parse(rec.Body)
+	if err != nil {
+		log.Error("unreadable message acknowledged", "err", err)
+		return false
+	}
+	res, err := h.Runner.Process(ctx, m)
+	if err != nil {
+		log.Error("process", "err", err)
+	}
+	if res.Done {
+		return false
+	}
+	if h.SQS != nil && rec.ReceiptHandle != "" {
+		wait := min(max(time.Until(res.RetryAt), 0), maxVisibility)
+		if _, err := h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(h.QueueURL),
+			ReceiptHandle: aws.String(rec.ReceiptHandle), VisibilityTimeout: int32(wait.Seconds())}); err != nil {
+			log.Warn("visibility not changed; the queue's own timeout applies", "err", err)
+		}
+	}
+	return true
 }

@@ -3,9 +3,11 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -22,10 +25,13 @@ import (
 )
 
 type visibility struct {
+	mu  sync.Mutex
 	got []*sqs.ChangeMessageVisibilityInput
 }
 
 func (v *visibility) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	v.got = append(v.got, in)
 	return &sqs.ChangeMessageVisibilityOutput{}, nil
 }
@@ -73,45 +79,61 @@ func TestSQSVisibilityCarriesThePublishSchedule(t *testing.T) {
 	}
 }
 
-// The first message of an invocation is claimed with whatever time the invocation has; a
-// later one only with a whole lease window left besides the two margins, so that no message
-// late in a batch spends an attempt on an evaluation given no time. It goes back to the queue
-// at once, unclaimed.
-func TestALateMessageOfABatchWaitsForAnInvocationOfItsOwn(t *testing.T) {
+// SQS delivers a message at least once, so one batch may hold two copies of it. Processed side
+// by side, one copy claims the row and publishes; the other finds it claimed (or done) and
+// spends nothing: it is acknowledged, or comes back when the lease ends and is then
+// acknowledged. One publication, and no attempt counted twice.
+func TestTwoCopiesOfAMessageInOneBatchPublishOnce(t *testing.T) {
 	w := newWorld(t)
 	w.clock.Set(time.Now())
-	// The first message's evaluation takes more than a margin of the invocation.
 	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the other copy arrives meanwhile
 		return evaluate.Verdict{State: evaluate.Success, Description: "x"}, nil
 	}))
-	r.Margin = 100 * time.Millisecond // the lease window is 30 s
+	r.Margin = 100 * time.Millisecond
 	vis := &visibility{}
 	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	out, err := h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{
-		{MessageId: "m0", ReceiptHandle: "rh0", Body: "not a message"}, // acknowledged: not the first processed
+	batch := events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m0", ReceiptHandle: "rh0", Body: "not a message"}, // acknowledged
 		{MessageId: "m1", ReceiptHandle: "rh1", Body: w.msg.Body()},
 		{MessageId: "m2", ReceiptHandle: "rh2", Body: w.msg.Body()},
-	}})
-	if err != nil || len(out.BatchItemFailures) != 1 || out.BatchItemFailures[0].ItemIdentifier != "m2" {
-		t.Fatalf("%+v %v: want m1 processed and m2 back to the queue unclaimed", out, err)
+	}}
+	out, err := h.Handle(ctx, batch)
+	if err != nil || len(out.BatchItemFailures) > 1 {
+		t.Fatalf("%+v %v: want at most the losing copy back", out, err)
 	}
 	if len(w.pub.all()) != 1 || w.state(t) != ledger.StateDone {
 		t.Fatalf("published %v, row %v", w.pub.all(), w.state(t))
 	}
-	if len(vis.got) != 1 || vis.got[0].VisibilityTimeout != 0 {
-		t.Fatalf("visibility %+v: want m2 visible again at once", vis.got)
+	if row, _ := w.l.Inspect(context.Background(), w.msg.Key); row.Attempts != 1 {
+		t.Fatalf("%d attempts for one evaluation", row.Attempts)
+	}
+	for _, back := range out.BatchItemFailures { // the copy comes back: the row is done
+		w.clock.Advance(time.Minute)
+		var rec events.SQSMessage
+		for _, r := range batch.Records {
+			if r.MessageId == back.ItemIdentifier {
+				rec = r
+			}
+		}
+		if again, err := h.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{rec}}); err != nil || len(again.BatchItemFailures) != 0 {
+			t.Fatalf("the copy, back after the lease: %+v %v; want it acknowledged", again, err)
+		}
+	}
+	if len(w.pub.all()) != 1 {
+		t.Fatalf("published %d times", len(w.pub.all()))
 	}
 }
 
 // The deployed runner (template.yaml) has a 180 s timeout, batches of 10, a 60 s lease window
 // (AMISS_LEASE) and a 5 s margin; a route's HTTP evaluator may be given up to 5 minutes (config:
 // evaluator.timeout in [0, 5m]). Take an evaluator that answers in 90 s every time. As the first
-// message of an invocation it has 170 s: it answers. As a later message of a batch (SQSHandler:
-// not FirstOfInvocation) it is claimed as soon as a window and two margins are left (70 s), and
-// its evaluation is then cut two margins before the deadline, after as little as 60 s. That cut is
+// message of an invocation it has 170 s: it answers. Taken up late in an invocation (by a
+// caller that processes messages one after another: not FirstOfInvocation) it is claimed as
+// soon as a window and two margins are left (70 s), and its evaluation is then cut two margins
+// before the deadline, after as little as 60 s. That cut is
 // the runner's scheduling, not a failed evaluation: the attempt is handed back and comes again at
 // once, and the evaluator's verdict is published once an invocation gives it its first place.
 // Counted, three attempts landing late in busy batches froze "evaluation failed 3 times: the
@@ -213,4 +235,108 @@ func TestAHangingEvaluatorBehindAnAcknowledgedRecordIsCounted(t *testing.T) {
 		t.Fatalf("evaluator hung until cut %d times (invocations took %v of 1.8 s each); published %+v, row %v, %d attempts, %d failures: "+
 			"want the error verdict after 3 timeouts that had the whole invocation", calls, given, got, row.State, row.Attempts, row.Failures)
 	}
+}
+
+// In Lambda a batch's records are processed side by side: a provider that holds one
+// repository's POSTs holds no other record of the batch. With four requests allowed in flight
+// to the API (at most two for one repository), the deliveries of other repositories are
+// published while two of the slow repository's requests are held; its third record finds no
+// room and comes back (visible again a second later) without spending an attempt. Processed
+// one after another, the records behind the first slow one waited for it.
+func TestASlowRepositoryHoldsNoOtherRecordOfItsBatch(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	release := make(chan struct{})
+	var letGo sync.Once
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+		if s.Repository != "acme/slow" {
+			return publishtest.Behavior{}
+		}
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return publishtest.Behavior{}
+	}
+	w := newCommitWorld(t, gh)
+	t.Cleanup(func() { letGo.Do(func() { close(release) }) })
+	slow := w.admitPushes(nil, "acme/slow", 3)
+	fast := append(w.admitPushes(nil, "acme/fast", 1), w.admitPushes(nil, "acme/other", 1)...)
+	r := w.runner("a", nil, 20*time.Second)
+	routes := r.Routes
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		rt, err := routes(ctx, name)
+		if rt != nil {
+			rt.Concurrency = 4
+		}
+		return rt, err
+	}
+	var batch events.SQSEvent
+	for i, m := range append(slow, fast...) { // the slow repository's records first
+		batch.Records = append(batch.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), ReceiptHandle: fmt.Sprint("rh", i), Body: m.Body()})
+	}
+	vis := &visibility{}
+	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the invocation's deadline
+	defer cancel()
+	handled := make(chan events.SQSEventResponse, 1)
+	go func() {
+		out, _ := h.Handle(ctx, batch)
+		handled <- out
+	}()
+	published := func(ms []queue.Message) int {
+		n := 0
+		for _, m := range ms {
+			if w.row(m).State == ledger.StateDone {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(15 * time.Second); published(fast) < len(fast); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records of another repository published while the slow one's request is held", published(fast), len(fast))
+		}
+	}
+	mu.Lock()
+	held := inFlight
+	mu.Unlock()
+	if held != 2 || published(slow) != 0 {
+		t.Fatalf("%d of the slow repository's requests in flight, %d published: want two held (half of four), none done", held, published(slow))
+	}
+	letGo.Do(func() { close(release) })
+	out := <-handled
+	if len(out.BatchItemFailures) != 1 || most != 2 {
+		t.Fatalf("%d records came back, at most %d slow requests at once: want the one that found no room back, and two requests at a time",
+			len(out.BatchItemFailures), most)
+	}
+	for _, f := range out.BatchItemFailures {
+		if i := f.ItemIdentifier; i != "m0" && i != "m1" && i != "m2" {
+			t.Errorf("record %s came back: only the slow repository's may", i)
+		}
+	}
+	for _, m := range slow {
+		if row := w.row(m); row.Attempts != row.Failures+boolInt(row.State == ledger.StateDone || row.State == ledger.StateSaved) {
+			t.Errorf("slow row %v: %d attempts, %d failures: a record that found no room spent an attempt", row.State, row.Attempts, row.Failures)
+		}
+	}
+	vis.mu.Lock()
+	defer vis.mu.Unlock()
+	for _, v := range vis.got {
+		if v.VisibilityTimeout > 2 {
+			t.Errorf("a record that found no room comes back after %d s, want about a second", v.VisibilityTimeout)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

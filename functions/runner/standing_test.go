@@ -148,6 +148,28 @@ func (w *commitWorld) standing(wantState string, wantCreated int) {
 	}
 }
 
+// admitPushes admits n pushes to repo, each on a commit of its own, and sends their messages
+// to q when it is not nil.
+func (w *commitWorld) admitPushes(q *queue.Local, repo string, n int) []queue.Message {
+	w.t.Helper()
+	var out []queue.Message
+	for i := range n {
+		s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: repo, SHA: fmt.Sprintf("%040x", i+1), Event: subject.Push})
+		body := []byte(repo + fmt.Sprint(i))
+		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: string(body),
+			BodyDigest: ledger.SumBody(body)}, Subject: s}
+		if _, err := w.l.Admit(context.Background(), d); err != nil {
+			w.t.Fatal(err)
+		}
+		m := queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
+		if q != nil {
+			q.Send(context.Background(), m)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
 func (w *commitWorld) row(m queue.Message) ledger.Row {
 	w.t.Helper()
 	r, err := w.l.Inspect(context.Background(), m.Key)
@@ -353,24 +375,8 @@ func TestASlowRepositoryDoesNotHoldTheWorkersOtherDeliveriesNeed(t *testing.T) {
 	w := newCommitWorld(t, gh)
 	t.Cleanup(func() { letGo.Do(func() { close(release) }) })
 	q := queue.NewLocalOn(w.clock)
-	admit := func(repo string, n int) []queue.Message {
-		var out []queue.Message
-		for i := range n {
-			s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: repo, SHA: fmt.Sprintf("%040x", i+1), Event: subject.Push})
-			body := []byte(repo + fmt.Sprint(i))
-			d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: string(body),
-				BodyDigest: ledger.SumBody(body)}, Subject: s}
-			if _, err := w.l.Admit(context.Background(), d); err != nil {
-				t.Fatal(err)
-			}
-			m := queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
-			q.Send(context.Background(), m)
-			out = append(out, m)
-		}
-		return out
-	}
-	slow := admit("acme/slow", 6)
-	fast := admit("acme/fast", 4)
+	slow := w.admitPushes(q, "acme/slow", 6)
+	fast := w.admitPushes(q, "acme/fast", 4)
 	r := w.runner("a", nil, 10*time.Second)
 	routes := r.Routes
 	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
