@@ -1,0 +1,85 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/runner"
+)
+
+// A record of a batch that finds no room at the publish gate is handed back to come again a
+// second later, and its row is held off the next claim for that second: the message must not
+// be made visible again at once (a visibility of 0 s), or it comes back before its row can
+// be claimed, finds it busy, and each such return is one more receive counted towards the
+// queue's maxReceiveCount. The runner runs on the wall clock here, as in Lambda.
+func TestARecordWithoutRoomAtTheGateIsNotVisibleAgainAtOnce(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	release := make(chan struct{})
+	var letGo sync.Once
+	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+		<-release
+		return publishtest.Behavior{}
+	}
+	w := newCommitWorld(t, gh)
+	t.Cleanup(func() { letGo.Do(func() { close(release) }) })
+	w.clock.Set(time.Now())
+	msgs := w.admitPushes(nil, "acme/app", 3)
+	r := w.runner("a", nil, 20*time.Second)
+	r.Now = time.Now
+	routes := r.Routes
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		rt, err := routes(ctx, name)
+		if rt != nil {
+			rt.Concurrency = 2 // one request at a time to one repository
+		}
+		return rt, err
+	}
+	var batch events.SQSEvent
+	for i, m := range msgs {
+		batch.Records = append(batch.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), ReceiptHandle: fmt.Sprint("rh", i), Body: m.Body()})
+	}
+	vis := &visibility{}
+	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	handled := make(chan events.SQSEventResponse, 1)
+	go func() {
+		out, _ := h.Handle(ctx, batch)
+		handled <- out
+	}()
+	// The post held, the two records behind it find no room and are handed back.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		vis.mu.Lock()
+		n := len(vis.got)
+		vis.mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records handed back while one post is held, want 2", n)
+		}
+	}
+	letGo.Do(func() { close(release) })
+	out := <-handled
+	if len(out.BatchItemFailures) != 2 {
+		t.Fatalf("%d records came back, want the two that found no room", len(out.BatchItemFailures))
+	}
+	vis.mu.Lock()
+	defer vis.mu.Unlock()
+	for _, v := range vis.got {
+		if v.VisibilityTimeout < 1 {
+			var m int
+			fmt.Sscanf(aws.ToString(v.ReceiptHandle), "rh%d", &m)
+			row := w.row(msgs[m])
+			t.Errorf("record %s handed back visible again after %d s: its row is held off until %v from now (state %v)",
+				aws.ToString(v.ReceiptHandle), v.VisibilityTimeout, row.NotBefore.Sub(w.clock.Now()).Round(time.Millisecond), row.State)
+		}
+	}
+}
