@@ -21,6 +21,10 @@ type subjectModel struct {
 	Holder             ledger.Verdict
 	HolderLo, HolderHi int64
 	Stands             ledger.Verdict
+	// Floor is the earliest now any later call can decide at, once a grant was ended as
+	// lapsed: the record was then written at a now past the grant's end (at least HolderLo),
+	// and every later decision is made no earlier than the record's last write.
+	Floor int64
 }
 
 // verdict is the verdict a subject call is for: its key and its evaluation.
@@ -74,13 +78,18 @@ func (s subjectModel) granted(o Op, fence uint64, lo, hi int64) subjectModel {
 // surelyHeld reports whether a grant is live at every now o may have decided at.
 func (s subjectModel) surelyHeld(o Op) bool { return !s.Holder.IsZero() && s.HolderLo > o.Hi }
 
-// lapsed returns, besides s, s with its grant ended when the grant is o's own verdict's and
-// may have run out by o's now: a request to post that verdict again ends it (its post's
-// outcome unknown), and its holder's late report is then lost.
+// lapsed returns the states after o, a request for the verdict that holds the grant, answered
+// without a new grant: s as it is, unless o surely decided after the grant's end; and s with
+// the grant ended (its post's outcome unknown, the holder's late report then lost, and no
+// later decision before the grant's end) when the grant may have run out by o's now.
 func (s subjectModel) lapsed(o Op) []subjectModel {
-	out := []subjectModel{s}
+	var out []subjectModel
+	if o.Unknown || s.Holder != o.verdict() || s.HolderHi > o.Lo {
+		out = append(out, s)
+	}
 	if s.Holder == o.verdict() && !s.surelyHeld(o) {
 		n := s
+		n.Floor = max(n.Floor, s.HolderLo)
 		n.Holder, n.HolderLo, n.HolderHi = ledger.Verdict{}, 0, 0
 		out = append(out, n)
 	}
@@ -90,6 +99,10 @@ func (s subjectModel) lapsed(o Op) []subjectModel {
 // stepSubject returns every state the subject record may be in after o, or none when o's
 // answer is impossible.
 func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
+	o.Lo = max(o.Lo, s.Floor)
+	if o.Lo > o.Hi {
+		return nil
+	}
 	if o.Unknown {
 		out := []subjectModel{s}
 		switch o.Kind {
