@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -42,6 +43,15 @@ func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQS
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				// A panic in one record fails that record, not the process and the batch's
+				// other records (the Lambda runtime recovers only its handler's goroutine).
+				if p := recover(); p != nil {
+					h.Runner.log().Error("panic while processing a record; it comes back after the queue's visibility timeout",
+						"message", rec.MessageId, "panic", p, "stack", string(debug.Stack()))
+					back[i] = true
+				}
+			}()
 			back[i] = h.handle(ctx, rec)
 		}()
 	}
@@ -72,9 +82,12 @@ func (h *SQSHandler) handle(ctx context.Context, rec events.SQSMessage) bool {
 		return false
 	}
 	if h.SQS != nil && rec.ReceiptHandle != "" {
-		wait := min(max(time.Until(res.RetryAt), 0), maxVisibility)
+		// Whole seconds, rounded up: a record must not come back before its retry time (a second
+		// measured a few milliseconds late is not zero).
+		wait := min(max(res.RetryAt.Sub(h.Runner.now()), 0), maxVisibility)
+		secs := int32((wait + time.Second - 1) / time.Second)
 		if _, err := h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(h.QueueURL),
-			ReceiptHandle: aws.String(rec.ReceiptHandle), VisibilityTimeout: int32(wait.Seconds())}); err != nil {
+			ReceiptHandle: aws.String(rec.ReceiptHandle), VisibilityTimeout: secs}); err != nil {
 			log.Warn("visibility not changed; the queue's own timeout applies", "err", err)
 		}
 	}
