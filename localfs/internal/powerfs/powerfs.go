@@ -293,12 +293,7 @@ func (f *FS) Recover(p Persistence) *FS {
 		}
 	}
 	out := &FS{inodes: map[int64]*inode{}, next: f.next, countdown: -1}
-	ids := make([]int64, 0, len(f.inodes))
-	for id := range f.inodes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids) // the random choices repeat for one seed
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(f.inodes)) { // the random choices repeat for one seed
 		in := f.inodes[id]
 		if in.dir {
 			n := newDir()
@@ -350,19 +345,14 @@ func (f *FS) Recover(p Persistence) *FS {
 				delete(in.durableEntries, name)
 				continue
 			}
+			reached[c] = true
 			if child.dir {
 				walk(c)
-			} else {
-				reached[c] = true
 			}
 		}
 	}
 	walk(rootIno)
-	for id := range out.inodes {
-		if !reached[id] {
-			delete(out.inodes, id)
-		}
-	}
+	maps.DeleteFunc(out.inodes, func(id int64, _ *inode) bool { return !reached[id] })
 	return out
 }
 
@@ -393,19 +383,15 @@ func (f *FS) DirtyFolders() []string {
 func (f *FS) Clone() *FS {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1}
-	if len(f.writtenBack) > 0 {
-		out.writtenBack = maps.Clone(f.writtenBack)
-	}
+	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1,
+		writtenBack: maps.Clone(f.writtenBack)}
 	for id, in := range f.inodes {
 		// Shared data is never changed in place (see WriteAt), so copies share it.
 		in.owned = false
-		c := &inode{dir: in.dir, data: in.data, durable: in.durable,
-			writes: slices.Clone(in.writes), writtenBack: in.writtenBack, ops: slices.Clone(in.ops)}
-		if in.dir {
-			c.entries, c.durableEntries = maps.Clone(in.entries), maps.Clone(in.durableEntries)
-		}
-		out.inodes[id] = c
+		c := *in
+		c.writes, c.ops = slices.Clone(in.writes), slices.Clone(in.ops)
+		c.entries, c.durableEntries = maps.Clone(in.entries), maps.Clone(in.durableEntries)
+		out.inodes[id] = &c
 	}
 	return out
 }
@@ -609,10 +595,9 @@ func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 		return nil, err
 	}
 	out := make([]fs.DirEntry, 0, len(in.entries))
-	for n, id := range in.entries {
-		out = append(out, fs.FileInfoToDirEntry(info{n, f.inodes[id]}))
+	for _, n := range slices.Sorted(maps.Keys(in.entries)) {
+		out = append(out, fs.FileInfoToDirEntry(info{n, f.inodes[in.entries[n]]}))
 	}
-	slices.SortFunc(out, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return out, nil
 }
 
@@ -652,29 +637,27 @@ func (f *FS) Stat(name string) (fs.FileInfo, error) {
 
 // SyncDir implements vfs.FS: the folder's entries become durable.
 func (f *FS) SyncDir(name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.change("fsync", name); err != nil {
-		return err
-	}
-	in, err := f.dir("fsync", name)
-	if err != nil {
-		return err
-	}
-	f.syncInode(in)
-	f.flush()
-	f.syncs = append(f.syncs, f.calls-1)
-	return nil
+	return f.sync("fsync", name, func() (*inode, error) { return f.dir("fsync", name) })
 }
 
 // SyncFS implements vfs.FS: everything becomes durable.
-func (f *FS) SyncFS(name string) error {
+func (f *FS) SyncFS(name string) error { return f.sync("syncfs", name, nil) }
+
+// sync is a call (op on name) that makes the inode target answers durable (nil: every inode)
+// and ends with a flush.
+func (f *FS) sync(op, name string, target func() (*inode, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.change("syncfs", name); err != nil {
+	if err := f.change(op, name); err != nil {
 		return err
 	}
-	f.syncAll()
+	if target == nil {
+		f.syncAll()
+	} else if in, err := target(); err != nil {
+		return err
+	} else {
+		f.syncInode(in)
+	}
 	f.flush()
 	f.syncs = append(f.syncs, f.calls-1)
 	return nil
@@ -751,19 +734,10 @@ func (w *file) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (w *file) Sync() error {
-	f := w.fs
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if w.closed {
 		return &fs.PathError{Op: "fsync", Path: w.name, Err: fs.ErrClosed}
 	}
-	if err := f.change("fsync", w.name); err != nil {
-		return err
-	}
-	f.syncInode(f.inodes[w.ino])
-	f.flush()
-	f.syncs = append(f.syncs, f.calls-1)
-	return nil
+	return w.fs.sync("fsync", w.name, func() (*inode, error) { return w.fs.inodes[w.ino], nil })
 }
 
 // WriteBack implements vfs.WriteBacker: the file's writes so far reach the device, durable
