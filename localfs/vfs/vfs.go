@@ -1,6 +1,5 @@
-// Package vfs is the file system interface the FileLedger uses, and its real implementation.
-// It is its own package so that wrappers (localfs/internal/faultfs) and the ledger can both
-// depend on it.
+// Package vfs is the file system interface the FileLedger uses, and its real implementation,
+// in a package of its own so that wrappers (localfs/internal/faultfs) and the ledger share it.
 package vfs
 
 import (

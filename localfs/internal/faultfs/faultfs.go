@@ -1,7 +1,6 @@
 // Package faultfs wraps the FileLedger's file system to count operations and inject failures,
-// in the manner of Pebble's vfs/errorfs: small rules, composed, each deciding whether one
-// operation passes, fails before or after its effect, or kills the "process" (every later
-// operation fails).
+// like Pebble's vfs/errorfs: small rules, composed, each deciding whether one operation passes,
+// fails before or after its effect, or kills the "process" (every later operation fails).
 package faultfs
 
 import (
@@ -224,9 +223,7 @@ func (f *FS) Rename(oldpath, newpath string) error {
 	return f.do(OpRename, newpath, func() error { return f.base.Rename(oldpath, newpath) })
 }
 
-func (f *FS) Remove(name string) error {
-	return f.do(OpRemove, name, func() error { return f.base.Remove(name) })
-}
+func (f *FS) Remove(name string) error { return f.on(OpRemove, name, f.base.Remove) }
 
 func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 	return f.do(OpMkdir, name, func() error { return f.base.Mkdir(name, perm) })
@@ -242,12 +239,12 @@ func (f *FS) Stat(name string) (out fs.FileInfo, err error) {
 	return out, err
 }
 
-func (f *FS) SyncDir(name string) error {
-	return f.do(OpSyncDir, name, func() error { return f.base.SyncDir(name) })
-}
+func (f *FS) SyncDir(name string) error { return f.on(OpSyncDir, name, f.base.SyncDir) }
+func (f *FS) SyncFS(name string) error  { return f.on(OpSyncFS, name, f.base.SyncFS) }
 
-func (f *FS) SyncFS(name string) error {
-	return f.do(OpSyncFS, name, func() error { return f.base.SyncFS(name) })
+// on runs call(name) as operation op under the rules.
+func (f *FS) on(op Op, name string, call func(string) error) error {
+	return f.do(op, name, func() error { return call(name) })
 }
 
 // FlushCoversWriteBack answers for the wrapped file system (vfs.FlushCoversWriteBack).
