@@ -29,8 +29,8 @@
 //
 // The files, lowest layer first; each uses only the ones above it in this list:
 //
-//	fs.go, strict.go   the file system (package vfs) and strict JSON decoding
-//	format.go          frames, format versions and the records of every file
+//	fs.go              the file system (package vfs)
+//	format.go          frames, format versions, strict JSON and the records of every file
 //	syncer.go          group commit: shared syncs, one flush for a lone admission
 //	filelock.go        a process's lock on a file: a semaphore and flock(2)
 //	root.go            file names, Config, the state a root's handles share

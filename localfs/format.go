@@ -1,6 +1,7 @@
 package localfs
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -83,44 +84,44 @@ func decodeFrame(k kind, data []byte, maxPayload int) (uint16, []byte, error) {
 	if len(data) < frameOverhead {
 		return 0, nil, fmt.Errorf("%w: %v truncated: %d bytes", ledger.ErrCorrupt, k, len(data))
 	}
-	if string(data[:len(frameMagic)]) != frameMagic {
-		return 0, nil, fmt.Errorf("%w: %v has no amiss header", ledger.ErrCorrupt, k)
-	}
-	if kind(data[len(frameMagic)]) != k {
-		return 0, nil, fmt.Errorf("%w: expected a %v, found a %v", ledger.ErrCorrupt, k, kind(data[len(frameMagic)]))
-	}
 	version := binary.BigEndian.Uint16(data[len(frameMagic)+1:])
 	n := binary.BigEndian.Uint32(data[len(frameMagic)+3:])
-	if int64(n) > int64(maxPayload) {
+	end := frameHeader + int(n) // where the checksum starts
+	switch what, retired := retiredFormats[version]; {
+	case string(data[:len(frameMagic)]) != frameMagic:
+		return 0, nil, fmt.Errorf("%w: %v has no amiss header", ledger.ErrCorrupt, k)
+	case kind(data[len(frameMagic)]) != k:
+		return 0, nil, fmt.Errorf("%w: expected a %v, found a %v", ledger.ErrCorrupt, k, kind(data[len(frameMagic)]))
+	case int64(n) > int64(maxPayload):
 		return 0, nil, fmt.Errorf("%w: %v payload of %d bytes, ceiling %d", ledger.ErrCorrupt, k, n, maxPayload)
-	}
-	if len(data) != frameOverhead+int(n) {
+	case len(data) != frameOverhead+int(n):
 		return 0, nil, fmt.Errorf("%w: %v is %d bytes, header says %d", ledger.ErrCorrupt, k, len(data), frameOverhead+int(n))
-	}
-	body := data[:frameHeader+int(n)]
-	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[len(body):]) {
+	case crc32.Checksum(data[:end], castagnoli) != binary.BigEndian.Uint32(data[end:]):
 		return 0, nil, fmt.Errorf("%w: %v checksum mismatch", ledger.ErrCorrupt, k)
-	}
-	if what, ok := retiredFormats[version]; ok {
+	case retired:
 		return 0, nil, fmt.Errorf("%w: %v written by format %d, %s; this build reads formats 2 and 4: "+
 			"drain the root with the build that wrote it, then move it aside and create a new one", ledger.ErrRootMismatch, k, version, what)
-	}
-	if version > FormatVersion {
+	case version > FormatVersion:
 		return 0, nil, fmt.Errorf("%w: %v written by format %d, this build reads up to %d", ledger.ErrRootMismatch, k, version, FormatVersion)
-	}
-	if version == 0 {
+	case version == 0:
 		return 0, nil, fmt.Errorf("%w: %v has format version 0", ledger.ErrCorrupt, k)
 	}
-	return version, body[frameHeader:], nil
+	return version, data[frameHeader:end], nil
 }
 
-// decodeJSON decodes a JSON frame strictly: unknown fields are corruption, not silence.
+// decodeJSON decodes a JSON frame strictly: unknown fields and trailing data are corruption,
+// not silence.
 func decodeJSON(k kind, data []byte, maxPayload int, v any) (uint16, error) {
 	version, payload, err := decodeFrame(k, data, maxPayload)
 	if err != nil {
 		return 0, err
 	}
-	if err := unmarshalStrict(payload, v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err = dec.Decode(v); err == nil && dec.More() {
+		err = errors.New("trailing data after the payload")
+	}
+	if err != nil {
 		return 0, fmt.Errorf("%w: %v payload: %v", ledger.ErrCorrupt, k, err)
 	}
 	return version, nil
@@ -236,10 +237,8 @@ func maxRowPayload(l ledger.Limits) int {
 func decodeRoot(data []byte) (rootState, uint16, error) {
 	var s rootState
 	v, err := decodeJSON(kindRoot, data, maxRootPayload, &s)
-	if err == nil {
-		if verr := s.Limits.Validate(); verr != nil {
-			err = fmt.Errorf("%w: root state holds invalid limits: %v", ledger.ErrCorrupt, verr)
-		}
+	if verr := s.Limits.Validate(); err == nil && verr != nil {
+		err = fmt.Errorf("%w: root state holds invalid limits: %v", ledger.ErrCorrupt, verr)
 	}
 	return s, v, err
 }
@@ -256,19 +255,16 @@ func decodeShardFile(data []byte) (shardState, error) {
 	for i := range 2 {
 		slot := data[i*shardSlot : (i+1)*shardSlot]
 		n := int(binary.BigEndian.Uint32(slot[len(frameMagic)+3:]))
-		if n > maxShardPayload {
-			errs = append(errs, fmt.Errorf("copy %d: payload of %d bytes", i+1, n))
-			continue
+		sh, err := shardState{}, fmt.Errorf("payload of %d bytes", n)
+		if n <= maxShardPayload {
+			sh, err = decodeShard(slot[:frameOverhead+n])
 		}
-		sh, err := decodeShard(slot[:frameOverhead+n])
-		if err != nil {
-			if errors.Is(err, ledger.ErrRootMismatch) {
-				return shardState{}, err // a newer format: never read as this one
-			}
+		switch {
+		case errors.Is(err, ledger.ErrRootMismatch):
+			return shardState{}, err // a newer format: never read as this one
+		case err != nil:
 			errs = append(errs, fmt.Errorf("copy %d: %v", i+1, err))
-			continue
-		}
-		if !found || sh.Seq > best.Seq {
+		case !found || sh.Seq > best.Seq:
 			best, found = sh, true
 		}
 	}
