@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,8 +100,7 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 			err = r.bumpRoom() // room appears: a cached proof of Full is void from now on
 		}
 	}()
-	var batch *batchState
-	batchRead := false
+	readBatch := sync.OnceValues(r.readBatch) // read once, if needed
 	keep := sh.Pending[:0:0]
 	for _, p := range sh.Pending {
 		row, err := r.readRow(p.Key)
@@ -114,11 +113,9 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 		case err == nil && cautious:
 			keep = append(keep, p) // a later incarnation's row, maybe in the page cache only
 		case err == nil || errors.Is(err, ledger.ErrUnknownDelivery):
-			if !batchRead {
-				if batch, err = r.readBatch(); err != nil {
-					return false, err
-				}
-				batchRead = true
+			batch, err := readBatch()
+			if err != nil {
+				return false, err
 			}
 			if batch != nil && batch.ID > sh.AppliedBatch && batch.has(p, sh.Shard) {
 				// The batch's release gives the slot back, so it stays counted. The entry goes
@@ -268,12 +265,9 @@ func (r *root) roomShown(before, after int64) error {
 
 // has reports whether the batch removes the row whose slot p stands for, in shard.
 func (b *batchState) has(p pendingSlot, shard int) bool {
-	for _, e := range b.Entries {
-		if e.Shard == shard && p.is(e.Key, e.EvaluationID) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(b.Entries, func(e batchEntry) bool {
+		return e.Shard == shard && p.is(e.Key, e.EvaluationID)
+	})
 }
 
 // FullProofLife is how long a process answers Full on the strength of one scan that read every
@@ -309,10 +303,7 @@ func (r *root) bumpRoom() error {
 	r.mu.Lock()
 	r.fullProof = nil
 	r.mu.Unlock()
-	var v [8]byte
-	r.randMu.Lock()
-	_, err := io.ReadFull(r.cfg.Random, v[:])
-	r.randMu.Unlock()
+	v, err := r.random8()
 	if err != nil {
 		return fmt.Errorf("localfs: room epoch: %w", err)
 	}

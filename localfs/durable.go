@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -151,20 +150,15 @@ func (r *root) mkdir(dir string) error {
 
 // stage writes data to a new temporary file beside path and keeps it open, unsynced.
 func (r *root) stage(path string, data []byte) (*staged, error) {
-	var rnd [8]byte
-	r.randMu.Lock()
-	_, err := io.ReadFull(r.cfg.Random, rnd[:])
-	r.randMu.Unlock()
+	rnd, err := r.random8()
 	if err != nil {
 		return nil, fmt.Errorf("localfs: temporary name: %w", err)
 	}
 	st := &staged{r: r, tmp: path + tmpMarker + hex.EncodeToString(rnd[:]), path: path}
-	f, err := r.fs.OpenFile(st.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
+	if st.f, err = r.fs.OpenFile(st.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
 		return nil, unavailable(err, "create", st.tmp)
 	}
-	st.f = f
-	if _, err := f.Write(data); err != nil {
+	if _, err := st.f.Write(data); err != nil {
 		return nil, st.abort("write", err)
 	}
 	return st, nil
@@ -173,12 +167,11 @@ func (r *root) stage(path string, data []byte) (*staged, error) {
 // stageAt writes data over the start of path, in place, and keeps the file open, unsynced.
 func (r *root) stageAt(path string, data []byte) (*staged, error) {
 	st := &staged{r: r, path: path, inPlace: true}
-	f, err := r.fs.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
+	var err error
+	if st.f, err = r.fs.OpenFile(path, os.O_WRONLY, 0); err != nil {
 		return nil, unavailable(err, "open", path)
 	}
-	st.f = f
-	if _, err := f.WriteAt(data, 0); err != nil {
+	if _, err := st.f.WriteAt(data, 0); err != nil {
 		return nil, st.abort("write", err)
 	}
 	return st, nil

@@ -13,23 +13,20 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// File names inside a root.
+// File names inside a root (the layout is in the package documentation).
 const (
-	RootFile        = ".amiss-root.state"
-	BatchFile       = ".amiss-cleanup.batch"
-	SweepFile       = ".amiss-maintenance.state"
-	MaintenanceLock = ".amiss-maintenance.lock"
-	AdmissionLock   = ".amiss-admission.lock"
-	ClockLock       = ".amiss-clock.lock"
-	RowsDir         = "rows"
-	EndedDir        = "ended"
-	// SubjectsDir holds the subject records: subjects/XX/<subject key>.state.
-	SubjectsDir = "subjects"
-	// ShardCapacityFile is the capacity shard's record inside each rows/XX folder.
+	RootFile          = ".amiss-root.state"
+	BatchFile         = ".amiss-cleanup.batch"
+	SweepFile         = ".amiss-maintenance.state"
+	MaintenanceLock   = ".amiss-maintenance.lock"
+	AdmissionLock     = ".amiss-admission.lock"
+	ClockLock         = ".amiss-clock.lock"
+	RowsDir           = "rows"
+	EndedDir          = "ended"
+	SubjectsDir       = "subjects"
 	ShardCapacityFile = "capacity.state"
-	// RoomFile changes before any capacity shard gains room (see capacity.go).
-	RoomFile  = ".amiss-room.epoch"
-	tmpMarker = ".tmp-"
+	RoomFile          = ".amiss-room.epoch"
+	tmpMarker         = ".tmp-"
 )
 
 // Config configures a FileLedger handle.
@@ -152,6 +149,14 @@ func operation[T any](r *root, op string, fn func() (T, error)) (T, error) {
 }
 
 func (r *root) path(name string) string { return filepath.Join(r.dir, name) }
+
+// random8 reads 8 bytes from Config.Random.
+func (r *root) random8() (v [8]byte, err error) {
+	r.randMu.Lock()
+	defer r.randMu.Unlock()
+	_, err = io.ReadFull(r.cfg.Random, v[:])
+	return v, err
+}
 
 func (r *root) evaluationID() (string, error) {
 	r.randMu.Lock()
