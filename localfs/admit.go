@@ -45,18 +45,17 @@ func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admissio
 	case changed:
 		// Synced before the answer: the sender was answered for a signed time the row must
 		// now outlive.
-		if err := r.writeRow(row, durableFull); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
+		err = r.writeRow(row, durableFull)
 	case o == ledger.Pending || o == ledger.Duplicate:
 		// The sender is told the delivery is held and stops sending, so the row read must be on
 		// disk, and a process that died between renaming it into place and syncing its folder
 		// (an admission, a lengthening re-admission, a Save) left it in the page cache only. Its
 		// data was synced before the rename; a folder sync makes the name durable
 		// (TestPowerCutAfterAProcessCrash...).
-		if err := r.sync.syncDirs(filepath.Dir(r.statePath(row.Key))); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
+		err = r.sync.syncDirs(filepath.Dir(r.statePath(row.Key)))
+	}
+	if err != nil {
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
 	}
 	return row.Admission(o), nil
 }

@@ -193,16 +193,13 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally 
 		return nil, nil
 	case err != nil:
 		return nil, err
-	}
-	if !row.State.Terminal() {
+	case !row.State.Terminal():
 		// An entry written by a Complete that crashed before its done state: that Complete
 		// writes it again when it is repeated.
 		return nil, r.removeIndex(e)
-	}
-	if row.Removable(now) {
+	case row.Removable(now):
 		return &batchEntry{Key: e.key, EvaluationID: row.EvaluationID, Index: e.bucket + "/" + e.name, Shard: row.Shard}, nil
-	}
-	if !row.Permanent && row.RetainUntil.After(e.end) {
+	case !row.Permanent && row.RetainUntil.After(e.end):
 		if err := r.addIndex(&row.Row); err != nil {
 			return nil, err
 		}
@@ -315,21 +312,17 @@ func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool
 		return false, err
 	}
 	defer unlock()
-	row, err := r.readRow(e.Key)
-	if errors.Is(err, ledger.ErrUnknownDelivery) {
-		return true, r.removeIndexNamed(e)
-	}
-	if err != nil {
+	switch row, err := r.readRow(e.Key); {
+	case errors.Is(err, ledger.ErrUnknownDelivery): // removed before
+	case err != nil:
 		return false, err
-	}
-	if row.EvaluationID != e.EvaluationID {
-		return true, r.removeIndexNamed(e) // removed before, and the key was admitted again
-	}
-	if !row.Removable(now) {
+	case row.EvaluationID != e.EvaluationID: // removed before, and the key was admitted again
+	case !row.Removable(now):
 		return false, nil // re-admitted with a later signed time since the batch was chosen
-	}
-	if err := r.remove(r.statePath(e.Key)); err != nil {
-		return false, err
+	default:
+		if err := r.remove(r.statePath(e.Key)); err != nil {
+			return false, err
+		}
 	}
 	return true, r.removeIndexNamed(e)
 }
@@ -354,13 +347,10 @@ func (r *root) recoverBatch(ctx context.Context) (bool, error) {
 	// signed time must not be removed at a now nobody persisted (a replay of its signature
 	// would then be fresh, and admitted again).
 	now, err := r.highWater()
-	if err != nil {
-		return false, err
+	if err == nil {
+		_, err = r.applyBatch(ctx, *b, now)
 	}
-	if _, err := r.applyBatch(ctx, *b, now); err != nil {
-		return false, err
-	}
-	return true, nil
+	return err == nil, err
 }
 
 // recoverBatchIfAny finishes a leftover batch when one exists and maintenance is free.

@@ -18,10 +18,7 @@ import (
 
 // indexName is the end-time index entry of a row: ended/<hour>/<end nanos>-<key>.
 func indexName(row *ledger.Row) (bucket, name string) {
-	end := row.RetainUntil.UnixNano()
-	if end < 0 {
-		end = 0
-	}
+	end := max(row.RetainUntil.UnixNano(), 0)
 	return fmt.Sprintf("%012d", end/int64(time.Hour)), fmt.Sprintf("%020d-%s", end, row.Key)
 }
 

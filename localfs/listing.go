@@ -89,11 +89,8 @@ func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing,
 				continue
 			}
 			key, ok := strings.CutSuffix(name, ".state")
-			if !ok || (after != "" && key <= after) || (upTo != "" && key > upTo) {
-				continue
-			}
 			k, err := ledger.ParseKey(key)
-			if err != nil {
+			if !ok || err != nil || (after != "" && key <= after) || (upTo != "" && key > upTo) {
 				continue
 			}
 			out.keys = append(out.keys, k)
@@ -102,11 +99,8 @@ func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing,
 				return out, nil
 			}
 		}
-		if upTo != "" {
-			break // the lap is closed
-		}
-		if (s+1)%shardCount == lap.shard && lap.name == "" {
-			break
+		if upTo != "" || (s+1)%shardCount == lap.shard && lap.name == "" {
+			break // the lap is closed, or closes at the top of the next folder
 		}
 	}
 	return out, nil

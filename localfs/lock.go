@@ -74,10 +74,7 @@ func (r *root) lockShard(ctx context.Context, s byte) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := l.lock(ctx, r.cfg.LockWait); err != nil {
-		return nil, err
-	}
-	return l.unlock, nil
+	return lockFile(ctx, l, r.cfg.LockWait)
 }
 
 // lockShards takes the locks of the given shards in ascending order (the lock order); the

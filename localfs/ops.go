@@ -313,11 +313,9 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 	if st.Now, err = r.now(nil); err != nil {
 		return st, err
 	}
-	used, _, err := r.capacityUsed(ctx)
-	if err != nil {
+	if st.CapacityUsed, _, err = r.capacityUsed(ctx); err != nil {
 		return st, err
 	}
-	st.CapacityUsed = used
 	if st.Subjects, err = r.countSubjects(); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}

@@ -242,10 +242,7 @@ func (r *root) listSubjects(s int) (keys []ledger.SubjectKey, debris []string, e
 			continue
 		}
 		name, ok := strings.CutSuffix(n.Name(), ".state")
-		if !ok {
-			continue
-		}
-		if k, err := ledger.ParseSubjectKey(name); err == nil {
+		if k, err := ledger.ParseSubjectKey(name); ok && err == nil {
 			keys = append(keys, k)
 		}
 	}
