@@ -240,8 +240,8 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 	return r.writeShard(&sh, used)
 }
 
-// writeShard writes sh as its shard's next record, durably, under the shard's lock, and shows
-// the room it gained since its count was used.
+// writeShard writes sh as its shard's next record, durably, and shows the room it gained since
+// its count was used; the caller holds the shard's lock.
 func (r *root) writeShard(sh *shardState, used int64) error {
 	st, err := r.stageShard(sh)
 	if err == nil {
