@@ -10,14 +10,12 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Admission: a known key is answered from its row; a new key takes a slot of its home capacity
-// shard (capacity.go), or of another shard when that one is full (borrow).
-
-// Admit implements ledger.Ledger. A key that already has a row is answered under its row-shard
-// lock alone. A new key takes a slot in its home capacity shard under that same lock (see
-// capacity.go): the shard record (count plus one, the key pending) and the row are written
-// in the shard's folder and made durable together. A crash in between leaves the count one too
-// high with the key pending, settled by the next admission in that shard.
+// Admit implements ledger.Ledger. A key that already has a row is answered from it under its
+// row-shard lock alone. A new key takes a slot in its home capacity shard (capacity.go) under
+// that same lock, or in another shard when that one is full (borrow): the shard record (count
+// plus one, the key pending) and the row are made durable together, the row renamed into place
+// last. A crash in between leaves the count one too high with the key pending, settled by the
+// next admission in that shard.
 func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.Admission{}, err
@@ -28,8 +26,8 @@ func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission
 	}
 	a, err := l.admitNew(ctx, d)
 	if err == nil && a.Outcome == ledger.Full {
-		// A cleanup that crashed after removing rows leaves counts high until its batch is
-		// finished; finish it before refusing, so Full means the whole cap is in use.
+		// A crashed cleanup's batch leaves counts high until finished: finish it before
+		// refusing, so Full means the whole cap is in use.
 		if recovered, rerr := l.r.recoverBatchIfAny(ctx); rerr == nil && recovered {
 			return l.admitNew(ctx, d)
 		}
@@ -47,24 +45,23 @@ func (r *root) readmitLocked(row *storedRow, d ledger.Delivery) (ledger.Admissio
 	case changed:
 		// Synced before the answer: the sender was answered for a signed time the row must
 		// now outlive.
-		if err := r.writeRow(row, durableFull); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
+		err = r.writeRow(row, durableFull)
 	case o == ledger.Pending || o == ledger.Duplicate:
-		// The sender is told the delivery is held and stops sending, so the row read must be
-		// on disk, and it may not be: a process that died between renaming it into place and
-		// syncing its folder (an admission, a lengthening re-admission, a Save) left it in the
-		// page cache only, for a power loss to take. Its data was synced before the rename;
-		// a sync of its folder makes the name durable (TestPowerCutAfterAProcessCrash...).
-		if err := r.sync.syncDirs(filepath.Dir(r.statePath(row.Key))); err != nil {
-			return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
-		}
+		// The sender is told the delivery is held and stops sending, so the row read must be on
+		// disk, and a process that died between renaming it into place and syncing its folder
+		// (an admission, a lengthening re-admission, a Save) left it in the page cache only. Its
+		// data was synced before the rename; a folder sync makes the name durable
+		// (TestPowerCutAfterAProcessCrash...).
+		err = r.sync.syncDirs(filepath.Dir(r.statePath(row.Key)))
+	}
+	if err != nil {
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", row.Key.Short(), err)
 	}
 	return row.Admission(o), nil
 }
 
-// admitNew admits a key that had no row when its shard was last looked at. It holds the home
-// shard's lock (and nothing else) on the common path.
+// admitNew admits a key that had no row when last looked at, holding only its home shard's lock
+// on the common path.
 func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	r := l.r
 	key := d.Key()
@@ -93,8 +90,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	} else if !errors.Is(err, ledger.ErrUnknownDelivery) {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
-	// Only freshness needs the persisted high-water; a permanent delivery is decided without it
-	// (every later decision on the row takes the high-water into account anyway).
+	// Only freshness needs the persisted high-water (later decisions on the row use it anyway).
 	now := r.cfg.Clock.Now()
 	if d.Timed() {
 		var err error
@@ -130,8 +126,8 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	r.sync.enter()
 	defer r.sync.exit()
 	if len(sh.Pending) >= maxCautiousPending || sh.Used >= sh.Quota && len(sh.Pending) > 0 {
-		// A long pending list, or a full shard that slots held by finished admissions might
-		// free: settle in full, from rows made durable first (see settle).
+		// A long pending list, or a full shard that finished admissions' slots might free:
+		// settle in full, from rows made durable first (see settle).
 		if err := r.sync.syncEverything(); err != nil {
 			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 		}
@@ -143,9 +139,8 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	}
 	if sh.Used >= sh.Quota {
 		if changed {
-			// Keep what settling found (slots given back), durably: a full shard is read again
-			// by every admission that borrows. What it relied on was made durable first (see
-			// settle).
+			// Keep what settling found (slots given back), durably: every borrowing admission
+			// reads a full shard again. What it relied on was made durable first (see settle).
 			if err := r.writeShard(&sh, used); err != nil {
 				return ledger.Admission{}, false, err
 			}
@@ -165,9 +160,8 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, false, err
 	}
 	// The record is written in place and the row to a temporary file; one sync makes both
-	// durable (one flush: the record written back, the row synced; see syncer), and only
-	// then is the row renamed into place (and its folder synced): the count covers the row
-	// before the row exists, whichever folder the slot comes from.
+	// durable (one flush, see syncer), and only then is the row renamed into place (its folder
+	// synced): the count covers the row before the row exists, whichever shard the slot is of.
 	if err := r.commitAll([]*staged{capSt, rowSt}); err != nil {
 		return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 	}
@@ -178,10 +172,9 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	return row.Admission(ledger.Admitted), false, nil
 }
 
-// borrow admits d with a slot of another shard, the home shard being full. It reads every
-// shard's record without locks to find candidates (a shard with room, or with pending keys
-// that settling may free), then tries them one by one under the locks of the candidate and of
-// the home shard, taken in ascending order. Full is answered when no shard has room.
+// borrow admits d with a slot of another shard, the home shard being full. It reads every record
+// without locks to find candidates (room, or pending keys settling may free), then tries each
+// under its lock and the home shard's, in ascending order; Full when no shard has room.
 func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	r := l.r
 	key := d.Key()
@@ -204,8 +197,8 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 	for s, sh := range states {
 		switch {
 		case slices.ContainsFunc(sh.Pending, func(p pendingSlot) bool { return p.Key == key }):
-			// An earlier admission of this key took a slot here and was interrupted:
-			// settling gives that slot back, and this admission takes it again.
+			// An interrupted admission of this key took a slot here: settling gives it
+			// back, and this admission takes it again.
 			mine = append(mine, s)
 		case sh.Used < sh.Quota:
 			roomy = append(roomy, s)
@@ -233,7 +226,7 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 		}
 	}
 	// Every shard was full when read, and none gained room between the two readings of the
-	// epoch (a release changes it before it shows): Full is proved for this epoch.
+	// epoch (a release changes it first): Full is proved for this epoch.
 	if after, ok := r.roomEpoch(); known && ok && after == epoch {
 		r.mu.Lock()
 		r.fullProof, r.fullProofAt = &epoch, now

@@ -5,31 +5,27 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Capacity is sharded like the rows: capacity shard XX lives in rows/XX/capacity.state and is
-// guarded by row shard XX's lock. Its quota is its share of the record cap (the quotas add up
-// to the cap). An admission (admit.go) takes a slot from its key's home shard, under the one
-// lock it takes anyway; only when that shard is full does it look at the others (reading their
-// records without locks, then locking the chosen one), so Full is answered only when every
-// shard is full. A row records the shard whose slot it holds, and cleanup gives the slot back
-// there.
+// Capacity is sharded like the rows: shard XX's record is rows/XX/capacity.state, guarded by
+// row shard XX's lock. An admission (admit.go) takes a slot from its key's home shard under the
+// one lock it takes anyway, and looks at the others (reading their records without locks, then
+// locking the chosen one) only when that one is full, so Full means every shard is full. A row
+// records the shard whose slot it holds; cleanup gives the slot back there.
 //
-// A shard's count may overstate the rows holding its slots, never understate them. The slot
-// is counted before the row exists: the shard record, with the key pending, is written in
-// place and synced before the row is renamed into place, so a crash can leave the count
-// without the row (settled below) but never the row without the count.
+// A count may overstate the rows holding its slots, never understate them: the record, with
+// the key pending, is written in place and synced before the row is renamed into place, so a
+// crash leaves the count without the row (settled below), never the row without the count.
 
-// quota is shard s's share of the record cap in a new root, kept in its record; the quotas of
-// all shards add up to the record cap.
+// quota is shard s's share of the record cap in a new root; the quotas add up to the cap.
 func quota(recordCap int64, s int) int64 {
 	q := recordCap / shardCount
 	if int64(s) < recordCap%shardCount {
@@ -38,46 +34,33 @@ func quota(recordCap int64, s int) int64 {
 	return q
 }
 
-// readShard reads capacity shard s's record. Several callers read without the shard's lock,
-// and a read is not atomic against the in-place write of the record: it can see both copies
-// torn by a write in progress. A record that does not decode is therefore read again a few
-// times (a writer holds the lock only for one write and one sync) before it is called damaged.
+// readShard reads capacity shard s's record. A read without the shard's lock can see both
+// copies torn by an in-place write in progress, so a record that does not decode is read again
+// a few times (a writer holds the lock for one write and one sync) before it is called damaged.
 func (r *root) readShard(s int) (shardState, error) {
 	p := r.shardCapPath(s)
-	var sh shardState
 	for attempt := 0; ; attempt++ {
-		data, err := r.fs.ReadFile(p)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
-			}
-			return shardState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-		}
-		sh, err = decodeShardFile(data)
-		if err != nil && errors.Is(err, ledger.ErrCorrupt) && attempt < 5 {
+		sh, exists, err := readFile(r, p, decodeShardFile)
+		switch {
+		case errors.Is(err, ledger.ErrCorrupt) && attempt < 5:
 			time.Sleep(time.Millisecond << attempt)
 			continue
+		case err != nil:
+			return shardState{}, err
+		case !exists:
+			return shardState{}, fmt.Errorf("%w: %s is missing: the capacity record cannot be rebuilt by guessing", ledger.ErrRootMismatch, p)
+		case sh.Shard != s:
+			return shardState{}, fmt.Errorf("%s: %w: the record of shard %d holds shard %d", p, ledger.ErrCorrupt, s, sh.Shard)
 		}
-		if err != nil {
-			return shardState{}, fmt.Errorf("%s: %w", p, err)
-		}
-		break
+		return sh, nil
 	}
-	if sh.Shard != s {
-		return shardState{}, fmt.Errorf("%s: %w: the record of shard %d holds shard %d", p, ledger.ErrCorrupt, s, sh.Shard)
-	}
-	return sh, nil
 }
 
-// stageShard writes sh, as the next record, over the shard's file in place (both copies, one
-// write); the caller syncs its data (commitAll) under the shard's lock.
-//
-// The write is a pure overwrite (staged.inPlace): a shard file is made only by writeShards,
-// whose data, size included, is synced before the file is renamed into place, and every record
-// is exactly 2*shardSlot bytes written at offset 0 (decodeShardFile refuses a file of any
-// other size), so no write changes the file's size or its blocks.
-//
-// It numbers sh as the next record (sh.Seq is the number written).
+// stageShard numbers sh as the next record (sh.Seq is the number written) and writes it over
+// the shard's file in place, both copies in one write; the caller syncs it (commitAll) under
+// the shard's lock. It is a pure overwrite (staged.inPlace): writeShards synced the file's data
+// and size before renaming it into place, and every record is 2*shardSlot bytes at offset 0
+// (decodeShardFile refuses any other size), so no write changes the file's size or blocks.
 func (r *root) stageShard(sh *shardState) (*staged, error) {
 	sh.Seq++
 	data, err := shardFile(*sh)
@@ -87,31 +70,26 @@ func (r *root) stageShard(sh *shardState) (*staged, error) {
 	return r.stageAt(r.shardCapPath(sh.Shard), data)
 }
 
-// settle judges the shard's pending slots; the caller holds the shard's lock, so no admission
-// that took one of its slots is in flight. A pending slot whose row exists (the same
-// incarnation: its evaluation id) and holds this shard's slot keeps it; any other gives it
-// back (the admission never finished, was repeated and took another slot, or its row was
-// replaced by a later incarnation that holds a slot of its own), unless an unfinished cleanup
-// batch removed that row (the batch gives the slot back itself, once). A pending row that
-// cannot be read keeps its slot (an overstatement). It reports whether sh changed.
+// settle judges the shard's pending slots under the shard's lock (no admission that took one
+// is in flight). A pending slot whose row (same evaluation id) holds this shard's slot keeps
+// it; any other gives it back (the admission never finished, was repeated and took another
+// slot, or a later incarnation's row holds a slot of its own), unless an unfinished cleanup
+// batch removed that row (the batch gives it back, once). A row that cannot be read keeps its
+// slot (an overstatement). It reports whether sh changed.
 //
-// What settling reads may be in the page cache only: a row renamed into place by a process
-// that died (or whose sync failed) before the folder sync that would have made it durable. A
-// record written from such a decision must not reach the disk before that row, or a power
-// loss could take the row and leave its slot counted with nothing naming it pending: a slot
-// lost for good. And a record, once written, can reach the disk at any time (the kernel
-// writes dirty pages back on its own, before any sync). So a settling that decides from a row
-// present (a pending slot dropped because its row holds it, or given back because a later
-// incarnation's row is there) either runs after a syncfs (syncEverything: the sweep, an
-// admission finding its home shard full, an admission whose pending list is long), or, in an
-// admission (cautious), decides only from rows this process saw made durable (sawDurable),
-// leaving the others pending: an overstatement, settled later. A slot given back because its
-// row is missing rests on nothing unsynced: a row that was never renamed into place is not on
-// the disk either, and a removed one is the cleanup batch's (see above).
-//
-// Every record is therefore written from durable decisions only, so a record read from the
-// page cache (written by a process that died before its sync) is a sound base: at worst its
-// own changes are lost with it.
+// A row settling reads may be in the page cache only (its writer died, or its sync failed,
+// before the folder sync), and a record, once written, can reach the disk at any time (the
+// kernel writes dirty pages back before any sync): a record decided from such a row could reach
+// the disk before it, and a power loss would leave a slot counted that nothing names pending,
+// lost for good. So a settling that decides from a row present (dropped because the row holds
+// the slot, or given back because a later incarnation's row is there) either runs after a
+// syncfs (syncEverything: the sweep, an admission whose home shard is full or whose pending
+// list is long) or, in an admission (cautious), decides only from rows this process saw made
+// durable (sawDurable), leaving the others pending. A slot given back because its row is
+// missing rests on nothing unsynced: a row never renamed into place is not on disk either, and
+// a removed one is the batch's. Every record is thus written from durable decisions, so one
+// read from the page cache (its writer died before its sync) is a sound base: at worst its own
+// changes are lost with it.
 func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 	if len(sh.Pending) == 0 {
 		return false, nil
@@ -122,8 +100,7 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 			err = r.bumpRoom() // room appears: a cached proof of Full is void from now on
 		}
 	}()
-	var batch *batchState
-	batchRead := false
+	readBatch := sync.OnceValues(r.readBatch) // read once, if needed
 	keep := sh.Pending[:0:0]
 	for _, p := range sh.Pending {
 		row, err := r.readRow(p.Key)
@@ -136,18 +113,15 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 		case err == nil && cautious:
 			keep = append(keep, p) // a later incarnation's row, maybe in the page cache only
 		case err == nil || errors.Is(err, ledger.ErrUnknownDelivery):
-			if !batchRead {
-				if batch, err = r.readBatch(); err != nil {
-					return false, err
-				}
-				batchRead = true
+			batch, err := readBatch()
+			if err != nil {
+				return false, err
 			}
 			if batch != nil && batch.ID > sh.AppliedBatch && batch.has(p, sh.Shard) {
-				// The batch gives the slot back when it releases, whatever the entry, so the
-				// slot stays counted here. The entry goes when settling in full (after a
-				// syncfs), so that an unreleased batch does not lengthen the list; one without
-				// an evaluation id stays, for the release erases one entry standing for the
-				// removed row and must never take another admission's in its place.
+				// The batch's release gives the slot back, so it stays counted. The entry goes
+				// when settling in full (after a syncfs), so an unreleased batch does not
+				// lengthen the list; one without an evaluation id stays: the release erases one
+				// entry standing for the removed row, never another admission's in its place.
 				if cautious || p.EvaluationID == "" {
 					keep = append(keep, p)
 				}
@@ -168,14 +142,14 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 }
 
 // maxCautiousPending is how many pending slots an admission's record may hold, its own
-// included, after a cautious settling. A longer list is settled in full after a syncfs. At
-// most 3 entries keep a record within one 512-byte sector (482 bytes with a sequence number
-// of 9 digits, counts of 4 and a batch id of 5; about 500 with every number at 10 digits), so
-// each half of the file is written whole or not at all (format.go).
+// included, after a cautious settling; a longer list is settled in full after a syncfs. 3
+// entries keep a record within one 512-byte sector (482 bytes with a 9-digit sequence number,
+// 4-digit counts and a 5-digit batch id; about 500 with every number at 10 digits), so each
+// half of the file is written whole or not at all (format.go).
 const maxCautiousPending = 3
 
-// sawDurable reports whether p is the row this process last admitted with a slot of shard s
-// and saw made durable (its folder synced): the common pending slot, the previous admission's.
+// sawDurable reports whether p is the row this process last admitted with a slot of shard s and
+// saw made durable: the common pending slot, the previous admission's.
 func (r *root) sawDurable(s int, p pendingSlot) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -190,47 +164,40 @@ func (r *root) madeDurable(s int, p pendingSlot) {
 	r.mu.Unlock()
 }
 
-// writeShards makes the 256 row folders and writes the capacity records rec makes as new
-// files: one sync for all their data, the renames, one sync for the renames. A crash leaves
-// some records or none, never a torn one; the caller writes what depends on them (the root
-// state) only after.
+// writeShards makes the 256 row folders and writes the records rec makes as new files: one
+// sync for their data, the renames, one sync for the renames. A crash leaves some records or
+// none, never a torn one; the caller writes what depends on them (the root state) only after.
 func (r *root) writeShards(rec func(s int) shardState) error {
 	var sts []*staged
+	defer func() { abortAll(sts) }() // what was staged and not committed
 	for s := range shardCount {
 		if err := r.mkdir(r.shardDirOf(s)); err != nil {
-			abortAll(sts)
 			return err
 		}
 		data, err := shardFile(rec(s))
-		if err == nil {
-			var st *staged
-			if st, err = r.stage(r.shardCapPath(s), data); err == nil {
-				sts = append(sts, st)
-			}
-		}
 		if err != nil {
-			abortAll(sts)
 			return err
 		}
+		st, err := r.stage(r.shardCapPath(s), data)
+		if err != nil {
+			return err
+		}
+		sts = append(sts, st)
 	}
 	return r.commitAll(sts)
 }
 
-// settleShards settles the pending keys of the given capacity shards, each under its lock. The
-// sweep calls it for the folders it lists, so one lap gives back every slot an interrupted
-// admission left with no row, even in a shard no admission comes to again. A shard whose
-// pending admissions all finished costs a read of its record and of their rows: no lock, no
-// write, so a lap's syncs do not grow with the shards it lists.
+// settleShards settles the pending keys of the given shards, each under its lock. The sweep calls
+// it for the folders it lists, so a lap gives back every slot an interrupted admission left with
+// no row, even in a shard no admission comes to again; a shard whose pending admissions all
+// finished costs reads only (mayGiveBack), so a lap's syncs do not grow with its shards.
 func (r *root) settleShards(ctx context.Context, shards []int) error {
 	for _, s := range shards {
 		sh, err := r.readShard(s)
+		if err == nil && r.mayGiveBack(sh) {
+			err = r.settleShard(ctx, s)
+		}
 		if err != nil {
-			return err
-		}
-		if !r.mayGiveBack(sh) {
-			continue
-		}
-		if err := r.settleShard(ctx, s); err != nil {
 			return err
 		}
 	}
@@ -238,9 +205,8 @@ func (r *root) settleShards(ctx context.Context, shards []int) error {
 }
 
 // mayGiveBack reports whether settling sh could give a slot back: some pending slot's row is
-// not (or not yet) there holding it. It reads without the shard's lock, so a pending row
-// that is missing may be an admission still in flight: only settling under the lock decides.
-// The common case (every pending admission finished) costs no lock and no write.
+// not (or not yet) there holding it. It reads without the lock, so a missing row may be an
+// admission in flight: only settling under the lock decides.
 func (r *root) mayGiveBack(sh shardState) bool {
 	for _, p := range sh.Pending {
 		row, err := r.readRow(p.Key)
@@ -275,7 +241,7 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 }
 
 // writeShard writes sh as its shard's next record, durably, and shows the room it gained since
-// its count was used (roomShown). The caller holds the shard's lock.
+// its count was used; the caller holds the shard's lock.
 func (r *root) writeShard(sh *shardState, used int64) error {
 	st, err := r.stageShard(sh)
 	if err == nil {
@@ -287,10 +253,9 @@ func (r *root) writeShard(sh *shardState, used int64) error {
 	return err
 }
 
-// roomShown changes the room epoch again once a shard record that gained room (its count went
-// from before to after) is written: a process that scanned every shard between the first
-// change (before the write) and the write saw them all full under the changed epoch, and its
-// proof of Full must not outlive the room it missed.
+// roomShown changes the room epoch again once a record that gained room (its count went from
+// before to after) is written: a scan between the first change and the write saw every shard
+// full under the changed epoch, and its proof of Full must not outlive the room it missed.
 func (r *root) roomShown(before, after int64) error {
 	if after < before {
 		return r.bumpRoom()
@@ -300,41 +265,34 @@ func (r *root) roomShown(before, after int64) error {
 
 // has reports whether the batch removes the row whose slot p stands for, in shard.
 func (b *batchState) has(p pendingSlot, shard int) bool {
-	for _, e := range b.Entries {
-		if e.Shard == shard && p.is(e.Key, e.EvaluationID) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(b.Entries, func(e batchEntry) bool {
+		return e.Shard == shard && p.is(e.Key, e.EvaluationID)
+	})
 }
 
-// FullProofLife is how long a process answers Full on the strength of one scan that read
-// every shard full, the room epoch unchanged: at most one scan of the 256 records per
-// process per FullProofLife under a sustained full root, and at most that long turning
-// deliveries away after a release that died between giving room and showing it.
+// FullProofLife is how long a process answers Full on the strength of one scan that read every
+// shard full, the room epoch unchanged: at most one scan of the 256 records per process per
+// FullProofLife under a sustained full root, and at most that long turning deliveries away
+// after a release that died between giving room and showing it.
 const FullProofLife = time.Minute
 
-// The room epoch (.amiss-room.epoch) changes, to a fresh random value, before any capacity
-// shard gains room (a cleanup batch's release, a pending slot given back), and again once the
-// room is written (roomShown), so a scan that ran between the two keeps no proof. A process that has
-// read every shard full keeps the epoch it saw before and after that scan, and answers Full
-// without scanning again while the epoch is the same: one read instead of 256 for every
-// refusal of a full root. The file is not synced: it orders what live processes see, and a
-// crash that loses it also ends the processes that could have kept a proof (EFS loses
-// nothing). An unreadable one proves nothing (every refusal scans); none at all means no
-// room has appeared since the root was made. A release that cannot change it fails, before
-// any shard shows the room.
+// The room epoch (.amiss-room.epoch) changes to a fresh random value before any capacity shard
+// gains room (a batch's release, a pending slot given back) and again once the room is written
+// (roomShown), so a scan between the two keeps no proof. A process that read every shard full
+// keeps the epoch it saw before and after that scan and answers Full without scanning while
+// the epoch is the same: one read instead of 256 per refusal of a full root. The file is not
+// synced: it orders what live processes see, and a crash that loses it also ends the processes
+// that could have kept a proof (EFS loses nothing). An unreadable one proves nothing (every
+// refusal scans); none means no room has appeared since the root was made. A release that
+// cannot change it fails before any shard shows the room.
 
 func (r *root) roomEpoch() (uint64, bool) {
 	data, err := r.fs.ReadFile(r.path(RoomFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, true // no room has appeared since the root was made
 	}
-	if err != nil {
-		return 0, false
-	}
-	_, payload, err := decodeFrame(kindRoom, data, 64)
-	if err != nil || len(payload) != 8 {
+	_, payload, derr := decodeFrame(kindRoom, data, 64)
+	if err != nil || derr != nil || len(payload) != 8 {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(payload), true
@@ -345,41 +303,31 @@ func (r *root) bumpRoom() error {
 	r.mu.Lock()
 	r.fullProof = nil
 	r.mu.Unlock()
-	var v [8]byte
-	r.randMu.Lock()
-	_, err := io.ReadFull(r.cfg.Random, v[:])
-	r.randMu.Unlock()
+	v, err := r.random8()
 	if err != nil {
 		return fmt.Errorf("localfs: room epoch: %w", err)
 	}
 	v[0] |= 1 // never 0, the value of a root that has none yet
 	f, err := r.fs.OpenFile(r.path(RoomFile), os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
-		return fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, r.path(RoomFile), err)
+		return unavailable(err, "open", r.path(RoomFile))
 	}
 	_, werr := f.WriteAt(encodeFrame(kindRoom, v[:]), 0)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		return fmt.Errorf("%w: write %s: %v", ledger.ErrUnavailable, r.path(RoomFile), err)
-	}
-	return nil
+	return unavailable(errors.Join(werr, f.Close()), "write", r.path(RoomFile))
 }
 
-// readAllShards reads every capacity shard's record (without locks: each is replaced
-// atomically), a few at a time.
+// readAllShards reads every capacity shard's record without locks, a few at a time.
 func (r *root) readAllShards(ctx context.Context) ([]shardState, error) {
 	out := make([]shardState, shardCount)
 	errs := make([]error, shardCount)
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for s := range next {
 				out[s], errs[s] = r.readShard(s)
 			}
-		}()
+		})
 	}
 	for s := range shardCount {
 		if ctx.Err() != nil {
@@ -417,16 +365,9 @@ func (r *root) shardCapPath(s int) string {
 
 // readBatch returns the cleanup batch record, or nil when there is none.
 func (r *root) readBatch() (*batchState, error) {
-	data, err := r.fs.ReadFile(r.path(BatchFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(BatchFile), err)
-	}
-	b, err := decodeBatch(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.path(BatchFile), err)
+	b, exists, err := readFile(r, r.path(BatchFile), decodeBatch)
+	if !exists || err != nil {
+		return nil, err
 	}
 	return &b, nil
 }

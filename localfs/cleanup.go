@@ -16,25 +16,22 @@ import (
 //
 // One pass, under the maintenance lock:
 //  1. finish a batch a crashed pass left behind;
-//  2. list what the pass will look at: the end-time index up to now, the next slice of rows
-//     for the sweep, and the subject records of the folders it lists. A listing that fails
-//     ends the pass with nothing removed;
+//  2. list the end-time index up to now, the sweep's next slice of rows and the subject
+//     records of the folders it lists (a listing that fails ends the pass, nothing removed);
 //  3. persist the effective now as the high-water (and reserve the batch's id);
-//  4. pick the removable rows from the index (reading only finished rows with a retention
-//     end, never the permanent ones), write them as one batch record, remove them, make the
-//     removals durable with one syncfs, and release their slots in the capacity shards that
-//     held them, each shard once per batch (its record notes the batch applied), with one
-//     sync for the records' data and one for their renames;
+//  4. pick the removable rows from the index (finished rows with a retention end only), write
+//     them as one batch record, remove them, make the removals durable with one syncfs, and
+//     release their slots in the shards that held them, each shard once per batch (its record
+//     notes the batch applied), with one sync for the records' data and one for the renames;
 //  5. read the sweep's rows and report the damaged and the stranded ones; a row met past its
 //     retention gets its index entry again (Complete does not sync it); collect the debris
 //     found in the folders listed;
-//  6. forget the subject records of the same folders that no verdict can land on any more
+//  6. forget the subject records of those folders that no verdict can land on any more
 //     (ledger.SubjectRecord.Removable; subjects.go).
 //
-// The sweep goes round the 256 row folders in laps. An empty cursor starts a lap at the folder
-// where the last pass stopped (kept in .amiss-maintenance.state), so a cleanup that is cut
-// short by its time limit every time still reaches every row; a lap ends when it is back
-// where it started (Done), having covered every row once.
+// The sweep goes round the 256 row folders in laps. An empty cursor starts a lap where the last
+// pass stopped (.amiss-maintenance.state), so a cleanup cut short by its time limit every time
+// still reaches every row; a lap ends back where it started (Done), every row covered once.
 func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.CleanupReport, error) {
 	if err := l.r.begin(); err != nil {
 		return ledger.CleanupReport{}, err
@@ -148,9 +145,8 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 	}
 	batch := batchState{ID: id}
 	// A row can be indexed under two ends (a Complete interrupted after its index entry, then
-	// repeated after a re-admission lengthened the retention). It enters the batch once, so
-	// its slot is released once; its other entry is dropped by a later pass, when the row is
-	// gone.
+	// repeated after a re-admission lengthened the retention). It enters the batch once, so its
+	// slot is released once; a later pass drops its other entry, the row gone.
 	chosen := map[ledger.Key]bool{}
 	for _, e := range entries {
 		if chosen[e.key] {
@@ -183,7 +179,7 @@ func (r *root) removeEnded(ctx context.Context, entries []indexEntry, now time.T
 // removable row, and otherwise tidies the index (a stale entry is removed, a lengthened
 // retention is re-indexed).
 func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally *ledger.Tally) (*batchEntry, error) {
-	unlock, err := r.lockRow(ctx, e.key)
+	unlock, err := r.lockShard(ctx, e.key[0])
 	if err != nil {
 		return nil, err
 	}
@@ -197,16 +193,13 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally 
 		return nil, nil
 	case err != nil:
 		return nil, err
-	}
-	if !row.State.Terminal() {
+	case !row.State.Terminal():
 		// An entry written by a Complete that crashed before its done state: that Complete
 		// writes it again when it is repeated.
 		return nil, r.removeIndex(e)
-	}
-	if row.Removable(now) {
+	case row.Removable(now):
 		return &batchEntry{Key: e.key, EvaluationID: row.EvaluationID, Index: e.bucket + "/" + e.name, Shard: row.Shard}, nil
-	}
-	if !row.Permanent && row.RetainUntil.After(e.end) {
+	case !row.Permanent && row.RetainUntil.After(e.end):
 		if err := r.addIndex(&row.Row); err != nil {
 			return nil, err
 		}
@@ -216,10 +209,9 @@ func (r *root) classify(ctx context.Context, e indexEntry, now time.Time, tally 
 }
 
 // applyBatch removes the batch's rows, makes the removals durable, and releases their slots in
-// the capacity shards that held them, each shard once. The caller holds the maintenance lock.
-// It is also how a crashed pass is finished: every step is repeatable, the slots released are
-// counted from what the store holds, not from what this run removed, and a shard whose record
-// already notes the batch is left alone.
+// the shards that held them, each once; the caller holds the maintenance lock. It also finishes
+// a crashed pass: every step is repeatable, the slots released are counted from what the store
+// holds, not from what this run removed, and a shard whose record notes the batch is left alone.
 func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]ledger.RemovedRow, error) {
 	var removed []ledger.RemovedRow
 	released := map[int][]batchEntry{}
@@ -244,9 +236,8 @@ func (r *root) applyBatch(ctx context.Context, b batchState, now time.Time) ([]l
 	return removed, r.remove(r.path(BatchFile))
 }
 
-// release gives back the slots of the rows batch id removed, shard by shard. It holds the locks
-// of every shard concerned (taken in ascending order) while it reads, writes and renames their
-// records, with one sync for the data and one for the renames.
+// release gives back the slots of the rows batch id removed. It holds the locks of every shard
+// concerned (in ascending order) while it reads and writes their records, with one sync.
 func (r *root) release(ctx context.Context, id uint64, released map[int][]batchEntry) error {
 	if len(released) == 0 {
 		return nil
@@ -262,25 +253,24 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 		return err
 	}
 	var sts []*staged
+	defer func() { abortAll(sts) }() // what was staged and not committed
 	for _, s := range shards {
 		sh, err := r.readShard(s)
 		if err != nil {
-			abortAll(sts)
 			return err
 		}
 		if sh.AppliedBatch >= id {
 			continue
 		}
 		rows := released[s]
-		// A removed row still pending (removed before any admission in the shard settled it)
-		// is released here, once, not again by settling. Only that row's entry goes: a later
-		// admission of the same key keeps its own (another evaluation id) until settled.
+		// A removed row still pending (no admission in the shard settled it) is released here,
+		// once, not again by settling. Only its entry goes: a later admission of the same key
+		// keeps its own (another evaluation id) until settled.
 		sh.Pending = deletePending(sh.Pending, rows)
 		n := int64(len(rows))
 		if n > sh.Used {
-			// The count may overstate use, never understate it: a batch that would take it
-			// below zero means the record is wrong, and guessing would overfill the root.
-			abortAll(sts)
+			// The count may overstate use, never understate it: below zero, the record is wrong,
+			// and guessing would overfill the root.
 			return fmt.Errorf("%w: %s counts %d slots, batch %d removed %d rows", ledger.ErrCorrupt,
 				r.shardCapPath(s), sh.Used, id, n)
 		}
@@ -288,7 +278,6 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 		sh.AppliedBatch = id
 		st, err := r.stageShard(&sh)
 		if err != nil {
-			abortAll(sts)
 			return err
 		}
 		sts = append(sts, st)
@@ -299,8 +288,7 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 	if len(sts) == 0 {
 		return nil
 	}
-	// And again once the room shows: a proof of Full taken between the first change and the
-	// writes (every shard read full under the changed epoch) is void too.
+	// And again once the room shows (roomShown).
 	return r.bumpRoom()
 }
 
@@ -319,26 +307,22 @@ func deletePending(ps []pendingSlot, rows []batchEntry) []pendingSlot {
 // removeRow removes one batch row if it is still the row the batch named and still
 // removable. It reports whether the batch's row is gone (removed now or before).
 func (r *root) removeRow(ctx context.Context, e batchEntry, now time.Time) (bool, error) {
-	unlock, err := r.lockRow(ctx, e.Key)
+	unlock, err := r.lockShard(ctx, e.Key[0])
 	if err != nil {
 		return false, err
 	}
 	defer unlock()
-	row, err := r.readRow(e.Key)
-	if errors.Is(err, ledger.ErrUnknownDelivery) {
-		return true, r.removeIndexNamed(e)
-	}
-	if err != nil {
+	switch row, err := r.readRow(e.Key); {
+	case errors.Is(err, ledger.ErrUnknownDelivery): // removed before
+	case err != nil:
 		return false, err
-	}
-	if row.EvaluationID != e.EvaluationID {
-		return true, r.removeIndexNamed(e) // removed before, and the key was admitted again
-	}
-	if !row.Removable(now) {
+	case row.EvaluationID != e.EvaluationID: // removed before, and the key was admitted again
+	case !row.Removable(now):
 		return false, nil // re-admitted with a later signed time since the batch was chosen
-	}
-	if err := r.remove(r.statePath(e.Key)); err != nil {
-		return false, err
+	default:
+		if err := r.remove(r.statePath(e.Key)); err != nil {
+			return false, err
+		}
 	}
 	return true, r.removeIndexNamed(e)
 }
@@ -358,18 +342,15 @@ func (r *root) recoverBatch(ctx context.Context) (bool, error) {
 	if err != nil || b == nil {
 		return false, err
 	}
-	// The batch's rows are judged at the persisted high-water, never at this process's own
-	// clock: the pass that chose them persisted its now before writing the batch, and a row
-	// re-admitted since with a later signed time must not be removed at a now nobody
-	// persisted (a replay of its signature would then be fresh, and admitted again).
+	// The batch's rows are judged at the persisted high-water, never this process's clock: the
+	// pass that chose them persisted its now first, and a row re-admitted since with a later
+	// signed time must not be removed at a now nobody persisted (a replay of its signature
+	// would then be fresh, and admitted again).
 	now, err := r.highWater()
-	if err != nil {
-		return false, err
+	if err == nil {
+		_, err = r.applyBatch(ctx, *b, now)
 	}
-	if _, err := r.applyBatch(ctx, *b, now); err != nil {
-		return false, err
-	}
-	return true, nil
+	return err == nil, err
 }
 
 // recoverBatchIfAny finishes a leftover batch when one exists and maintenance is free.

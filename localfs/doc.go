@@ -16,24 +16,21 @@
 //
 // Every file is a checksummed frame with a format version, written by atomic replacement
 // (temporary file, sync of its data, rename; then a sync of the folder where an answer depends
-// on the rename), except a capacity shard's record, which is rewritten in place (two copies in
-// one write). Locks are taken in one order (maintenance, admission, row shards ascending,
-// clock) with bounded waits. A row shard's lock guards its rows and its capacity shard, so an
-// admission takes one lock; only when its home shard is full does it look at the others.
-// A root of format 2 is migrated when opened; one of the retired formats 1 and 3 is refused.
+// on the rename), except a capacity shard's record, rewritten in place (two copies, one write).
+// Locks are taken in one order (maintenance, admission, row shards ascending, clock) with
+// bounded waits. A row shard's lock guards its rows and its capacity shard, so an admission
+// takes one lock; only when its home shard is full does it look at the others. A format 2 root
+// is migrated when opened; one of the retired formats 1 and 3 is refused.
 //
-// Opening and preparing: Open lists nothing and reads one file, the root state, so it fits
-// every Lambda cold start. Prepare also checks every
-// capacity shard, finishes an interrupted cleanup batch and collects debris, within a bounded
-// budget: a long-running process (amiss serve, the cleanup function) prepares once, then hands
-// each worker a Session, which shares the root's locks and settings and does no I/O to be
-// made. Closing a session leaves the root open; closing the handle that opened the root waits
-// for every operation on it and its sessions.
+// Open reads one file, the root state, so it fits every Lambda cold start. A long-running
+// process (amiss serve, the cleanup function) calls Prepare once (which also checks the
+// capacity shards, finishes an interrupted cleanup batch and collects debris, within a budget)
+// and then hands each worker a Session, which shares the root's locks and settings.
 //
 // The files, lowest layer first; each uses only the ones above it in this list:
 //
-//	fs.go, strict.go   the file system (package vfs) and strict JSON decoding
-//	format.go          frames, format versions and the records of every file
+//	fs.go              the file system (package vfs)
+//	format.go          frames, format versions, strict JSON and the records of every file
 //	syncer.go          group commit: shared syncs, one flush for a lone admission
 //	filelock.go        a process's lock on a file: a semaphore and flock(2)
 //	root.go            file names, Config, the state a root's handles share

@@ -4,18 +4,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Durable writes. A file is staged (written to a temporary file beside its name, or in place over a
-// capacity record), its data made durable through the syncer (syncer.go), then renamed into place,
-// and the rename made durable where an answer depends on it (ops.go, "What each write makes
-// durable").
+// Durable writes. A file is staged (written to a temporary file beside its name, or in place over
+// a capacity record), its data made durable through the syncer, then renamed into place, and the
+// rename made durable where an answer depends on it (ops.go, "What each write makes durable").
 
 // staged is a temporary file written, open and not yet synced, then renamed into place:
 // invisible to every reader until renamed.
@@ -23,9 +19,8 @@ type staged struct {
 	r         *root
 	f         File
 	tmp, path string
-	// inPlace: written into path itself, over bytes whose extent and the file's size were
-	// made durable when the file was made (a capacity shard's record): nothing to rename, and
-	// the write changes no metadata (syncer.flushOnce).
+	// inPlace: written over path itself, whose size and blocks were made durable with the file
+	// (a capacity record): nothing to rename, no metadata changed (syncer.flushOnce).
 	inPlace bool
 }
 
@@ -39,10 +34,7 @@ func (st *staged) abort(op string, err error) error {
 	if !st.inPlace {
 		st.r.fs.Remove(st.tmp)
 	}
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%w: %s %s: %v", ledger.ErrUnavailable, op, st.path, err)
+	return unavailable(err, op, st.path)
 }
 
 // name is the file written: the temporary one, or path itself when written in place.
@@ -92,16 +84,14 @@ func (s *syncer) syncData(sts ...*staged) error {
 type durability int
 
 const (
-	// durableData: the file's data is synced before it is renamed into place, so the name
-	// never points at bytes that a crash could lose; the rename itself is not synced. Used
-	// where a lost rename is harmless (see the argument beside each caller).
+	// durableData: the data is synced before the rename, so the name never points at bytes a
+	// crash could lose; the rename is not synced (where losing it is harmless: see each caller).
 	durableData durability = iota + 1
-	// durableFull: the data and then the folder entry are synced before the caller is
-	// answered.
+	// durableFull: the data, then the folder entry, are synced before the answer.
 	durableFull
-	// asRead: nothing is written, but the row's folder is synced before the answer, which
-	// repeats the row as read: another process (or an earlier call of this one whose folder
-	// sync failed) may have renamed it into place and never made the name durable.
+	// asRead: nothing is written, but the row's folder is synced before the answer repeats the
+	// row as read: another process (or an earlier call whose folder sync failed) may have
+	// renamed it into place and never made the name durable.
 	asRead
 )
 
@@ -150,31 +140,25 @@ func (r *root) commitAll(sts []*staged) error {
 
 // mkdir creates dir if it is missing (durability comes with the files written into it).
 func (r *root) mkdir(dir string) error {
-	if err := r.fs.Mkdir(filepath.Dir(dir), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, filepath.Dir(dir), err)
-	}
-	if err := r.fs.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, dir, err)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := r.fs.Mkdir(d, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return unavailable(err, "mkdir", d)
+		}
 	}
 	return nil
 }
 
 // stage writes data to a new temporary file beside path and keeps it open, unsynced.
 func (r *root) stage(path string, data []byte) (*staged, error) {
-	var rnd [8]byte
-	r.randMu.Lock()
-	_, err := io.ReadFull(r.cfg.Random, rnd[:])
-	r.randMu.Unlock()
+	rnd, err := r.random8()
 	if err != nil {
 		return nil, fmt.Errorf("localfs: temporary name: %w", err)
 	}
 	st := &staged{r: r, tmp: path + tmpMarker + hex.EncodeToString(rnd[:]), path: path}
-	f, err := r.fs.OpenFile(st.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, st.tmp, err)
+	if st.f, err = r.fs.OpenFile(st.tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+		return nil, unavailable(err, "create", st.tmp)
 	}
-	st.f = f
-	if _, err := f.Write(data); err != nil {
+	if _, err := st.f.Write(data); err != nil {
 		return nil, st.abort("write", err)
 	}
 	return st, nil
@@ -183,12 +167,11 @@ func (r *root) stage(path string, data []byte) (*staged, error) {
 // stageAt writes data over the start of path, in place, and keeps the file open, unsynced.
 func (r *root) stageAt(path string, data []byte) (*staged, error) {
 	st := &staged{r: r, path: path, inPlace: true}
-	f, err := r.fs.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: open %s: %v", ledger.ErrUnavailable, path, err)
+	var err error
+	if st.f, err = r.fs.OpenFile(path, os.O_WRONLY, 0); err != nil {
+		return nil, unavailable(err, "open", path)
 	}
-	st.f = f
-	if _, err := f.WriteAt(data, 0); err != nil {
+	if _, err := st.f.WriteAt(data, 0); err != nil {
 		return nil, st.abort("write", err)
 	}
 	return st, nil

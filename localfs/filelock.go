@@ -13,11 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A fileLock pairs an in-process semaphore with an advisory lock on a file. flock(2) and
-// fcntl(2) do not separate the goroutines of one process (and over NFS, where flock is carried
-// by fcntl locks, closing any descriptor of the file drops the process's lock), so one process
-// keeps one descriptor per lock file and one semaphore in front of it, whatever number of
-// handles it opens on the root.
+// A fileLock pairs an in-process semaphore with an advisory lock on a file. flock(2) and fcntl(2)
+// do not separate one process's goroutines (and over NFS, where flock is carried by fcntl locks,
+// closing any descriptor of the file drops the process's lock), so a process keeps one
+// descriptor and one semaphore per lock file, however many handles it opens on the root.
 type fileLock struct {
 	path string
 	sem  chan struct{}
@@ -40,7 +39,7 @@ func acquireRef(fsys FS, path string) (*fileLock, error) {
 	}
 	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: open lock %s: %v", ledger.ErrUnavailable, path, err)
+		return nil, unavailable(err, "open lock", path)
 	}
 	l := &fileLock{path: path, sem: make(chan struct{}, 1), f: f, refs: 1}
 	lockTable[path] = l
@@ -57,8 +56,7 @@ func (l *fileLock) unref() {
 	}
 }
 
-// lock takes the lock within wait. A wait that runs out answers ledger.ErrBusy; it never
-// hangs.
+// lock takes the lock within wait; a wait that runs out answers ledger.ErrBusy, never hangs.
 func (l *fileLock) lock(ctx context.Context, wait time.Duration) error {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
@@ -77,7 +75,7 @@ func (l *fileLock) lock(ctx context.Context, wait time.Duration) error {
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
 			<-l.sem
-			return fmt.Errorf("%w: flock %s: %v", ledger.ErrUnavailable, l.path, err)
+			return unavailable(err, "flock", l.path)
 		}
 		select {
 		case <-deadline.C:
@@ -95,8 +93,7 @@ func (l *fileLock) lock(ctx context.Context, wait time.Duration) error {
 }
 
 func (l *fileLock) unlock() {
-	// Unlocking a descriptor we hold cannot fail in a way we could act on; a process that
-	// dies releases it anyway.
+	// Unlocking cannot fail in a way we could act on; a process that dies releases it anyway.
 	_ = vfs.Flock(l.f, unix.LOCK_UN)
 	<-l.sem
 }

@@ -1,6 +1,7 @@
 package localfs
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -13,22 +14,20 @@ import (
 // FormatVersion is the on-disk format this code writes. Every file carries its version; a
 // file of a newer version fails closed, one of format 2 is read as it is.
 //
-// Format 2 shards the capacity record (one per row shard, in the shard's folder, guarded by the
-// shard's row lock), keeps a saved report inside its row's state file, and records in each row
-// the capacity shard that holds its slot. Format 4 adds the subject records
-// (subjects/XX/<key>.state, subjects.go) and superseded rows. Its files are format 2's
-// otherwise: a format 2 root is migrated by writing its root state as format 4 (so that a
-// format 2 process, which would take a superseded row for a damaged one and knows nothing of
-// subject records, refuses the root), and format 2 files are read as they are.
+// Format 2 shards the capacity record (one per row shard, guarded by its row lock), keeps a
+// saved report inside its row's state file, and records in each row the capacity shard that
+// holds its slot. Format 4 adds the subject records (subjects.go) and superseded rows; its files
+// are format 2's otherwise. A format 2 root is migrated by writing its root state as format 4,
+// so that a format 2 process (which would take a superseded row for a damaged one and knows
+// nothing of subject records) refuses the root.
 //
 // Formats 1 (one capacity record per root, reports in files of their own) and 3 (per-process
-// admission logs on local roots) were written by development builds only and are retired: no
-// release wrote them, and this build refuses them (retiredFormats).
+// admission logs on local roots) were written by development builds only, never by a release,
+// and are refused (retiredFormats).
 const FormatVersion = 4
 
-// retiredFormats says, for each retired format, what it was. A file of one is refused with
-// what it was and what to do (see docs/file-ledger.md, "When it fails"), as a newer format is:
-// ErrRootMismatch.
+// retiredFormats says what each retired format was. A file of one is refused, as a newer
+// format is, with ErrRootMismatch, what it was and what to do (docs/file-ledger.md).
 var retiredFormats = map[uint16]string{
 	1: "the one capacity record per root of a development build that no release shipped",
 	3: "the admission logs of a development build that no release shipped",
@@ -85,44 +84,44 @@ func decodeFrame(k kind, data []byte, maxPayload int) (uint16, []byte, error) {
 	if len(data) < frameOverhead {
 		return 0, nil, fmt.Errorf("%w: %v truncated: %d bytes", ledger.ErrCorrupt, k, len(data))
 	}
-	if string(data[:len(frameMagic)]) != frameMagic {
-		return 0, nil, fmt.Errorf("%w: %v has no amiss header", ledger.ErrCorrupt, k)
-	}
-	if kind(data[len(frameMagic)]) != k {
-		return 0, nil, fmt.Errorf("%w: expected a %v, found a %v", ledger.ErrCorrupt, k, kind(data[len(frameMagic)]))
-	}
 	version := binary.BigEndian.Uint16(data[len(frameMagic)+1:])
 	n := binary.BigEndian.Uint32(data[len(frameMagic)+3:])
-	if int64(n) > int64(maxPayload) {
+	end := frameHeader + int(n) // where the checksum starts
+	switch what, retired := retiredFormats[version]; {
+	case string(data[:len(frameMagic)]) != frameMagic:
+		return 0, nil, fmt.Errorf("%w: %v has no amiss header", ledger.ErrCorrupt, k)
+	case kind(data[len(frameMagic)]) != k:
+		return 0, nil, fmt.Errorf("%w: expected a %v, found a %v", ledger.ErrCorrupt, k, kind(data[len(frameMagic)]))
+	case int64(n) > int64(maxPayload):
 		return 0, nil, fmt.Errorf("%w: %v payload of %d bytes, ceiling %d", ledger.ErrCorrupt, k, n, maxPayload)
-	}
-	if len(data) != frameOverhead+int(n) {
+	case len(data) != frameOverhead+int(n):
 		return 0, nil, fmt.Errorf("%w: %v is %d bytes, header says %d", ledger.ErrCorrupt, k, len(data), frameOverhead+int(n))
-	}
-	body := data[:frameHeader+int(n)]
-	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[len(body):]) {
+	case crc32.Checksum(data[:end], castagnoli) != binary.BigEndian.Uint32(data[end:]):
 		return 0, nil, fmt.Errorf("%w: %v checksum mismatch", ledger.ErrCorrupt, k)
-	}
-	if what, ok := retiredFormats[version]; ok {
+	case retired:
 		return 0, nil, fmt.Errorf("%w: %v written by format %d, %s; this build reads formats 2 and 4: "+
 			"drain the root with the build that wrote it, then move it aside and create a new one", ledger.ErrRootMismatch, k, version, what)
-	}
-	if version > FormatVersion {
+	case version > FormatVersion:
 		return 0, nil, fmt.Errorf("%w: %v written by format %d, this build reads up to %d", ledger.ErrRootMismatch, k, version, FormatVersion)
-	}
-	if version == 0 {
+	case version == 0:
 		return 0, nil, fmt.Errorf("%w: %v has format version 0", ledger.ErrCorrupt, k)
 	}
-	return version, body[frameHeader:], nil
+	return version, data[frameHeader:end], nil
 }
 
-// decodeJSON decodes a JSON frame strictly: unknown fields are corruption, not silence.
+// decodeJSON decodes a JSON frame strictly: unknown fields and trailing data are corruption,
+// not silence.
 func decodeJSON(k kind, data []byte, maxPayload int, v any) (uint16, error) {
 	version, payload, err := decodeFrame(k, data, maxPayload)
 	if err != nil {
 		return 0, err
 	}
-	if err := unmarshalStrict(payload, v); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err = dec.Decode(v); err == nil && dec.More() {
+		err = errors.New("trailing data after the payload")
+	}
+	if err != nil {
 		return 0, fmt.Errorf("%w: %v payload: %v", ledger.ErrCorrupt, k, err)
 	}
 	return version, nil
@@ -146,18 +145,16 @@ type rootState struct {
 	LastBatch uint64 `json:"last_batch,omitempty"`
 }
 
-// shardState is rows/XX/capacity.state (format 2): its share of the record cap, the slots
-// shard XX has handed out (never fewer than the rows whose record names it), the keys whose
-// admission took one of them and may not have created its row yet, and the last cleanup batch
-// whose releases it applied.
+// shardState is rows/XX/capacity.state (format 2): its share of the record cap, the slots shard
+// XX has handed out (never fewer than the rows naming it), the keys whose admission took one and
+// may not have created its row yet, and the last cleanup batch whose releases it applied.
 //
-// The file holds the record twice, in two halves of shardSlot bytes, each a checksummed
-// frame. A change writes the next Seq into both halves with one write, in place, and syncs its
-// data: no new file, no rename, no folder sync. The record read is the valid half with the
-// higher Seq. A crash in the middle of the write (not synced, so its admission has renamed no
-// row yet) leaves halves that are old, new or torn: either record is then safe (the new one
-// overstates, with its key pending, and is settled). Once a write is synced both halves hold
-// it, so one damaged half loses nothing; both damaged fail closed.
+// The file holds the record twice, in two halves of shardSlot bytes, each a checksummed frame.
+// A change writes the next Seq into both halves with one write, in place, and syncs its data:
+// no new file, no rename, no folder sync. The record read is the valid half with the higher
+// Seq. A crash mid-write (not synced, so its admission has renamed no row yet) leaves halves
+// old, new or torn: either record is safe (the new one overstates, its key pending, and is
+// settled). Once synced, both halves hold it: one damaged half loses nothing; both fail closed.
 type shardState struct {
 	Seq          uint64        `json:"seq"`
 	Shard        int           `json:"shard"`
@@ -167,12 +164,10 @@ type shardState struct {
 	AppliedBatch uint64        `json:"applied_batch"`
 }
 
-// pendingSlot is one admission whose slot a shard counts before its row is known to exist:
-// the key, and the evaluation id of the row that admission creates. The id tells one
-// incarnation of a key from another: a cleanup batch that removed an earlier row of the key
-// releases that row's slot and erases that row's entry only, never a later admission's.
-// An entry written without an id (the first records of format 2 wrote keys alone) stands for
-// any incarnation of its key, as those records meant.
+// pendingSlot is one admission whose slot a shard counts before its row is known to exist: the
+// key, and the evaluation id of the row it creates, which tells incarnations of a key apart (a
+// batch that removed an earlier row erases that row's entry only, never a later admission's).
+// An entry without an id (early format 2 records wrote keys alone) stands for any incarnation.
 type pendingSlot struct {
 	Key          ledger.Key `json:"key"`
 	EvaluationID string     `json:"evaluation_id,omitempty"`
@@ -220,17 +215,16 @@ const (
 	maxRootPayload  = 4 << 10
 	maxBatchEntries = 10_000
 	maxBatchPayload = maxBatchEntries*256 + 1024
-	// maxPending bounds a capacity shard's pending keys. An admission settles the pending
-	// keys it can judge from durable rows before it adds its own, and settles in full once
-	// the list reaches maxCautiousPending (3), so a shard holds more than 3 only when pending
-	// rows are unreadable (kept, as an overstatement, until they can be judged).
+	// maxPending bounds a shard's pending keys. An admission settles those it can judge from
+	// durable rows before adding its own, and all of them once the list reaches
+	// maxCautiousPending (3), so more than 3 means unreadable rows (kept until judged).
 	maxPending      = 32
 	shardSlot       = 4096
 	maxShardPayload = shardSlot - frameOverhead
 )
 
-// maxSubjectPayload is the ceiling of a subject record's JSON: the subject's names (JSON writes
-// a byte as at most six: \u003c for '<', \u0001 for a control character) and fixed fields.
+// maxSubjectPayload bounds a subject record's JSON: its names (JSON writes a byte as at most six:
+// \u003c for '<', \u0001 for a control character) and fixed fields.
 const maxSubjectPayload = ledger.MaxSubjectName*6 + 4<<10
 
 // maxRowPayload is the ceiling of a row's JSON: the subject and the report (base64) plus
@@ -243,10 +237,8 @@ func maxRowPayload(l ledger.Limits) int {
 func decodeRoot(data []byte) (rootState, uint16, error) {
 	var s rootState
 	v, err := decodeJSON(kindRoot, data, maxRootPayload, &s)
-	if err == nil {
-		if verr := s.Limits.Validate(); verr != nil {
-			err = fmt.Errorf("%w: root state holds invalid limits: %v", ledger.ErrCorrupt, verr)
-		}
+	if verr := s.Limits.Validate(); err == nil && verr != nil {
+		err = fmt.Errorf("%w: root state holds invalid limits: %v", ledger.ErrCorrupt, verr)
 	}
 	return s, v, err
 }
@@ -263,19 +255,16 @@ func decodeShardFile(data []byte) (shardState, error) {
 	for i := range 2 {
 		slot := data[i*shardSlot : (i+1)*shardSlot]
 		n := int(binary.BigEndian.Uint32(slot[len(frameMagic)+3:]))
-		if n > maxShardPayload {
-			errs = append(errs, fmt.Errorf("copy %d: payload of %d bytes", i+1, n))
-			continue
+		sh, err := shardState{}, fmt.Errorf("payload of %d bytes", n)
+		if n <= maxShardPayload {
+			sh, err = decodeShard(slot[:frameOverhead+n])
 		}
-		sh, err := decodeShard(slot[:frameOverhead+n])
-		if err != nil {
-			if errors.Is(err, ledger.ErrRootMismatch) {
-				return shardState{}, err // a newer format: never read as this one
-			}
+		switch {
+		case errors.Is(err, ledger.ErrRootMismatch):
+			return shardState{}, err // a newer format: never read as this one
+		case err != nil:
 			errs = append(errs, fmt.Errorf("copy %d: %v", i+1, err))
-			continue
-		}
-		if !found || sh.Seq > best.Seq {
+		case !found || sh.Seq > best.Seq:
 			best, found = sh, true
 		}
 	}
@@ -315,6 +304,14 @@ func decodeShard(data []byte) (shardState, error) {
 	return s, err
 }
 
+// decodeSubject decodes and checks a subject record.
+func decodeSubject(data []byte) (rec ledger.SubjectRecord, err error) {
+	if _, err = decodeJSON(kindSubject, data, maxSubjectPayload, &rec); err == nil {
+		err = rec.Check()
+	}
+	return rec, err
+}
+
 func decodeBatch(data []byte) (batchState, error) {
 	var s batchState
 	_, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
@@ -332,8 +329,8 @@ func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {
 	if err := s.Check(); err != nil {
 		return storedRow{}, err
 	}
-	// A row that keeps a report keeps it inline, and it must be the one recorded. (An abandoned
-	// row may keep none: abandoned by a version that did not keep it.)
+	// A kept report is inline and must be the one recorded (an abandoned row may keep none:
+	// abandoned by a version that did not keep it).
 	keeps := s.State == ledger.StateSaved || (s.State == ledger.StateAbandoned && len(s.Frozen) > 0)
 	switch {
 	case len(s.Subject) > l.MaxSubjectBytes:
@@ -361,9 +358,9 @@ func encodeRow(s *storedRow, l ledger.Limits) ([]byte, error) {
 	return encodeFrame(kindRow, p), nil
 }
 
-// sweepState is .amiss-maintenance.state: where the next cleanup lap starts and where the
-// next Prepare goes on collecting debris. It is advisory: a lost or damaged one only makes
-// the next lap or collection start elsewhere; every lap still covers every row once.
+// sweepState is .amiss-maintenance.state: where the next cleanup lap and the next Prepare's
+// debris collection start. It is advisory: a lost or damaged one only makes them start
+// elsewhere; every lap still covers every row once.
 type sweepState struct {
 	LapShard    int    `json:"lap_shard"`
 	LapRow      string `json:"lap_row,omitempty"`

@@ -18,16 +18,12 @@ import (
 
 // indexName is the end-time index entry of a row: ended/<hour>/<end nanos>-<key>.
 func indexName(row *ledger.Row) (bucket, name string) {
-	end := row.RetainUntil.UnixNano()
-	if end < 0 {
-		end = 0
-	}
+	end := max(row.RetainUntil.UnixNano(), 0)
 	return fmt.Sprintf("%012d", end/int64(time.Hour)), fmt.Sprintf("%020d-%s", end, row.Key)
 }
 
-// addIndex creates the row's entry in the end-time index (an empty file). The entry is not
-// synced: see Complete. A new hour's folder is made durable once per process, so entries
-// created in it later are not lost with it.
+// addIndex creates the row's entry in the end-time index (an empty file), not synced (see
+// Complete); a new hour's folder is made durable, so later entries are not lost with it.
 func (r *root) addIndex(row *ledger.Row) error {
 	bucket, name := indexName(row)
 	dir := filepath.Join(r.dir, EndedDir, bucket)
@@ -37,22 +33,17 @@ func (r *root) addIndex(row *ledger.Row) error {
 	p := filepath.Join(dir, name)
 	f, err := r.fs.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
-		return fmt.Errorf("%w: create %s: %v", ledger.ErrUnavailable, p, err)
+		return unavailable(err, "create", p)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("%w: close %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	return nil
+	return unavailable(f.Close(), "close", p)
 }
 
-// mkdirDurable creates dir (ended/<hour> or subjects/XX) and its parent where they are missing,
-// making the entry of each one it creates durable in its parent. With found set it also makes
-// durable the entry of each one it finds, the first time this process meets it: a folder found
-// may have been made by a process that died (or whose folder sync failed) before its entry was
-// durable, and a file synced in a folder whose own entry is not is lost with it. The subject
-// records need that (a grant to post is answered once synced); the end-time index does not (an
-// entry lost is made again by the sweep). Once it has answered for a folder, this process asks
-// no more.
+// mkdirDurable creates dir (ended/<hour> or subjects/XX) and its parent where missing, making
+// each one's entry durable in its parent. With found set, it does so too for each one it finds,
+// the first time this process meets it: its maker may have died (or its folder sync failed)
+// before the entry was durable, and a file synced in it would be lost with it. Subject records
+// need that (a grant to post is answered once synced); the end-time index does not (the sweep
+// makes a lost entry again). Once it has answered for a folder, this process asks no more.
 func (r *root) mkdirDurable(dir string, found bool) error {
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		r.mu.Lock()
@@ -63,7 +54,7 @@ func (r *root) mkdirDurable(dir string, found bool) error {
 		}
 		err := r.fs.Mkdir(d, 0o700)
 		if err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%w: mkdir %s: %v", ledger.ErrUnavailable, d, err)
+			return unavailable(err, "mkdir", d)
 		}
 		if err == nil || found {
 			if err := r.sync.syncDirs(filepath.Dir(d)); err != nil {
@@ -84,19 +75,11 @@ type indexEntry struct {
 	key          ledger.Key
 }
 
-func (e indexEntry) path(r *root) string { return filepath.Join(r.dir, EndedDir, e.bucket, e.name) }
-
 func parseIndexName(bucket, name string) (indexEntry, bool) {
 	endS, keyS, ok := strings.Cut(name, "-")
-	if !ok {
-		return indexEntry{}, false
-	}
-	end, err := strconv.ParseInt(endS, 10, 64)
-	if err != nil {
-		return indexEntry{}, false
-	}
-	key, err := ledger.ParseKey(keyS)
-	if err != nil {
+	end, err1 := strconv.ParseInt(endS, 10, 64)
+	key, err2 := ledger.ParseKey(keyS)
+	if !ok || err1 != nil || err2 != nil {
 		return indexEntry{}, false
 	}
 	return indexEntry{bucket: bucket, name: name, end: time.Unix(0, end).UTC(), key: key}, true
@@ -110,7 +93,7 @@ func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
+		return nil, unavailable(err, "list", dir)
 	}
 	nowBucket := fmt.Sprintf("%012d", now.UnixNano()/int64(time.Hour))
 	var out []indexEntry
@@ -120,7 +103,7 @@ func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 		}
 		names, err := r.fs.ReadDir(filepath.Join(dir, b.Name()))
 		if err != nil {
-			return nil, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, filepath.Join(dir, b.Name()), err)
+			return nil, unavailable(err, "list", filepath.Join(dir, b.Name()))
 		}
 		for _, n := range names {
 			e, ok := parseIndexName(b.Name(), n.Name())
@@ -136,4 +119,6 @@ func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 	return out, nil
 }
 
-func (r *root) removeIndex(e indexEntry) error { return r.remove(e.path(r)) }
+func (r *root) removeIndex(e indexEntry) error {
+	return r.remove(filepath.Join(r.dir, EndedDir, e.bucket, e.name))
+}

@@ -16,12 +16,11 @@ import (
 
 var _ ledger.Ledger = (*Ledger)(nil)
 
-// Open opens the root in dir: it reads the root state and checks the limits. It lists nothing
-// and reads one file, so it is cheap enough for every Lambda cold start. A root written by
-// format 2 is migrated first (see migrate.go). A missing or damaged root state, or limits that
-// differ from cfg.Limits, fail closed with an error naming the file; a missing or damaged
-// capacity shard fails closed when an admission or Prepare reads it. With cfg.Create, a folder
-// that holds no root yet gets a new one.
+// Open opens the root in dir: it reads the root state (one file, no listing: cheap enough for
+// every Lambda cold start) and checks the limits, migrating a format 2 root first (migrate.go).
+// A missing or damaged root state, or limits that differ from cfg.Limits, fail closed with an
+// error naming the file; a missing or damaged capacity shard fails closed when an admission or
+// Prepare reads it. With cfg.Create, a folder that holds no root yet gets a new one.
 func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	cfg.defaults()
 	if err := cfg.Limits.Validate(); err != nil {
@@ -52,13 +51,12 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	return &Ledger{r: r}, nil
 }
 
-// Prepare opens the root, checks every capacity shard, finishes an interrupted cleanup batch
-// and collects debris: leftover temporary files, each removed only under the
-// lock its writer holds, so a write in progress in another process is never mistaken for
-// debris. Its work is bounded whatever the size of the root: it lists the root folder and at
-// most Config.DebrisBudget entries of row folders, going on where the previous Prepare stopped
-// (the cleanup sweep collects debris too, in the folders it lists). A long-running process
-// prepares once and then hands out sessions.
+// Prepare opens the root, checks every capacity shard, finishes an interrupted cleanup batch and
+// collects debris: leftover temporary files, each removed only under the lock its writer holds,
+// so another process's write in progress is never taken for debris. Its work is bounded: it
+// lists the root folder and at most Config.DebrisBudget entries of row folders, going on where
+// the previous Prepare stopped (the cleanup sweep collects debris in the folders it lists). A
+// long-running process prepares once and then hands out sessions.
 func Prepare(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	l, err := Open(ctx, dir, cfg)
 	if err != nil {
@@ -76,18 +74,16 @@ func Prepare(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	return l, nil
 }
 
-// Session returns a handle sharing this one's root, its locks and its settings: no I/O, no
-// repeated preparation. Closing a session leaves the root open; closing the handle that
-// opened the root ends every session.
+// Session returns a handle sharing this one's root, locks and settings, with no I/O. Closing a
+// session leaves the root open; closing the handle that opened the root ends every session.
 func (l *Ledger) Session() *Ledger { return &Ledger{r: l.r, session: true} }
 
 // Dir returns the root folder.
 func (l *Ledger) Dir() string { return l.r.dir }
 
-// Close releases the handle's locks and descriptors. It writes nothing. Closing the handle
-// that opened the root waits for every operation running on it or on its sessions, and no
-// operation starts on the root afterwards (ErrUnavailable): a lock is never released under an
-// operation that holds it.
+// Close releases the handle's locks and descriptors; it writes nothing. Closing the handle that
+// opened the root waits for every operation on it or its sessions, and none starts afterwards
+// (ErrUnavailable): a lock is never released under an operation that holds it.
 func (l *Ledger) Close() error {
 	if !l.session {
 		l.r.close()
@@ -110,8 +106,8 @@ func (r *root) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Limits that differ fail closed before anything is written; a body-age ceiling to adopt
-	// is recorded after a migration, in a root state of this format.
+	// Limits that differ fail closed before anything is written; a body-age ceiling to adopt is
+	// recorded after a migration, in a root state of this format.
 	_, adopt, err := st.Limits.Reconcile(r.cfg.Limits, time.Unix(0, st.HighWater))
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.path(RootFile), err)
@@ -126,8 +122,7 @@ func (r *root) load(ctx context.Context) error {
 			return err
 		}
 	}
-	// The handle decides with the limits the root records (the time body times were adopted
-	// included), which Reconcile found equal to the configured ones.
+	// The handle decides with the limits the root records (body times' adoption included).
 	st, err = r.readRoot()
 	if err != nil {
 		return err
@@ -136,10 +131,9 @@ func (r *root) load(ctx context.Context) error {
 	return nil
 }
 
-// adoptBodyTimes records a configured body-age ceiling, and when it was adopted, in a root
-// created without one (ledger.Limits.Reconcile), under the clock lock that guards every write
-// of the root state, so a high-water or batch id written meanwhile is never lost. The
-// adoption time is the root's effective now. It is durable before the root is used.
+// adoptBodyTimes records a configured body-age ceiling, adopted at the root's effective now, in
+// a root created without one (ledger.Limits.Reconcile), durably, before the root is used. It
+// holds the clock lock, as every writer of the root state does, so nothing written is lost.
 func (r *root) adoptBodyTimes(ctx context.Context) error {
 	unlock, err := lockFile(ctx, r.clock, r.cfg.LockWait)
 	if err != nil {
@@ -159,19 +153,14 @@ func (r *root) adoptBodyTimes(ctx context.Context) error {
 		return nil // another process adopted them first
 	}
 	st.Limits = limits
-	out, err := encodeJSON(kindRoot, st)
-	if err != nil {
-		return err
-	}
-	if err := r.replace(r.path(RootFile), out, durableFull); err != nil {
+	if err := r.writeRoot(st); err != nil {
 		return fmt.Errorf("record body times in %s: %w", r.path(RootFile), err)
 	}
 	return nil
 }
 
-// create writes a new root under the admission lock: the 256 row folders, each with its
-// capacity shard, made durable by one syncfs, and the root state last, so a root state on
-// disk always has every capacity shard beside it.
+// create writes a new root under the admission lock: the 256 row folders with their capacity
+// shards, durable first, then the root state, which thus always has every shard beside it.
 func (r *root) create(ctx context.Context) error {
 	unlock, err := lockFile(ctx, r.admission, r.cfg.LockWait)
 	if err != nil {
@@ -184,27 +173,21 @@ func (r *root) create(ctx context.Context) error {
 	if err := r.checkEmptyForCreate(); err != nil {
 		return err
 	}
-	// The root state that follows finds every record durable.
 	if err := r.writeShards(func(s int) shardState {
 		return shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)}
 	}); err != nil {
 		return err
 	}
-	now := r.cfg.Clock.Now()
-	data, err := encodeJSON(kindRoot, rootState{Limits: r.cfg.Limits, CreatedAt: now.UnixNano(), HighWater: now.UnixNano()})
-	if err != nil {
-		return err
-	}
-	return r.replace(r.path(RootFile), data, durableFull)
+	now := r.cfg.Clock.Now().UnixNano()
+	return r.writeRoot(rootState{Limits: r.cfg.Limits, CreatedAt: now, HighWater: now})
 }
 
-// checkEmptyForCreate refuses to create a root over ledger data: the folder may hold lock
-// files, temporary files and what an interrupted creation left (row folders holding only
-// capacity shards), nothing else.
+// checkEmptyForCreate refuses to create a root over ledger data: the folder may hold lock files,
+// temporary files and what an interrupted creation left (capacity shards), nothing else.
 func (r *root) checkEmptyForCreate() error {
 	entries, err := r.fs.ReadDir(r.dir)
 	if err != nil {
-		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.dir, err)
+		return unavailable(err, "list", r.dir)
 	}
 	refuse := func(n string) error {
 		return fmt.Errorf("%w: %s is missing but the folder holds %s: refusing to create a root over ledger data",
@@ -217,12 +200,12 @@ func (r *root) checkEmptyForCreate() error {
 		case n == RowsDir:
 			shards, err := r.fs.ReadDir(r.path(RowsDir))
 			if err != nil {
-				return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.path(RowsDir), err)
+				return unavailable(err, "list", r.path(RowsDir))
 			}
 			for _, s := range shards {
 				names, err := r.fs.ReadDir(filepath.Join(r.path(RowsDir), s.Name()))
 				if err != nil {
-					return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, filepath.Join(r.path(RowsDir), s.Name()), err)
+					return unavailable(err, "list", filepath.Join(r.path(RowsDir), s.Name()))
 				}
 				for _, f := range names {
 					if f.Name() != ShardCapacityFile && !strings.Contains(f.Name(), tmpMarker) {
@@ -237,9 +220,7 @@ func (r *root) checkEmptyForCreate() error {
 	return nil
 }
 
-// prepare finishes a leftover batch, checks every capacity shard, and collects debris: in the
-// root folder, and in row folders from where the last Prepare stopped, listing at most
-// DebrisBudget entries.
+// prepare does Prepare's work under the maintenance lock (see Prepare).
 func (r *root) prepare(ctx context.Context) error {
 	unlock, err := lockFile(ctx, r.maintenance, r.cfg.LockWait)
 	if err != nil {
@@ -265,7 +246,7 @@ func (r *root) prepare(ctx context.Context) error {
 		dir := r.shardDirOf(s)
 		names, err := r.fs.ReadDir(dir)
 		if err != nil {
-			return fmt.Errorf("prepare: %w: list %s: %v", ledger.ErrUnavailable, dir, err)
+			return fmt.Errorf("prepare: %w", unavailable(err, "list", dir))
 		}
 		listed += len(names)
 		var debris []string

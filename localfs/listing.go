@@ -8,12 +8,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// The lap listing of the row folders, for the cleanup sweep and for Rows and Stats: the 256 row
-// folders in order from a starting position back to it, listed without locks, in slices a cursor
-// resumes.
+// The lap listing of the row folders (the sweep, Rows and Stats): the 256 folders in order from a
+// starting position back to it, listed without locks, in slices a cursor resumes.
 
-// position is a place in the row folders: folder shard, after the row named name ("" for the
-// start of the folder).
+// position is a place in the row folders: folder shard, after the row name ("" for its start).
 type position struct {
 	shard int
 	name  string
@@ -30,8 +28,7 @@ func parsePosition(s string) (position, bool) {
 	return position{int(v), name}, true
 }
 
-// A cursor is "<lap start>:<last row read>", each a position: the lap ends when it is back
-// at its start.
+// A cursor is "<lap start>:<last row read>", each a position.
 func parseCursor(c ledger.Cursor) (lap, at position, err error) {
 	lapS, atS, ok := strings.Cut(string(c), ":")
 	lap, ok1 := parsePosition(lapS)
@@ -52,10 +49,9 @@ type listing struct {
 	shards []int
 }
 
-// listRows lists up to limit row keys after cursor in a lap that starts at lap (an empty
-// cursor starts the lap). A lap goes round the 256 folders in order, from lap's folder (after
-// lap's row) back to it (up to lap's row), so it lists every row once wherever it starts.
-// Each folder is listed without a lock.
+// listRows lists up to limit row keys after cursor in a lap that starts at lap (an empty cursor
+// starts the lap). A lap goes round the folders from lap's folder (after lap's row) back to it
+// (up to lap's row), so it lists every row once wherever it starts.
 func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing, error) {
 	out := listing{debris: map[int][]string{}}
 	at := lap
@@ -83,7 +79,7 @@ func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing,
 		dir := r.shardDirOf(s)
 		names, err := r.fs.ReadDir(dir)
 		if err != nil {
-			return out, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
+			return out, unavailable(err, "list", dir)
 		}
 		out.shards = append(out.shards, s)
 		for _, n := range names {
@@ -93,11 +89,8 @@ func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing,
 				continue
 			}
 			key, ok := strings.CutSuffix(name, ".state")
-			if !ok || (after != "" && key <= after) || (upTo != "" && key > upTo) {
-				continue
-			}
 			k, err := ledger.ParseKey(key)
-			if err != nil {
+			if !ok || err != nil || (after != "" && key <= after) || (upTo != "" && key > upTo) {
 				continue
 			}
 			out.keys = append(out.keys, k)
@@ -106,11 +99,8 @@ func (r *root) listRows(lap position, cursor ledger.Cursor, limit int) (listing,
 				return out, nil
 			}
 		}
-		if upTo != "" {
-			break // the lap is closed
-		}
-		if (s+1)%shardCount == lap.shard && lap.name == "" {
-			break
+		if upTo != "" || (s+1)%shardCount == lap.shard && lap.name == "" {
+			break // the lap is closed, or closes at the top of the next folder
 		}
 	}
 	return out, nil

@@ -17,7 +17,7 @@ import (
 func (r *root) openLocks() error {
 	if r.cfg.Create {
 		if err := r.fs.Mkdir(r.dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("%w: create root folder %s: %v", ledger.ErrUnavailable, r.dir, err)
+			return unavailable(err, "create root folder", r.dir)
 		}
 	}
 	for _, p := range []struct {
@@ -74,19 +74,11 @@ func (r *root) lockShard(ctx context.Context, s byte) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := l.lock(ctx, r.cfg.LockWait); err != nil {
-		return nil, err
-	}
-	return l.unlock, nil
+	return lockFile(ctx, l, r.cfg.LockWait)
 }
 
-// lockRow takes the row-shard lock of key.
-func (r *root) lockRow(ctx context.Context, key ledger.Key) (func(), error) {
-	return r.lockShard(ctx, key[0])
-}
-
-// lockShards takes the locks of the given shards in ascending order (the lock order), and
-// returns one function releasing them all.
+// lockShards takes the locks of the given shards in ascending order (the lock order); the
+// function it returns releases them all.
 func (r *root) lockShards(ctx context.Context, shards []int) (func(), error) {
 	var unlocks []func()
 	release := func() {

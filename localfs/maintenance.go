@@ -2,33 +2,20 @@ package localfs
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"path/filepath"
 	"strings"
-
-	"github.com/amiss-ci/amiss/ledger"
 )
 
-// The maintenance state (.amiss-maintenance.state: where the next sweep lap and debris collection
-// start) and debris collection: temporary files, each removed only under the lock its writer
-// holds.
+// The maintenance state (sweepState) and debris collection: temporary files, each removed only
+// under the lock its writer holds.
 
-// readSweep reads the maintenance state; a missing one is the default (start at folder 00).
-// A damaged one is returned with the default and an error wrapping ErrCorrupt: it is advisory,
-// so the caller reports it and goes on.
+// readSweep reads the maintenance state; a missing one is the default (start at folder 00). A
+// damaged one answers the default and an error wrapping ErrCorrupt, for the caller to report
+// before going on (it is advisory).
 func (r *root) readSweep() (sweepState, error) {
-	data, err := r.fs.ReadFile(r.path(SweepFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return sweepState{}, nil
-	}
+	s, _, err := readFile(r, r.path(SweepFile), decodeSweep)
 	if err != nil {
-		return sweepState{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, r.path(SweepFile), err)
-	}
-	s, err := decodeSweep(data)
-	if err != nil {
-		return sweepState{}, fmt.Errorf("%s: %w", r.path(SweepFile), err)
+		return sweepState{}, err
 	}
 	return s, nil
 }
@@ -43,10 +30,10 @@ func (r *root) writeSweep(s sweepState) error {
 	return r.replace(r.path(SweepFile), data, durableData)
 }
 
-// collectRootDebris removes temporary files of the root folder; it holds every lock whose
-// holder writes them (maintenance: batch and maintenance state; admission: creation; clock:
-// root state). A journal probe (vfs.CheckJournal) is made and removed under no lock: taking a
-// live one is harmless, its creation already answered.
+// collectRootDebris removes the root folder's temporary files, holding every lock whose holder
+// writes them (maintenance: batch and maintenance state; admission: creation; clock: root
+// state). A journal probe (vfs.CheckJournal) is made under no lock: taking a live one is
+// harmless, its creation already answered.
 func (r *root) collectRootDebris(ctx context.Context) error {
 	unlockAdm, err := lockFile(ctx, r.admission, r.cfg.LockWait)
 	if err != nil {
@@ -60,7 +47,7 @@ func (r *root) collectRootDebris(ctx context.Context) error {
 	defer unlockClock()
 	entries, err := r.fs.ReadDir(r.dir)
 	if err != nil {
-		return fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, r.dir, err)
+		return unavailable(err, "list", r.dir)
 	}
 	for _, e := range entries {
 		if strings.Contains(e.Name(), tmpMarker) {
@@ -72,10 +59,9 @@ func (r *root) collectRootDebris(ctx context.Context) error {
 	return nil
 }
 
-// collectDebris removes the named temporary files of dir, a folder of row shard s (its rows
-// or its subject records): only a holder of the shard's lock writes one, and it renames or
-// removes it before letting go. The folder was listed without a lock; it is locked only to
-// remove what was found.
+// collectDebris removes the named temporary files of dir, a folder of row shard s (rows or
+// subject records), under the shard's lock: only its holder writes one, and renames or removes
+// it before letting go. The folder was listed without the lock.
 func (r *root) collectDebris(ctx context.Context, s int, dir string, names []string) error {
 	if len(names) == 0 {
 		return nil

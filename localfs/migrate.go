@@ -5,11 +5,9 @@ import (
 	"fmt"
 )
 
-// migrate turns a root of format 2 into one of this format, in place, by writing its root state
-// as this format: its files are read as they are. It holds the clock lock, which every writer
-// of the root state holds (format 2's too), so no high-water or body-time adoption written
-// meanwhile is lost. From then on a format 2 process still running refuses the root (a newer
-// format).
+// migrate turns a format 2 root into this format by writing its root state as this format (its
+// files are read as they are), from when on a format 2 process refuses it. It holds the clock
+// lock, as every writer of the root state does (format 2's too), so nothing written is lost.
 func (r *root) migrate(ctx context.Context) error {
 	unlock, err := lockFile(ctx, r.clock, r.cfg.LockWait)
 	if err != nil {
@@ -20,9 +18,5 @@ func (r *root) migrate(ctx context.Context) error {
 	if err != nil || version >= FormatVersion {
 		return err // or migrated by another process meanwhile
 	}
-	out, err := encodeJSON(kindRoot, st)
-	if err != nil {
-		return err
-	}
-	return r.replace(r.path(RootFile), out, durableFull)
+	return r.writeRoot(st)
 }

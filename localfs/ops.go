@@ -12,51 +12,43 @@ import (
 
 // What each write makes durable, and why (see also durable.go and capacity.go):
 //
-//   - A row's new state is always written to a temporary file whose data is synced before it
-//     is renamed over the old one, so a crash never leaves a name pointing at lost bytes.
-//   - The rename itself is synced (a sync of the row's folder) before the answer only where
-//     someone outside the host relies on it surviving a crash of the host: an admission (the
-//     sender was told 202 and will not send again), a Save (the verdict is published next,
-//     and must never be evaluated again), a re-admission that lengthens retention (the sender
-//     was answered for a signed time the row must outlive) and a Revive (an operator's act).
-//   - Claim, Renew, Release, Complete and Abandon leave their rename to the next sync of the
-//     folder (or the file system's own writeback). A rename is lost only if the host crashes
-//     before it reaches the disk; on EFS every namespace operation is stable when it returns,
-//     so this concerns a local disk, where the crash also ends every process that held or was
-//     granted a lease on this root. What comes back is the row as its last synced write left
-//     it: a claim or renewal forgotten (its holder died with the host, and a fence is only
-//     ever used by a Save, which is synced and carries the fence), a release forgotten (the
+//   - A row's new state is written to a temporary file whose data is synced before it is
+//     renamed over the old one: a crash never leaves a name pointing at lost bytes.
+//   - The rename is synced (its folder's sync) before the answer only where someone outside the
+//     host relies on it surviving a host crash: an admission (the sender, told 202, will not
+//     send again), a Save (the verdict is published next and must never be evaluated again), a
+//     re-admission that lengthens retention (the sender was answered for a signed time the row
+//     must outlive) and a Revive (an operator's act).
+//   - Claim, Renew, Release, Complete and Abandon leave their rename to the folder's next sync
+//     (or the file system's writeback). It is lost only if the host crashes first (on EFS every
+//     namespace operation is stable when it returns), and that crash also ends every process
+//     that held or was granted a lease on this root. What comes back is the row as its last
+//     synced write left it: a claim or renewal forgotten (its holder died with the host; a
+//     fence is only used by a Save, which is synced and carries it), a release forgotten (the
 //     lease runs out instead), a Complete or Abandon forgotten (the row is saved again and
-//     publishes the same frozen bytes again, or is abandoned again: never a second verdict).
+//     publishes the same frozen bytes, or is abandoned again: never a second verdict).
 //   - A process can also die alone between a rename and its folder sync (killed, out of
-//     memory), leaving the row in the page cache only; the host, and other processes, go on
-//     and may read it. So an answer given from a row read, not written, promises nothing a
+//     memory), leaving the row in the page cache only, for the others to read. So an answer
+//     given from a row read, not written, syncs the row's folder first, promising nothing a
 //     power loss could undo: a re-admission answered Pending or Duplicate (the sender stops
-//     sending), a Save or a Revive answered again with nothing to change (the verdict goes
-//     out next) and a Publish grant sync the row's folder first.
-//     An Execute grant needs no such sync: nothing leaves the host before its Save, which
-//     syncs the folder, and whatever it depended on with it.
+//     sending), a Save or a Revive answered again with nothing to change, and a Publish grant
+//     (the verdict goes out next). An Execute grant needs none: nothing leaves the host before
+//     its Save, which syncs the folder, and whatever it depended on with it.
 
-// step is one decision on a row, the shape objstore's update takes too: it reads and changes
-// row (at the row's effective now) and answers a value and how the changed row is written: not
-// at all (0), with durableData or durableFull, or not at all but with its folder synced
-// (asRead). A refusal may still ask for a write (a refusal that recorded the effective now in
-// the row, so a clock stepping back cannot undo it); the refusal is then what the caller sees,
-// joined with the write's error if that fails.
+// step is one decision on a row (the shape objstore's update takes too): it changes row at the
+// row's effective now and answers a value and how the row is written: not at all (0), with
+// durableData or durableFull, or not at all but with its folder synced (asRead). A refusal may
+// still ask for a write (it recorded the effective now, so a clock stepping back cannot undo
+// it); the caller then sees the refusal, joined with the write's error if that fails.
 type step[T any] func(row *storedRow, now time.Time) (out T, write durability, err error)
 
-// withRow registers an operation on l's root, runs fn on key's row under its row-shard lock,
-// at the row's effective now, and writes the row as fn says. It answers fn's value, or the zero
-// value with an error naming op and the key.
+// withRow runs fn (an operation named op) on key's row under its row-shard lock, at the row's
+// effective now, and writes the row as fn says.
 func withRow[T any](ctx context.Context, l *Ledger, op string, key ledger.Key, fn step[T]) (T, error) {
 	var zero T
 	r := l.r
-	if err := r.begin(); err != nil {
-		return zero, err
-	}
-	defer r.end()
-	out, err := func() (T, error) {
-		unlock, err := r.lockRow(ctx, key)
+	return operation(r, op+" "+key.Short(), func() (T, error) {
+		unlock, err := r.lockShard(ctx, key[0])
 		if err != nil {
 			return zero, err
 		}
@@ -78,11 +70,7 @@ func withRow[T any](ctx context.Context, l *Ledger, op string, key ledger.Key, f
 			err = errors.Join(err, r.writeRow(&row, write))
 		}
 		return out, err
-	}()
-	if err != nil {
-		return zero, fmt.Errorf("%s %s: %w", op, key.Short(), err)
-	}
-	return out, nil
+	})
 }
 
 // refusalWrite is how a refusal that recorded the effective now in the row (observed) is
@@ -95,9 +83,8 @@ func refusalWrite(observed bool) durability {
 	return 0
 }
 
-// Claim implements ledger.Ledger. An Execute grant is written with its data synced and its
-// rename left to the folder's next sync (see the note at the top of this file); a Publish
-// grant with its folder synced too.
+// Claim implements ledger.Ledger. An Execute grant is written with its data synced, its rename
+// left to the folder's next sync (see the note at the top); a Publish grant's folder is synced.
 func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger.Digest, owner string, leaseFor time.Duration) (ledger.Claim, error) {
 	return withRow(ctx, l, "claim", key, func(row *storedRow, now time.Time) (ledger.Claim, durability, error) {
 		c, err := row.Claim(bindingDigest, owner, leaseFor, now)
@@ -113,12 +100,11 @@ func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger
 				return c, 0, err
 			}
 			c.Staged.Report = rep
-			// The verdict is published next, so the saved row it comes from must be on disk
-			// whoever saved it: a Save whose process died between the rename and the folder
-			// sync left it in the page cache only, and a power loss after the publication
-			// would bring the row back to be evaluated again. The grant is synced with its
-			// folder (one more sync, on a publication's retry only: the first one runs under
-			// the Save's lease).
+			// The verdict is published next, so the saved row must be on disk whoever saved
+			// it: a Save that died between its rename and folder sync left it in the page
+			// cache only, and a power loss after the publication would bring it back to be
+			// evaluated again. So the grant syncs its folder (one more sync, on a publication's
+			// retry only: the first one runs under the Save's lease).
 			return c, durableFull, nil
 		}
 		return c, 0, nil
@@ -161,10 +147,9 @@ func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (l
 }
 
 // Complete implements ledger.Ledger. It creates the end-time index entry (for rows with a
-// retention end), then writes the done state, which keeps no report. Neither is synced before
-// the answer (see the note at the top of this file): a forgotten done state leaves the row
-// saved, to be published again with the same bytes; a forgotten index entry beside a done
-// state is created again by the cleanup sweep when it meets the row past its retention.
+// retention end), then writes the done state, which keeps no report; neither synced (see the
+// note at the top): a forgotten done state leaves the row saved, published again with the same
+// bytes; a forgotten index entry is made again by the sweep meeting the row past its retention.
 func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
 	return l.end(ctx, "complete", s.Lease.Key, func(row *ledger.Row, now time.Time) (bool, error) { return row.Complete(s, now) })
 }
@@ -174,16 +159,15 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 	return l.end(ctx, "abandon", s.Lease.Key, func(row *ledger.Row, now time.Time) (bool, error) { return row.Abandon(s, reason, now) })
 }
 
-// Supersede implements ledger.Ledger, with the write order of Complete: a superseded row keeps
-// no report.
+// Supersede implements ledger.Ledger, with the write order of Complete (no report kept).
 func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
 	return l.end(ctx, "supersede", s.Lease.Key, func(row *ledger.Row, now time.Time) (bool, error) { return row.Supersede(s, by, now) })
 }
 
 // end runs fn, which finishes the row (done, abandoned or superseded), then writes the row's
-// end-time index entry and the row (data synced). An abandoned row keeps its report, so that
-// Revive can publish it again; a done or superseded one drops it. A refusal that recorded the
-// effective now in a row not finished yet is written as refusalWrite says.
+// end-time index entry and the row (data synced). An abandoned row keeps its report, for Revive
+// to publish again; a done or superseded one drops it. A refusal that recorded the effective
+// now in a row not finished yet is written as refusalWrite says.
 func (l *Ledger) end(ctx context.Context, op string, key ledger.Key, fn func(*ledger.Row, time.Time) (bool, error)) error {
 	_, err := withRow(ctx, l, op, key, func(row *storedRow, now time.Time) (struct{}, durability, error) {
 		changed, err := fn(&row.Row, now)
@@ -206,8 +190,8 @@ func (l *Ledger) end(ctx context.Context, op string, key ledger.Key, fn func(*le
 	return err
 }
 
-// Revive implements ledger.Ledger. The report must still be kept and match the digest the row
-// recorded before the row goes back to saved.
+// Revive implements ledger.Ledger. The row goes back to saved only with its report kept, matching
+// the digest it recorded.
 func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string) (ledger.Row, error) {
 	return withRow(ctx, l, "revive", key, func(row *storedRow, now time.Time) (ledger.Row, durability, error) {
 		if row.State == ledger.StateAbandoned {
@@ -222,35 +206,28 @@ func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string
 		if changed {
 			return row.Row, durableFull, nil
 		}
-		// Already revived: the operator is told the row is saved, to be published; the
-		// Revive that saved it may have died before its folder sync
+		// Already revived: the operator is told the row is saved, to be published; the Revive
+		// that saved it may have died before its folder sync
 		// (TestPowerCutAfterAProcessCrashKeepsARetriedRevive).
 		return row.Row, asRead, nil
 	})
 }
 
-// Report implements ledger.Ledger. It reads without locking, as Inspect does: a row keeps its
-// report inside its state file.
+// Report implements ledger.Ledger. It reads without locking, as Inspect does (the report is inline).
 func (l *Ledger) Report(ctx context.Context, key ledger.Key) ([]byte, error) {
-	if err := l.r.begin(); err != nil {
-		return nil, err
-	}
-	defer l.r.end()
-	row, err := l.r.readRow(key)
-	if err == nil {
-		err = reportKept(&row.Row)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-	}
-	if row.State == ledger.StateAbandoned && len(row.Frozen) == 0 {
-		return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
-	}
-	rep, err := l.r.report(&row)
-	if err != nil {
-		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-	}
-	return rep, nil
+	return operation(l.r, "report "+key.Short(), func() ([]byte, error) {
+		row, err := l.r.readRow(key)
+		if err == nil {
+			err = reportKept(&row.Row)
+		}
+		if err == nil && row.State == ledger.StateAbandoned && len(row.Frozen) == 0 {
+			err = fmt.Errorf("%w: abandoned by a version that did not keep its report", ledger.ErrInvalid)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return l.r.report(&row)
+	})
 }
 
 // reportKept refuses a row that holds no report: one not saved yet, or done.
@@ -312,18 +289,12 @@ func (l *Ledger) giveBack(ctx context.Context, op string, lease ledger.Lease, no
 	return err
 }
 
-// Inspect implements ledger.Ledger. It reads without locking: every file is replaced
-// atomically, so a reader sees the old row or the new one.
+// Inspect implements ledger.Ledger. It reads without locking: a row is replaced atomically.
 func (l *Ledger) Inspect(ctx context.Context, key ledger.Key) (ledger.Row, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.Row{}, err
-	}
-	defer l.r.end()
-	row, err := l.r.readRow(key)
-	if err != nil {
-		return ledger.Row{}, fmt.Errorf("inspect %s: %w", key.Short(), err)
-	}
-	return row.Row, nil
+	return operation(l.r, "inspect "+key.Short(), func() (ledger.Row, error) {
+		row, err := l.r.readRow(key)
+		return row.Row, err
+	})
 }
 
 // Stats implements ledger.Ledger. It reads every row and every capacity shard.
@@ -342,11 +313,9 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 	if st.Now, err = r.now(nil); err != nil {
 		return st, err
 	}
-	used, _, err := r.capacityUsed(ctx)
-	if err != nil {
+	if st.CapacityUsed, _, err = r.capacityUsed(ctx); err != nil {
 		return st, err
 	}
-	st.CapacityUsed = used
 	if st.Subjects, err = r.countSubjects(); err != nil {
 		return st, fmt.Errorf("stats: %w", err)
 	}

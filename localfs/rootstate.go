@@ -10,8 +10,8 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// The root state (.amiss-root.state): the format, the limits, the persisted high-water clock and
-// the last cleanup batch id. It is read by every decision by time and written under the clock lock.
+// The root state (.amiss-root.state): format, limits, persisted high-water clock and last cleanup
+// batch id. Every decision by time reads it; it is written under the clock lock.
 
 // readRoot reads the root state, which must be of this format.
 func (r *root) readRoot() (rootState, error) {
@@ -31,7 +31,7 @@ func (r *root) readRootVersion() (rootState, uint16, error) {
 		return rootState{}, 0, fmt.Errorf("%w: %s is missing: not a ledger root (%w)", ledger.ErrRootMismatch, p, err)
 	}
 	if err != nil {
-		return rootState{}, 0, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
+		return rootState{}, 0, unavailable(err, "read", p)
 	}
 	st, version, err := decodeRoot(data)
 	if err != nil {
@@ -73,17 +73,22 @@ func (r *root) persistRoot(ctx context.Context, t time.Time, newBatch bool) (uin
 	if newBatch {
 		st.LastBatch++
 	}
-	data, err := encodeJSON(kindRoot, st)
-	if err != nil {
-		return 0, err
-	}
-	// Full durability: the high-water must be on disk before cleanup deletes anything, and a
-	// batch id must never be handed out twice.
-	return st.LastBatch, r.replace(r.path(RootFile), data, durableFull)
+	// Durably: the high-water must be on disk before cleanup deletes anything, and a batch id
+	// must never be handed out twice.
+	return st.LastBatch, r.writeRoot(st)
 }
 
-// now returns the effective now for a row: the clock, the persisted high-water and the row's
-// own times.
+// writeRoot replaces the root state with st, durably (data and folder entry); the caller holds
+// the clock lock, or the admission lock while it creates the root.
+func (r *root) writeRoot(st rootState) error {
+	data, err := encodeJSON(kindRoot, st)
+	if err != nil {
+		return err
+	}
+	return r.replace(r.path(RootFile), data, durableFull)
+}
+
+// now returns the effective now for a row: the clock, the persisted high-water, the row's times.
 func (r *root) now(row *ledger.Row) (time.Time, error) {
 	hw, err := r.highWater()
 	if err != nil {

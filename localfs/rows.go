@@ -15,28 +15,22 @@ func shardName(s int) string { return fmt.Sprintf("%02x", s) }
 
 func (r *root) shardDirOf(s int) string { return filepath.Join(r.dir, RowsDir, shardName(s)) }
 
-func (r *root) shardDir(key ledger.Key) string { return r.shardDirOf(int(key[0])) }
-
 func (r *root) statePath(key ledger.Key) string {
-	return filepath.Join(r.shardDir(key), key.String()+".state")
+	return filepath.Join(r.shardDirOf(int(key[0])), key.String()+".state")
 }
 
 // readRow reads and checks a row; an absent row is ErrUnknownDelivery, a damaged one
 // ErrCorrupt naming the file.
 func (r *root) readRow(key ledger.Key) (storedRow, error) {
 	p := r.statePath(key)
-	data, err := r.fs.ReadFile(p)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return storedRow{}, fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
-		}
-		return storedRow{}, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	row, err := decodeRow(data, r.cfg.Limits)
-	if err != nil {
-		return storedRow{}, fmt.Errorf("%s: %w", p, err)
-	}
-	if row.Key != key {
+	decode := func(b []byte) (storedRow, error) { return decodeRow(b, r.cfg.Limits) }
+	row, exists, err := readFile(r, p, decode)
+	switch {
+	case err != nil:
+		return storedRow{}, err
+	case !exists:
+		return storedRow{}, fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
+	case row.Key != key:
 		return storedRow{}, fmt.Errorf("%s: %w: file holds row %s", p, ledger.ErrCorrupt, row.Key)
 	}
 	return row, nil
@@ -53,10 +47,11 @@ func (r *root) writeRow(s *storedRow, d durability) error {
 
 // remove removes the file at p; a file already gone is no error.
 func (r *root) remove(p string) error {
-	if err := r.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: remove %s: %v", ledger.ErrUnavailable, p, err)
+	err := r.fs.Remove(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	return nil
+	return unavailable(err, "remove", p)
 }
 
 // report returns the report a saved or abandoned row keeps.

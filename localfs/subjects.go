@@ -14,13 +14,13 @@ import (
 
 // Subject records: subjects/XX/<subject key>.state, one per commit and status context published
 // to (ledger.SubjectRecord decides every change), under the row-shard lock of the key's first
-// byte: a subject call takes that one lock, as a row call does, and nothing else.
+// byte, the one lock a subject call takes.
 //
-// Durability: a grant to post is synced with its folder before it is answered (a post may
-// follow at once, and a grant lost with a power cut would let another verdict post without
-// knowing that this one may land after it); every other change is synced for its data only: a
-// report lost with a power cut leaves the grant, which ends by itself and counts its post as
-// unknown, and a recorded newer verdict lost with it is recorded again by its next request.
+// A grant to post is synced with its folder before it is answered (a post may follow at once,
+// and a grant lost with a power cut would let another verdict post not knowing this one may
+// land after it); every other change is synced for its data only: a lost report leaves the
+// grant, which ends by itself and counts its post as unknown, and a lost newer verdict is
+// recorded again by its next request.
 
 func (r *root) subjectDirOf(s int) string {
 	return filepath.Join(r.dir, SubjectsDir, shardName(s))
@@ -33,23 +33,11 @@ func (r *root) subjectPath(k ledger.SubjectKey) string {
 // readSubject reads and checks a subject record; exists is false when there is none.
 func (r *root) readSubject(k ledger.SubjectKey) (rec ledger.SubjectRecord, exists bool, err error) {
 	p := r.subjectPath(k)
-	data, err := r.fs.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return rec, false, nil
+	rec, exists, err = readFile(r, p, decodeSubject)
+	if err == nil && exists && rec.Key != k {
+		err = fmt.Errorf("%s: %w: file holds subject %s", p, ledger.ErrCorrupt, rec.Key)
 	}
-	if err != nil {
-		return rec, false, fmt.Errorf("%w: read %s: %v", ledger.ErrUnavailable, p, err)
-	}
-	if _, err := decodeJSON(kindSubject, data, maxSubjectPayload, &rec); err != nil {
-		return rec, false, fmt.Errorf("%s: %w", p, err)
-	}
-	if err := rec.Check(); err != nil {
-		return rec, false, fmt.Errorf("%s: %w", p, err)
-	}
-	if rec.Key != k {
-		return rec, false, fmt.Errorf("%s: %w: file holds subject %s", p, ledger.ErrCorrupt, rec.Key)
-	}
-	return rec, true, nil
+	return rec, exists && err == nil, err
 }
 
 // writeSubject replaces the subject record's file, making its folder durable first when this
@@ -65,18 +53,13 @@ func (r *root) writeSubject(rec *ledger.SubjectRecord, d durability) error {
 	return r.replace(r.subjectPath(rec.Key), data, d)
 }
 
-// withSubject runs fn on the subject record of k under its row-shard lock, at the record's
-// effective now (a record that does not exist yet is made by fn from exists == false), and
-// writes it as fn says.
+// withSubject runs fn on k's subject record (made by fn when exists is false) under its row-shard
+// lock, at the record's effective now, and writes it as fn says.
 func withSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey,
 	fn func(rec *ledger.SubjectRecord, exists bool, now time.Time) (T, durability, error)) (T, error) {
 	var zero T
 	r := l.r
-	if err := r.begin(); err != nil {
-		return zero, err
-	}
-	defer r.end()
-	out, err := func() (T, error) {
+	return operation(r, op+" "+k.Short(), func() (T, error) {
 		unlock, err := r.lockShard(ctx, k[0])
 		if err != nil {
 			return zero, err
@@ -96,11 +79,7 @@ func withSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.Subj
 			err = r.writeSubject(&rec, write)
 		}
 		return out, err
-	}()
-	if err != nil {
-		return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
-	}
-	return out, nil
+	})
 }
 
 // AcquireSubject implements ledger.Ledger.
@@ -160,8 +139,7 @@ type subjectShard struct {
 }
 
 // subjectListing is the subject records a cleanup pass judges, by shard, and the temporary
-// files found beside them: listed before the pass removes anything (a listing that fails
-// removes nothing).
+// files beside them, listed before the pass removes anything.
 type subjectListing map[int]subjectFolder
 
 type subjectFolder struct {
@@ -169,8 +147,7 @@ type subjectFolder struct {
 	debris []string
 }
 
-// listSubjectShards lists the subject folders of the given shards (the folders the pass's
-// sweep listed).
+// listSubjectShards lists the subject folders of the given shards (those the sweep listed).
 func (r *root) listSubjectShards(shards []int) (subjectListing, error) {
 	out := subjectListing{}
 	for _, s := range shards {
@@ -183,9 +160,9 @@ func (r *root) listSubjectShards(shards []int) (subjectListing, error) {
 	return out, nil
 }
 
-// cleanSubjects forgets the removable subject records listed, at the pass's now: each is
-// judged without a lock, then judged again and removed under its shard's lock. A record that
-// does not decode is reported damaged and kept. It answers how many it kept and removed.
+// cleanSubjects forgets the removable subject records listed, at the pass's now: each judged
+// without a lock, then again, and removed, under its shard's lock. A record that does not
+// decode is reported damaged and kept. It answers how many it kept and removed.
 func (r *root) cleanSubjects(ctx context.Context, listed subjectListing, now time.Time, tally *ledger.Tally) (subjectShard, error) {
 	var out subjectShard
 	horizon := r.cfg.Limits.SubjectHorizon()
@@ -248,8 +225,8 @@ func (r *root) removeSubject(ctx context.Context, k ledger.SubjectKey, removable
 	return true, nil
 }
 
-// listSubjects lists the subject keys of shard s's folder (none when it does not exist yet),
-// and the temporary files a crashed write left there.
+// listSubjects lists the subject keys of shard s's folder (none when it does not exist yet) and
+// the temporary files a crashed write left there.
 func (r *root) listSubjects(s int) (keys []ledger.SubjectKey, debris []string, err error) {
 	dir := r.subjectDirOf(s)
 	names, err := r.fs.ReadDir(dir)
@@ -257,7 +234,7 @@ func (r *root) listSubjects(s int) (keys []ledger.SubjectKey, debris []string, e
 		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: list %s: %v", ledger.ErrUnavailable, dir, err)
+		return nil, nil, unavailable(err, "list", dir)
 	}
 	for _, n := range names {
 		if strings.Contains(n.Name(), tmpMarker) {
@@ -265,10 +242,7 @@ func (r *root) listSubjects(s int) (keys []ledger.SubjectKey, debris []string, e
 			continue
 		}
 		name, ok := strings.CutSuffix(n.Name(), ".state")
-		if !ok {
-			continue
-		}
-		if k, err := ledger.ParseSubjectKey(name); err == nil {
+		if k, err := ledger.ParseSubjectKey(name); ok && err == nil {
 			keys = append(keys, k)
 		}
 	}

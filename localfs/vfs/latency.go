@@ -8,31 +8,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Latency wraps a file system and waits before each operation as a network file system
-// would: every metadata operation and every sync is a round trip to the server. It models
-// EFS on the local disk, so that what the FileLedger does under many writers (locks held
-// across round trips, syncs shared or not) can be measured on one machine. Data written to
-// an open file costs nothing until it is synced (the NFS client buffers it).
+// Latency wraps a file system and waits before each operation as a network file system would:
+// every metadata operation and every sync is a round trip to the server. It models EFS on a
+// local disk, so that what the FileLedger does under many writers (locks held across round
+// trips, syncs shared or not) can be measured on one machine. Data written costs nothing until
+// synced (the NFS client buffers it).
 type Latency struct {
 	FS FS
-	// Lookup is the wait of an operation that reads the namespace or a file: a read, a stat,
-	// a listing, and taking or giving back an advisory lock.
-	Lookup time.Duration
-	// Change is the wait of an operation that changes the namespace: creating a file,
-	// renaming, removing, making a folder.
-	Change time.Duration
-	// Sync is the wait of a sync: fsync of a file or a folder, syncfs.
-	Sync time.Duration
+	// Lookup is the wait of a read, a stat, a listing, and taking or giving back a lock; Change
+	// that of creating a file, renaming, removing, making a folder; Sync that of every sync.
+	Lookup, Change, Sync time.Duration
 }
 
 var _ FS = (*Latency)(nil)
 
-// EFS returns base with the latencies of Amazon EFS (Regional, General Purpose mode) as AWS
-// states them in "Amazon EFS performance" of the EFS User Guide: read operations "as low as
-// 250 µs", write operations "as low as 2.7 ms". Those are floors; a Lambda function reaching
-// a mount target over the network, with open-to-close consistency revalidating attributes,
-// sees about a millisecond for a lookup. So: 1 ms for a lookup, 2.7 ms for a namespace change
-// and for a sync.
+// EFS returns base with the latencies of Amazon EFS (Regional, General Purpose mode) as the EFS
+// User Guide ("Amazon EFS performance") states them: reads "as low as 250 µs", writes "as low as
+// 2.7 ms". Those are floors; a Lambda function reaching a mount target over the network, with
+// open-to-close consistency revalidating attributes, sees about 1 ms for a lookup. So: 1 ms
+// for a lookup, 2.7 ms for a namespace change and for a sync.
 func EFS(base FS) *Latency {
 	return &Latency{FS: base, Lookup: time.Millisecond, Change: 2700 * time.Microsecond, Sync: 2700 * time.Microsecond}
 }
@@ -75,8 +69,7 @@ func (l *Latency) Stat(name string) (fs.FileInfo, error) { wait(l.Lookup); retur
 func (l *Latency) SyncDir(name string) error             { wait(l.Sync); return l.FS.SyncDir(name) }
 func (l *Latency) SyncFS(name string) error              { wait(l.Sync); return l.FS.SyncFS(name) }
 
-// CheckJournal does nothing: the model is of EFS, an NFS server that commits every change
-// before it answers and answers its errors to the call that made the change.
+// CheckJournal does nothing: EFS commits every change before it answers, errors included.
 func (l *Latency) CheckJournal(dir string) error { return nil }
 
 type latencyFile struct {
@@ -86,8 +79,7 @@ type latencyFile struct {
 
 func (f *latencyFile) Sync() error { wait(f.l.Sync); return f.File.Sync() }
 
-// CheckWriteback costs no round trip: after a sync the file's pages are clean, and the check
-// only reads what the client recorded.
+// CheckWriteback costs no round trip: it only reads what the client recorded.
 func (f *latencyFile) CheckWriteback() error { return CheckWriteback(f.File) }
 
 // Flock takes or gives back an advisory lock, one round trip each.
@@ -102,8 +94,7 @@ type Flocker interface {
 	Flock(how int) error
 }
 
-// Flock applies flock(2) to f: through f's own Flock when it has one, on its descriptor
-// otherwise.
+// Flock applies flock(2) to f: through f's own Flock when it has one, else on its descriptor.
 func Flock(f File, how int) error {
 	if fl, ok := f.(Flocker); ok {
 		return fl.Flock(how)

@@ -8,27 +8,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The ledger opens several files per operation, all of them regular files or folders, none
-// of which the Go runtime's network poller can wait on. os.OpenFile still tries: it switches
-// each new descriptor to non-blocking mode, fails to register it with epoll, and switches it
-// back (four fcntl calls and one epoll_ctl per open, measured with strace). The helpers
-// below open with open(2) and wrap the descriptor with os.NewFile, which only asks whether
-// the descriptor is non-blocking (it is not) and leaves it alone: the same *os.File, with
-// blocking reads and writes as before, five system calls fewer per open. Errors are
-// *os.PathError values wrapping the errno, as os.OpenFile answers, so errors.Is(err,
-// fs.ErrNotExist) and the like hold unchanged.
+// The ledger opens several files per operation, regular files or folders, none of which the
+// runtime's network poller can wait on. os.OpenFile still tries: it switches each descriptor to
+// non-blocking mode, fails to register it with epoll, and switches it back (four fcntl calls
+// and one epoll_ctl per open, measured with strace). The helpers below open with open(2) and
+// wrap the descriptor with os.NewFile, which only asks whether it is non-blocking (it is not):
+// the same blocking *os.File, five system calls fewer per open. Errors are *os.PathError values
+// wrapping the errno, as os.OpenFile answers, so errors.Is(err, fs.ErrNotExist) and the like hold.
 
 // open opens name with O_CLOEXEC added, retrying on EINTR.
-func open(name string, flag int, perm fs.FileMode) (int, error) {
-	for {
-		fd, err := unix.Open(name, flag|unix.O_CLOEXEC, syscallMode(perm))
-		if err == nil {
-			return fd, nil
-		}
-		if !errors.Is(err, unix.EINTR) {
-			return -1, &os.PathError{Op: "open", Path: name, Err: err}
-		}
+func open(name string, flag int, perm fs.FileMode) (fd int, err error) {
+	if err = ignoringEINTR(func() (err error) {
+		fd, err = unix.Open(name, flag|unix.O_CLOEXEC, syscallMode(perm))
+		return err
+	}); err != nil {
+		return -1, &os.PathError{Op: "open", Path: name, Err: err}
 	}
+	return fd, nil
 }
 
 // syscallMode is perm as open(2) takes it: the permission bits, and the setuid, setgid and
@@ -56,8 +52,7 @@ func openFile(name string, flag int, perm fs.FileMode) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-// readFile is os.ReadFile on a raw descriptor: open, fstat for the size, read to the end,
-// close.
+// readFile is os.ReadFile on a raw descriptor: open, fstat for the size, read to the end, close.
 func readFile(name string) ([]byte, error) {
 	fd, err := open(name, unix.O_RDONLY, 0)
 	if err != nil {
@@ -68,10 +63,9 @@ func readFile(name string) ([]byte, error) {
 		unix.Close(fd)
 		return nil, &os.PathError{Op: "stat", Path: name, Err: err}
 	}
-	// One byte more than the size, so a file that has not grown is read to its end (a read
-	// of 0 bytes) in two calls; and at least 512, as os.ReadFile reads, because a file whose
-	// size shows as 0 may hold more (files under /proc/sys answer a read of one byte with one
-	// byte, then with the end of the file).
+	// One byte more than the size, so a file that has not grown is read to its end in two
+	// calls; and at least 512, as os.ReadFile reads: a file whose size shows as 0 may hold more
+	// (a file under /proc/sys answers a read of one byte with one byte, then with its end).
 	data := make([]byte, 0, max(st.Size+1, 512))
 	for {
 		n, err := unix.Read(fd, data[len(data):cap(data)])
@@ -96,8 +90,8 @@ func readFile(name string) ([]byte, error) {
 	return data, nil
 }
 
-// closeFD closes a raw descriptor and describes a failure. EINTR from close(2) on Linux
-// means the descriptor is closed already; it is not an error.
+// closeFD closes a raw descriptor and describes a failure. EINTR from close(2) on Linux means
+// the descriptor is closed already: no error.
 func closeFD(fd int, name string) error {
 	if err := unix.Close(fd); err != nil && !errors.Is(err, unix.EINTR) {
 		return &os.PathError{Op: "close", Path: name, Err: err}

@@ -1,6 +1,5 @@
-// Package vfs is the file system interface the FileLedger uses, and its real implementation.
-// It is its own package so that wrappers (localfs/internal/faultfs) and the ledger can both
-// depend on it.
+// Package vfs is the file system interface the FileLedger uses, and its real implementation,
+// in a package of its own so that wrappers (localfs/internal/faultfs) and the ledger share it.
 package vfs
 
 import (
@@ -15,23 +14,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FS is the file system the FileLedger uses. Every call the ledger makes on its root goes
-// through it, so tests can count operations and inject failures at any step (in the manner
-// of Pebble's errorfs). Paths are joined by the ledger; FS does not resolve them.
+// FS is the file system the FileLedger uses: every call it makes on its root goes through it,
+// so tests can count operations and inject failures at any step. Paths come joined.
 type FS interface {
-	// ReadFile reads a whole file.
 	ReadFile(name string) ([]byte, error)
-	// OpenFile opens a file (used for new temporary files and lock files).
+	// OpenFile opens a file (new temporary files, records written in place, lock files).
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 	// Rename atomically replaces newpath with oldpath.
 	Rename(oldpath, newpath string) error
-	// Remove removes a file.
 	Remove(name string) error
-	// Mkdir creates a directory.
 	Mkdir(name string, perm fs.FileMode) error
 	// ReadDir lists a directory, sorted by name.
 	ReadDir(name string) ([]fs.DirEntry, error)
-	// Stat describes a file.
 	Stat(name string) (fs.FileInfo, error)
 	// SyncDir makes the entries of a directory durable.
 	SyncDir(name string) error
@@ -98,13 +92,11 @@ type WritebackChecker interface {
 }
 
 // CheckWriteback reports a failure to write f's data back to storage since f was opened (or
-// since the last check through f), each failure once. A sync of the whole file system
-// (syncfs) does not report it to f: the kernel records a write-back error on the file and on
-// its file system, and syncfs reports the file system's record once to the descriptor it was
-// called through, whatever files the error concerned, so an error recorded before that
-// descriptor was opened, or already reported to another caller, is not seen again there.
-// After a syncfs that succeeded, CheckWriteback on each file it carried tells whether that
-// file's data reached storage, without another flush: sync_file_range(2) with
+// last checked through f), each failure once. syncfs does not: the kernel records the error on
+// the file and on its file system, and syncfs reports the latter once, to the descriptor it is
+// called through, so an error recorded before that descriptor was opened, or reported to
+// another caller, is not seen there. After a syncfs that succeeded, CheckWriteback tells
+// whether each file's data reached storage, without another flush: sync_file_range(2) with
 // SYNC_FILE_RANGE_WAIT_AFTER waits for write-back in progress (none, after the syncfs) and
 // reports the file's own record (Linux 4.14 and later, errseq_t based tracking).
 func CheckWriteback(f File) error {
@@ -125,21 +117,19 @@ func fileName(f File) string {
 }
 
 // JournalChecker is a file system whose journal is checked through something other than the
-// operating system's calls alone (a wrapper that counts or injects failures, a model of a
-// file system that keeps no local journal).
+// operating system's calls alone (a wrapper, a model).
 type JournalChecker interface {
 	CheckJournal(dir string) error
 }
 
 // CheckJournal tells whether the file system holding dir still commits what it is given. Call
-// it after a sync that answered success, before trusting that sync with folder entries
-// (renames, removals): ext4 aborts its journal when a commit fails to be written, tells only
-// the caller that waited on that commit (another process, or the kernel's periodic commit),
-// and until some operation opens a journal handle every later fsync and syncfs finds nothing
-// to commit and answers success for changes that were lost with the aborted transaction. A
-// change that needs the journal answers EROFS once it has aborted; a sync that waited on the
-// transaction holding the caller's changes returned after that transaction's commit ended, so
-// a failure of it has aborted the journal by the time CheckJournal runs.
+// it after a sync that answered success, before trusting it with folder entries (renames,
+// removals): ext4 aborts its journal when a commit fails to be written and tells only the
+// caller that waited on that commit (another process, or the periodic commit); until some
+// operation opens a journal handle, every later fsync and syncfs finds nothing to commit and
+// answers success for changes lost with the aborted transaction. A change that needs the
+// journal answers EROFS once it has aborted, and a sync returns only after the commit holding
+// the caller's changes ended, so a failure of it has aborted the journal by the time this runs.
 func CheckJournal(fsys FS, dir string) error {
 	if c, ok := fsys.(JournalChecker); ok {
 		return c.CheckJournal(dir)
@@ -147,14 +137,12 @@ func CheckJournal(fsys FS, dir string) error {
 	return nil
 }
 
-// JournalProbePrefix begins the name of the probe file CheckJournal creates and removes in
-// the folder it checks; the name also holds ".tmp-", so a probe left by a process that died
-// between the two is collected as debris.
+// JournalProbePrefix begins the name of the probe file CheckJournal makes in the folder it
+// checks; it holds ".tmp-", so a probe a dead process left is collected as debris.
 const JournalProbePrefix = ".amiss-journal-probe.tmp-"
 
-// journalProbes holds, per folder checked, whether it is on NFS (EFS), which keeps no local
-// journal (every change is committed by the server before it is answered, and an error is
-// answered to the call that made the change), and this process's probe file there.
+// journalProbes holds, per folder checked, whether it is on NFS (EFS: no local journal, the
+// server commits every change before answering it, errors included) and this process's probe.
 var journalProbes sync.Map // dir -> *journalProbe
 
 type journalProbe struct {
@@ -165,9 +153,8 @@ type journalProbe struct {
 }
 
 // CheckJournal changes the size of a probe file in dir (made on first use, and again if debris
-// collection took it): a change of size opens a journal handle, so an aborted journal answers
-// EROFS (and the file system turns read-only). One inode changes per check; no folder entry
-// does, once the probe exists. On NFS it does nothing.
+// collection took it): that opens a journal handle, so an aborted journal answers EROFS. One
+// inode changes per check, no folder entry once the probe exists. On NFS it does nothing.
 func (OSFS) CheckJournal(dir string) error {
 	v, ok := journalProbes.Load(dir)
 	if !ok {
@@ -186,8 +173,8 @@ func (OSFS) CheckJournal(dir string) error {
 	if p.path != "" {
 		f, err := openFile(p.path, os.O_WRONLY, 0)
 		if err == nil {
-			// The size changes on every check (a truncate to the same size need not open a
-			// journal handle); it is remembered only once the change is made.
+			// The size changes every check (a truncate to the same size need not open a
+			// journal handle); it is remembered once changed.
 			next := 1 - p.size
 			err = f.Truncate(next)
 			if cerr := f.Close(); err == nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -11,21 +12,19 @@ import (
 
 // An overwrite made durable by another file's flush.
 //
-// A sync costs a cache flush of the device; two files synced one after the other cost two.
-// When one of them is only overwritten in place (its size and its blocks were made durable
-// when it was created, and no write changes them), its new bytes need no metadata: written
-// to the device and waited for, without a flush (WriteBack), they become durable with the
-// flush of the next sync of any file on the same device, which must start after WriteBack
-// returned. The FileLedger uses it for the capacity record an admission rewrites beside the
-// row it creates: one flush instead of two (localfs, "syncer").
+// A sync costs a device cache flush; two files synced one after the other cost two. When one is
+// only overwritten in place (its size and blocks made durable when it was created), its new
+// bytes need no metadata: written to the device and waited for without a flush (WriteBack),
+// they become durable with the flush of the next sync of any file on the device, if it starts
+// after WriteBack returned. The FileLedger uses it for the capacity record an admission
+// rewrites beside the row it creates: one flush instead of two (localfs, "syncer").
 //
-// It holds only where the file system writes an overwrite back in place and every fsync
-// ends with a flush of the device cache: ext2, ext3 and ext4 (one driver), unless mounted
-// with data=journal (data goes through the journal, whose commits this reasoning does not
-// cover). Not on NFS (EFS): a write-back there is an unstable WRITE that only a COMMIT of
-// that file makes durable. Not on XFS or Btrfs: an extent shared by a reflink copy (cp
-// makes them by default on both) is copied on write, which is metadata. Everywhere else
-// FlushCoversWriteBack answers false, and the ledger syncs each file itself.
+// It holds only where an overwrite is written back in place and every fsync ends with a device
+// cache flush: ext2, ext3 and ext4 (one driver), unless mounted with data=journal (data goes
+// through the journal, whose commits this does not cover). Not on NFS (EFS): a write-back there
+// is an unstable WRITE that only a COMMIT of that file makes durable. Not on XFS or Btrfs: an
+// extent shared by a reflink copy (cp makes them by default) is copied on write, which is
+// metadata. Everywhere else FlushCoversWriteBack answers false, and each file is synced itself.
 
 // WriteBackFS is a file system that decides FlushCoversWriteBack itself (a wrapper, a model).
 type WriteBackFS interface {
@@ -37,15 +36,13 @@ type WriteBacker interface {
 	WriteBack() error
 }
 
-// WriteStarter is a file that starts its write-back through something other than its
-// descriptor (StartWriteBack).
+// WriteStarter is a file that starts its write-back through something other than its descriptor.
 type WriteStarter interface {
 	StartWriteBack() error
 }
 
 // FlushCoversWriteBack reports whether, on the file system holding dir, bytes overwritten in
-// place in a file whose size and blocks are durable, once WriteBack returns, are made
-// durable by the flush of any later sync on that file system (see above).
+// place (size and blocks durable) and written back are made durable by any later sync's flush.
 func FlushCoversWriteBack(fsys FS, dir string) bool {
 	if w, ok := fsys.(WriteBackFS); ok {
 		return w.FlushCoversWriteBack(dir)
@@ -53,9 +50,8 @@ func FlushCoversWriteBack(fsys FS, dir string) bool {
 	return false
 }
 
-// FlushCoversWriteBack implements WriteBackFS for the real file system: true on ext2, ext3
-// and ext4 unless mounted with data=journal, as /proc/self/mountinfo shows the mount
-// holding dir; false when that cannot be read.
+// FlushCoversWriteBack implements WriteBackFS: true on ext2, ext3 and ext4 unless mounted with
+// data=journal, as /proc/self/mountinfo shows the mount holding dir; false when unreadable.
 func (OSFS) FlushCoversWriteBack(dir string) bool {
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {
@@ -77,27 +73,12 @@ func writeBackMount(lines *bufio.Scanner, major, minor uint32) bool {
 		if len(fields) < 7 || fields[2] != dev {
 			continue
 		}
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 >= len(fields) {
+		sep := 6 + slices.Index(fields[6:], "-") // the optional fields end at "-"
+		if sep < 6 || sep+3 >= len(fields) {
 			return false
 		}
-		switch fields[sep+1] {
-		case "ext2", "ext3", "ext4":
-		default:
-			return false
-		}
-		for _, opt := range strings.Split(fields[sep+3], ",") {
-			if opt == "data=journal" {
-				return false
-			}
-		}
-		return true
+		ext := slices.Contains([]string{"ext2", "ext3", "ext4"}, fields[sep+1])
+		return ext && !slices.Contains(strings.Split(fields[sep+3], ","), "data=journal")
 	}
 	return false
 }
@@ -117,13 +98,12 @@ func WriteBack(f File) error {
 	return nil
 }
 
-// StartWriteBack starts writing f's dirty pages to the device and returns without waiting:
-// sync_file_range(2) with SYNC_FILE_RANGE_WRITE alone. It is a hint, so that f's write can
-// overlap another's; it makes nothing durable, and the caller still syncs f. Without a WAIT
-// flag the call does not look at f's record of write-back errors, so it cannot take from the
-// sync that follows an error that sync must report; an error it answers itself (ENOSPC from
-// allocating blocks, EIO) is answered as such. A wrapped file that is not a WriteStarter is
-// left alone: a hint means nothing to a model.
+// StartWriteBack starts writing f's dirty pages to the device without waiting:
+// sync_file_range(2) with SYNC_FILE_RANGE_WRITE alone, a hint so that f's write can overlap
+// another's; it makes nothing durable, and the caller still syncs f. Without a WAIT flag it
+// does not look at f's record of write-back errors, so it cannot take from the sync that
+// follows an error that sync must report; its own errors (ENOSPC, EIO) are answered. A wrapped
+// file that is not a WriteStarter is left alone: a hint means nothing to a model.
 func StartWriteBack(f File) error {
 	if w, ok := f.(WriteStarter); ok {
 		return w.StartWriteBack()

@@ -1,7 +1,6 @@
-// Package faultfs wraps the FileLedger's file system to count operations and inject
-// failures, in the manner of Pebble's vfs/errorfs: small rules, composed, each deciding for
-// one operation whether it passes, fails before its effect, fails after its effect, or kills
-// the "process" (every later operation fails).
+// Package faultfs wraps the FileLedger's file system to count operations and inject failures,
+// like Pebble's vfs/errorfs: small rules, composed, each deciding whether one operation passes,
+// fails before or after its effect, or kills the "process" (every later operation fails).
 package faultfs
 
 import (
@@ -32,18 +31,14 @@ const (
 	OpStat     Op = "stat"
 	OpSyncDir  Op = "syncdir"
 	OpSyncFS   Op = "syncfs"
-	// OpWriteback is the check, after a syncfs, that a file's data was written back (it
-	// changes nothing stored: failing it models a write-back error the kernel recorded on
-	// the file).
+	// OpWriteback checks, after a syncfs, that a file's data was written back (failing it
+	// models a write-back error the kernel recorded on the file).
 	OpWriteback Op = "writeback"
-	// OpWriteOut writes a file's overwritten bytes to the device without a flush
-	// (vfs.WriteBack): durable only once a later sync flushes.
+	// OpWriteOut writes a file's bytes to the device without a flush (vfs.WriteBack).
 	OpWriteOut Op = "writeout"
-	// OpWriteStart starts a file's write-back without waiting (vfs.StartWriteBack): a hint
-	// that changes nothing stored.
+	// OpWriteStart starts a file's write-back without waiting (vfs.StartWriteBack): a hint.
 	OpWriteStart Op = "writestart"
-	// OpJournal is the check, after a sync, that the file system's journal still commits
-	// (it leaves nothing stored: failing it models a journal that aborted).
+	// OpJournal checks, after a sync, that the journal still commits (vfs.CheckJournal).
 	OpJournal Op = "journal"
 )
 
@@ -64,16 +59,11 @@ type Action int
 
 // Actions.
 const (
-	// Pass lets the operation run.
-	Pass Action = iota
-	// FailBefore fails the operation without its effect.
-	FailBefore
-	// FailAfter runs the operation and then reports a failure.
-	FailAfter
-	// Crash fails this operation without effect and every later one: the process died.
-	Crash
-	// CrashAfterEffect runs this operation, then fails it and every later one.
-	CrashAfterEffect
+	Pass             Action = iota // the operation runs
+	FailBefore                     // it fails without its effect
+	FailAfter                      // it runs, then reports a failure
+	Crash                          // it and every later one fail without effect: the process died
+	CrashAfterEffect               // it runs, then fails, and every later one fails
 )
 
 // ErrInjected is the error injected failures wrap.
@@ -206,14 +196,10 @@ func (f *FS) do(op Op, path string, run func() error) error {
 		return &fs.PathError{Op: string(op), Path: path, Err: ErrInjected}
 	}
 	f.count.add(op)
-	err := run()
-	if err != nil {
+	if err := run(); err != nil || a != FailAfter && a != CrashAfterEffect {
 		return err
 	}
-	if a == FailAfter || a == CrashAfterEffect {
-		return &fs.PathError{Op: string(op), Path: path, Err: fmt.Errorf("%w (after the effect)", ErrInjected)}
-	}
-	return nil
+	return &fs.PathError{Op: string(op), Path: path, Err: fmt.Errorf("%w (after the effect)", ErrInjected)}
 }
 
 func (f *FS) ReadFile(name string) (data []byte, err error) {
@@ -237,9 +223,7 @@ func (f *FS) Rename(oldpath, newpath string) error {
 	return f.do(OpRename, newpath, func() error { return f.base.Rename(oldpath, newpath) })
 }
 
-func (f *FS) Remove(name string) error {
-	return f.do(OpRemove, name, func() error { return f.base.Remove(name) })
-}
+func (f *FS) Remove(name string) error { return f.on(OpRemove, name, f.base.Remove) }
 
 func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 	return f.do(OpMkdir, name, func() error { return f.base.Mkdir(name, perm) })
@@ -255,12 +239,12 @@ func (f *FS) Stat(name string) (out fs.FileInfo, err error) {
 	return out, err
 }
 
-func (f *FS) SyncDir(name string) error {
-	return f.do(OpSyncDir, name, func() error { return f.base.SyncDir(name) })
-}
+func (f *FS) SyncDir(name string) error { return f.on(OpSyncDir, name, f.base.SyncDir) }
+func (f *FS) SyncFS(name string) error  { return f.on(OpSyncFS, name, f.base.SyncFS) }
 
-func (f *FS) SyncFS(name string) error {
-	return f.do(OpSyncFS, name, func() error { return f.base.SyncFS(name) })
+// on runs call(name) as operation op under the rules.
+func (f *FS) on(op Op, name string, call func(string) error) error {
+	return f.do(op, name, func() error { return call(name) })
 }
 
 // FlushCoversWriteBack answers for the wrapped file system (vfs.FlushCoversWriteBack).
@@ -335,21 +319,20 @@ func CrashAfter(n int, afterEffect bool) Rule {
 // effect) and lets everything else pass.
 func FailNth(n int, after bool) Rule {
 	var mu sync.Mutex
-	seen := 0
+	seen, a := 0, FailBefore
+	if after {
+		a = FailAfter
+	}
 	return func(op Op, path string) Action {
 		if !op.Mutating() {
 			return Pass
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		seen++
-		if seen != n+1 {
-			return Pass
+		if seen++; seen == n+1 {
+			return a
 		}
-		if after {
-			return FailAfter
-		}
-		return FailBefore
+		return Pass
 	}
 }
 

@@ -1,34 +1,31 @@
 // Package powerfs is an in-memory file system (vfs.FS) that models what a power loss keeps.
 //
-// The crash tests of the FileLedger stop a process at a step: everything it wrote before
-// stays, because the kernel's page cache outlives the process. A power loss (or a kernel
-// crash) also loses what the page cache held and no sync had made durable. powerfs keeps, for
-// every file, the data as written and the data as last synced, and for every folder, its
-// entries as they are and as last synced, with the changes made since in order. Cut stops the
-// machine; Recover builds the file system a reboot finds, keeping of each unsynced change
-// whatever the Persistence chosen says, from nothing to everything, in between at random.
+// A crash test that stops a process keeps all it wrote (the page cache outlives the process); a
+// power loss (or a kernel crash) also loses what no sync made durable. powerfs keeps, for every
+// file, its data as written and as last synced, and for every folder, its entries as they are
+// and as last synced, with the changes since in order. Cut stops the machine; Recover builds
+// what a reboot finds, keeping of each unsynced change what the chosen Persistence says: none,
+// all, or some at random.
 //
 // What a sync guarantees, and nothing more (POSIX, and what ext4, XFS and NFS promise):
 //
-//   - File.Sync (fsync) makes the file's data and size durable, not the folder entry that
-//     names it;
+//   - File.Sync (fsync) makes the file's data and size durable, not the folder entry naming it;
 //   - SyncDir makes a folder's entries durable (creations, renames in and out, removals), not
 //     the data of the files they name;
 //   - SyncFS (syncfs) makes everything durable;
 //   - File.WriteBack (sync_file_range, vfs.WriteBack) writes a file's bytes to the device
-//     without a flush: the bytes within the file's durable size become durable with the next
-//     sync of anything (each ends with a flush of the device's cache); a size change needs
-//     the file's own sync. Until then a power loss keeps them or not, like any unsynced write.
+//     without a flush: those within its durable size become durable with the next sync of
+//     anything (each ends with a device flush); a size change needs the file's own sync. Until
+//     then a power loss keeps them or not, like any unsynced write.
 //
-// What a power loss may keep of the rest, by Persistence: any subset of the unsynced writes
-// to a file, each torn at 512-byte sectors (the unit a disk writes atomically); and of the
-// unsynced folder changes either a prefix of them in the order they were made, across all
-// folders (a journaling file system commits its metadata in order, a rename whole), or any
-// subset of them (no journal: each folder block is written back on its own, and a rename's two
-// halves, the new name and the old one's removal, independently).
+// What a power loss may keep of the rest, by Persistence: any subset of a file's unsynced
+// writes, each torn at 512-byte sectors (what a disk writes atomically); and of the unsynced
+// folder changes either a prefix in the order they were made, across all folders (a journaling
+// file system commits metadata in order, a rename whole), or any subset (no journal: each
+// folder block is written back alone, a rename's new name and old name's removal independently).
 //
-// Locks (vfs.Flocker) always succeed: the FileLedger serializes the goroutines of one process
-// with semaphores of its own, and one FS models one machine whose processes share one kernel.
+// Locks (vfs.Flocker) always succeed: the FileLedger serializes one process's goroutines with
+// semaphores of its own, and one FS models one machine whose processes share one kernel.
 package powerfs
 
 import (
@@ -56,16 +53,14 @@ const Sector = 512
 
 // Persistence chooses what a power loss keeps of the changes no sync made durable.
 type Persistence struct {
-	// Keep is Nothing, Everything or Random.
-	Keep Keep
-	// Seed drives the choices of Random.
-	Seed uint64
+	Keep Keep   // Nothing, Everything or Random
+	Seed uint64 // drives the choices of Random
 	// Ordered keeps a prefix of the folder changes, in the order they were made (a journaling
 	// file system); otherwise any subset of them (one without a journal).
 	Ordered bool
-	// LoseFolder, when set, is a folder whose unsynced changes are all lost, whatever Keep
-	// says of the others: a file system without a journal writes each folder back on its own,
-	// so a later change in one folder can survive an earlier one in another (see DirtyFolders).
+	// LoseFolder, when set, is a folder whose unsynced changes are all lost, whatever Keep says:
+	// without a journal each folder is written back on its own, so a later change in one folder
+	// can survive an earlier one in another (see DirtyFolders).
 	LoseFolder string
 }
 
@@ -73,31 +68,25 @@ type Persistence struct {
 type Keep int
 
 const (
-	// Nothing: only what was synced.
-	Nothing Keep = iota
-	// Everything: every change, as if the page cache had been written back just in time.
-	Everything
-	// Random: some of them, chosen by Seed.
-	Random
+	Nothing    Keep = iota // only what was synced
+	Everything             // every change, as if the page cache were written back just in time
+	Random                 // some of them, chosen by Seed
 )
 
 func (p Persistence) String() string {
+	s := fmt.Sprintf("keep-random-any-subset-%d", p.Seed)
+	switch {
+	case p.Keep == Nothing:
+		s = "keep-nothing"
+	case p.Keep == Everything:
+		s = "keep-everything"
+	case p.Ordered:
+		s = fmt.Sprintf("keep-random-ordered-%d", p.Seed)
+	}
 	if p.LoseFolder != "" {
-		q := p
-		q.LoseFolder = ""
-		return q.String() + "-except-" + p.LoseFolder
+		s += "-except-" + p.LoseFolder
 	}
-	switch p.Keep {
-	case Nothing:
-		return "keep-nothing"
-	case Everything:
-		return "keep-everything"
-	}
-	order := "any-subset"
-	if p.Ordered {
-		order = "ordered"
-	}
-	return fmt.Sprintf("keep-random-%s-%d", order, p.Seed)
+	return s
 }
 
 // write is an unsynced write to a file.
@@ -115,15 +104,13 @@ type dirOp struct {
 
 type inode struct {
 	dir bool
-	// A file: its data now, its data as last synced, and the writes since.
+	// A file: its data now, as last synced, and the writes since. owned: data is this inode's
+	// alone (no durable copy, clone or recovery shares it), so a write within it may change it
+	// in place. writtenBack: how many of the first writes File.WriteBack wrote to the device.
 	data, durable []byte
-	// owned: data is this inode's alone (no durable copy, clone or recovery shares it), so a
-	// write within its size may change it in place.
-	owned  bool
-	writes []write
-	// writtenBack is how many of writes (the first ones) were written to the device without
-	// a flush (File.WriteBack): the next sync of anything makes them durable.
-	writtenBack int
+	owned         bool
+	writes        []write
+	writtenBack   int
 	// A folder: its entries now, as last synced, and the changes since.
 	entries, durableEntries map[string]int64
 	ops                     []dirOp
@@ -141,11 +128,10 @@ type FS struct {
 	seq    int64
 	cut    bool
 	// countdown, when armed (>= 0), is how many more changes and syncs succeed before the
-	// power is cut (the next one fails without effect).
-	countdown int
-	calls     int
-	syncs     []int
-	// writtenBack holds the files with writes written back and not yet flushed.
+	// power is cut. writtenBack holds the files with writes written back, not yet flushed.
+	countdown   int
+	calls       int
+	syncs       []int
 	writtenBack map[int64]bool
 }
 
@@ -162,8 +148,7 @@ func New() *FS {
 	return &FS{inodes: map[int64]*inode{rootIno: newDir()}, next: rootIno + 1, countdown: -1}
 }
 
-// Calls reports how many changes and syncs were made (successfully) since New, Clone or
-// Recover.
+// Calls reports how many changes and syncs succeeded since New, Clone or Recover.
 func (f *FS) Calls() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -177,11 +162,10 @@ func (f *FS) ResetCalls() {
 	f.calls, f.syncs = 0, nil
 }
 
-// Syncs reports the syncs made since New, Clone or Recover, each by the number of calls made
-// before it: CutAfter(n) with such an n cuts the power just before that sync. Between two
-// syncs only what was written changes, not what is durable, so a cut before each sync (and
-// after the last), recovered with Random in order, reaches every state a cut at any call
-// leaves the folders in.
+// Syncs reports the syncs made since New, Clone or Recover, each by the number of calls before
+// it: CutAfter(n) with such an n cuts the power just before that sync. Between two syncs only
+// what was written changes, not what is durable, so a cut before each sync (and after the
+// last), recovered with Random in order, reaches every state a cut at any call leaves.
 func (f *FS) Syncs() []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -236,9 +220,8 @@ func (f *FS) syncInode(in *inode) {
 	in.writtenBack = 0
 }
 
-// flush is the end of every sync: the device's cache is flushed, and the bytes written back
-// to it (File.WriteBack) become durable, within each file's durable size (a write-back
-// carries no metadata, so no size change); what lay beyond stays an unsynced write.
+// flush ends every sync: the bytes written back (File.WriteBack) become durable within each
+// file's durable size (a write-back carries no size change); beyond it they stay unsynced.
 func (f *FS) flush() {
 	for id := range f.writtenBack {
 		in := f.inodes[id]
@@ -278,9 +261,8 @@ func (f *FS) Recover(p Persistence) *FS {
 		panic("powerfs: Recover before the power was cut")
 	}
 	rng := rand.New(rand.NewPCG(p.Seed, 0x9e3779b97f4a7c15))
-	// The folder changes kept: with Ordered, those up to a point in their order, the point
-	// drawn among the unsynced changes (not among every change ever made: on a file system
-	// with a long synced past that would almost always fall before the first unsynced one).
+	// With Ordered, the folder changes kept are those up to a point drawn among the unsynced
+	// ones (not among every change ever made: it would almost always fall before them).
 	var horizon int64
 	switch p.Keep {
 	case Everything:
@@ -298,17 +280,11 @@ func (f *FS) Recover(p Persistence) *FS {
 			horizon = pending[k-1]
 		}
 	}
-	keepOp := func(op dirOp) bool {
-		switch {
-		case p.Keep == Nothing:
-			return false
-		case p.Keep == Everything:
-			return true
-		case p.Ordered:
-			return op.seq <= horizon
-		default:
+	keepOp := func(op dirOp) bool { // the horizon is 0 for Nothing, the last change for Everything
+		if p.Keep == Random && !p.Ordered {
 			return rng.IntN(2) == 0
 		}
+		return op.seq <= horizon
 	}
 	var lost int64 // the inode of LoseFolder, as the cut left the tree
 	if p.LoseFolder != "" {
@@ -317,12 +293,7 @@ func (f *FS) Recover(p Persistence) *FS {
 		}
 	}
 	out := &FS{inodes: map[int64]*inode{}, next: f.next, countdown: -1}
-	ids := make([]int64, 0, len(f.inodes))
-	for id := range f.inodes {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids) // the random choices repeat for one seed
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(f.inodes)) { // the random choices repeat for one seed
 		in := f.inodes[id]
 		if in.dir {
 			n := newDir()
@@ -348,13 +319,8 @@ func (f *FS) Recover(p Persistence) *FS {
 		for _, w := range in.writes {
 			for s := w.off - w.off%Sector; s < w.off+int64(len(w.data)); s += Sector {
 				lo, hi := max(s, w.off), min(s+Sector, w.off+int64(len(w.data)))
-				switch p.Keep {
-				case Nothing:
+				if p.Keep == Nothing || p.Keep == Random && rng.IntN(2) == 0 {
 					continue
-				case Random:
-					if rng.IntN(2) == 0 {
-						continue
-					}
 				}
 				if int64(len(data)) < hi {
 					data = append(data, make([]byte, hi-int64(len(data)))...)
@@ -364,8 +330,8 @@ func (f *FS) Recover(p Persistence) *FS {
 		}
 		out.inodes[id] = &inode{data: data, durable: data}
 	}
-	// Only what the root reaches exists; a folder reached twice (a rename's halves both
-	// kept) is reached by its first name in sorted order.
+	// Only what the root reaches exists; a folder reached twice (both halves of a rename kept)
+	// keeps its first name in sorted order.
 	reached := map[int64]bool{}
 	var walk func(id int64)
 	walk = func(id int64) {
@@ -379,24 +345,19 @@ func (f *FS) Recover(p Persistence) *FS {
 				delete(in.durableEntries, name)
 				continue
 			}
+			reached[c] = true
 			if child.dir {
 				walk(c)
-			} else {
-				reached[c] = true
 			}
 		}
 	}
 	walk(rootIno)
-	for id := range out.inodes {
-		if !reached[id] {
-			delete(out.inodes, id)
-		}
-	}
+	maps.DeleteFunc(out.inodes, func(id int64, _ *inode) bool { return !reached[id] })
 	return out
 }
 
-// DirtyFolders lists the folders (by path, as the tree stands) that hold changes no sync made
-// durable, sorted: each is a LoseFolder worth trying.
+// DirtyFolders lists, sorted, the folders (by path now) holding changes no sync made durable:
+// each is a LoseFolder worth trying.
 func (f *FS) DirtyFolders() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -422,32 +383,27 @@ func (f *FS) DirtyFolders() []string {
 func (f *FS) Clone() *FS {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1}
-	if len(f.writtenBack) > 0 {
-		out.writtenBack = maps.Clone(f.writtenBack)
-	}
+	out := &FS{inodes: make(map[int64]*inode, len(f.inodes)), next: f.next, seq: f.seq, countdown: -1,
+		writtenBack: maps.Clone(f.writtenBack)}
 	for id, in := range f.inodes {
 		// Shared data is never changed in place (see WriteAt), so copies share it.
 		in.owned = false
-		c := &inode{dir: in.dir, data: in.data, durable: in.durable,
-			writes: slices.Clone(in.writes), writtenBack: in.writtenBack, ops: slices.Clone(in.ops)}
-		if in.dir {
-			c.entries, c.durableEntries = maps.Clone(in.entries), maps.Clone(in.durableEntries)
-		}
-		out.inodes[id] = c
+		c := *in
+		c.writes, c.ops = slices.Clone(in.writes), slices.Clone(in.ops)
+		c.entries, c.durableEntries = maps.Clone(in.entries), maps.Clone(in.durableEntries)
+		out.inodes[id] = &c
 	}
 	return out
 }
 
 // change is called, under mu, before a change or a sync: it fails once the power is cut, and
-// cuts it when the countdown runs out.
+// cuts it when the countdown runs out. read is the check of a call that changes nothing.
 func (f *FS) change(op, name string) error {
-	if f.cut {
-		return &fs.PathError{Op: op, Path: name, Err: ErrPowerCut}
-	}
 	if f.countdown == 0 {
 		f.cut = true
-		return &fs.PathError{Op: op, Path: name, Err: ErrPowerCut}
+	}
+	if err := f.read(op, name); err != nil {
+		return err
 	}
 	if f.countdown > 0 {
 		f.countdown--
@@ -463,8 +419,7 @@ func (f *FS) read(op, name string) error {
 	return nil
 }
 
-// lookup resolves a clean absolute path to its parent folder, its last element and its
-// inode (0 when the name does not exist).
+// lookup resolves an absolute path to its parent folder, last element and inode (0: none).
 func (f *FS) lookup(op, name string) (parent *inode, base string, ino int64, err error) {
 	clean := path.Clean(name)
 	if !path.IsAbs(clean) {
@@ -509,19 +464,12 @@ func (f *FS) nextSeq() int64 {
 func (f *FS) ReadFile(name string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.read("read", name); err != nil {
-		return nil, err
+	in, err := f.node("read", name)
+	if err == nil && in.dir {
+		err = &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
 	}
-	_, _, ino, err := f.lookup("read", name)
 	if err != nil {
 		return nil, err
-	}
-	in, ok := f.inodes[ino]
-	switch {
-	case !ok || ino == 0:
-		return nil, &fs.PathError{Op: "read", Path: name, Err: fs.ErrNotExist}
-	case in.dir:
-		return nil, &fs.PathError{Op: "read", Path: name, Err: syscall.EISDIR}
 	}
 	return slices.Clone(in.data), nil
 }
@@ -642,86 +590,80 @@ func (f *FS) Mkdir(name string, perm fs.FileMode) error {
 func (f *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.read("readdir", name); err != nil {
-		return nil, err
-	}
 	in, err := f.dir("readdir", name)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]fs.DirEntry, 0, len(in.entries))
-	for n, id := range in.entries {
-		out = append(out, fs.FileInfoToDirEntry(f.info(n, f.inodes[id])))
+	for _, n := range slices.Sorted(maps.Keys(in.entries)) {
+		out = append(out, fs.FileInfoToDirEntry(info{n, f.inodes[in.entries[n]]}))
 	}
-	slices.SortFunc(out, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return out, nil
 }
 
-func (f *FS) dir(op, name string) (*inode, error) {
+// node answers the inode named, once the power is checked; dir answers a folder's.
+func (f *FS) node(op, name string) (*inode, error) {
+	if err := f.read(op, name); err != nil {
+		return nil, err
+	}
 	_, _, ino, err := f.lookup(op, name)
 	if err != nil {
 		return nil, err
 	}
-	in, ok := f.inodes[ino]
-	if !ok || ino == 0 {
-		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	if in, ok := f.inodes[ino]; ok && ino != 0 {
+		return in, nil
 	}
-	if !in.dir {
-		return nil, &fs.PathError{Op: op, Path: name, Err: syscall.ENOTDIR}
+	return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+}
+
+func (f *FS) dir(op, name string) (*inode, error) {
+	in, err := f.node(op, name)
+	if err == nil && !in.dir {
+		err = &fs.PathError{Op: op, Path: name, Err: syscall.ENOTDIR}
 	}
-	return in, nil
+	return in, err
 }
 
 // Stat implements vfs.FS.
 func (f *FS) Stat(name string) (fs.FileInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.read("stat", name); err != nil {
-		return nil, err
-	}
-	_, _, ino, err := f.lookup("stat", name)
+	in, err := f.node("stat", name)
 	if err != nil {
 		return nil, err
 	}
-	in, ok := f.inodes[ino]
-	if !ok || ino == 0 {
-		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
-	}
-	return f.info(path.Base(name), in), nil
+	return info{path.Base(name), in}, nil
 }
 
 // SyncDir implements vfs.FS: the folder's entries become durable.
 func (f *FS) SyncDir(name string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.change("fsync", name); err != nil {
-		return err
-	}
-	in, err := f.dir("fsync", name)
-	if err != nil {
-		return err
-	}
-	f.syncInode(in)
-	f.flush()
-	f.syncs = append(f.syncs, f.calls-1)
-	return nil
+	return f.sync("fsync", name, func() (*inode, error) { return f.dir("fsync", name) })
 }
 
 // SyncFS implements vfs.FS: everything becomes durable.
-func (f *FS) SyncFS(name string) error {
+func (f *FS) SyncFS(name string) error { return f.sync("syncfs", name, nil) }
+
+// sync is a call (op on name) that makes the inode target answers durable (nil: every inode)
+// and ends with a flush.
+func (f *FS) sync(op, name string, target func() (*inode, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.change("syncfs", name); err != nil {
+	if err := f.change(op, name); err != nil {
 		return err
 	}
-	f.syncAll()
+	if target == nil {
+		f.syncAll()
+	} else if in, err := target(); err != nil {
+		return err
+	} else {
+		f.syncInode(in)
+	}
 	f.flush()
 	f.syncs = append(f.syncs, f.calls-1)
 	return nil
 }
 
-// CheckJournal implements vfs.JournalChecker: the model's syncs never fail, so there is no
-// aborted journal to hear of.
+// CheckJournal implements vfs.JournalChecker: the model's syncs never fail, nor its journal.
 func (f *FS) CheckJournal(dir string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -732,8 +674,6 @@ type info struct {
 	name string
 	in   *inode
 }
-
-func (f *FS) info(name string, in *inode) fs.FileInfo { return info{name: name, in: in} }
 
 func (i info) Name() string { return i.name }
 func (i info) Size() int64  { return int64(len(i.in.data)) }
@@ -747,8 +687,7 @@ func (i info) ModTime() time.Time { return time.Time{} }
 func (i info) IsDir() bool        { return i.in.dir }
 func (i info) Sys() any           { return nil }
 
-// file is an open file of an FS. It writes to its inode even once its name is gone, as an
-// open descriptor does.
+// file is an open file of an FS: it writes to its inode even once its name is gone.
 type file struct {
 	fs     *FS
 	ino    int64
@@ -795,24 +734,14 @@ func (w *file) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (w *file) Sync() error {
-	f := w.fs
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if w.closed {
 		return &fs.PathError{Op: "fsync", Path: w.name, Err: fs.ErrClosed}
 	}
-	if err := f.change("fsync", w.name); err != nil {
-		return err
-	}
-	f.syncInode(f.inodes[w.ino])
-	f.flush()
-	f.syncs = append(f.syncs, f.calls-1)
-	return nil
+	return w.fs.sync("fsync", w.name, func() (*inode, error) { return w.fs.inodes[w.ino], nil })
 }
 
 // WriteBack implements vfs.WriteBacker: the file's writes so far reach the device, durable
-// with the next flush (see the package documentation). It counts as a call (a power cut
-// can fall on it) but not as a sync.
+// with the next flush (see the package documentation); a call, not a sync.
 func (w *file) WriteBack() error {
 	f := w.fs
 	f.mu.Lock()
@@ -834,7 +763,7 @@ func (w *file) WriteBack() error {
 	return nil
 }
 
-// Close closes the file; it answers success even once the power is cut (nothing is written).
+// Close answers success even once the power is cut (it writes nothing).
 func (w *file) Close() error {
 	if w.closed {
 		return &fs.PathError{Op: "close", Path: w.name, Err: fs.ErrClosed}
