@@ -7,12 +7,25 @@ import (
 
 // gates bound the requests one runner process has in flight to each publishing destination
 // (a provider's API at one base URL), and to each repository there: a provider that answers
-// slowly holds at most that many requests, and no worker waits for room. A delivery that finds
-// none is handed back to come again a moment later (gateRetry): requests in flight usually end
-// long before the deadline they are bounded by.
+// slowly holds at most that many requests. In amiss serve no worker waits for room: a delivery
+// that finds none is handed back to come again a moment later (gateRetry), as requests in
+// flight usually end long before the deadline they are bounded by. In Lambda a record waits
+// for room within its invocation (waitForRoom), woken when room is given back (roomGiven).
 type gates struct {
 	mu     sync.Mutex
 	flight map[string][]time.Time // destination, and destination + repository: each request's end
+	freed  chan struct{}          // closed (and replaced) when room is given back
+}
+
+// roomGiven returns a channel closed the next time room is given back, for a caller that
+// found none and waits (it takes the channel before it looks, so no release is missed).
+func (g *gates) roomGiven() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.freed == nil {
+		g.freed = make(chan struct{})
+	}
+	return g.freed
 }
 
 // gateRetry is how long a delivery that found no room waits before it tries again.
@@ -62,6 +75,10 @@ func (g *gates) enter(destination, repo string, limit int, now, end time.Time) (
 				} else {
 					g.flight[k] = ends
 				}
+			}
+			if g.freed != nil {
+				close(g.freed)
+				g.freed = nil
 			}
 		})
 	}, 0

@@ -76,3 +76,39 @@ func detached(ctx context.Context, d time.Duration) (context.Context, context.Ca
 	}
 	return c, cancel
 }
+
+// roomWaitKey marks a context whose messages wait for room at the publish gate (WaitForRoom).
+type roomWaitKey struct{}
+
+// waitForRoom marks ctx as an invocation whose messages, finding no room at a provider's
+// publish gate, wait for it rather than go back to the queue: in Lambda every hand-back is one
+// more receive of the message towards the queue's maxReceiveCount, while in amiss serve a
+// worker must not wait on a slow provider (its queue is in process, a hand-back costs nothing).
+func waitForRoom(ctx context.Context) context.Context {
+	return context.WithValue(ctx, roomWaitKey{}, true)
+}
+
+// waitsForRoom reports whether a message of ctx waits for room at the gate: ctx is marked
+// (waitForRoom) and its invocation has time for need and two margins besides (the keeper's
+// and the hand-back's) once the wait is over.
+func (r *Runner) waitsForRoom(ctx context.Context, need time.Duration) bool {
+	if ok, _ := ctx.Value(roomWaitKey{}).(bool); !ok {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) > need+2*r.margin()
+}
+
+// sleep waits d, or until wake is closed, or until ctx is done (its error).
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

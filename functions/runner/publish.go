@@ -152,14 +152,24 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	}
 	timeout := route.timeout()
 	hold := 2*timeout + holdMargin
-	sent := r.now()
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
-	// delivery that finds none costs the ledger nothing but its hand-back.
-	end := sent.Add(2*timeout + holdMargin/3)
-	leave, wait := r.gates.enter(route.destination(), status.Repository, cmpOr(route.Concurrency, defaultPublishConcurrency), sent, end)
-	if leave == nil {
-		return outcome{ev: gateFull, wait: wait}
+	// delivery that finds none costs the ledger nothing but its hand-back; in Lambda it waits
+	// for room while its invocation has time for the requests (waitsForRoom).
+	var sent, end time.Time
+	var leave func()
+	for {
+		sent = r.now()
+		end = sent.Add(2*timeout + holdMargin/3)
+		var wait time.Duration
+		freed := r.gates.roomGiven()
+		leave, wait = r.gates.enter(route.destination(), status.Repository, cmpOr(route.Concurrency, defaultPublishConcurrency), sent, end)
+		if leave != nil {
+			break
+		}
+		if !r.waitsForRoom(ctx, wait+2*timeout+holdMargin/3) || sleep(ctx, wait, freed) != nil {
+			return outcome{ev: gateFull, wait: wait}
+		}
 	}
 	defer leave()
 	g, err := r.Ledger.AcquireSubject(ctx, ledger.SubjectRequest{

@@ -34,9 +34,10 @@ const maxVisibility = 12 * time.Hour
 // (each is the first of its invocation): a record whose provider is slow holds its own
 // goroutine, never the records behind it. What bounds the requests to one provider is the
 // route's publish gate (publish.concurrency for the API, half of it for one repository): a
-// record that finds no room is handed back uncounted and made visible again a second later.
+// record that finds no room waits for it while the invocation has time for its requests, and
+// is otherwise handed back uncounted, visible again a second later.
 func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	ctx = FirstOfInvocation(ctx) // every record has all the invocation's time
+	ctx = waitForRoom(FirstOfInvocation(ctx)) // every record has all the invocation's time
 	back := make([]bool, len(ev.Records))
 	var wg sync.WaitGroup
 	for i, rec := range ev.Records {
