@@ -2,14 +2,12 @@ package runner_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
@@ -62,10 +60,7 @@ func TestAFullBatchCutByTheDeadlineHandsEveryRecordBackInTime(t *testing.T) {
 		}
 		return rt, err
 	}
-	var batch events.SQSEvent
-	for i, m := range msgs {
-		batch.Records = append(batch.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), ReceiptHandle: fmt.Sprint("rh", i), Body: m.Body()})
-	}
+	batch := sqsBatch(msgs)
 	vis := &deadlineVisibility{}
 	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)

@@ -42,10 +42,7 @@ func TestARecordWithoutRoomAtTheGateIsNotVisibleAgainAtOnce(t *testing.T) {
 		}
 		return rt, err
 	}
-	var batch events.SQSEvent
-	for i, m := range msgs {
-		batch.Records = append(batch.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), ReceiptHandle: fmt.Sprint("rh", i), Body: m.Body()})
-	}
+	batch := sqsBatch(msgs)
 	vis := &visibility{}
 	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -96,10 +93,7 @@ func TestABatchForOneRepositoryIsPublishedWithoutHandBacks(t *testing.T) {
 	msgs := w.admitPushes(nil, "acme/app", 10)
 	r := w.runner("a", nil, 5*time.Second)
 	r.Now = time.Now
-	var batch events.SQSEvent
-	for i, m := range msgs {
-		batch.Records = append(batch.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), ReceiptHandle: fmt.Sprint("rh", i), Body: m.Body()})
-	}
+	batch := sqsBatch(msgs)
 	vis := &visibility{}
 	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

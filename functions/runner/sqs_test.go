@@ -246,26 +246,8 @@ func TestAHangingEvaluatorBehindAnAcknowledgedRecordIsCounted(t *testing.T) {
 // the records behind the first slow one waited for it.
 func TestASlowRepositoryHoldsNoOtherRecordOfItsBatch(t *testing.T) {
 	gh := publishtest.NewGitHub(ghToken)
-	release := make(chan struct{})
-	var letGo sync.Once
-	var mu sync.Mutex
-	inFlight, most := 0, 0
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
-		if s.Repository != "acme/slow" {
-			return publishtest.Behavior{}
-		}
-		mu.Lock()
-		inFlight++
-		most = max(most, inFlight)
-		mu.Unlock()
-		<-release
-		mu.Lock()
-		inFlight--
-		mu.Unlock()
-		return publishtest.Behavior{}
-	}
+	slowPosts := holdRepository(t, gh, "acme/slow")
 	w := newCommitWorld(t, gh)
-	t.Cleanup(func() { letGo.Do(func() { close(release) }) })
 	slow := w.admitPushes(nil, "acme/slow", 3)
 	fast := append(w.admitPushes(nil, "acme/fast", 1), w.admitPushes(nil, "acme/other", 1)...)
 	r := w.runner("a", nil, 20*time.Second)
@@ -277,10 +259,7 @@ func TestASlowRepositoryHoldsNoOtherRecordOfItsBatch(t *testing.T) {
 		}
 		return rt, err
 	}
-	var batch events.SQSEvent
-	for i, m := range append(slow, fast...) { // the slow repository's records first
-		batch.Records = append(batch.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), ReceiptHandle: fmt.Sprint("rh", i), Body: m.Body()})
-	}
+	batch := sqsBatch(append(slow, fast...)) // the slow repository's records first
 	vis := &visibility{}
 	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // the invocation's deadline
@@ -304,17 +283,12 @@ func TestASlowRepositoryHoldsNoOtherRecordOfItsBatch(t *testing.T) {
 			t.Fatalf("%d of %d records of another repository published while the slow one's request is held", published(fast), len(fast))
 		}
 	}
-	held := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return inFlight
-	}
-	for deadline := time.Now().Add(15 * time.Second); held() < 2; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); slowPosts.Held() < 2; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			break // the slow records' goroutines never reached their POSTs: reported below
 		}
 	}
-	if n := held(); n != 2 || published(slow) != 0 {
+	if n := slowPosts.Held(); n != 2 || published(slow) != 0 {
 		t.Fatalf("%d of the slow repository's requests in flight, %d published: want two held (half of four), none done", n, published(slow))
 	}
 	vis.mu.Lock()
@@ -323,9 +297,9 @@ func TestASlowRepositoryHoldsNoOtherRecordOfItsBatch(t *testing.T) {
 	if handedBack != 0 {
 		t.Fatalf("%d records handed back while they could wait for room", handedBack)
 	}
-	letGo.Do(func() { close(release) })
+	slowPosts.Release()
 	out := <-handled
-	if len(out.BatchItemFailures) != 0 || most != 2 || published(slow) != len(slow) {
+	if most := slowPosts.Most(); len(out.BatchItemFailures) != 0 || most != 2 || published(slow) != len(slow) {
 		t.Fatalf("%d records came back, %d of %d slow ones published, at most %d slow requests at once: want none back, all "+
 			"published, two requests at a time", len(out.BatchItemFailures), published(slow), len(slow), most)
 	}
@@ -374,4 +348,14 @@ func TestAPanicInOneRecordFailsThatRecordAlone(t *testing.T) {
 	if err != nil || len(out.BatchItemFailures) != 1 || out.BatchItemFailures[0].ItemIdentifier != "m1" {
 		t.Fatalf("%+v %v: want m1 back and m2 (unreadable) acknowledged", out, err)
 	}
+}
+
+// sqsBatch is an SQS batch of msgs, in order: record i is message "m<i>" with receipt handle
+// "rh<i>".
+func sqsBatch(msgs []queue.Message) events.SQSEvent {
+	var batch events.SQSEvent
+	for i, m := range msgs {
+		batch.Records = append(batch.Records, events.SQSMessage{MessageId: fmt.Sprint("m", i), ReceiptHandle: fmt.Sprint("rh", i), Body: m.Body()})
+	}
+	return batch
 }

@@ -354,26 +354,8 @@ func TestASlowStatusAPICreatesOneStatusPerVerdict(t *testing.T) {
 // requests are still held, and no more of those than allowed are ever in flight at once.
 func TestASlowRepositoryDoesNotHoldTheWorkersOtherDeliveriesNeed(t *testing.T) {
 	gh := publishtest.NewGitHub(ghToken)
-	release := make(chan struct{})
-	var letGo sync.Once
-	var mu sync.Mutex
-	inFlight, most := 0, 0
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
-		if s.Repository != "acme/slow" {
-			return publishtest.Behavior{}
-		}
-		mu.Lock()
-		inFlight++
-		most = max(most, inFlight)
-		mu.Unlock()
-		<-release
-		mu.Lock()
-		inFlight--
-		mu.Unlock()
-		return publishtest.Behavior{}
-	}
+	slowPosts := holdRepository(t, gh, "acme/slow")
 	w := newCommitWorld(t, gh)
-	t.Cleanup(func() { letGo.Do(func() { close(release) }) })
 	q := queue.NewLocalOn(w.clock)
 	slow := w.admitPushes(q, "acme/slow", 6)
 	fast := w.admitPushes(q, "acme/fast", 4)
@@ -408,13 +390,10 @@ func TestASlowRepositoryDoesNotHoldTheWorkersOtherDeliveriesNeed(t *testing.T) {
 			t.Fatalf("%d of %d deliveries of another repository published while the slow one's requests are held", done(fast), len(fast))
 		}
 	}
-	mu.Lock()
-	held := inFlight
-	mu.Unlock()
-	if held != 1 || done(slow) != 0 {
+	if held := slowPosts.Held(); held != 1 || done(slow) != 0 {
 		t.Fatalf("the slow repository has %d requests in flight and %d deliveries done, want 1 held and none done", held, done(slow))
 	}
-	letGo.Do(func() { close(release) })
+	slowPosts.Release()
 	for deadline := time.Now().Add(30 * time.Second); done(slow) < len(slow); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d slow deliveries published once the provider answered", done(slow), len(slow))
@@ -423,10 +402,55 @@ func TestASlowRepositoryDoesNotHoldTheWorkersOtherDeliveriesNeed(t *testing.T) {
 	cancel()
 	q.Close()
 	<-stopped
-	if most != 1 {
+	if most := slowPosts.Most(); most != 1 {
 		t.Fatalf("%d requests for one repository were in flight at once, the route allows 1", most)
 	}
 	if n := gh.Posts(); n != len(slow)+len(fast) {
 		t.Fatalf("%d POSTs for %d verdicts", n, len(slow)+len(fast))
 	}
+}
+
+// heldRepository holds the POSTs to one repository until released, counting those in flight.
+type heldRepository struct {
+	mu             sync.Mutex
+	inFlight, most int
+	release        chan struct{}
+	letGo          sync.Once
+}
+
+// holdRepository makes gh hold every POST to repo until Release (at the latest when t ends).
+func holdRepository(t *testing.T, gh *publishtest.GitHub, repo string) *heldRepository {
+	h := &heldRepository{release: make(chan struct{})}
+	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+		if s.Repository != repo {
+			return publishtest.Behavior{}
+		}
+		h.mu.Lock()
+		h.inFlight++
+		h.most = max(h.most, h.inFlight)
+		h.mu.Unlock()
+		<-h.release
+		h.mu.Lock()
+		h.inFlight--
+		h.mu.Unlock()
+		return publishtest.Behavior{}
+	}
+	t.Cleanup(h.Release)
+	return h
+}
+
+// Release lets every held POST, and every later one, be answered.
+func (h *heldRepository) Release() { h.letGo.Do(func() { close(h.release) }) }
+
+// Held and Most are the POSTs in flight now, and the most ever at once.
+func (h *heldRepository) Held() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inFlight
+}
+
+func (h *heldRepository) Most() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.most
 }
