@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -48,9 +49,9 @@ func TestChecksCreatedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(
 	}
 	land := func(conclusion string, n int) {
 		close(held[conclusion])
-		for len(checks.Runs(commitRepo, headSHA)) < n {
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, fmt.Sprintf("the held %s create to land (%d check runs)", conclusion, n), func() bool {
+			return len(checks.Runs(commitRepo, headSHA)) >= n
+		})
 	}
 	letGo.Do(func() {
 		land("success", 1) // the newer verdict's create lands first,
@@ -94,9 +95,7 @@ func TestAnotherAppsCheckRunOfTheNameIsCoveredOnceWithoutALoop(t *testing.T) {
 	if res.Done {
 		t.Fatal("done although the create's answer was lost")
 	}
-	for len(checks.Runs(commitRepo, headSHA)) < 1 {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "the lost create to land", func() bool { return len(checks.Runs(commitRepo, headSHA)) >= 1 })
 	other := `{"name":"` + statusCtx + `","head_sha":"` + headSHA + `","external_id":"another-app","status":"completed",` +
 		`"conclusion":"failure","output":{"title":"t","summary":"s"}}`
 	req, _ := http.NewRequest(http.MethodPost, w.srv.URL+"/repos/"+commitRepo+"/check-runs", strings.NewReader(other))

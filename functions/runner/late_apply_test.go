@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -45,9 +46,9 @@ func TestPostsAppliedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(t
 	}
 	land := func(state string, n int) {
 		close(held[state])
-		for len(gh.Created(commitRepo, headSHA)) < n {
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, fmt.Sprintf("the held %s post to land (%d statuses)", state, n), func() bool {
+			return len(gh.Created(commitRepo, headSHA)) >= n
+		})
 	}
 	letGo.Do(func() {
 		land("success", 1) // the newer verdict's post lands first,

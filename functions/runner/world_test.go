@@ -293,3 +293,14 @@ func stageSaved(t *testing.T, w *world, report string) {
 		t.Fatal(err)
 	}
 }
+
+// waitFor waits until cond holds, polling every millisecond; after 30 s of real time the test
+// fails, naming what it waited for (a premise that never came, not a slow machine).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s", what)
+		}
+	}
+}

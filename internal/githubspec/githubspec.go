@@ -43,15 +43,18 @@ var load = sync.OnceValues(func() (routers.Router, error) {
 	return gorillamux.NewRouter(doc)
 })
 
+// Load loads and validates the description once for the process; a fake calls it when it is
+// made, so that no request waits for it (Check loads it too, and reports its error).
+func Load() error {
+	_, err := load()
+	return err
+}
+
 // Check validates r (whose path is the API's, after prefix) against the operation of the
 // description it names: its path, method, path and query parameters, and JSON body. The body
-// is read and put back. It returns the operation's id, and an error naming what the
-// description refuses.
+// is read first (before a client that gives up can take it away) and put back. It returns
+// the operation's id, and an error naming what the description refuses.
 func Check(r *http.Request, prefix string) (operation string, err error) {
-	router, err := load()
-	if err != nil {
-		return "", err
-	}
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		if body, err = io.ReadAll(r.Body); err != nil {
@@ -59,6 +62,10 @@ func Check(r *http.Request, prefix string) (operation string, err error) {
 		}
 		r.Body.Close()
 		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	router, err := load()
+	if err != nil {
+		return "", err
 	}
 	req := r.Clone(r.Context())
 	path, ok := strings.CutPrefix(r.URL.Path, prefix)

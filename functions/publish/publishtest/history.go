@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/amiss-ci/amiss/internal/githubspec"
 )
 
 // The operations History serves, by their operationId in GitHub's OpenAPI description.
@@ -75,6 +77,7 @@ type History struct {
 
 // NewHistory returns an empty History accepting the tokens authorize accepts (nil: any).
 func NewHistory(authorize func(token string) bool) *History {
+	githubspec.Load() // its error is every request's (described)
 	return &History{Authorize: authorize, commits: map[string]map[string]HistoryCommit{},
 		pulls: map[string]map[int]HistoryPull{}, requests: map[string]int{}}
 }
