@@ -155,7 +155,8 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
 	// delivery that finds none costs the ledger nothing but its hand-back; in Lambda it waits
-	// for room while its invocation has time for the requests (waitsForRoom).
+	// for room while its invocation has time for the requests (waitsForRoom), and stops when
+	// its lease is lost (wctx, which the keeper cancels then).
 	var sent, end time.Time
 	var leave func()
 	for {
@@ -167,7 +168,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		if leave != nil {
 			break
 		}
-		if !r.waitsForRoom(ctx, wait+2*timeout+holdMargin/3) || sleep(ctx, wait, freed) != nil {
+		if !r.waitsForRoom(wctx, wait+2*timeout+holdMargin/3) || sleep(wctx, wait, freed) != nil {
 			return outcome{ev: gateFull, wait: wait}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/ledger"
 )
 
 // A record of a batch that finds no room at the publish gate, in an invocation without the time
@@ -105,4 +106,73 @@ func TestABatchForOneRepositoryIsPublishedWithoutHandBacks(t *testing.T) {
 	if gh.Posts() != len(msgs) {
 		t.Fatalf("%d posts for %d verdicts", gh.Posts(), len(msgs))
 	}
+}
+
+// lostLeases is a ledger that refuses to renew the leases of the keys in lost, as when
+// another runner took the row over.
+type lostLeases struct {
+	ledger.Ledger
+	mu   sync.Mutex
+	lost map[ledger.Key]bool
+}
+
+func (l *lostLeases) lose(k ledger.Key) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lost[k] = true
+}
+
+func (l *lostLeases) Renew(ctx context.Context, ls ledger.Lease, d time.Duration) (ledger.Lease, error) {
+	l.mu.Lock()
+	lost := l.lost[ls.Key]
+	l.mu.Unlock()
+	if lost {
+		return ledger.Lease{}, fmt.Errorf("renew: %w", ledger.ErrLeaseLost)
+	}
+	return l.Ledger.Renew(ctx, ls, d)
+}
+
+// A record waiting for room at the publish gate stops waiting when its lease is lost: its row
+// is another runner's now, and waiting on would take room later to post under a lease that is
+// no longer held. It goes back to the queue at once, while the requests that hold the room are
+// still in flight. Waiting on the invocation instead, it waited minutes, as long as the
+// invocation had time for its requests.
+func TestARecordWaitingForRoomStopsWhenItsLeaseIsLost(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	w := newCommitWorld(t, gh)
+	posts := holdRepository(t, gh, "acme/app")
+	msgs := w.admitPushes(nil, "acme/app", 3)
+	ll := &lostLeases{Ledger: w.l, lost: map[ledger.Key]bool{}}
+	r := w.runner("a", ll, 2*time.Minute) // the held requests hold the room for minutes
+	routes := r.Routes
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		rt, err := routes(ctx, name)
+		if rt != nil {
+			rt.Concurrency = 4 // two requests at a time to one repository
+		}
+		return rt, err
+	}
+	vis := &visibility{}
+	h := &runner.SQSHandler{Runner: r, SQS: vis, QueueURL: "https://sqs.example/q"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // time to wait for room
+	defer cancel()
+	go h.Handle(ctx, sqsBatch(msgs))
+	waitFor(t, "two posts held", func() bool { return posts.Held() == 2 })
+	time.Sleep(50 * time.Millisecond) // the third record is waiting for room by now
+	waiting := -1
+	for i := range msgs {
+		if !posts.HeldSHA(fmt.Sprintf("%040x", i+1)) { // admitPushes gives push i the commit i+1
+			waiting = i
+		}
+	}
+	ll.lose(msgs[waiting].Key)
+	waitFor(t, "the waiting record handed back", func() bool {
+		vis.mu.Lock()
+		defer vis.mu.Unlock()
+		return len(vis.got) >= 1
+	})
+	if n := posts.Held(); n != 2 {
+		t.Fatalf("%d posts held when the waiting record went back, want the two still in flight", n)
+	}
+	posts.Release()
 }

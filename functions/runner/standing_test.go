@@ -414,13 +414,14 @@ func TestASlowRepositoryDoesNotHoldTheWorkersOtherDeliveriesNeed(t *testing.T) {
 type heldRepository struct {
 	mu             sync.Mutex
 	inFlight, most int
+	shas           map[string]bool // the commits of the POSTs held so far
 	release        chan struct{}
 	letGo          sync.Once
 }
 
 // holdRepository makes gh hold every POST to repo until Release (at the latest when t ends).
 func holdRepository(t *testing.T, gh *publishtest.GitHub, repo string) *heldRepository {
-	h := &heldRepository{release: make(chan struct{})}
+	h := &heldRepository{release: make(chan struct{}), shas: map[string]bool{}}
 	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
 		if s.Repository != repo {
 			return publishtest.Behavior{}
@@ -428,6 +429,7 @@ func holdRepository(t *testing.T, gh *publishtest.GitHub, repo string) *heldRepo
 		h.mu.Lock()
 		h.inFlight++
 		h.most = max(h.most, h.inFlight)
+		h.shas[s.SHA] = true
 		h.mu.Unlock()
 		<-h.release
 		h.mu.Lock()
@@ -447,6 +449,13 @@ func (h *heldRepository) Held() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.inFlight
+}
+
+// HeldSHA reports whether a POST for the commit sha was held.
+func (h *heldRepository) HeldSHA(sha string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.shas[sha]
 }
 
 func (h *heldRepository) Most() int {
