@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -126,6 +127,36 @@ type SubjectRequest struct {
 	// Settle is how long after the poster gave up on a request the provider may still apply
 	// it (the route's setting): until then, what stands is not known.
 	Settle time.Duration
+	// Wake, when set, makes the request a park: the verdict was told SubjectWait, its message
+	// is set aside until then, and Wake says how to bring it back sooner (opaque to the
+	// ledger: the runner's queue reads it; at most MaxWake bytes of wakeChars). A park never
+	// grants. While another verdict's grant is live, it names this verdict the record's
+	// waiter, and the report that ends that grant hands Wake back (SubjectGrant.Wake), so the
+	// waiter posts at the report rather than at the grant's end. Otherwise it answers when to
+	// come back: at once when nothing holds the subject any more (the report landed before the
+	// park), superseded when a newer verdict is recorded.
+	Wake string
+}
+
+// MaxWake bounds a park's Wake, in bytes: an SQS receipt handle is at most 1,024 characters.
+const MaxWake = 1024
+
+// wakeChars are the bytes a Wake may hold: JSON writes each as one byte, so a record with a
+// waiter stays within what a backend reads (base64, as SQS receipt handles are, and the
+// separators of a key).
+const wakeChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=:._-"
+
+// ValidWake reports whether w can be a park's Wake.
+func ValidWake(w string) bool {
+	if w == "" || len(w) > MaxWake {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		if strings.IndexByte(wakeChars, w[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate reports a request the contract cannot decide.
@@ -140,6 +171,8 @@ func (q SubjectRequest) Validate() error {
 		return fmt.Errorf("%w: a subject request needs the verdict's evaluation id", ErrInvalid)
 	case q.HoldFor <= 0 || q.Settle < 0:
 		return fmt.Errorf("%w: a subject request needs a positive hold and a settle time not below zero", ErrInvalid)
+	case q.Wake != "" && !ValidWake(q.Wake):
+		return fmt.Errorf("%w: a park's wake is at most %d bytes of base64 and \":._-\"", ErrInvalid, MaxWake)
 	}
 	return nil
 }
@@ -152,7 +185,8 @@ const (
 	// SubjectPost: post the verdict now, under the grant's fence, and report what became of it.
 	SubjectPost SubjectOutcome = iota + 1
 	// SubjectWait: another post is in flight, or a post of this verdict may still land; come
-	// back at RetryAt.
+	// back at RetryAt (park the verdict to be woken sooner: SubjectRequest.Wake). To a park:
+	// come back at RetryAt, at once when it is the decision's time.
 	SubjectWait
 	// SubjectSuperseded: a newer verdict is recorded (By); this one must never be posted. By is
 	// zero when a late verdict found another status standing that it cannot order against.
@@ -211,6 +245,11 @@ type SubjectGrant struct {
 	// RetryAt (SubjectWait, SubjectConfirm, SubjectRetry) is when to come back, by the
 	// ledger's clock; Decided is the ledger's time of the answer.
 	RetryAt, Decided time.Time
+	// Wake (an answer to ReportSubject) is the Wake of the verdict parked on the grant just
+	// ended: the reporter brings it back now. Waking it is never needed for the order (the
+	// waiter comes back at its own time anyway) and never unsafe (whoever comes back asks the
+	// record again).
+	Wake string
 }
 
 // PostOutcome is what became of a post made under a grant.
@@ -271,6 +310,11 @@ type SubjectRecord struct {
 	Stands Verdict `json:"stands,omitzero"`
 	// SettleUntil is when every post whose outcome is unknown has been applied or dropped.
 	SettleUntil time.Time `json:"settle_until,omitzero"`
+	// Waiter is the verdict parked on the current grant (zero: none), and WaiterWake how to
+	// wake it (SubjectRequest.Wake): the report that ends the grant hands it back. Any new
+	// grant clears it.
+	Waiter     Verdict `json:"waiter,omitzero"`
+	WaiterWake string  `json:"waiter_wake,omitempty"`
 	// Blind is set while the record knows nothing of what stands: from its creation until a
 	// post under it is reported applied or unknown (a grant that ends without a report may
 	// have read back another status and died: it teaches nothing). A verdict older than the
@@ -317,6 +361,9 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	}
 	g := SubjectGrant{Subject: r.Key, Order: q.Order, Evaluation: q.EvaluationID, Decided: now}
 	v := Verdict{Key: q.Order.Key, Evaluation: q.EvaluationID}
+	if q.Wake != "" {
+		return r.park(q, v, g, now)
+	}
 	fresh := r.Newest.Key.IsZero()
 	if !fresh && q.Order.Before(r.Newest) {
 		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
@@ -349,6 +396,7 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	}
 	r.Fence++
 	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = v, now, now.Add(q.HoldFor), q.Settle
+	r.Waiter, r.WaiterWake = Verdict{}, "" // parked on a grant that is over
 	if r.Stands != v {
 		r.Stands = Verdict{} // what stands is in flux until this grant reports
 	}
@@ -356,6 +404,28 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	g.Late = r.Blind && r.CreatedAt.After(q.Order.At().Add(horizon))
 	g.ReadBack = g.Late || r.Posted == v
 	return g, r.touch(true, now), nil
+}
+
+// park decides a park (q.Wake set) at now: it never grants, and changes the record only to
+// name v the waiter of a live grant held by another verdict.
+func (r *SubjectRecord) park(q SubjectRequest, v Verdict, g SubjectGrant, now time.Time) (SubjectGrant, bool, error) {
+	switch {
+	case !r.Newest.Key.IsZero() && q.Order.Before(r.Newest):
+		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
+		return g, false, nil
+	case r.held(now) && r.Holder != v:
+		g.Outcome, g.RetryAt = SubjectWait, r.HolderUntil
+		changed := r.Waiter != v || r.WaiterWake != q.Wake
+		r.Waiter, r.WaiterWake = v, q.Wake
+		return g, r.touch(changed, now), nil
+	case r.held(now):
+		g.Outcome, g.RetryAt = SubjectWait, r.HolderUntil // its own grant: nobody else's report wakes it
+	case r.Posted == v && now.Before(r.SettleUntil):
+		g.Outcome, g.RetryAt = SubjectWait, r.SettleUntil
+	default:
+		g.Outcome, g.RetryAt = SubjectWait, now // the grant it waited for is over: come back now
+	}
+	return g, false, nil
 }
 
 func (r *SubjectRecord) touch(changed bool, now time.Time) bool {
@@ -409,6 +479,8 @@ func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (Su
 	default:
 		return SubjectGrant{}, fmt.Errorf("%w: post outcome %v", ErrInvalid, o)
 	}
+	// The grant is over: the verdict parked on it may post now.
+	out.Wake, r.Waiter, r.WaiterWake = r.WaiterWake, Verdict{}, ""
 	r.UpdatedAt = now
 	return out, nil
 }
@@ -441,6 +513,8 @@ func (r *SubjectRecord) Check() error {
 		return fmt.Errorf("%w: subject record names no newest verdict", ErrCorrupt)
 	case !r.Holder.IsZero() && (r.HolderUntil.IsZero() || r.Fence == 0):
 		return fmt.Errorf("%w: subject record holder has no grant", ErrCorrupt)
+	case r.Waiter.IsZero() != (r.WaiterWake == "") || (r.WaiterWake != "" && !ValidWake(r.WaiterWake)):
+		return fmt.Errorf("%w: subject record waiter without a valid wake", ErrCorrupt)
 	}
 	return r.Subject.Validate()
 }
