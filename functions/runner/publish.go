@@ -97,6 +97,8 @@ type outcome struct {
 	retryAt time.Time
 	settle  time.Duration
 	wait    time.Duration
+	// parked (subjectBusy) is the request that was told to wait, to park with.
+	parked *ledger.SubjectRequest
 }
 
 // Publication's defaults (a route's publish settings override them) and the margin a grant to
@@ -173,9 +175,10 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		}
 	}
 	defer leave()
-	g, err := r.Ledger.AcquireSubject(ctx, ledger.SubjectRequest{
+	q := ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
-		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance})
+		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance}
+	g, err := r.Ledger.AcquireSubject(ctx, q)
 	switch {
 	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrTooLarge):
 		return outcome{ev: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
@@ -188,7 +191,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	case ledger.SubjectStanding:
 		return outcome{ev: published}
 	case ledger.SubjectWait:
-		return outcome{ev: subjectBusy, retryAt: g.RetryAt}
+		return outcome{ev: subjectBusy, retryAt: g.RetryAt, parked: &q}
 	}
 	pctx, cancel := context.WithTimeout(wctx, end.Sub(r.now()))
 	defer cancel()
@@ -257,6 +260,13 @@ func (r *Runner) reportSubject(ctx context.Context, log *slog.Logger, g ledger.S
 	a, err := r.Ledger.ReportSubject(hctx, g, post)
 	if err != nil {
 		log.Warn("the post's outcome is not recorded on its subject; the grant ends by itself", "post", post, "post_err", perr, "err", err)
+		return a, err
+	}
+	if a.Wake != "" {
+		// The verdict parked on this grant may post now: its message is brought back.
+		if wake, ok := ctx.Value(wakerKey{}).(waker); ok {
+			wake(hctx, a.Wake)
+		}
 	}
 	return a, err
 }
@@ -312,6 +322,9 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 		return r.supersede(ctx, log, s, lc, o.by)
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
+	if ev == subjectBusy && ferr == nil {
+		res.wait = o.parked
+	}
 	if ev == postFailed && class != publish.Operator {
 		log.Warn("publish failed; retried later", "err", err, "retry_at", res.RetryAt, "budget_left", p.publishBudget-p.budgetUsed(a))
 	}

@@ -108,6 +108,10 @@ type Result struct {
 	// RetryAt: when the message should come back (when not Done), by the runner's clock
 	// (Now): the queue's delay is reckoned on it.
 	RetryAt time.Time
+	// wait is set when the verdict waits for another's post on its subject: once the message
+	// is set aside until RetryAt, the caller parks it there (Runner.park) so that the
+	// holder's report wakes it.
+	wait *ledger.SubjectRequest
 }
 
 func (r *Runner) log() *slog.Logger {
@@ -226,7 +230,10 @@ func (r *Runner) follow(ctx context.Context, log *slog.Logger, lc leaseClock, d 
 		return res, fmt.Errorf("runner: %v does not end an attempt without a verdict", d.act)
 	}
 	notBefore := r.after(lc, d.retry.wait)
-	if d.retry.clock == ledgerClock {
+	switch {
+	case d.free:
+		notBefore = time.Time{}
+	case d.retry.clock == ledgerClock:
 		notBefore = d.retry.at
 	}
 	hctx, cancel := detached(ctx, 5*time.Second)
