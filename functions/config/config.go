@@ -124,8 +124,9 @@ type Publish struct {
 	// a newer verdict posted meanwhile is read back once it is over.
 	Settle time.Duration `yaml:"settle"`
 	// Concurrency bounds the requests in flight at once to this API (base URL), per runner
-	// process (default DefaultPublishConcurrency); a delivery that finds no room waits its turn
-	// without holding a worker.
+	// process (default DefaultPublishConcurrency); a delivery that finds no room waits for it,
+	// and the requests and waiting deliveries of one API together hold at most this many
+	// workers.
 	Concurrency int `yaml:"concurrency"`
 }
 

@@ -7,14 +7,43 @@ import (
 
 // gates bound the requests one runner process has in flight to each publishing destination
 // (a provider's API at one base URL), and to each repository there: a provider that answers
-// slowly holds at most that many requests. In amiss serve no worker waits for room: a delivery
-// that finds none is handed back to come again a moment later (gateRetry), as requests in
-// flight usually end long before the deadline they are bounded by. In Lambda a record waits
-// for room within its invocation (waitForRoom), woken when room is given back (roomGiven).
+// slowly holds at most that many requests. A delivery that finds no room waits for it, woken
+// when room is given back (roomGiven): in Lambda within its invocation (waitForRoom); in amiss
+// serve, whose workers are few and shared by every destination, only while it holds a seat
+// (seat: the destination's requests in flight and deliveries waiting together stay within its
+// limit, so a provider that hangs holds no more workers than its limit) and for as long as a
+// request in flight may last. Otherwise it is handed back to come again a moment later
+// (gateRetry).
 type gates struct {
-	mu     sync.Mutex
-	flight map[string][]time.Time // destination, and destination + repository: each request's end
-	freed  chan struct{}          // closed (and replaced) when room is given back
+	mu      sync.Mutex
+	flight  map[string][]time.Time // destination, and destination + repository: each request's end
+	waiting map[string]int         // destination: deliveries seated to wait for room
+	freed   chan struct{}          // closed (and replaced) when room is given back
+}
+
+// seat takes a place to wait for room at destination, whose requests are limited to limit at
+// once, when its requests in flight and the deliveries already waiting leave one; it answers
+// the function that gives the place back, or nil.
+func (g *gates) seat(destination string, limit int) func() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.flight[destination])+g.waiting[destination] >= limit {
+		return nil
+	}
+	if g.waiting == nil {
+		g.waiting = map[string]int{}
+	}
+	g.waiting[destination]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.waiting[destination]--; g.waiting[destination] <= 0 {
+				delete(g.waiting, destination)
+			}
+		})
+	}
 }
 
 // roomGiven returns a channel closed the next time room is given back, for a caller that

@@ -35,7 +35,7 @@ func (c *Local) Next(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := c.Runner.Process(withWaker(ctx, c.wake), m)
+	res, err := c.Runner.Process(waitForSeat(withWaker(ctx, c.wake)), m)
 	if err != nil {
 		c.Runner.log().Warn("runner", "err", err)
 	}

@@ -156,23 +156,51 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	hold := 2*timeout + holdMargin
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
-	// delivery that finds none costs the ledger nothing but its hand-back; in Lambda it waits
-	// for room while its invocation has time for the requests (waitsForRoom), and stops when
-	// its lease is lost (wctx, which the keeper cancels then).
-	var sent, end time.Time
-	var leave func()
+	// delivery that finds none costs the ledger nothing but its hand-back, or its wait: in
+	// Lambda it waits for room while its invocation has time for the requests (waitsForRoom),
+	// in amiss serve while it holds a seat, at most as long as a request in flight may last
+	// (waitsForSeat); either stops when its lease is lost (wctx, which the keeper cancels then).
+	var sent, end, giveUp time.Time
+	var leave, unseat func()
+	waited := false
+	defer func() {
+		if unseat != nil {
+			unseat()
+		}
+	}()
+	limit := cmpOr(route.Concurrency, defaultPublishConcurrency)
 	for {
 		sent = r.now()
 		end = sent.Add(2*timeout + holdMargin/3)
 		var wait time.Duration
 		freed := r.gates.roomGiven()
-		leave, wait = r.gates.enter(route.destination(), status.Repository, cmpOr(route.Concurrency, defaultPublishConcurrency), sent, end)
+		leave, wait = r.gates.enter(route.destination(), status.Repository, limit, sent, end)
 		if leave != nil {
 			break
 		}
-		if !r.waitsForRoom(wctx, wait+2*timeout+holdMargin/3) || sleep(wctx, wait, freed) != nil {
+		waits := r.waitsForRoom(wctx, wait+2*timeout+holdMargin/3)
+		if !waits && waitsForSeat(wctx) {
+			if unseat == nil {
+				if unseat = r.gates.seat(route.destination(), limit); unseat != nil {
+					giveUp = time.Now().Add(2*timeout + holdMargin/3) // every request in flight has ended by then
+				}
+			}
+			waits = unseat != nil && time.Now().Before(giveUp)
+		}
+		if !waits {
 			return outcome{ev: gateFull, wait: wait}
 		}
+		if !waited {
+			waited = true
+			r.count("publish_gate_waits")
+		}
+		if sleep(wctx, wait, freed) != nil {
+			return outcome{ev: gateFull, wait: wait}
+		}
+	}
+	if unseat != nil {
+		unseat() // waiting no more: the request now counts in flight
+		unseat = nil
 	}
 	defer leave()
 	q := ledger.SubjectRequest{
