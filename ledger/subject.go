@@ -136,6 +136,13 @@ type SubjectRequest struct {
 	// come back: at once when nothing holds the subject any more (the report landed before the
 	// park), superseded when a newer verdict is recorded.
 	Wake string
+	// Prior are the records of the same repository, commit and context kept under other
+	// spellings of the subject's publisher (written before publisher identities were
+	// normalised), as read just before the request. The decision honours them as if they were
+	// this record's past: a verdict older than one recorded there is superseded (and that
+	// newer verdict recorded here), a post under one that may still land is waited for, and a
+	// post of this verdict there is read back before it is posted again.
+	Prior []SubjectRecord
 }
 
 // MaxWake bounds a park's Wake, in bytes: an SQS receipt handle is at most 1,024 characters.
@@ -173,6 +180,12 @@ func (q SubjectRequest) Validate() error {
 		return fmt.Errorf("%w: a subject request needs a positive hold and a settle time not below zero", ErrInvalid)
 	case q.Wake != "" && !ValidWake(q.Wake):
 		return fmt.Errorf("%w: a park's wake is at most %d bytes of base64 and \":._-\"", ErrInvalid, MaxWake)
+	}
+	for _, p := range q.Prior {
+		if s := p.Subject; s.Repository != q.Subject.Repository || s.SHA != q.Subject.SHA || s.Context != q.Subject.Context ||
+			s.Publisher == q.Subject.Publisher {
+			return fmt.Errorf("%w: a prior record must be of the same commit and context under another publisher's name", ErrInvalid)
+		}
 	}
 	return nil
 }
@@ -364,12 +377,25 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	if q.Wake != "" {
 		return r.park(q, v, g, now)
 	}
+	changed := false
+	priorUntil, priorPosted := time.Time{}, false
+	for _, p := range q.Prior {
+		if !p.Newest.Key.IsZero() && (r.Newest.Key.IsZero() || r.Newest.Before(p.Newest)) && q.Order.Before(p.Newest) {
+			// Recorded here, the newer verdict supersedes this one now and from now on.
+			r.Newest, r.NewestEvaluation, changed = p.Newest, p.NewestEvaluation, true
+		}
+		until := p.SettleUntil
+		if !p.Holder.IsZero() {
+			until = MaxTime(until, p.HolderUntil.Add(p.HolderSettle)) // a post under its grant may land until then
+		}
+		priorUntil = MaxTime(priorUntil, until)
+		priorPosted = priorPosted || p.Posted == v || p.Holder == v || p.Stands == v
+	}
 	fresh := r.Newest.Key.IsZero()
 	if !fresh && q.Order.Before(r.Newest) {
 		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
-		return g, false, nil
+		return g, r.touch(changed, now), nil
 	}
-	changed := false
 	if fresh || r.Newest.Before(q.Order) {
 		r.Newest, r.NewestEvaluation = q.Order, q.EvaluationID
 		changed = true
@@ -383,6 +409,12 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 		// A grant ended without a report: its post's outcome is unknown.
 		r.endHold(r.HolderUntil, false)
 		changed = true
+	}
+	if now.Before(priorUntil) {
+		// A post under a prior record may still land: posting before it has would let it land
+		// over this verdict unseen.
+		g.Outcome, g.RetryAt = SubjectWait, priorUntil
+		return g, r.touch(changed, now), nil
 	}
 	if r.Stands == v && !now.Before(r.SettleUntil) {
 		g.Outcome = SubjectStanding
@@ -402,7 +434,7 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	}
 	g.Outcome, g.Fence = SubjectPost, r.Fence
 	g.Late = r.Blind && r.CreatedAt.After(q.Order.At().Add(horizon))
-	g.ReadBack = g.Late || r.Posted == v
+	g.ReadBack = g.Late || r.Posted == v || priorPosted
 	return g, r.touch(true, now), nil
 }
 

@@ -349,6 +349,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("routes.%s.%w", name, err)
 		}
 	}
+	if err := c.checkDestinations(); err != nil {
+		return err
+	}
 	return c.checkBitbucketKeys()
 }
 

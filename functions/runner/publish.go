@@ -206,6 +206,19 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	q := ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
 		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance}
+	for _, old := range route.OldDestinations {
+		// A record kept under an old name of the destination orders this verdict too.
+		sub := q.Subject
+		sub.Publisher = old
+		rec, err := r.Ledger.InspectSubject(ctx, sub.Key())
+		switch {
+		case errors.Is(err, ledger.ErrUnknownSubject):
+			continue
+		case err != nil:
+			return outcome{ev: ledgerFailed, err: fmt.Errorf("runner: subject under %q: %w", old, err)}
+		}
+		q.Prior = append(q.Prior, rec)
+	}
 	g, err := r.Ledger.AcquireSubject(ctx, q)
 	switch {
 	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrTooLarge):

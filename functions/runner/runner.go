@@ -39,10 +39,13 @@ type Route struct {
 	Publisher publish.Publisher
 	Context   string
 	TargetURL string
-	// Destination names the API the publisher posts to (its provider and base URL): the
-	// verdicts of every route posting to one destination, repository, commit and context are
-	// ordered together, and Concurrency bounds the requests in flight to it.
-	Destination string
+	// Destination names the API the publisher posts to (its provider and base URL, normalised:
+	// config.Destination): the verdicts of every route posting to one destination, repository,
+	// commit and context are ordered together, and Concurrency bounds the requests in flight to
+	// it. OldDestinations are other names subject records of the destination may be kept under
+	// (written before names were normalised): consulted before a verdict is ordered.
+	Destination     string
+	OldDestinations []string
 	// Timeout bounds one request to the provider (default 30 s); Settle is how long after
 	// the runner gave up on a request the provider may still apply it (default a minute);
 	// Concurrency bounds the requests this process has in flight to the destination (default

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
@@ -68,8 +67,8 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 		}
 		pub := p.Publisher(target)
 		route := &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL,
-			Destination: r.Publish.Provider + " " + strings.TrimRight(r.Publish.BaseURL, "/"),
-			Timeout:     r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}
+			Destination: r.Publish.Destination(), OldDestinations: cfg.OldDestinations(r.Publish.Destination()),
+			Timeout: r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}
 		if r.Publish.App != nil {
 			// A re-run's inputs are read with the publisher's installation tokens.
 			route.Inputs = publish.NewGitHubRerun(r.Publish.BaseURL, target.Tokens, &pc).Fill
