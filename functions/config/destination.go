@@ -14,11 +14,11 @@ import (
 // and status context are ordered together (docs/runner.md, what stands on the commit), so the
 // API's name must not depend on how a route spells its base URL. A destination is the
 // publisher and its base URL normalised: scheme and host in lower case, a host's trailing dot
-// dropped, an IP address in its shortest form, the scheme's default port (443, 80) left out, the path as written but for its
-// trailing slashes (GitHub Enterprise Server's /api/v3 is part of the API's name). Two
-// spellings that normalise alike name one API and share one order. Two that only the network
-// could tell apart are refused at load, naming both routes: this machine's names for itself
-// (localhost, 127.0.0.1, ::1) at one port and path.
+// dropped, an IP address in its shortest form, the scheme's default port (443, 80) left out,
+// the path as written but for its trailing slashes (GitHub Enterprise Server's /api/v3 is part
+// of the API's name). Two spellings that normalise alike name one API and share one order.
+// Two that only the network could tell apart are refused at load, naming both routes: this
+// machine's names for itself (localhost, 127.0.0.1, ::1) at one port and path.
 
 // Destination names the API a route with publisher provider and base URL baseURL posts to.
 func Destination(provider, baseURL string) string {
