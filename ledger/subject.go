@@ -77,12 +77,68 @@ func ParseSubjectKey(s string) (SubjectKey, error) {
 // Order places a verdict among the verdicts of its subject. The newer of two is the one whose
 // event the provider signed later (EventAt: a time inside the signed body, or a signed header
 // time); a delivery whose signature proves no time is placed at its admission, by the ledger's
-// clock. Equal times are broken by admission (AdmittedAt), then by key, so any two verdicts
-// are ordered, the same way by every runner.
+// clock. Equal times (within the provider's resolution: GitHub's whole seconds) are broken by
+// what the evaluation learnt of the two events (Tie), then by admission (AdmittedAt), then by
+// key, so any two verdicts are ordered, the same way by every runner.
 type Order struct {
 	Key        Key       `json:"key"`
 	EventAt    time.Time `json:"event_at,omitzero"`
 	AdmittedAt time.Time `json:"admitted_at"`
+	Tie        Tie       `json:"tie,omitzero"`
+}
+
+// Tie is what orders two verdicts of one subject whose events carry the same time, before
+// their admission does: what the payload proves of the event's place (From), and what the
+// provider showed when the verdict was evaluated (Seen). The evaluation fills it; the zero Tie
+// knows nothing, and leaves the order to admission.
+type Tie struct {
+	// Inputs names what the verdict was evaluated on that the provider's events change (a
+	// pull request's title and target branch, on the subject's commit), as a digest.
+	Inputs Digest `json:"inputs,omitzero"`
+	// From names the inputs the event changed, as its payload proves it (an edit's previous
+	// title): the event came after any verdict whose Inputs are From.
+	From Digest `json:"from,omitzero"`
+	// Seen is what a read of the provider at evaluation found of Inputs.
+	Seen Seen `json:"seen,omitempty"`
+}
+
+// Seen is what a read of the provider at a verdict's evaluation found of its inputs.
+type Seen int8
+
+// What a read found.
+const (
+	// SeenNothing: the provider was not read (no reader, or the read failed).
+	SeenNothing Seen = 0
+	// SeenCurrent: the provider showed the verdict's inputs.
+	SeenCurrent Seen = 1
+	// SeenStale: the provider showed other inputs: an event after the verdict's had changed
+	// them.
+	SeenStale Seen = -1
+)
+
+// IsZero reports whether t knows nothing.
+func (t Tie) IsZero() bool { return t == Tie{} }
+
+// compare orders t's verdict against u's, of events with the same time: -1 when t's is the
+// older, 1 when it is the newer, 0 when neither tells. What a payload proves decides first:
+// an event that changed the other's inputs came after it. Then what the provider showed, when
+// both were read: the verdict whose inputs were current is newer than one whose inputs had
+// already changed. A verdict read and one not read tell nothing (the unread may be either).
+func (t Tie) compare(u Tie) int {
+	after := !t.From.IsZero() && t.From == u.Inputs  // t's event changed u's inputs
+	before := !u.From.IsZero() && u.From == t.Inputs // u's event changed t's
+	switch {
+	case after && !before:
+		return 1
+	case before && !after:
+		return -1
+	case t.Seen != SeenNothing && u.Seen != SeenNothing && t.Seen != u.Seen:
+		if t.Seen == SeenCurrent {
+			return 1
+		}
+		return -1
+	}
+	return 0
 }
 
 // At is the time the verdict is ordered by: its event time, or its admission when it has none.
@@ -97,6 +153,9 @@ func (o Order) At() time.Time {
 func (o Order) Before(p Order) bool {
 	if a, b := o.At(), p.At(); !a.Equal(b) {
 		return a.Before(b)
+	}
+	if c := o.Tie.compare(p.Tie); c != 0 {
+		return c < 0
 	}
 	if !o.AdmittedAt.Equal(p.AdmittedAt) {
 		return o.AdmittedAt.Before(p.AdmittedAt)

@@ -59,7 +59,7 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
 		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
-		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), k)
+		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), rep.Tie, k)
 		switch o.ev {
 		case postLost:
 			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
@@ -141,7 +141,7 @@ func cmpOr[T comparable](v, def T) T {
 // one already stands), within room of the route's API, and reading back first when a post of
 // it may already stand. What became of the post is reported to the record, whatever became of
 // the row's lease: the record is what orders posts.
-func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, k *keeper) outcome {
+func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, tie ledger.Tie, k *keeper) outcome {
 	pub := route.Publisher
 	if res, ok := pub.(publish.Resolver); ok {
 		// An abbreviated commit hash (Bitbucket Cloud's pull requests) is ordered, and posted,
@@ -203,9 +203,11 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		unseat = nil
 	}
 	defer leave()
+	order := s.Lease.Order()
+	order.Tie = tie
 	q := ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
-		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance}
+		Order:   order, EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance}
 	for _, old := range route.OldDestinations {
 		// A record kept under an old name of the destination orders this verdict too.
 		sub := q.Subject

@@ -52,6 +52,12 @@ type Route struct {
 	// 4; at most half of them, and at least one, for one repository).
 	Timeout, Settle time.Duration
 	Concurrency     int
+	// PullNow, when set, reads what the provider shows now of a pull request subject's pull
+	// request (its title and target branch), at evaluation. The runner compares it with the
+	// subject's and freezes the answer with the verdict: it orders two verdicts of the commit
+	// whose events carry the same time (ledger.Tie). An error is logged and orders nothing;
+	// it never fails the evaluation. Nil: not read.
+	PullNow func(ctx context.Context, s subject.Subject) (subject.PullState, error)
 	// Inputs, when set, reads what a re-run's webhook lacks (subject.Rerun: the pull request
 	// title, commits, changed paths) from the provider before evaluation, returning the
 	// subject Filled, or unfilled with NotFilled saying why (a permission the App lacks). An

@@ -68,6 +68,21 @@ type Pull struct {
 	Title        string `json:"title"`
 	TargetBranch string `json:"target_branch"`
 	SourceBranch string `json:"source_branch,omitempty"`
+	// Was is the pull request as it was just before this event, as the payload proves it: set
+	// for an edit (GitHub's, Gitea's and Forgejo's edited, with changes.title.from and
+	// changes.base.ref.from; GitLab's update not made by a push, with changes.title.previous
+	// and changes.target_branch.previous; Bitbucket Data Center's pr:modified, with
+	// previousTitle and previousTarget), what the edit did not change as it is now. Nil when
+	// the payload proves nothing of what came before. It orders two verdicts whose events
+	// carry the same time: this event came after one evaluated on Was.
+	Was *PullState `json:"was,omitempty"`
+}
+
+// PullState is what a pull request's verdict depends on that an edit changes (the commit is
+// the subject's).
+type PullState struct {
+	Title        string `json:"title"`
+	TargetBranch string `json:"target_branch"`
 }
 
 // Commit is one commit of a push.
@@ -224,6 +239,9 @@ func (s *Subject) Bound() {
 		var c bool
 		if s.Pull.Title, c = cut(s.Pull.Title, MaxTitleBytes); c {
 			s.Truncated = true
+		}
+		if w := s.Pull.Was; w != nil {
+			w.Title, _ = cut(w.Title, MaxTitleBytes) // cut as the title it was is, so that the two compare
 		}
 	}
 }
