@@ -157,29 +157,30 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
 	// delivery that finds none costs the ledger nothing but its hand-back, or its wait: in
-	// Lambda it waits for room while its invocation has time for the requests (waitsForRoom),
-	// in amiss serve while it holds a seat, at most as long as a request in flight may last
-	// (waitsForSeat); either stops when its lease is lost (wctx, which the keeper cancels then).
+	// Lambda it waits for room while its invocation has time for the requests (waitsForRoom);
+	// in amiss serve while it holds a seat and the requests holding the room are younger than
+	// gateRetry, at most as long as a request may last (waitsForSeat). Either stops when its
+	// lease is lost (wctx, which the keeper cancels then).
 	var sent, end, giveUp time.Time
 	var leave, unseat func()
-	waited := false
 	defer func() {
 		if unseat != nil {
 			unseat()
 		}
 	}()
 	limit := cmpOr(route.Concurrency, defaultPublishConcurrency)
+	waited := false
 	for {
 		sent = r.now()
 		end = sent.Add(2*timeout + holdMargin/3)
-		var wait time.Duration
 		freed := r.gates.roomGiven()
-		leave, wait = r.gates.enter(route.destination(), status.Repository, limit, sent, end)
+		var found room
+		leave, found = r.gates.enter(route.destination(), status.Repository, limit, sent, end)
 		if leave != nil {
 			break
 		}
-		waits := r.waitsForRoom(wctx, wait+2*timeout+holdMargin/3)
-		if !waits && waitsForSeat(wctx) {
+		waits := r.waitsForRoom(wctx, found.wait+2*timeout+holdMargin/3)
+		if !waits && waitsForSeat(wctx) && sent.Sub(found.oldest) < gateRetry {
 			if unseat == nil {
 				if unseat = r.gates.seat(route.destination(), limit); unseat != nil {
 					giveUp = time.Now().Add(2*timeout + holdMargin/3) // every request in flight has ended by then
@@ -188,14 +189,14 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 			waits = unseat != nil && time.Now().Before(giveUp)
 		}
 		if !waits {
-			return outcome{ev: gateFull, wait: wait}
+			return outcome{ev: gateFull, wait: found.wait}
 		}
 		if !waited {
 			waited = true
 			r.count("publish_gate_waits")
 		}
-		if sleep(wctx, wait, freed) != nil {
-			return outcome{ev: gateFull, wait: wait}
+		if sleep(wctx, found.wait, freed) != nil {
+			return outcome{ev: gateFull, wait: found.wait}
 		}
 	}
 	if unseat != nil {

@@ -56,3 +56,51 @@ func TestServeKeepsADeliveryWithoutRoomWaitingForTheSlot(t *testing.T) {
 		t.Fatalf("%d waits for room counted, want the second delivery's", n)
 	}
 }
+
+// With the default gate (four requests to the API, two to one repository) and amiss serve's
+// four workers, a repository whose POSTs hang holds two workers posting; deliveries of it that
+// find no room may wait for a slot only while the requests holding it are young: once they
+// have been held a second, the provider is slow, and the waiting workers go back to work, so
+// every delivery of another repository is published while the hanging ones are still held.
+func TestWorkersStopWaitingForAHangingRepositorysSlot(t *testing.T) {
+	gh := publishtest.NewGitHub(ghToken)
+	slowPosts := holdRepository(t, gh, "acme/slow")
+	w := newCommitWorld(t, gh)
+	q := queue.NewLocalOn(w.clock)
+	slow := w.admitPushes(q, "acme/slow", 6)
+	r := w.runner("serve", nil, 30*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // the clocks keep time, as a server's do
+		for tick := time.NewTicker(10 * time.Millisecond); ctx.Err() == nil; <-tick.C {
+			w.clock.Advance(10 * time.Millisecond)
+		}
+	}()
+	stopped := make(chan struct{})
+	go func() { (&runner.Local{Runner: r, Queue: q}).Run(ctx, 4); close(stopped) }()
+	t.Cleanup(func() { slowPosts.Release(); cancel(); q.Close(); <-stopped })
+	waitFor(t, "two POSTs of the hanging repository held", func() bool { return slowPosts.Held() == 2 })
+	fast := w.admitPushes(q, "acme/fast", 4)
+	waitFor(t, "every delivery of another repository published while the hanging ones are held", func() bool {
+		for _, m := range fast {
+			if w.row(m).State != ledger.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	if held := slowPosts.Held(); held != 2 {
+		t.Fatalf("%d POSTs of the hanging repository in flight, want 2", held)
+	}
+	slowPosts.Release()
+	waitFor(t, "the hanging repository's deliveries published once it answered", func() bool {
+		for _, m := range slow {
+			if w.row(m).State != ledger.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	if most := slowPosts.Most(); most != 2 {
+		t.Fatalf("%d POSTs of one repository in flight at once, the gate allows 2", most)
+	}
+}
