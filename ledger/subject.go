@@ -437,19 +437,13 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 		return r.park(q, v, g, now)
 	}
 	changed := false
-	priorUntil, priorPosted := time.Time{}, false
 	for _, p := range q.Prior {
 		if !p.Newest.Key.IsZero() && (r.Newest.Key.IsZero() || r.Newest.Before(p.Newest)) && q.Order.Before(p.Newest) {
 			// Recorded here, the newer verdict supersedes this one now and from now on.
 			r.Newest, r.NewestEvaluation, changed = p.Newest, p.NewestEvaluation, true
 		}
-		until := p.SettleUntil
-		if !p.Holder.IsZero() {
-			until = MaxTime(until, p.HolderUntil.Add(p.HolderSettle)) // a post under its grant may land until then
-		}
-		priorUntil = MaxTime(priorUntil, until)
-		priorPosted = priorPosted || p.Posted == v || p.Holder == v || p.Stands == v
 	}
+	priorUntil, priorPosted := prior(q, v)
 	fresh := r.Newest.Key.IsZero()
 	if !fresh && q.Order.Before(r.Newest) {
 		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
@@ -497,6 +491,19 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	return g, r.touch(true, now), nil
 }
 
+// prior is what q's prior records say of v: until when a post under one may still land, and
+// whether a post of v may stand under one.
+func prior(q SubjectRequest, v Verdict) (until time.Time, posted bool) {
+	for _, p := range q.Prior {
+		until = MaxTime(until, p.SettleUntil)
+		if !p.Holder.IsZero() {
+			until = MaxTime(until, p.HolderUntil.Add(p.HolderSettle)) // a post under its grant may land until then
+		}
+		posted = posted || p.Posted == v || p.Holder == v || p.Stands == v
+	}
+	return until, posted
+}
+
 // park decides a park (q.Wake set) at now: it never grants, and changes the record only to
 // name v the waiter of a live grant held by another verdict.
 func (r *SubjectRecord) park(q SubjectRequest, v Verdict, g SubjectGrant, now time.Time) (SubjectGrant, bool, error) {
@@ -511,10 +518,15 @@ func (r *SubjectRecord) park(q SubjectRequest, v Verdict, g SubjectGrant, now ti
 		return g, r.touch(changed, now), nil
 	case r.held(now):
 		g.Outcome, g.RetryAt = SubjectWait, r.HolderUntil // its own grant: nobody else's report wakes it
-	case r.Posted == v && now.Before(r.SettleUntil):
-		g.Outcome, g.RetryAt = SubjectWait, r.SettleUntil
 	default:
-		g.Outcome, g.RetryAt = SubjectWait, now // the grant it waited for is over: come back now
+		// The grant it waited for is over: come back now, or once what it also waits for (a
+		// post of its own, or under a prior record, that may still land) has settled.
+		g.Outcome, g.RetryAt = SubjectWait, now
+		if r.Posted == v {
+			g.RetryAt = MaxTime(g.RetryAt, r.SettleUntil)
+		}
+		until, _ := prior(q, v)
+		g.RetryAt = MaxTime(g.RetryAt, until)
 	}
 	return g, false, nil
 }

@@ -47,6 +47,10 @@ func TestAPostUnderAnOldSpellingThatMayStillLandIsWaitedFor(t *testing.T) {
 	if !w.RetryAt.Equal(landed) {
 		t.Fatalf("wait until +%v, want until the old post surely landed, +%v", w.RetryAt.Sub(subjT0), landed.Sub(subjT0))
 	}
+	// Parked meanwhile, it comes back when the old post surely landed, not at once.
+	if p := acquire(t, &r, park(withPrior(newer, old), "w"), subjT0.Add(2*time.Second), SubjectWait); !p.RetryAt.Equal(landed) {
+		t.Fatalf("a park comes back at +%v, want +%v", p.RetryAt.Sub(subjT0), landed.Sub(subjT0))
+	}
 	g := acquire(t, &r, withPrior(newer, old), landed, SubjectPost)
 	if g.ReadBack {
 		t.Fatal("a verdict never posted under either name reads back")
