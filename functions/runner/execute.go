@@ -71,7 +71,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	}
 	if onClaim.act == saveError {
 		// A crash loop: the commit gets its error verdict now.
-		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: onClaim.text}, ledger.Tie{})
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: onClaim.text},
+			tieOf(s, ledger.SeenNothing))
 	}
 	start := time.Now()
 	ectx, ecancel := r.evaluationContext(wctx)
@@ -98,7 +99,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	}
 	d := p.decide(attempt{event: ev, lease: l, fair: fair, err: evalErr})
 	if d.act == saveError {
-		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text}, ledger.Tie{})
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text},
+			tieOf(s, ledger.SeenNothing))
 	}
 	k.end()
 	log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr, "outcome", ev, "act", d.act)
