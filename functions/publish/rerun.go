@@ -61,34 +61,40 @@ const (
 	contentsPermission = "Contents: read"
 )
 
-// Fill returns s with the inputs its rules evaluate read from GitHub (Filled set, Truncated
-// saying whether GitHub's listings or the subject's bounds cut anything) when s is a re-run;
-// any other subject is returned as it is. A transient failure (GitHub's outage, a timeout, a
-// rate limit) is returned as an *Error of class Transient: the attempt is retried. Any other
-// failure (a permission the App lacks: 403 or 404; a webhook without an installation) is not
-// an error: s comes back unfilled, NotFilled naming what to grant, and the rules that need the
-// inputs fail closed with it.
-func (g *GitHubRerun) Fill(ctx context.Context, s subject.Subject) (subject.Subject, error) {
-	if s.Event != subject.Rerun || s.Filled {
+// Read returns s with the inputs in need read from GitHub: each one read whole is added to
+// s.Whole; one GitHub's listings cut is left out of it, with the reason in s.Unread. A pull
+// request whose head is still s's commit is read as that pull request (its title, branches,
+// files and commits); otherwise the push: compare Before...SHA, or the commit alone. A
+// transient failure (GitHub's outage, a timeout, a rate limit) is returned as an *Error of
+// class Transient: the attempt is retried. Any other failure (a permission the App lacks: 403
+// or 404; a webhook without an installation) is not an error: the inputs in need are marked
+// unread, naming what to grant, and the rules that need them fail closed.
+func (g *GitHubRerun) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+	if need == 0 {
 		return s, nil
 	}
 	f := s
-	f.Commits, f.Paths, f.Truncated = nil, nil, false
+	f.Commits, f.Paths, f.Unread = nil, nil, nil
 	if f.Pull != nil {
 		p := *f.Pull
 		f.Pull = &p
 	}
+	f.Whole |= need
 	err := g.fill(ctx, &f)
 	if err == nil {
-		f.Filled, f.NotFilled = true, ""
-		f.Bound()
+		f.Read = append(f.Read, fmt.Sprintf("github: %d commits, %d changed paths", len(f.Commits), len(f.Paths)))
 		return f, nil
 	}
 	if ClassOf(err) == Transient {
-		return s, fmt.Errorf("reading the re-run's inputs from GitHub: %w", err)
+		return s, fmt.Errorf("reading the inputs from GitHub: %w", err)
 	}
-	s.NotFilled = reasonOf(err)
+	s.MarkUnread(need, reasonOf(err))
 	return s, nil
+}
+
+// cutBy marks in as not held whole, GitHub's listing having cut it (what names the limit).
+func cutBy(s *subject.Subject, in subject.Inputs, what string) {
+	s.MarkUnread(in, "GitHub lists "+what)
 }
 
 // refused is a read GitHub refused for a permission (403, 404): the reason names it.
@@ -209,7 +215,7 @@ func (g *GitHubRerun) pull(ctx context.Context, base string, s *subject.Subject)
 	// Files: pages until one is short, or until the subject's bound is passed (what is beyond
 	// it would be cut anyway), within what GitHub lists.
 	var files []ghFile
-	for page := 1; page <= pullFilesListed/inputsPerPage && len(files) <= subject.MaxPaths; page++ {
+	for page := 1; page <= pullFilesListed/inputsPerPage; page++ {
 		var list []ghFile
 		if err := g.get(ctx, s.Installation, fmt.Sprintf("%s/files?per_page=%d&page=%d", u, inputsPerPage, page),
 			fmt.Sprintf("page %d of the pull request's files", page), pullsPermission, &list); err != nil {
@@ -222,7 +228,7 @@ func (g *GitHubRerun) pull(ctx context.Context, base string, s *subject.Subject)
 	}
 	addFiles(s, files)
 	if pr.ChangedFiles > len(files) {
-		s.Truncated = true // GitHub lists 3000 at most, or the bound was passed
+		cutBy(s, subject.PathsInput, "at most 3,000 files of a pull request")
 	}
 	var commits []ghListedCommit
 	for page := 1; page <= (pullCommitsListed+inputsPerPage-1)/inputsPerPage; page++ {
@@ -238,7 +244,7 @@ func (g *GitHubRerun) pull(ctx context.Context, base string, s *subject.Subject)
 	}
 	addCommits(s, commits)
 	if pr.Commits > len(commits) {
-		s.Truncated = true // GitHub lists 250 at most
+		cutBy(s, subject.CommitsInput, "at most 250 commits of a pull request")
 	}
 	return true, nil
 }
@@ -259,7 +265,7 @@ func (g *GitHubRerun) compare(ctx context.Context, base string, s *subject.Subje
 	}
 	addFiles(s, first.Files)
 	if len(first.Files) >= compareFilesGiven {
-		s.Truncated = true // GitHub gives no more than 300 files
+		cutBy(s, subject.PathsInput, "at most 300 files of a comparison")
 	}
 	commits := first.Commits
 	if last := (first.TotalCommits + inputsPerPage - 1) / inputsPerPage; last > 1 {
@@ -276,7 +282,7 @@ func (g *GitHubRerun) compare(ctx context.Context, base string, s *subject.Subje
 		if last == 2 {
 			commits = append(first.Commits, commits...)
 		}
-		s.Truncated = true // more commits than the subject keeps
+		cutBy(s, subject.CommitsInput, "the newest commits of a long comparison only")
 	}
 	addCommits(s, commits)
 	return nil
@@ -302,11 +308,7 @@ func (g *GitHubRerun) commit(ctx context.Context, base string, s *subject.Subjec
 		if len(c.Files) < inputsPerPage {
 			return nil
 		}
-		if len(s.Paths) > subject.MaxPaths {
-			s.Truncated = true
-			return nil
-		}
 	}
-	s.Truncated = true // GitHub lists 3000 files at most
+	cutBy(s, subject.PathsInput, "at most 3,000 files of a commit")
 	return nil
 }

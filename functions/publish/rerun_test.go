@@ -62,7 +62,7 @@ func modified(paths ...string) func(int) []publishtest.ChangedFile {
 // fill fills s, failing on an error or a request outside GitHub's description.
 func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
 	w.t.Helper()
-	got, err := w.reader.Fill(context.Background(), s)
+	got, err := w.reader.Read(context.Background(), s, subject.AllInputs&^s.Whole)
 	if err != nil {
 		w.t.Fatalf("fill: %v", err)
 	}
@@ -73,10 +73,11 @@ func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
 }
 
 func rerunOf(head int, pull int, before string) subject.Subject {
-	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Event: subject.Rerun, Truncated: true,
+	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Event: subject.Rerun,
 		Installation: 2311213, Before: before}
 	if pull > 0 {
 		s.Pull = &subject.Pull{Number: pull, TargetBranch: "main", SourceBranch: "changes"}
+		s.Whole = subject.PullInput
 	}
 	return s
 }
@@ -100,7 +101,8 @@ func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
 	got := w.fill(rerunOf(2, 2, ""))
 	want := rerunOf(2, 2, "")
-	want.Truncated, want.Filled = false, true
+	want.Whole = subject.AllInputs
+	want.Read = got.Read
 	want.Pull.Title, want.Pull.TargetBranch = "feat: move the key", "release/1"
 	want.Commits = []subject.Commit{{ID: commitN(1), Message: "Commit 1"}, {ID: commitN(2), Message: "Move the key"}}
 	want.Paths = []string{"src/a.go", "secrets/key.pem", "docs/key.md"}
@@ -121,7 +123,7 @@ func TestARerunOfAPullRequestThatMovedOnReadsThePush(t *testing.T) {
 	w.history.AddPull(rerunRepo, publishtest.HistoryPull{Number: 2, Title: "feat: three", Base: "main", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(3)})
 	got := w.fill(rerunOf(2, 2, commitN(1)))
-	if !got.Filled || got.Truncated || got.Pull.Title != "feat: three" || !reflect.DeepEqual(got.Paths, []string{"f2.go"}) ||
+	if !got.Whole.Has(subject.AllInputs) || got.Pull.Title != "feat: three" || !reflect.DeepEqual(got.Paths, []string{"f2.go"}) ||
 		!reflect.DeepEqual(commitIDs(got), []string{commitN(2)}) {
 		t.Fatalf("filled %+v", got)
 	}
@@ -136,24 +138,24 @@ func TestARerunOfAPushReadsTheComparisonOrTheCommit(t *testing.T) {
 	w := newRerunWorld(t)
 	w.commits(1, 3, func(n int) []publishtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n), "README.md")(n) })
 	got := w.fill(rerunOf(3, 0, commitN(1)))
-	if !got.Filled || got.Truncated || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
+	if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
 		!reflect.DeepEqual(commitIDs(got), []string{commitN(2), commitN(3)}) {
 		t.Fatalf("filled from the comparison %+v", got)
 	}
 	for _, before := range []string{strings.Repeat("0", 40), ""} {
 		got = w.fill(rerunOf(3, 0, before))
-		if !got.Filled || got.Truncated || !reflect.DeepEqual(got.Paths, []string{"f3.go", "README.md"}) ||
+		if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f3.go", "README.md"}) ||
 			!reflect.DeepEqual(got.Commits, []subject.Commit{{ID: commitN(3), Message: "Commit 3"}}) {
 			t.Fatalf("filled from the commit (before %q) %+v", before, got)
 		}
 	}
 }
 
-// Beyond the subject's bounds or GitHub's listings, what is read is cut and the subject is
-// Truncated: a pull request of 1200 files and 260 commits keeps the first 1000 paths and the
-// newest 100 commits; a comparison of 350 files (GitHub gives 300) and 230 commits keeps
-// the newest 100 commits; a commit of 1100 files keeps 1000 paths.
-func TestARerunBeyondTheBoundsIsTruncated(t *testing.T) {
+// What GitHub's listings cut is not held whole, naming the limit: a pull request of 1200 files
+// and 260 commits is read whole for its files and cut for its commits (GitHub lists 250); a
+// comparison of 350 files (GitHub gives 300) is cut for its files; a commit of 1100 files is
+// read whole.
+func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 	w := newRerunWorld(t)
 	many := func(count int) func(int) []publishtest.ChangedFile {
 		return func(n int) []publishtest.ChangedFile {
@@ -169,8 +171,9 @@ func TestARerunBeyondTheBoundsIsTruncated(t *testing.T) {
 	w.history.AddPull(rerunRepo, publishtest.HistoryPull{Number: 9, Title: "feat: many", Base: "main", Head: "many",
 		BaseSHA: commitN(0), HeadSHA: commitN(260)})
 	got := w.fill(rerunOf(260, 9, ""))
-	if !got.Filled || !got.Truncated || len(got.Paths) != subject.MaxPaths || len(got.Commits) != subject.MaxCommits {
-		t.Fatalf("a pull request of 1200 files and 260 commits: truncated %v, %d paths, %d commits", got.Truncated, len(got.Paths), len(got.Commits))
+	if !got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) || len(got.Paths) != 1200 || len(got.Commits) != 250 ||
+		!strings.Contains(got.UnreadReason(subject.CommitsInput), "250 commits") {
+		t.Fatalf("a pull request of 1200 files and 260 commits: whole %q, %d paths, %d commits, %v", got.Whole, len(got.Paths), len(got.Commits), got.Unread)
 	}
 	if last := got.Commits[len(got.Commits)-1].ID; last != commitN(250) {
 		// GitHub lists the first 250 commits of a pull request: the newest it gives is the 250th.
@@ -186,16 +189,16 @@ func TestARerunBeyondTheBoundsIsTruncated(t *testing.T) {
 	w.history.AddCommit(rerunRepo, publishtest.HistoryCommit{SHA: commitN(300), Parent: commitN(299)})
 	got = w.fill(rerunOf(530, 0, commitN(300)))
 	ids := commitIDs(got)
-	if !got.Filled || !got.Truncated || len(got.Paths) != 300 || len(ids) != subject.MaxCommits || ids[len(ids)-1] != commitN(530) ||
-		ids[0] != commitN(431) {
-		t.Fatalf("a comparison of 350 files and 230 commits: truncated %v, %d paths, %d commits from %.8s to %.8s", got.Truncated,
+	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != 300 || ids[len(ids)-1] != commitN(530) ||
+		!strings.Contains(got.UnreadReason(subject.PathsInput), "300 files") {
+		t.Fatalf("a comparison of 350 files and 230 commits: whole %q, %d paths, %d commits from %.8s to %.8s", got.Whole,
 			len(got.Paths), len(ids), ids[0], ids[len(ids)-1])
 	}
 
 	w.history.AddCommit(rerunRepo, publishtest.HistoryCommit{SHA: commitN(600), Parent: commitN(599), Message: "Big", Files: many(1100)(600)})
 	got = w.fill(rerunOf(600, 0, ""))
-	if !got.Filled || !got.Truncated || len(got.Paths) != subject.MaxPaths {
-		t.Fatalf("a commit of 1100 files: truncated %v, %d paths", got.Truncated, len(got.Paths))
+	if !got.Whole.Has(subject.PathsInput) || len(got.Paths) != 1100 {
+		t.Fatalf("a commit of 1100 files: whole %q, %d paths", got.Whole, len(got.Paths))
 	}
 }
 
@@ -221,8 +224,9 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 			return 0
 		}
 		got := w.fill(c.s)
-		if got.Filled || !got.Truncated || got.Paths != nil || !strings.Contains(got.NotFilled, c.permission) ||
-			!strings.Contains(got.NotFilled, fmt.Sprint(c.code)) {
+		why := got.UnreadReason(subject.PathsInput)
+		if got.Whole.Has(subject.PathsInput) || got.Paths != nil || !strings.Contains(why, c.permission) ||
+			!strings.Contains(why, fmt.Sprint(c.code)) {
 			t.Fatalf("%s answered %d: %+v", c.op, c.code, got)
 		}
 	}
@@ -234,8 +238,8 @@ func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
 	w := newRerunWorld(t)
 	w.commits(1, 2, modified("a.go"))
 	w.history.Answer = func(string, int) int { return http.StatusBadGateway }
-	got, err := w.reader.Fill(context.Background(), rerunOf(2, 0, commitN(1)))
-	if err == nil || publish.ClassOf(err) != publish.Transient || got.Filled || got.NotFilled != "" {
+	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), subject.AllInputs)
+	if err == nil || publish.ClassOf(err) != publish.Transient || got.Whole != 0 || got.Unread != nil {
 		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, publish.ClassOf(err))
 	}
 }

@@ -111,6 +111,17 @@ var decisionTable = []struct {
 		with(executing(1, 0, admitted.Add(144*time.Hour)), routeCut, func(a *attempt) { a.err = routeErr }),
 		decision{act: unclaim, retry: after(0)}},
 
+	// Reading the inputs the rules need from the provider.
+	{"the provider's outage while reading the inputs is handed back uncounted, after the retry delay",
+		with(executing(1, 2, admitted.Add(time.Hour)), inputsUnavailable, func(a *attempt) { a.err = transient(0) }),
+		decision{act: unclaim, retry: after(30 * time.Second)}},
+	{"no sooner than the provider asked",
+		with(executing(1, 0, admitted.Add(time.Hour)), inputsUnavailable, func(a *attempt) { a.err = transient(10 * time.Minute) }),
+		decision{act: unclaim, retry: after(10 * time.Minute)}},
+	{"an outage lasting the publish budget since admission ends in an error verdict naming it",
+		with(executing(1, 0, admitted.Add(72*time.Hour)), inputsUnavailable, func(a *attempt) { a.err = transient(0) }),
+		decision{act: saveError, text: "amiss could not read the provider's API for the rules' inputs for 72h0m0s: 503"}},
+
 	// Evaluating.
 	{"a subject that cannot be read gets an error verdict",
 		with(executing(1, 0, admitted), subjectUnreadable, nil),

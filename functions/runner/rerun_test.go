@@ -68,7 +68,7 @@ func (w *rerunWorld) rerunRunner(ev evaluate.Evaluator) *runner.Runner {
 	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
 		route, err := routes(ctx, name)
 		if err == nil {
-			route.Inputs = reader.Fill
+			route.Inputs = reader
 		}
 		return route, err
 	}

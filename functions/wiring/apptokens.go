@@ -31,19 +31,24 @@ type appEntry struct {
 
 // forRoute returns the installation tokens of r's App, reading its private key through src.
 func (a *appTokens) forRoute(ctx context.Context, r *config.Route, src secrets.Source, hc *http.Client) (publish.InstallationTokens, error) {
-	app := r.Publish.App
+	return a.forApp(ctx, r.Publish.BaseURL, r.Publish.App, src, hc)
+}
+
+// forApp returns the installation tokens of app at baseURL, reading its private key through
+// src.
+func (a *appTokens) forApp(ctx context.Context, baseURL string, app *config.App, src secrets.Source, hc *http.Client) (publish.InstallationTokens, error) {
 	pem, err := src.Get(ctx, app.PrivateKey.From)
 	if err != nil {
 		return nil, fmt.Errorf("GitHub App private key: %w", err)
 	}
-	id := strings.TrimRight(r.Publish.BaseURL, "/") + " " + app.ID
+	id := strings.TrimRight(baseURL, "/") + " " + app.ID
 	sum := sha256.Sum256([]byte(pem))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if e, ok := a.byApp[id]; ok && e.keySum == sum {
 		return e.tokens, nil
 	}
-	t, err := githubapp.New(githubapp.Config{BaseURL: r.Publish.BaseURL, AppID: app.ID, PrivateKey: []byte(pem), Client: hc})
+	t, err := githubapp.New(githubapp.Config{BaseURL: baseURL, AppID: app.ID, PrivateKey: []byte(pem), Client: hc})
 	if err != nil {
 		return nil, fmt.Errorf("GitHub App %s: %w", app.ID, err)
 	}
