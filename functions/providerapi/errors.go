@@ -139,3 +139,15 @@ func Wrap(err error, c Class, what string) error {
 	e.Err = fmt.Errorf("%s: %w", what, inner)
 	return &e
 }
+
+// StatusMessage is the provider's message in err (its answer's "message"), or err's text.
+func StatusMessage(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) && pe.Message != "" {
+		return pe.Message
+	}
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -49,6 +49,10 @@ const (
 // ...) and the request sent again.
 const ReplicationDelay = 5 * time.Second
 
+// replicationWaits bounds the waits for a token's replication (1 s, 2 s, 3 s: past
+// ReplicationDelay), whatever the clock says.
+const replicationWaits = 3
+
 // InstallationTokens gives installation tokens of a GitHub App (*App implements it).
 type InstallationTokens interface {
 	// Token returns a token of the installation, valid for a while yet. Its failure is a
@@ -173,7 +177,7 @@ func (c *Client) Do(ctx context.Context, installation int64, r providerapi.Reque
 			reclocked = true
 		case c.tokens == nil:
 			return nil, err
-		case !cred.issued.IsZero() && c.now().Sub(cred.issued) < ReplicationDelay:
+		case !cred.issued.IsZero() && c.now().Sub(cred.issued) < ReplicationDelay && waits < replicationWaits:
 			waits++
 			if werr := c.Wait(ctx, time.Duration(waits)*time.Second); werr != nil {
 				return nil, err

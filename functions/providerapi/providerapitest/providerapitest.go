@@ -72,10 +72,12 @@ func Cut(w http.ResponseWriter) {
 	panic(http.ErrAbortHandler) // the server closes the connection
 }
 
-// JSON answers v as JSON with code, and the provider's Date.
+// JSON answers v as JSON with code, and the provider's Date (unless one was set).
 func JSON(w http.ResponseWriter, code int, v any, now time.Time) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
+	if w.Header().Get("Date") == "" {
+		w.Header().Set("Date", now.UTC().Format(http.TimeFormat))
+	}
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(v)
 }

@@ -2,6 +2,7 @@
 // 127.0.0.1 serving, as GitHub's OpenAPI description (api.github.com, 2022-11-28) gives them,
 // every operation amiss calls:
 //
+//	meta/root                              GET   /                                               none
 //	apps/get-authenticated                 GET   /app                                            App JWT
 //	apps/list-installations                GET   /app/installations                              App JWT, paged
 //	apps/create-installation-access-token  POST  /app/installations/{id}/access_tokens           App JWT
@@ -16,7 +17,7 @@
 //
 // Every request is checked against the description itself (internal/githubspec: its path,
 // parameters and body), then against what GitHub says in prose (the media type, the API
-// version, the App JWT's claims and signature, a check run's rules): a request that breaks
+// version when one is named, the App JWT's claims and signature, a check run's rules): a request that breaks
 // either is answered as GitHub would (401, 404, 415, 422) and recorded, and a test asserts
 // Violations() is empty. Listings are paged by per_page (at most 100) and page, with a Link
 // header naming the next and last pages, as GitHub pages them.
@@ -176,6 +177,11 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// a client that gives up can take it away.
 	op, err := githubspec.Check(r, g.Prefix)
 	path, inPrefix := strings.CutPrefix(r.URL.Path, g.Prefix)
+	if inPrefix && (path == "" || path == "/") && r.Method == http.MethodGet {
+		// meta/root: the API answers, no authentication needed (amiss check asks it).
+		g.answer(w, http.StatusOK, map[string]string{"current_user_url": "https://api.github.com/user"})
+		return
+	}
 	switch {
 	case !inPrefix || (path != "" && !strings.HasPrefix(path, "/")):
 		g.violate(w, http.StatusNotFound, "Not Found: %s is outside the API's prefix %q", r.URL.Path, g.Prefix)
@@ -183,7 +189,8 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Header.Get("Accept") != "application/vnd.github+json":
 		g.violate(w, http.StatusUnsupportedMediaType, "Accept %q, want application/vnd.github+json", r.Header.Get("Accept"))
 		return
-	case r.Header.Get("X-GitHub-Api-Version") != "2022-11-28":
+	case r.Header.Get("X-GitHub-Api-Version") != "" && r.Header.Get("X-GitHub-Api-Version") != "2022-11-28":
+		// GitHub takes a request without one as 2022-11-28.
 		g.violate(w, http.StatusBadRequest, "X-GitHub-Api-Version %q, want 2022-11-28", r.Header.Get("X-GitHub-Api-Version"))
 		return
 	case err != nil && op == "":
