@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -53,7 +54,7 @@ type Target struct {
 	Token   string
 	// Tokens, when set, gives GitHub App installation tokens: the GitHub publisher posts with
 	// them instead of Token, and the check-run publisher needs them.
-	Tokens publish.InstallationTokens
+	Tokens github.InstallationTokens
 	Client *http.Client
 	// Log receives the verdicts of the log publisher.
 	Log *slog.Logger

@@ -11,7 +11,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
-	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/secrets"
 )
@@ -72,7 +72,7 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 			Timeout:     r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}
 		if r.Publish.App != nil {
 			// A re-run's inputs are read with the publisher's installation tokens.
-			route.Inputs = publish.NewGitHubRerun(r.Publish.BaseURL, target.Tokens, &pc).Fill
+			route.Inputs = github.NewInstallationClient(r.Publish.BaseURL, target.Tokens, &pc).FillRerun
 		}
 		return route, nil
 	}

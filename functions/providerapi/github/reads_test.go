@@ -1,4 +1,4 @@
-package publish_test
+package github_test
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/subject"
 )
 
@@ -23,37 +24,44 @@ const rerunRepo = "octo-org/octo-repo"
 // commitN is a made-up commit hash numbered n.
 func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
 
-// rerunWorld is a History and a reader of re-runs' inputs over it.
+// rerunWorld is a fake GitHub holding a repository's history, and a client reading re-runs'
+// inputs from it with the App's installation tokens.
 type rerunWorld struct {
 	t       *testing.T
-	history *publishtest.History
-	reader  *publish.GitHubRerun
+	history *githubtest.GitHub
+	reader  *github.Client
 }
 
 func newRerunWorld(t *testing.T) *rerunWorld {
 	t.Helper()
-	h := publishtest.NewHistory(func(tok string) bool { return strings.HasPrefix(tok, "token-2311213-") })
+	key, pemKey := appKey()
+	h := githubtest.NewApp(appID, &key.PublicKey)
+	h.Install(2311213, rerunRepo)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	r := publish.NewGitHubRerun(srv.URL, &installationTokens{}, srv.Client())
+	app, err := github.NewApp(github.AppConfig{BaseURL: srv.URL, AppID: "4242", PrivateKey: pemKey, Client: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := github.NewInstallationClient(srv.URL, app, srv.Client())
 	r.Sleep = func(context.Context, time.Duration) error { return nil }
 	return &rerunWorld{t: t, history: h, reader: r}
 }
 
 // commits adds a line of commits from commitN(from) to commitN(to), each changing the files files
 // gives it, and returns them oldest first.
-func (w *rerunWorld) commits(from, to int, files func(n int) []publishtest.ChangedFile) {
+func (w *rerunWorld) commits(from, to int, files func(n int) []githubtest.ChangedFile) {
 	for n := from; n <= to; n++ {
-		w.history.AddCommit(rerunRepo, publishtest.HistoryCommit{SHA: commitN(n), Parent: commitN(n - 1),
+		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(n), Parent: commitN(n - 1),
 			Message: fmt.Sprintf("Commit %d", n), Files: files(n)})
 	}
 }
 
-func modified(paths ...string) func(int) []publishtest.ChangedFile {
-	return func(int) []publishtest.ChangedFile {
-		var out []publishtest.ChangedFile
+func modified(paths ...string) func(int) []githubtest.ChangedFile {
+	return func(int) []githubtest.ChangedFile {
+		var out []githubtest.ChangedFile
 		for _, p := range paths {
-			out = append(out, publishtest.ChangedFile{Filename: p, Status: "modified"})
+			out = append(out, githubtest.ChangedFile{Filename: p, Status: "modified"})
 		}
 		return out
 	}
@@ -62,7 +70,7 @@ func modified(paths ...string) func(int) []publishtest.ChangedFile {
 // fill fills s, failing on an error or a request outside GitHub's description.
 func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
 	w.t.Helper()
-	got, err := w.reader.Fill(context.Background(), s)
+	got, err := w.reader.FillRerun(context.Background(), s)
 	if err != nil {
 		w.t.Fatalf("fill: %v", err)
 	}
@@ -94,9 +102,9 @@ func commitIDs(s subject.Subject) []string {
 func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
 	w := newRerunWorld(t)
 	w.commits(1, 1, modified("src/a.go"))
-	w.history.AddCommit(rerunRepo, publishtest.HistoryCommit{SHA: commitN(2), Parent: commitN(1), Message: "Move the key",
-		Files: []publishtest.ChangedFile{{Filename: "docs/key.md", Status: "renamed", PreviousFilename: "secrets/key.pem"}}})
-	w.history.AddPull(rerunRepo, publishtest.HistoryPull{Number: 2, Title: "feat: move the key", Base: "release/1", Head: "changes",
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(2), Parent: commitN(1), Message: "Move the key",
+		Files: []githubtest.ChangedFile{{Filename: "docs/key.md", Status: "renamed", PreviousFilename: "secrets/key.pem"}}})
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: move the key", Base: "release/1", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
 	got := w.fill(rerunOf(2, 2, ""))
 	want := rerunOf(2, 2, "")
@@ -107,7 +115,7 @@ func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("filled\n%+v\nwant\n%+v", got, want)
 	}
-	if n := w.history.Requests(publishtest.OpCompareCommits) + w.history.Requests(publishtest.OpGetCommit); n != 0 {
+	if n := w.history.Requests(githubtest.OpCompareCommits) + w.history.Requests(githubtest.OpGetCommit); n != 0 {
 		t.Fatalf("%d reads of the push for a pull request's head", n)
 	}
 }
@@ -117,15 +125,15 @@ func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
 // pull request's still).
 func TestARerunOfAPullRequestThatMovedOnReadsThePush(t *testing.T) {
 	w := newRerunWorld(t)
-	w.commits(1, 3, func(n int) []publishtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n))(n) })
-	w.history.AddPull(rerunRepo, publishtest.HistoryPull{Number: 2, Title: "feat: three", Base: "main", Head: "changes",
+	w.commits(1, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n))(n) })
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: three", Base: "main", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(3)})
 	got := w.fill(rerunOf(2, 2, commitN(1)))
 	if !got.Filled || got.Truncated || got.Pull.Title != "feat: three" || !reflect.DeepEqual(got.Paths, []string{"f2.go"}) ||
 		!reflect.DeepEqual(commitIDs(got), []string{commitN(2)}) {
 		t.Fatalf("filled %+v", got)
 	}
-	if n := w.history.Requests(publishtest.OpListPullFiles); n != 0 {
+	if n := w.history.Requests(githubtest.OpListPullFiles); n != 0 {
 		t.Fatalf("%d reads of the files of a pull request whose head is another commit", n)
 	}
 }
@@ -134,7 +142,7 @@ func TestARerunOfAPullRequestThatMovedOnReadsThePush(t *testing.T) {
 // new branch (before all zeros, or none), the commit alone.
 func TestARerunOfAPushReadsTheComparisonOrTheCommit(t *testing.T) {
 	w := newRerunWorld(t)
-	w.commits(1, 3, func(n int) []publishtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n), "README.md")(n) })
+	w.commits(1, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n), "README.md")(n) })
 	got := w.fill(rerunOf(3, 0, commitN(1)))
 	if !got.Filled || got.Truncated || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
 		!reflect.DeepEqual(commitIDs(got), []string{commitN(2), commitN(3)}) {
@@ -155,18 +163,18 @@ func TestARerunOfAPushReadsTheComparisonOrTheCommit(t *testing.T) {
 // the newest 100 commits; a commit of 1100 files keeps 1000 paths.
 func TestARerunBeyondTheBoundsIsTruncated(t *testing.T) {
 	w := newRerunWorld(t)
-	many := func(count int) func(int) []publishtest.ChangedFile {
-		return func(n int) []publishtest.ChangedFile {
-			var out []publishtest.ChangedFile
+	many := func(count int) func(int) []githubtest.ChangedFile {
+		return func(n int) []githubtest.ChangedFile {
+			var out []githubtest.ChangedFile
 			for i := 0; i < count; i++ {
-				out = append(out, publishtest.ChangedFile{Filename: fmt.Sprintf("c%d/f%d.go", n, i), Status: "added"})
+				out = append(out, githubtest.ChangedFile{Filename: fmt.Sprintf("c%d/f%d.go", n, i), Status: "added"})
 			}
 			return out
 		}
 	}
 	w.commits(1, 259, many(0))
-	w.history.AddCommit(rerunRepo, publishtest.HistoryCommit{SHA: commitN(260), Parent: commitN(259), Message: "Many files", Files: many(1200)(260)})
-	w.history.AddPull(rerunRepo, publishtest.HistoryPull{Number: 9, Title: "feat: many", Base: "main", Head: "many",
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(260), Parent: commitN(259), Message: "Many files", Files: many(1200)(260)})
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 9, Title: "feat: many", Base: "main", Head: "many",
 		BaseSHA: commitN(0), HeadSHA: commitN(260)})
 	got := w.fill(rerunOf(260, 9, ""))
 	if !got.Filled || !got.Truncated || len(got.Paths) != subject.MaxPaths || len(got.Commits) != subject.MaxCommits {
@@ -177,13 +185,13 @@ func TestARerunBeyondTheBoundsIsTruncated(t *testing.T) {
 		t.Fatalf("the newest commit kept is %s, want the 250th %s", last, commitN(250))
 	}
 
-	w.commits(301, 530, func(n int) []publishtest.ChangedFile {
+	w.commits(301, 530, func(n int) []githubtest.ChangedFile {
 		if n == 530 {
 			return many(350)(n)
 		}
 		return nil
 	})
-	w.history.AddCommit(rerunRepo, publishtest.HistoryCommit{SHA: commitN(300), Parent: commitN(299)})
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(300), Parent: commitN(299)})
 	got = w.fill(rerunOf(530, 0, commitN(300)))
 	ids := commitIDs(got)
 	if !got.Filled || !got.Truncated || len(got.Paths) != 300 || len(ids) != subject.MaxCommits || ids[len(ids)-1] != commitN(530) ||
@@ -192,7 +200,7 @@ func TestARerunBeyondTheBoundsIsTruncated(t *testing.T) {
 			len(got.Paths), len(ids), ids[0], ids[len(ids)-1])
 	}
 
-	w.history.AddCommit(rerunRepo, publishtest.HistoryCommit{SHA: commitN(600), Parent: commitN(599), Message: "Big", Files: many(1100)(600)})
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(600), Parent: commitN(599), Message: "Big", Files: many(1100)(600)})
 	got = w.fill(rerunOf(600, 0, ""))
 	if !got.Filled || !got.Truncated || len(got.Paths) != subject.MaxPaths {
 		t.Fatalf("a commit of 1100 files: truncated %v, %d paths", got.Truncated, len(got.Paths))
@@ -207,13 +215,13 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 		code           int
 		s              subject.Subject
 	}{
-		{publishtest.OpCompareCommits, "Contents: read", http.StatusForbidden, rerunOf(2, 0, commitN(1))},
-		{publishtest.OpGetCommit, "Contents: read", http.StatusNotFound, rerunOf(2, 0, "")},
-		{publishtest.OpGetPull, "Pull requests: read", http.StatusForbidden, rerunOf(2, 2, "")},
+		{githubtest.OpCompareCommits, "Contents: read", http.StatusForbidden, rerunOf(2, 0, commitN(1))},
+		{githubtest.OpGetCommit, "Contents: read", http.StatusNotFound, rerunOf(2, 0, "")},
+		{githubtest.OpGetPull, "Pull requests: read", http.StatusForbidden, rerunOf(2, 2, "")},
 	} {
 		w := newRerunWorld(t)
 		w.commits(1, 2, modified("a.go"))
-		w.history.AddPull(rerunRepo, publishtest.HistoryPull{Number: 2, Title: "feat: a", Base: "main", Head: "a", BaseSHA: commitN(0), HeadSHA: commitN(2)})
+		w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a", Base: "main", Head: "a", BaseSHA: commitN(0), HeadSHA: commitN(2)})
 		w.history.Answer = func(op string, _ int) int {
 			if op == c.op {
 				return c.code
@@ -234,8 +242,8 @@ func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
 	w := newRerunWorld(t)
 	w.commits(1, 2, modified("a.go"))
 	w.history.Answer = func(string, int) int { return http.StatusBadGateway }
-	got, err := w.reader.Fill(context.Background(), rerunOf(2, 0, commitN(1)))
-	if err == nil || publish.ClassOf(err) != publish.Transient || got.Filled || got.NotFilled != "" {
-		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, publish.ClassOf(err))
+	got, err := w.reader.FillRerun(context.Background(), rerunOf(2, 0, commitN(1)))
+	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Filled || got.NotFilled != "" {
+		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, providerapi.ClassOf(err))
 	}
 }
