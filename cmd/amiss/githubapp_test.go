@@ -15,44 +15,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/githubapp/githubapptest"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 )
 
-// gitHubWithApp is a fake GitHub on 127.0.0.1 serving an App's endpoints (JWTs checked with
+// gitHubWithApp is the fake GitHub on 127.0.0.1 serving an App's endpoints (JWTs checked with
 // the App's public key, installation tokens that expire), the checks API and the commits and
 // pull requests a re-run reads (requests checked against GitHub's description, only tokens of
-// installation 7 accepted).
+// installation 7, on acme/app, accepted).
 type gitHubWithApp struct {
-	app     *githubapptest.App
-	checks  *publishtest.Checks
-	history *publishtest.History
-	srv     *httptest.Server
-	pem     []byte
+	*githubtest.GitHub
+	srv *httptest.Server
+	pem []byte
 }
 
 func newGitHubWithApp(t *testing.T) *gitHubWithApp {
 	t.Helper()
-	key, pem := githubapptest.GenerateKey()
-	g := &gitHubWithApp{app: githubapptest.New(42, &key.PublicKey), pem: pem}
-	g.app.Install(7, "acme/app")
-	installed := func(token string) bool {
-		inst, ok := g.app.Authorize(token)
-		return ok && inst == 7
-	}
-	g.checks = publishtest.NewChecks(installed)
-	g.history = publishtest.NewHistory(installed)
-	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-		switch {
-		case parts[0] == "app" || strings.HasSuffix(r.URL.Path, "/installation"):
-			g.app.ServeHTTP(w, r)
-		case len(parts) >= 4 && (parts[3] == "pulls" || parts[3] == "compare" || parts[3] == "commits" && len(parts) == 5):
-			g.history.ServeHTTP(w, r)
-		default:
-			g.checks.ServeHTTP(w, r)
-		}
-	}))
+	key, pem := githubtest.GenerateKey()
+	g := &gitHubWithApp{GitHub: githubtest.NewApp(42, &key.PublicKey), pem: pem}
+	g.Install(7, "acme/app")
+	g.srv = httptest.NewServer(g.GitHub)
 	t.Cleanup(g.srv.Close)
 	return g
 }
@@ -127,15 +108,15 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	}()
 
 	const sha = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-	gh.history.AddCommit("acme/app", publishtest.HistoryCommit{SHA: sha, Parent: "9fceb02d0ae598e95dc970b74767f19372d61af8",
-		Message: "add config", Files: []publishtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"},
+	gh.AddCommit("acme/app", githubtest.HistoryCommit{SHA: sha, Parent: "9fceb02d0ae598e95dc970b74767f19372d61af8",
+		Message: "add config", Files: []githubtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"},
 			{Filename: "README.md", Status: "modified"}}})
 	push := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"full_name":"acme/app"},`+
 		`"installation":{"id":7},"commits":[{"id":%q,"message":"add config","added":["secrets/prod.env"],"modified":["README.md"]}]}`, sha, sha)
 	if code, body := postAppWebhook(t, addr, "push", push); code != http.StatusAccepted {
 		t.Fatalf("push: %d %s", code, body)
 	}
-	first := waitForCheckRuns(t, gh.checks, sha, 1, out)
+	first := waitForCheckRuns(t, gh.GitHub, sha, 1, out)
 	run := first[0]
 	if run.Name != "amiss/local" || run.Status != "completed" || run.Conclusion != "failure" || len(run.ExternalID) != 64 {
 		t.Fatalf("check run: %+v", run)
@@ -150,7 +131,7 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	if code, body := postAppWebhook(t, addr, "check_run", rerun); code != http.StatusAccepted {
 		t.Fatalf("re-run: %d %s", code, body)
 	}
-	runs := waitForCheckRuns(t, gh.checks, sha, 2, out)
+	runs := waitForCheckRuns(t, gh.GitHub, sha, 2, out)
 	// The re-run read the commit's files (the body lists none) and refused the same file.
 	again := runs[1]
 	if again.ExternalID == run.ExternalID || again.Name != "amiss/local" || again.Status != "completed" ||
@@ -160,21 +141,21 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	if len(again.Annotations) != 1 || again.Annotations[0].Path != "secrets/prod.env" {
 		t.Fatalf("the re-run's annotations: %+v", again.Annotations)
 	}
-	if n := gh.history.Requests(publishtest.OpGetCommit); n != 1 {
+	if n := gh.Requests(githubtest.OpGetCommit); n != 1 {
 		t.Fatalf("the re-run read the commit %d times", n)
 	}
-	if v := append(append(gh.app.Violations(), gh.checks.Violations()...), gh.history.Violations()...); len(v) != 0 {
+	if v := gh.Violations(); len(v) != 0 {
 		t.Fatalf("requests GitHub's description refuses: %q", v)
 	}
-	if n := gh.app.Exchanges(7); n != 1 {
+	if n := gh.Exchanges(7); n != 1 {
 		t.Fatalf("%d token exchanges for two deliveries: the installation token was not kept", n)
 	}
-	if gh.checks.Creates() != 2 {
-		t.Fatalf("%d check runs created for two verdicts", gh.checks.Creates())
+	if gh.Creates() != 2 {
+		t.Fatalf("%d check runs created for two verdicts", gh.Creates())
 	}
 }
 
-func waitForCheckRuns(t *testing.T, c *publishtest.Checks, sha string, n int, out *syncBuffer) []publishtest.CheckRun {
+func waitForCheckRuns(t *testing.T, c *githubtest.GitHub, sha string, n int, out *syncBuffer) []githubtest.CheckRun {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if runs := c.Runs("acme/app", sha); len(runs) >= n {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -67,7 +68,7 @@ type Target struct {
 	Token   string
 	// Tokens, when set, gives GitHub App installation tokens: the GitHub publisher posts with
 	// them instead of Token, and the check-run publisher needs them.
-	Tokens publish.InstallationTokens
+	Tokens github.InstallationTokens
 	Client *http.Client
 	// Log receives the verdicts of the log publisher.
 	Log *slog.Logger
@@ -83,10 +84,10 @@ var table = []Provider{
 			return publish.NewGitHub(t.BaseURL, t.Token, t.Client)
 		},
 		Reader: func(t Target) Reader {
-			if t.Tokens == nil {
-				return nil // reading with a token comes with the GitHub client's reader
+			if t.Tokens != nil {
+				return github.NewInstallationClient(t.BaseURL, t.Tokens, t.Client)
 			}
-			return publish.NewGitHubRerun(t.BaseURL, t.Tokens, t.Client)
+			return github.NewTokenClient(t.BaseURL, t.Token, t.Client)
 		}},
 	{Name: GitHubChecks, Remote: true, API: GitHub,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitHubChecks(t.BaseURL, t.Tokens, t.Client) }},

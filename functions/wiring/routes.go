@@ -97,11 +97,11 @@ func readerFor(ctx context.Context, r *config.Route, pub provider.Target, apps *
 	if r.Read != nil {
 		target = provider.Target{BaseURL: rd.BaseURL, Client: hc}
 		if rd.App != nil {
-			tokens, err := apps.forApp(ctx, rd.BaseURL, rd.App, src, hc)
+			app, err := apps.forApp(ctx, "read "+r.Name, rd.BaseURL, rd.App, src, hc)
 			if err != nil {
 				return nil, fmt.Errorf("read: %w", err)
 			}
-			target.Tokens = tokens
+			target.Tokens = app
 		} else {
 			token, err := src.Get(ctx, rd.Token.From)
 			if err != nil {
