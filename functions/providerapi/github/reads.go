@@ -304,7 +304,9 @@ func reasonOf(err error) string {
 }
 
 // cut marks in, read in part, as not held whole: GitHub's listing stops at limit.
-func cut(s *subject.Subject, in subject.Inputs, limit string) { s.MarkUnread(in, "GitHub lists "+limit) }
+func cut(s *subject.Subject, in subject.Inputs, limit string) {
+	s.MarkUnread(in, "GitHub lists "+limit)
+}
 
 // MaxReadCommits bounds the commits read of a comparison: more are not read (the commits are
 // then not held whole, and a commit-message rule fails closed).
