@@ -120,7 +120,7 @@ var decisionTable = []struct {
 		decision{act: unclaim, retry: after(10 * time.Minute)}},
 	{"an outage lasting the publish budget since admission ends in an error verdict naming it",
 		with(executing(1, 0, admitted.Add(72*time.Hour)), inputsUnavailable, func(a *attempt) { a.err = transient(0) }),
-		decision{act: saveError, text: "amiss could not read the provider's API for the rules' inputs for 72h0m0s: publish: 503 (transient)"}},
+		decision{act: saveError, text: "amiss could not read the provider's API for the rules' inputs for 72h0m0s: 503 (transient)"}},
 
 	// Evaluating.
 	{"a subject that cannot be read gets an error verdict",
