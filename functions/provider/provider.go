@@ -12,7 +12,9 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/gitlab"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -92,17 +94,23 @@ var table = []Provider{
 	{Name: GitHubChecks, Remote: true, API: GitHub,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitHubChecks(t.BaseURL, t.Tokens, t.Client) }},
 	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: subject.GiteaFormat, Remote: true, API: Gitea,
-		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) }},
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) },
+		Reader:    giteaReader},
 	// Forgejo's webhooks are received under their own name; its API is Gitea's, so a route
-	// publishes to a Forgejo server with publish.provider gitea.
-	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat, API: Gitea},
+	// publishes to a Forgejo server with publish.provider gitea, and reads it as Gitea.
+	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat, API: Gitea,
+		Reader: giteaReader},
 	{Name: GitLab, Schemes: []string{webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken}, Format: subject.GitLabFormat, Remote: true, API: GitLab,
-		Publisher: func(t Target) publish.Publisher { return publish.NewGitLab(t.BaseURL, t.Token, t.Client) }},
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitLab(t.BaseURL, t.Token, t.Client) },
+		Reader:    func(t Target) Reader { return gitlab.NewClient(t.BaseURL, t.Token, t.Client) }},
 	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: subject.BitbucketFormat, Remote: true, API: Bitbucket,
 		Publisher: func(t Target) publish.Publisher { return publish.NewBitbucket(t.BaseURL, t.Token, t.Client) }},
 	{Name: StandardWebhooks, Schemes: []string{webhook.SchemeStandardWebhooks}, Format: subject.StandardWebhooksFormat},
 	{Name: Log, Publisher: func(t Target) publish.Publisher { return publish.Log{Logger: t.Log} }},
 }
+
+// giteaReader reads a Gitea or Forgejo server's API with a token.
+func giteaReader(t Target) Reader { return gitea.NewClient(t.BaseURL, t.Token, t.Client) }
 
 // Lookup returns the provider called name.
 func Lookup(name string) (*Provider, bool) {
