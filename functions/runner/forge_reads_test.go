@@ -118,7 +118,9 @@ func gitlabPull(number int, title string, head int) (http.Header, []byte) {
 // giteaForge adapts giteatest.
 type giteaForge struct{ *giteatest.Gitea }
 
-func newGiteaForge() forgeFake { return giteaForge{giteatest.New(func(tok string) bool { return tok == "forge-token" })} }
+func newGiteaForge() forgeFake {
+	return giteaForge{giteatest.New(func(tok string) bool { return tok == "forge-token" })}
+}
 
 func (g giteaForge) commit(n int, message string, files ...string) {
 	var fs []giteatest.File
