@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -213,7 +214,17 @@ func (c *Client) Compare(ctx context.Context, repo, base, head string) (Comparis
 		return Comparison{}, err
 	}
 	var cmp Comparison
-	return cmp, c.get(ctx, fmt.Sprintf("%s/compare/%s...%s", rp, url.PathEscape(base), url.PathEscape(head)), "the comparison", &cmp)
+	return cmp, c.get(ctx, fmt.Sprintf("%s/compare/%s...%s", rp, refPath(base), refPath(head)), "the comparison", &cmp)
+}
+
+// refPath escapes a ref for Gitea's compare route, which takes the rest of the path: a branch
+// name's slashes stay slashes (release/1), as Gitea's own links write them.
+func refPath(ref string) string {
+	parts := strings.Split(ref, "/")
+	for i, p := range parts {
+		parts[i] = url.PathEscape(p)
+	}
+	return strings.Join(parts, "/")
 }
 
 // CheckRead reads repo as the reads do, posting nothing: nil when the token may read it, the
@@ -410,8 +421,10 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 		case err != nil:
 			return false, requests, err
 		}
+		// Gitea lists the newest first (git log's order): a list beginning with another commit
+		// is another head's (and a Gitea listing them otherwise is read as the comparison).
 		if len(list) == 0 || list[0].SHA != s.SHA {
-			return false, requests, nil // Gitea lists the newest first: the head is another commit
+			return false, requests, nil
 		}
 		for i := len(list) - 1; i >= 0; i-- {
 			commits = append(commits, subject.Commit{ID: list[i].SHA, Message: list[i].Commit.Message})
