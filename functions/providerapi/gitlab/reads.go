@@ -125,14 +125,18 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 	return out, nil
 }
 
-// MergeRequest is what GitLab says of a merge request, as far as read. ChangesCount is a
-// string: "1000+" when its diff overflowed GitLab's limits.
+// MergeRequest is what GitLab says of a merge request, as far as read. SHA is the head of its
+// latest diff; ChangesCount a string, "1000+" when that diff overflowed GitLab's limits, and
+// null, like DiffRefs, while GitLab has not made the diff yet.
 type MergeRequest struct {
-	Title        string `json:"title"`
-	SHA          string `json:"sha"`
-	SourceBranch string `json:"source_branch"`
-	TargetBranch string `json:"target_branch"`
-	ChangesCount string `json:"changes_count"`
+	Title        string  `json:"title"`
+	SHA          string  `json:"sha"`
+	SourceBranch string  `json:"source_branch"`
+	TargetBranch string  `json:"target_branch"`
+	ChangesCount *string `json:"changes_count"`
+	DiffRefs     *struct {
+		HeadSHA string `json:"head_sha"`
+	} `json:"diff_refs"`
 }
 
 // Diff is an entry of a diff (Entities::Diff), as far as read.
@@ -319,8 +323,13 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 		if mr.SHA != s.SHA {
 			return false, requests, nil
 		}
-		if strings.HasSuffix(mr.ChangesCount, "+") {
-			overflow = mr.ChangesCount
+		if need.Has(subject.PathsInput) && (mr.DiffRefs == nil || mr.ChangesCount == nil) {
+			// Its diff would list nothing yet: read again after the retry delay.
+			return false, requests, &providerapi.Error{Class: providerapi.Transient,
+				Err: fmt.Errorf("GitLab is still preparing merge request !%d's diff", s.Pull.Number)}
+		}
+		if mr.ChangesCount != nil && strings.HasSuffix(*mr.ChangesCount, "+") {
+			overflow = *mr.ChangesCount
 		}
 	}
 	base := ProjectPath(s.Repository) + fmt.Sprintf("/merge_requests/%d", s.Pull.Number)

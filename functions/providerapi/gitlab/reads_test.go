@@ -276,3 +276,23 @@ func TestCheckReadReadsTheProjectsCode(t *testing.T) {
 		t.Fatalf("posted %d, violations %v", w.gitlab.Posts(), w.gitlab.Violations())
 	}
 }
+
+// A merge request GitLab has not made the diff of yet (just opened: no diff_refs, no
+// changes_count, no diffs listed) is no merge request without files: the read is Transient,
+// retried after the runner's delay, and nothing is marked unread or taken as whole.
+func TestAMergeRequestStillBeingPreparedIsReadAgainLater(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 3, modified("secrets/key.pem"))
+	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main",
+		BaseSHA: commitN(0), HeadSHA: commitN(3), Preparing: true})
+	got, err := w.reader.Read(context.Background(), mergeRequestOf(3, 7), subject.PathsInput)
+	if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "still preparing merge request !7's diff") ||
+		len(got.Unread) != 0 || got.Whole.Has(subject.PathsInput) {
+		t.Fatalf("%v; whole %v, unread %+v", err, got.Whole, got.Unread)
+	}
+	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main",
+		BaseSHA: commitN(0), HeadSHA: commitN(3)})
+	if got := w.read(mergeRequestOf(3, 7), subject.PathsInput); !slices.Equal(got.Paths, []string{"secrets/key.pem"}) {
+		t.Fatalf("once prepared: %v", got.Paths)
+	}
+}

@@ -43,6 +43,9 @@ type MergeRequest struct {
 	IID                   int
 	Title, Source, Target string
 	BaseSHA, HeadSHA      string
+	// Preparing: GitLab has not made the merge request's diff yet (a merge request just
+	// opened): it has no diff_refs and no changes_count, and lists no diffs and no commits.
+	Preparing bool
 }
 
 // AddCommit adds c to project.
@@ -146,16 +149,22 @@ func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string
 			return
 		}
 		commits, _ := g.chain(project, m.BaseSHA, m.HeadSHA)
+		if m.Preparing {
+			commits = nil
+		}
 		files := changedFiles(commits)
 		switch op {
 		case OpGetMR:
-			count := strconv.Itoa(min(len(files), maxFiles))
-			if len(files) > maxFiles {
-				count += "+"
+			var count, refs any
+			if !m.Preparing {
+				n := strconv.Itoa(min(len(files), maxFiles))
+				if len(files) > maxFiles {
+					n += "+"
+				}
+				count, refs = n, map[string]any{"base_sha": m.BaseSHA, "head_sha": m.HeadSHA, "start_sha": m.BaseSHA}
 			}
 			g.answer(w, http.StatusOK, map[string]any{"id": 1000 + m.IID, "iid": m.IID, "project_id": 42, "title": m.Title, "state": "opened",
-				"source_branch": m.Source, "target_branch": m.Target, "sha": m.HeadSHA, "changes_count": count,
-				"diff_refs": map[string]any{"base_sha": m.BaseSHA, "head_sha": m.HeadSHA, "start_sha": m.BaseSHA}})
+				"source_branch": m.Source, "target_branch": m.Target, "sha": m.HeadSHA, "changes_count": count, "diff_refs": refs})
 		case OpMRDiffs:
 			kept := files[:min(len(files), maxFiles)]
 			out := []map[string]any{}
