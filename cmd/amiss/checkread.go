@@ -111,6 +111,7 @@ func (c *checker) checkReads(ctx context.Context, res secrets.Source, r *config.
 			})
 			if !ok {
 				cancel()
+				c.ok("%s: %s: amiss has no read probe for %s: the first delivery shows whether its reads succeed", field, repo, r.Provider)
 				continue
 			}
 			err = reader.CheckRead(pctx, repo)
