@@ -2,7 +2,6 @@ package subject
 
 import (
 	"fmt"
-	"strings"
 )
 
 // GitHub and the Gitea family share their payload shapes.
@@ -389,11 +388,13 @@ type bbdPull struct {
 	} `json:"pullRequest"`
 }
 
+// name is the repository as Data Center's API addresses it: its project's key (as the server
+// spells it: the key is what the REST paths name) and its slug.
 func (r bbdRepo) name() string {
 	if r.Project.Key == "" || r.Slug == "" {
 		return ""
 	}
-	return strings.ToLower(r.Project.Key) + "/" + r.Slug
+	return r.Project.Key + "/" + r.Slug
 }
 
 // fromBitbucket reads a Bitbucket Cloud or Data Center webhook, told apart by its event key, and
