@@ -10,10 +10,10 @@
 // OpenAPI 3 when loaded) and Bitbucket Data Center 9.4's OpenAPI 3.0.1. README.md beside them
 // says where each was taken from, what was kept and the one change made.
 //
-// A description checks what it declares. Query parameters that Bitbucket documents elsewhere
-// (Cloud's pagelen, page and fields, which its introduction documents for every listing, and
-// the include and exclude its commits operation describes in prose) are not declared, and so
-// not checked here: each fake checks those itself.
+// A query parameter the operation does not declare is refused, unless Bitbucket documents it
+// elsewhere: Cloud's pagelen, page, fields, q and sort, which its introduction documents for
+// every resource (pagination, partial responses, filtering), and the include and exclude its
+// commits operation describes in prose. Their values are the fakes' to check.
 package bitbucketspec
 
 import (
@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 
@@ -45,6 +46,9 @@ var dataCenterDescription []byte
 type Description struct {
 	name string
 	load func() (routers.Router, error)
+	// documented lists the query parameters Bitbucket documents outside the operations, for
+	// every operation ("") or one (its method and path template).
+	documented map[string][]string
 }
 
 // The descriptions.
@@ -60,7 +64,10 @@ var (
 			return nil, fmt.Errorf("bitbucketspec: convert Bitbucket Cloud's description: %w", err)
 		}
 		return router(doc, "Bitbucket Cloud's")
-	})}
+	}), documented: map[string][]string{
+		"": {"pagelen", "page", "fields", "q", "sort"},
+		"GET /repositories/{workspace}/{repo_slug}/commits/{revision}": {"include", "exclude"},
+	}}
 	// DataCenter is Bitbucket Data Center's REST API; its paths follow the server's /rest.
 	DataCenter = &Description{name: "Bitbucket Data Center's REST API description", load: sync.OnceValues(func() (routers.Router, error) {
 		doc, err := openapi3.NewLoader().LoadFromData(dataCenterDescription)
@@ -120,10 +127,35 @@ func (d *Description) Check(r *http.Request, prefix string) (operation string, e
 		return "", fmt.Errorf("%s %s is no operation of %s: %v", r.Method, path, d.name, err)
 	}
 	operation = route.Method + " " + route.Path
+	if err := d.undeclared(route, operation, req.URL.Query()); err != nil {
+		return operation, err
+	}
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, MultiError: true}}
 	if err := openapi3filter.ValidateRequest(r.Context(), in); err != nil {
 		return operation, fmt.Errorf("%s breaks %s: %v", operation, d.name, err)
 	}
 	return operation, nil
+}
+
+// undeclared refuses a query parameter the operation neither declares nor Bitbucket documents
+// elsewhere.
+func (d *Description) undeclared(route *routers.Route, operation string, q url.Values) error {
+	known := map[string]bool{}
+	for _, list := range []openapi3.Parameters{route.PathItem.Parameters, route.Operation.Parameters} {
+		for _, p := range list {
+			if p.Value != nil && p.Value.In == openapi3.ParameterInQuery {
+				known[p.Value.Name] = true
+			}
+		}
+	}
+	for _, name := range append(d.documented[""], d.documented[operation]...) {
+		known[name] = true
+	}
+	for name := range q {
+		if !known[name] {
+			return fmt.Errorf("%s breaks %s: query parameter %q is not one of the operation's", operation, d.name, name)
+		}
+	}
+	return nil
 }

@@ -74,6 +74,9 @@ func TestRequestsAreCheckedAgainstTheDescriptions(t *testing.T) {
 		{"a Cloud state Bitbucket has not", Cloud, "/2.0", post(cloud+"/commit/abc/statuses/build", `{"key":"amiss","state":"PASSED","url":"u"}`), "state"},
 		{"a Cloud pull request that is no number", Cloud, "/2.0", get(cloud + "/pullrequests/seven/commits"), "pull_request_id"},
 		{"a Cloud diffstat that is no topic", Cloud, "/2.0", get(cloud + "/diffstat/a..b?topic=maybe"), "topic"},
+		{"a Cloud listing's page length and fields", Cloud, "/2.0", get(cloud + "/pullrequests/7/commits?pagelen=100&fields=values.hash,next"), ""},
+		{"a Cloud range of commits", Cloud, "/2.0", get(cloud + "/commits/abc?exclude=def&pagelen=100"), ""},
+		{"a Cloud exclude where it means nothing", Cloud, "/2.0", get(cloud + "/diffstat/a..b?exclude=def"), "exclude"},
 		{"a Cloud operation Bitbucket has not", Cloud, "/2.0", get(cloud + "/pullrequests/7/files"), "no operation"},
 		{"a Data Center build status under a context path", DataCenter, "/bitbucket/rest", post(dc+"/commits/abc/builds",
 			`{"key":"amiss","state":"FAILED","url":"https://ci.example","name":"amiss","description":"no"}`), ""},
@@ -81,6 +84,7 @@ func TestRequestsAreCheckedAgainstTheDescriptions(t *testing.T) {
 		{"a Data Center key over 255 characters", DataCenter, "/bitbucket/rest", post(dc+"/commits/abc/builds",
 			`{"key":"`+strings.Repeat("k", 256)+`","state":"FAILED","url":"u"}`), "key"},
 		{"a Data Center build read back without its key", DataCenter, "/bitbucket/rest", get(dc + "/commits/abc/builds"), "key"},
+		{"a Data Center query parameter the operation has not", DataCenter, "/bitbucket/rest", get(dc + "/compare/commits?from=a&to=b&since=c"), "since"},
 		{"a Data Center page that is no number", DataCenter, "/bitbucket/rest", get(dc + "/compare/commits?from=a&to=b&limit=all"), "limit"},
 	}
 	for _, c := range cases {
