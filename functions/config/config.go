@@ -112,7 +112,8 @@ type Rules struct {
 type Publish struct {
 	// Provider names a row of the provider table (functions/provider) that publishes: github,
 	// github-checks (check runs, as a GitHub App), gitea (Gitea and Forgejo), gitlab,
-	// bitbucket, or log (print the verdict).
+	// bitbucket (Bitbucket Cloud), bitbucket-datacenter (a Bitbucket Data Center server), or
+	// log (print the verdict).
 	Provider string    `yaml:"provider"`
 	BaseURL  string    `yaml:"base_url"`
 	Token    SecretRef `yaml:"token"`
@@ -564,6 +565,12 @@ func (p *Publish) validate() error {
 	}
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)
+	}
+	if p.Provider == provider.BitbucketDataCenter {
+		if n := utf8.RuneCountInString(p.TargetURL); n > publish.BitbucketDataCenterMaxURL {
+			return fieldErr("publish.target_url", "Bitbucket Data Center accepts a build status URL of at most %d characters, this one has %d",
+				publish.BitbucketDataCenterMaxURL, n)
+		}
 	}
 	if p.Provider == provider.GitLab {
 		if n := utf8.RuneCountInString(p.TargetURL); n > publish.GitLabMaxField {

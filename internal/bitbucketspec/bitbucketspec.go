@@ -113,13 +113,19 @@ func (d *Description) Check(r *http.Request, prefix string) (operation string, e
 	if err != nil {
 		return "", err
 	}
-	path, ok := strings.CutPrefix(r.URL.Path, prefix)
+	// The path is matched as sent, escaped: a build status's key may hold a slash (%2F), which
+	// stays within its segment.
+	escaped, ok := strings.CutPrefix(r.URL.EscapedPath(), prefix)
 	if !ok {
-		return "", fmt.Errorf("%s is outside the API's prefix %q", r.URL.Path, prefix)
+		return "", fmt.Errorf("%s is outside the API's prefix %q", r.URL.EscapedPath(), prefix)
+	}
+	path, err := url.PathUnescape(escaped)
+	if err != nil {
+		return "", fmt.Errorf("%s: %v", escaped, err)
 	}
 	req := r.Clone(r.Context())
 	u := *r.URL
-	u.Path, u.RawPath, u.Scheme, u.Host = path, "", "", ""
+	u.Path, u.RawPath, u.Scheme, u.Host = path, escaped, "", ""
 	req.URL, req.Host = &u, ""
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	route, params, err := router.FindRoute(req)

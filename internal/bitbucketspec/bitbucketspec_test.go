@@ -71,6 +71,7 @@ func TestRequestsAreCheckedAgainstTheDescriptions(t *testing.T) {
 	}{
 		{"a Cloud build status", Cloud, "/2.0", post(cloud+"/commit/abc/statuses/build",
 			`{"key":"amiss","state":"SUCCESSFUL","name":"amiss","url":"https://ci.example","description":"ok"}`), ""},
+		{"a Cloud build status's key holding a slash", Cloud, "/2.0", get(cloud + "/commit/abc/statuses/build/amiss%2Fverdict"), ""},
 		{"a Cloud state Bitbucket has not", Cloud, "/2.0", post(cloud+"/commit/abc/statuses/build", `{"key":"amiss","state":"PASSED","url":"u"}`), "state"},
 		{"a Cloud pull request that is no number", Cloud, "/2.0", get(cloud + "/pullrequests/seven/commits"), "pull_request_id"},
 		{"a Cloud diffstat that is no topic", Cloud, "/2.0", get(cloud + "/diffstat/a..b?topic=maybe"), "topic"},

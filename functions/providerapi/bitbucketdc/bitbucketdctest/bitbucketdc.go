@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -299,7 +300,10 @@ func (b *BitbucketDC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.refuse(w, http.StatusUnauthorized, "Authentication failed. Please check your credentials and try again.")
 		return
 	}
-	parts := strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, b.ContextPath+"/rest"), "/"), "/")
+	parts := strings.Split(strings.TrimPrefix(strings.TrimPrefix(r.URL.EscapedPath(), b.ContextPath+"/rest"), "/"), "/")
+	for i := range parts {
+		parts[i], _ = url.PathUnescape(parts[i])
+	}
 	repo := parts[3] + "/" + parts[5] // api latest projects {key} repos {slug} ...
 	if op == OpAddBuild {
 		b.addBuild(w, r, body, repo, parts[7])
