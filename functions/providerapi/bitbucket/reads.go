@@ -246,13 +246,14 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 	return s, nil
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
+// reasonOf says what an operator must do about a read that failed for good: what to grant
+// first, since a status's description may be cut.
 func reasonOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		msg := providerapi.StatusMessage(err)
-		return fmt.Sprintf("Bitbucket Cloud answered %d for %s (%s); grant the token the %s scope on the repository",
-			providerapi.StatusOf(err), r.What, msg, r.Scope)
+		return fmt.Sprintf("grant the token the %s scope (Bitbucket Cloud answered %d for %s: %s)",
+			r.Scope, providerapi.StatusOf(err), r.What, msg)
 	}
 	var pe *providerapi.Error
 	if errors.As(err, &pe) {

@@ -244,12 +244,13 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 	return s, nil
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
+// reasonOf says what an operator must do about a read that failed for good: what to grant
+// first, since a status's description may be cut.
 func reasonOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
-		return fmt.Sprintf("Bitbucket Data Center answered %d for %s (%s); grant the token %s on the repository",
-			providerapi.StatusOf(err), r.What, providerapi.StatusMessage(err), Permission)
+		return fmt.Sprintf("grant the token %s on the repository (Bitbucket Data Center answered %d for %s: %s)",
+			Permission, providerapi.StatusOf(err), r.What, providerapi.StatusMessage(err))
 	}
 	var pe *providerapi.Error
 	if errors.As(err, &pe) {
