@@ -107,6 +107,12 @@ func (rd *Read) validate(route *Route) error {
 			want = []string{route.Provider}
 		}
 		return fieldErr("read.provider", "%q: %s's webhooks come from %s", rd.Provider, route.Provider, strings.Join(want, " or "))
+	case len(p.SenderAPIs) > 0:
+		// A route reads and publishes to one of its webhooks' APIs, never one of each.
+		if pub, ok := provider.Publishing(route.Publish.Provider); ok && p.Receives(pub.API) && pub.API != target.API {
+			return fieldErr("read.provider", "%s, but publish.provider is %s: a route's webhooks come from one of them; name the same in both",
+				rd.Provider, route.Publish.Provider)
+		}
 	}
 	if err := checkBaseURL(rd.BaseURL); err != nil {
 		return fieldErr("read.base_url", "%q: %v", rd.BaseURL, err)

@@ -148,6 +148,8 @@ func TestABitbucketReadBlockNamesItsAPI(t *testing.T) {
 			"routes.r.read.provider:"},
 		"Data Center's API on a GitHub route": {base + "    read: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:R'}}\n",
 			"routes.r.read.provider:"},
+		"reading one product, publishing to the other": {bitbucket + "    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}}\n" +
+			"    read: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:R'}}\n", "routes.r.read.provider:"},
 		"a long build status URL": {bitbucket + "    publish: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:T'}, " +
 			"target_url: 'https://ci.example/" + strings.Repeat("a", 440) + "'}\n", "routes.r.publish.target_url:"},
 	} {
