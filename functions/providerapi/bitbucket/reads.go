@@ -75,13 +75,18 @@ func (c *Client) get(ctx context.Context, u, what, scope string, v any) error {
 }
 
 // list reads a listing from u by its pages' next into a slice, at most max entries (cut
-// reports that there were more); it counts the requests made into *requests.
+// reports that there were more); it counts the requests made into *requests, a redirect
+// followed to the first page included.
 func list[T any](ctx context.Context, c *Client, u, what, scope string, max int, requests *int) (all []T, cut bool, err error) {
 	page := 0
+	asked, _ := c.URL(u)
 	err = c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max/pageLength+2,
 		func(a *providerapi.Answer) (bool, error) {
 			page++
 			*requests++
+			if page == 1 && asked != nil && a.URL.EscapedPath() != asked.EscapedPath() {
+				*requests++ // the redirect's
+			}
 			var items []T
 			if err := Values(a, fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
 				return false, err

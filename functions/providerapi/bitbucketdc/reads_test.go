@@ -111,7 +111,7 @@ func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
 	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
 		t.Errorf("commits %q, want %q", messages(got), want)
 	}
-	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || !strings.Contains(got.Read[0], "Bitbucket Data Center") {
+	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Data Center: commits, paths (3 requests)" {
 		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
 	}
 	for _, op := range []string{bitbucketdctest.OpGetPull, bitbucketdctest.OpPullChanges, bitbucketdctest.OpPullCommits} {
