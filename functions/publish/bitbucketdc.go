@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
@@ -18,7 +19,7 @@ import (
 // Its states are SUCCESSFUL and FAILED; the key and the name are the context (Data Center keys
 // are at most 255 characters, as contexts are); a status needs a URL (at most
 // BitbucketDataCenterMaxURL characters), so the commit's page on the server is used when no
-// target URL is configured.
+// target URL is configured, or the verdict's is longer.
 type BitbucketDataCenter struct {
 	*bitbucketdc.Client
 }
@@ -40,7 +41,9 @@ func (b *BitbucketDataCenter) body(s Status) map[string]string {
 		state = "SUCCESSFUL"
 	}
 	target := s.TargetURL
-	if target == "" {
+	if target == "" || utf8.RuneCountInString(target) > BitbucketDataCenterMaxURL {
+		// The configuration refuses a longer one; one frozen under an earlier configuration
+		// would have the status refused (400), so the commit's page stands in for it.
 		project, slug, _ := strings.Cut(s.Repository, "/")
 		target = fmt.Sprintf("%s/projects/%s/repos/%s/commits/%s", b.BaseURL, url.PathEscape(project), url.PathEscape(slug), url.PathEscape(s.SHA))
 	}

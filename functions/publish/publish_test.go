@@ -186,6 +186,19 @@ func TestBitbucketDataCenter(t *testing.T) {
 		got.Body["url"] != srv.URL+"/bitbucket/projects/PROJ/repos/app/commits/"+sha || utf8.RuneCountInString(got.Body["description"]) != 255 {
 		t.Fatalf("body %v", got.Body)
 	}
+	// A target URL longer than Data Center takes (frozen under an earlier configuration) would
+	// have the status refused: the commit's page stands in for it; a shorter one is kept.
+	rec.answers = []func(http.ResponseWriter){status(http.StatusNoContent), status(http.StatusNoContent)}
+	for _, target := range []string{"https://ci.example/" + strings.Repeat("a", 440), "https://ci.example/r/1"} {
+		s.TargetURL = target
+		if err := publish.NewBitbucketDataCenter(srv.URL+"/bitbucket/", "dc_token", srv.Client()).Publish(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if long, short := rec.got[1].Body["url"], rec.got[2].Body["url"]; long != srv.URL+"/bitbucket/projects/PROJ/repos/app/commits/"+sha ||
+		short != "https://ci.example/r/1" {
+		t.Fatalf("urls %q and %q", long, short)
+	}
 }
 
 func TestQuickRetriesWithinOneCall(t *testing.T) {
