@@ -248,6 +248,10 @@ func (e *env) capacityHolds(exact bool) {
 // cases lists every conformance case, by topic: the subtest's name, the record cap its store is
 // created with (0: the suite's), and the case.
 var cases = []testCase{
+	// cases_state.go
+	{"StateIsWrittenOnlyOnTheVersionRead", 0, caseStateIsWrittenOnlyOnTheVersionRead},
+	{"StateOverItsCeilingOrBadlyNamedIsRefusedWhole", 0, caseStateOverItsCeilingOrBadlyNamedIsRefusedWhole},
+	{"ConcurrentStateWritersLoseNoStep", 0, caseConcurrentStateWritersLoseNoStep},
 	// cases_lease.go
 	{"Lifecycle", 0, caseLifecycle},
 	{"UnknownKeyIsAnError", 0, caseUnknownKeyIsAnError},
