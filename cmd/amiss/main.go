@@ -65,7 +65,7 @@ const usage = `usage: amiss COMMAND [flags]   (amiss COMMAND -h for a command's 
   version   the build: version, commit, Go`
 
 // commands are the top-level commands, in the order usage lists them.
-var commands = []string{"serve", "sign", "demo", "check", "ledger", "version"}
+var commands = []string{"serve", "sign", "demo", "check", "ledger", "catchup", "version"}
 
 // errUsage marks a command line amiss cannot act on: a flag it does not know, a missing or
 // malformed argument, an unknown command. main exits with status 2 for it (1 for any other
@@ -179,6 +179,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runCheck(ctx, args[1:], stdout)
 	case "ledger":
 		return runLedger(ctx, args[1:], stdout, stderr)
+	case "catchup":
+		return runCatchUp(ctx, args[1:], stdout)
 	case "version", "-version", "--version":
 		c := newCommand("version", "", "Prints the build: version, commit, Go, and the platform.")
 		if err := c.parse(args[1:]); err != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/catchup"
 	"github.com/amiss-ci/amiss/functions/cleanup"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/ingress"
@@ -161,6 +162,13 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	}()
 	// Cleanup on a timer, re-enqueueing stranded rows.
 	ch := &cleanup.Handler{Ledger: root.Session(), Queue: q, Log: log, Margin: time.Second}
+	// Catch-up of the routes' failed webhook deliveries on the same timer (docs/catchup.md).
+	cu := &catchup.Runner{State: root.Session(), Log: log}
+	ch.CatchUp = func(ctx context.Context) error {
+		sources, err := catchup.Sources(ctx, cfg, secrets, nil)
+		_, rerr := cu.RunAll(ctx, sources)
+		return errors.Join(err, rerr)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -34,6 +34,10 @@ type Handler struct {
 	Metrics interface {
 		Gauge(name string, v float64, unit string)
 	}
+	// CatchUp, when set, runs after the cleanup passes, with the time left less the margin:
+	// catch-up of the routes' failed webhook deliveries (functions/catchup). Its error is
+	// returned with the passes'; it never stops them.
+	CatchUp func(ctx context.Context) error
 }
 
 // Summary is what one invocation did.
@@ -81,7 +85,19 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 			"stranded", s.Stranded, "requeued", s.Requeued, "lap_done", s.LapDone)
 	}
 	h.report(log, s, err == nil, dlErr == nil)
-	return s, errors.Join(err, dlErr)
+	var cuErr error
+	if h.CatchUp != nil {
+		cctx := ctx
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+			defer cancel()
+		}
+		if cuErr = h.CatchUp(cctx); cuErr != nil {
+			log.Error("catch-up failed", "err", cuErr)
+		}
+	}
+	return s, errors.Join(err, dlErr, cuErr)
 }
 
 // passes runs cleanup passes into s until a lap is done or the time is nearly up. Another

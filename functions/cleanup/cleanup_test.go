@@ -197,3 +197,32 @@ func TestCleanupSucceededOnlyForARunThatFinishedAPass(t *testing.T) {
 		}
 	}
 }
+
+// Catch-up runs after the passes, within the invocation's time less the margin, and its
+// failure is the run's.
+func TestCatchUpRunsAfterThePassesWithinTheTimeLeft(t *testing.T) {
+	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var ran bool
+	var left time.Duration
+	h := &cleanup.Handler{Ledger: l, Queue: queue.NewLocal(), Margin: time.Second, CatchUp: func(ctx context.Context) error {
+		ran = true
+		dl, ok := ctx.Deadline()
+		if ok {
+			left = time.Until(dl)
+		}
+		return errors.New("hook refused")
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = h.Handle(ctx)
+	if !ran || err == nil || !strings.Contains(err.Error(), "hook refused") {
+		t.Fatalf("catch-up ran %v, error %v", ran, err)
+	}
+	if left <= 0 || left > time.Minute-time.Second {
+		t.Errorf("catch-up had %s, want the time left less the margin", left)
+	}
+}
