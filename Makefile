@@ -13,7 +13,11 @@ export AMISS_DEMO_SECRET ?= whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 PKGS      := ./...
+# Which build: stamped into bin/amiss and every Lambda bootstrap (amiss version, and each
+# function's "starting" log line; see internal/buildinfo).
 VERSION   := $(shell git describe --always --dirty 2>/dev/null)
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
+STAMP     := -X github.com/amiss-ci/amiss/internal/buildinfo.version=$(VERSION) -X github.com/amiss-ci/amiss/internal/buildinfo.commit=$(COMMIT)
 
 # MinIO for the S3 ledger's tests: a pinned release built from its Go module, in a local image.
 MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
@@ -89,7 +93,7 @@ vet:
 ## build: the amiss binary in bin/
 build:
 	@test -x bin/amiss || echo "== first build of bin/amiss: Go fetches the modules, then compiles amiss and its dependencies (the AWS SDK among them) and prints nothing for a few minutes; later builds take seconds"
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/amiss ./cmd/amiss
+	$(GO) build -ldflags "$(STAMP)" -o bin/amiss ./cmd/amiss
 
 ## bench: the measurements recorded in docs/benchmarks.md (the S3 ones need MinIO: see docs/s3-ledger.md)
 bench:
@@ -129,7 +133,7 @@ attack-ext4:
 # it. The check refuses a configuration that reads a variable the template does not declare
 # (Lambda would not set it).
 LAMBDA_ARCH  ?= arm64
-LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
+LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w $(STAMP)'
 PACKAGE_CHECK = $(GO) run ./cmd/amiss check -template template.yaml -config $(DEPLOY_CONFIG) -function
 AT_ROOT = @test -f go.mod -a -d functions/cmd || { echo "$@ runs at the repository's root: a SAM CLI older than 1.63 ignores the template's WorkingDirectory (upgrade it)" >&2; exit 1; }
 

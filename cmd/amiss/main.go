@@ -34,9 +34,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/amiss-ci/amiss/internal/buildinfo"
 )
 
 const defaultRoot = "var/ledger"
@@ -196,37 +197,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return usagef("", "unknown command %q: one of %s", args[0], strings.Join(commands, ", "))
 }
 
-// version is set at build time by the Makefile (-ldflags "-X main.version=..."); without it
-// the module's build information is used.
-var version string
-
+// versionString is the build: "amiss VERSION commit COMMIT GO OS/ARCH" (see package buildinfo).
 func versionString() string {
-	v, rev, modified := version, "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	s := "amiss " + v
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		s += " commit " + rev
-		if modified {
-			s += " (modified)"
-		}
-	}
-	return fmt.Sprintf("%s %s %s/%s", s, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("amiss %s %s/%s", buildinfo.Read(), runtime.GOOS, runtime.GOARCH)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/secrets"
+	"github.com/amiss-ci/amiss/internal/buildinfo"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -38,7 +39,8 @@ type Function struct {
 	Secrets SecretSet
 }
 
-// Start builds a function's start-up: JSON logs on stdout (see NewLog), the configuration
+// Start builds a function's start-up: JSON logs on stdout (see NewLog), whose first line,
+// "starting", names the build (version, commit: which build is deployed), the configuration
 // (its fn.Secrets checked against AMISS_SECRET_ARNS), the AWS configuration, the secrets (each
 // of fn.Secrets read once) and the ledger. A failure is logged with its step and the process
 // exits. Lambda then fails the invocation that started it, and starts the function again at
@@ -46,6 +48,8 @@ type Function struct {
 func Start(ctx context.Context, fn Function) *Boot {
 	b := &Boot{}
 	b.Log, b.Invocations = NewLog(os.Stdout, fn.Name)
+	build := buildinfo.Read()
+	b.Log.Info("starting", "version", build.Version, "commit", build.Commit, "modified", build.Modified, "go", build.Go)
 	var err error
 	if b.Config, err = ConfigFor(fn.Secrets); err != nil {
 		b.Fail("configuration", err)
