@@ -7,6 +7,9 @@ ROOT      ?= $(if $(filter examples/amiss.yaml,$(CONFIG)),var/ledger,var/$(basen
 # The configuration sam build packages beside each function (see docs/deployment.md).
 DEPLOY_CONFIG ?= examples/aws.yaml
 LISTEN    ?= 127.0.0.1:8080
+# make run makes its own roots the first time (amiss serve -create); a ROOT you name must exist,
+# so that a mistyped one is refused rather than served empty: CREATE=yes makes a new one.
+CREATE    ?= $(if $(filter file,$(origin ROOT)),yes)
 # The example configuration's demo route reads its secret from here. This value is the
 # Standard Webhooks specification's test key: fine on 127.0.0.1, never for a deployment.
 export AMISS_DEMO_SECRET ?= whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
@@ -37,7 +40,7 @@ help:
 	@echo "  build-NAME      what sam build runs for each function (IngressFunction, RunnerFunction, CleanupFunction)"
 	@echo
 	@echo "Variables, with their values here:"
-	@echo "  CONFIG=$(CONFIG) ROOT=$(ROOT) LISTEN=$(LISTEN)   (run, sign, demo, check)"
+	@echo "  CONFIG=$(CONFIG) ROOT=$(ROOT) LISTEN=$(LISTEN)   (run, sign, demo, check)  CREATE=$(CREATE) (run: make ROOT if missing)"
 	@echo "  TITLE=\"...\" (sign: a pull request)  EVENT=FILE (invoke-*)  INVOKE_STATE=$(INVOKE_STATE)"
 	@echo "  DEPLOY_CONFIG=$(DEPLOY_CONFIG) (sam build)  FUZZTIME=$(FUZZTIME)  BENCHTIME=$(BENCHTIME)  POWER_SCALE=$(POWER_SCALE)"
 	@echo "  MINIO_IMAGE=$(MINIO_IMAGE)  GO=$(GO)"
@@ -46,7 +49,7 @@ help:
 ## run: build amiss and serve the example configuration on LISTEN (127.0.0.1:8080) over the file root ROOT (var/ledger)
 run: build
 	@echo "== serving $(CONFIG) on http://$(LISTEN) over $(ROOT): make sign$(if $(filter-out 127.0.0.1:8080,$(LISTEN)), LISTEN=$(LISTEN)) in another terminal; Ctrl-C stops"
-	./bin/amiss serve -config $(CONFIG) -root $(ROOT) -listen $(LISTEN)
+	./bin/amiss serve -config $(CONFIG) -root $(ROOT) -listen $(LISTEN)$(if $(filter yes,$(CREATE)), -create)
 
 ## sign: send a signed sample webhook to the server make run started, at LISTEN (TITLE="..." for a pull request)
 sign: build

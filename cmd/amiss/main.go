@@ -1,8 +1,9 @@
 // Command amiss is the local entry point of the amiss delivery controller.
 //
-//	amiss serve  [-config FILE] [-root DIR] [-listen ADDR] [-stranded-after D]
-//	                                      the three handlers in one process over a file root;
-//	                                      unfinished rows are queued again at start
+//	amiss serve  [-config FILE] [-root DIR] [-create] [-listen ADDR] [-stranded-after D]
+//	                                      the three handlers in one process over a file root
+//	                                      (-create: make it when missing); unfinished rows are
+//	                                      queued again at start
 //	amiss sign   [-config FILE] [-route NAME] [-title T] [-send]
 //	                                      a signed sample webhook: print its curl command, or send it
 //	amiss demo   [-config FILE] [-root DIR]
