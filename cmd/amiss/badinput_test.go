@@ -321,6 +321,7 @@ func TestEveryCommandAnswersHelpAlike(t *testing.T) {
 		{[]string{"ledger", "verify", "-h"}, "usage: amiss ledger verify [-root DIR]"},
 		{[]string{"ledger", "cleanup", "-h"}, "usage: amiss ledger cleanup [-root DIR]"},
 		{[]string{"ledger", "s3-setup", "-h"}, "usage: amiss ledger s3-setup -root s3://bucket/prefix/"},
+		{[]string{"ledger", "migrate", "-h"}, "usage: amiss ledger migrate [-root DIR]"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), c.args, &out, &errOut)

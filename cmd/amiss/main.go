@@ -23,6 +23,8 @@
 //	                                      versioning and a lifecycle rule on the ledger's bucket
 //	amiss ledger verify  [-root DIR]      decode every file and check the capacity record
 //	amiss ledger cleanup [-root DIR]      run cleanup passes until a lap is done
+//	amiss ledger migrate [-root DIR]      migrate a file root of an older format (the other
+//	                                      commands refuse one rather than change it)
 //	amiss version                         the build: version, commit, Go
 package main
 
@@ -62,7 +64,7 @@ const usage = `usage: amiss COMMAND [flags]   (amiss COMMAND -h for a command's 
   demo      one sample delivery through every state of a file root, without a server
   check     read every secret, probe the ledger and the publishers' base URLs;
             with -template, check a packaged configuration against a SAM template
-  ledger    stats | list | inspect KEY | republish KEY | verify | cleanup,
+  ledger    stats | list | inspect KEY | republish KEY | verify | cleanup | migrate,
             on a file root or s3://bucket/prefix/; s3-setup readies a bucket
   version   the build: version, commit, Go`
 
