@@ -15,6 +15,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/operator"
 	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -119,6 +120,9 @@ func queueFor(ctx context.Context, url string) (queue.Queue, error) {
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := wiring.RequireCredentials(ctx, cfg.Credentials, "-queue "+url); err != nil {
 		return nil, err
 	}
 	return &queue.SQS{Client: sqs.NewFromConfig(cfg), QueueURL: url}, nil
