@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/operator"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
@@ -200,7 +201,7 @@ func runLedger(ctx context.Context, args []string, out, errOut io.Writer) error 
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(verdictOf(ctx, l, row))
+		return enc.Encode(operator.WithVerdict(ctx, l, row))
 	case "migrate":
 		return runMigrate(ctx, *root, out)
 	case "verify":
