@@ -37,6 +37,11 @@ type Function struct {
 	// function instead of failing each request; the others are neither checked nor read (the
 	// function's role may not read them).
 	Secrets SecretSet
+	// Operator starts the operator function: no configuration is read (Boot.Config is nil),
+	// and the ledger is opened with the limits its root records, never made, prepared or
+	// migrated (LedgerOptions.ReadOnly): a root that is missing or of an older format stops
+	// the function at start, saying so.
+	Operator bool
 }
 
 // Start builds a function's start-up: JSON logs on stdout (see NewLog), whose first line,
@@ -51,6 +56,15 @@ func Start(ctx context.Context, fn Function) *Boot {
 	build := buildinfo.Read()
 	b.Log.Info("starting", "version", build.Version, "commit", build.Commit, "modified", build.Modified, "go", build.Go)
 	var err error
+	if fn.Operator {
+		if b.AWS, err = AWS(ctx); err != nil {
+			b.Fail("aws", err)
+		}
+		if b.Ledger, err = OpenLedger(ctx, Getenv(EnvLedger), LedgerOptions{ReadOnly: true}); err != nil {
+			b.Fail("ledger", err)
+		}
+		return b
+	}
 	if b.Config, err = ConfigFor(fn.Secrets); err != nil {
 		b.Fail("configuration", err)
 	}
