@@ -298,7 +298,7 @@ func TestTheEndpointAndTheFunctionsAreBounded(t *testing.T) {
 	raw := rawTemplate(t)
 	res := child(raw, "Resources")
 	routes := child(child(child(res, "HttpApi"), "Properties"), "DefaultRouteSettings")
-	for k, param := range map[string]string{"ThrottlingRateLimit": "ApiThrottlingRateLimit", "ThrottlingBurstLimit": "ApiThrottlingBurstLimit"} {
+	for k, param := range map[string]string{"ThrottlingRateLimit": "ApiThrottlingRateLimit", "ThrottlingBurstLimit": "IngressReservedConcurrency"} {
 		if v := child(routes, k); v == nil || v.Tag != "!Ref" || v.Value != param {
 			t.Errorf("the HTTP API's %s is not !Ref %s", k, param)
 		}
