@@ -7,10 +7,12 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -45,6 +47,19 @@ type Provider struct {
 	// Remote says the publisher posts to the provider's API, at the route's publish.base_url
 	// with the token publish.token names; otherwise it needs neither.
 	Remote bool
+	// API names the provider's API, shared by the rows that speak it (github and
+	// github-checks; gitea and forgejo): a route whose webhooks and publisher share an API
+	// reads what its webhooks lack with the publisher's credential. Empty: no API.
+	API string
+	// Reader builds the reader of what the provider's webhooks lack (a pull request's files and
+	// commits, a push's beyond what its webhook lists) from its API; nil: none yet, and the
+	// rules that need such a read fail closed.
+	Reader func(Target) Reader
+}
+
+// Reader reads a subject's inputs from a provider's API (the runner's InputReader).
+type Reader interface {
+	Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error)
 }
 
 // Target is where and as whom a publisher posts.
@@ -53,7 +68,7 @@ type Target struct {
 	Token   string
 	// Tokens, when set, gives GitHub App installation tokens: the GitHub publisher posts with
 	// them instead of Token, and the check-run publisher needs them.
-	Tokens publish.InstallationTokens
+	Tokens github.InstallationTokens
 	Client *http.Client
 	// Log receives the verdicts of the log publisher.
 	Log *slog.Logger
@@ -61,23 +76,29 @@ type Target struct {
 
 // table lists the providers, in the order messages list them.
 var table = []Provider{
-	{Name: GitHub, Schemes: []string{webhook.SchemeGitHub}, Format: subject.GitHubFormat, Remote: true,
+	{Name: GitHub, Schemes: []string{webhook.SchemeGitHub}, Format: subject.GitHubFormat, Remote: true, API: GitHub,
 		Publisher: func(t Target) publish.Publisher {
 			if t.Tokens != nil {
 				return publish.NewGitHubApp(t.BaseURL, t.Tokens, t.Client)
 			}
 			return publish.NewGitHub(t.BaseURL, t.Token, t.Client)
+		},
+		Reader: func(t Target) Reader {
+			if t.Tokens != nil {
+				return github.NewInstallationClient(t.BaseURL, t.Tokens, t.Client)
+			}
+			return github.NewTokenClient(t.BaseURL, t.Token, t.Client)
 		}},
-	{Name: GitHubChecks, Remote: true,
+	{Name: GitHubChecks, Remote: true, API: GitHub,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitHubChecks(t.BaseURL, t.Tokens, t.Client) }},
-	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: subject.GiteaFormat, Remote: true,
+	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: subject.GiteaFormat, Remote: true, API: Gitea,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) }},
 	// Forgejo's webhooks are received under their own name; its API is Gitea's, so a route
 	// publishes to a Forgejo server with publish.provider gitea.
-	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat},
-	{Name: GitLab, Schemes: []string{webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken}, Format: subject.GitLabFormat, Remote: true,
+	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat, API: Gitea},
+	{Name: GitLab, Schemes: []string{webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken}, Format: subject.GitLabFormat, Remote: true, API: GitLab,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitLab(t.BaseURL, t.Token, t.Client) }},
-	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: subject.BitbucketFormat, Remote: true,
+	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: subject.BitbucketFormat, Remote: true, API: Bitbucket,
 		Publisher: func(t Target) publish.Publisher { return publish.NewBitbucket(t.BaseURL, t.Token, t.Client) }},
 	{Name: StandardWebhooks, Schemes: []string{webhook.SchemeStandardWebhooks}, Format: subject.StandardWebhooksFormat},
 	{Name: Log, Publisher: func(t Target) publish.Publisher { return publish.Log{Logger: t.Log} }},

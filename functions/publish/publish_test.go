@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 	"github.com/amiss-ci/amiss/functions/publish"
 )
 
@@ -203,20 +204,18 @@ func TestAPostThatMayHaveLandedIsNotRepeatedBlindly(t *testing.T) {
 			t.Fatalf("%d: %v (unknown %v) after %d requests, want one request answered transient and unknown", code, err, publish.Unknown(err), len(rec.got))
 		}
 	}
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(300 * time.Millisecond)
-		w.WriteHeader(http.StatusCreated)
-	}))
-	defer slow.Close()
+	// The answer never comes: the provider took the request and the connection was cut (as
+	// a timeout leaves it).
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { providerapitest.Cut(w) }))
+	defer cut.Close()
 	var requests atomic.Int32
-	hc := slow.Client()
-	hc.Timeout = 50 * time.Millisecond
+	hc := cut.Client()
 	hc.Transport = countingTransport{hc.Transport, &requests}
-	g := publish.NewGitHub(slow.URL, "t", hc)
+	g := publish.NewGitHub(cut.URL, "t", hc)
 	g.Sleep = func(context.Context, time.Duration) error { return nil }
 	err := g.Publish(context.Background(), st())
 	if !publish.Unknown(err) || requests.Load() != 1 {
-		t.Fatalf("timed out POST: %v (unknown %v) after %d requests, want one, unknown", err, publish.Unknown(err), requests.Load())
+		t.Fatalf("a POST whose connection was cut: %v (unknown %v) after %d requests, want one, unknown", err, publish.Unknown(err), requests.Load())
 	}
 	// A connection never made sent nothing: retried, and known not applied.
 	closed := httptest.NewServer(http.NotFoundHandler())

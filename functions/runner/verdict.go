@@ -18,6 +18,9 @@ type Report struct {
 	// decodes with none, and one without files encodes as before.
 	Files        []evaluate.File `json:"files,omitempty"`
 	FilesLeftOut int             `json:"files_left_out,omitempty"`
+	// Read records what the evaluation read from the provider's API (never published: the
+	// record of what the verdict saw, for `amiss ledger inspect`).
+	Read []string `json:"read,omitempty"`
 }
 
 // filesBudget bounds a report with its files, in bytes: files are kept while the encoded report

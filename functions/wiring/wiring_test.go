@@ -304,9 +304,11 @@ func TestRouteLookupReadsSecretsWithinItsContext(t *testing.T) {
 	}
 }
 
-// A route publishing as a GitHub App reads a re-run's inputs (Route.Inputs) with the App's
-// tokens; a route with a token does not (its re-runs fail the rules that need them closed).
-func TestAnAppRouteReadsReRunsInputs(t *testing.T) {
+// A route reads what its webhooks lack (Route.Inputs) with its publisher's credential when it
+// publishes to the API its webhooks come from (a GitHub App's tokens, or the publish token);
+// a route publishing to the log has nothing to read with (the rules that need a read fail
+// closed), unless a read block says where to read.
+func TestARouteReadsWithThePublishersCredentialOrItsReadBlock(t *testing.T) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +328,29 @@ func TestAnAppRouteReadsReRunsInputs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gh, err := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)(context.Background(), "github"); err != nil || gh.Inputs != nil {
+	if gh, err := wiring.Routes(cfg, fixedSecrets{"env:AMISS_GITHUB_TOKEN": "t"}, nil, nil)(context.Background(), "github"); err != nil || gh.Inputs == nil {
 		t.Fatalf("a token's route: %+v %v", gh, err)
+	}
+	logged := `
+routes:
+  r:
+    provider: github
+    secrets: [{id: a, from: "env:X"}]
+    repositories: ["acme/app"]
+    rules: {forbidden_paths: ["secrets/**"]}
+`
+	cfg, err = config.Parse([]byte(logged))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := wiring.Routes(cfg, fixedSecrets{}, nil, nil)(context.Background(), "r"); err != nil || r.Inputs != nil {
+		t.Fatalf("a route publishing to the log: %+v %v", r, err)
+	}
+	cfg, err = config.Parse([]byte(logged + "    read: {base_url: 'https://api.github.com', token: {from: 'env:R'}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := wiring.Routes(cfg, fixedSecrets{"env:R": "r"}, nil, nil)(context.Background(), "r"); err != nil || r.Inputs == nil {
+		t.Fatalf("a route with a read block: %+v %v", r, err)
 	}
 }
