@@ -182,9 +182,14 @@ func TestServeFailsAPullRequestAddingAForbiddenFileAsAGitHubApp(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runServe(ctx, serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 2,
-			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready}, out)
+			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready, create: true}, out)
 	}()
-	addr := <-ready
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended before it listened: %v\n%s", err, out.String())
+	}
 	defer func() {
 		stop()
 		if err := <-done; err != nil {
