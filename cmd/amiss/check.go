@@ -164,7 +164,7 @@ func (c *checker) probeLedger(ctx context.Context, cfg *config.Config, spec stri
 				c.fail("ledger %s: %v", name, err)
 				return
 			}
-			c.ok("ledger %s: no root yet; amiss serve creates it with the configuration's limits", name)
+			c.ok("ledger %s: no root yet; amiss serve -create (make run) makes it with the configuration's limits", name)
 			return
 		}
 	}

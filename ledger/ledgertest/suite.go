@@ -209,6 +209,7 @@ func (e *env) cleanAll() ledger.CleanupReport {
 		all.Retained += r.Retained
 		all.Damaged = append(all.Damaged, r.Damaged...)
 		all.Stranded = append(all.Stranded, r.Stranded...)
+		all.OldestUnfinished = ledger.Earliest(all.OldestUnfinished, r.OldestUnfinished)
 		all.HighWater = r.HighWater
 		all.RemovedSubjects += r.RemovedSubjects
 		if r.Done {
@@ -287,6 +288,7 @@ var cases = []testCase{
 	{"PermanentRowsAreNeverCleaned", 0, casePermanentRowsAreNeverCleaned},
 	{"UnfinishedRowsSurviveCleanupWhateverTheirAge", 0, caseUnfinishedRowsSurviveCleanupWhateverTheirAge},
 	{"StrandedRowsOfEveryKindAreReported", 0, caseStrandedRowsOfEveryKindAreReported},
+	{"CleanupReportsTheOldestUnfinishedRow", 0, caseCleanupReportsTheOldestUnfinishedRow},
 	{"OnlyOneCleanupRunsAtATime", 0, caseOnlyOneCleanupRunsAtATime},
 	{"FailedListingRemovesNothing", 0, caseFailedListingRemovesNothing},
 	{"RepeatedCleanupReleasesCapacityOnce", 0, caseRepeatedCleanupReleasesCapacityOnce},
