@@ -84,6 +84,9 @@ type Route struct {
 	Publish   Publish       `yaml:"publish"`
 	// Read, when set, is where the runner reads what the route's webhooks lack (read.go).
 	Read *Read `yaml:"read"`
+	// CatchUp, when set, asks the provider again for the route's failed deliveries
+	// (catchup.go).
+	CatchUp *CatchUp `yaml:"catchup"`
 }
 
 // HTTPEvaluator is an operator's evaluation endpoint; requests are signed with the secret.
@@ -470,7 +473,10 @@ func (r *Route) validate(ctl Controller) error {
 	if err := r.Publish.validate(); err != nil {
 		return err
 	}
-	return r.Read.validate(r)
+	if err := r.Read.validate(r); err != nil {
+		return err
+	}
+	return r.CatchUp.validate(r)
 }
 
 func (s SecretRef) check() error {
