@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/catchup"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/secrets"
@@ -103,6 +104,7 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 		c.checkPublisher(ctx, res, cfg.Route(name), hc, *timeout)
 		c.checkReads(ctx, res, cfg.Route(name), hc, *timeout)
 	}
+	c.checkCatchUp(ctx, cfg, res, hc, *timeout)
 	return c.done()
 }
 
@@ -123,6 +125,25 @@ func (c *checker) checkPublisher(ctx context.Context, res secrets.Source, r *con
 	c.ok("routes.%s.publish.base_url: %s answers (HTTP %d; no status was posted)", name, p.BaseURL, resp.StatusCode)
 	if p.App != nil {
 		c.checkApp(ctx, res, r, hc, timeout)
+	}
+}
+
+// checkCatchUp lists one page of each catch-up hook's deliveries: the credential reads them.
+// Nothing is redelivered.
+func (c *checker) checkCatchUp(ctx context.Context, cfg *config.Config, res catchup.Secrets, hc *http.Client, timeout time.Duration) {
+	sources, err := catchup.Sources(ctx, cfg, res, hc)
+	if err != nil {
+		c.fail("%v", err)
+	}
+	for _, s := range sources {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err := s.Attempts(pctx, 1, func([]catchup.Attempt) (bool, error) { return false, nil })
+		cancel()
+		if err != nil && !errors.Is(err, catchup.ErrListingCut) {
+			c.fail("%s: its deliveries cannot be listed (docs/catchup.md, credentials): %v", s.Describe(), err)
+			continue
+		}
+		c.ok("%s: its deliveries can be listed (nothing was redelivered)", s.Describe())
 	}
 }
 
@@ -152,7 +173,7 @@ func (c *checker) probeLedger(ctx context.Context, cfg *config.Config, spec stri
 				c.fail("ledger %s: %v", name, err)
 				return
 			}
-			c.ok("ledger %s: no root yet; amiss serve creates it with the configuration's limits", name)
+			c.ok("ledger %s: no root yet; amiss serve -create (make run) makes it with the configuration's limits", name)
 			return
 		}
 	}

@@ -106,7 +106,11 @@ func (c *checker) checkReads(ctx context.Context, res secrets.Source, r *config.
 		case provider.GitHub:
 			_, err = github.NewTokenClient(rd.BaseURL, token, hc).Compare(pctx, 0, repo, "HEAD", "HEAD", 1)
 		default:
-			reader, ok := p.Reader(provider.Target{BaseURL: rd.BaseURL, Token: token, Client: hc}).(interface {
+			target := provider.Target{BaseURL: rd.BaseURL, Token: token, Client: hc}
+			if api, ok := provider.Lookup(rd.Provider); ok {
+				target.API = api.API // Bitbucket's reader reads Cloud's or Data Center's API, as the route says
+			}
+			reader, ok := p.Reader(target).(interface {
 				CheckRead(ctx context.Context, repo string) error
 			})
 			if !ok {

@@ -97,7 +97,7 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runServe(ctx, serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 2,
-			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready}, out)
+			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready, create: true}, out)
 	}()
 	addr := <-ready
 	defer func() {
@@ -164,5 +164,73 @@ func waitForCheckRuns(t *testing.T, c *githubtest.GitHub, sha string, n int, out
 		if time.Now().After(deadline) {
 			t.Fatalf("%d check runs on %s, want %d; violations %q\n%s", len(c.Runs("acme/app", sha)), sha, n, c.Violations(), out.String())
 		}
+	}
+}
+
+// A pull request that adds a forbidden file fails as a GitHub App's check run, though its
+// webhook names no file: amiss reads the pull request's files from GitHub before it evaluates
+// (as a new user tries it with examples/github-app.yaml). Pressing Re-run on that check run
+// (a fork's pull request: the webhook names no pull request) gives the same verdict, the pull
+// request found through the check run's delivery.
+func TestServeFailsAPullRequestAddingAForbiddenFileAsAGitHubApp(t *testing.T) {
+	gh := newGitHubWithApp(t)
+	dir := t.TempDir()
+	cfg := exampleAppConfig(t, dir, gh.srv.URL, gh.pem)
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 2,
+			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready, create: true}, out)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended before it listened: %v\n%s", err, out.String())
+	}
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	const base, head = "9fceb02d0ae598e95dc970b74767f19372d61af8", "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+	gh.AddCommit("acme/app", githubtest.HistoryCommit{SHA: head, Parent: base, Message: "feat: add the config",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"}, {Filename: "README.md", Status: "modified"}}})
+	gh.AddPull("acme/app", githubtest.HistoryPull{Number: 12, Title: "feat: add the config", Base: "main", Head: "config",
+		BaseSHA: base, HeadSHA: head})
+	now := time.Now().UTC().Format(time.RFC3339)
+	opened := fmt.Sprintf(`{"action":"opened","number":12,"pull_request":{"number":12,"title":"feat: add the config",`+
+		`"updated_at":%q,"head":{"sha":%q,"ref":"config","repo":{"pushed_at":%q}},"base":{"ref":"main"}},`+
+		`"repository":{"full_name":"acme/app"},"installation":{"id":7}}`, now, head, now)
+	if code, body := postAppWebhook(t, addr, "pull_request", opened); code != http.StatusAccepted {
+		t.Fatalf("pull request: %d %s", code, body)
+	}
+	run := waitForCheckRuns(t, gh.GitHub, head, 1, out)[0]
+	if run.Conclusion != "failure" || !strings.Contains(run.Summary, "secrets/prod.env") {
+		t.Fatalf("the pull request's check run: %+v", run)
+	}
+	if len(run.Annotations) != 1 || run.Annotations[0].Path != "secrets/prod.env" {
+		t.Fatalf("annotations: %+v", run.Annotations)
+	}
+	if n := gh.Requests(githubtest.OpListPullFiles); n != 1 {
+		t.Fatalf("the pull request's files were read %d times", n)
+	}
+
+	rerun := fmt.Sprintf(`{"action":"rerequested","check_run":{"id":%d,"name":"amiss/local","head_sha":%q,"external_id":%q,`+
+		`"status":"completed","conclusion":"failure","check_suite":{"id":5,"head_branch":"config","head_sha":%q},"pull_requests":[]},`+
+		`"repository":{"full_name":"acme/app"},"installation":{"id":7}}`, run.ID, head, run.ExternalID, head)
+	if code, body := postAppWebhook(t, addr, "check_run", rerun); code != http.StatusAccepted {
+		t.Fatalf("re-run: %d %s", code, body)
+	}
+	again := waitForCheckRuns(t, gh.GitHub, head, 2, out)[1]
+	if again.Conclusion != run.Conclusion || again.Summary != run.Summary {
+		t.Fatalf("the re-run's check run %+v, the pull request's %+v", again, run)
+	}
+	if v := gh.Violations(); len(v) != 0 {
+		t.Fatalf("requests GitHub's description refuses: %q", v)
 	}
 }

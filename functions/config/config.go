@@ -84,6 +84,9 @@ type Route struct {
 	Publish   Publish       `yaml:"publish"`
 	// Read, when set, is where the runner reads what the route's webhooks lack (read.go).
 	Read *Read `yaml:"read"`
+	// CatchUp, when set, asks the provider again for the route's failed deliveries
+	// (catchup.go).
+	CatchUp *CatchUp `yaml:"catchup"`
 }
 
 // HTTPEvaluator is an operator's evaluation endpoint; requests are signed with the secret.
@@ -112,7 +115,8 @@ type Rules struct {
 type Publish struct {
 	// Provider names a row of the provider table (functions/provider) that publishes: github,
 	// github-checks (check runs, as a GitHub App), gitea (Gitea and Forgejo), gitlab,
-	// bitbucket, or log (print the verdict).
+	// bitbucket (Bitbucket Cloud), bitbucket-datacenter (a Bitbucket Data Center server), or
+	// log (print the verdict).
 	Provider string    `yaml:"provider"`
 	BaseURL  string    `yaml:"base_url"`
 	Token    SecretRef `yaml:"token"`
@@ -469,7 +473,10 @@ func (r *Route) validate(ctl Controller) error {
 	if err := r.Publish.validate(); err != nil {
 		return err
 	}
-	return r.Read.validate(r)
+	if err := r.Read.validate(r); err != nil {
+		return err
+	}
+	return r.CatchUp.validate(r)
 }
 
 func (s SecretRef) check() error {
@@ -564,6 +571,12 @@ func (p *Publish) validate() error {
 	}
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)
+	}
+	if p.Provider == provider.BitbucketDataCenter {
+		if n := utf8.RuneCountInString(p.TargetURL); n > publish.BitbucketDataCenterMaxURL {
+			return fieldErr("publish.target_url", "Bitbucket Data Center accepts a build status URL of at most %d characters, this one has %d",
+				publish.BitbucketDataCenterMaxURL, n)
+		}
 	}
 	if p.Provider == provider.GitLab {
 		if n := utf8.RuneCountInString(p.TargetURL); n > publish.GitLabMaxField {

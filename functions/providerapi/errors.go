@@ -151,3 +151,18 @@ func StatusMessage(err error) string {
 	}
 	return err.Error()
 }
+
+// Reclass returns err as an *Error of class c, its message prefixed by what, keeping its
+// status, outcome and wait: for a provider's answer that a caller knows better than the
+// generic table (a 422 that refuses one request for good). Nil stays nil.
+func Reclass(err error, c Class, what string) error {
+	if err == nil {
+		return nil
+	}
+	var pe *Error
+	if !errors.As(Wrap(err, c, what), &pe) {
+		return err
+	}
+	pe.Class = c
+	return pe
+}

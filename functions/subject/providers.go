@@ -2,7 +2,6 @@ package subject
 
 import (
 	"fmt"
-	"strings"
 )
 
 // GitHub and the Gitea family share their payload shapes.
@@ -389,14 +388,33 @@ type bbdPull struct {
 	} `json:"pullRequest"`
 }
 
+// name is the repository as Data Center's API addresses it: its project's key (as the server
+// spells it: the key is what the REST paths name) and its slug.
 func (r bbdRepo) name() string {
 	if r.Project.Key == "" || r.Slug == "" {
 		return ""
 	}
-	return strings.ToLower(r.Project.Key) + "/" + r.Slug
+	return r.Project.Key + "/" + r.Slug
 }
 
+// fromBitbucket reads a Bitbucket Cloud or Data Center webhook, told apart by its event key, and
+// names the API it came from.
 func fromBitbucket(event string, body []byte) (Subject, error) {
+	s, err := fromBitbucketEvent(event, body)
+	if err == nil {
+		s.API = BitbucketCloud
+		if dataCenterEvents[event] {
+			s.API = BitbucketDataCenter
+		}
+	}
+	return s, err
+}
+
+// dataCenterEvents are the event keys of Bitbucket Data Center's webhooks amiss evaluates
+// (Bitbucket Cloud's are repo:push and pullrequest:*).
+var dataCenterEvents = map[string]bool{"repo:refs_changed": true, "pr:opened": true, "pr:from_ref_updated": true, "pr:modified": true}
+
+func fromBitbucketEvent(event string, body []byte) (Subject, error) {
 	switch event {
 	case "repo:push": // Cloud
 		var p bbcPush
@@ -486,6 +504,7 @@ func fromStandard(body []byte) (Subject, error) {
 	s.Whole = AllInputs
 	s.Installation = 0 // a GitHub App's: never named by another sender
 	s.RerunOf = ""     // a re-run's
+	s.API = ""         // a Bitbucket webhook's
 	if s.Event == PullRequest && s.Pull == nil {
 		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
 	}

@@ -60,6 +60,11 @@ type Subject struct {
 	// external_id, the ledger key of that delivery; empty for a check suite, or a check run
 	// amiss did not create): its subject names the pull request a fork's re-run lacks.
 	RerunOf string `json:"rerun_of,omitempty"`
+	// API names the API the webhook's sender speaks where one provider's webhooks come from
+	// more than one (Bitbucket: BitbucketCloud or BitbucketDataCenter, told apart by the event
+	// key); empty where the provider has one. A reader or publisher of another API must not
+	// take the delivery for its own.
+	API string `json:"api,omitempty"`
 
 	// Unread lists the inputs the provider's API could not give whole, with why. Set by the
 	// runner before evaluation, never stored.
@@ -68,6 +73,13 @@ type Subject struct {
 	// verdict's record). Set by the runner, never stored.
 	Read []string `json:"-"`
 }
+
+// The APIs a Bitbucket webhook may come from, named as the provider table (functions/provider)
+// names them: Bitbucket Cloud's (api.bitbucket.org), or a Bitbucket Data Center server's.
+const (
+	BitbucketCloud      = "bitbucket"
+	BitbucketDataCenter = "bitbucket-datacenter"
+)
 
 // Pull is a pull or merge request.
 type Pull struct {

@@ -110,6 +110,9 @@ func readerFor(ctx context.Context, r *config.Route, pub provider.Target, apps *
 			target.Token = token
 		}
 	}
+	if api, ok := provider.Lookup(rd.Provider); ok {
+		target.API = api.API
+	}
 	reader := p.Reader(target)
 	if reader == nil {
 		return nil, nil

@@ -277,6 +277,14 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 		f.Pull = &p
 	}
 	f.Whole |= need
+	if need.Has(subject.PullInput) && f.Pull == nil {
+		// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
+		// and whose check run's delivery did not name one either: it may be a push's, or a
+		// pull request's, and the rules that check a pull request cannot tell.
+		f.MarkUnread(need&(subject.PullInput|subject.TitleInput), "the Re-run's webhook names no pull request (a fork's pull request, "+
+			"or Re-run all of a check suite) and the delivery its check run was published for is no longer kept: "+
+			"press Re-run on the check run itself, or push again")
+	}
 	requests, err := c.fill(ctx, &f, need)
 	if err == nil {
 		f.Read = append(f.Read, fmt.Sprintf("GitHub: %s (%d requests)", need, requests))

@@ -83,11 +83,28 @@ func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
 func rerunOf(head int, pull int, before string) subject.Subject {
 	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Event: subject.Rerun,
 		Installation: 2311213, Before: before}
+	// Known to be a pull request's (pull > 0), or a push's (the runner found the delivery its
+	// check run was published for): either way the pull request is held.
+	s.Whole = subject.PullInput
 	if pull > 0 {
 		s.Pull = &subject.Pull{Number: pull, TargetBranch: "main", SourceBranch: "changes"}
-		s.Whole = subject.PullInput
 	}
 	return s
+}
+
+// A re-run that names no pull request, and that the runner could not match to the delivery it
+// re-runs, may be a fork's pull request's as well as a push's: the pull request rules fail
+// closed, saying what to do; its commits and files are still read.
+func TestARerunNamingNoPullRequestLeavesThePullRequestUnread(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 2, modified("a.go"))
+	s := rerunOf(2, 0, commitN(1))
+	s.Whole = 0
+	got := w.fill(s)
+	if got.Whole.Has(subject.PullInput) || got.Whole.Has(subject.TitleInput) || !got.Whole.Has(subject.PathsInput) ||
+		!strings.Contains(got.UnreadReason(subject.TitleInput), "names no pull request") {
+		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
+	}
 }
 
 func commitIDs(s subject.Subject) []string {
@@ -250,7 +267,7 @@ func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
 	w.commits(1, 2, modified("a.go"))
 	w.history.Answer = func(string, int) int { return http.StatusBadGateway }
 	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), subject.AllInputs)
-	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != 0 || got.Unread != nil {
+	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != subject.PullInput || got.Unread != nil {
 		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, providerapi.ClassOf(err))
 	}
 }

@@ -14,6 +14,7 @@
 //	checks/get                             GET   /repos/{owner}/{repo}/check-runs/{id}
 //	checks/list-for-ref                    GET   /repos/{owner}/{repo}/commits/{ref}/check-runs  paged
 //	pulls/get, pulls/list-files, pulls/list-commits, repos/compare-commits, repos/get-commit    paged
+//	webhooks' deliveries (list, redeliver) of the App, an organization, a repository (hooks.go)
 //
 // Every request is checked against the description itself (internal/githubspec: its path,
 // parameters and body), then against what GitHub says in prose (the media type, the API
@@ -84,6 +85,12 @@ type GitHub struct {
 	// read op (an operationId: OpGetPull...) with it instead (403: "Resource not accessible by
 	// integration", the answer to a token whose App lacks the permission).
 	Answer func(op string, n int) int
+	// HookAnswer, when it returns a status code, answers the n-th request (from 1) to a
+	// webhook's deliveries with it instead (429 with Retry-After: 60, a secondary rate limit).
+	HookAnswer func(op string, n int) int
+	// DeliveryTimeout is how long an attempt waits for the hook's endpoint (default 10 s,
+	// GitHub's).
+	DeliveryTimeout time.Duration
 
 	mu            sync.Mutex
 	violations    []string
@@ -104,6 +111,10 @@ type GitHub struct {
 	commits  map[string]map[string]HistoryCommit
 	pulls    map[string]map[int]HistoryPull
 	requests map[string]int
+	// webhooks
+	hooks        map[Hook]*hook
+	deliveryID   int64
+	hookRequests int
 }
 
 // New returns a fake accepting the bearer tokens authorize accepts (nil: any), and the
@@ -201,6 +212,16 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	if strings.HasSuffix(op, "-webhook-deliveries") || strings.HasSuffix(op, "/redeliver-webhook-delivery") {
+		if strings.HasPrefix(op, "apps/") && !g.verifyJWT(w, r) {
+			return
+		}
+		if !strings.HasPrefix(op, "apps/") && !g.hookAuthorized(w, r) {
+			return
+		}
+		g.serveHooks(w, r, op, parts)
+		return
+	}
 	if strings.HasPrefix(op, "apps/") {
 		g.serveApp(w, r, op, parts)
 		return
@@ -233,6 +254,32 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		g.violate(w, http.StatusNotFound, "Not Found: %s %s is not served by the fake", r.Method, r.URL.Path)
 	}
+}
+
+// hookAuthorized checks the bearer token of a request to an organization's or a repository's
+// hook: one Authorize accepts (a token with admin:org_hook or admin:repo_hook); an
+// installation's token is refused 403, as GitHub refuses an App without the hooks permission.
+func (g *GitHub) hookAuthorized(w http.ResponseWriter, r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		g.violate(w, http.StatusUnauthorized, "Requires authentication: no bearer token")
+		return false
+	}
+	g.mu.Lock()
+	_, issuedHere := g.tokens[token]
+	g.mu.Unlock()
+	switch {
+	case issuedHere:
+		g.refuse(w, http.StatusForbidden, "Resource not accessible by integration")
+		return false
+	case g.Authorize != nil && !g.Authorize(token):
+		g.mu.Lock()
+		g.unauthorized++
+		g.mu.Unlock()
+		g.refuse(w, http.StatusUnauthorized, "Bad credentials")
+		return false
+	}
+	return true
 }
 
 // authorized checks a request's bearer token for repo, answering 401 for one that is not
