@@ -7,13 +7,20 @@ ROOT      ?= $(if $(filter examples/amiss.yaml,$(CONFIG)),var/ledger,var/$(basen
 # The configuration sam build packages beside each function (see docs/deployment.md).
 DEPLOY_CONFIG ?= examples/aws.yaml
 LISTEN    ?= 127.0.0.1:8080
+# make run makes its own roots the first time (amiss serve -create); a ROOT you name must exist,
+# so that a mistyped one is refused rather than served empty: CREATE=yes makes a new one.
+CREATE    ?= $(if $(filter file,$(origin ROOT)),yes)
 # The example configuration's demo route reads its secret from here. This value is the
 # Standard Webhooks specification's test key: fine on 127.0.0.1, never for a deployment.
 export AMISS_DEMO_SECRET ?= whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 PKGS      := ./...
+# Which build: stamped into bin/amiss and every Lambda bootstrap (amiss version, and each
+# function's "starting" log line; see internal/buildinfo).
 VERSION   := $(shell git describe --always --dirty 2>/dev/null)
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
+STAMP     := -X github.com/amiss-ci/amiss/internal/buildinfo.version=$(VERSION) -X github.com/amiss-ci/amiss/internal/buildinfo.commit=$(COMMIT)
 
 # MinIO for the S3 ledger's tests: a pinned release built from its Go module, in a local image.
 MINIO_VERSION ?= v0.0.0-20260212201848-7aac2a2c5b7c
@@ -23,17 +30,17 @@ MINIO_BUILD   := .cache/minio
 .DEFAULT_GOAL := help
 .PHONY: help run sign demo check test test-prepare build bench fuzz soak powercut attack-ext4 vet clean minio-image rie \
 	invoke-ingress invoke-runner invoke-cleanup invoke-fakes invoke-clean \
-	build-IngressFunction build-RunnerFunction build-CleanupFunction lint-template
+	build-IngressFunction build-RunnerFunction build-CleanupFunction build-OperatorFunction lint-template
 
 ## help: this list
 help:
 	@echo "amiss: make TARGET [VAR=value]   (start with make run, then make sign in a second terminal)"
 	@echo
 	@sed -n 's/^## \([a-z0-9-]*\): /  \1\t/p' $(MAKEFILE_LIST) | expand -t 18
-	@echo "  build-NAME      what sam build runs for each function (IngressFunction, RunnerFunction, CleanupFunction)"
+	@echo "  build-NAME      what sam build runs for each function (IngressFunction, RunnerFunction, CleanupFunction, OperatorFunction)"
 	@echo
 	@echo "Variables, with their values here:"
-	@echo "  CONFIG=$(CONFIG) ROOT=$(ROOT) LISTEN=$(LISTEN)   (run, sign, demo, check)"
+	@echo "  CONFIG=$(CONFIG) ROOT=$(ROOT) LISTEN=$(LISTEN)   (run, sign, demo, check)  CREATE=$(CREATE) (run: make ROOT if missing)"
 	@echo "  TITLE=\"...\" (sign: a pull request)  EVENT=FILE (invoke-*)  INVOKE_STATE=$(INVOKE_STATE)"
 	@echo "  DEPLOY_CONFIG=$(DEPLOY_CONFIG) (sam build)  FUZZTIME=$(FUZZTIME)  BENCHTIME=$(BENCHTIME)  POWER_SCALE=$(POWER_SCALE)"
 	@echo "  MINIO_IMAGE=$(MINIO_IMAGE)  GO=$(GO)"
@@ -42,7 +49,7 @@ help:
 ## run: build amiss and serve the example configuration on LISTEN (127.0.0.1:8080) over the file root ROOT (var/ledger)
 run: build
 	@echo "== serving $(CONFIG) on http://$(LISTEN) over $(ROOT): make sign$(if $(filter-out 127.0.0.1:8080,$(LISTEN)), LISTEN=$(LISTEN)) in another terminal; Ctrl-C stops"
-	./bin/amiss serve -config $(CONFIG) -root $(ROOT) -listen $(LISTEN)
+	./bin/amiss serve -config $(CONFIG) -root $(ROOT) -listen $(LISTEN)$(if $(filter yes,$(CREATE)), -create)
 
 ## sign: send a signed sample webhook to the server make run started, at LISTEN (TITLE="..." for a pull request)
 sign: build
@@ -89,7 +96,7 @@ vet:
 ## build: the amiss binary in bin/
 build:
 	@test -x bin/amiss || echo "== first build of bin/amiss: Go fetches the modules, then compiles amiss and its dependencies (the AWS SDK among them) and prints nothing for a few minutes; later builds take seconds"
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/amiss ./cmd/amiss
+	$(GO) build -ldflags "$(STAMP)" -o bin/amiss ./cmd/amiss
 
 ## bench: the measurements recorded in docs/benchmarks.md (the S3 ones need MinIO: see docs/s3-ledger.md)
 bench:
@@ -129,7 +136,7 @@ attack-ext4:
 # it. The check refuses a configuration that reads a variable the template does not declare
 # (Lambda would not set it).
 LAMBDA_ARCH  ?= arm64
-LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w'
+LAMBDA_BUILD = CGO_ENABLED=0 GOOS=linux GOARCH=$(LAMBDA_ARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w $(STAMP)'
 PACKAGE_CHECK = $(GO) run ./cmd/amiss check -template template.yaml -config $(DEPLOY_CONFIG) -function
 AT_ROOT = @test -f go.mod -a -d functions/cmd || { echo "$@ runs at the repository's root: a SAM CLI older than 1.63 ignores the template's WorkingDirectory (upgrade it)" >&2; exit 1; }
 
@@ -151,14 +158,14 @@ build-CleanupFunction:
 	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/cleanup
 	cp $(DEPLOY_CONFIG) $(ARTIFACTS_DIR)/amiss.yaml
 
-## lint-template: cfn-lint template.yaml, and the EFS variant with the network the stack creates (needs cfn-lint)
+# The operator function reads no configuration: the ledger's root records what it needs.
+build-OperatorFunction:
+	$(AT_ROOT)
+	$(LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/cmd/operator
+
+## lint-template: cfn-lint every documented variant of template.yaml (S3, EFS with each network, ...; needs cfn-lint)
 lint-template:
-	@command -v cfn-lint >/dev/null || { echo "cfn-lint is not installed (pip install cfn-lint)"; exit 1; }
-	cfn-lint template.yaml
-	@mkdir -p .cache
-	sed 's/^    Default: S3$$/    Default: EFS/' template.yaml > .cache/template-efs.yaml
-	@grep -q '^    Default: EFS$$' .cache/template-efs.yaml || { echo "could not make the EFS variant"; exit 1; }
-	cfn-lint .cache/template-efs.yaml
+	sh scripts/lint-template.sh
 
 # The local Lambda loop: each function built as sam build builds it (for this machine's
 # architecture), run under the pinned runtime interface emulator with the variables of

@@ -6,7 +6,7 @@
 //     only declared variables), each function's event decodes into its handler's input, the
 //     IAM policies cover the S3 and SQS calls the ledger and the queue make, and the defects a
 //     first deploy found stay fixed.
-//   - lambda_test.go: the three functions built as they are deployed (bootstrap, lambda.norpc)
+//   - lambda_test.go: the ingress, runner and cleanup built as they are deployed (bootstrap, lambda.norpc)
 //     and run under the pinned runtime interface emulator on loopback, with stand-in SQS and
 //     provider servers, over a file ledger and over MinIO (the S3 ledger): a runner killed
 //     mid-evaluation, invoked again once its lease has ended, publishes exactly one verdict.
@@ -16,8 +16,16 @@
 //   - lambda_ops_test.go: the cleanup bootstrap emptying the dead-letter queue of what the
 //     ledger explains, the request id and cold-start mark on every log line, and a function
 //     that cannot start failing every invocation.
+//   - template_alarms_test.go: the alarms on what users feel (refused and abandoned verdicts,
+//     refused webhooks, the oldest unfinished row, the EFS ledger's throughput), each threshold
+//     against the code's schedules, no page on a new stack, and a runbook section per alarm.
+//   - template_access_test.go: the throttles' sizing, the access log, each role's log group,
+//     the operator's way to either ledger and its IAM, the dashboard, the log groups kept, the
+//     build's stamp and the linted variants.
+//   - lambda_operator_test.go: the operator function's bootstrap reading and republishing, and
+//     refusing to migrate a root of an older format.
 //   - invoke_test.go: the README's local Lambda loop (make invoke-ingress, invoke-runner,
-//     invoke-cleanup) run as a user runs it.
+//     invoke-cleanup) run as a user runs it, the ingress's start-up line naming the build.
 //
 // The emulator comes from make rie and MinIO from the local image (make minio-image, selected
 // by AMISS_MINIO_IMAGE); a test whose tool is missing is skipped and says why, unless

@@ -39,6 +39,11 @@ func TestInvokeLoopUnderTheEmulator(t *testing.T) {
 	}
 
 	out := mk("invoke-ingress")
+	// The bootstrap sam build makes names its build in its first line: the Makefile's stamp.
+	if want := `"msg":"starting","function":"ingress","version":"` + git(t, "describe", "--always", "--dirty") +
+		`","commit":"` + git(t, "rev-parse", "HEAD") + `"`; !strings.Contains(out, want) {
+		t.Fatalf("the ingress's start-up line does not name the build (%s):\n%s", want, out)
+	}
 	answer, err := os.ReadFile(filepath.Join(state, "ingress-answer.json"))
 	if err != nil {
 		t.Fatalf("no answer kept: %v\n%s", err, out)
@@ -77,4 +82,16 @@ func TestInvokeLoopUnderTheEmulator(t *testing.T) {
 	if !strings.Contains(out, `\"outcome\":\"duplicate\"`) || !strings.Contains(out, "make invoke-clean") {
 		t.Fatalf("second invoke:\n%s", out)
 	}
+}
+
+// git runs git in the repository and returns its output's one line.
+func git(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -141,7 +141,11 @@ func (a alarm) get(k string) string {
 // dims renders the alarm's dimensions as Name=Value (a !Ref or !GetAtt as its tag and target).
 func (a alarm) dims() string {
 	var out []string
-	for _, d := range deref(child(a.props, "Dimensions")).Content {
+	dims := deref(child(a.props, "Dimensions"))
+	if dims == nil {
+		return ""
+	}
+	for _, d := range dims.Content {
 		v := child(d, "Value")
 		val := v.Value
 		if v.Tag == "!Ref" || v.Tag == "!GetAtt" {
@@ -177,19 +181,25 @@ func scheduleMinutes(t *testing.T, raw *yaml.Node) int {
 }
 
 // Each way the deployment fails has an alarm: every function's errors and throttles, the
-// HTTP API's 5xx answers, a delivery waiting too long in the queue, the ledger's capacity near
-// its cap, the cleanup not running, and a dead letter no row explains. The alarms on amiss's
-// own metrics watch the names and dimensions the code emits.
+// HTTP API's 5xx answers and its stage's 429s, a message no runner takes, work waiting in the
+// ledger (the oldest unfinished row), publications refused and verdicts abandoned, the
+// ledger's capacity near its cap, the cleanup not running, and a dead letter no row explains.
+// The alarms on amiss's own metrics watch the names and dimensions the code emits.
 func TestEachFailureHasItsAlarm(t *testing.T) {
 	raw := rawTemplate(t)
 	type want struct{ namespace, metric, dims, statistic, comparison, threshold, missing string }
 	cleanupDims := "Function=cleanup,FunctionName=!Ref CleanupFunction"
+	runnerDims := "Function=runner,FunctionName=!Ref RunnerFunction"
 	wants := map[string]want{
-		"ApiServerErrorsAlarm":   {"AWS/ApiGateway", "5xx", "ApiId=!Ref HttpApi", "Sum", "GreaterThanThreshold", "0", "notBreaching"},
-		"DeliveryQueueAgeAlarm":  {"AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName=!GetAtt DeliveryQueue.QueueName", "Maximum", "GreaterThanThreshold", "!Ref QueueAgeAlarmSeconds", "notBreaching"},
-		"CapacityAlarm":          {"amiss", "capacity_used_percent", cleanupDims, "Maximum", "GreaterThanOrEqualToThreshold", "!Ref CapacityAlarmPercent", "ignore"},
-		"CleanupNotRunningAlarm": {"amiss", "cleanup_succeeded", cleanupDims, "Sum", "LessThanThreshold", "1", "breaching"},
-		"DeadLetterAlarm":        {"amiss", "dead_letters_unexplained", cleanupDims, "Maximum", "GreaterThanThreshold", "0", "ignore"},
+		"ApiServerErrorsAlarm":    {"AWS/ApiGateway", "5xx", "ApiId=!Ref HttpApi", "Sum", "GreaterThanThreshold", "0", "notBreaching"},
+		"ApiThrottledAlarm":       {"amiss", "webhooks_throttled", "ApiId=!Ref HttpApi", "Sum", "GreaterThanThreshold", "0", "notBreaching"},
+		"DeliveryQueueAgeAlarm":   {"AWS/SQS", "ApproximateAgeOfOldestMessage", "QueueName=!GetAtt DeliveryQueue.QueueName", "Maximum", "GreaterThanThreshold", "!Ref QueueAgeAlarmSeconds", "notBreaching"},
+		"CapacityAlarm":           {"amiss", "capacity_used_percent", cleanupDims, "Maximum", "GreaterThanOrEqualToThreshold", "!Ref CapacityAlarmPercent", "ignore"},
+		"CleanupNotRunningAlarm":  {"amiss", "cleanup_succeeded", cleanupDims, "Sum", "LessThanThreshold", "1", "ignore"},
+		"DeadLetterAlarm":         {"amiss", "dead_letters_unexplained", cleanupDims, "Maximum", "GreaterThanThreshold", "0", "ignore"},
+		"OldestUnfinishedAlarm":   {"amiss", "oldest_unfinished_age", cleanupDims, "Maximum", "GreaterThanThreshold", "!Ref UnfinishedAlarmSeconds", "ignore"},
+		"PublicationRefusedAlarm": {"amiss", "publish_refused", runnerDims, "Sum", "GreaterThanThreshold", "0", "notBreaching"},
+		"AbandonedAlarm":          {"amiss", "abandoned", runnerDims, "Sum", "GreaterThanThreshold", "0", "notBreaching"},
 	}
 	for _, fn := range []string{"Ingress", "Runner", "Cleanup"} {
 		wants[fn+"ErrorsAlarm"] = want{"AWS/Lambda", "Errors", "FunctionName=!Ref " + fn + "Function", "Sum", "GreaterThanThreshold", "0", "notBreaching"}
@@ -213,15 +223,24 @@ func TestEachFailureHasItsAlarm(t *testing.T) {
 		}
 	}
 
-	// The cleanup emits those metrics, under the namespace and dimensions the alarms read.
-	code := readFile(t, "functions/cleanup/cleanup.go")
-	for _, m := range []string{"capacity_used_percent", "cleanup_succeeded", "dead_letters_unexplained"} {
-		if !strings.Contains(code, `"`+m+`"`) {
-			t.Errorf("functions/cleanup emits no %s", m)
+	// The code emits those metrics, under the namespace and dimensions the alarms read: the
+	// cleanup its gauges, the runner its counts, each function through wiring.Metrics named
+	// after its role.
+	for file, names := range map[string][]string{
+		"functions/cleanup/cleanup.go": {"capacity_used_percent", "cleanup_succeeded", "dead_letters_unexplained", "oldest_unfinished_age"},
+		"functions/runner/publish.go":  {"publish_refused", "abandoned"},
+	} {
+		code := readFile(t, file)
+		for _, m := range names {
+			if !strings.Contains(code, `"`+m+`"`) {
+				t.Errorf("%s emits no %s", file, m)
+			}
 		}
 	}
-	if main := readFile(t, "functions/cmd/cleanup/main.go"); !strings.Contains(main, `wiring.Metrics(os.Stdout, "cleanup")`) {
-		t.Error("the cleanup's metrics are not wiring.Metrics(os.Stdout, \"cleanup\")")
+	for _, fn := range []string{"ingress", "runner", "cleanup"} {
+		if main := readFile(t, "functions/cmd/"+fn+"/main.go"); !strings.Contains(main, `wiring.Metrics(os.Stdout, "`+fn+`")`) {
+			t.Errorf("the %s's metrics are not wiring.Metrics(os.Stdout, %q)", fn, fn)
+		}
 	}
 	if m := readFile(t, "functions/wiring/metrics.go"); !strings.Contains(m, `Namespace: "amiss"`) ||
 		!strings.Contains(m, `"Function": function`) || !strings.Contains(m, `dims["FunctionName"] = name`) {
@@ -279,7 +298,7 @@ func TestTheEndpointAndTheFunctionsAreBounded(t *testing.T) {
 	raw := rawTemplate(t)
 	res := child(raw, "Resources")
 	routes := child(child(child(res, "HttpApi"), "Properties"), "DefaultRouteSettings")
-	for k, param := range map[string]string{"ThrottlingRateLimit": "ApiThrottlingRateLimit", "ThrottlingBurstLimit": "ApiThrottlingBurstLimit"} {
+	for k, param := range map[string]string{"ThrottlingRateLimit": "ApiThrottlingRateLimit", "ThrottlingBurstLimit": "IngressReservedConcurrency"} {
 		if v := child(routes, k); v == nil || v.Tag != "!Ref" || v.Value != param {
 			t.Errorf("the HTTP API's %s is not !Ref %s", k, param)
 		}

@@ -35,6 +35,9 @@ var (
 	// ErrUnavailable: the backing store cannot be used right now (I/O failure, listing
 	// failure). The operation left either nothing or its whole effect.
 	ErrUnavailable = errors.New("ledger: store unavailable")
+	// ErrConflict: a conditional write of a named record (StateStore) lost to another writer;
+	// nothing was written. Read the record again and decide again.
+	ErrConflict = errors.New("ledger: written by another writer first")
 	// ErrInvalid: the caller passed something the contract does not allow (an empty binding,
 	// a non-positive lease length, a staged result of another evaluation).
 	ErrInvalid = errors.New("ledger: invalid request")

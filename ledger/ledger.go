@@ -447,6 +447,11 @@ type CleanupReport struct {
 	Damaged []DamagedRow
 	// Stranded lists unfinished rows with no live lease, idle longer than the threshold.
 	Stranded []StrandedRow
+	// OldestUnfinished is the admission time of the oldest unfinished row (pending, running
+	// or saved, whatever its lease) the pass read, zero when it read none: how long the
+	// delivery waiting longest has waited for its verdict to be posted. A lap of passes reads
+	// every row once; the earliest of its passes' times is the ledger's.
+	OldestUnfinished time.Time
 	// RemovedSubjects counts the subject records this pass forgot, and Subjects those it kept.
 	RemovedSubjects, Subjects int
 	// HighWater is the effective now the pass persisted before deleting.

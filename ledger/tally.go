@@ -7,7 +7,7 @@ import (
 )
 
 // Tally collects what a cleanup pass read, for backends: the rows it kept, the damaged rows it
-// skipped and the stranded rows it found. It does no I/O.
+// skipped, the stranded rows it found and the oldest unfinished one. It does no I/O.
 type Tally struct {
 	// Now is the pass's effective now; StrandedAfter its stranded threshold.
 	Now           time.Time
@@ -16,6 +16,7 @@ type Tally struct {
 	retained int
 	damaged  map[string]error
 	stranded []StrandedRow
+	oldest   time.Time
 }
 
 // Add records one row read from the file or object name. A row that does not exist any more
@@ -32,6 +33,9 @@ func (t *Tally) Add(name string, row *Row, err error) error {
 		return err
 	}
 	t.retained++
+	if !row.State.Terminal() {
+		t.oldest = Earliest(t.oldest, row.CreatedAt)
+	}
 	if row.Stranded(row.Now(t.Now, time.Time{}), t.StrandedAfter) {
 		t.stranded = append(t.stranded, row.StrandedRow())
 	}
@@ -46,10 +50,21 @@ func (t *Tally) Damage(name string, err error) {
 	t.damaged[name] = err
 }
 
-// Fill writes the tally into rep: damaged rows count as retained and are listed by name.
+// Earliest returns the earlier of two times, a zero time counting as none: the figure of two
+// cleanup passes' OldestUnfinished together.
+func Earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// Fill writes the tally into rep: damaged rows count as retained and are listed by name; the
+// unfinished rows it read give rep.OldestUnfinished.
 func (t *Tally) Fill(rep *CleanupReport) {
 	rep.Retained = t.retained + len(t.damaged)
 	rep.Stranded = t.stranded
+	rep.OldestUnfinished = t.oldest
 	rep.Damaged = rep.Damaged[:0]
 	for name, err := range t.damaged {
 		rep.Damaged = append(rep.Damaged, DamagedRow{Name: name, Err: err})

@@ -52,10 +52,12 @@ const (
 	kindSweep   kind = 'M'
 	kindRoom    kind = 'E'
 	kindSubject kind = 'J'
+	kindState   kind = 'N'
 )
 
 var kindNames = map[kind]string{kindRoot: "root state", kindRow: "row state", kindBatch: "cleanup batch",
-	kindShard: "capacity shard", kindSweep: "maintenance state", kindRoom: "room epoch", kindSubject: "subject record"}
+	kindShard: "capacity shard", kindSweep: "maintenance state", kindRoom: "room epoch", kindSubject: "subject record",
+	kindState: "named state record"}
 
 func (k kind) String() string {
 	if n, ok := kindNames[k]; ok {

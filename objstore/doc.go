@@ -14,6 +14,8 @@
 //	ended/<end>-<key>      empty index entries of finished rows with a retention end
 //	maintenance.json       the fenced maintenance lease (one cleanup at a time)
 //	batch.json             the last cleanup batch
+//	state/<name>.json      named state records (ledger.StateStore: a catch-up cursor),
+//	                       written on the ETag read (state.go)
 //
 // Every object carries a format version, a CRC-32C of its data and a unique write token, so a
 // write whose answer was lost is recognised as one's own when read back.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -175,6 +176,11 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 			want: []string{"not a ledger root"}},
 		{name: "a file as the root", args: []string{"ledger", "stats", "-root", "docs/benchmarks.md"}, code: 1,
 			want: []string{"a file, not a folder", "give -root"}},
+		{name: "serve over a mistyped root", args: []string{"serve", "-root", "var/ledgr", "-listen", "127.0.0.1:0"}, env: secret, code: 1,
+			want: []string{"-root var/ledgr: no such folder", "check the path", "var/ledger", "amiss serve -create -root var/ledgr",
+				"make run ROOT=var/ledgr CREATE=yes"}},
+		{name: "serve over an empty folder", args: []string{"serve", "-root", "var/empty", "-listen", "127.0.0.1:0"}, env: secret, code: 1,
+			want: []string{"-root var/empty: an empty folder, not a ledger root", "amiss serve -create -root var/empty"}},
 		{name: "serve over a folder that holds other files", args: []string{"serve", "-root", "docs", "-listen", "127.0.0.1:0"}, env: secret,
 			code: 1, want: []string{"-root docs: the folder holds benchmarks.md, not a ledger", "choose another -root", "ROOT="},
 			not: []string{"ledger data"}},
@@ -196,9 +202,9 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 			want: []string{"check failed"},
 			out:  []string{"FAIL  ledger var/locked: -root var/locked: this user may not use the folder", "the user that owns it"}},
 		// -listen
-		{name: "an address in use", args: []string{"serve", "-root", "var/serve", "-listen", busyAddr}, env: secret, code: 1,
+		{name: "an address in use", args: []string{"serve", "-create", "-root", "var/serve", "-listen", busyAddr}, env: secret, code: 1,
 			want: []string{"-listen " + busyAddr + ": the address is in use", "amiss serve -listen " + otherBusy, "make run LISTEN=" + otherBusy}},
-		{name: "an address that is not one", args: []string{"serve", "-root", "var/serve", "-listen", "localhost"}, env: secret, code: 1,
+		{name: "an address that is not one", args: []string{"serve", "-create", "-root", "var/serve", "-listen", "localhost"}, env: secret, code: 1,
 			want: []string{"-listen localhost", "HOST:PORT"}},
 		// secrets and configuration
 		{name: "sign without its secret", args: []string{"sign"}, code: 1,
@@ -278,6 +284,13 @@ func TestEveryBadInputSaysWhatIsWrongAndWhatToDo(t *testing.T) {
 			t.Errorf("%s after the refusals: %v %v, want its one file", d, entries, err)
 		}
 	}
+	// A serve refused over a mistyped root made nothing there, and left the empty folder empty.
+	if _, err := os.Stat(w.path("var/ledgr")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("var/ledgr after serve refused it: %v, want no such folder", err)
+	}
+	if entries, err := os.ReadDir(w.path("var/empty")); err != nil || len(entries) != 0 {
+		t.Errorf("var/empty after serve refused it: %v %v, want it empty", entries, err)
+	}
 	// check prints each failure with its remedy on stdout.
 	code, stdout, _ := w.run(t, false, nil, "check", "-root", "var/ledger")
 	if code != 1 || !strings.Contains(stdout, "FAIL  routes.demo.secrets[0].from") || !strings.Contains(stdout, "export "+demoSecretVar+"=") {
@@ -308,6 +321,7 @@ func TestEveryCommandAnswersHelpAlike(t *testing.T) {
 		{[]string{"ledger", "verify", "-h"}, "usage: amiss ledger verify [-root DIR]"},
 		{[]string{"ledger", "cleanup", "-h"}, "usage: amiss ledger cleanup [-root DIR]"},
 		{[]string{"ledger", "s3-setup", "-h"}, "usage: amiss ledger s3-setup -root s3://bucket/prefix/"},
+		{[]string{"ledger", "migrate", "-h"}, "usage: amiss ledger migrate [-root DIR]"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), c.args, &out, &errOut)

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
-	"github.com/amiss-ci/amiss/functions/githubapp"
 	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/secrets"
 )
 
@@ -32,21 +32,23 @@ func (c *checker) checkApp(ctx context.Context, res secrets.Source, r *config.Ro
 	if err != nil {
 		return // the secret's own check has said why, and what to do
 	}
-	tk, err := githubapp.New(githubapp.Config{BaseURL: p.BaseURL, AppID: p.App.ID, PrivateKey: []byte(pemKey), Client: hc})
+	tk, err := github.NewApp(github.AppConfig{BaseURL: p.BaseURL, AppID: p.App.ID, PrivateKey: []byte(pemKey), Client: hc})
 	if err != nil {
 		c.fail("%s.private_key: %v: put the App's private key there, whole (the App's settings, Private keys, Generate a private key)", field, err)
 		return
 	}
 	c.ok("%s.private_key: an RSA private key", field)
 	pctx, cancel = context.WithTimeout(ctx, timeout)
-	app, err := tk.App(pctx)
+	app, err := tk.Info(pctx)
 	cancel()
 	if err != nil {
 		c.fail("%s: %v", field, err)
 		return
 	}
 	c.ok("%s: GitHub accepts the App's JWT: App %s (%q, id %d)", field, app.Slug, app.Name, app.ID)
-	perm, reruns := appPermission[p.Provider], slices.Contains(r.Events, "rerun")
+	// A route whose rules read has its reads checked with them (checkReads); one reading with
+	// another credential (a read block) reads nothing with the App.
+	perm, reruns := appPermission[p.Provider], slices.Contains(r.Events, "rerun") && r.Read == nil && len(readNeeds(r)) == 0
 	seen := map[string]bool{}
 	for _, repo := range r.Repositories {
 		owner, name, ok := strings.Cut(repo, "/")
@@ -65,10 +67,10 @@ var rerunReads = []string{"pull_requests", "contents"}
 // checkInstallation checks that the App is installed on owner/name (on the account owner, for
 // owner/*) with perm write, that it may read what a re-run reads when the route takes
 // re-runs, and that an installation token can be had.
-func (c *checker) checkInstallation(ctx context.Context, tk *githubapp.Tokens, field, owner, name, perm string, reruns bool, timeout time.Duration) {
+func (c *checker) checkInstallation(ctx context.Context, tk *github.App, field, owner, name, perm string, reruns bool, timeout time.Duration) {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var in githubapp.Installation
+	var in github.Installation
 	var err error
 	if name == "*" {
 		in, err = tk.AccountInstallation(pctx, owner)

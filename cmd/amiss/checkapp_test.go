@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/amiss-ci/amiss/functions/githubapp/githubapptest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 )
 
 // amiss check on a route publishing as a GitHub App: the key parses, GitHub accepts the JWT
@@ -19,9 +19,9 @@ import (
 // the App API is asked (the fake records any other request), and nothing is posted to a
 // repository.
 func TestCheckAGitHubApp(t *testing.T) {
-	key, pemKey := githubapptest.GenerateKey()
-	_, otherPEM := githubapptest.GenerateKey()
-	fake := githubapptest.New(4242, &key.PublicKey)
+	key, pemKey := githubtest.GenerateKey()
+	_, otherPEM := githubtest.GenerateKey()
+	fake := githubtest.NewApp(4242, &key.PublicKey)
 	fake.Prefix = "/api/v3" // a GitHub Enterprise Server
 	fake.Install(7, "acme/app")
 	api := httptest.NewServer(fake)

@@ -39,7 +39,7 @@ func startServe(t *testing.T, o serveOptions) *server {
 	if o.workers == 0 {
 		o.workers = 1
 	}
-	o.lease, o.cleanupEvery, o.grace = 10*time.Second, time.Hour, 5*time.Second
+	o.lease, o.cleanupEvery, o.grace, o.create = 10*time.Second, time.Hour, 5*time.Second, true
 	s := &server{out: &syncBuffer{}, stop: stop, done: make(chan error, 1)}
 	go func() { s.done <- runServe(ctx, o, s.out) }()
 	select {
@@ -58,7 +58,7 @@ func TestServeStopsAtStartOnASecretItCannotRead(t *testing.T) {
 	var out syncBuffer
 	ready := make(chan string, 1)
 	err := runServe(context.Background(), serveOptions{config: exampleConfig, root: filepath.Join(t.TempDir(), "root"),
-		listen: "127.0.0.1:0", workers: 1, ready: ready}, &out)
+		listen: "127.0.0.1:0", workers: 1, ready: ready, create: true}, &out)
 	if err == nil {
 		t.Fatal("serve started without its secret")
 	}

@@ -43,7 +43,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	l, err := prepareRoot(ctx, "demo", cfg, *root, 0)
+	l, err := prepareRoot(ctx, "demo", cfg, *root, 0, true)
 	if err != nil {
 		return err
 	}

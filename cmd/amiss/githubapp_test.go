@@ -15,44 +15,25 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/githubapp/githubapptest"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 )
 
-// gitHubWithApp is a fake GitHub on 127.0.0.1 serving an App's endpoints (JWTs checked with
+// gitHubWithApp is the fake GitHub on 127.0.0.1 serving an App's endpoints (JWTs checked with
 // the App's public key, installation tokens that expire), the checks API and the commits and
 // pull requests a re-run reads (requests checked against GitHub's description, only tokens of
-// installation 7 accepted).
+// installation 7, on acme/app, accepted).
 type gitHubWithApp struct {
-	app     *githubapptest.App
-	checks  *publishtest.Checks
-	history *publishtest.History
-	srv     *httptest.Server
-	pem     []byte
+	*githubtest.GitHub
+	srv *httptest.Server
+	pem []byte
 }
 
 func newGitHubWithApp(t *testing.T) *gitHubWithApp {
 	t.Helper()
-	key, pem := githubapptest.GenerateKey()
-	g := &gitHubWithApp{app: githubapptest.New(42, &key.PublicKey), pem: pem}
-	g.app.Install(7, "acme/app")
-	installed := func(token string) bool {
-		inst, ok := g.app.Authorize(token)
-		return ok && inst == 7
-	}
-	g.checks = publishtest.NewChecks(installed)
-	g.history = publishtest.NewHistory(installed)
-	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-		switch {
-		case parts[0] == "app" || strings.HasSuffix(r.URL.Path, "/installation"):
-			g.app.ServeHTTP(w, r)
-		case len(parts) >= 4 && (parts[3] == "pulls" || parts[3] == "compare" || parts[3] == "commits" && len(parts) == 5):
-			g.history.ServeHTTP(w, r)
-		default:
-			g.checks.ServeHTTP(w, r)
-		}
-	}))
+	key, pem := githubtest.GenerateKey()
+	g := &gitHubWithApp{GitHub: githubtest.NewApp(42, &key.PublicKey), pem: pem}
+	g.Install(7, "acme/app")
+	g.srv = httptest.NewServer(g.GitHub)
 	t.Cleanup(g.srv.Close)
 	return g
 }
@@ -116,7 +97,7 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runServe(ctx, serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 2,
-			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready}, out)
+			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready, create: true}, out)
 	}()
 	addr := <-ready
 	defer func() {
@@ -127,15 +108,15 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	}()
 
 	const sha = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
-	gh.history.AddCommit("acme/app", publishtest.HistoryCommit{SHA: sha, Parent: "9fceb02d0ae598e95dc970b74767f19372d61af8",
-		Message: "add config", Files: []publishtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"},
+	gh.AddCommit("acme/app", githubtest.HistoryCommit{SHA: sha, Parent: "9fceb02d0ae598e95dc970b74767f19372d61af8",
+		Message: "add config", Files: []githubtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"},
 			{Filename: "README.md", Status: "modified"}}})
 	push := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"full_name":"acme/app"},`+
 		`"installation":{"id":7},"commits":[{"id":%q,"message":"add config","added":["secrets/prod.env"],"modified":["README.md"]}]}`, sha, sha)
 	if code, body := postAppWebhook(t, addr, "push", push); code != http.StatusAccepted {
 		t.Fatalf("push: %d %s", code, body)
 	}
-	first := waitForCheckRuns(t, gh.checks, sha, 1, out)
+	first := waitForCheckRuns(t, gh.GitHub, sha, 1, out)
 	run := first[0]
 	if run.Name != "amiss/local" || run.Status != "completed" || run.Conclusion != "failure" || len(run.ExternalID) != 64 {
 		t.Fatalf("check run: %+v", run)
@@ -150,7 +131,7 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	if code, body := postAppWebhook(t, addr, "check_run", rerun); code != http.StatusAccepted {
 		t.Fatalf("re-run: %d %s", code, body)
 	}
-	runs := waitForCheckRuns(t, gh.checks, sha, 2, out)
+	runs := waitForCheckRuns(t, gh.GitHub, sha, 2, out)
 	// The re-run read the commit's files (the body lists none) and refused the same file.
 	again := runs[1]
 	if again.ExternalID == run.ExternalID || again.Name != "amiss/local" || again.Status != "completed" ||
@@ -160,21 +141,21 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	if len(again.Annotations) != 1 || again.Annotations[0].Path != "secrets/prod.env" {
 		t.Fatalf("the re-run's annotations: %+v", again.Annotations)
 	}
-	if n := gh.history.Requests(publishtest.OpGetCommit); n != 1 {
+	if n := gh.Requests(githubtest.OpGetCommit); n != 1 {
 		t.Fatalf("the re-run read the commit %d times", n)
 	}
-	if v := append(append(gh.app.Violations(), gh.checks.Violations()...), gh.history.Violations()...); len(v) != 0 {
+	if v := gh.Violations(); len(v) != 0 {
 		t.Fatalf("requests GitHub's description refuses: %q", v)
 	}
-	if n := gh.app.Exchanges(7); n != 1 {
+	if n := gh.Exchanges(7); n != 1 {
 		t.Fatalf("%d token exchanges for two deliveries: the installation token was not kept", n)
 	}
-	if gh.checks.Creates() != 2 {
-		t.Fatalf("%d check runs created for two verdicts", gh.checks.Creates())
+	if gh.Creates() != 2 {
+		t.Fatalf("%d check runs created for two verdicts", gh.Creates())
 	}
 }
 
-func waitForCheckRuns(t *testing.T, c *publishtest.Checks, sha string, n int, out *syncBuffer) []publishtest.CheckRun {
+func waitForCheckRuns(t *testing.T, c *githubtest.GitHub, sha string, n int, out *syncBuffer) []githubtest.CheckRun {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if runs := c.Runs("acme/app", sha); len(runs) >= n {
@@ -183,5 +164,73 @@ func waitForCheckRuns(t *testing.T, c *publishtest.Checks, sha string, n int, ou
 		if time.Now().After(deadline) {
 			t.Fatalf("%d check runs on %s, want %d; violations %q\n%s", len(c.Runs("acme/app", sha)), sha, n, c.Violations(), out.String())
 		}
+	}
+}
+
+// A pull request that adds a forbidden file fails as a GitHub App's check run, though its
+// webhook names no file: amiss reads the pull request's files from GitHub before it evaluates
+// (as a new user tries it with examples/github-app.yaml). Pressing Re-run on that check run
+// (a fork's pull request: the webhook names no pull request) gives the same verdict, the pull
+// request found through the check run's delivery.
+func TestServeFailsAPullRequestAddingAForbiddenFileAsAGitHubApp(t *testing.T) {
+	gh := newGitHubWithApp(t)
+	dir := t.TempDir()
+	cfg := exampleAppConfig(t, dir, gh.srv.URL, gh.pem)
+	ctx, stop := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- runServe(ctx, serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 2,
+			lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready, create: true}, out)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended before it listened: %v\n%s", err, out.String())
+	}
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	const base, head = "9fceb02d0ae598e95dc970b74767f19372d61af8", "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+	gh.AddCommit("acme/app", githubtest.HistoryCommit{SHA: head, Parent: base, Message: "feat: add the config",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"}, {Filename: "README.md", Status: "modified"}}})
+	gh.AddPull("acme/app", githubtest.HistoryPull{Number: 12, Title: "feat: add the config", Base: "main", Head: "config",
+		BaseSHA: base, HeadSHA: head})
+	now := time.Now().UTC().Format(time.RFC3339)
+	opened := fmt.Sprintf(`{"action":"opened","number":12,"pull_request":{"number":12,"title":"feat: add the config",`+
+		`"updated_at":%q,"head":{"sha":%q,"ref":"config","repo":{"pushed_at":%q}},"base":{"ref":"main"}},`+
+		`"repository":{"full_name":"acme/app"},"installation":{"id":7}}`, now, head, now)
+	if code, body := postAppWebhook(t, addr, "pull_request", opened); code != http.StatusAccepted {
+		t.Fatalf("pull request: %d %s", code, body)
+	}
+	run := waitForCheckRuns(t, gh.GitHub, head, 1, out)[0]
+	if run.Conclusion != "failure" || !strings.Contains(run.Summary, "secrets/prod.env") {
+		t.Fatalf("the pull request's check run: %+v", run)
+	}
+	if len(run.Annotations) != 1 || run.Annotations[0].Path != "secrets/prod.env" {
+		t.Fatalf("annotations: %+v", run.Annotations)
+	}
+	if n := gh.Requests(githubtest.OpListPullFiles); n != 1 {
+		t.Fatalf("the pull request's files were read %d times", n)
+	}
+
+	rerun := fmt.Sprintf(`{"action":"rerequested","check_run":{"id":%d,"name":"amiss/local","head_sha":%q,"external_id":%q,`+
+		`"status":"completed","conclusion":"failure","check_suite":{"id":5,"head_branch":"config","head_sha":%q},"pull_requests":[]},`+
+		`"repository":{"full_name":"acme/app"},"installation":{"id":7}}`, run.ID, head, run.ExternalID, head)
+	if code, body := postAppWebhook(t, addr, "check_run", rerun); code != http.StatusAccepted {
+		t.Fatalf("re-run: %d %s", code, body)
+	}
+	again := waitForCheckRuns(t, gh.GitHub, head, 2, out)[1]
+	if again.Conclusion != run.Conclusion || again.Summary != run.Summary {
+		t.Fatalf("the re-run's check run %+v, the pull request's %+v", again, run)
+	}
+	if v := gh.Violations(); len(v) != 0 {
+		t.Fatalf("requests GitHub's description refuses: %q", v)
 	}
 }

@@ -117,7 +117,7 @@ type child struct {
 
 func startServeProcess(t *testing.T, args ...string) *child {
 	t.Helper()
-	c := &child{cmd: exec.Command(os.Args[0], append([]string{"serve"}, args...)...)}
+	c := &child{cmd: exec.Command(os.Args[0], append([]string{"serve", "-create"}, args...)...)}
 	c.cmd.Env = append(os.Environ(), "AMISS_TEST_RUN_MAIN=1", "HOOK_SECRET=kill-test-secret", "GH_TOKEN=gh-token")
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {

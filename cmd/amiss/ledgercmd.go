@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/operator"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
@@ -36,9 +37,19 @@ func (s s3Ledger) verify(ctx context.Context, p func(int, int64)) (bool, string,
 }
 
 // openRoot opens the ledger an operator's -root names, a folder or s3://bucket/prefix/ (see
-// wiring.OpenLedger), with the limits it records.
+// wiring.OpenLedger), with the limits it records. A file root of an older format is refused,
+// not migrated: only amiss ledger migrate migrates (openToMigrate).
 func openRoot(ctx context.Context, root string, prepare bool) (verifier, error) {
-	l, err := wiring.OpenLedger(ctx, root, wiring.LedgerOptions{From: "-root", Folders: true, Prepare: prepare})
+	return open(ctx, root, wiring.LedgerOptions{From: "-root", Folders: true, Prepare: prepare, ReadOnly: true})
+}
+
+// openToMigrate opens the ledger as openRoot does, migrating a file root of an older format.
+func openToMigrate(ctx context.Context, root string) (verifier, error) {
+	return open(ctx, root, wiring.LedgerOptions{From: "-root", Folders: true})
+}
+
+func open(ctx context.Context, root string, o wiring.LedgerOptions) (verifier, error) {
+	l, err := wiring.OpenLedger(ctx, root, o)
 	if err != nil {
 		return nil, explainRoot(root, false, err)
 	}
@@ -89,6 +100,8 @@ var ledgerCommands = []ledgerCommand{
 	{"verify", "[-root DIR]", "Decodes every file of the root and checks the capacity record; exits 1 when it finds a problem."},
 	{"cleanup", "[-root DIR]", "Runs cleanup passes until a lap is done: forgets what is safe to forget, reports stranded and damaged rows."},
 	{"s3-setup", "-root s3://bucket/prefix/ [-noncurrent-days N]", "Turns versioning on for the ledger's bucket and adds a lifecycle rule expiring noncurrent versions."},
+	{"migrate", "[-root DIR]", "Migrates a file root of an older format to this build's, in place (docs/file-ledger.md, Formats). The other\n" +
+		"ledger commands refuse such a root rather than change it; amiss serve and the Lambda functions migrate it when they open it."},
 }
 
 // ledgerNames lists the subcommands' names.
@@ -188,7 +201,9 @@ func runLedger(ctx context.Context, args []string, out, errOut io.Writer) error 
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(verdictOf(ctx, l, row))
+		return enc.Encode(operator.WithVerdict(ctx, l, row))
+	case "migrate":
+		return runMigrate(ctx, *root, out)
 	case "verify":
 		l, err := openRoot(ctx, *root, false)
 		if err != nil {
@@ -318,5 +333,33 @@ func runS3Setup(ctx context.Context, c *command, root *string, args []string, ou
 		return err
 	}
 	fmt.Fprintf(out, "bucket %s: versioning enabled; versions under %q expire %d day(s) after they stop being current\n", loc.Bucket, loc.Prefix, *days)
+	return nil
+}
+
+// runMigrate migrates the file root named root to this build's format, and says what it did.
+func runMigrate(ctx context.Context, root string, out io.Writer) error {
+	loc, err := wiring.ParseLocation(root, "-root", true)
+	if err != nil {
+		return err
+	}
+	if loc.Bucket != "" {
+		fmt.Fprintf(out, "%s: an S3 ledger has one format: nothing to migrate\n", root)
+		return nil
+	}
+	before, _ := wiring.FileRootFormat(loc.Dir)
+	l, err := openToMigrate(ctx, root)
+	if err != nil {
+		return err
+	}
+	l.Close()
+	after, err := wiring.FileRootFormat(loc.Dir)
+	switch {
+	case err != nil:
+		return err
+	case before == after:
+		fmt.Fprintf(out, "%s is of format %d, this build's: nothing to migrate\n", root, after)
+	default:
+		fmt.Fprintf(out, "migrated %s from format %d to format %d\n", root, before, after)
+	}
 	return nil
 }

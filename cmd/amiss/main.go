@@ -1,8 +1,9 @@
 // Command amiss is the local entry point of the amiss delivery controller.
 //
-//	amiss serve  [-config FILE] [-root DIR] [-listen ADDR] [-stranded-after D]
-//	                                      the three handlers in one process over a file root;
-//	                                      unfinished rows are queued again at start
+//	amiss serve  [-config FILE] [-root DIR] [-create] [-listen ADDR] [-stranded-after D]
+//	                                      the three handlers in one process over a file root
+//	                                      (-create: make it when missing); unfinished rows are
+//	                                      queued again at start
 //	amiss sign   [-config FILE] [-route NAME] [-title T] [-send]
 //	                                      a signed sample webhook: print its curl command, or send it
 //	amiss demo   [-config FILE] [-root DIR]
@@ -22,6 +23,8 @@
 //	                                      versioning and a lifecycle rule on the ledger's bucket
 //	amiss ledger verify  [-root DIR]      decode every file and check the capacity record
 //	amiss ledger cleanup [-root DIR]      run cleanup passes until a lap is done
+//	amiss ledger migrate [-root DIR]      migrate a file root of an older format (the other
+//	                                      commands refuse one rather than change it)
 //	amiss version                         the build: version, commit, Go
 package main
 
@@ -34,9 +37,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/amiss-ci/amiss/internal/buildinfo"
 )
 
 const defaultRoot = "var/ledger"
@@ -60,12 +64,12 @@ const usage = `usage: amiss COMMAND [flags]   (amiss COMMAND -h for a command's 
   demo      one sample delivery through every state of a file root, without a server
   check     read every secret, probe the ledger and the publishers' base URLs;
             with -template, check a packaged configuration against a SAM template
-  ledger    stats | list | inspect KEY | republish KEY | verify | cleanup,
+  ledger    stats | list | inspect KEY | republish KEY | verify | cleanup | migrate,
             on a file root or s3://bucket/prefix/; s3-setup readies a bucket
   version   the build: version, commit, Go`
 
 // commands are the top-level commands, in the order usage lists them.
-var commands = []string{"serve", "sign", "demo", "check", "ledger", "version"}
+var commands = []string{"serve", "sign", "demo", "check", "ledger", "catchup", "version"}
 
 // errUsage marks a command line amiss cannot act on: a flag it does not know, a missing or
 // malformed argument, an unknown command. main exits with status 2 for it (1 for any other
@@ -179,6 +183,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runCheck(ctx, args[1:], stdout)
 	case "ledger":
 		return runLedger(ctx, args[1:], stdout, stderr)
+	case "catchup":
+		return runCatchUp(ctx, args[1:], stdout)
 	case "version", "-version", "--version":
 		c := newCommand("version", "", "Prints the build: version, commit, Go, and the platform.")
 		if err := c.parse(args[1:]); err != nil {
@@ -196,37 +202,7 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return usagef("", "unknown command %q: one of %s", args[0], strings.Join(commands, ", "))
 }
 
-// version is set at build time by the Makefile (-ldflags "-X main.version=..."); without it
-// the module's build information is used.
-var version string
-
+// versionString is the build: "amiss VERSION commit COMMIT GO OS/ARCH" (see package buildinfo).
 func versionString() string {
-	v, rev, modified := version, "", false
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if v == "" {
-			v = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				modified = s.Value == "true"
-			}
-		}
-	}
-	if v == "" {
-		v = "(devel)"
-	}
-	s := "amiss " + v
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		s += " commit " + rev
-		if modified {
-			s += " (modified)"
-		}
-	}
-	return fmt.Sprintf("%s %s %s/%s", s, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("amiss %s %s/%s", buildinfo.Read(), runtime.GOOS, runtime.GOARCH)
 }

@@ -51,3 +51,38 @@ func TestMakeHelpListsEveryTarget(t *testing.T) {
 		t.Errorf("read %d targets from .PHONY: %q", len(targets), targets)
 	}
 }
+
+// make run, the README's first command, makes its own root the first time (amiss serve
+// -create), for the example's configuration and for any other one; a ROOT the user names
+// must exist, unless CREATE=yes, so that a mistyped one is refused rather than served empty.
+func TestMakeRunCreatesOnlyItsOwnRoots(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	for _, c := range []struct {
+		vars   []string
+		root   string
+		create bool
+	}{
+		{nil, "var/ledger", true},
+		{[]string{"CONFIG=examples/github.yaml"}, "var/github", true},
+		{[]string{"ROOT=var/mine"}, "var/mine", false},
+		{[]string{"ROOT=var/mine", "CREATE=yes"}, "var/mine", true},
+	} {
+		cmd := exec.Command("make", append([]string{"-n", "--no-print-directory", "run"}, c.vars...)...)
+		cmd.Dir = "../.."
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n run %v: %v\n%s", c.vars, err, out)
+		}
+		var serve string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "./bin/amiss serve ") {
+				serve = line
+			}
+		}
+		if !strings.Contains(serve, " -root "+c.root+" ") || strings.HasSuffix(serve, " -create") != c.create {
+			t.Errorf("make run %v runs %q: want -root %s, -create %v", c.vars, serve, c.root, c.create)
+		}
+	}
+}

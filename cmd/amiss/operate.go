@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/operator"
 	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -70,47 +70,6 @@ func runList(ctx context.Context, c *command, root *string, args []string, out, 
 	return nil
 }
 
-// inspected is what inspect prints: the row, its subject as the JSON it is stored as (rather
-// than the base64 a []byte becomes), and the verdict it froze when it can be read.
-type inspected struct {
-	ledger.Row
-	Subject     json.RawMessage `json:"subject,omitempty"`
-	Verdict     json.RawMessage `json:"verdict,omitempty"`
-	VerdictNote string          `json:"verdict_note,omitempty"`
-}
-
-// verdictOf fills in the verdict a row froze, or says where to find it.
-func verdictOf(ctx context.Context, l ledger.Ledger, row ledger.Row) inspected {
-	out := inspected{Row: row, Subject: subjectJSON(row.Subject)}
-	if row.Report.IsZero() {
-		return out
-	}
-	b, err := l.Report(ctx, row.Key)
-	switch {
-	case err == nil && json.Valid(b):
-		out.Verdict = b
-	case err == nil:
-		out.VerdictNote = fmt.Sprintf("the frozen report is not JSON: %q", b)
-	case row.State == ledger.StateDone:
-		out.VerdictNote = "published; the ledger drops a report once its row is done"
-	case row.State == ledger.StateSuperseded:
-		out.VerdictNote = "never posted: a newer verdict on the same commit and status context (superseded_by) was recorded first; the ledger drops the report of a superseded row"
-	default:
-		out.VerdictNote = err.Error()
-	}
-	return out
-}
-
-// subjectJSON is a stored subject as JSON: itself when it is JSON (as every backend stores it),
-// else its bytes as a JSON string, so that inspect still shows a damaged one.
-func subjectJSON(b []byte) json.RawMessage {
-	if len(b) == 0 || json.Valid(b) {
-		return b
-	}
-	s, _ := json.Marshal(string(b))
-	return s
-}
-
 // queueFor returns the queue revived rows are sent to: the SQS queue url names (AWS
 // credentials and region from the environment), or nil when url is empty.
 func queueFor(ctx context.Context, url string) (queue.Queue, error) {
@@ -121,21 +80,19 @@ func queueFor(ctx context.Context, url string) (queue.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := wiring.RequireCredentials(ctx, cfg.Credentials, "-queue "+url); err != nil {
+		return nil, err
+	}
 	return &queue.SQS{Client: sqs.NewFromConfig(cfg), QueueURL: url}, nil
 }
 
 // parseSince reads -since: an RFC 3339 time, or a duration back from now (24h).
 func parseSince(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
+	t, err := operator.ParseSince(s, now)
+	if err != nil {
+		return time.Time{}, usagef("ledger republish", "-%v", err)
 	}
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, usagef("ledger republish", "-since %q: want an RFC 3339 time (2026-07-01T12:00:00Z) or a duration back from now (24h)", s)
+	return t, nil
 }
 
 // runRepublish revives abandoned rows (the frozen verdict, never evaluated again) and queues

@@ -122,6 +122,27 @@ func explainRoot(spec string, create bool, err error) error {
 	return err
 }
 
+// refuseNewRoot refuses to make a root in the folder dir (spec as given) for the command cmd,
+// which was not told to (-create): a missing or empty folder is most likely a mistyped -root,
+// and serving it would start an empty ledger beside the one meant. A folder holding other
+// entries is left to the usual checks, which say what it holds.
+func refuseNewRoot(cmd, spec, dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, localfs.RootFile)); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	problem := "no such folder"
+	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		if foreign, ledgerData := folderContents(dir); len(foreign) > 0 || len(ledgerData) > 0 {
+			return nil
+		}
+		problem = "an empty folder, not a ledger root"
+	} else if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return &rootError{spec, problem, fmt.Sprintf("check the path (%s); to make a new root there, amiss %s -create -root %s "+
+		"(with make: make run ROOT=%s CREATE=yes)", makeRoot, cmd, spec, spec), fs.ErrNotExist}
+}
+
 // refuseForeignFolder refuses, before anything is written there, to make a root in the folder
 // dir (spec as given) when it holds no root state and entries the FileLedger would refuse to
 // make a root over (anything but lock and temporary files and the row folders an interrupted

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/catchup"
 	"github.com/amiss-ci/amiss/functions/cleanup"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/ingress"
@@ -32,6 +33,9 @@ type serveOptions struct {
 	grace                time.Duration
 	// readTimeout bounds reading one request, body included (default 30s).
 	readTimeout time.Duration
+	// create makes a new root when root names none (a missing or empty folder); without it
+	// such a -root is refused, since a mistyped path would otherwise start an empty ledger.
+	create bool
 	// ready, when set, receives the address the server listens on.
 	ready chan<- string
 }
@@ -49,7 +53,8 @@ func parseServe(args []string) (serveOptions, error) {
 			"queued again at start. Ctrl-C stops taking webhooks and lets work in flight finish.")
 	o := serveOptions{}
 	fs.StringVar(&o.config, "config", defaultConfig, "configuration file")
-	fs.StringVar(&o.root, "root", defaultRoot, "ledger root folder (created when missing)")
+	fs.StringVar(&o.root, "root", defaultRoot, "ledger root folder (it must exist, unless -create)")
+	fs.BoolVar(&o.create, "create", false, "make a new root when -root names none (a missing or empty folder); make run does for its own roots")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address to listen on (loopback by default)")
 	fs.IntVar(&o.workers, "workers", 4, "runner workers")
 	fs.DurationVar(&o.lease, "lease", 30*time.Second, "runner lease window")
@@ -76,16 +81,22 @@ func parseServe(args []string) (serveOptions, error) {
 	return o, nil
 }
 
-// prepareRoot prepares the file root dir (created when missing) with cfg's limits for the
-// command cmd; a root made with other limits is refused with the differing settings named and
-// the remedy, and a folder that cannot hold a root with what is wrong and what to do.
-func prepareRoot(ctx context.Context, cmd string, cfg *config.Config, dir string, strandedAfter time.Duration) (*localfs.Ledger, error) {
+// prepareRoot prepares the file root dir with cfg's limits for the command cmd, making it when
+// it is missing (a missing or empty folder) only with create; a root made with other limits is
+// refused with the differing settings named and the remedy, and a folder that cannot hold a
+// root with what is wrong and what to do.
+func prepareRoot(ctx context.Context, cmd string, cfg *config.Config, dir string, strandedAfter time.Duration, create bool) (*localfs.Ledger, error) {
 	loc, err := wiring.ParseLocation(dir, "-root", true)
 	if err != nil {
 		return nil, err
 	}
 	if loc.Bucket != "" {
 		return nil, usagef(cmd, "-root %s: this command runs over a folder (an S3 ledger is served by the Lambda functions)", dir)
+	}
+	if !create {
+		if err := refuseNewRoot(cmd, dir, loc.Dir); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(loc.Dir, 0o700); err != nil {
 		return nil, explainMkdir(dir, err)
@@ -113,7 +124,7 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	if err := wiring.ResolveSecrets(ctx, cfg, secrets); err != nil {
 		return fmt.Errorf("cannot start: %w", err)
 	}
-	root, err := prepareRoot(ctx, "serve", cfg, o.root, o.strandedAfter)
+	root, err := prepareRoot(ctx, "serve", cfg, o.root, o.strandedAfter, o.create)
 	if err != nil {
 		return err
 	}
@@ -161,6 +172,13 @@ func runServe(ctx context.Context, o serveOptions, out io.Writer) error {
 	}()
 	// Cleanup on a timer, re-enqueueing stranded rows.
 	ch := &cleanup.Handler{Ledger: root.Session(), Queue: q, Log: log, Margin: time.Second}
+	// Catch-up of the routes' failed webhook deliveries on the same timer (docs/catchup.md).
+	cu := &catchup.Runner{State: root.Session(), Log: log}
+	ch.CatchUp = func(ctx context.Context) error {
+		sources, err := catchup.Sources(ctx, cfg, secrets, nil)
+		_, rerr := cu.RunAll(ctx, sources)
+		return errors.Join(err, rerr)
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -42,7 +42,7 @@ func TestServeSignAndShutdown(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runServe(ctx, serveOptions{config: "../../examples/amiss.yaml", root: filepath.Join(t.TempDir(), "root"),
-			listen: "127.0.0.1:0", workers: 2, lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready}, out)
+			listen: "127.0.0.1:0", workers: 2, lease: 10 * time.Second, cleanupEvery: time.Hour, grace: 5 * time.Second, ready: ready, create: true}, out)
 	}()
 	addr := <-ready
 	resp, err := http.Get("http://" + addr + "/healthz")
@@ -104,7 +104,7 @@ func TestShutdownSaysWhenCutWorkResumes(t *testing.T) {
 	t.Setenv("HOOK_SECRET", "kill-test-secret")
 	t.Setenv("GH_TOKEN", "gh-token")
 	o := serveOptions{config: cfg, root: filepath.Join(dir, "root"), listen: "127.0.0.1:0", workers: 1, lease: 2 * time.Second,
-		cleanupEvery: time.Hour, strandedAfter: time.Hour, grace: 200 * time.Millisecond}
+		cleanupEvery: time.Hour, strandedAfter: time.Hour, grace: 200 * time.Millisecond, create: true}
 	serve := func() (chan<- struct{}, <-chan error, *syncBuffer, string) {
 		ctx, stop := context.WithCancel(context.Background())
 		ready := make(chan string, 1)

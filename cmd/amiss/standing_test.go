@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -42,17 +42,17 @@ func TestTwoServeProcessesLeaveTheNewestVerdictStanding(t *testing.T) {
 		defer rngMu.Unlock()
 		return rng.IntN(n)
 	}
-	gh := publishtest.NewGitHub("gh-token")
-	gh.Post = func(n int, _ publishtest.Created) publishtest.Behavior {
+	gh := githubtest.New(githubtest.Token("gh-token"))
+	gh.Post = func(n int, _ githubtest.Created) githubtest.Behavior {
 		switch intN(6) {
 		case 0:
-			return publishtest.Behavior{Code: http.StatusServiceUnavailable}
+			return githubtest.Behavior{Code: http.StatusServiceUnavailable}
 		case 1:
-			return publishtest.Behavior{Delay: 1500 * time.Millisecond, ApplyFirst: true} // answered after the timeout
+			return githubtest.Behavior{Delay: 1500 * time.Millisecond, ApplyFirst: true} // answered after the timeout
 		case 2:
-			return publishtest.Behavior{Delay: 1500 * time.Millisecond} // applied after amiss gave up
+			return githubtest.Behavior{Delay: 1500 * time.Millisecond} // applied after amiss gave up
 		}
-		return publishtest.Behavior{Delay: time.Duration(intN(200)) * time.Millisecond}
+		return githubtest.Behavior{Delay: time.Duration(intN(200)) * time.Millisecond}
 	}
 	srv := httptest.NewServer(gh)
 	defer srv.Close()

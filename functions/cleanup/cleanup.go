@@ -27,13 +27,20 @@ type Handler struct {
 	// never more than a fifth of the time the invocation has, so a short one still cleans).
 	Margin time.Duration
 	// Metrics receives, after every run: cleanup_succeeded (1 when the run finished at least
-	// one pass without an error: the "cleanup is running" signal), the capacity in use
-	// (capacity_used, a count, and capacity_used_percent), and with DeadLetters
-	// dead_letters_redriven, dead_letters_removed and, once the queue was read through,
-	// dead_letters_unexplained. Nil: none.
+	// one pass without an error, 0 when it did not: a failed pass, maintenance held by
+	// another cleanup, or no time for a pass), oldest_unfinished_age (seconds since the
+	// admission of the oldest unfinished row the run read; 0 when the run read every row and
+	// none is unfinished; not reported by a run that read part of the ledger and found none),
+	// the capacity in use (capacity_used, a count, and capacity_used_percent), and with
+	// DeadLetters dead_letters_redriven, dead_letters_removed and, once the queue was read
+	// through, dead_letters_unexplained. Nil: none.
 	Metrics interface {
 		Gauge(name string, v float64, unit string)
 	}
+	// CatchUp, when set, runs after the cleanup passes, with the time left less the margin:
+	// catch-up of the routes' failed webhook deliveries (functions/catchup). Its error is
+	// returned with the passes'; it never stops them.
+	CatchUp func(ctx context.Context) error
 }
 
 // Summary is what one invocation did.
@@ -44,6 +51,9 @@ type Summary struct {
 	// CapacityUsed and RecordCap are the slots in use after the last pass and the cap
 	// (RecordCap zero: the backend did not report them).
 	CapacityUsed, RecordCap int64
+	// OldestUnfinished is the admission time of the oldest unfinished row the passes read
+	// (zero: none), and Now the ledger's effective now of the last pass.
+	OldestUnfinished, Now time.Time
 	// DeadLetters is what was done with the dead-letter queue (zero without one).
 	DeadLetters DeadLetterSummary
 }
@@ -78,10 +88,22 @@ func (h *Handler) Handle(ctx context.Context) (Summary, error) {
 		log.Error("cleanup pass failed: nothing removed in it", "err", err, "passes", s.Passes)
 	} else {
 		log.Info("cleanup", "passes", s.Passes, "removed", s.Removed, "retained", s.Retained, "damaged", s.Damaged,
-			"stranded", s.Stranded, "requeued", s.Requeued, "lap_done", s.LapDone)
+			"stranded", s.Stranded, "requeued", s.Requeued, "lap_done", s.LapDone, "oldest_unfinished_age", s.OldestUnfinishedAge().String())
 	}
 	h.report(log, s, err == nil, dlErr == nil)
-	return s, errors.Join(err, dlErr)
+	var cuErr error
+	if h.CatchUp != nil {
+		cctx := ctx
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+			defer cancel()
+		}
+		if cuErr = h.CatchUp(cctx); cuErr != nil {
+			log.Error("catch-up failed", "err", cuErr)
+		}
+	}
+	return s, errors.Join(err, dlErr, cuErr)
 }
 
 // passes runs cleanup passes into s until a lap is done or the time is nearly up. Another
@@ -105,6 +127,8 @@ func (h *Handler) passes(ctx context.Context, log *slog.Logger, margin time.Dura
 		s.Retained += rep.Retained
 		s.Damaged += len(rep.Damaged)
 		s.Stranded += len(rep.Stranded)
+		s.OldestUnfinished = ledger.Earliest(s.OldestUnfinished, rep.OldestUnfinished)
+		s.Now = ledger.MaxTime(s.Now, rep.HighWater)
 		if rep.RecordCap > 0 {
 			s.CapacityUsed, s.RecordCap = rep.CapacityUsed, rep.RecordCap
 		}
@@ -126,11 +150,27 @@ func (h *Handler) passes(ctx context.Context, log *slog.Logger, margin time.Dura
 	}
 }
 
+// OldestUnfinishedAge is how long the oldest unfinished row the passes read has waited since
+// its admission, by the ledger's clock (zero: none).
+func (s Summary) OldestUnfinishedAge() time.Duration {
+	if s.OldestUnfinished.IsZero() {
+		return 0
+	}
+	return max(s.Now.Sub(s.OldestUnfinished), 0)
+}
+
 // report hands the run's metrics over (see Handler.Metrics) and warns about capacity.
 func (h *Handler) report(log *slog.Logger, s Summary, passesOK, deadLettersOK bool) {
 	if h.Metrics != nil {
+		succeeded := 0.0
 		if passesOK && s.Passes > 0 {
-			h.Metrics.Gauge("cleanup_succeeded", 1, "Count")
+			succeeded = 1
+		}
+		h.Metrics.Gauge("cleanup_succeeded", succeeded, "Count")
+		// A run that read part of the ledger and found nothing unfinished knows nothing of the
+		// rest: it reports no figure rather than a zero the alarm would take for all clear.
+		if !s.OldestUnfinished.IsZero() || s.LapDone {
+			h.Metrics.Gauge("oldest_unfinished_age", s.OldestUnfinishedAge().Seconds(), "Seconds")
 		}
 		if h.DeadLetters != nil {
 			h.Metrics.Gauge("dead_letters_redriven", float64(s.DeadLetters.Redriven), "Count")

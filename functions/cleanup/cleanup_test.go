@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -177,23 +178,150 @@ func (c cleanupLedger) Cleanup(context.Context, ledger.Cursor) (ledger.CleanupRe
 	return ledger.CleanupReport{}, c.err
 }
 
-// cleanup_succeeded, the metric the "cleanup is not running" alarm watches, is reported only
-// by a run that finished a pass: not by one that found another cleanup holding maintenance,
-// nor by one whose pass failed.
-func TestCleanupSucceededOnlyForARunThatFinishedAPass(t *testing.T) {
+// cleanup_succeeded, the metric the "cleanup is not running" alarm watches, is reported by
+// every run: 1 by a run that finished a pass, 0 by one that found another cleanup holding
+// maintenance or whose pass failed (so the alarm sees a run that cleans nothing, and a new
+// deployment whose cleanup has not run yet reports nothing at all).
+func TestCleanupSucceededIsOneOnlyForARunThatFinishedAPass(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		l    ledger.Ledger
-		want bool
+		want float64
 	}{
-		{"a finished pass", passLedger{}, true},
-		{"maintenance held elsewhere", cleanupLedger{err: ledger.ErrBusy}, false},
-		{"a failed pass", cleanupLedger{err: errors.New("store unavailable")}, false},
+		{"a finished pass", passLedger{}, 1},
+		{"maintenance held elsewhere", cleanupLedger{err: ledger.ErrBusy}, 0},
+		{"a failed pass", cleanupLedger{err: errors.New("store unavailable")}, 0},
 	} {
 		g := gauges{}
 		_, err := (&cleanup.Handler{Ledger: c.l, Queue: queue.NewLocal(), Metrics: g}).Handle(context.Background())
-		if _, got := g["cleanup_succeeded Count"]; got != c.want || (err != nil) != (c.name == "a failed pass") {
-			t.Errorf("%s: cleanup_succeeded reported %v, want %v (metrics %v, err %v)", c.name, got, c.want, g, err)
+		if got, ok := g["cleanup_succeeded Count"]; !ok || got != c.want || (err != nil) != (c.name == "a failed pass") {
+			t.Errorf("%s: cleanup_succeeded %v (reported %v), want %v (metrics %v, err %v)", c.name, got, ok, c.want, g, err)
 		}
+	}
+}
+
+// A delivery admitted and never run (a runner that cannot start while SQS still hands out its
+// message, or a message lost) is seen by the cleanup from the ledger itself: each run reports
+// the age of the oldest unfinished row, by the ledger's clock, until its verdict is posted.
+func TestOldestUnfinishedAgeOfARootWithAStuckRow(t *testing.T) {
+	ctx := context.Background()
+	clock := ledger.NewManualClock(time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC))
+	l, err := localfs.Open(ctx, filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(), Clock: clock,
+		Create: true, StrandedAfter: 24 * time.Hour, SweepBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	runLogged := func() (gauges, string) {
+		t.Helper()
+		g, logs := gauges{}, &bytes.Buffer{}
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		sum, err := (&cleanup.Handler{Ledger: l, Queue: queue.NewLocal(), Metrics: g, Log: slog.New(slog.NewJSONHandler(logs, nil))}).Handle(cctx)
+		if err != nil || !sum.LapDone {
+			t.Fatalf("cleanup: %+v %v", sum, err)
+		}
+		return g, logs.String()
+	}
+	run := func() gauges {
+		g, _ := runLogged()
+		return g
+	}
+	if age, ok := run()["oldest_unfinished_age Seconds"]; !ok || age != 0 {
+		t.Fatalf("an empty root: oldest_unfinished_age %v (reported %v), want 0", age, ok)
+	}
+	for i := range 3 { // finished rows, admitted before the stuck one, count for nothing
+		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: fmt.Sprint("done", i)}}
+		l.Admit(ctx, d)
+		c, _ := l.Claim(ctx, d.Key(), d.Binding.Digest(), "w", time.Minute)
+		s, _ := l.Save(ctx, *c.Lease, []byte("r"))
+		if err := l.Complete(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Hour)
+	stuck := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "stuck"}}
+	if _, err := l.Admit(ctx, stuck); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(90 * time.Minute)
+	g, logs := runLogged()
+	if g["oldest_unfinished_age Seconds"] != 5400 {
+		t.Fatalf("a row admitted 90 minutes ago and never run: oldest_unfinished_age %v, want 5400 s", g)
+	}
+	if !strings.Contains(logs, `"oldest_unfinished_age":"1h30m0s"`) {
+		t.Fatalf("the cleanup's log line does not say it:\n%s", logs)
+	}
+	c, _ := l.Claim(ctx, stuck.Key(), stuck.Binding.Digest(), "w", time.Minute)
+	s, _ := l.Save(ctx, *c.Lease, []byte("r"))
+	if err := l.Complete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if age, ok := run()["oldest_unfinished_age Seconds"]; !ok || age != 0 {
+		t.Fatalf("once published: oldest_unfinished_age %v (reported %v), want 0", age, ok)
+	}
+}
+
+// partLedger answers a pass that reads part of the ledger (Done false, oldest as given), then
+// finds maintenance held: the run ends without reading the rest.
+type partLedger struct {
+	ledger.Ledger
+	oldest, now time.Time
+	calls       *int
+}
+
+func (p partLedger) Cleanup(context.Context, ledger.Cursor) (ledger.CleanupReport, error) {
+	*p.calls++
+	if *p.calls > 1 {
+		return ledger.CleanupReport{}, ledger.ErrBusy
+	}
+	return ledger.CleanupReport{Next: "more", OldestUnfinished: p.oldest, HighWater: p.now}, nil
+}
+
+// A run that read part of the ledger reports the oldest unfinished row it saw, and no figure
+// when it saw none: a zero would tell the alarm that nothing waits in the part it never read.
+func TestAPartOfTheLedgerReportsNoAllClear(t *testing.T) {
+	now := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		oldest time.Time
+		want   float64
+		ok     bool
+	}{{time.Time{}, 0, false}, {now.Add(-2 * time.Hour), 7200, true}} {
+		g, calls := gauges{}, 0
+		sum, err := (&cleanup.Handler{Ledger: partLedger{oldest: c.oldest, now: now, calls: &calls}, Queue: queue.NewLocal(), Metrics: g}).
+			Handle(context.Background())
+		got, ok := g["oldest_unfinished_age Seconds"]
+		if err != nil || sum.LapDone || ok != c.ok || got != c.want {
+			t.Fatalf("oldest %v: reported %v %v, want %v %v (%+v %v)", c.oldest, got, ok, c.want, c.ok, sum, err)
+		}
+	}
+}
+
+// Catch-up runs after the passes, within the invocation's time less the margin, and its
+// failure is the run's.
+func TestCatchUpRunsAfterThePassesWithinTheTimeLeft(t *testing.T) {
+	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var ran bool
+	var left time.Duration
+	h := &cleanup.Handler{Ledger: l, Queue: queue.NewLocal(), Margin: time.Second, CatchUp: func(ctx context.Context) error {
+		ran = true
+		dl, ok := ctx.Deadline()
+		if ok {
+			left = time.Until(dl)
+		}
+		return errors.New("hook refused")
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = h.Handle(ctx)
+	if !ran || err == nil || !strings.Contains(err.Error(), "hook refused") {
+		t.Fatalf("catch-up ran %v, error %v", ran, err)
+	}
+	if left <= 0 || left > time.Minute-time.Second {
+		t.Errorf("catch-up had %s, want the time left less the margin", left)
 	}
 }

@@ -67,7 +67,9 @@ type Route struct {
 	Scheme  string      `yaml:"scheme"`
 	Secrets []SecretRef `yaml:"secrets"`
 	// Events lists the accepted event kinds: push, pull_request, rerun (a GitHub check run's or
-	// check suite's Re-run; default: all three). Others are ignored (204).
+	// check suite's Re-run; default: push and pull_request, and rerun on a route that publishes
+	// as a GitHub App, the only one whose check runs a user can re-run). Others are ignored
+	// (204).
 	Events []string `yaml:"events"`
 	// MaxAge narrows the accepted signed age (signed schemes only).
 	MaxAge time.Duration `yaml:"max_age"`
@@ -80,6 +82,11 @@ type Route struct {
 	// Evaluator, when its URL is set, replaces the rules with an operator's HTTP endpoint.
 	Evaluator HTTPEvaluator `yaml:"evaluator"`
 	Publish   Publish       `yaml:"publish"`
+	// Read, when set, is where the runner reads what the route's webhooks lack (read.go).
+	Read *Read `yaml:"read"`
+	// CatchUp, when set, asks the provider again for the route's failed deliveries
+	// (catchup.go).
+	CatchUp *CatchUp `yaml:"catchup"`
 }
 
 // HTTPEvaluator is an operator's evaluation endpoint; requests are signed with the secret.
@@ -108,7 +115,8 @@ type Rules struct {
 type Publish struct {
 	// Provider names a row of the provider table (functions/provider) that publishes: github,
 	// github-checks (check runs, as a GitHub App), gitea (Gitea and Forgejo), gitlab,
-	// bitbucket, or log (print the verdict).
+	// bitbucket (Bitbucket Cloud), bitbucket-datacenter (a Bitbucket Data Center server), or
+	// log (print the verdict).
 	Provider string    `yaml:"provider"`
 	BaseURL  string    `yaml:"base_url"`
 	Token    SecretRef `yaml:"token"`
@@ -408,11 +416,18 @@ func (r *Route) validate(ctl Controller) error {
 		}
 	}
 	if len(r.Events) == 0 {
-		r.Events = []string{"push", "pull_request", "rerun"}
+		r.Events = []string{"push", "pull_request"}
+		if r.Publish.App != nil {
+			// Only a GitHub App owns check runs a user can press Re-run on.
+			r.Events = append(r.Events, "rerun")
+		}
 	}
 	for i, e := range r.Events {
 		if !knownEvent[e] {
 			return fieldErr(fmt.Sprintf("events[%d]", i), "unknown event %q (want push, pull_request or rerun)", e)
+		}
+		if e == "rerun" && r.Provider != provider.GitHub {
+			return fieldErr(fmt.Sprintf("events[%d]", i), "rerun is a GitHub check run's or check suite's Re-run: provider %s sends none", r.Provider)
 		}
 	}
 	signed := r.Scheme == webhook.SchemeStandardWebhooks || r.Scheme == webhook.SchemeGitLabSigning
@@ -459,7 +474,13 @@ func (r *Route) validate(ctl Controller) error {
 			return fieldErr("evaluator.timeout", "must be in [0, 5m], got %s", e.Timeout)
 		}
 	}
-	return r.Publish.validate()
+	if err := r.Publish.validate(); err != nil {
+		return err
+	}
+	if err := r.Read.validate(r); err != nil {
+		return err
+	}
+	return r.CatchUp.validate(r)
 }
 
 func (s SecretRef) check() error {
@@ -554,6 +575,12 @@ func (p *Publish) validate() error {
 	}
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)
+	}
+	if p.Provider == provider.BitbucketDataCenter {
+		if n := utf8.RuneCountInString(p.TargetURL); n > publish.BitbucketDataCenterMaxURL {
+			return fieldErr("publish.target_url", "Bitbucket Data Center accepts a build status URL of at most %d characters, this one has %d",
+				publish.BitbucketDataCenterMaxURL, n)
+		}
 	}
 	if p.Provider == provider.GitLab {
 		if n := utf8.RuneCountInString(p.TargetURL); n > publish.GitLabMaxField {

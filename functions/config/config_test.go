@@ -43,12 +43,31 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Route("r")
-	if r.Scheme != webhook.SchemeGitHub || strings.Join(r.Events, ",") != "push,pull_request,rerun" || r.Publish.Provider != "log" {
+	if r.Scheme != webhook.SchemeGitHub || strings.Join(r.Events, ",") != "push,pull_request" || r.Publish.Provider != "log" {
 		t.Fatalf("defaults: %+v", r)
 	}
 	c, err = config.Parse([]byte(strings.Replace(base, "provider: github", "provider: gitlab", 1)))
 	if err != nil || c.Route("r").Scheme != webhook.SchemeGitLabSigning {
 		t.Fatalf("gitlab defaults to its signing token: %v", err)
+	}
+}
+
+// A route takes re-runs by default only when it publishes as a GitHub App, the only publisher
+// whose check runs a user can press Re-run on; a provider other than GitHub sends none, and a
+// route naming rerun for one is refused.
+func TestReRunsAreADefaultEventOnlyForGitHubApps(t *testing.T) {
+	app := base + "    publish: {provider: github-checks, base_url: 'https://api.github.com', app: {id: '1', private_key: {from: 'env:K'}}}\n"
+	c, err := config.Parse([]byte(app))
+	if err != nil || strings.Join(c.Route("r").Events, ",") != "push,pull_request,rerun" {
+		t.Fatalf("an App route's events: %v", err)
+	}
+	token := base + "    publish: {provider: github, base_url: 'https://api.github.com', token: {from: 'env:T'}}\n"
+	if c, err := config.Parse([]byte(token)); err != nil || strings.Join(c.Route("r").Events, ",") != "push,pull_request" {
+		t.Fatalf("a token route's events: %v", err)
+	}
+	gitlab := strings.Replace(base, "provider: github", "provider: gitlab", 1) + "    events: [push, rerun]\n"
+	if _, err := config.Parse([]byte(gitlab)); err == nil || !strings.Contains(err.Error(), "routes.r.events[1]") {
+		t.Fatalf("a gitlab route taking re-runs: %v", err)
 	}
 }
 

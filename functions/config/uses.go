@@ -24,7 +24,7 @@ type SecretUse struct {
 }
 
 // SecretUses lists every secret the configuration refers to, route by route in name order:
-// webhook secrets, evaluator secrets, publish tokens and GitHub App private keys.
+// webhook secrets, evaluator secrets, publish tokens, GitHub App private keys and read tokens.
 func (c *Config) SecretUses() []SecretUse {
 	var out []SecretUse
 	for _, name := range c.RouteNames() {
@@ -44,6 +44,13 @@ func (c *Config) SecretUses() []SecretUse {
 		if a := r.Publish.App; a != nil {
 			out = append(out, SecretUse{Path: "routes." + name + ".publish.app.private_key.from", Route: name,
 				What: "GitHub App private key", From: a.PrivateKey.From})
+		}
+		if rd := r.Read; rd != nil && rd.App != nil {
+			out = append(out, SecretUse{Path: "routes." + name + ".read.app.private_key.from", Route: name,
+				What: "GitHub App private key (reads)", From: rd.App.PrivateKey.From})
+		} else if rd != nil {
+			out = append(out, SecretUse{Path: "routes." + name + ".read.token.from", Route: name,
+				What: "read token", From: rd.Token.From})
 		}
 	}
 	return out

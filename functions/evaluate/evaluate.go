@@ -28,6 +28,9 @@ type Verdict struct {
 	// publisher that shows them on the file (a check run's annotations). The built-in rules
 	// fill it; an HTTP evaluator's answer cannot (the field is not part of its contract).
 	Files []File `json:"-"`
+	// Read says what was read from the provider's API for the evaluation (the runner fills
+	// it; the verdict's record keeps it).
+	Read []string `json:"-"`
 }
 
 // File is a file a rule refused: the path, the rule's name, and why.
@@ -44,6 +47,14 @@ const ForbiddenPathRule = "forbidden path"
 // and after the configured attempts becomes an error verdict); a failure is a Verdict.
 type Evaluator interface {
 	Evaluate(ctx context.Context, s subject.Subject) (Verdict, error)
+}
+
+// Needer is an evaluator that says which of a subject's inputs it needs: the runner reads
+// from the provider those the subject does not hold whole before evaluating. An evaluator that
+// is no Needer is given the subject as its webhook carried it (Subject.Whole says what that
+// holds whole).
+type Needer interface {
+	Needs(s subject.Subject) subject.Inputs
 }
 
 // Rules is the built-in evaluator: every configured rule must hold.
@@ -70,32 +81,57 @@ func NewRules(r config.Rules) (*Rules, error) {
 	return out, nil
 }
 
-// Evaluate implements Evaluator. The description names every rule that failed. A re-run
-// (subject.Rerun) is evaluated like the event it re-runs once its inputs were read from the
-// provider (s.Filled); before that, each rule that needs what its webhook lacks (the pull
-// request title, commit messages, changed paths) fails closed, naming why (s.NotFilled).
+// Needs says which inputs the rules need to evaluate s: the pull request title and the pull
+// request itself (a title or target-branch rule, on a pull request or a re-run, which may be
+// one), the commits (a commit-message rule) and the changed paths (forbidden paths). The runner
+// reads from the provider those s does not hold whole, and only those.
+func (r *Rules) Needs(s subject.Subject) subject.Inputs {
+	var need subject.Inputs
+	pullish := s.Event == subject.PullRequest || s.Event == subject.Rerun
+	if pullish && r.title != nil {
+		need |= subject.TitleInput | subject.PullInput
+	}
+	if pullish && len(r.branches) > 0 {
+		need |= subject.PullInput
+	}
+	if r.message != nil {
+		need |= subject.CommitsInput
+	}
+	if len(r.forbidden) > 0 {
+		need |= subject.PathsInput
+	}
+	return need
+}
+
+// Evaluate implements Evaluator. The description names every rule that failed. A rule whose
+// input s does not hold whole (the webhook did not carry it, and the provider's API could not
+// give it: s.Unread says why) fails closed, naming what could not be read: a verdict never
+// passes what it could not see.
 func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
 	var failed []string
 	var files []File
-	// A re-run whose inputs were not read from the provider lacks the title, the commits and
-	// the changed paths: every rule that needs them fails closed, saying why.
-	unfilled := s.Event == subject.Rerun && !s.Filled
-	missing := func(what, push string) string {
-		if s.NotFilled != "" {
-			return what + " (a re-run's could not be read: " + s.NotFilled + ")"
+	// missing fails the rule named what when in is not held whole, saying why.
+	missing := func(in subject.Inputs, what string) bool {
+		if s.Whole.Has(in) {
+			return false
 		}
-		return what + " (a re-run does not carry " + push + ")"
+		why := s.UnreadReason(in)
+		if why == "" {
+			why = "the webhook does not carry them whole and no read of the provider's API gave them"
+		}
+		failed = append(failed, what+" (could not be read: "+why+")")
+		return true
 	}
+	pullish := s.Event == subject.PullRequest || s.Event == subject.Rerun
 	switch {
-	case r.title != nil && s.Pull != nil && unfilled:
-		failed = append(failed, missing("pull request title", "it; push again or edit the pull request"))
-	case r.title != nil && s.Pull != nil && !r.title.MatchString(s.Pull.Title):
+	case r.title == nil || !pullish:
+	case missing(subject.PullInput, "pull request title"):
+	case s.Pull == nil: // known to be no pull request: a re-run of a push
+	case missing(subject.TitleInput, "pull request title"):
+	case !r.title.MatchString(s.Pull.Title):
 		failed = append(failed, "pull request title")
 	}
-	if r.message != nil && unfilled {
-		failed = append(failed, missing("commit messages", "them; push again"))
-	}
-	if r.message != nil {
+	if r.message != nil && !missing(subject.CommitsInput, "commit messages") {
 		for _, c := range s.Commits {
 			if !r.message.MatchString(c.Message) {
 				failed = append(failed, "commit message of "+short(c.ID))
@@ -104,7 +140,9 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 		}
 	}
 	if len(r.forbidden) > 0 {
-		// The description names the first forbidden path; Files lists them all.
+		// The description names the first forbidden path; Files lists them all. Paths read
+		// in part are still checked (a forbidden one among them fails the rule), and the
+		// rule then fails closed for the rest.
 		for _, p := range s.Paths {
 			if g := matchAny(r.forbidden, p); g != "" {
 				if len(files) == 0 {
@@ -113,15 +151,17 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 				files = append(files, File{Path: p, Rule: ForbiddenPathRule, Message: "changes " + p + ", which " + g + " forbids"})
 			}
 		}
-		switch {
-		case unfilled:
-			failed = append(failed, missing("changed paths", "them; push again"))
-		case s.Truncated:
-			failed = append(failed, "changed paths (the list was cut; cannot check every path)")
+		if len(files) == 0 {
+			missing(subject.PathsInput, "changed paths")
 		}
 	}
-	if len(r.branches) > 0 && s.Pull != nil && matchAny(r.branches, s.Pull.TargetBranch) == "" {
-		failed = append(failed, "target branch "+s.Pull.TargetBranch)
+	if len(r.branches) > 0 && pullish {
+		switch {
+		case r.title == nil && missing(subject.PullInput, "target branch"):
+		case r.title != nil && !s.Whole.Has(subject.PullInput): // named once, by the title rule
+		case s.Pull != nil && matchAny(r.branches, s.Pull.TargetBranch) == "":
+			failed = append(failed, "target branch "+s.Pull.TargetBranch)
+		}
 	}
 	if len(failed) == 0 {
 		return Verdict{State: Success, Description: "all rules hold"}, nil

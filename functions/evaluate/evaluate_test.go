@@ -37,8 +37,9 @@ func TestRules(t *testing.T) {
 	r := rules(t)
 	ctx := context.Background()
 	pr := func(title, target string) subject.Subject {
-		return subject.Subject{Event: "pull_request", Pull: &subject.Pull{Title: title, TargetBranch: target}}
+		return subject.Subject{Event: "pull_request", Pull: &subject.Pull{Title: title, TargetBranch: target}, Whole: subject.AllInputs}
 	}
+	push := func(s subject.Subject) subject.Subject { s.Event, s.Whole = "push", subject.AllInputs; return s }
 	cases := []struct {
 		s      subject.Subject
 		state  string
@@ -49,13 +50,12 @@ func TestRules(t *testing.T) {
 		{pr("add stuff", "main"), evaluate.Failure, []string{"pull request title"}},
 		{pr("fix: x", "develop"), evaluate.Failure, []string{"target branch develop"}},
 		{pr("oops", "develop"), evaluate.Failure, []string{"pull request title", "target branch develop"}},
-		{subject.Subject{Event: "push", Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "Good"}},
-			Paths: []string{"a/b.go", "deploy/keys/server.pem"}}, evaluate.Failure, []string{"forbidden path deploy/keys/server.pem (**/*.pem)"}},
-		{subject.Subject{Event: "push", Paths: []string{"secrets/prod/env"}}, evaluate.Failure, []string{"forbidden path secrets/prod/env (secrets/**)"}},
-		{subject.Subject{Event: "push", Paths: []string{"src/secrets.go"}}, evaluate.Success, nil},
-		{subject.Subject{Event: "push", Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "lower case"}}}, evaluate.Failure,
+		{push(subject.Subject{Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "Good"}},
+			Paths: []string{"a/b.go", "deploy/keys/server.pem"}}), evaluate.Failure, []string{"forbidden path deploy/keys/server.pem (**/*.pem)"}},
+		{push(subject.Subject{Paths: []string{"secrets/prod/env"}}), evaluate.Failure, []string{"forbidden path secrets/prod/env (secrets/**)"}},
+		{push(subject.Subject{Paths: []string{"src/secrets.go"}}), evaluate.Success, nil},
+		{push(subject.Subject{Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "lower case"}}}), evaluate.Failure,
 			[]string{"commit message of 0123456789ab"}},
-		{subject.Subject{Event: "push", Paths: []string{"a.go"}, Truncated: true}, evaluate.Failure, []string{"cannot check every path"}},
 	}
 	for i, c := range cases {
 		v, err := r.Evaluate(ctx, c.s)
@@ -66,6 +66,110 @@ func TestRules(t *testing.T) {
 			if !strings.Contains(v.Description, n) {
 				t.Fatalf("case %d: description %q does not name %q", i, v.Description, n)
 			}
+		}
+	}
+}
+
+// A rule whose input the subject does not hold whole fails closed, naming what could not be
+// read and why; a forbidden path among those read still names the path. A rule that holds
+// does not depend on inputs it does not need.
+func TestARuleFailsClosedOnWhatItCouldNotSee(t *testing.T) {
+	r := rules(t)
+	ctx := context.Background()
+	granted := "GitHub answered 403; grant the GitHub App the Pull requests: read permission"
+	pr := subject.Subject{Event: "pull_request", Pull: &subject.Pull{Title: "feat: x", TargetBranch: "main"},
+		Whole: subject.TitleInput | subject.PullInput}
+	cases := []struct {
+		name   string
+		s      func() subject.Subject
+		naming []string
+		absent []string
+	}{
+		{"a pull request whose files and commits were not read", func() subject.Subject { return pr },
+			[]string{"commit messages (could not be read", "changed paths (could not be read"}, []string{"pull request title"}},
+		{"a refused read names what to grant", func() subject.Subject {
+			s := pr
+			s.MarkUnread(subject.CommitsInput|subject.PathsInput, granted)
+			return s
+		}, []string{"changed paths (could not be read: " + granted, "commit messages (could not be read: " + granted}, nil},
+		{"paths read in part: a forbidden one among them is named", func() subject.Subject {
+			s := pr
+			s.Whole |= subject.CommitsInput
+			s.Commits = []subject.Commit{{ID: "0123456789abcdef", Message: "Fine"}}
+			s.Paths = []string{"secrets/prod.env"}
+			s.MarkUnread(subject.PathsInput, "GitHub lists at most 3,000 files of a pull request")
+			return s
+		}, []string{"forbidden path secrets/prod.env"}, []string{"could not be read"}},
+		{"commits cut by the provider", func() subject.Subject {
+			s := pr
+			s.Whole |= subject.PathsInput
+			s.Commits = []subject.Commit{{ID: "0123456789abcdef", Message: "Fine"}}
+			s.MarkUnread(subject.CommitsInput, "GitHub lists at most 250 commits of a pull request")
+			return s
+		}, []string{"commit messages (could not be read: GitHub lists at most 250 commits"}, []string{"changed paths"}},
+		{"a re-run whose pull request cannot be identified", func() subject.Subject {
+			s := subject.Subject{Event: "rerun", Whole: subject.CommitsInput | subject.PathsInput}
+			s.MarkUnread(subject.PullInput|subject.TitleInput, "the re-run's check run names no pull request")
+			return s
+		}, []string{"pull request title (could not be read: the re-run's check run names no pull request"}, []string{"target branch"}},
+		{"a re-run of a push: no pull request rules apply", func() subject.Subject {
+			return subject.Subject{Event: "rerun", Whole: subject.AllInputs}
+		}, nil, []string{"pull request", "target branch"}},
+		{"a push whose webhook listed part of its commits", func() subject.Subject {
+			return subject.Subject{Event: "push", Whole: subject.TitleInput | subject.PullInput | subject.PathsInput,
+				Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "Fine"}}}
+		}, []string{"commit messages (could not be read"}, []string{"changed paths"}},
+	}
+	for _, c := range cases {
+		v, err := r.Evaluate(ctx, c.s())
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		want := evaluate.Failure
+		if len(c.naming) == 0 {
+			want = evaluate.Success
+		}
+		if v.State != want {
+			t.Errorf("%s: %s %q, want %s", c.name, v.State, v.Description, want)
+		}
+		for _, n := range c.naming {
+			if !strings.Contains(v.Description, n) {
+				t.Errorf("%s: %q does not name %q", c.name, v.Description, n)
+			}
+		}
+		for _, n := range c.absent {
+			if strings.Contains(v.Description, n) {
+				t.Errorf("%s: %q names %q", c.name, v.Description, n)
+			}
+		}
+	}
+}
+
+// The rules say which inputs they need, and only those: a route with a title rule alone needs
+// nothing a pull request's webhook lacks, and nothing at all on a push.
+func TestRulesNeedOnlyWhatTheyCheck(t *testing.T) {
+	need := func(rs config.Rules, event string) subject.Inputs {
+		r, err := evaluate.NewRules(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Needs(subject.Subject{Event: event})
+	}
+	title := config.Rules{PullRequestTitle: "^feat"}
+	for _, c := range []struct {
+		rules config.Rules
+		event string
+		want  subject.Inputs
+	}{
+		{title, "pull_request", subject.TitleInput | subject.PullInput},
+		{title, "push", 0},
+		{config.Rules{TargetBranches: []string{"main"}}, "rerun", subject.PullInput},
+		{config.Rules{CommitMessage: "^[A-Z]"}, "push", subject.CommitsInput},
+		{config.Rules{ForbiddenPaths: []string{"secrets/**"}}, "pull_request", subject.PathsInput},
+		{config.Rules{}, "pull_request", 0},
+	} {
+		if got := need(c.rules, c.event); got != c.want {
+			t.Errorf("%+v on %s: needs %q, want %q", c.rules, c.event, got, c.want)
 		}
 	}
 }
@@ -193,7 +297,7 @@ func TestForbiddenPathsAreAllListed(t *testing.T) {
 			t.Fatalf("file %d: %+v, want %s", i, f, want[i])
 		}
 	}
-	if v, _ := r.Evaluate(context.Background(), subject.Subject{Event: "push", Paths: []string{"README.md"}}); v.State != evaluate.Success || v.Files != nil {
+	if v, _ := r.Evaluate(context.Background(), subject.Subject{Event: "push", Paths: []string{"README.md"}, Whole: subject.AllInputs}); v.State != evaluate.Success || v.Files != nil {
 		t.Fatalf("verdict %+v", v)
 	}
 }
@@ -202,12 +306,12 @@ func TestForbiddenPathsAreAllListed(t *testing.T) {
 // rule that needs them fails closed, saying why; one that needs none (the target branch) is
 // checked as for any pull request.
 func TestARerunFailsClosedOnWhatItDoesNotCarry(t *testing.T) {
-	rerun := subject.Subject{Event: subject.Rerun, Truncated: true, Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "x"}}
+	rerun := subject.Subject{Event: subject.Rerun, Whole: subject.PullInput, Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "x"}}
 	v, err := rules(t).Evaluate(context.Background(), rerun)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rule := range []string{"pull request title (a re-run", "commit messages (a re-run", "changed paths (a re-run"} {
+	for _, rule := range []string{"pull request title (could not be read", "commit messages (could not be read", "changed paths (could not be read"} {
 		if v.State != evaluate.Failure || !strings.Contains(v.Description, rule) {
 			t.Fatalf("re-run verdict %q does not fail closed on %q", v.Description, rule)
 		}
@@ -224,11 +328,11 @@ func TestARerunFailsClosedOnWhatItDoesNotCarry(t *testing.T) {
 	}
 }
 
-// A re-run whose inputs the runner read from the provider (Filled) is evaluated like the
-// event it re-runs: a clean one succeeds, a forbidden path fails and is listed, and inputs
-// cut to the bounds still fail closed on the paths.
+// A re-run whose inputs the runner read from the provider (held whole) is evaluated like the
+// event it re-runs: a clean one succeeds, a forbidden path fails and is listed, and paths the
+// provider's listing cut still fail closed.
 func TestAFilledRerunIsEvaluatedLikeTheEventItReruns(t *testing.T) {
-	clean := subject.Subject{Event: subject.Rerun, Filled: true, Pull: &subject.Pull{Number: 2, Title: "feat: add it", TargetBranch: "main"},
+	clean := subject.Subject{Event: subject.Rerun, Whole: subject.AllInputs, Pull: &subject.Pull{Number: 2, Title: "feat: add it", TargetBranch: "main"},
 		Commits: []subject.Commit{{ID: "a1", Message: "Add it"}}, Paths: []string{"docs/it.md"}}
 	if v, err := rules(t).Evaluate(context.Background(), clean); err != nil || v.State != evaluate.Success {
 		t.Fatalf("a clean filled re-run: %+v %v", v, err)
@@ -241,21 +345,21 @@ func TestAFilledRerunIsEvaluatedLikeTheEventItReruns(t *testing.T) {
 		t.Fatalf("a filled re-run changing a forbidden path: %+v", v)
 	}
 	cut := clean
-	cut.Truncated = true
+	cut.MarkUnread(subject.PathsInput, "GitHub lists at most 300 files of a comparison")
 	if v, _ := rules(t).Evaluate(context.Background(), cut); v.State != evaluate.Failure ||
-		!strings.Contains(v.Description, "changed paths (the list was cut") {
+		!strings.Contains(v.Description, "changed paths (could not be read: GitHub lists at most 300 files") {
 		t.Fatalf("a filled re-run cut to the bounds: %+v", v)
 	}
 }
 
-// A re-run whose inputs could not be read (NotFilled: a permission the App lacks) fails
-// closed on each rule that needs them, naming why.
+// A re-run whose inputs could not be read (a permission the App lacks) fails closed on each
+// rule that needs them, naming why.
 func TestARerunWhoseInputsCouldNotBeReadFailsClosedNamingWhy(t *testing.T) {
-	rerun := subject.Subject{Event: subject.Rerun, Truncated: true, NotFilled: "grant the GitHub App Contents: read",
-		Pull: &subject.Pull{Number: 2, TargetBranch: "main"}}
+	rerun := subject.Subject{Event: subject.Rerun, Whole: subject.PullInput, Pull: &subject.Pull{Number: 2, TargetBranch: "main"}}
+	rerun.MarkUnread(subject.TitleInput|subject.CommitsInput|subject.PathsInput, "grant the GitHub App Contents: read")
 	v, _ := rules(t).Evaluate(context.Background(), rerun)
-	for _, rule := range []string{"pull request title (a re-run's could not be read: grant the GitHub App Contents: read)",
-		"commit messages (a re-run's", "changed paths (a re-run's could not be read: grant the GitHub App Contents: read)"} {
+	for _, rule := range []string{"pull request title (could not be read: grant the GitHub App Contents: read)",
+		"commit messages (could not be read: grant", "changed paths (could not be read: grant the GitHub App Contents: read)"} {
 		if v.State != evaluate.Failure || !strings.Contains(v.Description, rule) {
 			t.Fatalf("re-run verdict %q does not fail closed on %q", v.Description, rule)
 		}

@@ -18,6 +18,11 @@ type EMF struct {
 	Dimensions map[string]string
 	Out        io.Writer
 	Now        func() time.Time
+	// Zero names counters that every line carries, as 0 when nothing was counted: an alarm
+	// that reads one counter against another (webhooks refused while none is admitted) then
+	// finds both in each period the function ran, instead of a missing value it cannot tell
+	// from a period without invocations. They make no line of their own.
+	Zero []string
 
 	mu        sync.Mutex
 	counts    map[string]float64
@@ -86,6 +91,12 @@ func (e *EMF) Flush() error {
 		dims = append(dims, k)
 	}
 	sort.Strings(dims)
+	for _, name := range e.Zero {
+		if _, ok := counts[name]; !ok {
+			defs = append(defs, metric{name, "Count"})
+			line[name] = 0.0
+		}
+	}
 	for name, v := range counts {
 		defs = append(defs, metric{name, "Count"})
 		line[name] = v

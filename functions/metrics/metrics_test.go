@@ -69,3 +69,29 @@ func TestEMFGauge(t *testing.T) {
 		t.Fatalf("gauge line %s", out.String())
 	}
 }
+
+// A counter named in Zero is on every line, 0 when nothing was counted, so an alarm comparing
+// two counters finds both wherever the function ran; it makes no line by itself.
+func TestZeroCountersAreOnEveryLine(t *testing.T) {
+	var out bytes.Buffer
+	m := &metrics.EMF{Namespace: "amiss", Dimensions: map[string]string{"Function": "ingress"}, Out: &out,
+		Zero: []string{"admitted", "unauthenticated"}}
+	if err := m.Flush(); err != nil || out.Len() != 0 {
+		t.Fatalf("a flush with nothing counted wrote %q", out.String())
+	}
+	m.Count("unauthenticated", 1)
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	defs := map[string]bool{}
+	for _, d := range line["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)["Metrics"].([]any) {
+		defs[d.(map[string]any)["Name"].(string)] = true
+	}
+	if v, ok := line["admitted"].(float64); !ok || v != 0 || line["unauthenticated"].(float64) != 1 || !defs["admitted"] || !defs["unauthenticated"] || len(defs) != 2 {
+		t.Fatalf("line %s", out.String())
+	}
+}

@@ -1,6 +1,8 @@
 // Package operator holds the operator's remedies over the ledger contract, shared by the amiss
-// command, the local server and the tests: listing rows by state, reviving abandoned verdicts
-// and queueing them again, and queueing every unfinished row when a server starts.
+// command, the local server, the operator Lambda function and the tests: listing rows by
+// state, inspecting one with its frozen verdict, reviving abandoned verdicts and queueing them
+// again, and queueing every unfinished row when a server starts. Handler carries out the
+// operator function's requests (handler.go).
 //
 // Everything here goes through the ledger contract and the queue: a revived row is published
 // with the bytes it froze (never evaluated again), and a message is only a hint, so queueing a

@@ -2,12 +2,14 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
 )
 
 // GitHubChecks publishes each verdict as a GitHub check run (the checks API, which only a
@@ -41,17 +43,14 @@ import (
 // update that carried annotations was cut) reads as none: the publication is not finished, and
 // Publish finishes it in place.
 type GitHubChecks struct {
-	api
-	auth githubAuth
-	// Now is the clock completed_at is read from (default time.Now).
-	Now func() time.Time
+	*github.Client
+	// Completed is the clock completed_at is read from (default time.Now).
+	Completed func() time.Time
 }
 
 // NewGitHubChecks returns a check-run publisher authenticating as a GitHub App with tokens.
-func NewGitHubChecks(baseURL string, tokens InstallationTokens, hc *http.Client) *GitHubChecks {
-	a := newAPI(baseURL, "", hc, classifyGitHub)
-	a.maxBody = maxCheckRunsPage
-	return &GitHubChecks{api: a, auth: githubAuth{tokens: tokens}}
+func NewGitHubChecks(baseURL string, tokens github.InstallationTokens, hc *http.Client) *GitHubChecks {
+	return &GitHubChecks{Client: github.NewInstallationClient(baseURL, tokens, hc)}
 }
 
 // Bounds of a check run's output (checks/create and checks/update in GitHub's OpenAPI
@@ -168,9 +167,9 @@ func annotationsOf(s Status) []checkAnnotation {
 	return out
 }
 
-func (c *GitHubChecks) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
+func (c *GitHubChecks) completed() time.Time {
+	if c.Completed != nil {
+		return c.Completed()
 	}
 	return time.Now()
 }
@@ -178,55 +177,40 @@ func (c *GitHubChecks) now() time.Time {
 // body is the check run Publish posts for s, without annotations.
 func (c *GitHubChecks) body(s Status) checkRunBody {
 	return checkRunBody{Name: s.Context, DetailsURL: s.TargetURL, ExternalID: s.ExternalID, Status: "completed",
-		Conclusion: Conclusion(s.State), CompletedAt: c.now().UTC().Format(time.RFC3339),
+		Conclusion: Conclusion(s.State), CompletedAt: c.completed().UTC().Format(time.RFC3339),
 		Output: checkOutput{Title: CheckTitle(s.State), Summary: CheckSummary(s)}}
 }
 
 func (c *GitHubChecks) repoURL(s Status) (string, error) {
-	owner, repo, err := splitRepo(s.Repository)
+	repo, err := github.RepoPath(s.Repository)
 	if err != nil {
 		return "", err
 	}
 	if s.ExternalID == "" {
 		return "", &Error{Class: Permanent, Err: errors.New("a check run needs the delivery's key as its external_id")}
 	}
-	return fmt.Sprintf("%s/repos/%s/%s", c.BaseURL, url.PathEscape(owner), url.PathEscape(repo)), nil
+	return repo, nil
 }
 
-// runs lists the check runs named s.Context on s's commit, every page (filter=all: not only the
-// latest of each name), at most readPages of them.
+// runs lists the check runs named s.Context on s's commit, every page by GitHub's Link header
+// (filter=all: not only the latest of each name), at most readPages of them.
 func (c *GitHubChecks) runs(ctx context.Context, base string, s Status) ([]checkRun, error) {
 	var all []checkRun
-	for page := 1; page <= readPages; page++ {
-		_, body, err := c.auth.send(ctx, &c.client, s.Installation, http.MethodGet, fmt.Sprintf("%s/commits/%s/check-runs?check_name=%s&filter=all&per_page=%d&page=%d",
-			base, url.PathEscape(s.SHA), url.QueryEscape(s.Context), checkRunsPerPage, page), nil)
-		if err != nil {
-			return nil, readFailed(err)
-		}
+	page := 0
+	err := c.Pages(ctx, s.Installation, providerapi.Request{Method: http.MethodGet, MaxBytes: maxCheckRunsPage,
+		URL: fmt.Sprintf("%s/commits/%s/check-runs?check_name=%s&filter=all&per_page=%d", base, url.PathEscape(s.SHA),
+			url.QueryEscape(s.Context), checkRunsPerPage)}, readPages, func(a *providerapi.Answer) (bool, error) {
+		page++
 		var list struct {
-			TotalCount int        `json:"total_count"`
-			CheckRuns  []checkRun `json:"check_runs"`
+			CheckRuns []checkRun `json:"check_runs"`
 		}
-		if err := decodeAnswer(fmt.Sprintf("page %d of the commit's check runs", page), body, &list); err != nil {
-			return nil, err
+		if err := a.Decode(fmt.Sprintf("page %d of the commit's check runs", page), &list); err != nil {
+			return false, err
 		}
 		all = append(all, list.CheckRuns...)
-		if len(list.CheckRuns) < checkRunsPerPage || len(all) >= list.TotalCount {
-			return all, nil
-		}
-	}
-	return nil, &Error{Class: Transient, Err: fmt.Errorf("the commit lists over %d pages of check runs named %q", readPages, s.Context)}
-}
-
-// readFailed is a failed read: whatever it answered, nothing was posted.
-func readFailed(err error) error {
-	var pe *Error
-	if errors.As(err, &pe) && pe.Unknown {
-		e := *pe
-		e.Unknown = false
-		return &e
-	}
-	return err
+		return true, nil
+	})
+	return all, err
 }
 
 // mayStand is a failure after a check run of this delivery exists: it stands, perhaps without
@@ -282,18 +266,19 @@ func (c *GitHubChecks) Publish(ctx context.Context, s Status) error {
 	if mine := ours(runs, s); mine != nil {
 		id, done = mine.ID, min(mine.Output.AnnotationsCount, len(anns))
 		body.Output.Annotations = batch(done)
-		if _, _, err := c.auth.send(ctx, &c.client, s.Installation, http.MethodPatch, fmt.Sprintf("%s/check-runs/%d", base, id), body); err != nil {
+		if _, err := c.Do(ctx, s.Installation, providerapi.Request{Method: http.MethodPatch, URL: fmt.Sprintf("%s/check-runs/%d", base, id), Body: body}); err != nil {
 			return mayStand(err)
 		}
 	} else {
 		body.HeadSHA = s.SHA
 		body.Output.Annotations = batch(0)
-		_, answer, err := c.auth.send(ctx, &c.client, s.Installation, http.MethodPost, base+"/check-runs", body)
+		answer, err := c.Do(ctx, s.Installation, providerapi.Request{Method: http.MethodPost, URL: base + "/check-runs", Body: body,
+			MaxBytes: maxCheckRunsPage})
 		if err != nil {
 			return err // Unknown when the create may have landed: the next attempt finds it
 		}
 		var run checkRun
-		if json.Unmarshal(answer, &run) != nil || run.ID == 0 {
+		if answer.Decode("the check run created", &run) != nil || run.ID == 0 {
 			return &Error{Class: Transient, Unknown: true, Err: errors.New("github created the check run and answered without its id")}
 		}
 		id, body.HeadSHA = run.ID, ""
@@ -301,7 +286,7 @@ func (c *GitHubChecks) Publish(ctx context.Context, s Status) error {
 	done += len(body.Output.Annotations)
 	for done < len(anns) {
 		body.Output.Annotations = batch(done)
-		if _, _, err := c.auth.send(ctx, &c.client, s.Installation, http.MethodPatch, fmt.Sprintf("%s/check-runs/%d", base, id), body); err != nil {
+		if _, err := c.Do(ctx, s.Installation, providerapi.Request{Method: http.MethodPatch, URL: fmt.Sprintf("%s/check-runs/%d", base, id), Body: body}); err != nil {
 			return mayStand(err)
 		}
 		done += len(body.Output.Annotations)

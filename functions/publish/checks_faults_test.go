@@ -8,16 +8,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 )
 
 // faultAt serves every request with the checks fake, except the n-th (from 1), which the fake
-// applies before its answer is lost as fault says: "cut" (held back past the client's
-// timeout) or a gateway's 502 or GitHub's own 500.
-func faultAt(fake *publishtest.Checks, n int, fault string) http.Handler {
+// applies before its answer is lost as fault says: "cut" (the connection closed without an
+// answer) or a gateway's 502 or GitHub's own 500.
+func faultAt(fake *githubtest.GitHub, n int, fault string) http.Handler {
 	var mu sync.Mutex
 	seen := 0
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -32,7 +32,7 @@ func faultAt(fake *publishtest.Checks, n int, fault string) http.Handler {
 		fake.ServeHTTP(httptest.NewRecorder(), r) // applied; the answer never reaches the client
 		switch fault {
 		case "cut":
-			<-r.Context().Done()
+			providerapitest.Cut(w)
 		case "502":
 			w.WriteHeader(http.StatusBadGateway)
 		default:
@@ -49,12 +49,10 @@ func TestAFaultAtAnyStepOfAPublicationLeavesOneCompleteCheckRun(t *testing.T) {
 	for step := 1; step <= 4; step++ {
 		for _, fault := range []string{"cut", "502", "500"} {
 			t.Run(fmt.Sprintf("request %d %s", step, fault), func(t *testing.T) {
-				fake := publishtest.NewChecks(nil)
+				fake := githubtest.New(nil)
 				srv := httptest.NewServer(faultAt(fake, step, fault))
 				defer srv.Close()
-				hc := srv.Client()
-				hc.Timeout = 200 * time.Millisecond
-				p := publish.NewGitHubChecks(srv.URL, &installationTokens{}, hc)
+				p := publish.NewGitHubChecks(srv.URL, &installationTokens{}, srv.Client())
 				p.MaxAttempts = 1
 				s := refusing(120)
 				err := p.Publish(context.Background(), s)
@@ -96,8 +94,8 @@ func TestAFaultAtAnyStepOfAPublicationLeavesOneCompleteCheckRun(t *testing.T) {
 // publisher reads every page, finds its check run on the second and updates it; and a newer
 // delivery's check run, listed on the second page too, is what stands.
 func TestACheckRunIsFoundBeyondTheFirstPageOfItsName(t *testing.T) {
-	fake := publishtest.NewChecks(nil)
-	p := checksServer(t, fake, 200*time.Millisecond)
+	fake := githubtest.New(nil)
+	p := checksServer(t, fake)
 	for i := range 150 {
 		other := refusing(0)
 		other.State, other.ExternalID = "success", fmt.Sprintf("%064d", i)
@@ -105,11 +103,8 @@ func TestACheckRunIsFoundBeyondTheFirstPageOfItsName(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fake.Create = func(n int, _ publishtest.CheckRun) publishtest.Behavior {
-		if n == 151 {
-			return publishtest.Behavior{Delay: time.Second, ApplyFirst: true}
-		}
-		return publishtest.Behavior{}
+	fake.Create = func(n int, _ githubtest.CheckRun) githubtest.Behavior {
+		return githubtest.Behavior{Cut: n == 151}
 	}
 	s := refusing(60)
 	if err := p.Publish(context.Background(), s); err == nil || !publish.Unknown(err) {
@@ -142,7 +137,7 @@ func TestACheckRunIsFoundBeyondTheFirstPageOfItsName(t *testing.T) {
 // A publication refused with 401 twice (the token and its successor): the error names neither
 // token, nor does any other failure's.
 func TestACheckRunPublicationErrorHoldsNoToken(t *testing.T) {
-	fake := publishtest.NewChecks(func(string) bool { return false })
+	fake := githubtest.New(func(string) bool { return false })
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	err := publish.NewGitHubChecks(srv.URL, &installationTokens{}, srv.Client()).Publish(context.Background(), refusing(1))

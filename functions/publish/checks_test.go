@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 )
 
 // installationTokens hands out token-<installation>-<n>, n counting the tokens forgotten.
@@ -23,11 +22,11 @@ type installationTokens struct {
 	forgotten []string
 }
 
-func (k *installationTokens) Token(_ context.Context, installation int64) (string, error) {
+func (k *installationTokens) Token(_ context.Context, installation int64) (github.InstallationToken, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.asked++
-	return fmt.Sprintf("token-%d-%d", installation, k.n), nil
+	return github.InstallationToken{Value: fmt.Sprintf("token-%d-%d", installation, k.n)}, nil
 }
 
 func (k *installationTokens) Forget(_ int64, token string) {
@@ -52,18 +51,19 @@ func refusing(n int) publish.Status {
 	return s
 }
 
-func checksServer(t *testing.T, fake *publishtest.Checks, timeout time.Duration) *publish.GitHubChecks {
+// checksServer serves fake as GitHub Enterprise Server does (under /api/v3), and returns a
+// check-run publisher to it that makes one attempt a call.
+func checksServer(t *testing.T, fake *githubtest.GitHub) *publish.GitHubChecks {
 	t.Helper()
+	fake.Prefix = "/api/v3"
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
-	hc := srv.Client()
-	hc.Timeout = timeout
-	p := publish.NewGitHubChecks(srv.URL+"/api/v3", &installationTokens{}, hc)
+	p := publish.NewGitHubChecks(srv.URL+"/api/v3", &installationTokens{}, srv.Client())
 	p.MaxAttempts = 1
 	return p
 }
 
-func noViolations(t *testing.T, fake *publishtest.Checks) {
+func noViolations(t *testing.T, fake *githubtest.GitHub) {
 	t.Helper()
 	if v := fake.Violations(); len(v) > 0 {
 		t.Fatalf("%d requests broke GitHub's API description: %q", len(v), v)
@@ -75,8 +75,8 @@ func noViolations(t *testing.T, fake *publishtest.Checks) {
 // two updates the next 50 and the last 20 (GitHub takes 50 a request and appends those of an
 // update). Every request is valid against the description, and the check run stands as ours.
 func TestACheckRunCarriesEveryAnnotationInRequestsOfFifty(t *testing.T) {
-	fake := publishtest.NewChecks(nil)
-	p := checksServer(t, fake, 5*time.Second)
+	fake := githubtest.New(nil)
+	p := checksServer(t, fake)
 	s := refusing(120)
 	if err := p.Publish(context.Background(), s); err != nil {
 		t.Fatal(err)
@@ -111,33 +111,30 @@ func TestACheckRunCarriesEveryAnnotationInRequestsOfFifty(t *testing.T) {
 func TestTheConclusionOfEachState(t *testing.T) {
 	for state, want := range map[string][2]string{"success": {"success", "All rules hold"}, "failure": {"failure", "Rules failed"},
 		"error": {"failure", "Could not be evaluated"}} {
-		fake := publishtest.NewChecks(nil)
-		p := checksServer(t, fake, 5*time.Second)
+		fake := githubtest.New(nil)
+		p := checksServer(t, fake)
 		s := refusing(0)
 		s.State, s.TargetURL = state, ""
 		if err := p.Publish(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		noViolations(t, fake)
-		r, ok := fake.Latest(s.Repository, s.SHA, s.Context)
+		r, ok := fake.LatestRun(s.Repository, s.SHA, s.Context)
 		if !ok || r.Conclusion != want[0] || r.Title != want[1] || len(r.Annotations) != 0 || r.DetailsURL != "" {
 			t.Fatalf("%s: check run %+v, want conclusion %s titled %q", state, r, want[0], want[1])
 		}
 	}
 }
 
-// GitHub creates the check run and answers after the client gave up (a timeout mid-create).
-// The retry lists the commit's check runs, finds this delivery's by its external_id and
-// updates it: exactly one check run, with each of its 70 annotations once.
-func TestATimeoutMidCreateLeadsToExactlyOneCheckRun(t *testing.T) {
-	fake := publishtest.NewChecks(nil)
-	fake.Create = func(n int, _ publishtest.CheckRun) publishtest.Behavior {
-		if n == 1 {
-			return publishtest.Behavior{Delay: 500 * time.Millisecond, ApplyFirst: true}
-		}
-		return publishtest.Behavior{}
+// GitHub creates the check run and its answer never reaches the client (the connection is cut,
+// as a timeout leaves it). The retry lists the commit's check runs, finds this delivery's by
+// its external_id and updates it: exactly one check run, with each of its 70 annotations once.
+func TestACreateWhoseAnswerIsLostLeadsToExactlyOneCheckRun(t *testing.T) {
+	fake := githubtest.New(nil)
+	fake.Create = func(n int, _ githubtest.CheckRun) githubtest.Behavior {
+		return githubtest.Behavior{Cut: n == 1}
 	}
-	p := checksServer(t, fake, 100*time.Millisecond)
+	p := checksServer(t, fake)
 	s := refusing(70)
 	err := p.Publish(context.Background(), s)
 	if err == nil || !publish.Unknown(err) {
@@ -149,7 +146,7 @@ func TestATimeoutMidCreateLeadsToExactlyOneCheckRun(t *testing.T) {
 	noViolations(t, fake)
 	runs := fake.Runs(s.Repository, s.SHA)
 	if len(runs) != 1 {
-		t.Fatalf("%d check runs after a timeout mid-create and its retry, want exactly 1", len(runs))
+		t.Fatalf("%d check runs after a create whose answer was lost and its retry, want exactly 1", len(runs))
 	}
 	if r := runs[0]; r.Updates == 0 || len(r.Annotations) != 70 || r.ExternalID != deliveryKey || r.Conclusion != "failure" {
 		t.Fatalf("check run: %d updates, %d annotations, %+v", r.Updates, len(r.Annotations), r)
@@ -160,14 +157,11 @@ func TestATimeoutMidCreateLeadsToExactlyOneCheckRun(t *testing.T) {
 // the check run's annotations_count, so no annotation is posted twice; until then the check
 // run, ours but unfinished, does not stand as ours.
 func TestACutUpdateIsTakenUpAfterTheAnnotationsThatStand(t *testing.T) {
-	fake := publishtest.NewChecks(nil)
-	fake.Update = func(n int, _ publishtest.CheckRun) publishtest.Behavior {
-		if n == 1 {
-			return publishtest.Behavior{Delay: 500 * time.Millisecond, ApplyFirst: true}
-		}
-		return publishtest.Behavior{}
+	fake := githubtest.New(nil)
+	fake.Update = func(n int, _ githubtest.CheckRun) githubtest.Behavior {
+		return githubtest.Behavior{Cut: n == 1}
 	}
-	p := checksServer(t, fake, 100*time.Millisecond)
+	p := checksServer(t, fake)
 	s := refusing(120)
 	if err := p.Publish(context.Background(), s); err == nil || !publish.Unknown(err) {
 		t.Fatalf("first publication: %v, want an unknown outcome", err)
@@ -193,8 +187,8 @@ func TestACutUpdateIsTakenUpAfterTheAnnotationsThatStand(t *testing.T) {
 // What stands on the commit under the context: nothing; this delivery's check run; another
 // delivery's newer one (a re-run) listed after it. GitHub's listing order is not relied on.
 func TestCheckRunStanding(t *testing.T) {
-	fake := publishtest.NewChecks(nil)
-	p := checksServer(t, fake, 5*time.Second)
+	fake := githubtest.New(nil)
+	p := checksServer(t, fake)
 	s := refusing(3)
 	if st, err := p.Standing(context.Background(), s); err != nil || st != publish.StandingNone {
 		t.Fatalf("before: %v %v", st, err)
@@ -225,7 +219,7 @@ func TestCheckRunStanding(t *testing.T) {
 func TestA401ForgetsTheInstallationTokenAndRetriesOnce(t *testing.T) {
 	for name, accepted := range map[string]string{"the new token is taken": "token-7-1", "no token is taken": "none"} {
 		t.Run(name, func(t *testing.T) {
-			fake := publishtest.NewChecks(func(tok string) bool { return tok == accepted })
+			fake := githubtest.New(func(tok string) bool { return tok == accepted })
 			srv := httptest.NewServer(fake)
 			defer srv.Close()
 			tokens := &installationTokens{}
@@ -253,7 +247,7 @@ func TestA401ForgetsTheInstallationTokenAndRetriesOnce(t *testing.T) {
 // is retried once with a new one, and a verdict whose webhook named no installation is the
 // operator's to fix, with nothing sent.
 func TestGitHubStatusesWithAnApp(t *testing.T) {
-	fake := publishtest.NewGitHub("token-7-1")
+	fake := githubtest.New(githubtest.Token("token-7-1"))
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	tokens := &installationTokens{}
@@ -272,7 +266,7 @@ func TestGitHubStatusesWithAnApp(t *testing.T) {
 	s.Installation = 0
 	asked := tokens.asked
 	for _, err := range []error{g.Publish(context.Background(), s), publish.NewGitHubChecks(srv.URL, tokens, srv.Client()).Publish(context.Background(), refusingWithout())} {
-		if !errors.Is(err, publish.ErrNoInstallation) || publish.ClassOf(err) != publish.Operator || publish.Unknown(err) {
+		if !errors.Is(err, github.ErrNoInstallation) || publish.ClassOf(err) != publish.Operator || publish.Unknown(err) {
 			t.Fatalf("no installation: %v (class %v)", err, publish.ClassOf(err))
 		}
 	}
@@ -285,62 +279,4 @@ func refusingWithout() publish.Status {
 	s := refusing(1)
 	s.Installation = 0
 	return s
-}
-
-// The checks fake refuses, as GitHub's description does, and records, each request that breaks
-// it: so a publisher valid against it sends what GitHub takes.
-func TestTheChecksFakeRefusesWhatTheDescriptionForbids(t *testing.T) {
-	fake := publishtest.NewChecks(nil)
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	ann := `{"path":"a","start_line":1,"end_line":1,"annotation_level":"failure","message":"m"}`
-	out := func(anns ...string) string {
-		return `"output":{"title":"t","summary":"s","annotations":[` + strings.Join(anns, ",") + `]}`
-	}
-	valid := `{"name":"n","head_sha":"` + sha + `","status":"completed","conclusion":"success",` + out(ann) + `}`
-	send := func(method, path, body string) int {
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer t")
-		req.Header.Set("Accept", "application/vnd.github+json")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if code := send("POST", "/repos/o/r/check-runs", valid); code != http.StatusCreated || len(fake.Violations()) != 0 {
-		t.Fatalf("a valid create: %d, %q", code, fake.Violations())
-	}
-	many := make([]string, 51)
-	for i := range many {
-		many[i] = ann
-	}
-	bad := map[string]struct{ method, path, body string }{
-		"completed without a conclusion":    {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","status":"completed",` + out() + `}`},
-		"completed_at without a conclusion": {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","completed_at":"2024-01-01T00:00:00Z"}`},
-		"no head_sha":                       {"POST", "/repos/o/r/check-runs", `{"name":"n","status":"queued"}`},
-		"51 annotations":                    {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","conclusion":"failure",` + out(many...) + `}`},
-		"an annotation level":               {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","conclusion":"failure",` + out(strings.Replace(ann, `"failure"`, `"error"`, 1)) + `}`},
-		"an annotation without a message":   {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","conclusion":"failure",` + out(strings.Replace(ann, `,"message":"m"`, ``, 1)) + `}`},
-		"line 0":                            {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","conclusion":"failure",` + out(strings.Replace(ann, `"start_line":1`, `"start_line":0`, 1)) + `}`},
-		"a line as a string":                {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","conclusion":"failure",` + out(strings.Replace(ann, `"end_line":1`, `"end_line":"1"`, 1)) + `}`},
-		"an output without a summary":       {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","conclusion":"failure","output":{"title":"t"}}`},
-		"an external_id number":             {"POST", "/repos/o/r/check-runs", `{"name":"n","head_sha":"` + sha + `","external_id":42}`},
-		"the conclusion stale":              {"PATCH", "/repos/o/r/check-runs/1", `{"conclusion":"stale"}`},
-		"a head_sha on update":              {"PATCH", "/repos/o/r/check-runs/1", `{"head_sha":"` + sha + `"}`},
-		"an update of no check run":         {"PATCH", "/repos/o/r/check-runs/9", `{"conclusion":"success"}`},
-		"an update in another repository":   {"PATCH", "/repos/o/other/check-runs/1", `{"conclusion":"success"}`},
-		"a list filter":                     {"GET", "/repos/o/r/commits/" + sha + "/check-runs?filter=newest", ``},
-	}
-	for name, r := range bad {
-		before := len(fake.Violations())
-		if code := send(r.method, r.path, r.body); (code != http.StatusUnprocessableEntity && code != http.StatusNotFound) || len(fake.Violations()) != before+1 {
-			t.Errorf("%s: answered %d, %d violations recorded", name, code, len(fake.Violations())-before)
-		}
-	}
-	if fake.Creates() != 1 || len(fake.Runs("o/r", sha)) != 1 {
-		t.Fatalf("refused requests changed the check runs: %d creates", fake.Creates())
-	}
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 )
 
 func wantStanding(t *testing.T, p publish.Publisher, s publish.Status, want publish.Standing) {
@@ -23,7 +23,7 @@ func wantStanding(t *testing.T, p publish.Publisher, s publish.Status, want publ
 // The read-back of a GitHub status reads the combined status, where the latest status of each
 // context stands, and pages through it (a commit can gather hundreds of contexts).
 func TestGitHubReadsBackTheLatestStatusOfTheContext(t *testing.T) {
-	fake := publishtest.NewGitHub("t")
+	fake := githubtest.New(githubtest.Token("t"))
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	g := publish.NewGitHub(srv.URL, "t", srv.Client())
@@ -128,7 +128,7 @@ func TestBitbucketReadsBackTheStatusOfTheKey(t *testing.T) {
 // A page of the combined status holds up to 100 contexts, each with its description and link:
 // far more than one status's answer. The read-back reads it whole.
 func TestGitHubReadsBackAPageOfContextsLongerThanAStatus(t *testing.T) {
-	fake := publishtest.NewGitHub("t")
+	fake := githubtest.New(githubtest.Token("t"))
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	g := publish.NewGitHub(srv.URL, "t", srv.Client())

@@ -53,6 +53,9 @@ const (
 	evalOutOfTime
 	// evalCut: a shutdown cut the evaluation.
 	evalCut
+	// inputsUnavailable: the provider's API could not be read for the inputs the rules need
+	// (an outage, a timeout, a rate limit: attempt.err).
+	inputsUnavailable
 	// saveFailed: the ledger refused a Save for another reason than a lost lease (busy,
 	// unreachable): nothing was kept.
 	saveFailed
@@ -87,7 +90,7 @@ const (
 var eventNames = [...]string{noTime: "no time", busy: "busy", ledgerFailed: "ledger failed", claimed: "claimed",
 	leaseLost: "lease lost", routeFailed: "route failed", routeCut: "route cut", subjectUnreadable: "subject unreadable",
 	evalFailed: "evaluation failed", evalOutOfTime: "evaluation out of time", evalCut: "evaluation cut",
-	saveFailed: "save failed", published: "published", postLost: "post lost", postCut: "post cut",
+	inputsUnavailable: "inputs unavailable", saveFailed: "save failed", published: "published", postLost: "post lost", postCut: "post cut",
 	postFailed: "post failed", undecodable: "undecodable", superseded: "superseded", subjectBusy: "subject busy",
 	confirmLater: "confirm later", gateFull: "gate full"}
 
@@ -303,6 +306,16 @@ func (p policy) decide(a attempt) decision {
 		return p.evaluationFailed(a.lease, fmt.Errorf("the evaluation did not finish within the invocation's time: %w", a.err))
 	case evalFailed:
 		return p.evaluationFailed(a.lease, a.err)
+	case inputsUnavailable:
+		// The provider's outage is no failed evaluation, and never a verdict early: handed
+		// back uncounted, no sooner than the provider asked, for as long as a saved verdict's
+		// publication would be retried (the publish budget since admission); only then does
+		// the commit get an error verdict naming it.
+		if l := a.lease; !l.AdmittedAt.IsZero() && a.granted.Sub(l.AdmittedAt) >= p.publishBudget {
+			return decision{act: saveError, text: cutRunes(fmt.Sprintf("amiss could not read the provider's API for the rules' inputs for %s: %v",
+				p.publishBudget, a.err), MaxDescription)}
+		}
+		return handBack(unclaim, max(p.retryDelay, publish.RetryAfterOf(a.err)))
 	case saveFailed:
 		// The evaluation answered and the ledger did not keep it: no failed evaluation.
 		return handBack(unclaim, p.retryDelay)

@@ -111,6 +111,17 @@ var decisionTable = []struct {
 		with(executing(1, 0, admitted.Add(144*time.Hour)), routeCut, func(a *attempt) { a.err = routeErr }),
 		decision{act: unclaim, retry: after(0)}},
 
+	// Reading the inputs the rules need from the provider.
+	{"the provider's outage while reading the inputs is handed back uncounted, after the retry delay",
+		with(executing(1, 2, admitted.Add(time.Hour)), inputsUnavailable, func(a *attempt) { a.err = transient(0) }),
+		decision{act: unclaim, retry: after(30 * time.Second)}},
+	{"no sooner than the provider asked",
+		with(executing(1, 0, admitted.Add(time.Hour)), inputsUnavailable, func(a *attempt) { a.err = transient(10 * time.Minute) }),
+		decision{act: unclaim, retry: after(10 * time.Minute)}},
+	{"an outage lasting the publish budget since admission ends in an error verdict naming it",
+		with(executing(1, 0, admitted.Add(72*time.Hour)), inputsUnavailable, func(a *attempt) { a.err = transient(0) }),
+		decision{act: saveError, text: "amiss could not read the provider's API for the rules' inputs for 72h0m0s: 503 (transient)"}},
+
 	// Evaluating.
 	{"a subject that cannot be read gets an error verdict",
 		with(executing(1, 0, admitted), subjectUnreadable, nil),
@@ -153,7 +164,7 @@ var decisionTable = []struct {
 		decision{act: abandon, text: "the saved report does not decode"}},
 	{"a refusal for good abandons at once, naming the verdict",
 		publishing(0, 0, 0, permanent), decision{act: abandon,
-			text: `provider refused it for good: publish: refused for good: 422 no commit found (verdict failure: "failed: pull request title")`}},
+			text: `provider refused it for good: refused for good: 422 no commit found (verdict failure: "failed: pull request title")`}},
 	{"the first failed post is retried after half to all of the first wait (jitter 0: half)",
 		publishing(0, 0, 0, transient(0)), decision{act: release, retry: after(15 * time.Second)}},
 	{"the first failed post is retried after half to all of the first wait (jitter one half: three quarters)",
@@ -172,7 +183,7 @@ var decisionTable = []struct {
 		publishing(40, 72*time.Hour-10*time.Second, 0, transient(time.Hour)), decision{act: release, retry: after(time.Hour)}},
 	{"a failed post at the budget's end abandons, naming the budget and the verdict",
 		publishing(196, 72*time.Hour, 0, transient(0)), decision{act: abandon,
-			text: `publish budget of 72h0m0s spent (since 2026-07-01T13:00:00Z, 197 attempts): last answer: publish: 503 (transient) (verdict failure: "failed: pull request title")`}},
+			text: `publish budget of 72h0m0s spent (since 2026-07-01T13:00:00Z, 197 attempts): last answer: 503 (transient) (verdict failure: "failed: pull request title")`}},
 	{"a budget whose start is unknown is not spent",
 		with(publishing(40, 100*time.Hour, 0, transient(0)), postFailed, func(a *attempt) { a.since = time.Time{} }),
 		decision{act: release, retry: after(15 * time.Minute)}},

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 )
 
@@ -19,11 +19,11 @@ import (
 // standing over its own: updating its own check run in place would leave the older verdict
 // shown, so it creates another, which stands. The older verdict is superseded.
 func TestChecksCreatedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(t *testing.T) {
-	checks := publishtest.NewChecks(nil)
+	checks := githubtest.New(nil)
 	held := map[string]chan struct{}{"failure": make(chan struct{}), "success": make(chan struct{})}
 	var mu sync.Mutex
 	first := map[string]bool{}
-	checks.Create = func(_ int, r publishtest.CheckRun) publishtest.Behavior {
+	checks.Create = func(_ int, r githubtest.CheckRun) githubtest.Behavior {
 		mu.Lock()
 		hold := !first[r.Conclusion]
 		first[r.Conclusion] = true
@@ -31,7 +31,7 @@ func TestChecksCreatedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(
 		if hold {
 			<-held[r.Conclusion] // created once let go, long after the client gave up
 		}
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	w := newChecksWorld(t, checks)
 	var letGo sync.Once
@@ -65,7 +65,7 @@ func TestChecksCreatedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(
 	if v := checks.Violations(); len(v) > 0 {
 		t.Fatalf("requests outside GitHub's API description: %v", v)
 	}
-	got, ok := checks.Latest(commitRepo, headSHA, statusCtx)
+	got, ok := checks.LatestRun(commitRepo, headSHA, statusCtx)
 	if !ok || got.Conclusion != "success" || got.ExternalID != edited.Key.String() {
 		t.Fatalf("the commit shows %q from delivery %.8s, want success from %s; check runs: %+v", got.Conclusion, got.ExternalID,
 			edited.Key.Short(), checks.Runs(commitRepo, headSHA))
@@ -81,12 +81,12 @@ func TestChecksCreatedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(
 // App's standing: it creates its check run once more, over it, and is done: no loop, no
 // second attempt once its check run stands.
 func TestAnotherAppsCheckRunOfTheNameIsCoveredOnceWithoutALoop(t *testing.T) {
-	checks := publishtest.NewChecks(nil)
-	checks.Create = func(n int, _ publishtest.CheckRun) publishtest.Behavior {
+	checks := githubtest.New(nil)
+	checks.Create = func(n int, _ githubtest.CheckRun) githubtest.Behavior {
 		if n == 1 {
-			return publishtest.Behavior{Delay: 400 * time.Millisecond, ApplyFirst: true}
+			return githubtest.Behavior{Delay: 400 * time.Millisecond, ApplyFirst: true}
 		}
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	w := newChecksWorld(t, checks)
 	edited := w.pullRequestFromApp(goodTitle, epoch.Add(-time.Minute))
@@ -111,7 +111,7 @@ func TestAnotherAppsCheckRunOfTheNameIsCoveredOnceWithoutALoop(t *testing.T) {
 	if v := checks.Violations(); len(v) > 0 {
 		t.Fatalf("requests outside GitHub's API description: %v", v)
 	}
-	got, ok := checks.Latest(commitRepo, headSHA, statusCtx)
+	got, ok := checks.LatestRun(commitRepo, headSHA, statusCtx)
 	if !ok || got.ExternalID != edited.Key.String() || got.Conclusion != "success" {
 		t.Fatalf("the commit shows %q from %q, want success from %s", got.Conclusion, got.ExternalID, edited.Key.Short())
 	}

@@ -13,8 +13,9 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -32,19 +33,21 @@ const appInstallation = 2311213
 // oneToken is an App's installation tokens: one token per installation, never refused.
 type oneToken struct{}
 
-func (oneToken) Token(context.Context, int64) (string, error) { return "installation-token", nil }
-func (oneToken) Forget(int64, string)                         {}
+func (oneToken) Token(context.Context, int64) (github.InstallationToken, error) {
+	return github.InstallationToken{Value: "installation-token"}, nil
+}
+func (oneToken) Forget(int64, string) {}
 
 // checksWorld is a commitWorld whose routes publish check runs to a checks fake.
 type checksWorld struct {
 	*commitWorld
-	checks *publishtest.Checks
+	checks *githubtest.GitHub
 	srv    *httptest.Server
 }
 
-func newChecksWorld(t *testing.T, checks *publishtest.Checks) *checksWorld {
+func newChecksWorld(t *testing.T, checks *githubtest.GitHub) *checksWorld {
 	t.Helper()
-	w := &checksWorld{commitWorld: newCommitWorld(t, publishtest.NewGitHub(ghToken)), checks: checks}
+	w := &checksWorld{commitWorld: newCommitWorld(t, githubtest.New(githubtest.Token(ghToken))), checks: checks}
 	w.srv = httptest.NewServer(checks)
 	t.Cleanup(w.srv.Close)
 	return w
@@ -90,7 +93,7 @@ func (w *checksWorld) checkRuns(wantConclusion string, wantDelivery queue.Messag
 		w.t.Fatalf("requests outside GitHub's API description: %v", v)
 	}
 	runs := w.checks.Runs(commitRepo, headSHA)
-	got, ok := w.checks.Latest(commitRepo, headSHA, statusCtx)
+	got, ok := w.checks.LatestRun(commitRepo, headSHA, statusCtx)
 	if !ok || got.Conclusion != wantConclusion || got.ExternalID != wantDelivery.Key.String() {
 		w.t.Fatalf("the commit shows %q from delivery %.8s, want %q from %s; check runs: %+v", got.Conclusion, got.ExternalID,
 			wantConclusion, wantDelivery.Key.Short(), runs)
@@ -109,7 +112,7 @@ func (w *checksWorld) checkRuns(wantConclusion string, wantDelivery queue.Messag
 
 // Delivered newest first, no fault: the older verdict is superseded, one check run.
 func TestAnOlderVerdictDeliveredLastCreatesNoCheckRun(t *testing.T) {
-	w := newChecksWorld(t, publishtest.NewChecks(nil))
+	w := newChecksWorld(t, githubtest.New(nil))
 	edited := w.pullRequestFromApp(goodTitle, epoch.Add(-time.Minute))
 	opened := w.pullRequestFromApp(badTitle, epoch.Add(-2*time.Minute))
 	r := w.checksRunner("a", titleRule, 5*time.Second)
@@ -122,18 +125,18 @@ func TestAnOlderVerdictDeliveredLastCreatesNoCheckRun(t *testing.T) {
 // The older verdict's creates are answered 503 until the newer check run exists; retried
 // after, the older is superseded, never created.
 func TestAnOlderVerdictRefusedUntilTheNewerStandsCreatesNoCheckRunAfterIt(t *testing.T) {
-	checks := publishtest.NewChecks(nil)
+	checks := githubtest.New(nil)
 	var mu sync.Mutex
 	newerCreated := false
-	checks.Create = func(_ int, r publishtest.CheckRun) publishtest.Behavior {
+	checks.Create = func(_ int, r githubtest.CheckRun) githubtest.Behavior {
 		mu.Lock()
 		defer mu.Unlock()
 		if r.Conclusion == "success" {
 			newerCreated = true
 		} else if !newerCreated {
-			return publishtest.Behavior{Code: http.StatusServiceUnavailable}
+			return githubtest.Behavior{Code: http.StatusServiceUnavailable}
 		}
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	w := newChecksWorld(t, checks)
 	opened := w.pullRequestFromApp(badTitle, epoch.Add(-2*time.Minute))
@@ -152,9 +155,9 @@ func TestAnOlderVerdictRefusedUntilTheNewerStandsCreatesNoCheckRunAfterIt(t *tes
 // A checks API that answers every create after longer than the route's timeout, though it
 // creates the check run at once: each verdict has exactly one check run, the newest stands.
 func TestASlowChecksAPICreatesOneCheckRunPerVerdict(t *testing.T) {
-	checks := publishtest.NewChecks(nil)
-	checks.Create = func(int, publishtest.CheckRun) publishtest.Behavior {
-		return publishtest.Behavior{Delay: 400 * time.Millisecond, ApplyFirst: true}
+	checks := githubtest.New(nil)
+	checks.Create = func(int, githubtest.CheckRun) githubtest.Behavior {
+		return githubtest.Behavior{Delay: 400 * time.Millisecond, ApplyFirst: true}
 	}
 	w := newChecksWorld(t, checks)
 	opened := w.pullRequestFromApp(badTitle, epoch.Add(-2*time.Minute))
@@ -184,7 +187,7 @@ func TestARerunLeadsToANewCheckRunForTheSameCommit(t *testing.T) {
 		t.Fatalf("re-run subject %+v %v", rerunSubject, err)
 	}
 	rerunSubject.Repository, rerunSubject.SHA = commitRepo, headSHA
-	w := newChecksWorld(t, publishtest.NewChecks(nil))
+	w := newChecksWorld(t, githubtest.New(nil))
 	push := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.Push,
 		Installation: appInstallation}, "push", epoch.Add(-2*time.Minute))
 	// The evaluator's outside dependency failed for the push, and works for the re-run.

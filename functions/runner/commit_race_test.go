@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -139,7 +139,7 @@ var raceTitles = []string{"add stuff", "feat: add the thing", "fix things"} // o
 // the order given (indexes into raceTitles), each message taken by one runner or, duplicated,
 // by both at once; arrivals one after another's first attempt, or all at once.
 func raceCommit(t *testing.T, order []int, duplicated, together bool) {
-	w := newCommitWorld(t, publishtest.NewGitHub(ghToken))
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
 	second := w.open()
 	runners := []*runner.Runner{w.titledRunner("a", nil), w.titledRunner("b", second)}
 	msgs := make([]queue.Message, len(raceTitles))

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -55,7 +55,7 @@ func TestARunnerKilledAtAnyPointOfAPublicationLeavesOneStatus(t *testing.T) {
 		posts int // POSTs the dead runner made
 	}{{"acquire", 0}, {"post", 1}, {"report", 1}} {
 		t.Run("after "+c.call, func(t *testing.T) {
-			gh := publishtest.NewGitHub(ghToken)
+			gh := githubtest.New(githubtest.Token(ghToken))
 			w := newCommitWorld(t, gh)
 			edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
 			dying := &dieAfter{killable: killable{Ledger: w.l}, call: c.call}

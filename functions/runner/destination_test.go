@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/secrets"
@@ -60,7 +60,7 @@ func (w *commitWorld) pullRequestOn(route, title string, updatedAt time.Time) qu
 }
 
 func TestTwoSpellingsOfOneAPIShareOneOrder(t *testing.T) {
-	w := newCommitWorld(t, publishtest.NewGitHub(ghToken))
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
 	loud := "HTTP://" + strings.TrimPrefix(w.srv.URL, "http://") + "/"
 	r := w.runner("a", nil, 5*time.Second)
 	r.Routes = routesOf(t, "routes:"+spelledRoute("opened", loud)+spelledRoute("edited", w.srv.URL))
@@ -77,7 +77,7 @@ func TestTwoSpellingsOfOneAPIShareOneOrder(t *testing.T) {
 // be posted. After it, the route's destination is normalised, a new name: the opening's
 // verdict, ordered under it, must still find the edit's and be superseded, not posted over it.
 func TestAVerdictRecordedUnderAnOldSpellingIsNotOvertakenAfterAnUpgrade(t *testing.T) {
-	w := newCommitWorld(t, publishtest.NewGitHub(ghToken))
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
 	loud := "HTTP://" + strings.TrimPrefix(w.srv.URL, "http://") + "/"
 	yaml := "routes:" + spelledRoute("r", loud)
 	upgraded := routesOf(t, yaml)

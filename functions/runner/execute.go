@@ -76,9 +76,14 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	}
 	start := time.Now()
 	ectx, ecancel := r.evaluationContext(wctx)
-	v, evalErr := evaluateOn(ectx, route, s)
+	s, readErr := r.complete(ectx, log, route, s)
+	var v evaluate.Verdict
+	var evalErr error
 	var tie ledger.Tie
-	if evalErr == nil {
+	if readErr == nil {
+		v, evalErr = route.Evaluator.Evaluate(ectx, s)
+	}
+	if readErr == nil && evalErr == nil {
 		tie = tieOf(s, r.seen(ectx, log, route, s)) // the provider read at evaluation, within its time
 	}
 	outOfTime := errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
@@ -87,7 +92,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	if k.isLost() {
 		return lost("lease lost during evaluation: result dropped; the message comes back when the lease ends")
 	}
-	if evalErr == nil {
+	if readErr == nil && evalErr == nil {
+		v.Read = s.Read
 		return r.saveAndPublish(ctx, wctx, log, lc, route, k, v, tie)
 	}
 	ev := evalFailed
@@ -96,8 +102,10 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		ev = evalCut // a shutdown: the caller's context ended
 	case outOfTime:
 		ev = evalOutOfTime
+	case readErr != nil:
+		ev, evalErr = inputsUnavailable, readErr
 	}
-	d := p.decide(attempt{event: ev, lease: l, fair: fair, err: evalErr})
+	d := p.decide(attempt{event: ev, lease: l, granted: k.clock(leaseFor).granted, fair: fair, err: evalErr})
 	if d.act == saveError {
 		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text},
 			tieOf(s, ledger.SeenNothing))
@@ -107,16 +115,96 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	return r.follow(ctx, log, k.clock(leaseFor), d, nil)
 }
 
-// evaluateOn evaluates s on route, a re-run with the inputs the route reads first.
-func evaluateOn(ctx context.Context, route *Route, s subject.Subject) (evaluate.Verdict, error) {
-	if s.Event == subject.Rerun && route.Inputs != nil {
-		filled, err := route.Inputs(ctx, s)
-		if err != nil {
-			return evaluate.Verdict{}, fmt.Errorf("reading the re-run's inputs: %w", err)
-		}
-		s = filled
+// complete returns s with the inputs the route's rules need and s does not hold whole read
+// from the provider's API (route.Inputs), or marked unread, saying why, when they cannot be
+// (the rules then fail closed). A route whose rules need nothing the webhook lacks reads
+// nothing. A re-run whose webhook names no pull request is first matched to the delivery its
+// check run was published for (s.RerunOf), whose subject names it. An error is the provider's
+// transient failure.
+func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s subject.Subject) (subject.Subject, error) {
+	n, ok := route.Evaluator.(evaluate.Needer)
+	if !ok {
+		return s, nil
 	}
-	return route.Evaluator.Evaluate(ctx, s)
+	need := n.Needs(s) &^ s.Whole
+	if need.Has(subject.PullInput) && s.RerunOf != "" {
+		s = r.rerunOf(ctx, log, s)
+		need = n.Needs(s) &^ s.Whole
+	}
+	if need == 0 {
+		return s, nil
+	}
+	if route.Inputs == nil {
+		s.MarkUnread(need, "the route has no credential to read "+s.Provider+"'s API (see docs/configuration.md, reading what a webhook lacks)")
+		return s, nil
+	}
+	start := time.Now()
+	out, err := route.Inputs.Read(ctx, s, need)
+	r.latency("inputs_latency", start)
+	if err != nil {
+		r.count("inputs_unavailable")
+		return s, fmt.Errorf("reading %s from %s's API: %w", need, s.Provider, err)
+	}
+	r.count("inputs_read")
+	return out, nil
+}
+
+// rerunOf gives a re-run that names no pull request the one its check run was published for:
+// the subject of the delivery s.RerunOf, when the ledger still holds it and it was for the
+// same repository and commit (a pull request's, or a push's: then there is none). Otherwise s
+// is returned as it is, and its reader must find the pull request, or the rules that need it
+// fail closed.
+func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s subject.Subject) subject.Subject {
+	return r.rerunOfDepth(ctx, log, s, s.RerunOf, 0)
+}
+
+// maxRerunChain bounds how many re-runs of re-runs are followed back to the event they re-run
+// (each Re-run's check run names the re-run delivery that published it).
+const maxRerunChain = 8
+
+func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s subject.Subject, of string, depth int) subject.Subject {
+	key, err := ledger.ParseKey(of)
+	if err != nil || depth >= maxRerunChain {
+		return s
+	}
+	row, err := r.Ledger.Inspect(ctx, key)
+	if err != nil {
+		log.Info("the delivery a re-run's check run was published for is not in the ledger", "rerun_of", of, "err", err)
+		return s
+	}
+	var was subject.Subject
+	if err := json.Unmarshal(row.Subject, &was); err != nil || was.Repository != s.Repository || was.SHA != s.SHA ||
+		was.Provider != s.Provider {
+		return s
+	}
+	switch was.Event {
+	case subject.PullRequest:
+		if was.Pull == nil {
+			return s
+		}
+		p := *was.Pull
+		p.Title = "" // the title is read as it is now
+		s.Pull = &p
+	case subject.Push:
+		s.Pull = nil
+	case subject.Rerun:
+		if was.Whole.Has(subject.PullInput) {
+			if was.Pull != nil {
+				p := *was.Pull
+				p.Title = ""
+				s.Pull = &p
+			} else {
+				s.Pull = nil
+			}
+			break
+		}
+		// A re-run of a re-run: follow it back to the event it re-runs.
+		return r.rerunOfDepth(ctx, log, s, was.RerunOf, depth+1)
+	default:
+		return s
+	}
+	s.Whole |= subject.PullInput
+	return s
 }
 
 // unroutable ends a delivery whose route cannot be built (d, decided by the policy): it
@@ -146,7 +234,7 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 	// characters): a longer one, escaped as JSON, could outgrow the ledger's report ceiling
 	// and be refused at every attempt, leaving the commit without a verdict.
 	rep := withFiles(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
-		TargetURL: route.TargetURL, Tie: tie}, v.Files)
+		TargetURL: route.TargetURL, Tie: tie, Read: v.Read}, v.Files)
 	if k != nil {
 		lc = k.clock(lc.leaseFor)
 		k.mu <- struct{}{}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/ledger"
@@ -21,16 +21,16 @@ import (
 
 // refuseAfterHolding holds the first POST of state in flight until released, then answers
 // every POST of that state 503; other states are created at once.
-func refuseAfterHolding(t *testing.T, gh *publishtest.GitHub, state string) (entered <-chan struct{}, release func()) {
+func refuseAfterHolding(t *testing.T, gh *githubtest.GitHub, state string) (entered <-chan struct{}, release func()) {
 	arrived, land := make(chan struct{}), make(chan struct{})
 	var once, letGo sync.Once
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+	gh.Post = func(_ int, s githubtest.Created) githubtest.Behavior {
 		if s.State != state {
-			return publishtest.Behavior{}
+			return githubtest.Behavior{}
 		}
 		once.Do(func() { close(arrived) })
 		<-land
-		return publishtest.Behavior{Code: http.StatusServiceUnavailable}
+		return githubtest.Behavior{Code: http.StatusServiceUnavailable}
 	}
 	release = func() { letGo.Do(func() { close(land) }) }
 	t.Cleanup(release)
@@ -57,7 +57,7 @@ func (w *commitWorld) standsNow(newer queue.Message) func() bool {
 }
 
 func TestServeHandsTheSubjectOverAtTheOlderVerdictsReport(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	entered, release := refuseAfterHolding(t, gh, "failure")
 	w := newCommitWorld(t, gh)
 	q := queue.NewLocalOn(w.clock)
@@ -84,7 +84,7 @@ func TestServeHandsTheSubjectOverAtTheOlderVerdictsReport(t *testing.T) {
 // subject with its receipt handle, and the runner that reports the older verdict's refusal
 // makes it visible again at once.
 func TestLambdaHandsTheSubjectOverAtTheOlderVerdictsReport(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	entered, release := refuseAfterHolding(t, gh, "failure")
 	w := newCommitWorld(t, gh)
 	sq := newSQSQueue(w.clock.Now)
@@ -130,7 +130,7 @@ func (l parksAfterReports) ReportSubject(ctx context.Context, g ledger.SubjectGr
 // The older verdict's report lands after the newer verdict was set aside and before it is
 // parked: no wake can name it, and the park, finding the grant over, brings it back at once.
 func TestAReportLandingBeforeThePark(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	entered, release := refuseAfterHolding(t, gh, "failure")
 	w := newCommitWorld(t, gh)
 	sq := newSQSQueue(w.clock.Now)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 )
 
@@ -16,11 +16,11 @@ import (
 // standing until both have settled; then the newer one, read back, is found covered and posted
 // again, and the older one is superseded.
 func TestPostsAppliedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	held := map[string]chan struct{}{"failure": make(chan struct{}), "success": make(chan struct{})}
 	var mu sync.Mutex
 	first := map[string]bool{}
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+	gh.Post = func(_ int, s githubtest.Created) githubtest.Behavior {
 		mu.Lock()
 		hold := !first[s.State]
 		first[s.State] = true
@@ -28,7 +28,7 @@ func TestPostsAppliedAfterTheClientGaveUpInTheWorstOrderLeaveTheNewestStanding(t
 		if hold {
 			<-held[s.State] // applied once let go, long after the client gave up
 		}
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	w := newCommitWorld(t, gh)
 	var letGo sync.Once

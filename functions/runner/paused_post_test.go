@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -46,7 +46,7 @@ func (p *pausingPublisher) Publish(ctx context.Context, s publish.Status) error 
 
 func TestARunnerPausedPastItsGrantSendsNothing(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	w := newCommitWorld(t, gh)
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
 	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))

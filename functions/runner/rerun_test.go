@@ -14,8 +14,8 @@ import (
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
-	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -43,18 +43,18 @@ func forbiddenPaths(t *testing.T) evaluate.Evaluator {
 // rerunWorld is a checksWorld whose routes read re-runs' inputs from a History.
 type rerunWorld struct {
 	*checksWorld
-	history *publishtest.History
+	history *githubtest.GitHub
 	hsrv    *httptest.Server
 }
 
 func newRerunWorld(t *testing.T) *rerunWorld {
 	t.Helper()
-	w := &rerunWorld{checksWorld: newChecksWorld(t, publishtest.NewChecks(nil)), history: publishtest.NewHistory(nil)}
+	w := &rerunWorld{checksWorld: newChecksWorld(t, githubtest.New(nil)), history: githubtest.New(nil)}
 	w.hsrv = httptest.NewServer(w.history)
 	t.Cleanup(w.hsrv.Close)
 	// The commit the re-runs are of: it moves secrets/ into docs/ unless a test says otherwise.
-	w.history.AddCommit(commitRepo, publishtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the thing",
-		Files: []publishtest.ChangedFile{{Filename: "src/thing.go", Status: "added"}}})
+	w.history.AddCommit(commitRepo, githubtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the thing",
+		Files: []githubtest.ChangedFile{{Filename: "src/thing.go", Status: "added"}}})
 	return w
 }
 
@@ -62,13 +62,13 @@ func newRerunWorld(t *testing.T) *rerunWorld {
 // wiring does for a route with a GitHub App.
 func (w *rerunWorld) rerunRunner(ev evaluate.Evaluator) *runner.Runner {
 	r := w.checksRunner("a", ev, 5*time.Second)
-	reader := publish.NewGitHubRerun(w.hsrv.URL, oneToken{}, w.hsrv.Client())
+	reader := github.NewInstallationClient(w.hsrv.URL, oneToken{}, w.hsrv.Client())
 	reader.Sleep = func(context.Context, time.Duration) error { return nil }
 	routes := r.Routes
 	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
 		route, err := routes(ctx, name)
 		if err == nil {
-			route.Inputs = reader.Fill
+			route.Inputs = reader
 		}
 		return route, err
 	}
@@ -95,23 +95,23 @@ func (w *rerunWorld) rerun(event string) queue.Message {
 
 // pullRequest makes the commit the head of the fixture's pull request #2, changing files.
 func (w *rerunWorld) pullRequest(title string, files ...string) {
-	var changed []publishtest.ChangedFile
+	var changed []githubtest.ChangedFile
 	for _, f := range files {
-		changed = append(changed, publishtest.ChangedFile{Filename: f, Status: "added"})
+		changed = append(changed, githubtest.ChangedFile{Filename: f, Status: "added"})
 	}
-	w.history.AddCommit(commitRepo, publishtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the thing", Files: changed})
-	w.history.AddPull(commitRepo, publishtest.HistoryPull{Number: 2, Title: title, Base: "main", Head: "changes",
+	w.history.AddCommit(commitRepo, githubtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the thing", Files: changed})
+	w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 2, Title: title, Base: "main", Head: "changes",
 		BaseSHA: baseSHA, HeadSHA: headSHA})
 }
 
 // latest is the check run the commit shows, after checking every request to GitHub.
-func (w *rerunWorld) latest(m queue.Message, wantConclusion string) publishtest.CheckRun {
+func (w *rerunWorld) latest(m queue.Message, wantConclusion string) githubtest.CheckRun {
 	w.t.Helper()
 	if v := w.history.Violations(); len(v) > 0 {
 		w.t.Fatalf("reads outside GitHub's API description: %v", v)
 	}
 	w.checkRuns(wantConclusion, m, 1)
-	run, _ := w.checks.Latest(commitRepo, headSHA, statusCtx)
+	run, _ := w.checks.LatestRun(commitRepo, headSHA, statusCtx)
 	return run
 }
 
@@ -138,7 +138,7 @@ func TestARerunOfACleanPullRequestSucceeds(t *testing.T) {
 	if run := w.latest(m, "success"); run.Title != "All rules hold" {
 		t.Fatalf("check run %+v", run)
 	}
-	if w.history.Requests(publishtest.OpListPullFiles) == 0 {
+	if w.history.Requests(githubtest.OpListPullFiles) == 0 {
 		t.Fatal("the pull request's files were not read")
 	}
 }
@@ -147,13 +147,13 @@ func TestARerunOfACleanPullRequestSucceeds(t *testing.T) {
 // comparison, from the suite's before to the commit.
 func TestARerunOfAPushIsEvaluatedOnThePushsComparison(t *testing.T) {
 	w := newRerunWorld(t)
-	w.history.AddCommit(commitRepo, publishtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the key",
-		Files: []publishtest.ChangedFile{{Filename: "secrets/deploy.pem", Status: "added"}}})
+	w.history.AddCommit(commitRepo, githubtest.HistoryCommit{SHA: headSHA, Parent: baseSHA, Message: "Add the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/deploy.pem", Status: "added"}}})
 	m := w.rerun("check_suite")
 	w.process(w.rerunRunner(forbiddenPaths(t)), m)
 	run := w.latest(m, "failure")
-	if len(run.Annotations) != 1 || run.Annotations[0].Path != "secrets/deploy.pem" || w.history.Requests(publishtest.OpCompareCommits) == 0 {
-		t.Fatalf("check run %+v; %d comparisons", run, w.history.Requests(publishtest.OpCompareCommits))
+	if len(run.Annotations) != 1 || run.Annotations[0].Path != "secrets/deploy.pem" || w.history.Requests(githubtest.OpCompareCommits) == 0 {
+		t.Fatalf("check run %+v; %d comparisons", run, w.history.Requests(githubtest.OpCompareCommits))
 	}
 }
 
@@ -162,7 +162,7 @@ func TestARerunOfAPushIsEvaluatedOnThePushsComparison(t *testing.T) {
 func TestARerunWithoutTheContentsPermissionFailsClosedNamingIt(t *testing.T) {
 	w := newRerunWorld(t)
 	w.history.Answer = func(op string, _ int) int {
-		if op == publishtest.OpCompareCommits || op == publishtest.OpGetCommit {
+		if op == githubtest.OpCompareCommits || op == githubtest.OpGetCommit {
 			return http.StatusForbidden
 		}
 		return 0

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -23,12 +23,12 @@ import (
 // whatever fails on the way.
 
 // refusingFailures answers GitHub's 422 to every "failure" status while refuse is set.
-func refusingFailures(refuse *atomic.Bool) func(int, publishtest.Created) publishtest.Behavior {
-	return func(_ int, s publishtest.Created) publishtest.Behavior {
+func refusingFailures(refuse *atomic.Bool) func(int, githubtest.Created) githubtest.Behavior {
+	return func(_ int, s githubtest.Created) githubtest.Behavior {
 		if s.State == "failure" && refuse.Load() {
-			return publishtest.Behavior{Code: http.StatusUnprocessableEntity}
+			return githubtest.Behavior{Code: http.StatusUnprocessableEntity}
 		}
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 }
 
@@ -96,7 +96,7 @@ func (w *commitWorld) timeless(title string) queue.Message {
 func olderAbandonedNewestPublished(t *testing.T, forget bool) (w *commitWorld, r *runner.Runner, oldest, older, newest queue.Message) {
 	t.Helper()
 	var refuse atomic.Bool
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	gh.Post = refusingFailures(&refuse)
 	w = newCommitWorld(t, gh)
 	r = w.runner("a", nil, 5*time.Second)

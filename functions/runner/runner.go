@@ -58,13 +58,23 @@ type Route struct {
 	// whose events carry the same time (ledger.Tie). An error is logged and orders nothing;
 	// it never fails the evaluation. Nil: not read.
 	PullNow func(ctx context.Context, s subject.Subject) (subject.PullState, error)
-	// Inputs, when set, reads what a re-run's webhook lacks (subject.Rerun: the pull request
-	// title, commits, changed paths) from the provider before evaluation, returning the
-	// subject Filled, or unfilled with NotFilled saying why (a permission the App lacks). An
-	// error fails the attempt like an evaluator's (it is retried, and after the configured
-	// attempts becomes an error verdict). Nil: a re-run is evaluated as its webhook gives it,
-	// and the rules that need what it lacks fail closed.
-	Inputs func(ctx context.Context, s subject.Subject) (subject.Subject, error)
+	// Inputs, when set, reads from the provider's API the inputs the route's rules need and
+	// the subject does not hold whole (a pull request's files and commits, a push's commits
+	// beyond what its webhook lists, a re-run's everything), under the delivery's lease, before
+	// evaluation. Nil: the route has no credential to read its provider's API, and the rules
+	// that need such an input fail closed, saying so.
+	Inputs InputReader
+}
+
+// InputReader reads a subject's inputs from its provider's API.
+type InputReader interface {
+	// Read returns s with each input of need read whole (added to s.Whole, and named in
+	// s.Read), or marked unread with why (subject.MarkUnread: a permission the credential
+	// lacks, a list the provider cuts, a pull request that cannot be identified). An error
+	// is a transient failure (the provider's outage, a timeout, a rate limit: publish.ClassOf
+	// Transient, with publish.RetryAfterOf): the attempt is handed back and retried, never
+	// turned into a verdict early.
+	Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error)
 }
 
 // Runner processes queue messages. It is safe for concurrent use.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/ledger"
@@ -18,7 +18,7 @@ import (
 // clock stand still, so a second delivery handed back would never come again: it is published
 // because it waited for the slot.
 func TestServeKeepsADeliveryWithoutRoomWaitingForTheSlot(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	held := holdRepository(t, gh, "acme/app")
 	w := newCommitWorld(t, gh)
 	q := queue.NewLocalOn(w.clock)
@@ -63,7 +63,7 @@ func TestServeKeepsADeliveryWithoutRoomWaitingForTheSlot(t *testing.T) {
 // have been held a second, the provider is slow, and the waiting workers go back to work, so
 // every delivery of another repository is published while the hanging ones are still held.
 func TestWorkersStopWaitingForAHangingRepositorysSlot(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	slowPosts := holdRepository(t, gh, "acme/slow")
 	w := newCommitWorld(t, gh)
 	q := queue.NewLocalOn(w.clock)

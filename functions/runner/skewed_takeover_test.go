@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -22,15 +22,15 @@ import (
 // holdFailures has gh hold every POST of a failing status in flight, created when release is
 // called; entered is closed when the first one arrives. Call it once the world's server runs:
 // the test's cleanup lets the held requests go before the server closes.
-func holdFailures(t *testing.T, gh *publishtest.GitHub) (entered <-chan struct{}, release func()) {
+func holdFailures(t *testing.T, gh *githubtest.GitHub) (entered <-chan struct{}, release func()) {
 	arrived, land := make(chan struct{}), make(chan struct{})
 	var once, letGo sync.Once
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+	gh.Post = func(_ int, s githubtest.Created) githubtest.Behavior {
 		if s.State == "failure" {
 			once.Do(func() { close(arrived) })
 			<-land // held in flight; created when let go
 		}
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	release = func() { letGo.Do(func() { close(land) }) }
 	t.Cleanup(release)
@@ -49,7 +49,7 @@ func (c skewedClock) Now() time.Time { return c.base.Now().Add(c.by) }
 // newer verdict's status is the last one created.
 func takeOverWithSkew(t *testing.T, skew time.Duration) bool {
 	const timeout = 5 * time.Second
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	w := newCommitWorld(t, gh)
 	entered, release := holdFailures(t, gh)
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
 )
@@ -41,7 +41,7 @@ func (v *deadlineVisibility) ChangeMessageVisibility(ctx context.Context, in *sq
 // Scaled: invocation 3 s, margin 250 ms (ten records handing back at once on a loaded machine
 // outlasted a 50 ms margin), window 1 s.
 func TestAFullBatchCutByTheDeadlineHandsEveryRecordBackInTime(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	w := newCommitWorld(t, gh)
 	w.clock.Set(time.Now())
 	msgs := w.admitPushes(nil, "acme/app", 10)

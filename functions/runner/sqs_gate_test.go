@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -22,12 +22,12 @@ import (
 // claimed, finds it busy, and each such return is one more receive counted towards the queue's
 // maxReceiveCount. The runner runs on the wall clock here, as in Lambda.
 func TestARecordWithoutRoomAtTheGateIsNotVisibleAgainAtOnce(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	release := make(chan struct{})
 	var letGo sync.Once
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+	gh.Post = func(_ int, s githubtest.Created) githubtest.Behavior {
 		<-release
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	w := newCommitWorld(t, gh)
 	t.Cleanup(func() { letGo.Do(func() { close(release) }) })
@@ -88,7 +88,7 @@ func TestARecordWithoutRoomAtTheGateIsNotVisibleAgainAtOnce(t *testing.T) {
 // wait for room rather than go back to the queue, where each return would be one more receive
 // towards maxReceiveCount. Handed back, eight of ten came back from every such batch.
 func TestABatchForOneRepositoryIsPublishedWithoutHandBacks(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	w := newCommitWorld(t, gh)
 	w.clock.Set(time.Now())
 	msgs := w.admitPushes(nil, "acme/app", 10)
@@ -138,7 +138,7 @@ func (l *lostLeases) Renew(ctx context.Context, ls ledger.Lease, d time.Duration
 // still in flight. Waiting on the invocation instead, it waited minutes, as long as the
 // invocation had time for its requests.
 func TestARecordWaitingForRoomStopsWhenItsLeaseIsLost(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	w := newCommitWorld(t, gh)
 	posts := holdRepository(t, gh, "acme/app")
 	msgs := w.admitPushes(nil, "acme/app", 3)

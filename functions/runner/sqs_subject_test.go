@@ -7,7 +7,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/runner"
 )
 
@@ -17,7 +17,7 @@ import (
 // left standing, whatever becomes of the first. Each record that comes back is handed in again
 // (with its batch's other records) once its time has come.
 func TestTwoVerdictsForOneCommitInOneBatchLeaveTheNewestStanding(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	w := newCommitWorld(t, gh)
 	w.clock.Set(time.Now())
 	opened := w.pullRequest(badTitle, w.clock.Now().Add(-time.Minute))

@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -245,7 +245,7 @@ func TestAHangingEvaluatorBehindAnAcknowledgedRecordIsCounted(t *testing.T) {
 // posting nor coming back, and is published once room is made. Processed one after another,
 // the records behind the first slow one waited for it.
 func TestASlowRepositoryHoldsNoOtherRecordOfItsBatch(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	slowPosts := holdRepository(t, gh, "acme/slow")
 	w := newCommitWorld(t, gh)
 	slow := w.admitPushes(nil, "acme/slow", 3)

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -33,11 +33,11 @@ type benchWorld struct {
 	tb   testing.TB
 	root string
 	l    ledger.Ledger
-	gh   *publishtest.GitHub
+	gh   *githubtest.GitHub
 	srv  *httptest.Server
 }
 
-func newBenchWorld(tb testing.TB, gh *publishtest.GitHub) *benchWorld {
+func newBenchWorld(tb testing.TB, gh *githubtest.GitHub) *benchWorld {
 	tb.Helper()
 	w := &benchWorld{tb: tb, root: filepath.Join(tb.TempDir(), "root"), gh: gh}
 	w.l = w.open()
@@ -157,26 +157,26 @@ func BenchmarkNewestVerdictStands(b *testing.B) {
 func standingTrial(b *testing.B, mode, sc string) (fromWebhook, fromAnswer time.Duration) {
 	b.Helper()
 	timeout := benchTimeout(b)
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	var mu sync.Mutex
 	var answered, stood time.Time
 	held, release := make(chan struct{}), make(chan struct{})
 	var heldOnce, releaseOnce sync.Once
 	letGo := func() { releaseOnce.Do(func() { close(release) }) }
 	b.Cleanup(letGo)
-	gh.Post = func(n int, s publishtest.Created) publishtest.Behavior {
+	gh.Post = func(n int, s githubtest.Created) githubtest.Behavior {
 		if s.State == "success" {
 			mu.Lock()
 			stood = time.Now()
 			mu.Unlock()
-			return publishtest.Behavior{}
+			return githubtest.Behavior{}
 		}
 		if sc == "newest-first" {
-			return publishtest.Behavior{}
+			return githubtest.Behavior{}
 		}
 		heldOnce.Do(func() { close(held) })
 		<-release
-		var out publishtest.Behavior
+		var out githubtest.Behavior
 		switch sc {
 		case "refused":
 			out.Code = http.StatusServiceUnavailable

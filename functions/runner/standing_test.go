@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -45,12 +45,12 @@ type commitWorld struct {
 	root   string
 	l      ledger.Ledger
 	clock  *ledger.ManualClock
-	gh     *publishtest.GitHub
+	gh     *githubtest.GitHub
 	srv    *httptest.Server
 	client *http.Client
 }
 
-func newCommitWorld(t *testing.T, gh *publishtest.GitHub) *commitWorld {
+func newCommitWorld(t *testing.T, gh *githubtest.GitHub) *commitWorld {
 	t.Helper()
 	w := &commitWorld{t: t, root: filepath.Join(t.TempDir(), "root"), clock: ledger.NewManualClock(epoch), gh: gh}
 	w.l = w.open()
@@ -193,18 +193,18 @@ func (w *commitWorld) wantSuperseded(older, newer queue.Message) {
 // Delivered in order; the older verdict's POSTs are answered 503 until the newer one is
 // created. Retried after the newer stands, the older is superseded, never posted.
 func TestAnOlderVerdictRefusedUntilTheNewerStandsIsNeverPostedAfterIt(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	var mu sync.Mutex
 	newerCreated := false
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+	gh.Post = func(_ int, s githubtest.Created) githubtest.Behavior {
 		mu.Lock()
 		defer mu.Unlock()
 		if s.State == "success" {
 			newerCreated = true
 		} else if !newerCreated {
-			return publishtest.Behavior{Code: http.StatusServiceUnavailable}
+			return githubtest.Behavior{Code: http.StatusServiceUnavailable}
 		}
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	w := newCommitWorld(t, gh)
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
@@ -222,7 +222,7 @@ func TestAnOlderVerdictRefusedUntilTheNewerStandsIsNeverPostedAfterIt(t *testing
 
 // Delivered newest first, no fault at all: the older verdict is superseded.
 func TestAnOlderVerdictDeliveredLastIsSuperseded(t *testing.T) {
-	w := newCommitWorld(t, publishtest.NewGitHub(ghToken))
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
 	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
 	r := w.runner("a", nil, 5*time.Second)
@@ -288,7 +288,7 @@ func (k *killable) Renew(ctx context.Context, l ledger.Lease, d time.Duration) (
 // the killed post could still land, is read back once that is over, found covered, and posted
 // again: it stands, with no other status after it.
 func TestAnOlderPostInFlightWhenItsRunnerDiesIsOverwrittenByTheNewest(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	w := newCommitWorld(t, gh)
 	entered, release := holdFailures(t, gh) // a failure below must not leave the held request (and the server) waiting
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
@@ -329,9 +329,9 @@ func TestAnOlderPostInFlightWhenItsRunnerDiesIsOverwrittenByTheNewest(t *testing
 // applies the status at once: the runner reads back before posting again, and each verdict
 // creates one status.
 func TestASlowStatusAPICreatesOneStatusPerVerdict(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
-	gh.Post = func(int, publishtest.Created) publishtest.Behavior {
-		return publishtest.Behavior{Delay: 400 * time.Millisecond, ApplyFirst: true}
+	gh := githubtest.New(githubtest.Token(ghToken))
+	gh.Post = func(int, githubtest.Created) githubtest.Behavior {
+		return githubtest.Behavior{Delay: 400 * time.Millisecond, ApplyFirst: true}
 	}
 	w := newCommitWorld(t, gh)
 	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
@@ -353,7 +353,7 @@ func TestASlowStatusAPICreatesOneStatusPerVerdict(t *testing.T) {
 // four workers publish every delivery of another repository while the slow repository's
 // requests are still held, and no more of those than allowed are ever in flight at once.
 func TestASlowRepositoryDoesNotHoldTheWorkersOtherDeliveriesNeed(t *testing.T) {
-	gh := publishtest.NewGitHub(ghToken)
+	gh := githubtest.New(githubtest.Token(ghToken))
 	slowPosts := holdRepository(t, gh, "acme/slow")
 	w := newCommitWorld(t, gh)
 	q := queue.NewLocalOn(w.clock)
@@ -420,11 +420,11 @@ type heldRepository struct {
 }
 
 // holdRepository makes gh hold every POST to repo until Release (at the latest when t ends).
-func holdRepository(t *testing.T, gh *publishtest.GitHub, repo string) *heldRepository {
+func holdRepository(t *testing.T, gh *githubtest.GitHub, repo string) *heldRepository {
 	h := &heldRepository{release: make(chan struct{}), shas: map[string]bool{}}
-	gh.Post = func(_ int, s publishtest.Created) publishtest.Behavior {
+	gh.Post = func(_ int, s githubtest.Created) githubtest.Behavior {
 		if s.Repository != repo {
-			return publishtest.Behavior{}
+			return githubtest.Behavior{}
 		}
 		h.mu.Lock()
 		h.inFlight++
@@ -435,7 +435,7 @@ func holdRepository(t *testing.T, gh *publishtest.GitHub, repo string) *heldRepo
 		h.mu.Lock()
 		h.inFlight--
 		h.mu.Unlock()
-		return publishtest.Behavior{}
+		return githubtest.Behavior{}
 	}
 	t.Cleanup(h.Release)
 	return h

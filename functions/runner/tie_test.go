@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/publish/publishtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/subject"
@@ -55,7 +55,7 @@ func (w *commitWorld) admitWebhook(body []byte, at time.Time) queue.Message {
 }
 
 func TestAPullRequestOpenedAndEditedInOneSecondLeavesTheEditStanding(t *testing.T) {
-	w := newCommitWorld(t, publishtest.NewGitHub(ghToken))
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
 	second := epoch.Add(-time.Minute)
 	edited := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
 	w.clock.Advance(time.Second) // delivered newest first
@@ -68,7 +68,7 @@ func TestAPullRequestOpenedAndEditedInOneSecondLeavesTheEditStanding(t *testing.
 }
 
 func TestACheckRunOfAPullRequestOpenedAndEditedInOneSecondLeavesTheEditStanding(t *testing.T) {
-	w := newChecksWorld(t, publishtest.NewChecks(nil))
+	w := newChecksWorld(t, githubtest.New(nil))
 	second := epoch.Add(-time.Minute)
 	edited := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
 	w.clock.Advance(time.Second)
@@ -86,7 +86,7 @@ func TestACheckRunOfAPullRequestOpenedAndEditedInOneSecondLeavesTheEditStanding(
 // A reader that fails orders nothing, and the evaluation goes on.
 func TestWhatTheProviderShowsAtEvaluationOrdersVerdictsOfOneSecond(t *testing.T) {
 	for _, failing := range []bool{false, true} {
-		w := newCommitWorld(t, publishtest.NewGitHub(ghToken))
+		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
 		second := epoch.Add(-time.Minute)
 		current := w.pullRequest(goodTitle, second) // delivered first
 		w.clock.Advance(time.Second)

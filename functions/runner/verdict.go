@@ -23,6 +23,9 @@ type Report struct {
 	// Tie is what the evaluation learnt of the event's place (ledger.Tie): a report frozen
 	// without it orders its verdict by admission among those of the same time.
 	Tie ledger.Tie `json:"tie,omitzero"`
+	// Read records what the evaluation read from the provider's API (never published: the
+	// record of what the verdict saw, for `amiss ledger inspect`).
+	Read []string `json:"read,omitempty"`
 }
 
 // filesBudget bounds a report with its files, in bytes: files are kept while the encoded report

@@ -2,7 +2,6 @@ package subject
 
 import (
 	"fmt"
-	"strings"
 )
 
 // GitHub and the Gitea family share their payload shapes.
@@ -28,10 +27,37 @@ type ghCommit struct {
 
 type ghPush struct {
 	Ref        string     `json:"ref"`
+	Before     string     `json:"before"`
 	After      string     `json:"after"`
 	Deleted    bool       `json:"deleted"`
 	Repository ghRepo     `json:"repository"`
 	Commits    []ghCommit `json:"commits"`
+	// TotalCommits is Gitea's and Forgejo's count of the push's commits, of which the payload
+	// lists the newest few (setting.UI.FeedMaxCommitNum, 5 by default); GitHub sends none.
+	TotalCommits *int `json:"total_commits"`
+}
+
+// githubPushCommits is the most commits a GitHub push webhook lists; a push of more lists
+// that many, and the rest are read from the API.
+const githubPushCommits = 2048
+
+// pushWhole is what a push's payload holds whole when it lists listed of total commits (total
+// < 0: the payload gives no count, and lists every commit up to max): the commits, and the
+// paths their added, modified and removed lists name, when none were left out.
+func pushWhole(listed, total, max int) Inputs {
+	whole := TitleInput | PullInput // a push has no pull request
+	if total < 0 && listed < max || total >= 0 && listed >= total {
+		whole |= CommitsInput | PathsInput
+	}
+	return whole
+}
+
+// before is a push's before commit, or "" for a new branch.
+func before(sha string) string {
+	if zeroSHA(sha) || !isSHA(sha) {
+		return ""
+	}
+	return sha
 }
 
 type ghPull struct {
@@ -71,6 +97,10 @@ func (s *Subject) addCommits(commits []ghCommit) {
 	s.Paths = paths(lists...)
 }
 
+// pullWhole is what a pull request's webhook holds whole, on every provider: the pull request
+// and its title, never its commits or changed paths.
+const pullWhole = TitleInput | PullInput
+
 // evaluatedPullActions are the pull request actions that can change a verdict.
 var evaluatedPullActions = map[string]bool{"opened": true, "reopened": true, "synchronize": true, "synchronized": true,
 	"edited": true, "ready_for_review": true}
@@ -101,8 +131,17 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 		if p.Deleted || zeroSHA(p.After) {
 			return Subject{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
 		}
-		s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: p.After, Ref: p.Ref}
+		s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: p.After, Ref: p.Ref, Before: before(p.Before)}
 		s.addCommits(p.Commits)
+		total := -1 // GitHub lists every commit, up to githubPushCommits
+		if provider != "github" {
+			// Gitea and Forgejo list the newest few: whole only when the count says so.
+			total = len(p.Commits) + 1
+			if p.TotalCommits != nil {
+				total = *p.TotalCommits
+			}
+		}
+		s.Whole = pushWhole(len(p.Commits), total, githubPushCommits)
 		return s, nil
 	case "pull_request":
 		var p ghPull
@@ -113,7 +152,7 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 			return Subject{}, fmt.Errorf("%w: pull request %s", ErrIgnored, p.Action)
 		}
 		s := Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: p.PullRequest.Head.SHA,
-			Ref: "refs/heads/" + p.PullRequest.Head.Ref,
+			Ref: "refs/heads/" + p.PullRequest.Head.Ref, Whole: pullWhole,
 			Pull: &Pull{Number: p.Number, Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref,
 				SourceBranch: p.PullRequest.Head.Ref}}
 		if p.Action == "edited" {
@@ -144,6 +183,8 @@ type ghCheck struct {
 	// Before to After (the head commit).
 	Before string `json:"before"`
 	After  string `json:"after"`
+	// ExternalID is a check run's: the ledger key of the delivery amiss published it for.
+	ExternalID string `json:"external_id"`
 	// CheckSuite is a check run's suite.
 	CheckSuite *struct {
 		Before string `json:"before"`
@@ -169,8 +210,10 @@ type ghRerun struct {
 
 // fromRerun reads a check_run or check_suite webhook. Only "rerequested" (a user pressed
 // Re-run) is evaluated: the other actions (created, completed, requested, requested_action)
-// report what GitHub or an App did, and are ignored. The subject is the head commit, Truncated:
-// the body lists no commits and no changed paths. A check suite's branch is its head_branch;
+// report what GitHub or an App did, and are ignored. The subject is the head commit; it holds no
+// commits, changed paths or title whole (the body carries none), and its pull request only
+// when the body names one. RerunOf is the check run's external_id when it is a ledger key (a
+// check run amiss published). A check suite's branch is its head_branch;
 // the first pull request the commit heads gives the pull request's number and branches (never
 // its title, which the body does not carry). Before is the check suite's (a check run's own
 // suite's), when the suite's after is the head commit: the commit the branch was at before
@@ -190,7 +233,10 @@ func fromRerun(event string, body []byte) (Subject, error) {
 	if c == nil {
 		return Subject{}, fmt.Errorf("%w: %s payload without its %s", ErrMalformed, event, event)
 	}
-	s := Subject{Event: Rerun, Repository: p.Repository.FullName, SHA: c.HeadSHA, Truncated: true}
+	s := Subject{Event: Rerun, Repository: p.Repository.FullName, SHA: c.HeadSHA}
+	if event == "check_run" && isSHA(c.ExternalID) && len(c.ExternalID) == 64 {
+		s.RerunOf = c.ExternalID
+	}
 	before, after := c.Before, c.After
 	if c.CheckSuite != nil {
 		before, after = c.CheckSuite.Before, c.CheckSuite.After
@@ -204,6 +250,7 @@ func fromRerun(event string, body []byte) (Subject, error) {
 	if len(c.PullRequests) > 0 {
 		pr := c.PullRequests[0]
 		s.Pull = &Pull{Number: pr.Number, TargetBranch: pr.Base.Ref, SourceBranch: pr.Head.Ref}
+		s.Whole = PullInput
 		if s.Ref == "" && pr.Head.Ref != "" {
 			s.Ref = "refs/heads/" + pr.Head.Ref
 		}
@@ -214,9 +261,12 @@ func fromRerun(event string, body []byte) (Subject, error) {
 type glPayload struct {
 	ObjectKind string `json:"object_kind"`
 	Ref        string `json:"ref"`
+	Before     string `json:"before"`
 	After      string `json:"after"`
-	Checkout   string `json:"checkout_sha"`
-	Project    struct {
+	// TotalCommits counts the push's commits, of which the payload lists the newest 20.
+	TotalCommits *int   `json:"total_commits_count"`
+	Checkout     string `json:"checkout_sha"`
+	Project      struct {
 		Path string `json:"path_with_namespace"`
 	} `json:"project"`
 	Commits []ghCommit `json:"commits"`
@@ -259,15 +309,20 @@ func fromGitLab(body []byte) (Subject, error) {
 		if p.Checkout != "" {
 			sha = p.Checkout
 		}
-		s := Subject{Event: Push, Repository: p.Project.Path, SHA: sha, Ref: p.Ref}
+		s := Subject{Event: Push, Repository: p.Project.Path, SHA: sha, Ref: p.Ref, Before: before(p.Before)}
 		s.addCommits(p.Commits)
+		total := len(p.Commits) + 1 // no count: not known to be whole
+		if p.TotalCommits != nil {
+			total = *p.TotalCommits
+		}
+		s.Whole = pushWhole(len(p.Commits), total, 0)
 		return s, nil
 	case "merge_request":
 		if !evaluatedMergeActions[p.Attrs.Action] {
 			return Subject{}, fmt.Errorf("%w: merge request %s", ErrIgnored, p.Attrs.Action)
 		}
 		s := Subject{Event: PullRequest, Repository: p.Project.Path, SHA: p.Attrs.LastCommit.ID,
-			Ref: "refs/heads/" + p.Attrs.SourceBranch,
+			Ref: "refs/heads/" + p.Attrs.SourceBranch, Whole: pullWhole,
 			Pull: &Pull{Number: p.Attrs.IID, Title: p.Attrs.Title, TargetBranch: p.Attrs.TargetBranch,
 				SourceBranch: p.Attrs.SourceBranch}}
 		if p.Attrs.Action == "update" && p.Attrs.Oldrev == "" { // a push's update is the new commit's first
@@ -294,6 +349,11 @@ type bbcPush struct {
 	} `json:"repository"`
 	Push struct {
 		Changes []struct {
+			Old *struct {
+				Target struct {
+					Hash string `json:"hash"`
+				} `json:"target"`
+			} `json:"old"`
 			New *struct {
 				Type   string `json:"type"`
 				Name   string `json:"name"`
@@ -305,6 +365,8 @@ type bbcPush struct {
 				Hash    string `json:"hash"`
 				Message string `json:"message"`
 			} `json:"commits"`
+			// Truncated: the change has more commits than the 5 it lists.
+			Truncated bool `json:"truncated"`
 		} `json:"changes"`
 	} `json:"push"`
 }
@@ -347,8 +409,9 @@ type bbdPush struct {
 			ID   string `json:"id"`
 			Type string `json:"type"`
 		} `json:"ref"`
-		ToHash string `json:"toHash"`
-		Type   string `json:"type"`
+		FromHash string `json:"fromHash"`
+		ToHash   string `json:"toHash"`
+		Type     string `json:"type"`
 	} `json:"changes"`
 }
 
@@ -374,14 +437,33 @@ type bbdPull struct {
 	} `json:"previousTarget"`
 }
 
+// name is the repository as Data Center's API addresses it: its project's key (as the server
+// spells it: the key is what the REST paths name) and its slug.
 func (r bbdRepo) name() string {
 	if r.Project.Key == "" || r.Slug == "" {
 		return ""
 	}
-	return strings.ToLower(r.Project.Key) + "/" + r.Slug
+	return r.Project.Key + "/" + r.Slug
 }
 
+// fromBitbucket reads a Bitbucket Cloud or Data Center webhook, told apart by its event key, and
+// names the API it came from.
 func fromBitbucket(event string, body []byte) (Subject, error) {
+	s, err := fromBitbucketEvent(event, body)
+	if err == nil {
+		s.API = BitbucketCloud
+		if dataCenterEvents[event] {
+			s.API = BitbucketDataCenter
+		}
+	}
+	return s, err
+}
+
+// dataCenterEvents are the event keys of Bitbucket Data Center's webhooks amiss evaluates
+// (Bitbucket Cloud's are repo:push and pullrequest:*).
+var dataCenterEvents = map[string]bool{"repo:refs_changed": true, "pr:opened": true, "pr:from_ref_updated": true, "pr:modified": true}
+
+func fromBitbucketEvent(event string, body []byte) (Subject, error) {
 	switch event {
 	case "repo:push": // Cloud
 		var p bbcPush
@@ -392,9 +474,16 @@ func fromBitbucket(event string, body []byte) (Subject, error) {
 			if c.New == nil || c.New.Type != "branch" {
 				continue // a deletion, or a tag
 			}
-			s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: c.New.Target.Hash, Ref: "refs/heads/" + c.New.Name}
+			s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: c.New.Target.Hash, Ref: "refs/heads/" + c.New.Name,
+				Whole: TitleInput | PullInput} // Bitbucket Cloud lists no changed paths
+			if c.Old != nil {
+				s.Before = before(c.Old.Target.Hash)
+			}
 			for i := len(c.Commits) - 1; i >= 0; i-- { // Bitbucket lists newest first
 				s.Commits = append(s.Commits, Commit{ID: c.Commits[i].Hash, Message: c.Commits[i].Message})
+			}
+			if !c.Truncated {
+				s.Whole |= CommitsInput
 			}
 			return s, nil
 		}
@@ -406,7 +495,7 @@ func fromBitbucket(event string, body []byte) (Subject, error) {
 		}
 		pr := p.PullRequest
 		return Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: pr.Source.Commit.Hash,
-			Ref:  "refs/heads/" + pr.Source.Branch.Name,
+			Ref: "refs/heads/" + pr.Source.Branch.Name, Whole: pullWhole,
 			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.Destination.Branch.Name, SourceBranch: pr.Source.Branch.Name}}, nil
 	case "repo:refs_changed": // Data Center
 		var p bbdPush
@@ -417,7 +506,9 @@ func fromBitbucket(event string, body []byte) (Subject, error) {
 			if c.Ref.Type != "BRANCH" || c.Type == "DELETE" || zeroSHA(c.ToHash) {
 				continue
 			}
-			return Subject{Event: Push, Repository: p.Repository.name(), SHA: c.ToHash, Ref: c.Ref.ID}, nil
+			// Data Center lists neither commits nor changed paths.
+			return Subject{Event: Push, Repository: p.Repository.name(), SHA: c.ToHash, Ref: c.Ref.ID,
+				Before: before(c.FromHash), Whole: TitleInput | PullInput}, nil
 		}
 		return Subject{}, fmt.Errorf("%w: refs changed without a branch update", ErrIgnored)
 	case "pr:opened", "pr:from_ref_updated", "pr:modified":
@@ -427,7 +518,7 @@ func fromBitbucket(event string, body []byte) (Subject, error) {
 		}
 		pr := p.PullRequest
 		s := Subject{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
-			Ref:  pr.FromRef.ID,
+			Ref: pr.FromRef.ID, Whole: pullWhole,
 			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.ToRef.DisplayID, SourceBranch: pr.FromRef.DisplayID}}
 		if event == "pr:modified" {
 			was := PullState{Title: pr.Title, TargetBranch: pr.ToRef.DisplayID}
@@ -468,9 +559,12 @@ func fromStandard(body []byte) (Subject, error) {
 	}
 	s := p.Data
 	s.Event = p.Type
-	s.Truncated = false
+	// The data amiss defines lists every commit and changed path: the sender's lists are whole
+	// (as far as the bounds keep them).
+	s.Whole = AllInputs
 	s.Installation = 0 // a GitHub App's: never named by another sender
-	s.Before = ""      // a re-run's
+	s.RerunOf = ""     // a re-run's
+	s.API = ""         // a Bitbucket webhook's
 	if s.Event == PullRequest && s.Pull == nil {
 		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
 	}

@@ -19,8 +19,8 @@ const (
 	PullRequest = "pull_request"
 	// Rerun is a GitHub user's request to evaluate a commit again (the "Re-run" button of a
 	// check run or a check suite). Its webhook names the commit and its pull requests'
-	// branches, and carries no commits, changed paths or pull request title: the subject is
-	// Truncated, so that a rule that needs them fails closed.
+	// branches, and carries no commits, changed paths or pull request title: the subject
+	// holds none of them whole, and the runner reads them from GitHub.
 	Rerun = "rerun"
 )
 
@@ -42,25 +42,44 @@ type Subject struct {
 	Pull       *Pull    `json:"pull_request,omitempty"`
 	Commits    []Commit `json:"commits,omitempty"`
 	Paths      []string `json:"changed_paths,omitempty"`
-	// Truncated is set when commits, paths or messages were cut to the bounds: a rule that
-	// needs the whole list cannot be sure, and should fail closed.
-	Truncated bool `json:"truncated,omitempty"`
+	// Whole says which inputs the subject holds whole, as its webhook (or the provider's API,
+	// read by the runner) gave them: the rules that need an input not held whole have it read
+	// from the provider first, and fail closed when it cannot be. A subject stored before amiss
+	// recorded it holds nothing whole.
+	Whole Inputs `json:"whole,omitempty"`
 	// Installation is the GitHub App installation a GitHub webhook came from (installation.id
 	// in its signed body; 0 when it carried none: a repository's own webhook). A publisher
 	// that authenticates as the App posts with that installation's token.
 	Installation int64 `json:"installation,omitempty"`
-	// Before is a re-run's: the commit its check suite's branch was at before the push that
-	// made the suite (check_suite.before; empty when the body gave none). With SHA it names
-	// the push's commits and changed paths, which the runner reads from GitHub.
+	// Before is the commit the branch was at before the push (a push's before, a re-run's
+	// check suite's; empty when the body gave none, or for a new branch). With SHA it names
+	// the push's commits and changed paths, which the runner reads from the provider when the
+	// webhook did not list them whole.
 	Before string `json:"before,omitempty"`
-	// Filled is set on a re-run once its pull request title, commits and changed paths were
-	// read from the provider's API (Truncated then says whether they were cut): it is
-	// evaluated like the event it re-runs. Set by the runner before evaluation, never stored.
-	Filled bool `json:"-"`
-	// NotFilled says why a re-run's inputs could not be read (a permission the App lacks);
-	// the rules that need them fail closed with it. Set by the runner, never stored.
-	NotFilled string `json:"-"`
+	// RerunOf is the delivery a re-run's check run was published for (the check run's
+	// external_id, the ledger key of that delivery; empty for a check suite, or a check run
+	// amiss did not create): its subject names the pull request a fork's re-run lacks.
+	RerunOf string `json:"rerun_of,omitempty"`
+	// API names the API the webhook's sender speaks where one provider's webhooks come from
+	// more than one (Bitbucket: BitbucketCloud or BitbucketDataCenter, told apart by the event
+	// key); empty where the provider has one. A reader or publisher of another API must not
+	// take the delivery for its own.
+	API string `json:"api,omitempty"`
+
+	// Unread lists the inputs the provider's API could not give whole, with why. Set by the
+	// runner before evaluation, never stored.
+	Unread []Unread `json:"-"`
+	// Read says what the runner read from the provider's API for this evaluation (for the
+	// verdict's record). Set by the runner, never stored.
+	Read []string `json:"-"`
 }
+
+// The APIs a Bitbucket webhook may come from, named as the provider table (functions/provider)
+// names them: Bitbucket Cloud's (api.bitbucket.org), or a Bitbucket Data Center server's.
+const (
+	BitbucketCloud      = "bitbucket"
+	BitbucketDataCenter = "bitbucket-datacenter"
+)
 
 // Pull is a pull or merge request.
 type Pull struct {
@@ -220,25 +239,27 @@ func cut(s string, n int) (string, bool) {
 }
 
 // Bound applies the bounds (the newest MaxCommits commits, MaxMessageBytes of each message,
-// the first MaxPaths paths, MaxTitleBytes of the title), marking the subject truncated when
-// anything was cut.
+// the first MaxPaths paths, MaxTitleBytes of the title): an input cut by them is no longer
+// held whole.
 func (s *Subject) Bound() {
 	if len(s.Commits) > MaxCommits {
-		s.Commits, s.Truncated = s.Commits[len(s.Commits)-MaxCommits:], true
+		s.Commits = s.Commits[len(s.Commits)-MaxCommits:]
+		s.Whole &^= CommitsInput
 	}
 	for i := range s.Commits {
 		var c bool
 		if s.Commits[i].Message, c = cut(s.Commits[i].Message, MaxMessageBytes); c {
-			s.Truncated = true
+			s.Whole &^= CommitsInput
 		}
 	}
 	if len(s.Paths) > MaxPaths {
-		s.Paths, s.Truncated = s.Paths[:MaxPaths], true
+		s.Paths = s.Paths[:MaxPaths]
+		s.Whole &^= PathsInput
 	}
 	if s.Pull != nil {
 		var c bool
 		if s.Pull.Title, c = cut(s.Pull.Title, MaxTitleBytes); c {
-			s.Truncated = true
+			s.Whole &^= TitleInput
 		}
 		if w := s.Pull.Was; w != nil {
 			w.Title, _ = cut(w.Title, MaxTitleBytes) // cut as the title it was is, so that the two compare
@@ -262,7 +283,8 @@ func paths(lists ...[]string) []string {
 }
 
 // Marshal encodes the subject for the ledger, fitting maxBytes: when it is too large, changed
-// paths and then the oldest commits are dropped (and the subject marked truncated).
+// paths and then the oldest commits are dropped (and no longer held whole: the runner reads
+// them from the provider when a rule needs them).
 func (s Subject) Marshal(maxBytes int) ([]byte, error) {
 	for {
 		b, err := json.Marshal(s)
@@ -275,11 +297,12 @@ func (s Subject) Marshal(maxBytes int) ([]byte, error) {
 		switch {
 		case len(s.Paths) > 0:
 			s.Paths = s.Paths[:len(s.Paths)/2]
+			s.Whole &^= PathsInput
 		case len(s.Commits) > 0:
 			s.Commits = s.Commits[1:]
+			s.Whole &^= CommitsInput
 		default:
 			return nil, fmt.Errorf("%w: subject of %d bytes over %d even without commits and paths", ErrMalformed, len(b), maxBytes)
 		}
-		s.Truncated = true
 	}
 }

@@ -3,6 +3,7 @@ package subject_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -33,54 +34,63 @@ func TestFixtures(t *testing.T) {
 		{"github", "X-GitHub-Event", "push", "github/push.json", subject.Subject{Event: "push", Repository: "octo-org/octo-repo",
 			SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
 			Commits: []subject.Commit{{ID: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Message: "Update README.md\n\nMention the new endpoint."}},
-			Paths:   []string{"docs/endpoint.md", "README.md"}}},
+			Paths:   []string{"docs/endpoint.md", "README.md"}, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", Whole: subject.AllInputs}},
 		{"github", "X-GitHub-Event", "pull_request", "github/pull_request.json", subject.Subject{Event: "pull_request",
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
-			Pull: &subject.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes"}}},
+			Pull:  &subject.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes"},
+			Whole: subject.TitleInput | subject.PullInput}},
 		{"github", "X-GitHub-Event", "check_run", "github/check_run_rerequested.json", subject.Subject{Event: "rerun",
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
-			Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}, Truncated: true, Installation: 2311213,
-			Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246"}},
+			Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}, Whole: subject.PullInput, Installation: 2311213,
+			Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", RerunOf: "3f1b1c1e6a0d4c4f9a8e2b7d5c6e1f00a1b2c3d4e5f60718293a4b5c6d7e8f90"}},
 		{"github", "X-GitHub-Event", "check_suite", "github/check_suite_rerequested.json", subject.Subject{Event: "rerun",
 			Repository: "octo-org/octo-repo", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
-			Truncated: true, Installation: 2311213, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246"}},
+			Installation: 2311213, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246"}},
 		{"gitea", "X-Gitea-Event", "push", "gitea/push.json", subject.Subject{Event: "push", Repository: "gitea/webhooks",
 			SHA: "bffeb74224043ba2feb48d137756c8a9331c449a", Ref: "refs/heads/develop",
 			Commits: []subject.Commit{{ID: "bffeb74224043ba2feb48d137756c8a9331c449a", Message: "fix: webhooks now sign the body\n"}},
-			Paths:   []string{"main.go", "old/config.pem"}}},
+			Paths:   []string{"main.go", "old/config.pem"}, Before: "28e1879d029cb852e4844d9c718537df08844e03", Whole: subject.AllInputs}},
 		{"forgejo", "X-Forgejo-Event", "pull_request", "gitea/pull_request.json", subject.Subject{Event: "pull_request",
 			Repository: "gitea/webhooks", SHA: "8e9a4bd7a4c9f5d8b1a2c3d4e5f60718293a4b5c", Ref: "refs/heads/docs-window",
-			Pull: &subject.Pull{Number: 7, Title: "docs: describe the replay window", TargetBranch: "main", SourceBranch: "docs-window"}}},
+			Pull:  &subject.Pull{Number: 7, Title: "docs: describe the replay window", TargetBranch: "main", SourceBranch: "docs-window"},
+			Whole: subject.TitleInput | subject.PullInput}},
 		{"gitlab", "X-Gitlab-Event", "Push Hook", "gitlab/push.json", subject.Subject{Event: "push", Repository: "mike/diaspora",
 			SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/master",
 			Commits: []subject.Commit{{ID: "b6568db1bc1dcd7f8b4d5a946b0b91f9dacd7327", Message: "Update Catalan translation to e38cb41."},
 				{ID: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Message: "fixed readme"}},
-			Paths: []string{"CHANGELOG", "app/controller/application.rb"}}},
+			Paths: []string{"CHANGELOG", "app/controller/application.rb"}, Before: "95790bf891e76fee5e1747ab589903a6a1f80f22", Whole: subject.AllInputs}},
 		{"gitlab", "X-Gitlab-Event", "Merge Request Hook", "gitlab/merge_request.json", subject.Subject{Event: "pull_request",
 			Repository: "gitlabhq/gitlab-test", SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/ms-viewport",
-			Pull: &subject.Pull{Number: 1, Title: "MS-Viewport", TargetBranch: "master", SourceBranch: "ms-viewport"}}},
+			Pull:  &subject.Pull{Number: 1, Title: "MS-Viewport", TargetBranch: "master", SourceBranch: "ms-viewport"},
+			Whole: subject.TitleInput | subject.PullInput}},
 		{"bitbucket", "X-Event-Key", "repo:push", "bitbucket-cloud/push.json", subject.Subject{Event: "push", Repository: "team/app",
 			SHA: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Ref: "refs/heads/main",
 			Commits: []subject.Commit{{ID: "03f4a7270240708834de475bcf21532d6134777e", Message: "Prepare the router\n"},
-				{ID: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Message: "Add the health check\n"}}}},
+				{ID: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Message: "Add the health check\n"}},
+			Before: "1e65c05c1d5171631d92438a13901ca7dae9618c", Whole: subject.TitleInput | subject.PullInput | subject.CommitsInput,
+			API: subject.BitbucketCloud}},
 		{"bitbucket", "X-Event-Key", "pullrequest:created", "bitbucket-cloud/pullrequest_created.json", subject.Subject{Event: "pull_request",
 			Repository: "team/app", SHA: "a3b0c7e1d2f4", Ref: "refs/heads/fix-window",
-			Pull: &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"}}},
+			Pull:  &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
+			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketCloud}},
 		{"bitbucket", "X-Event-Key", "pullrequest:updated", "bitbucket-cloud/pullrequest_updated.json", subject.Subject{Event: "pull_request",
 			Repository: "team/app", SHA: "e5f6a7b8c9d0", Ref: "refs/heads/fix-window",
-			Pull: &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"}}},
+			Pull:  &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
+			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketCloud}},
 		{"bitbucket", "X-Event-Key", "repo:refs_changed", "bitbucket-dc/refs_changed.json", subject.Subject{Event: "push",
-			Repository: "proj/repository", SHA: "178864a7d521b6f5e720b386b2c2b0ef8563e0dc", Ref: "refs/heads/master"}},
+			Repository: "PROJ/repository", SHA: "178864a7d521b6f5e720b386b2c2b0ef8563e0dc", Ref: "refs/heads/master",
+			Before: "ecddabb624f6f5ba43816f5926e580a5f680a932", Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketDataCenter}},
 		{"bitbucket", "X-Event-Key", "pr:opened", "bitbucket-dc/pr_opened.json", subject.Subject{Event: "pull_request",
-			Repository: "proj/repository", SHA: "ef8755f06ee4b28c96a847a95cb8ec8ed6ddd1ca", Ref: "refs/heads/a-branch",
-			Pull: &subject.Pull{Number: 1, Title: "feat: a new file added", TargetBranch: "master", SourceBranch: "a-branch"}}},
+			Repository: "PROJ/repository", SHA: "ef8755f06ee4b28c96a847a95cb8ec8ed6ddd1ca", Ref: "refs/heads/a-branch",
+			Pull:  &subject.Pull{Number: 1, Title: "feat: a new file added", TargetBranch: "master", SourceBranch: "a-branch"},
+			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketDataCenter}},
 		{"standard-webhooks", "", "", "standard-webhooks/push.json", subject.Subject{Event: "push", Repository: "acme/app",
 			SHA: "0123456789abcdef0123456789abcdef01234567", Ref: "refs/heads/main",
 			Commits: []subject.Commit{{ID: "0123456789abcdef0123456789abcdef01234567", Message: "chore: bump"}},
-			Paths:   []string{"go.mod", "go.sum"}}},
+			Paths:   []string{"go.mod", "go.sum"}, Whole: subject.AllInputs}},
 		{"standard-webhooks", "", "", "standard-webhooks/pull_request.json", subject.Subject{Event: "pull_request", Repository: "acme/app",
 			SHA: "89abcdef0123456789abcdef0123456789abcdef", Ref: "refs/heads/feature",
-			Pull: &subject.Pull{Number: 12, Title: "feat: something", TargetBranch: "main", SourceBranch: "feature"}}},
+			Pull: &subject.Pull{Number: 12, Title: "feat: something", TargetBranch: "main", SourceBranch: "feature"}, Whole: subject.AllInputs}},
 	}
 	for _, c := range cases {
 		h := http.Header{}
@@ -201,8 +211,9 @@ func TestBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Truncated || len(s.Commits) != subject.MaxCommits || len(s.Commits[0].Message) > subject.MaxMessageBytes {
-		t.Fatalf("bounds not applied: %d commits, truncated %v", len(s.Commits), s.Truncated)
+	if s.Whole.Has(subject.CommitsInput) || !s.Whole.Has(subject.PathsInput) || len(s.Commits) != subject.MaxCommits ||
+		len(s.Commits[0].Message) > subject.MaxMessageBytes {
+		t.Fatalf("bounds not applied: %d commits, whole %v", len(s.Commits), s.Whole)
 	}
 	for _, c := range s.Commits {
 		if !utf8.ValidString(c.Message) {
@@ -214,7 +225,7 @@ func TestBounds(t *testing.T) {
 		t.Fatalf("marshal to fit: %d bytes, %v", len(b), err)
 	}
 	var back subject.Subject
-	if err := json.Unmarshal(b, &back); err != nil || !back.Truncated || back.SHA != s.SHA {
+	if err := json.Unmarshal(b, &back); err != nil || back.Whole.Has(subject.PathsInput) || back.Whole.Has(subject.CommitsInput) || back.SHA != s.SHA {
 		t.Fatalf("fitted subject: %v %+v", err, back)
 	}
 }
@@ -241,6 +252,39 @@ func TestInstallationIsKept(t *testing.T) {
 	}
 }
 
+// A Bitbucket subject names the API its webhook came from, told apart by the event key, so that
+// a route of Bitbucket Cloud never takes a Data Center server's delivery for its own (and back);
+// a Standard Webhooks sender's data cannot name one.
+func TestABitbucketSubjectNamesTheAPIItCameFrom(t *testing.T) {
+	for file, event := range map[string]string{"bitbucket-cloud/push.json": "repo:push", "bitbucket-cloud/pullrequest_created.json": "pullrequest:created",
+		"bitbucket-cloud/pullrequest_updated.json": "pullrequest:updated"} {
+		h := http.Header{}
+		h.Set("X-Event-Key", event)
+		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != subject.BitbucketCloud {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketCloud)
+		}
+	}
+	pr := load(t, "bitbucket-dc/pr_opened.json")
+	for file, event := range map[string]string{"bitbucket-dc/refs_changed.json": "repo:refs_changed", "bitbucket-dc/pr_opened.json": "pr:opened"} {
+		h := http.Header{}
+		h.Set("X-Event-Key", event)
+		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != subject.BitbucketDataCenter {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketDataCenter)
+		}
+	}
+	for _, event := range []string{"pr:from_ref_updated", "pr:modified"} {
+		h := http.Header{}
+		h.Set("X-Event-Key", event)
+		if s, err := provider.Extract("bitbucket", h, pr); err != nil || s.API != subject.BitbucketDataCenter {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketDataCenter)
+		}
+	}
+	body := `{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","api":"bitbucket-datacenter"}}`
+	if s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(body)); err != nil || s.API != "" {
+		t.Fatalf("standard webhooks: API %q, %v", s.API, err)
+	}
+}
+
 // A subject queued or frozen before installations were kept decodes unchanged, and one without
 // an installation encodes as before (no new key).
 func TestSubjectsWithoutAnInstallationKeepTheirEncoding(t *testing.T) {
@@ -256,3 +300,99 @@ func TestSubjectsWithoutAnInstallationKeepTheirEncoding(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// A push's payload holds its commits and changed paths whole only when the provider listed
+// every commit: GitLab lists the newest 20 (total_commits_count counts them all), Gitea and
+// Forgejo the newest few (total_commits), Bitbucket Cloud 5 (truncated) and no paths at all,
+// Bitbucket Data Center neither; GitHub lists up to 2,048. A list that is not whole is read
+// from the provider before a rule that needs it is evaluated.
+func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
+	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
+	const commitsAndPaths = subject.CommitsInput | subject.PathsInput
+	cases := []struct {
+		name, provider string
+		h              http.Header
+		body           string
+		whole          subject.Inputs
+	}{
+		{"gitlab, every commit listed", "gitlab", nil, string(load(t, "gitlab/push.json")), commitsAndPaths},
+		{"gitlab, 21 of 40", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2`, `"total_commits_count": 40`, 1), 0},
+		{"gitlab, no count", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2,`, ``, 1), 0},
+		{"gitea, every commit listed", "gitea", h("X-Gitea-Event", "push"), string(load(t, "gitea/push.json")), commitsAndPaths},
+		{"gitea, 1 of 9", "gitea", h("X-Gitea-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1`, `"total_commits": 9`, 1), 0},
+		{"forgejo, no count", "forgejo", h("X-Forgejo-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1,`, ``, 1), 0},
+		{"bitbucket cloud, every commit", "bitbucket", h("X-Event-Key", "repo:push"), string(load(t, "bitbucket-cloud/push.json")), subject.CommitsInput},
+		{"bitbucket cloud, truncated", "bitbucket", h("X-Event-Key", "repo:push"), strings.Replace(string(load(t, "bitbucket-cloud/push.json")), `"truncated": false`, `"truncated": true`, 1), 0},
+		{"bitbucket data center", "bitbucket", h("X-Event-Key", "repo:refs_changed"), string(load(t, "bitbucket-dc/refs_changed.json")), 0},
+		{"github", "github", h("X-GitHub-Event", "push"), string(load(t, "github/push.json")), commitsAndPaths},
+	}
+	for _, c := range cases {
+		if c.h == nil {
+			c.h = http.Header{}
+		}
+		s, err := provider.Extract(c.provider, c.h, []byte(c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := s.Whole & commitsAndPaths; got != c.whole {
+			t.Errorf("%s: holds %q whole, want %q", c.name, got, c.whole)
+		}
+		if !s.Whole.Has(subject.TitleInput | subject.PullInput) {
+			t.Errorf("%s: a push has no pull request, so none is missing: whole %q", c.name, s.Whole)
+		}
+	}
+	// GitHub lists at most 2,048 commits: a push listing that many may have had more.
+	var commits []string
+	for i := range 2048 {
+		commits = append(commits, fmt.Sprintf(`{"id":"%040x","message":"m","added":["p%d"]}`, i+1, i))
+	}
+	body := `{"ref":"refs/heads/main","after":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","repository":{"full_name":"a/b"},"commits":[` +
+		strings.Join(commits, ",") + `]}`
+	s, err := provider.Extract("github", h("X-GitHub-Event", "push"), []byte(body))
+	if err != nil || s.Whole.Has(subject.CommitsInput) || s.Whole.Has(subject.PathsInput) {
+		t.Fatalf("github push of 2,048 listed commits: whole %q, %v", s.Whole, err)
+	}
+}
+
+// A pull request's webhook carries its title and branches, never its commits or changed paths,
+// on every provider.
+func TestAPullRequestHoldsItsTitleButNotItsFilesOrCommits(t *testing.T) {
+	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
+	for _, c := range []struct {
+		provider string
+		h        http.Header
+		file     string
+	}{
+		{"github", h("X-GitHub-Event", "pull_request"), "github/pull_request.json"},
+		{"forgejo", h("X-Forgejo-Event", "pull_request"), "gitea/pull_request.json"},
+		{"gitlab", http.Header{}, "gitlab/merge_request.json"},
+		{"bitbucket", h("X-Event-Key", "pullrequest:created"), "bitbucket-cloud/pullrequest_created.json"},
+		{"bitbucket", h("X-Event-Key", "pr:opened"), "bitbucket-dc/pr_opened.json"},
+	} {
+		s, err := provider.Extract(c.provider, c.h, load(t, c.file))
+		if err != nil {
+			t.Fatalf("%s: %v", c.file, err)
+		}
+		if s.Whole != subject.TitleInput|subject.PullInput {
+			t.Errorf("%s: whole %q, want title and pull_request only", c.file, s.Whole)
+		}
+	}
+}
+
+// The inputs a subject holds whole are kept with it in the ledger, by name; an unknown name
+// does not decode.
+func TestWholeInputsAreStoredByName(t *testing.T) {
+	s := subject.Subject{Provider: "github", Repository: "a/b", SHA: strings.Repeat("a", 40), Event: "push",
+		Whole: subject.CommitsInput | subject.TitleInput}
+	b, err := s.Marshal(1 << 10)
+	if err != nil || !strings.Contains(string(b), `"whole":["title","commits"]`) {
+		t.Fatalf("encoded %s, %v", b, err)
+	}
+	var back subject.Subject
+	if err := json.Unmarshal(b, &back); err != nil || back.Whole != s.Whole {
+		t.Fatalf("decoded %q, %v", back.Whole, err)
+	}
+	if err := json.Unmarshal([]byte(`{"whole":["everything"]}`), &back); err == nil {
+		t.Fatal("an unknown input decoded")
+	}
+}

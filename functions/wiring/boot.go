@@ -10,6 +10,7 @@ import (
 
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/secrets"
+	"github.com/amiss-ci/amiss/internal/buildinfo"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -36,9 +37,15 @@ type Function struct {
 	// function instead of failing each request; the others are neither checked nor read (the
 	// function's role may not read them).
 	Secrets SecretSet
+	// Operator starts the operator function: no configuration is read (Boot.Config is nil),
+	// and the ledger is opened with the limits its root records, never made, prepared or
+	// migrated (LedgerOptions.ReadOnly): a root that is missing or of an older format stops
+	// the function at start, saying so.
+	Operator bool
 }
 
-// Start builds a function's start-up: JSON logs on stdout (see NewLog), the configuration
+// Start builds a function's start-up: JSON logs on stdout (see NewLog), whose first line,
+// "starting", names the build (version, commit: which build is deployed), the configuration
 // (its fn.Secrets checked against AMISS_SECRET_ARNS), the AWS configuration, the secrets (each
 // of fn.Secrets read once) and the ledger. A failure is logged with its step and the process
 // exits. Lambda then fails the invocation that started it, and starts the function again at
@@ -46,7 +53,18 @@ type Function struct {
 func Start(ctx context.Context, fn Function) *Boot {
 	b := &Boot{}
 	b.Log, b.Invocations = NewLog(os.Stdout, fn.Name)
+	build := buildinfo.Read()
+	b.Log.Info("starting", "version", build.Version, "commit", build.Commit, "modified", build.Modified, "go", build.Go)
 	var err error
+	if fn.Operator {
+		if b.AWS, err = AWS(ctx); err != nil {
+			b.Fail("aws", err)
+		}
+		if b.Ledger, err = OpenLedger(ctx, Getenv(EnvLedger), LedgerOptions{ReadOnly: true}); err != nil {
+			b.Fail("ledger", err)
+		}
+		return b
+	}
 	if b.Config, err = ConfigFor(fn.Secrets); err != nil {
 		b.Fail("configuration", err)
 	}

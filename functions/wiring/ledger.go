@@ -2,8 +2,12 @@ package wiring
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -70,7 +74,16 @@ type LedgerOptions struct {
 	// StrandedAfter is the idle time after which cleanup reports an unfinished row (zero: the
 	// backend's default).
 	StrandedAfter time.Duration
+	// ReadOnly opens the ledger without changing what it holds: a FileLedger root of an
+	// older format, which opening would migrate in place, is refused (ErrOlderFormat) and
+	// left as it is. For commands that only read, and for those that do not say they
+	// migrate.
+	ReadOnly bool
 }
+
+// ErrOlderFormat: the root is of an older format that opening would migrate, and the caller
+// asked not to change it (LedgerOptions.ReadOnly).
+var ErrOlderFormat = errors.New("the ledger root is of an older format")
 
 // OpenLedger opens the ledger spec names (see ParseLocation): the one way the Lambda
 // functions, amiss serve and the operator commands open a ledger, so that they read a spec
@@ -98,6 +111,11 @@ func OpenLedger(ctx context.Context, spec string, o LedgerOptions) (ledger.Ledge
 		return nil, err
 	}
 	var l ledger.Ledger
+	if client == nil && o.ReadOnly {
+		if err := refuseOlderFormat(loc); err != nil {
+			return nil, err
+		}
+	}
 	if client == nil {
 		c := localfs.Config{Limits: limits, Create: create, StrandedAfter: o.StrandedAfter}
 		if o.Prepare {
@@ -141,4 +159,37 @@ func storedLimits(ctx context.Context, loc Location, client *s3.Client) (ledger.
 		return localfs.ReadLimits(loc.Dir, nil)
 	}
 	return objstore.ReadLimits(ctx, client, loc.Bucket, loc.Prefix)
+}
+
+// FileRootFormat reads the format version of the FileLedger root at dir from its root state's
+// frame header ("AMISS", the kind byte, then the version; docs/file-ledger.md), without
+// decoding or changing anything.
+func FileRootFormat(dir string) (int, error) {
+	f, err := os.Open(filepath.Join(dir, localfs.RootFile))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var head [8]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil || string(head[:5]) != "AMISS" || head[5] != 'R' {
+		return 0, fmt.Errorf("%w: %s has no root state header", ledger.ErrCorrupt, filepath.Join(dir, localfs.RootFile))
+	}
+	return int(binary.BigEndian.Uint16(head[6:])), nil
+}
+
+// refuseOlderFormat refuses a FileLedger root of an older format that this build migrates
+// when it opens it. A retired format is left to Open, which refuses it with its own remedy,
+// and so is a root whose state cannot be read.
+func refuseOlderFormat(loc Location) error {
+	v, err := FileRootFormat(loc.Dir)
+	if err != nil || v >= localfs.FormatVersion {
+		return nil
+	}
+	if _, err := localfs.ReadLimits(loc.Dir, nil); err != nil {
+		return nil // a retired format: Open says what it was and what to do
+	}
+	return fmt.Errorf("%w: %s is a format %d root, and opening it would migrate it to format %d in place (a format %d process "+
+		"still running on it refuses it from then on). This command does not change the ledger: migrate it first with "+
+		"amiss ledger migrate -root %s (amiss serve and the Lambda functions also migrate it when they open it)",
+		ErrOlderFormat, loc.Spec, v, localfs.FormatVersion, v, loc.Spec)
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
-	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/secrets"
 )
@@ -69,10 +68,53 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 		route := &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL,
 			Destination: r.Publish.Destination(), OldDestinations: cfg.OldDestinations(r.Publish.Destination()),
 			Timeout: r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}
-		if r.Publish.App != nil {
-			// A re-run's inputs are read with the publisher's installation tokens.
-			route.Inputs = publish.NewGitHubRerun(r.Publish.BaseURL, target.Tokens, &pc).Fill
+		reader, err := readerFor(ctx, r, target, apps, secrets, &pc)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: %w", name, err)
 		}
+		route.Inputs = reader
 		return route, nil
 	}
+}
+
+// readerFor builds the reader of what r's webhooks lack from its provider's API (nil when the
+// route has no credential to read it, or its provider no reader yet: the rules that need a
+// read then fail closed, saying so). It reads with the route's read block, or with the
+// publisher's credential (pub: its base URL, token or App tokens) when the route publishes to
+// the API its webhooks come from.
+func readerFor(ctx context.Context, r *config.Route, pub provider.Target, apps *appTokens, src secrets.Source,
+	hc *http.Client) (runner.InputReader, error) {
+	p, ok := provider.Sender(r.Provider)
+	if !ok || p.Reader == nil {
+		return nil, nil
+	}
+	rd, ok := r.ReadFrom()
+	if !ok {
+		return nil, nil
+	}
+	target := pub
+	if r.Read != nil {
+		target = provider.Target{BaseURL: rd.BaseURL, Client: hc}
+		if rd.App != nil {
+			app, err := apps.forApp(ctx, "read "+r.Name, rd.BaseURL, rd.App, src, hc)
+			if err != nil {
+				return nil, fmt.Errorf("read: %w", err)
+			}
+			target.Tokens = app
+		} else {
+			token, err := src.Get(ctx, rd.Token.From)
+			if err != nil {
+				return nil, fmt.Errorf("read token: %w", err)
+			}
+			target.Token = token
+		}
+	}
+	if api, ok := provider.Lookup(rd.Provider); ok {
+		target.API = api.API
+	}
+	reader := p.Reader(target)
+	if reader == nil {
+		return nil, nil
+	}
+	return reader, nil
 }

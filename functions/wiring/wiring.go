@@ -228,7 +228,28 @@ func S3Client(ctx context.Context, spec string) (*s3.Client, error) {
 	if client.Options().Region == "" {
 		return nil, fmt.Errorf("%s: no AWS region: set AWS_REGION to the bucket's region (for example AWS_REGION=eu-west-1), or a region in your AWS profile; for MinIO and other S3-compatible stores any region, such as us-east-1, with %s", spec, EnvS3Endpoint)
 	}
+	if err := RequireCredentials(ctx, client.Options().Credentials, spec); err != nil {
+		return nil, err
+	}
 	return client, nil
+}
+
+// ErrNoCredentials: the default chain found no AWS credentials.
+var ErrNoCredentials = errors.New("no AWS credentials")
+
+// RequireCredentials fails with the remedy when the default chain finds no AWS credentials
+// for what (a ledger or a queue, for the message), rather than at the first request with the
+// SDK's own account of every place it looked. In Lambda the function's role provides them.
+func RequireCredentials(ctx context.Context, creds aws.CredentialsProvider, what string) error {
+	if creds == nil {
+		return fmt.Errorf("%s: %w", what, ErrNoCredentials)
+	}
+	if _, err := creds.Retrieve(ctx); err != nil {
+		return fmt.Errorf("%s: %w (%v). Sign in first: aws sso login --profile NAME with AWS_PROFILE=NAME, or "+
+			"AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, as a principal allowed what the command does "+
+			"(docs/deployment.md, Operator access: the read-only and the republish policies)", what, ErrNoCredentials, err)
+	}
+	return nil
 }
 
 // Duration reads a duration variable (such as AMISS_LEASE=45s), or def when unset.

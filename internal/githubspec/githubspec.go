@@ -1,5 +1,5 @@
 // Package githubspec checks requests against GitHub's published OpenAPI description of its REST
-// API, for the fakes of GitHub that amiss's tests run (publishtest, githubapptest): a request
+// API, for the fake of GitHub that amiss's tests run (providerapi/github/githubtest): a request
 // the description refuses (an unknown operation, a missing or misspelled parameter, a body
 // whose keys, types, enums, bounds or required fields break the operation's schema) is
 // reported, so a fake answers it as GitHub would and records it.

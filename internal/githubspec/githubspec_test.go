@@ -23,12 +23,13 @@ func TestTheDescriptionHoldsEveryOperationListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := regexp.MustCompile("(?m)^\\| ([a-z-]+/[a-z-]+) \\| ([A-Z]+) (\\S+) \\|$").FindAllStringSubmatch(string(readme), -1)
-	if len(rows) != 15 {
-		t.Fatalf("README lists %d operations, want 15", len(rows))
+	if len(rows) != 21 {
+		t.Fatalf("README lists %d operations, want 21", len(rows))
 	}
 	for _, row := range rows {
 		path := strings.NewReplacer("{owner}", "o", "{repo}", "r", "{sha}", "abc", "{ref}", "main", "{check_run_id}", "1",
-			"{installation_id}", "2", "{pull_number}", "3", "{basehead}", "a...b").Replace(row[3])
+			"{installation_id}", "2", "{pull_number}", "3", "{basehead}", "a...b",
+			"{org}", "acme", "{hook_id}", "4", "{delivery_id}", "5").Replace(row[3])
 		route, _, err := router.FindRoute(httptest.NewRequest(row[2], path, nil))
 		if err != nil || route.Operation.OperationID != row[1] {
 			t.Errorf("%s %s: %v, want %s", row[2], row[3], err, row[1])
@@ -66,6 +67,10 @@ func TestRequestsAreCheckedAgainstTheDescription(t *testing.T) {
 		{"a state GitHub has not", "", post("/repos/o/r/statuses/abc", `{"state":"passed"}`), "repos/create-commit-status", "state"},
 		{"a status filter GitHub has not", "", httptest.NewRequest(http.MethodGet, "/repos/o/r/commits/abc/check-runs?check_name=amiss&status=done", nil), "checks/list-for-ref", "status"},
 		{"a page that is no number", "", httptest.NewRequest(http.MethodGet, "/repos/o/r/pulls/3/files?per_page=all", nil), "pulls/list-files", "per_page"},
+		{"a page of an App's deliveries", "", httptest.NewRequest(http.MethodGet, "/app/hook/deliveries?per_page=100&cursor=v1_12", nil), "apps/list-webhook-deliveries", ""},
+		{"a delivery filter GitHub has not", "", httptest.NewRequest(http.MethodGet, "/repos/o/r/hooks/4/deliveries?status=failed", nil), "repos/list-webhook-deliveries", "status"},
+		{"a hook id that is no number", "", httptest.NewRequest(http.MethodGet, "/orgs/acme/hooks/main/deliveries", nil), "orgs/list-webhook-deliveries", "hook_id"},
+		{"a redelivery", "/api/v3", httptest.NewRequest(http.MethodPost, "/api/v3/orgs/acme/hooks/4/deliveries/5/attempts", nil), "orgs/redeliver-webhook-delivery", ""},
 		{"an operation GitHub has not", "", httptest.NewRequest(http.MethodGet, "/repos/o/r/check-suites", nil), "", "no operation"},
 	}
 	for _, c := range cases {

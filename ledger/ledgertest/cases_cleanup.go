@@ -104,6 +104,47 @@ func caseStrandedRowsOfEveryKindAreReported(e *env) {
 	}
 }
 
+// A lap of cleanup reports the admission time of the oldest unfinished row, whatever its
+// state or lease (the delivery that has waited longest for its verdict), and none once every
+// row is finished: the figure the deployment alarms on when work waits in the ledger.
+func caseCleanupReportsTheOldestUnfinishedRow(e *env) {
+	finishedFirst := e.finish(time.Time{}) // oldest of all, but finished: never the figure
+	e.clock.Advance(time.Hour)
+	stuck := e.delivery(time.Time{}) // admitted and never run
+	e.admit(stuck, ledger.Admitted)
+	e.clock.Advance(time.Hour)
+	running := e.delivery(time.Time{})
+	e.admit(running, ledger.Admitted)
+	e.claim(running, "w", ledger.Execute)
+	e.clock.Advance(time.Hour)
+	saved := e.delivery(time.Time{})
+	e.admit(saved, ledger.Admitted)
+	s := e.save(*e.claim(saved, "w", ledger.Execute).Lease, "r")
+	if !e.row(finishedFirst).CreatedAt.Before(e.row(stuck).CreatedAt) {
+		e.t.Fatalf("setup: the finished row is not the oldest")
+	}
+	want := func(d *ledger.Delivery, what string) {
+		e.t.Helper()
+		rep := e.cleanAll()
+		switch {
+		case d == nil && !rep.OldestUnfinished.IsZero():
+			e.t.Fatalf("%s: oldest unfinished row admitted at %v, want none", what, rep.OldestUnfinished)
+		case d != nil && !rep.OldestUnfinished.Equal(e.row(*d).CreatedAt):
+			e.t.Fatalf("%s: oldest unfinished row admitted at %v, want %s's admission %v", what, rep.OldestUnfinished,
+				d.Binding.Identity, e.row(*d).CreatedAt)
+		}
+	}
+	want(&stuck, "a pending row never run")
+	e.complete(e.save(*e.claim(stuck, "w", ledger.Execute).Lease, "r"))
+	want(&running, "a running row whose lease ended")
+	e.complete(e.save(*e.claim(running, "w2", ledger.Execute).Lease, "r"))
+	want(&saved, "a saved row")
+	if err := e.l.Abandon(e.ctx, s, "refused for good"); err != nil {
+		e.t.Fatalf("abandon: %v", err)
+	}
+	want(nil, "every row finished or abandoned")
+}
+
 func caseOnlyOneCleanupRunsAtATime(e *env) {
 	release, err := e.h.HoldMaintenance(e.ctx)
 	if err != nil {

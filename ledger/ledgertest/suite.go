@@ -209,6 +209,7 @@ func (e *env) cleanAll() ledger.CleanupReport {
 		all.Retained += r.Retained
 		all.Damaged = append(all.Damaged, r.Damaged...)
 		all.Stranded = append(all.Stranded, r.Stranded...)
+		all.OldestUnfinished = ledger.Earliest(all.OldestUnfinished, r.OldestUnfinished)
 		all.HighWater = r.HighWater
 		all.RemovedSubjects += r.RemovedSubjects
 		if r.Done {
@@ -248,6 +249,10 @@ func (e *env) capacityHolds(exact bool) {
 // cases lists every conformance case, by topic: the subtest's name, the record cap its store is
 // created with (0: the suite's), and the case.
 var cases = []testCase{
+	// cases_state.go
+	{"StateIsWrittenOnlyOnTheVersionRead", 0, caseStateIsWrittenOnlyOnTheVersionRead},
+	{"StateOverItsCeilingOrBadlyNamedIsRefusedWhole", 0, caseStateOverItsCeilingOrBadlyNamedIsRefusedWhole},
+	{"ConcurrentStateWritersLoseNoStep", 0, caseConcurrentStateWritersLoseNoStep},
 	// cases_lease.go
 	{"Lifecycle", 0, caseLifecycle},
 	{"UnknownKeyIsAnError", 0, caseUnknownKeyIsAnError},
@@ -283,6 +288,7 @@ var cases = []testCase{
 	{"PermanentRowsAreNeverCleaned", 0, casePermanentRowsAreNeverCleaned},
 	{"UnfinishedRowsSurviveCleanupWhateverTheirAge", 0, caseUnfinishedRowsSurviveCleanupWhateverTheirAge},
 	{"StrandedRowsOfEveryKindAreReported", 0, caseStrandedRowsOfEveryKindAreReported},
+	{"CleanupReportsTheOldestUnfinishedRow", 0, caseCleanupReportsTheOldestUnfinishedRow},
 	{"OnlyOneCleanupRunsAtATime", 0, caseOnlyOneCleanupRunsAtATime},
 	{"FailedListingRemovesNothing", 0, caseFailedListingRemovesNothing},
 	{"RepeatedCleanupReleasesCapacityOnce", 0, caseRepeatedCleanupReleasesCapacityOnce},

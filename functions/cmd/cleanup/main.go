@@ -4,12 +4,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/amiss-ci/amiss/functions/catchup"
 	"github.com/amiss-ci/amiss/functions/cleanup"
 	"github.com/amiss-ci/amiss/functions/wiring"
+	"github.com/amiss-ci/amiss/ledger"
 )
 
 func main() {
@@ -20,6 +23,16 @@ func main() {
 	}
 	m := wiring.Metrics(os.Stdout, "cleanup")
 	h := &cleanup.Handler{Ledger: b.Ledger, Queue: q, Log: b.Log, Metrics: m}
+	if st, ok := b.Ledger.(ledger.StateStore); ok {
+		// Catch-up of the routes' failed webhook deliveries (docs/catchup.md); its credentials
+		// are read at each run, so a rotated one needs no restart.
+		r := &catchup.Runner{State: st, Log: b.Log, Metrics: m}
+		h.CatchUp = func(ctx context.Context) error {
+			sources, err := catchup.Sources(ctx, b.Config, b.Secrets, nil)
+			_, rerr := r.RunAll(ctx, sources)
+			return errors.Join(err, rerr)
+		}
+	}
 	if dl := wiring.DeadLetters(b.AWS); dl != nil {
 		h.DeadLetters = dl
 	} else {

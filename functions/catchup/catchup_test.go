@@ -1,0 +1,464 @@
+package catchup_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/catchup"
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/ingress"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/publish"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/localfs"
+)
+
+const (
+	hookSecret = "catchup-webhook-secret"
+	hookToken  = "hook-admin-token"
+	appID      = 4242
+)
+
+var (
+	appHook  = githubtest.Hook{App: true}
+	repoHook = githubtest.Hook{Repo: "acme/app", ID: 7}
+)
+
+type secretsMap map[string]string
+
+func (s secretsMap) Get(_ context.Context, ref string) (string, error) {
+	if v, ok := s[strings.TrimPrefix(ref, "env:")]; ok {
+		return v, nil
+	}
+	return "", fmt.Errorf("no secret %s", ref)
+}
+
+// ingressMode is how the ingress endpoint answers: up, down (503, as a throttled stage or a
+// broken release), hung (no answer until the sender gives up), or admitting and then failing
+// (the ledger has the delivery; its sender saw a 502).
+type ingressMode int32
+
+const (
+	up ingressMode = iota
+	down
+	hung
+	admitThenFail
+)
+
+// world is GitHub (an App's webhook and a repository's, the statuses API) in front of the real
+// ingress, queue and runner over a FileLedger, and catch-up over that ledger.
+type world struct {
+	t      *testing.T
+	clock  *ledger.ManualClock
+	gh     *githubtest.GitHub
+	api    *httptest.Server
+	cfg    *config.Config
+	ledger *localfs.Ledger
+	q      *queue.Local
+	mode   atomic.Int32
+	logs   *syncBuffer
+	gauges *gauges
+	app    *github.App
+	n      int
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type gauges struct {
+	mu sync.Mutex
+	m  map[string]float64
+}
+
+func (g *gauges) Gauge(name string, v float64, _ string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m[name] += v
+}
+
+func (g *gauges) get(name string) float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.m[name]
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	clock := ledger.NewManualClock(time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC))
+	key, pemKey := githubtest.GenerateKey()
+	gh := githubtest.NewApp(appID, &key.PublicKey)
+	gh.Authorize = githubtest.Token(hookToken)
+	gh.Now = clock.Now
+	gh.DeliveryTimeout = 2 * time.Second
+	api := httptest.NewServer(gh)
+	t.Cleanup(api.Close)
+	cfg, err := config.Parse([]byte(`
+routes:
+  gh:
+    provider: github
+    secrets: [{id: k, from: "env:HOOK"}]
+    repositories: ["acme/*"]
+    rules: {commit_message: '^[A-Z]'}
+    publish: {provider: github, base_url: "` + api.URL + `", token: {from: "env:TOKEN"}, context: amiss/verdict}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: cfg.Limits(), Clock: clock, Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	app, err := github.NewApp(github.AppConfig{BaseURL: api.URL, AppID: fmt.Sprint(appID), PrivateKey: pemKey, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, clock: clock, gh: gh, api: api, cfg: cfg, ledger: l, q: queue.NewLocalOn(clock), logs: &syncBuffer{},
+		gauges: &gauges{m: map[string]float64{}}, app: app}
+	in := &ingress.Handler{Config: cfg, Ledger: l, Queue: w.q, Secrets: secretsMap{"HOOK": hookSecret}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /hooks/{route}", func(rw http.ResponseWriter, r *http.Request) {
+		switch ingressMode(w.mode.Load()) {
+		case down:
+			http.Error(rw, "stage throttled", http.StatusServiceUnavailable)
+		case hung:
+			io.Copy(io.Discard, r.Body) // the server notices the sender leave only once the body is read
+			<-r.Context().Done()        // the sender gives up first
+		case admitThenFail:
+			rec := httptest.NewRecorder()
+			in.ServeHTTP(rec, r)
+			if rec.Code != http.StatusAccepted {
+				t.Errorf("the ingress answered %d %s", rec.Code, rec.Body)
+			}
+			http.Error(rw, "bad gateway", http.StatusBadGateway)
+		default:
+			in.ServeHTTP(rw, r)
+		}
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	gh.AddHook(appHook, srv.URL+"/hooks/gh", hookSecret)
+	gh.AddHook(repoHook, srv.URL+"/hooks/gh", hookSecret)
+	return w
+}
+
+// push delivers a push of a new commit through hook while the ingress is in mode, and
+// returns the commit and the attempt.
+func (w *world) push(hook githubtest.Hook, mode ingressMode) (string, githubtest.HookDelivery) {
+	w.mode.Store(int32(mode))
+	defer w.mode.Store(int32(up))
+	w.n++
+	sha := fmt.Sprintf("%040x", w.n)
+	body := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"id":99,"full_name":"acme/app"},"installation":{"id":5},`+
+		`"commits":[{"id":%q,"message":"Change %d"}]}`, sha, sha, w.n)
+	d := w.gh.Deliver(hook, githubtest.Event{Name: "push", Installation: 5, RepositoryID: 99, Body: []byte(body)})
+	return sha, d
+}
+
+func (w *world) runner() *catchup.Runner {
+	return &catchup.Runner{State: w.ledger, Now: w.clock.Now, Metrics: w.gauges,
+		Log: slog.New(slog.NewTextHandler(w.logs, nil))}
+}
+
+func (w *world) sources() []catchup.Source {
+	return []catchup.Source{
+		&catchup.GitHub{Route: "gh", Hook: github.Hook{App: true}, Client: github.NewAppClient(w.app)},
+		&catchup.GitHub{Route: "gh", Hook: github.Hook{Repo: "acme/app", ID: 7}, Client: github.NewTokenClient(w.api.URL, hookToken, nil)},
+	}
+}
+
+func (w *world) catchUp(r *catchup.Runner) []catchup.Report {
+	w.t.Helper()
+	var out []catchup.Report
+	for _, s := range w.sources() {
+		rep, err := r.Run(context.Background(), s)
+		if err != nil {
+			w.t.Fatalf("catch-up of %s: %v", s.Describe(), err)
+		}
+		out = append(out, rep)
+	}
+	return out
+}
+
+// drain runs the runner over every queued message.
+func (w *world) drain() {
+	w.t.Helper()
+	r := &runner.Runner{Ledger: w.ledger, Owner: "r", Lease: 30 * time.Second, RenewEvery: time.Hour, RetryDelay: time.Second, Now: w.clock.Now,
+		Routes: func(_ context.Context, name string) (*runner.Route, error) {
+			rt := w.cfg.Route(name)
+			ev, err := evaluate.NewRules(rt.Rules)
+			if err != nil {
+				return nil, err
+			}
+			return &runner.Route{Evaluator: ev, Publisher: publish.NewGitHub(rt.Publish.BaseURL, hookToken, w.api.Client()),
+				Context: rt.Publish.Context}, nil
+		}}
+	for i := 0; w.q.Len() > 0; i++ {
+		if i > 200 {
+			w.t.Fatal("the queue never drained")
+		}
+		res, err := (&runner.Local{Runner: r, Queue: w.q}).Next(context.Background())
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if !res.Done && res.RetryAt.After(w.clock.Now()) {
+			w.clock.Set(res.RetryAt)
+		}
+	}
+}
+
+// verdicts checks that each commit has exactly one status posted.
+func (w *world) verdicts(shas ...string) {
+	w.t.Helper()
+	for _, sha := range shas {
+		if got := w.gh.Created("acme/app", sha); len(got) != 1 {
+			w.t.Errorf("commit %s has %d statuses, want one verdict", sha[30:], len(got))
+		}
+	}
+}
+
+// asked checks the redeliveries GitHub accepted per delivery of hook.
+func (w *world) asked(hook githubtest.Hook, want map[string]int) {
+	w.t.Helper()
+	got := w.gh.RedeliveriesAsked(hook)
+	for guid, n := range want {
+		if got[guid] != n {
+			w.t.Errorf("%+v: delivery %s redelivered %d times, want %d", hook, guid, got[guid], n)
+		}
+	}
+	for guid, n := range got {
+		if _, ok := want[guid]; !ok {
+			w.t.Errorf("%+v: delivery %s redelivered %d times, want none", hook, guid, n)
+		}
+	}
+}
+
+func (w *world) noViolations() {
+	w.t.Helper()
+	if v := w.gh.Violations(); len(v) > 0 {
+		w.t.Errorf("requests GitHub would refuse: %q", v)
+	}
+}
+
+func TestDeliveriesFailedWhileTheIngressWasDownAreRedeliveredOnceEach(t *testing.T) {
+	w := newWorld(t)
+	okSHA, ok := w.push(appHook, up)
+	w.drain()
+	b, bd := w.push(appHook, down)
+	c, cd := w.push(repoHook, down)
+	d, dd := w.push(appHook, hung)
+	e, ed := w.push(repoHook, admitThenFail) // the ledger has it although GitHub saw it fail
+	for _, a := range []githubtest.HookDelivery{bd, cd, dd, ed} {
+		if a.StatusCode/100 == 2 {
+			t.Fatalf("delivery %s while the ingress was down answered %d", a.GUID, a.StatusCode)
+		}
+	}
+	if dd.StatusCode != 0 || dd.Status != "timed out" {
+		t.Fatalf("the hung ingress gave %d %q, want a timeout", dd.StatusCode, dd.Status)
+	}
+	w.clock.Advance(time.Minute)
+
+	reps := w.catchUp(w.runner())
+	w.asked(appHook, map[string]int{bd.GUID: 1, dd.GUID: 1})
+	w.asked(repoHook, map[string]int{cd.GUID: 1, ed.GUID: 1})
+	if reps[0].Found != 2 || reps[0].Asked != 2 || reps[1].Found != 2 || reps[1].Asked != 2 {
+		t.Errorf("reports %+v, want two found and asked per hook", reps)
+	}
+	w.drain()
+	w.verdicts(okSHA, b, c, d, e)
+	if ok.StatusCode != http.StatusAccepted {
+		t.Errorf("the delivery made while the ingress was up answered %d", ok.StatusCode)
+	}
+
+	// The next run sees every redelivery succeed and asks for nothing.
+	w.clock.Advance(catchup.DefaultReaskAfter + time.Minute)
+	reps = w.catchUp(w.runner())
+	for _, rep := range reps {
+		if rep.Asked != 0 || rep.Open != 0 || rep.Resolved != 2 || rep.Lost != 0 {
+			t.Errorf("second run: %+v, want two resolved and nothing asked or open", rep)
+		}
+	}
+	w.asked(appHook, map[string]int{bd.GUID: 1, dd.GUID: 1})
+	w.asked(repoHook, map[string]int{cd.GUID: 1, ed.GUID: 1})
+	if got := w.gauges.get("catchup_redelivered"); got != 4 {
+		t.Errorf("catchup_redelivered %v, want 4", got)
+	}
+	w.noViolations()
+}
+
+// Two runs at once, on two handles of one root, each listing before either asks: every
+// failed delivery is asked for once in all.
+func TestTwoRunsAtOnceAskForEachDeliveryOnce(t *testing.T) {
+	w := newWorld(t)
+	want := map[string]int{}
+	var shas []string
+	for range 5 {
+		sha, d := w.push(appHook, down)
+		want[d.GUID] = 1
+		shas = append(shas, sha)
+	}
+	w.clock.Advance(time.Minute)
+	src := w.sources()[0]
+	var listed sync.WaitGroup
+	listed.Add(2)
+	var wg sync.WaitGroup
+	reps := make([]catchup.Report, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := w.runner()
+			r.RunID = fmt.Sprintf("run-%d", i)
+			rep, err := r.Run(context.Background(), &barrier{Source: src, listed: &listed})
+			if err != nil {
+				t.Errorf("run %d: %v", i, err)
+			}
+			reps[i] = rep
+		}()
+	}
+	wg.Wait()
+	w.asked(appHook, want)
+	if reps[0].Asked+reps[1].Asked != 5 {
+		t.Errorf("runs asked %d and %d, want 5 in all", reps[0].Asked, reps[1].Asked)
+	}
+	w.drain()
+	w.verdicts(shas...)
+	w.noViolations()
+}
+
+// barrier holds a run after its listing until the other run has listed too.
+type barrier struct {
+	catchup.Source
+	listed *sync.WaitGroup
+}
+
+func (b *barrier) Attempts(ctx context.Context, maxPages int, visit func([]catchup.Attempt) (bool, error)) error {
+	err := b.Source.Attempts(ctx, maxPages, visit)
+	b.listed.Done()
+	b.listed.Wait()
+	return err
+}
+
+// dying ends its run's goroutine at the first request for a redelivery, before it is sent:
+// the run recorded its asks and died.
+type dying struct{ catchup.Source }
+
+func (dying) Redeliver(context.Context, catchup.Attempt) error {
+	runtime.Goexit()
+	return nil
+}
+
+func TestARunThatDiesAfterRecordingItsAsksCostsThemOneRunNotASecondAsk(t *testing.T) {
+	w := newWorld(t)
+	want := map[string]int{}
+	var shas []string
+	for range 3 {
+		sha, d := w.push(appHook, down)
+		want[d.GUID] = 1
+		shas = append(shas, sha)
+	}
+	w.clock.Advance(time.Minute)
+	src := w.sources()[0]
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.runner().Run(context.Background(), dying{src})
+		t.Error("the dying run finished")
+	}()
+	<-done
+	w.asked(appHook, map[string]int{})
+
+	// A run right after the crash asks for nothing: the dead run's asks may still be in flight.
+	rep, err := w.runner().Run(context.Background(), src)
+	if err != nil || rep.Asked != 0 {
+		t.Fatalf("run after the crash: %+v %v, want nothing asked", rep, err)
+	}
+	// Once the asks are ReaskAfter old, a run asks for each delivery once.
+	w.clock.Advance(catchup.DefaultReaskAfter)
+	if rep, err = w.runner().Run(context.Background(), src); err != nil || rep.Asked != 3 {
+		t.Fatalf("run past ReaskAfter: %+v %v, want 3 asked", rep, err)
+	}
+	w.asked(appHook, want)
+	w.drain()
+	w.verdicts(shas...)
+	w.noViolations()
+}
+
+func TestDeliveriesStillFailingWhenTheWindowClosesAreReportedLost(t *testing.T) {
+	w := newWorld(t)
+	_, d := w.push(repoHook, down)
+	w.mode.Store(int32(down)) // the ingress stays down: every redelivery fails too
+	src := w.sources()[1]
+	asks, inside := 0, 0
+	for w.clock.Now().Sub(d.DeliveredAt) <= github.RedeliveryWindow {
+		w.clock.Advance(6 * time.Hour)
+		rep, err := w.runner().Run(context.Background(), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asks += rep.Asked
+		if w.clock.Now().Sub(d.DeliveredAt) <= github.RedeliveryWindow {
+			inside++
+		}
+		if w.clock.Now().Sub(d.DeliveredAt) <= github.RedeliveryWindow && (rep.Lost != 0 || rep.Open != 1) {
+			t.Fatalf("inside the window: %+v", rep)
+		}
+		if w.clock.Now().Sub(d.DeliveredAt) > github.RedeliveryWindow && (rep.Lost != 1 || rep.Open != 0 || rep.Asked != 0) {
+			t.Fatalf("past the window: %+v, want the delivery lost", rep)
+		}
+	}
+	if got := w.gh.RedeliveriesAsked(repoHook)[d.GUID]; got != asks || asks != inside {
+		t.Errorf("asked %d times (GitHub counted %d), want once per run inside the window (%d)", asks, got, inside)
+	}
+	if got := w.gauges.get("catchup_given_up"); got != 1 {
+		t.Errorf("catchup_given_up %v, want 1", got)
+	}
+	logs := w.logs.String()
+	line := ""
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, "gave up a delivery") {
+			line = l
+		}
+	}
+	for _, want := range []string{"delivery=" + d.GUID, "event=push", "repository=acme/app", "hook=\"route gh: GitHub webhook 7 of acme/app\""} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the log line of the lost delivery %q lacks %q", line, want)
+		}
+	}
+	// A later run reports it no more.
+	w.clock.Advance(time.Hour)
+	if rep, _ := w.runner().Run(context.Background(), src); rep.Lost != 0 {
+		t.Errorf("a later run: %+v, want nothing lost again", rep)
+	}
+	w.noViolations()
+}

@@ -1,0 +1,278 @@
+// Package giteatest is the fake of Gitea's and Forgejo's REST API (/api/v1) for amiss's tests,
+// serving, as Gitea's API description (its swagger) and its source give them:
+//
+//	repoCreateStatus            POST /api/v1/repos/{owner}/{repo}/statuses/{sha}
+//	repoGetCombinedStatusByRef  GET  /api/v1/repos/{owner}/{repo}/commits/{ref}/status   page, limit
+//	repoGet                     GET  /api/v1/repos/{owner}/{repo}
+//	repoGetPullRequest          GET  /api/v1/repos/{owner}/{repo}/pulls/{index}
+//	repoGetPullRequestFiles     GET  /api/v1/repos/{owner}/{repo}/pulls/{index}/files     page, limit
+//	repoGetPullRequestCommits   GET  /api/v1/repos/{owner}/{repo}/pulls/{index}/commits   page, limit, files, verification
+//	repoCompareDiff             GET  /api/v1/repos/{owner}/{repo}/compare/{basehead}
+//
+// Every request is checked against the description itself (internal/giteaspec: its path,
+// parameters and body, and no query parameter it does not declare), then against what Gitea's
+// source does: a request that breaks either is answered as Gitea would (404, 415, 422) and
+// recorded, and a test asserts Violations() is empty. A request must carry
+// "Authorization: token T" with a token Authorize accepts (a refused one is answered 401 and
+// counted). A status's body holds the fields Gitea reads: state (pending, success, error,
+// failure, warning: required), target_url, description, context. The combined status lists
+// the latest status of each context, limit a page (default 30, at most 50, as Gitea's default
+// MAX_RESPONSE_ITEMS), and, as Gitea's handler does, names the count of contexts in
+// X-Total-Count and sends no Link header. The reads are described in reads.go.
+package giteatest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
+	"github.com/amiss-ci/amiss/internal/giteaspec"
+)
+
+// Status is one commit status the fake created.
+type Status struct {
+	ID                                     int64
+	Repository, SHA                        string
+	Context, State, Description, TargetURL string
+	At                                     time.Time
+}
+
+// Gitea fakes one Gitea server: its commit statuses, and its repositories' history for reads.
+// Set its fields before serving.
+type Gitea struct {
+	// Authorize says whether a token is valid (nil: any non-empty one).
+	Authorize func(token string) bool
+	// Post decides how the n-th valid POST (from 1) is answered; nil: created at once.
+	Post func(n int, s Status) providerapitest.Behavior
+	// Answer, when it returns a status code, answers the n-th valid request (from 1) of the
+	// read op (an operationId: OpGetPull...) with it instead (403: a token without the
+	// read:repository scope, as Gitea words it).
+	Answer func(op string, n int) int
+	// CompareWithoutFiles makes a comparison list its commits without their files, as a Gitea
+	// whose compare handler predates them does.
+	CompareWithoutFiles bool
+	// DefaultBranch is every repository's default branch (default main).
+	DefaultBranch string
+	// MaxItems is the most entries a page of a listing holds, whatever limit asks (0:
+	// MaxResponseItems, Gitea's default; a server may set less).
+	MaxItems int
+
+	mu           sync.Mutex
+	posts        int
+	unauthorized int
+	created      []Status
+	violations   []string
+	// reads
+	commits  map[string]map[string]Commit
+	pulls    map[string]map[int]Pull
+	branches map[string]map[string]string
+	requests map[string]int
+}
+
+// New returns a fake accepting the tokens authorize accepts (nil: any).
+func New(authorize func(string) bool) *Gitea {
+	giteaspec.Load() // its error is every request's (ServeHTTP)
+	return &Gitea{Authorize: authorize}
+}
+
+func (g *Gitea) answer(w http.ResponseWriter, code int, v any) {
+	providerapitest.JSON(w, code, v, time.Now())
+}
+
+func (g *Gitea) refuse(w http.ResponseWriter, code int) {
+	g.answer(w, code, map[string]string{"message": http.StatusText(code), "url": "https://gitea.example.com/api/swagger"})
+}
+
+func (g *Gitea) violate(w http.ResponseWriter, code int, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	g.mu.Lock()
+	g.violations = append(g.violations, msg)
+	g.mu.Unlock()
+	g.answer(w, code, map[string]string{"message": msg})
+}
+
+// ServeHTTP implements http.Handler.
+func (g *Gitea) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "token ")
+	if !ok || token == "" {
+		g.violate(w, http.StatusUnauthorized, "Authorization %q is not a token", r.Header.Get("Authorization"))
+		return
+	}
+	if g.Authorize != nil && !g.Authorize(token) {
+		g.mu.Lock()
+		g.unauthorized++
+		g.mu.Unlock()
+		g.refuse(w, http.StatusUnauthorized)
+		return
+	}
+	op, err := giteaspec.Check(r)
+	switch {
+	case err != nil && op == "":
+		g.violate(w, http.StatusNotFound, "Not Found: %v", err)
+		return
+	case err != nil:
+		g.violate(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	g.mu.Lock()
+	if g.requests == nil {
+		g.requests = map[string]int{}
+	}
+	g.requests[op]++
+	n := g.requests[op]
+	g.mu.Unlock()
+	repo := parts[3] + "/" + parts[4]
+	switch op {
+	case OpCreateStatus:
+		g.create(w, r, body, repo, parts[6])
+	case OpCombinedStatus:
+		g.combined(w, r, repo, parts[6])
+	default:
+		g.read(w, r, op, repo, parts, n)
+	}
+}
+
+func (g *Gitea) create(w http.ResponseWriter, r *http.Request, body []byte, repo, sha string) {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		g.violate(w, http.StatusUnsupportedMediaType, "Content-Type %q", ct)
+		return
+	}
+	var in map[string]*string
+	if err := json.Unmarshal(body, &in); err != nil {
+		g.violate(w, http.StatusUnprocessableEntity, "the body is not an object of strings: %v", err)
+		return
+	}
+	s := Status{Repository: repo, SHA: sha}
+	for k, v := range in {
+		val := ""
+		if v != nil {
+			val = *v
+		}
+		switch k {
+		case "state":
+			s.State = val
+		case "context":
+			s.Context = val
+		case "description":
+			s.Description = val
+		case "target_url":
+			s.TargetURL = val
+		default:
+			g.violate(w, http.StatusUnprocessableEntity, "%q is not a field of CreateStatusOption", k)
+			return
+		}
+	}
+	switch s.State {
+	case "pending", "success", "error", "failure", "warning":
+	default:
+		g.violate(w, http.StatusUnprocessableEntity, "state %q is not pending, success, error, failure or warning", s.State)
+		return
+	}
+	g.mu.Lock()
+	g.posts++
+	n := g.posts
+	g.mu.Unlock()
+	b := providerapitest.Behavior{}
+	if g.Post != nil {
+		b = g.Post(n, s)
+	}
+	providerapitest.Write(w, http.StatusCreated, b, func() any { return statusJSON(g.Add(s)) }, g.answer, g.refuse)
+}
+
+func statusJSON(s Status) map[string]any {
+	return map[string]any{"id": s.ID, "status": s.State, "context": s.Context, "description": s.Description, "target_url": s.TargetURL,
+		"created_at": s.At.Format(time.RFC3339), "updated_at": s.At.Format(time.RFC3339)}
+}
+
+// Add adds a status as if posted (its ID and time set), and returns it.
+func (g *Gitea) Add(s Status) Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s.ID, s.At = int64(len(g.created)+1), time.Now()
+	g.created = append(g.created, s)
+	return s
+}
+
+func (g *Gitea) combined(w http.ResponseWriter, r *http.Request, repo, ref string) {
+	q := r.URL.Query()
+	page, limit := 1, 30
+	for name, v := range map[string]*int{"page": &page, "limit": &limit} {
+		if s := q.Get(name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 {
+				g.violate(w, http.StatusUnprocessableEntity, "%s %q", name, s)
+				return
+			}
+			*v = n
+		}
+	}
+	limit = min(limit, 50)
+	g.mu.Lock()
+	latest := map[string]Status{}
+	var order []string
+	for _, s := range g.created {
+		if s.Repository != repo || s.SHA != ref {
+			continue
+		}
+		if _, ok := latest[s.Context]; !ok {
+			order = append(order, s.Context)
+		}
+		latest[s.Context] = s
+	}
+	g.mu.Unlock()
+	statuses := []map[string]any{}
+	for _, c := range providerapitest.PageOf(order, page, limit) {
+		statuses = append(statuses, statusJSON(latest[c]))
+	}
+	w.Header().Set("X-Total-Count", strconv.Itoa(len(order)))
+	g.answer(w, http.StatusOK, map[string]any{"state": "pending", "sha": ref, "total_count": len(statuses), "statuses": statuses})
+}
+
+// Latest returns the status a user sees for a commit and context: the last one created.
+func (g *Gitea) Latest(repo, sha, context string) (Status, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := len(g.created) - 1; i >= 0; i-- {
+		if s := g.created[i]; s.Repository == repo && s.SHA == sha && s.Context == context {
+			return s, true
+		}
+	}
+	return Status{}, false
+}
+
+// Statuses returns the statuses created for a commit, oldest first.
+func (g *Gitea) Statuses(repo, sha string) []Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []Status
+	for _, s := range g.created {
+		if s.Repository == repo && s.SHA == sha {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Unauthorized counts the requests refused for their token.
+func (g *Gitea) Unauthorized() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.unauthorized
+}
+
+// Violations lists the requests that broke the API.
+func (g *Gitea) Violations() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.violations...)
+}

@@ -1,0 +1,226 @@
+package githubtest
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// The reads the fake serves, by their operationId in GitHub's OpenAPI description.
+const (
+	OpGetPull         = "pulls/get"
+	OpListPullFiles   = "pulls/list-files"
+	OpListPullCommits = "pulls/list-commits"
+	OpCompareCommits  = "repos/compare-commits"
+	OpGetCommit       = "repos/get-commit"
+)
+
+// HistoryCommit is one commit the fake holds: its parent (none for a root) and the files it
+// changes.
+type HistoryCommit struct {
+	SHA, Parent, Message string
+	Files                []ChangedFile
+}
+
+// ChangedFile is a file a commit changes (a diff-entry): Status is added, removed, modified,
+// renamed, copied, changed or unchanged; PreviousFilename is a renamed file's old path.
+type ChangedFile struct {
+	Filename, Status, PreviousFilename string
+}
+
+// HistoryPull is one pull request the fake holds: its commits are those from BaseSHA
+// (excluded) to HeadSHA along first parents.
+type HistoryPull struct {
+	Number            int
+	Title, Base, Head string
+	BaseSHA, HeadSHA  string
+	State             string // "open" unless set
+}
+
+// AddCommit adds c to repo.
+func (g *GitHub) AddCommit(repo string, c HistoryCommit) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.commits == nil {
+		g.commits = map[string]map[string]HistoryCommit{}
+	}
+	if g.commits[repo] == nil {
+		g.commits[repo] = map[string]HistoryCommit{}
+	}
+	g.commits[repo][c.SHA] = c
+}
+
+// AddPull adds (or replaces) pull request p of repo.
+func (g *GitHub) AddPull(repo string, p HistoryPull) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pulls == nil {
+		g.pulls = map[string]map[int]HistoryPull{}
+	}
+	if g.pulls[repo] == nil {
+		g.pulls[repo] = map[int]HistoryPull{}
+	}
+	if p.State == "" {
+		p.State = "open"
+	}
+	g.pulls[repo][p.Number] = p
+}
+
+// Requests returns how many valid requests of the read op were made.
+func (g *GitHub) Requests(op string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.requests[op]
+}
+
+// read answers a read op (pulls/get, pulls/list-files, pulls/list-commits,
+// repos/compare-commits, repos/get-commit) with GitHub's documented limits: a pull request's
+// files are listed up to 3000, its commits up to 250; a comparison gives at most 300 files,
+// on its first page; a commit's files are paged up to 3000. Listings take per_page and page,
+// and carry GitHub's Link header; answers carry every property the description requires of
+// the fields read, patches included (so that a client reading a page of files reads what
+// GitHub sends).
+func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, parts []string) {
+	q := r.URL.Query()
+	for name := range q {
+		if op == OpGetPull || (name != "page" && name != "per_page") {
+			g.violate(w, http.StatusUnprocessableEntity, "Invalid request: query parameter %q", name)
+			return
+		}
+	}
+	page, perPage, ok := g.pageQuery(w, q)
+	if !ok {
+		return
+	}
+	g.mu.Lock()
+	if g.requests == nil {
+		g.requests = map[string]int{}
+	}
+	g.requests[op]++
+	n := g.requests[op]
+	g.mu.Unlock()
+	if g.Answer != nil {
+		if code := g.Answer(op, n); code != 0 {
+			msg := http.StatusText(code)
+			if code == http.StatusForbidden {
+				msg = "Resource not accessible by integration"
+			}
+			g.refuse(w, code, msg)
+			return
+		}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch op {
+	case OpGetPull, OpListPullFiles, OpListPullCommits:
+		number, err := strconv.Atoi(parts[4])
+		p, found := g.pulls[repo][number]
+		if err != nil || !found {
+			g.refuse(w, http.StatusNotFound, "Not Found")
+			return
+		}
+		commits, _ := g.chain(repo, p.BaseSHA, p.HeadSHA)
+		files := changedFiles(commits)
+		switch op {
+		case OpGetPull:
+			g.answer(w, http.StatusOK, map[string]any{"number": p.Number, "state": p.State, "title": p.Title,
+				"head": map[string]any{"ref": p.Head, "sha": p.HeadSHA}, "base": map[string]any{"ref": p.Base, "sha": p.BaseSHA},
+				"commits": len(commits), "changed_files": len(files)})
+		case OpListPullFiles:
+			listed := files[:min(len(files), 3000)]
+			link(w, r, page, perPage, len(listed))
+			g.answer(w, http.StatusOK, filesJSON(pageOf(listed, page, perPage)))
+		case OpListPullCommits:
+			listed := commits[:min(len(commits), 250)]
+			link(w, r, page, perPage, len(listed))
+			g.answer(w, http.StatusOK, commitsJSON(pageOf(listed, page, perPage)))
+		}
+	case OpCompareCommits:
+		base, head, ok := strings.Cut(parts[4], "...")
+		commits, found := g.chain(repo, base, head)
+		if !ok || !found {
+			g.refuse(w, http.StatusNotFound, "Not Found")
+			return
+		}
+		files := changedFiles(commits)
+		answer := map[string]any{"status": "ahead", "ahead_by": len(commits), "behind_by": 0, "total_commits": len(commits),
+			"commits": commitsJSON(pageOf(commits, page, perPage)), "files": []any{}}
+		if page == 1 {
+			answer["files"] = filesJSON(files[:min(len(files), 300)])
+		}
+		link(w, r, page, perPage, len(commits))
+		g.answer(w, http.StatusOK, answer)
+	case OpGetCommit:
+		c, found := g.commits[repo][parts[4]]
+		if !found {
+			g.refuse(w, http.StatusNotFound, "No commit found for SHA: "+parts[4])
+			return
+		}
+		answer := commitsJSON([]HistoryCommit{c})[0]
+		listed := c.Files[:min(len(c.Files), 3000)]
+		answer["files"] = filesJSON(pageOf(listed, page, perPage))
+		link(w, r, page, perPage, len(listed))
+		g.answer(w, http.StatusOK, answer)
+	}
+}
+
+// chain returns the commits from base (excluded) to head along parents, oldest first; found
+// is false when head is not known or base is not reached.
+func (g *GitHub) chain(repo, base, head string) ([]HistoryCommit, bool) {
+	var out []HistoryCommit
+	for sha := head; sha != base; {
+		c, ok := g.commits[repo][sha]
+		if !ok {
+			return nil, false
+		}
+		out = append([]HistoryCommit{c}, out...)
+		sha = c.Parent
+	}
+	return out, true
+}
+
+// changedFiles is what commits change together: each path once, with its last status.
+func changedFiles(commits []HistoryCommit) []ChangedFile {
+	at := map[string]int{}
+	var out []ChangedFile
+	for _, c := range commits {
+		for _, f := range c.Files {
+			if i, ok := at[f.Filename]; ok {
+				out[i] = f
+				continue
+			}
+			at[f.Filename] = len(out)
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func filesJSON(files []ChangedFile) []map[string]any {
+	out := make([]map[string]any, 0, len(files))
+	for _, f := range files {
+		e := map[string]any{"sha": "1f0e2c3d4b5a69788796a5b4c3d2e1f0a9b8c7d6", "filename": f.Filename, "status": f.Status,
+			"additions": 1, "deletions": 0, "changes": 1,
+			"blob_url": "https://github.com/o/r/blob/sha/" + f.Filename, "raw_url": "https://github.com/o/r/raw/sha/" + f.Filename,
+			"contents_url": "https://api.github.com/repos/o/r/contents/" + f.Filename,
+			"patch":        "@@ -0,0 +1 @@\n+a line of " + f.Filename + ", as a patch GitHub sends with each file of a listing"}
+		if f.PreviousFilename != "" {
+			e["previous_filename"] = f.PreviousFilename
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func commitsJSON(commits []HistoryCommit) []map[string]any {
+	out := make([]map[string]any, 0, len(commits))
+	for _, c := range commits {
+		parents := []any{}
+		if c.Parent != "" {
+			parents = append(parents, map[string]any{"sha": c.Parent})
+		}
+		out = append(out, map[string]any{"sha": c.SHA, "url": "https://api.github.com/repos/o/r/commits/" + c.SHA,
+			"commit": map[string]any{"message": c.Message, "comment_count": 0}, "parents": parents})
+	}
+	return out
+}

@@ -1,0 +1,428 @@
+package github
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+// Reads of what a webhook leaves out: a pull request, its files and commits, a comparison of
+// two commits, a commit and its files. Each pages as GitHub documents it (per_page up to 100,
+// the Link header's next page), within GitHub's own limits on the listing and a bound the
+// caller gives, and reads at most maxListingBytes of an answer.
+//
+//	GET {base}/repos/{owner}/{repo}/pulls/{n}                      pulls/get              Pull requests: read
+//	GET {base}/repos/{owner}/{repo}/pulls/{n}/files                pulls/list-files       Pull requests: read
+//	GET {base}/repos/{owner}/{repo}/pulls/{n}/commits              pulls/list-commits     Pull requests: read
+//	GET {base}/repos/{owner}/{repo}/compare/{before}...{sha}       repos/compare-commits  Contents: read
+//	GET {base}/repos/{owner}/{repo}/commits/{sha}                  repos/get-commit       Contents: read
+
+// GitHub's own bounds on the listings read, and the page size asked for.
+const (
+	PullFilesListed   = 3000 // pulls/list-files lists at most 3000 files
+	PullCommitsListed = 250  // pulls/list-commits lists at most 250 commits
+	CompareFilesGiven = 300  // repos/compare-commits gives at most 300 files
+	CommitFilesListed = 3000 // repos/get-commit lists at most 3000 files
+	perPage           = 100
+	// maxListingBytes bounds one answer: a page of 100 files with their patches, or a compare
+	// of 300 files, runs to megabytes. An answer cut by it does not decode, and the read is
+	// retried (Transient): never taken as a partial list.
+	maxListingBytes = 32 << 20
+)
+
+// The permissions each read needs, named in the reason a refused read gives.
+const (
+	PullsPermission    = "Pull requests: read"
+	ContentsPermission = "Contents: read"
+)
+
+// Refused is a read GitHub refused for a permission the credential lacks (403 that is no rate
+// limit, or 404, which GitHub answers for what a credential may not see): Permission names it.
+type Refused struct {
+	Permission string
+	Err        error
+}
+
+func (r *Refused) Error() string { return r.Err.Error() }
+func (r *Refused) Unwrap() error { return r.Err }
+
+// Repository splits owner/name.
+func Repository(repo string) (owner, name string, err error) {
+	owner, name, ok := strings.Cut(repo, "/")
+	if !ok || owner == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", &providerapi.Error{Class: providerapi.Permanent, Err: fmt.Errorf("repository %q is not owner/name", repo)}
+	}
+	return owner, name, nil
+}
+
+// RepoPath is /repos/{owner}/{repo} of repo (owner/name), escaped.
+func RepoPath(repo string) (string, error) {
+	owner, name, err := Repository(repo)
+	if err != nil {
+		return "", err
+	}
+	return "/repos/" + url.PathEscape(owner) + "/" + url.PathEscape(name), nil
+}
+
+// get reads one answer into v; permission names what a 403 or 404 lacks.
+func (c *Client) get(ctx context.Context, installation int64, u, what, permission string, v any) (*providerapi.Answer, error) {
+	a, err := c.Do(ctx, installation, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes})
+	if err != nil {
+		return nil, refusedFor(err, permission)
+	}
+	return a, a.Decode(what, v)
+}
+
+func refusedFor(err error, permission string) error {
+	switch providerapi.StatusOf(err) {
+	case http.StatusForbidden, http.StatusNotFound:
+		if providerapi.ClassOf(err) != providerapi.Transient { // not a rate limit
+			return &Refused{Permission: permission, Err: err}
+		}
+	}
+	return err
+}
+
+// list reads a listing from u by its Link header into a slice, until no next page, a page
+// short of perPage, or max entries; what names a page in errors.
+func list[T any](ctx context.Context, c *Client, installation int64, u, what, permission string, max int) ([]T, error) {
+	var all []T
+	page := 0
+	err := c.Pages(ctx, installation, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, (max+perPage-1)/perPage+1,
+		func(a *providerapi.Answer) (bool, error) {
+			page++
+			var items []T
+			if err := a.Decode(fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
+				return false, err
+			}
+			all = append(all, items...)
+			return len(items) == perPage && len(all) < max, nil
+		})
+	if err != nil {
+		return nil, refusedFor(err, permission)
+	}
+	return all, nil
+}
+
+// PullRequest is what pulls/get says of a pull request, as far as read.
+type PullRequest struct {
+	Title string `json:"title"`
+	Head  struct {
+		Ref string `json:"ref"`
+		SHA string `json:"sha"`
+	} `json:"head"`
+	Base struct {
+		Ref string `json:"ref"`
+	} `json:"base"`
+	Commits      int `json:"commits"`
+	ChangedFiles int `json:"changed_files"`
+}
+
+// ChangedFile is an entry of a listing of changed files (diff-entry).
+type ChangedFile struct {
+	Filename         string `json:"filename"`
+	Status           string `json:"status"`
+	PreviousFilename string `json:"previous_filename"`
+}
+
+// Commit is an entry of a listing of commits (schema commit), as far as read.
+type Commit struct {
+	SHA    string `json:"sha"`
+	Commit struct {
+		Message string `json:"message"`
+	} `json:"commit"`
+}
+
+// PullRequest reads pull request n of repo.
+func (c *Client) PullRequest(ctx context.Context, installation int64, repo string, n int) (PullRequest, error) {
+	base, err := RepoPath(repo)
+	if err != nil {
+		return PullRequest{}, err
+	}
+	var pr PullRequest
+	_, err = c.get(ctx, installation, fmt.Sprintf("%s/pulls/%d", base, n), "the pull request", PullsPermission, &pr)
+	return pr, err
+}
+
+// PullFiles lists the files pull request n changes: at most max (GitHub lists 3000 at most).
+func (c *Client) PullFiles(ctx context.Context, installation int64, repo string, n, max int) ([]ChangedFile, error) {
+	base, err := RepoPath(repo)
+	if err != nil {
+		return nil, err
+	}
+	return list[ChangedFile](ctx, c, installation, fmt.Sprintf("%s/pulls/%d/files?per_page=%d", base, n, perPage),
+		"the pull request's files", PullsPermission, min(max, PullFilesListed))
+}
+
+// PullCommits lists pull request n's commits, oldest first (GitHub lists the first 250).
+func (c *Client) PullCommits(ctx context.Context, installation int64, repo string, n int) ([]Commit, error) {
+	base, err := RepoPath(repo)
+	if err != nil {
+		return nil, err
+	}
+	return list[Commit](ctx, c, installation, fmt.Sprintf("%s/pulls/%d/commits?per_page=%d", base, n, perPage),
+		"the pull request's commits", PullsPermission, PullCommitsListed)
+}
+
+// Comparison is what repos/compare-commits says of base...head, as far as read.
+type Comparison struct {
+	TotalCommits int           `json:"total_commits"`
+	Commits      []Commit      `json:"commits"`
+	Files        []ChangedFile `json:"files"`
+}
+
+// Compare reads base...head: its files (GitHub gives them, at most 300, on the first page) and
+// its commits, oldest first; when there are more than newest, only the newest (at least newest
+// of them) are read, from the last pages.
+func (c *Client) Compare(ctx context.Context, installation int64, repo, base, head string, newest int) (Comparison, error) {
+	rp, err := RepoPath(repo)
+	if err != nil {
+		return Comparison{}, err
+	}
+	u := fmt.Sprintf("%s/compare/%s...%s", rp, url.PathEscape(base), url.PathEscape(head))
+	var first Comparison
+	if _, err := c.get(ctx, installation, fmt.Sprintf("%s?per_page=%d&page=1", u, perPage), "the comparison", ContentsPermission, &first); err != nil {
+		return Comparison{}, err
+	}
+	last := (first.TotalCommits + perPage - 1) / perPage
+	if last <= 1 {
+		return first, nil
+	}
+	// The last page may be short: the newest commits span the last ceil(newest/perPage)+1.
+	from := last - (newest+perPage-1)/perPage
+	var commits []Commit
+	for page := max(from, 2); page <= last; page++ {
+		var more Comparison
+		if _, err := c.get(ctx, installation, fmt.Sprintf("%s?per_page=%d&page=%d", u, perPage, page),
+			fmt.Sprintf("page %d of the comparison", page), ContentsPermission, &more); err != nil {
+			return Comparison{}, err
+		}
+		commits = append(commits, more.Commits...)
+	}
+	if from <= 1 {
+		commits = append(first.Commits, commits...)
+	}
+	first.Commits = commits
+	return first, nil
+}
+
+// CommitFiles reads commit sha: its message and its files, at most max (GitHub lists 3000 at
+// most).
+func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha string, max int) (Commit, []ChangedFile, error) {
+	rp, err := RepoPath(repo)
+	if err != nil {
+		return Commit{}, nil, err
+	}
+	var commit Commit
+	var files []ChangedFile
+	page := 0
+	err = c.Pages(ctx, installation, providerapi.Request{Method: http.MethodGet, URL: fmt.Sprintf("%s/commits/%s?per_page=%d", rp,
+		url.PathEscape(sha), perPage), MaxBytes: maxListingBytes}, CommitFilesListed/perPage+1, func(a *providerapi.Answer) (bool, error) {
+		page++
+		var c struct {
+			Commit
+			Files []ChangedFile `json:"files"`
+		}
+		if err := a.Decode(fmt.Sprintf("page %d of the commit", page), &c); err != nil {
+			return false, err
+		}
+		if page == 1 {
+			commit = c.Commit
+		}
+		files = append(files, c.Files...)
+		return len(c.Files) == perPage && len(files) < min(max, CommitFilesListed), nil
+	})
+	if err != nil {
+		return Commit{}, nil, refusedFor(err, ContentsPermission)
+	}
+	return commit, files, nil
+}
+
+// Read returns s with the inputs in need read from GitHub (the runner's InputReader): each
+// one read whole is added to s.Whole; one GitHub's listing cuts is marked unread, naming the
+// limit, and the rules that need it fail closed. Only what need names is read:
+//
+//   - a pull request (the webhook named one): its title and branches; when its head is still
+//     s's commit, its files and commits; when it has moved on (its files would describe
+//     another commit), the push that made s's check suite (compare before...sha) or else the
+//     comparison of its target branch with s's commit (what the pull request changed at that
+//     commit);
+//   - a push: compare before...sha, or, when the webhook names no before (a new branch), the
+//     commit alone.
+//
+// A transient failure (GitHub's outage, a timeout, a rate limit) is returned as an error of
+// class Transient: the attempt is retried. Any other failure (a permission the credential
+// lacks: 403 or 404; a webhook without an installation) is not an error: the inputs in need
+// are marked unread, naming what to grant.
+func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+	if need == 0 {
+		return s, nil
+	}
+	f := s
+	f.Unread = append([]subject.Unread(nil), s.Unread...)
+	if need.Has(subject.CommitsInput) {
+		f.Commits = nil
+	}
+	if need.Has(subject.PathsInput) {
+		f.Paths = nil
+	}
+	if f.Pull != nil {
+		p := *f.Pull
+		f.Pull = &p
+	}
+	f.Whole |= need
+	if need.Has(subject.PullInput) && f.Pull == nil {
+		// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
+		// and whose check run's delivery did not name one either: it may be a push's, or a
+		// pull request's, and the rules that check a pull request cannot tell.
+		f.MarkUnread(need&(subject.PullInput|subject.TitleInput), "the Re-run's webhook names no pull request (a fork's pull request, "+
+			"or Re-run all of a check suite) and the delivery its check run was published for is no longer kept: "+
+			"press Re-run on the check run itself, or push again")
+	}
+	requests, err := c.fill(ctx, &f, need)
+	if err == nil {
+		f.Read = append(f.Read, fmt.Sprintf("GitHub: %s (%d requests)", need, requests))
+		return f, nil
+	}
+	if providerapi.ClassOf(err) == providerapi.Transient {
+		return s, providerapi.Wrap(err, providerapi.Transient, "reading from GitHub")
+	}
+	s.MarkUnread(need, reasonOf(err))
+	return s, nil
+}
+
+// reasonOf says what an operator must do about a read that failed for good.
+func reasonOf(err error) string {
+	var r *Refused
+	if errors.As(err, &r) {
+		return fmt.Sprintf("GitHub answered %d; grant the credential the %s permission (a GitHub App's, or a token's repo scope)",
+			providerapi.StatusOf(err), r.Permission)
+	}
+	var pe *providerapi.Error
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// cut marks in, read in part, as not held whole: GitHub's listing stops at limit.
+func cut(s *subject.Subject, in subject.Inputs, limit string) {
+	s.MarkUnread(in, "GitHub lists "+limit)
+}
+
+// MaxReadCommits bounds the commits read of a comparison: more are not read (the commits are
+// then not held whole, and a commit-message rule fails closed).
+const MaxReadCommits = 1000
+
+func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inputs) (requests int, err error) {
+	if s.Pull != nil && s.Pull.Number > 0 {
+		current, n, err := c.fillPull(ctx, s, need)
+		requests += n
+		if err != nil || current {
+			return requests, err
+		}
+	}
+	if !need.Has(subject.CommitsInput) && !need.Has(subject.PathsInput) {
+		return requests, nil
+	}
+	base := s.Before
+	if base == "" || strings.Trim(base, "0") == "" {
+		base = ""
+		if s.Pull != nil && s.Pull.TargetBranch != "" {
+			base = s.Pull.TargetBranch
+		}
+	}
+	if base != "" {
+		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
+		requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
+		if err != nil {
+			return requests, err
+		}
+		addFiles(s, cmp.Files)
+		addCommits(s, cmp.Commits)
+		if len(cmp.Files) >= CompareFilesGiven {
+			cut(s, subject.PathsInput, "at most 300 files of a comparison")
+		}
+		if cmp.TotalCommits > len(cmp.Commits) {
+			cut(s, subject.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
+		}
+		return requests, nil
+	}
+	commit, files, err := c.CommitFiles(ctx, s.Installation, s.Repository, s.SHA, CommitFilesListed)
+	requests += 1 + len(files)/perPage
+	if err != nil {
+		return requests, err
+	}
+	addCommits(s, []Commit{commit})
+	addFiles(s, files)
+	if len(files) >= CommitFilesListed {
+		cut(s, subject.PathsInput, "at most 3,000 files of a commit")
+	}
+	return requests, nil
+}
+
+// fillPull reads the pull request: its title and branches always, and, when its head is still
+// s's commit (current), its files and commits as need asks.
+func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
+	pr, err := c.PullRequest(ctx, s.Installation, s.Repository, s.Pull.Number)
+	if err != nil {
+		return false, 1, err
+	}
+	requests = 1
+	s.Pull.Title, s.Pull.TargetBranch, s.Pull.SourceBranch = pr.Title, pr.Base.Ref, pr.Head.Ref
+	if pr.Head.SHA != s.SHA {
+		return false, requests, nil
+	}
+	if need.Has(subject.PathsInput) {
+		files, err := c.PullFiles(ctx, s.Installation, s.Repository, s.Pull.Number, PullFilesListed)
+		requests += 1 + len(files)/perPage
+		if err != nil {
+			return false, requests, err
+		}
+		addFiles(s, files)
+		if pr.ChangedFiles > len(files) {
+			cut(s, subject.PathsInput, "at most 3,000 files of a pull request")
+		}
+	}
+	if need.Has(subject.CommitsInput) {
+		commits, err := c.PullCommits(ctx, s.Installation, s.Repository, s.Pull.Number)
+		requests += 1 + len(commits)/perPage
+		if err != nil {
+			return false, requests, err
+		}
+		addCommits(s, commits)
+		if pr.Commits > len(commits) {
+			cut(s, subject.CommitsInput, "at most 250 commits of a pull request")
+		}
+	}
+	return true, requests, nil
+}
+
+// addFiles adds the paths files change: a renamed file changes its old path too, as a push's
+// removed list would say.
+func addFiles(s *subject.Subject, files []ChangedFile) {
+	seen := make(map[string]bool, len(s.Paths))
+	for _, p := range s.Paths {
+		seen[p] = true
+	}
+	for _, f := range files {
+		for _, p := range []string{f.PreviousFilename, f.Filename} {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				s.Paths = append(s.Paths, p)
+			}
+		}
+	}
+}
+
+func addCommits(s *subject.Subject, commits []Commit) {
+	for _, c := range commits {
+		s.Commits = append(s.Commits, subject.Commit{ID: c.SHA, Message: c.Commit.Message})
+	}
+}

@@ -1,0 +1,273 @@
+package github_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+// What a re-run's inputs are read as, from a fake of GitHub's pull request and commit reads
+// that checks every request against GitHub's API description.
+
+const rerunRepo = "octo-org/octo-repo"
+
+// commitN is a made-up commit hash numbered n.
+func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+
+// rerunWorld is a fake GitHub holding a repository's history, and a client reading re-runs'
+// inputs from it with the App's installation tokens.
+type rerunWorld struct {
+	t       *testing.T
+	history *githubtest.GitHub
+	reader  *github.Client
+}
+
+func newRerunWorld(t *testing.T) *rerunWorld {
+	t.Helper()
+	key, pemKey := appKey()
+	h := githubtest.NewApp(appID, &key.PublicKey)
+	h.Install(2311213, rerunRepo)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	app, err := github.NewApp(github.AppConfig{BaseURL: srv.URL, AppID: "4242", PrivateKey: pemKey, Client: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := github.NewInstallationClient(srv.URL, app, srv.Client())
+	r.Sleep = func(context.Context, time.Duration) error { return nil }
+	return &rerunWorld{t: t, history: h, reader: r}
+}
+
+// commits adds a line of commits from commitN(from) to commitN(to), each changing the files files
+// gives it, and returns them oldest first.
+func (w *rerunWorld) commits(from, to int, files func(n int) []githubtest.ChangedFile) {
+	for n := from; n <= to; n++ {
+		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(n), Parent: commitN(n - 1),
+			Message: fmt.Sprintf("Commit %d", n), Files: files(n)})
+	}
+}
+
+func modified(paths ...string) func(int) []githubtest.ChangedFile {
+	return func(int) []githubtest.ChangedFile {
+		var out []githubtest.ChangedFile
+		for _, p := range paths {
+			out = append(out, githubtest.ChangedFile{Filename: p, Status: "modified"})
+		}
+		return out
+	}
+}
+
+// fill fills s, failing on an error or a request outside GitHub's description.
+func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
+	w.t.Helper()
+	got, err := w.reader.Read(context.Background(), s, subject.AllInputs&^s.Whole)
+	if err != nil {
+		w.t.Fatalf("fill: %v", err)
+	}
+	if v := w.history.Violations(); len(v) > 0 {
+		w.t.Fatalf("requests outside GitHub's API description: %v", v)
+	}
+	return got
+}
+
+func rerunOf(head int, pull int, before string) subject.Subject {
+	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Event: subject.Rerun,
+		Installation: 2311213, Before: before}
+	// Known to be a pull request's (pull > 0), or a push's (the runner found the delivery its
+	// check run was published for): either way the pull request is held.
+	s.Whole = subject.PullInput
+	if pull > 0 {
+		s.Pull = &subject.Pull{Number: pull, TargetBranch: "main", SourceBranch: "changes"}
+	}
+	return s
+}
+
+// A re-run that names no pull request, and that the runner could not match to the delivery it
+// re-runs, may be a fork's pull request's as well as a push's: the pull request rules fail
+// closed, saying what to do; its commits and files are still read.
+func TestARerunNamingNoPullRequestLeavesThePullRequestUnread(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 2, modified("a.go"))
+	s := rerunOf(2, 0, commitN(1))
+	s.Whole = 0
+	got := w.fill(s)
+	if got.Whole.Has(subject.PullInput) || got.Whole.Has(subject.TitleInput) || !got.Whole.Has(subject.PathsInput) ||
+		!strings.Contains(got.UnreadReason(subject.TitleInput), "names no pull request") {
+		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
+	}
+}
+
+func commitIDs(s subject.Subject) []string {
+	var out []string
+	for _, c := range s.Commits {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+// A re-run of a pull request's head reads the pull request: its title and branches, its
+// files (a renamed file's old path too) and its commits' messages.
+func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 1, modified("src/a.go"))
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(2), Parent: commitN(1), Message: "Move the key",
+		Files: []githubtest.ChangedFile{{Filename: "docs/key.md", Status: "renamed", PreviousFilename: "secrets/key.pem"}}})
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: move the key", Base: "release/1", Head: "changes",
+		BaseSHA: commitN(0), HeadSHA: commitN(2)})
+	got := w.fill(rerunOf(2, 2, ""))
+	want := rerunOf(2, 2, "")
+	want.Whole = subject.AllInputs
+	if len(got.Read) != 1 || !strings.HasPrefix(got.Read[0], "GitHub: title, commits, paths (") {
+		t.Fatalf("read %q", got.Read)
+	}
+	want.Read = got.Read
+	want.Pull.Title, want.Pull.TargetBranch = "feat: move the key", "release/1"
+	want.Commits = []subject.Commit{{ID: commitN(1), Message: "Commit 1"}, {ID: commitN(2), Message: "Move the key"}}
+	want.Paths = []string{"src/a.go", "secrets/key.pem", "docs/key.md"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("filled\n%+v\nwant\n%+v", got, want)
+	}
+	if n := w.history.Requests(githubtest.OpCompareCommits) + w.history.Requests(githubtest.OpGetCommit); n != 0 {
+		t.Fatalf("%d reads of the push for a pull request's head", n)
+	}
+}
+
+// A pull request that has moved on to another head: its files describe that head, not the
+// re-run's commit, which is read as the push that made its check suite (its title is the
+// pull request's still).
+func TestARerunOfAPullRequestThatMovedOnReadsThePush(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n))(n) })
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: three", Base: "main", Head: "changes",
+		BaseSHA: commitN(0), HeadSHA: commitN(3)})
+	got := w.fill(rerunOf(2, 2, commitN(1)))
+	if !got.Whole.Has(subject.AllInputs) || got.Pull.Title != "feat: three" || !reflect.DeepEqual(got.Paths, []string{"f2.go"}) ||
+		!reflect.DeepEqual(commitIDs(got), []string{commitN(2)}) {
+		t.Fatalf("filled %+v", got)
+	}
+	if n := w.history.Requests(githubtest.OpListPullFiles); n != 0 {
+		t.Fatalf("%d reads of the files of a pull request whose head is another commit", n)
+	}
+}
+
+// A re-run of a push reads the comparison from the check suite's before to the commit; of a
+// new branch (before all zeros, or none), the commit alone.
+func TestARerunOfAPushReadsTheComparisonOrTheCommit(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n), "README.md")(n) })
+	got := w.fill(rerunOf(3, 0, commitN(1)))
+	if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
+		!reflect.DeepEqual(commitIDs(got), []string{commitN(2), commitN(3)}) {
+		t.Fatalf("filled from the comparison %+v", got)
+	}
+	for _, before := range []string{strings.Repeat("0", 40), ""} {
+		got = w.fill(rerunOf(3, 0, before))
+		if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f3.go", "README.md"}) ||
+			!reflect.DeepEqual(got.Commits, []subject.Commit{{ID: commitN(3), Message: "Commit 3"}}) {
+			t.Fatalf("filled from the commit (before %q) %+v", before, got)
+		}
+	}
+}
+
+// What GitHub's listings cut is not held whole, naming the limit: a pull request of 1200 files
+// and 260 commits is read whole for its files and cut for its commits (GitHub lists 250); a
+// comparison of 350 files (GitHub gives 300) and 230 commits is cut for its files, whole for
+// its commits; a commit of 1100 files is read whole.
+func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
+	w := newRerunWorld(t)
+	many := func(count int) func(int) []githubtest.ChangedFile {
+		return func(n int) []githubtest.ChangedFile {
+			var out []githubtest.ChangedFile
+			for i := 0; i < count; i++ {
+				out = append(out, githubtest.ChangedFile{Filename: fmt.Sprintf("c%d/f%d.go", n, i), Status: "added"})
+			}
+			return out
+		}
+	}
+	w.commits(1, 259, many(0))
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(260), Parent: commitN(259), Message: "Many files", Files: many(1200)(260)})
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 9, Title: "feat: many", Base: "main", Head: "many",
+		BaseSHA: commitN(0), HeadSHA: commitN(260)})
+	got := w.fill(rerunOf(260, 9, ""))
+	if !got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) || len(got.Paths) != 1200 || len(got.Commits) != 250 ||
+		!strings.Contains(got.UnreadReason(subject.CommitsInput), "250 commits") {
+		t.Fatalf("a pull request of 1200 files and 260 commits: whole %q, %d paths, %d commits, %v", got.Whole, len(got.Paths), len(got.Commits), got.Unread)
+	}
+	if last := got.Commits[len(got.Commits)-1].ID; last != commitN(250) {
+		// GitHub lists the first 250 commits of a pull request: the newest it gives is the 250th.
+		t.Fatalf("the newest commit kept is %s, want the 250th %s", last, commitN(250))
+	}
+
+	w.commits(301, 530, func(n int) []githubtest.ChangedFile {
+		if n == 530 {
+			return many(350)(n)
+		}
+		return nil
+	})
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(300), Parent: commitN(299)})
+	got = w.fill(rerunOf(530, 0, commitN(300)))
+	ids := commitIDs(got)
+	if got.Whole.Has(subject.PathsInput) || !got.Whole.Has(subject.CommitsInput) || len(got.Paths) != 300 || len(ids) != 230 ||
+		ids[len(ids)-1] != commitN(530) || ids[0] != commitN(301) || !strings.Contains(got.UnreadReason(subject.PathsInput), "300 files") {
+		t.Fatalf("a comparison of 350 files and 230 commits: whole %q, %d paths, %d commits from %.8s to %.8s", got.Whole,
+			len(got.Paths), len(ids), ids[0], ids[len(ids)-1])
+	}
+
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(600), Parent: commitN(599), Message: "Big", Files: many(1100)(600)})
+	got = w.fill(rerunOf(600, 0, ""))
+	if !got.Whole.Has(subject.PathsInput) || len(got.Paths) != 1100 {
+		t.Fatalf("a commit of 1100 files: whole %q, %d paths", got.Whole, len(got.Paths))
+	}
+}
+
+// A read the App's permissions do not cover (403 "Resource not accessible by integration",
+// or 404) is no error: the subject comes back unfilled, saying which permission to grant.
+func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
+	for _, c := range []struct {
+		op, permission string
+		code           int
+		s              subject.Subject
+	}{
+		{githubtest.OpCompareCommits, "Contents: read", http.StatusForbidden, rerunOf(2, 0, commitN(1))},
+		{githubtest.OpGetCommit, "Contents: read", http.StatusNotFound, rerunOf(2, 0, "")},
+		{githubtest.OpGetPull, "Pull requests: read", http.StatusForbidden, rerunOf(2, 2, "")},
+	} {
+		w := newRerunWorld(t)
+		w.commits(1, 2, modified("a.go"))
+		w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a", Base: "main", Head: "a", BaseSHA: commitN(0), HeadSHA: commitN(2)})
+		w.history.Answer = func(op string, _ int) int {
+			if op == c.op {
+				return c.code
+			}
+			return 0
+		}
+		got := w.fill(c.s)
+		why := got.UnreadReason(subject.PathsInput)
+		if got.Whole.Has(subject.PathsInput) || got.Paths != nil || !strings.Contains(why, c.permission) ||
+			!strings.Contains(why, fmt.Sprint(c.code)) {
+			t.Fatalf("%s answered %d: %+v", c.op, c.code, got)
+		}
+	}
+}
+
+// GitHub's outage is an error of class Transient (the attempt is retried), the subject as it
+// was.
+func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 2, modified("a.go"))
+	w.history.Answer = func(string, int) int { return http.StatusBadGateway }
+	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), subject.AllInputs)
+	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != subject.PullInput || got.Unread != nil {
+		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, providerapi.ClassOf(err))
+	}
+}
