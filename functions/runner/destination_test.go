@@ -49,7 +49,7 @@ func spelledRoute(name, baseURL string) string {
 func (w *commitWorld) pullRequestOn(route, title string, updatedAt time.Time) queue.Message {
 	w.t.Helper()
 	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}})
+		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: subject.TitleInput | subject.PullInput})
 	body := []byte(route + title)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: route, Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
 		BodyDigest: ledger.SumBody(body)}, Subject: s, BodyAt: updatedAt}
