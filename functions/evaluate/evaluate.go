@@ -83,8 +83,10 @@ func NewRules(r config.Rules) (*Rules, error) {
 
 // Needs says which inputs the rules need to evaluate s: the pull request title and the pull
 // request itself (a title or target-branch rule, on a pull request or a re-run, which may be
-// one), the commits (a commit-message rule) and the changed paths (forbidden paths). The runner
-// reads from the provider those s does not hold whole, and only those.
+// one), the commits (a commit-message rule) and the changed paths (forbidden paths); and for a
+// re-run whose commits or paths are needed, the pull request too, which says whether they are
+// a pull request's or a push's. The runner reads from the provider those s does not hold
+// whole, and only those.
 func (r *Rules) Needs(s subject.Subject) subject.Inputs {
 	var need subject.Inputs
 	pullish := s.Event == subject.PullRequest || s.Event == subject.Rerun
@@ -99,6 +101,11 @@ func (r *Rules) Needs(s subject.Subject) subject.Inputs {
 	}
 	if len(r.forbidden) > 0 {
 		need |= subject.PathsInput
+	}
+	if s.Event == subject.Rerun && need&(subject.CommitsInput|subject.PathsInput) != 0 {
+		// A re-run's commits and changed paths are its pull request's, or its push's: which
+		// one it is decides what they are (a fork's re-run names no pull request).
+		need |= subject.PullInput
 	}
 	return need
 }

@@ -365,3 +365,30 @@ func TestARerunWhoseInputsCouldNotBeReadFailsClosedNamingWhy(t *testing.T) {
 		}
 	}
 }
+
+// A re-run's commits and changed paths are its pull request's or its push's: a rule that
+// needs them needs the pull request too (a fork's re-run names none), and a rule that needs
+// neither reads nothing more.
+func TestARerunsCommitsAndPathsNeedItsPullRequest(t *testing.T) {
+	rerun := subject.Subject{Event: subject.Rerun}
+	for _, c := range []struct {
+		rules config.Rules
+		want  subject.Inputs
+	}{
+		{config.Rules{ForbiddenPaths: []string{"secrets/**"}}, subject.PathsInput | subject.PullInput},
+		{config.Rules{CommitMessage: "^[A-Z]"}, subject.CommitsInput | subject.PullInput},
+		{config.Rules{PullRequestTitle: "^feat: "}, subject.TitleInput | subject.PullInput},
+	} {
+		r, err := evaluate.NewRules(c.rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Needs(rerun); got != c.want {
+			t.Errorf("%+v needs %q of a re-run, want %q", c.rules, got, c.want)
+		}
+		push := subject.Subject{Event: subject.Push}
+		if got := r.Needs(push); got.Has(subject.PullInput) {
+			t.Errorf("%+v needs %q of a push, which has no pull request", c.rules, got)
+		}
+	}
+}

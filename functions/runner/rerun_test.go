@@ -200,3 +200,41 @@ func TestARerunDuringGitHubsOutageIsReleasedAndRetried(t *testing.T) {
 	w.process(r, m)
 	w.latest(m, "success")
 }
+
+// A fork's pull request whose first commit adds a forbidden file and whose head only edits
+// the README: its Re-run (a check run naming no pull request, its external_id the pull
+// request's delivery) gives the verdict the pull request got, on a route whose rules need
+// only the changed paths (no title rule asks which pull request the commit heads), whether the
+// re-run's check suite names the push that made the head or none.
+func TestAForkRerunOnARouteOfPathsRulesGivesThePullRequestsVerdict(t *testing.T) {
+	const secretSHA = "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e"
+	paths, err := evaluate.NewRules(config.Rules{ForbiddenPaths: []string{"secrets/**"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, before := range []string{secretSHA, ""} {
+		w := newRerunWorld(t)
+		w.history.AddCommit(commitRepo, githubtest.HistoryCommit{SHA: secretSHA, Parent: baseSHA, Message: "Add the key",
+			Files: []githubtest.ChangedFile{{Filename: "secrets/key.pem", Status: "added"}}})
+		w.history.AddCommit(commitRepo, githubtest.HistoryCommit{SHA: headSHA, Parent: secretSHA, Message: "Edit the README",
+			Files: []githubtest.ChangedFile{{Filename: "README.md", Status: "modified"}}})
+		w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a fork's change", Base: "main", Head: "changes",
+			BaseSHA: baseSHA, HeadSHA: headSHA})
+		r := w.rerunRunner(paths)
+		pr := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
+			Pull:  &subject.Pull{Number: 2, Title: "feat: a fork's change", TargetBranch: "main", SourceBranch: "changes"},
+			Whole: subject.TitleInput | subject.PullInput, Installation: appInstallation}, "pull_request", epoch.Add(-time.Minute))
+		w.process(r, pr)
+		if run := w.latest(pr, "failure"); !strings.Contains(run.Summary, "secrets/key.pem") {
+			t.Fatalf("the pull request's check run %+v", run)
+		}
+		w.clock.Advance(time.Minute) // a user presses Re-run on it
+		fork := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.Rerun,
+			Before: before, RerunOf: pr.Key.String(), Installation: appInstallation}, "rerun "+before, time.Time{})
+		w.process(r, fork)
+		if v := w.history.Violations(); len(v) > 0 {
+			t.Fatalf("reads outside GitHub's API description: %v", v)
+		}
+		w.checkRuns("failure", fork, 2)
+	}
+}

@@ -280,8 +280,11 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 	if need.Has(subject.PullInput) && f.Pull == nil {
 		// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
 		// and whose check run's delivery did not name one either: it may be a push's, or a
-		// pull request's, and the rules that check a pull request cannot tell.
-		f.MarkUnread(need&(subject.PullInput|subject.TitleInput), "the Re-run's webhook names no pull request (a fork's pull request, "+
+		// pull request's, and neither the rules that check a pull request nor those that
+		// check its commits and paths (a pull request's are all of its own, a push's those
+		// since the branch's last) can tell. The push's are still read: a forbidden path
+		// among them fails the rule all the same.
+		f.MarkUnread(need, "the Re-run's webhook names no pull request (a fork's pull request, "+
 			"or Re-run all of a check suite) and the delivery its check run was published for is no longer kept: "+
 			"press Re-run on the check run itself, or push again")
 	}

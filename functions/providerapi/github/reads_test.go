@@ -93,17 +93,23 @@ func rerunOf(head int, pull int, before string) subject.Subject {
 }
 
 // A re-run that names no pull request, and that the runner could not match to the delivery it
-// re-runs, may be a fork's pull request's as well as a push's: the pull request rules fail
-// closed, saying what to do; its commits and files are still read.
-func TestARerunNamingNoPullRequestLeavesThePullRequestUnread(t *testing.T) {
+// re-runs, may be a fork's pull request's as well as a push's: neither its pull request nor
+// its commits and paths (all of a pull request's, or a push's since the branch's last) are
+// known, and every rule that needs them fails closed, saying what to do. The push's files are
+// still read, so that a forbidden one among them is named.
+func TestARerunNamingNoPullRequestLeavesItsPullRequestCommitsAndPathsUnread(t *testing.T) {
 	w := newRerunWorld(t)
 	w.commits(1, 2, modified("a.go"))
 	s := rerunOf(2, 0, commitN(1))
 	s.Whole = 0
 	got := w.fill(s)
-	if got.Whole.Has(subject.PullInput) || got.Whole.Has(subject.TitleInput) || !got.Whole.Has(subject.PathsInput) ||
-		!strings.Contains(got.UnreadReason(subject.TitleInput), "names no pull request") {
-		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
+	for _, in := range []subject.Inputs{subject.TitleInput, subject.PullInput, subject.CommitsInput, subject.PathsInput} {
+		if got.Whole.Has(in) || !strings.Contains(got.UnreadReason(in), "names no pull request") {
+			t.Fatalf("%s: whole %q, unread %+v", in, got.Whole, got.Unread)
+		}
+	}
+	if !reflect.DeepEqual(got.Paths, []string{"a.go"}) {
+		t.Fatalf("the push's paths %q, want them read", got.Paths)
 	}
 }
 
