@@ -22,6 +22,7 @@ import (
 //	GET {base}/repos/{owner}/{repo}/pulls/{n}/commits              pulls/list-commits     Pull requests: read
 //	GET {base}/repos/{owner}/{repo}/compare/{before}...{sha}       repos/compare-commits  Contents: read
 //	GET {base}/repos/{owner}/{repo}/commits/{sha}                  repos/get-commit       Contents: read
+//	GET {base}/repos/{owner}/{repo}                                repos/get              Metadata: read
 
 // GitHub's own bounds on the listings read, and the page size asked for.
 const (
@@ -40,6 +41,7 @@ const (
 const (
 	PullsPermission    = "Pull requests: read"
 	ContentsPermission = "Contents: read"
+	MetadataPermission = "Metadata: read"
 )
 
 // Refused is a read GitHub refused for a permission the credential lacks (403 that is no rate
@@ -137,6 +139,22 @@ type Commit struct {
 	Commit struct {
 		Message string `json:"message"`
 	} `json:"commit"`
+}
+
+// Repo is what repos/get says of a repository, as far as read.
+type Repo struct {
+	DefaultBranch string `json:"default_branch"`
+}
+
+// GetRepository reads repo (owner/name).
+func (c *Client) GetRepository(ctx context.Context, installation int64, repo string) (Repo, error) {
+	base, err := RepoPath(repo)
+	if err != nil {
+		return Repo{}, err
+	}
+	var r Repo
+	_, err = c.get(ctx, installation, base, "the repository", MetadataPermission, &r)
+	return r, err
 }
 
 // PullRequest reads pull request n of repo.
@@ -250,11 +268,12 @@ func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha 
 //
 //   - a pull request (the webhook named one): its title and branches; when its head is still
 //     s's commit, its files and commits; when it has moved on (its files would describe
-//     another commit), the push that made s's check suite (compare before...sha) or else the
-//     comparison of its target branch with s's commit (what the pull request changed at that
-//     commit);
+//     another commit), the comparison of its target branch with s's commit (what the pull
+//     request changed at that commit, as its own event read it);
 //   - a push: compare before...sha, or, when the webhook names no before (a new branch), the
-//     commit alone.
+//     comparison of the repository's default branch with the commit (what the branch brings);
+//     the push that creates the default branch names nothing to compare with, and its commits
+//     and paths are marked unread.
 //
 // A transient failure (GitHub's outage, a timeout, a rate limit) is returned as an error of
 // class Transient: the attempt is retried. Any other failure (a permission the credential
@@ -334,38 +353,46 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 	if !need.Has(subject.CommitsInput) && !need.Has(subject.PathsInput) {
 		return requests, nil
 	}
-	base := s.Before
-	if base == "" || strings.Trim(base, "0") == "" {
-		base = ""
-		if s.Pull != nil && s.Pull.TargetBranch != "" {
-			base = s.Pull.TargetBranch
-		}
-	}
-	if base != "" {
-		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
-		requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
+	// What s's commit brings: a pull request's, since its target branch (what the pull
+	// request changed at that commit, as its event read it then); a push's, since the commit
+	// the branch was at before; a new branch's, since the repository's default branch.
+	var base string
+	switch {
+	case s.Pull != nil && s.Pull.TargetBranch != "":
+		base = s.Pull.TargetBranch
+	case s.Before != "" && strings.Trim(s.Before, "0") != "":
+		base = s.Before
+	case s.Ref == "":
+		// A re-run naming neither a pull request, the push before it, nor a branch: it may
+		// be of the push that created the default branch, which no comparison describes.
+		s.MarkUnread(need&(subject.CommitsInput|subject.PathsInput),
+			"the Re-run's webhook names neither the push's earlier commit nor its branch: push again")
+		return requests, nil
+	default:
+		repo, err := c.GetRepository(ctx, s.Installation, s.Repository)
+		requests++
 		if err != nil {
 			return requests, err
 		}
-		addFiles(s, cmp.Files)
-		addCommits(s, cmp.Commits)
-		if len(cmp.Files) >= CompareFilesGiven {
-			cut(s, subject.PathsInput, "at most 300 files of a comparison")
+		if repo.DefaultBranch == "" || "refs/heads/"+repo.DefaultBranch == s.Ref {
+			s.MarkUnread(need&(subject.CommitsInput|subject.PathsInput),
+				"the push created the repository's default branch: no earlier commit names where its commits begin")
+			return requests, nil
 		}
-		if cmp.TotalCommits > len(cmp.Commits) {
-			cut(s, subject.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
-		}
-		return requests, nil
+		base = repo.DefaultBranch
 	}
-	commit, files, err := c.CommitFiles(ctx, s.Installation, s.Repository, s.SHA, CommitFilesListed)
-	requests += 1 + len(files)/perPage
+	cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
+	requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
 	if err != nil {
 		return requests, err
 	}
-	addCommits(s, []Commit{commit})
-	addFiles(s, files)
-	if len(files) >= CommitFilesListed {
-		cut(s, subject.PathsInput, "at most 3,000 files of a commit")
+	addFiles(s, cmp.Files)
+	addCommits(s, cmp.Commits)
+	if len(cmp.Files) >= CompareFilesGiven {
+		cut(s, subject.PathsInput, "at most 300 files of a comparison")
+	}
+	if cmp.TotalCommits > len(cmp.Commits) {
+		cut(s, subject.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
 	}
 	return requests, nil
 }

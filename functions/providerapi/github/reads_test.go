@@ -82,7 +82,7 @@ func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
 
 func rerunOf(head int, pull int, before string) subject.Subject {
 	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Event: subject.Rerun,
-		Installation: 2311213, Before: before}
+		Installation: 2311213, Before: before, Ref: "refs/heads/changes"}
 	// Known to be a pull request's (pull > 0), or a push's (the runner found the delivery its
 	// check run was published for): either way the pull request is held.
 	s.Whole = subject.PullInput
@@ -148,28 +148,11 @@ func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
 	}
 }
 
-// A pull request that has moved on to another head: its files describe that head, not the
-// re-run's commit, which is read as the push that made its check suite (its title is the
-// pull request's still).
-func TestARerunOfAPullRequestThatMovedOnReadsThePush(t *testing.T) {
-	w := newRerunWorld(t)
-	w.commits(1, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n))(n) })
-	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: three", Base: "main", Head: "changes",
-		BaseSHA: commitN(0), HeadSHA: commitN(3)})
-	got := w.fill(rerunOf(2, 2, commitN(1)))
-	if !got.Whole.Has(subject.AllInputs) || got.Pull.Title != "feat: three" || !reflect.DeepEqual(got.Paths, []string{"f2.go"}) ||
-		!reflect.DeepEqual(commitIDs(got), []string{commitN(2)}) {
-		t.Fatalf("filled %+v", got)
-	}
-	if n := w.history.Requests(githubtest.OpListPullFiles); n != 0 {
-		t.Fatalf("%d reads of the files of a pull request whose head is another commit", n)
-	}
-}
-
 // A re-run of a push reads the comparison from the check suite's before to the commit; of a
-// new branch (before all zeros, or none), the commit alone.
-func TestARerunOfAPushReadsTheComparisonOrTheCommit(t *testing.T) {
+// new branch (before all zeros, or none), the comparison from the default branch.
+func TestARerunOfAPushReadsTheComparisonSinceBeforeOrTheDefaultBranch(t *testing.T) {
 	w := newRerunWorld(t)
+	w.history.SetBranch(rerunRepo, "main", commitN(1))
 	w.commits(1, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n), "README.md")(n) })
 	got := w.fill(rerunOf(3, 0, commitN(1)))
 	if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
@@ -178,9 +161,9 @@ func TestARerunOfAPushReadsTheComparisonOrTheCommit(t *testing.T) {
 	}
 	for _, before := range []string{strings.Repeat("0", 40), ""} {
 		got = w.fill(rerunOf(3, 0, before))
-		if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f3.go", "README.md"}) ||
-			!reflect.DeepEqual(got.Commits, []subject.Commit{{ID: commitN(3), Message: "Commit 3"}}) {
-			t.Fatalf("filled from the commit (before %q) %+v", before, got)
+		if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
+			!reflect.DeepEqual(commitIDs(got), []string{commitN(2), commitN(3)}) {
+			t.Fatalf("filled from the default branch (before %q) %+v", before, got)
 		}
 	}
 }
@@ -188,7 +171,7 @@ func TestARerunOfAPushReadsTheComparisonOrTheCommit(t *testing.T) {
 // What GitHub's listings cut is not held whole, naming the limit: a pull request of 1200 files
 // and 260 commits is read whole for its files and cut for its commits (GitHub lists 250); a
 // comparison of 350 files (GitHub gives 300) and 230 commits is cut for its files, whole for
-// its commits; a commit of 1100 files is read whole.
+// its commits; so is a new branch's commit of 1100 files, read as a comparison too.
 func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 	w := newRerunWorld(t)
 	many := func(count int) func(int) []githubtest.ChangedFile {
@@ -229,10 +212,11 @@ func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 			len(got.Paths), len(ids), ids[0], ids[len(ids)-1])
 	}
 
+	w.history.SetBranch(rerunRepo, "main", commitN(599))
 	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(600), Parent: commitN(599), Message: "Big", Files: many(1100)(600)})
 	got = w.fill(rerunOf(600, 0, ""))
-	if !got.Whole.Has(subject.PathsInput) || len(got.Paths) != 1100 {
-		t.Fatalf("a commit of 1100 files: whole %q, %d paths", got.Whole, len(got.Paths))
+	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != 300 || !strings.Contains(got.UnreadReason(subject.PathsInput), "300 files") {
+		t.Fatalf("a new branch's commit of 1100 files: whole %q, %d paths", got.Whole, len(got.Paths))
 	}
 }
 
@@ -245,7 +229,7 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 		s              subject.Subject
 	}{
 		{githubtest.OpCompareCommits, "Contents: read", http.StatusForbidden, rerunOf(2, 0, commitN(1))},
-		{githubtest.OpGetCommit, "Contents: read", http.StatusNotFound, rerunOf(2, 0, "")},
+		{githubtest.OpGetRepo, "Metadata: read", http.StatusNotFound, rerunOf(2, 0, "")},
 		{githubtest.OpGetPull, "Pull requests: read", http.StatusForbidden, rerunOf(2, 2, "")},
 	} {
 		w := newRerunWorld(t)
@@ -275,5 +259,64 @@ func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
 	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), subject.AllInputs)
 	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != subject.PullInput || got.Unread != nil {
 		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, providerapi.ClassOf(err))
+	}
+}
+
+// A pull request that has moved on since the re-run's commit: the commit is read as the pull
+// request was at it (what it changed since its target branch), as its own pull request event
+// read it then; never as the last push alone, which would leave out what the pull request's
+// earlier commits changed.
+func TestARerunOfAPullRequestThatMovedOnReadsWhatThePullRequestChangedAtItsCommit(t *testing.T) {
+	w := newRerunWorld(t)
+	w.history.SetBranch(rerunRepo, "main", commitN(0))
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root"})
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "Add the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/key.pem", Status: "added"}}})
+	w.commits(2, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n))(n) })
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: three", Base: "main", Head: "changes",
+		BaseSHA: commitN(0), HeadSHA: commitN(3)})
+	// Re-run of the check suite the push of commit 2 made (its before: commit 1).
+	got := w.fill(rerunOf(2, 2, commitN(1)))
+	if !got.Whole.Has(subject.AllInputs) || got.Pull.Title != "feat: three" ||
+		!reflect.DeepEqual(got.Paths, []string{"secrets/key.pem", "f2.go"}) ||
+		!reflect.DeepEqual(commitIDs(got), []string{commitN(1), commitN(2)}) {
+		t.Fatalf("filled %+v", got)
+	}
+	if n := w.history.Requests(githubtest.OpListPullFiles); n != 0 {
+		t.Fatalf("%d reads of the files of a pull request whose head is another commit", n)
+	}
+}
+
+// A push that creates a branch (no before) is read as what the branch brings to the
+// repository's default branch: every commit and file since their merge base, never the head
+// commit alone (whose message and files are not the push's whole). The push that creates the
+// default branch itself names nothing to compare with: its commits and paths are unread.
+func TestAPushCreatingABranchIsReadSinceTheDefaultBranch(t *testing.T) {
+	w := newRerunWorld(t)
+	w.history.SetBranch(rerunRepo, "main", commitN(0))
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root"})
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "add the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/key.pem", Status: "added"}}})
+	w.commits(2, 3, modified("README.md"))
+	push := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(3), Ref: "refs/heads/feature", Event: subject.Push,
+		Installation: 2311213, Whole: subject.TitleInput | subject.PullInput}
+	got := w.fill(push)
+	if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem", "README.md"}) ||
+		!reflect.DeepEqual(commitIDs(got), []string{commitN(1), commitN(2), commitN(3)}) {
+		t.Fatalf("a new branch read as %+v", got)
+	}
+	w.history.SetDefaultBranch(rerunRepo, "feature")
+	got = w.fill(push)
+	for _, in := range []subject.Inputs{subject.CommitsInput, subject.PathsInput} {
+		if got.Whole.Has(in) || !strings.Contains(got.UnreadReason(in), "default branch") {
+			t.Fatalf("the default branch's first push: %s whole %q, unread %+v", in, got.Whole, got.Unread)
+		}
+	}
+	// A re-run naming no branch, no push before it and no pull request may be of that push.
+	rerun := rerunOf(3, 0, "")
+	rerun.Ref = ""
+	got = w.fill(rerun)
+	if got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "branch") {
+		t.Fatalf("a re-run naming no branch: whole %q, unread %+v", got.Whole, got.Unread)
 	}
 }

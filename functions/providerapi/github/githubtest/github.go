@@ -108,8 +108,12 @@ type GitHub struct {
 	creates, updates int
 	runs             []CheckRun
 	// reads
-	commits  map[string]map[string]HistoryCommit
-	pulls    map[string]map[int]HistoryPull
+	commits map[string]map[string]HistoryCommit
+	pulls   map[string]map[int]HistoryPull
+	// branches are each repository's branches (name to head commit); defaults their default
+	// branch's name ("main" unless set).
+	branches map[string]map[string]string
+	defaults map[string]string
 	requests map[string]int
 	// webhooks
 	hooks        map[Hook]*hook
@@ -249,7 +253,7 @@ func (g *GitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case "checks/list-for-ref":
 		g.listRuns(w, r, repo, parts[4])
-	case OpGetPull, OpListPullFiles, OpListPullCommits, OpCompareCommits, OpGetCommit:
+	case OpGetPull, OpListPullFiles, OpListPullCommits, OpCompareCommits, OpGetCommit, OpGetRepo:
 		g.read(w, r, op, repo, parts)
 	default:
 		g.violate(w, http.StatusNotFound, "Not Found: %s %s is not served by the fake", r.Method, r.URL.Path)

@@ -13,6 +13,7 @@ const (
 	OpListPullCommits = "pulls/list-commits"
 	OpCompareCommits  = "repos/compare-commits"
 	OpGetCommit       = "repos/get-commit"
+	OpGetRepo         = "repos/get"
 )
 
 // HistoryCommit is one commit the fake holds: its parent (none for a root) and the files it
@@ -64,6 +65,29 @@ func (g *GitHub) AddPull(repo string, p HistoryPull) {
 		p.State = "open"
 	}
 	g.pulls[repo][p.Number] = p
+}
+
+// SetBranch points repo's branch name at commit sha (a comparison names a branch or a commit).
+func (g *GitHub) SetBranch(repo, name, sha string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.branches == nil {
+		g.branches = map[string]map[string]string{}
+	}
+	if g.branches[repo] == nil {
+		g.branches[repo] = map[string]string{}
+	}
+	g.branches[repo][name] = sha
+}
+
+// SetDefaultBranch names repo's default branch ("main" unless set).
+func (g *GitHub) SetDefaultBranch(repo, name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.defaults == nil {
+		g.defaults = map[string]string{}
+	}
+	g.defaults[repo] = name
 }
 
 // Requests returns how many valid requests of the read op were made.
@@ -135,9 +159,17 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 			link(w, r, page, perPage, len(listed))
 			g.answer(w, http.StatusOK, commitsJSON(pageOf(listed, page, perPage)))
 		}
+	case OpGetRepo:
+		def := g.defaults[repo]
+		if def == "" {
+			def = "main"
+		}
+		g.answer(w, http.StatusOK, map[string]any{"id": 1, "name": parts[2], "full_name": repo, "default_branch": def})
 	case OpCompareCommits:
-		base, head, ok := strings.Cut(parts[4], "...")
-		commits, found := g.chain(repo, base, head)
+		// BASE...HEAD: the commits of HEAD since its merge base with BASE (each a branch or a
+		// commit), and what they change.
+		base, head, ok := strings.Cut(strings.Join(parts[4:], "/"), "...")
+		commits, found := g.sinceMergeBase(repo, g.resolve(repo, base), g.resolve(repo, head))
 		if !ok || !found {
 			g.refuse(w, http.StatusNotFound, "Not Found")
 			return
@@ -169,6 +201,39 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 func (g *GitHub) chain(repo, base, head string) ([]HistoryCommit, bool) {
 	var out []HistoryCommit
 	for sha := head; sha != base; {
+		c, ok := g.commits[repo][sha]
+		if !ok {
+			return nil, false
+		}
+		out = append([]HistoryCommit{c}, out...)
+		sha = c.Parent
+	}
+	return out, true
+}
+
+// resolve is the commit a branch of repo points at, or ref itself (a commit).
+func (g *GitHub) resolve(repo, ref string) string {
+	if sha, ok := g.branches[repo][ref]; ok {
+		return sha
+	}
+	return ref
+}
+
+// sinceMergeBase returns the commits of head since its merge base with base (the first of
+// head's line that base has: base itself, or one of its ancestors), oldest first; found is
+// false when head is not known or the two share no commit.
+func (g *GitHub) sinceMergeBase(repo, base, head string) ([]HistoryCommit, bool) {
+	ancestors := map[string]bool{}
+	for sha := base; sha != "" && !ancestors[sha]; {
+		ancestors[sha] = true
+		c, ok := g.commits[repo][sha]
+		if !ok {
+			break
+		}
+		sha = c.Parent
+	}
+	var out []HistoryCommit
+	for sha := head; !ancestors[sha]; {
 		c, ok := g.commits[repo][sha]
 		if !ok {
 			return nil, false
