@@ -85,8 +85,9 @@ func postAppWebhook(t *testing.T, addr, event, body string) (int, string) {
 // The local path of examples/github-app.yaml, end to end: amiss serve receives the App's push
 // webhook and publishes a check run (annotating the forbidden file, named by the delivery's
 // key) with an installation token it exchanged for the App's JWT; a Re-run webhook for the
-// commit is a new delivery that reads the commit's files from GitHub and leads to a new check
-// run with the same verdict, with the token kept from the first.
+// commit is a new delivery, evaluated on the push's files (its check run names the push's
+// delivery), that leads to a new check run with the same verdict, with the token kept from the
+// first.
 func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	gh := newGitHubWithApp(t)
 	dir := t.TempDir()
@@ -132,7 +133,8 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 		t.Fatalf("re-run: %d %s", code, body)
 	}
 	runs := waitForCheckRuns(t, gh.GitHub, sha, 2, out)
-	// The re-run read the commit's files (the body lists none) and refused the same file.
+	// The re-run took the push's files from its delivery (the re-run's body lists none) and
+	// refused the same file.
 	again := runs[1]
 	if again.ExternalID == run.ExternalID || again.Name != "amiss/local" || again.Status != "completed" ||
 		again.Conclusion != "failure" || again.Summary != run.Summary {
@@ -141,8 +143,10 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	if len(again.Annotations) != 1 || again.Annotations[0].Path != "secrets/prod.env" {
 		t.Fatalf("the re-run's annotations: %+v", again.Annotations)
 	}
-	if n := gh.Requests(githubtest.OpGetCommit); n != 1 {
-		t.Fatalf("the re-run read the commit %d times", n)
+	for _, op := range []string{githubtest.OpGetCommit, githubtest.OpCompareCommits, githubtest.OpGetRepo} {
+		if n := gh.Requests(op); n != 0 {
+			t.Fatalf("the re-run read %s %d times: the push's delivery held its files", op, n)
+		}
 	}
 	if v := gh.Violations(); len(v) != 0 {
 		t.Fatalf("requests GitHub's description refuses: %q", v)

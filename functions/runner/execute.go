@@ -151,9 +151,10 @@ func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s
 
 // rerunOf gives a re-run that names no pull request the one its check run was published for:
 // the subject of the delivery s.RerunOf, when the ledger still holds it and it was for the
-// same repository and commit (a pull request's, or a push's: then there is none). Otherwise s
-// is returned as it is, and its reader must find the pull request, or the rules that need it
-// fail closed.
+// same repository and commit (a pull request's, or a push's: then there is none, and the
+// re-run takes the push's range, and its commits and paths as far as the push held them
+// whole). Otherwise s is returned as it is, and its reader must find the pull request, or the
+// rules that need it fail closed.
 func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s subject.Subject) subject.Subject {
 	return r.rerunOfDepth(ctx, log, s, s.RerunOf, 0)
 }
@@ -186,7 +187,13 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s subject.S
 		p.Title = "" // the title is read as it is now
 		s.Pull = &p
 	case subject.Push:
+		// The push's commits and paths are fixed by the push: the re-run sees them as the
+		// push's verdict did, those its webhook held whole without a read, the others read
+		// from the push's own range.
 		s.Pull = nil
+		s.Before, s.Ref = was.Before, was.Ref
+		s.Commits, s.Paths = was.Commits, was.Paths
+		s.Whole = s.Whole&^(subject.CommitsInput|subject.PathsInput) | was.Whole&(subject.CommitsInput|subject.PathsInput)
 	case subject.Rerun:
 		if was.Whole.Has(subject.PullInput) {
 			if was.Pull != nil {

@@ -238,3 +238,41 @@ func TestAForkRerunOnARouteOfPathsRulesGivesThePullRequestsVerdict(t *testing.T)
 		w.checkRuns("failure", fork, 2)
 	}
 }
+
+// A Re-run of a push's check run is evaluated on the push's own inputs: the commits and paths
+// its webhook listed whole are taken from its delivery, as the push's verdict saw them, with
+// nothing read. The first push of a repository's default branch (no before) adds a forbidden
+// file in its first commit and edits the README in its head: its Re-run fails as it did.
+func TestARerunOfAPushsCheckRunSeesThePushsInputs(t *testing.T) {
+	const firstSHA = "f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1f1"
+	paths, err := evaluate.NewRules(config.Rules{ForbiddenPaths: []string{"secrets/**"}, CommitMessage: "^[A-Z]"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newRerunWorld(t)
+	w.history.AddCommit(commitRepo, githubtest.HistoryCommit{SHA: firstSHA, Message: "Add the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/key.pem", Status: "added"}}})
+	w.history.AddCommit(commitRepo, githubtest.HistoryCommit{SHA: headSHA, Parent: firstSHA, Message: "Edit the README",
+		Files: []githubtest.ChangedFile{{Filename: "README.md", Status: "modified"}}})
+	w.history.SetBranch(commitRepo, "main", headSHA)
+	r := w.rerunRunner(paths)
+	push := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main", Event: subject.Push,
+		Commits: []subject.Commit{{ID: firstSHA, Message: "Add the key"}, {ID: headSHA, Message: "Edit the README"}},
+		Paths:   []string{"secrets/key.pem", "README.md"}, Whole: subject.AllInputs, Installation: appInstallation}, "push", epoch.Add(-time.Minute))
+	w.process(r, push)
+	first := w.latest(push, "failure")
+	w.clock.Advance(time.Minute) // a user presses Re-run on its check run
+	rerun := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main",
+		Event: subject.Rerun, RerunOf: push.Key.String(), Installation: appInstallation}, "rerun", time.Time{})
+	w.process(r, rerun)
+	w.checkRuns("failure", rerun, 2)
+	again, _ := w.checks.LatestRun(commitRepo, headSHA, statusCtx)
+	if again.Summary != first.Summary {
+		t.Fatalf("the re-run's check run says %q, the push's %q", again.Summary, first.Summary)
+	}
+	for _, op := range []string{githubtest.OpCompareCommits, githubtest.OpGetCommit, githubtest.OpGetRepo} {
+		if n := w.history.Requests(op); n != 0 {
+			t.Fatalf("%d requests of %s: the push's delivery held what the rules need", n, op)
+		}
+	}
+}

@@ -185,10 +185,11 @@ type ghCheck struct {
 	After  string `json:"after"`
 	// ExternalID is a check run's: the ledger key of the delivery amiss published it for.
 	ExternalID string `json:"external_id"`
-	// CheckSuite is a check run's suite.
+	// CheckSuite is a check run's suite: its branch, and the push that made it.
 	CheckSuite *struct {
-		Before string `json:"before"`
-		After  string `json:"after"`
+		HeadBranch string `json:"head_branch"`
+		Before     string `json:"before"`
+		After      string `json:"after"`
 	} `json:"check_suite"`
 	PullRequests []struct {
 		Number int `json:"number"`
@@ -213,8 +214,8 @@ type ghRerun struct {
 // report what GitHub or an App did, and are ignored. The subject is the head commit; it holds no
 // commits, changed paths or title whole (the body carries none), and its pull request only
 // when the body names one. RerunOf is the check run's external_id when it is a ledger key (a
-// check run amiss published). A check suite's branch is its head_branch;
-// the first pull request the commit heads gives the pull request's number and branches (never
+// check run amiss published). A check suite's branch is its head_branch (a check run's, its
+// suite's); the first pull request the commit heads gives the pull request's number and branches (never
 // its title, which the body does not carry). Before is the check suite's (a check run's own
 // suite's), when the suite's after is the head commit: the commit the branch was at before
 // the push, from which a re-run of a push reads the commits and paths it lacks.
@@ -237,15 +238,15 @@ func fromRerun(event string, body []byte) (Subject, error) {
 	if event == "check_run" && isSHA(c.ExternalID) && len(c.ExternalID) == 64 {
 		s.RerunOf = c.ExternalID
 	}
-	before, after := c.Before, c.After
+	before, after, branch := c.Before, c.After, c.HeadBranch
 	if c.CheckSuite != nil {
-		before, after = c.CheckSuite.Before, c.CheckSuite.After
+		before, after, branch = c.CheckSuite.Before, c.CheckSuite.After, c.CheckSuite.HeadBranch
 	}
 	if after == c.HeadSHA && isSHA(before) {
 		s.Before = before
 	}
-	if c.HeadBranch != "" {
-		s.Ref = "refs/heads/" + c.HeadBranch
+	if branch != "" {
+		s.Ref = "refs/heads/" + branch
 	}
 	if len(c.PullRequests) > 0 {
 		pr := c.PullRequests[0]

@@ -396,3 +396,23 @@ func TestWholeInputsAreStoredByName(t *testing.T) {
 		t.Fatal("an unknown input decoded")
 	}
 }
+
+// A check run's branch is its check suite's head_branch (the check run object names none):
+// a re-run naming no pull request (a fork's, or a push's) still names its branch, from which
+// a reader tells a new branch from the repository's default branch.
+func TestACheckRunsRerunNamesItsSuitesBranch(t *testing.T) {
+	var body map[string]any
+	if err := json.Unmarshal(load(t, "github/check_run_rerequested.json"), &body); err != nil {
+		t.Fatal(err)
+	}
+	run := body["check_run"].(map[string]any)
+	run["pull_requests"] = []any{}
+	run["check_suite"].(map[string]any)["pull_requests"] = []any{}
+	b, _ := json.Marshal(body)
+	hdr := http.Header{}
+	hdr.Set("X-GitHub-Event", "check_run")
+	s, err := subject.Extract("github", subject.GitHubFormat, hdr, b)
+	if err != nil || s.Pull != nil || s.Ref != "refs/heads/changes" {
+		t.Fatalf("re-run %+v %v, want the suite's branch refs/heads/changes and no pull request", s, err)
+	}
+}
