@@ -62,7 +62,9 @@ func (f *fakeReader) Read(_ context.Context, s subject.Subject, need subject.Inp
 		return s, nil
 	}
 	p := *s.Pull
-	p.Title = pr.Pull.Title
+	if need.Has(subject.TitleInput) { // a title the webhook carried is the event's
+		p.Title = pr.Pull.Title
+	}
 	s.Pull = &p
 	s.Commits, s.Paths = pr.Commits, pr.Paths
 	s.Whole |= need
@@ -262,13 +264,13 @@ func TestAnOutageOutlastingThePublishBudgetEndsInAnErrorVerdict(t *testing.T) {
 // through a re-run of that re-run, and the verdict is the one the pull request got.
 func TestAForkRerunIsEvaluatedAsItsPullRequest(t *testing.T) {
 	w := pullRequestWorld(t)
-	reader := &fakeReader{pulls: map[int]subject.Subject{5: {Pull: &subject.Pull{Title: "bad title"},
-		Paths: []string{"a.go"}, Commits: []subject.Commit{{ID: "c1", Message: "Fine"}}}}}
+	reader := &fakeReader{pulls: map[int]subject.Subject{5: {Pull: &subject.Pull{Title: pullRequest5().Pull.Title},
+		Paths: []string{"a.go", "secrets/prod.env"}, Commits: []subject.Commit{{ID: "c1", Message: "Fine"}}}}}
 	ev := prRules(t, config.Rules{PullRequestTitle: "^feat: ", ForbiddenPaths: []string{"secrets/**"}})
 	r := w.inputsRunner(ev, reader)
 	drive(t, w, r, 5)
 	first := w.posted(t)
-	if first.State != evaluate.Failure || !strings.Contains(first.Description, "pull request title") {
+	if first.State != evaluate.Failure || !strings.Contains(first.Description, "forbidden path secrets/prod.env") {
 		t.Fatalf("the pull request's verdict %+v", first)
 	}
 	fork := subject.Subject{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: subject.Rerun,

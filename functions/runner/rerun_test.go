@@ -276,3 +276,20 @@ func TestARerunOfAPushsCheckRunSeesThePushsInputs(t *testing.T) {
 		}
 	}
 }
+
+// A pull request's event is evaluated on the title its webhook carried: the read of its files
+// does not replace it with the title GitHub's API answers, which may be one the event changed
+// (a replica behind the edit). An edit to "WIP: add the thing" fails the title rule even when
+// the API still shows "feat: add the thing".
+func TestAPullRequestsEventIsEvaluatedOnItsOwnTitle(t *testing.T) {
+	w := newRerunWorld(t)
+	w.pullRequest("feat: add the thing", "src/thing.go")
+	r := w.rerunRunner(forbiddenPaths(t))
+	edit := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
+		Pull:  &subject.Pull{Number: 2, Title: "WIP: add the thing", TargetBranch: "main", SourceBranch: "changes"},
+		Whole: subject.TitleInput | subject.PullInput, Installation: appInstallation}, "edited", epoch.Add(-time.Minute))
+	w.process(r, edit)
+	if run := w.latest(edit, "failure"); !strings.Contains(run.Summary, "pull request title") {
+		t.Fatalf("check run %+v", run)
+	}
+}

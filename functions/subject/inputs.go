@@ -129,3 +129,19 @@ func (s *Subject) UnreadReason(in Inputs) string {
 	}
 	return ""
 }
+
+// ReadPull sets what a read of the provider's API gave of s's pull request, as far as need
+// asks for it: its title (TitleInput) and its branches (PullInput). What s holds whole is its
+// event's, and stays: the API's answer may be older than the event (a replica or cache behind
+// it), and a verdict is evaluated on its own event's inputs.
+func (s *Subject) ReadPull(need Inputs, title, target, source string) {
+	if s.Pull == nil {
+		return
+	}
+	if need.Has(TitleInput) {
+		s.Pull.Title = title
+	}
+	if need.Has(PullInput) {
+		s.Pull.TargetBranch, s.Pull.SourceBranch = target, source
+	}
+}

@@ -200,7 +200,8 @@ type read struct {
 // unread, naming the bound, and the rules that need it fail closed. Only what need names is
 // read:
 //
-//   - a pull request: its title and branches; when its head is still s's commit, its diffstat
+//   - a pull request: its title and branches where need asks (those the webhook carried
+//     stay: they are the event's); when its head is still s's commit, its diffstat
 //     and its commits; when it has moved on (they would describe another commit), the range
 //     from s's commit to its destination's commit (what the pull request changed at s's
 //     commit);
@@ -317,9 +318,9 @@ func (rd *read) fill(ctx context.Context) error {
 	return nil
 }
 
-// pull reads the pull request: its title and branches always, and, when its head is still s's
-// commit (current), its diffstat and commits as need asks; otherwise its destination's commit,
-// which the range is read against.
+// pull reads the pull request: its title and branches as need asks, and, when its head is still
+// s's commit (current), its diffstat and commits as need asks; otherwise its destination's
+// commit, which the range is read against.
 func (rd *read) pull(ctx context.Context) (current bool, destination string, err error) {
 	s := rd.s
 	pr, err := rd.c.PullRequest(ctx, rd.repo, s.Pull.Number)
@@ -327,7 +328,7 @@ func (rd *read) pull(ctx context.Context) (current bool, destination string, err
 	if err != nil {
 		return false, "", err
 	}
-	s.Pull.Title, s.Pull.TargetBranch, s.Pull.SourceBranch = pr.Title, pr.Destination.Branch.Name, pr.Source.Branch.Name
+	s.ReadPull(rd.need, pr.Title, pr.Destination.Branch.Name, pr.Source.Branch.Name)
 	if !sameCommit(pr.Source.Commit.Hash, s.SHA) {
 		if pr.Destination.Commit.Hash == "" {
 			return false, "", &providerapi.Error{Class: providerapi.Permanent, Err: errors.New("the pull request names no destination commit")}

@@ -193,7 +193,8 @@ type read struct {
 // is marked unread, naming the bound, and the rules that need it fail closed. Only what need
 // names is read:
 //
-//   - a pull request: its title and branches; when its head is still s's commit, its changes
+//   - a pull request: its title and branches where need asks (those the webhook carried
+//     stay: they are the event's); when its head is still s's commit, its changes
 //     (Data Center lists them on one page, never more: a list the server cut is marked unread)
 //     and its commits; when it has moved on, the range from s's commit to its target's latest
 //     commit (from the source repository, for a fork's pull request);
@@ -317,8 +318,8 @@ func (rd *read) fill(ctx context.Context) error {
 	return nil
 }
 
-// pull reads the pull request: its title and branches always, and, when its head is still s's
-// commit (current), its changes and commits as need asks.
+// pull reads the pull request: its title and branches as need asks, and, when its head is still
+// s's commit (current), its changes and commits as need asks.
 func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err error) {
 	s := rd.s
 	pr, err = rd.c.PullRequest(ctx, rd.repo, s.Pull.Number)
@@ -326,7 +327,7 @@ func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err err
 	if err != nil {
 		return pr, false, err
 	}
-	s.Pull.Title, s.Pull.TargetBranch, s.Pull.SourceBranch = pr.Title, pr.ToRef.DisplayID, pr.FromRef.DisplayID
+	s.ReadPull(rd.need, pr.Title, pr.ToRef.DisplayID, pr.FromRef.DisplayID)
 	if pr.FromRef.LatestCommit != s.SHA {
 		return pr, false, nil
 	}

@@ -253,3 +253,17 @@ func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
 }
+
+// The title and branches a pull request's webhook carried whole are the event's: a read of its
+// changes and commits never replaces them with what the API answers (which may be older than
+// the event, or newer: another event's, whose own verdict follows).
+func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
+	w := newReadWorld(t)
+	w.pull(4)
+	s := pullEvent(4)
+	s.Pull.Title, s.Pull.TargetBranch = "WIP: the edited title", "release/1"
+	got := w.read(s, subject.PathsInput|subject.CommitsInput)
+	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(subject.AllInputs) {
+		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
+	}
+}

@@ -238,8 +238,9 @@ func (c *Client) CheckRead(ctx context.Context, repo string) error {
 // each one read whole is added to s.Whole; one a bound cuts is marked unread, naming the bound,
 // and the rules that need it fail closed. Only what need names is read:
 //
-//   - a pull request: the pull request itself (its title, its branches, and its head, which
-//     tells whether its listings still describe s's commit); then, when its head is s's commit,
+//   - a pull request: the pull request itself (its title and branches where need asks: those
+//     the webhook carried stay, they are the event's; and its head, which tells whether its
+//     listings still describe s's commit); then, when its head is s's commit,
 //     its files and commits as need asks; when it has moved on (a newer push: its head is
 //     another commit, also one landing while its listings are read, which Gitea's files name
 //     in their links and its commits begin with), the comparison of its target branch with
@@ -375,17 +376,17 @@ func addComparison(s *subject.Subject, need subject.Inputs, cmp Comparison) {
 	}
 }
 
-// fillPull reads the pull request: its title and branches always, and, when its head is still
-// s's commit (current), its files and commits as need asks. A listing that turns out to
+// fillPull reads the pull request: its title and branches as need asks, and, when its head is
+// still s's commit (current), its files and commits as need asks. A listing that turns out to
 // describe another head (the pull request moved on while it was read) is dropped: current is
-// false, and s is left as it was but for the title and branches.
+// false, and s is left as it was but for the title and branches read.
 func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
 	pr, err := c.PullRequest(ctx, s.Repository, s.Pull.Number)
 	if err != nil {
 		return false, 1, err
 	}
 	requests = 1
-	s.Pull.Title, s.Pull.TargetBranch, s.Pull.SourceBranch = pr.Title, pr.Base.Ref, pr.Head.Ref
+	s.ReadPull(need, pr.Title, pr.Base.Ref, pr.Head.Ref)
 	if pr.Head.SHA != s.SHA {
 		return false, requests, nil
 	}

@@ -133,8 +133,8 @@ func TestAPullRequestsFilesAndCommitsAreReadEveryPage(t *testing.T) {
 	if len(got.Paths) != 121 || !slices.Contains(got.Paths, "secrets/key.pem") || !slices.Contains(got.Paths, "docs/key.md") {
 		t.Fatalf("%d paths: %v", len(got.Paths), got.Paths)
 	}
-	if got.Pull.Title != "feat: move the key" {
-		t.Fatalf("title %q", got.Pull.Title)
+	if got.Pull.Title != "feat: the webhook's title" {
+		t.Fatalf("title %q, want the webhook's, held whole", got.Pull.Title)
 	}
 	reads := map[string]int{}
 	for _, op := range []string{giteatest.OpGetPull, giteatest.OpPullFiles, giteatest.OpPullCommits, giteatest.OpCompare, giteatest.OpGetRepo} {
@@ -336,5 +336,19 @@ func TestCheckReadReadsTheRepository(t *testing.T) {
 	}
 	if w.gitea.Requests(giteatest.OpCreateStatus) != 0 || len(w.gitea.Violations()) != 0 {
 		t.Fatalf("posted %d, violations %v", w.gitea.Requests(giteatest.OpCreateStatus), w.gitea.Violations())
+	}
+}
+
+// The title and branches a pull request's webhook carried whole are the event's: a read of the
+// files and commits never replaces them with what the API answers (which may be older than the
+// event, or newer: another event's, whose own verdict follows).
+func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 2, each)
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: the title before the edit", Base: "develop", Head: "changes",
+		BaseSHA: commitN(0), HeadSHA: commitN(2)})
+	got := w.read(pullOf(2, 4), subject.CommitsInput|subject.PathsInput)
+	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(subject.AllInputs) {
+		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
 	}
 }

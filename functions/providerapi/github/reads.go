@@ -266,7 +266,8 @@ func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha 
 // one read whole is added to s.Whole; one GitHub's listing cuts is marked unread, naming the
 // limit, and the rules that need it fail closed. Only what need names is read:
 //
-//   - a pull request (the webhook named one): its title and branches; when its head is still
+//   - a pull request (the webhook named one): its title and branches where need asks (those
+//     the webhook carried stay: they are the event's); when its head is still
 //     s's commit, its files and commits; when it has moved on (its files would describe
 //     another commit), the comparison of its target branch with s's commit (what the pull
 //     request changed at that commit, as its own event read it);
@@ -397,15 +398,15 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 	return requests, nil
 }
 
-// fillPull reads the pull request: its title and branches always, and, when its head is still
-// s's commit (current), its files and commits as need asks.
+// fillPull reads the pull request: its title and branches as need asks, and, when its head is
+// still s's commit (current), its files and commits as need asks.
 func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
 	pr, err := c.PullRequest(ctx, s.Installation, s.Repository, s.Pull.Number)
 	if err != nil {
 		return false, 1, err
 	}
 	requests = 1
-	s.Pull.Title, s.Pull.TargetBranch, s.Pull.SourceBranch = pr.Title, pr.Base.Ref, pr.Head.Ref
+	s.ReadPull(need, pr.Title, pr.Base.Ref, pr.Head.Ref)
 	if pr.Head.SHA != s.SHA {
 		return false, requests, nil
 	}

@@ -137,7 +137,7 @@ func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
 		t.Fatalf("read %q", got.Read)
 	}
 	want.Read = got.Read
-	want.Pull.Title, want.Pull.TargetBranch = "feat: move the key", "release/1"
+	want.Pull.Title = "feat: move the key" // the branches are the webhook's, held whole
 	want.Commits = []subject.Commit{{ID: commitN(1), Message: "Commit 1"}, {ID: commitN(2), Message: "Move the key"}}
 	want.Paths = []string{"src/a.go", "secrets/key.pem", "docs/key.md"}
 	if !reflect.DeepEqual(got, want) {
@@ -318,5 +318,22 @@ func TestAPushCreatingABranchIsReadSinceTheDefaultBranch(t *testing.T) {
 	got = w.fill(rerun)
 	if got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "branch") {
 		t.Fatalf("a re-run naming no branch: whole %q, unread %+v", got.Whole, got.Unread)
+	}
+}
+
+// The title and branches a pull request's webhook carried whole are the event's: a read of the
+// files and commits never replaces them with what the API answers (which may be older than the
+// event, from a replica or cache, or newer: another event's, whose own verdict follows).
+func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 2, modified("a.go"))
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: the title before the edit", Base: "main", Head: "changes",
+		BaseSHA: commitN(0), HeadSHA: commitN(2)})
+	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: subject.PullRequest, Installation: 2311213,
+		Whole: subject.TitleInput | subject.PullInput,
+		Pull:  &subject.Pull{Number: 2, Title: "WIP: the edited title", TargetBranch: "release/1", SourceBranch: "changes"}}
+	got := w.fill(s)
+	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(subject.AllInputs) {
+		t.Fatalf("the webhook's pull request %+v became %+v", *s.Pull, *got.Pull)
 	}
 }

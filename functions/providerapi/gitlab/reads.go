@@ -308,7 +308,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 }
 
 // fillMergeRequest reads the merge request as need asks: when its head is still s's commit
-// (current), its title, branches, files and commits. A listing that turns out to describe
+// (current), its title and branches as need asks, its files and commits. A listing that turns out to describe
 // another head (the merge request moved on while it was read) is dropped: current is false,
 // and s is left as it was but for the title and branches.
 func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
@@ -319,7 +319,7 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 		if err != nil {
 			return false, requests, err
 		}
-		s.Pull.Title, s.Pull.TargetBranch, s.Pull.SourceBranch = mr.Title, mr.TargetBranch, mr.SourceBranch
+		s.ReadPull(need, mr.Title, mr.TargetBranch, mr.SourceBranch)
 		if mr.SHA != s.SHA {
 			return false, requests, nil
 		}

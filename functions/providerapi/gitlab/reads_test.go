@@ -296,3 +296,17 @@ func TestAMergeRequestStillBeingPreparedIsReadAgainLater(t *testing.T) {
 		t.Fatalf("once prepared: %v", got.Paths)
 	}
 }
+
+// The title and branches a merge request's webhook carried whole are the event's: a read of
+// the diffs and commits never replaces them with what the API answers (which may be older than
+// the event, from a lagging replica, or newer: another event's, whose own verdict follows).
+func TestReadingAMergeRequestKeepsWhatItsWebhookCarried(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 2, each)
+	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "feat: the title before the edit", Source: "changes",
+		Target: "develop", BaseSHA: commitN(0), HeadSHA: commitN(2)})
+	got := w.read(mergeRequestOf(2, 7), subject.CommitsInput|subject.PathsInput)
+	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(subject.AllInputs) {
+		t.Fatalf("the webhook's merge request became %+v", *got.Pull)
+	}
+}
