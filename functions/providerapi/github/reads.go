@@ -131,6 +131,8 @@ type ChangedFile struct {
 	Filename         string `json:"filename"`
 	Status           string `json:"status"`
 	PreviousFilename string `json:"previous_filename"`
+	// ContentsURL names the commit the file was listed at (its ref).
+	ContentsURL string `json:"contents_url"`
 }
 
 // Commit is an entry of a listing of commits (schema commit), as far as read.
@@ -399,7 +401,10 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 }
 
 // fillPull reads the pull request: its title and branches as need asks, and, when its head is
-// still s's commit (current), its files and commits as need asks.
+// still s's commit (current), its files and commits as need asks. A listing that turns out to
+// describe another head (the pull request moved on while it was read: a file's links name
+// another commit, or the commits, listed whole, end with another) is dropped: current is
+// false, and s is left as it was but for the title and branches read.
 func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
 	pr, err := c.PullRequest(ctx, s.Installation, s.Repository, s.Pull.Number)
 	if err != nil {
@@ -410,29 +415,54 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 	if pr.Head.SHA != s.SHA {
 		return false, requests, nil
 	}
+	var files []ChangedFile
+	var commits []Commit
 	if need.Has(subject.PathsInput) {
-		files, err := c.PullFiles(ctx, s.Installation, s.Repository, s.Pull.Number, PullFilesListed)
+		files, err = c.PullFiles(ctx, s.Installation, s.Repository, s.Pull.Number, PullFilesListed)
 		requests += 1 + len(files)/perPage
 		if err != nil {
 			return false, requests, err
 		}
+		for _, f := range files {
+			// A removed file's links may name the commit it was removed from.
+			if ref := refOf(f.ContentsURL); ref != "" && ref != s.SHA && f.Status != "removed" {
+				return false, requests, nil
+			}
+		}
+	}
+	if need.Has(subject.CommitsInput) {
+		commits, err = c.PullCommits(ctx, s.Installation, s.Repository, s.Pull.Number)
+		requests += 1 + len(commits)/perPage
+		if err != nil {
+			return false, requests, err
+		}
+		// Listed oldest first: short of GitHub's cap, the list ends with the head.
+		if len(commits) < PullCommitsListed && (len(commits) == 0 || commits[len(commits)-1].SHA != s.SHA) {
+			return false, requests, nil
+		}
+	}
+	if need.Has(subject.PathsInput) {
 		addFiles(s, files)
 		if pr.ChangedFiles > len(files) {
 			cut(s, subject.PathsInput, "at most 3,000 files of a pull request")
 		}
 	}
 	if need.Has(subject.CommitsInput) {
-		commits, err := c.PullCommits(ctx, s.Installation, s.Repository, s.Pull.Number)
-		requests += 1 + len(commits)/perPage
-		if err != nil {
-			return false, requests, err
-		}
 		addCommits(s, commits)
 		if pr.Commits > len(commits) {
 			cut(s, subject.CommitsInput, "at most 250 commits of a pull request")
 		}
 	}
 	return true, requests, nil
+}
+
+// refOf is the commit a file's contents URL names (its ref), or "".
+func refOf(contents string) string {
+	u, err := url.Parse(contents)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("ref")
 }
 
 // addFiles adds the paths files change: a renamed file changes its old path too, as a push's

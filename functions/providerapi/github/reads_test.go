@@ -337,3 +337,41 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 		t.Fatalf("the webhook's pull request %+v became %+v", *s.Pull, *got.Pull)
 	}
 }
+
+// A pull request whose head moves on while its files and commits are read (a force push landing
+// between the pull request's read and its listings): the listings describe the new head, which
+// GitHub's files name in their links and its commits end with, and they are dropped; the commit
+// is read as the pull request was at it. Its forbidden file, gone from the new head, is seen.
+func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
+	for _, need := range []subject.Inputs{subject.PathsInput, subject.PathsInput | subject.CommitsInput, subject.CommitsInput} {
+		w := newRerunWorld(t)
+		w.history.SetBranch(rerunRepo, "main", commitN(0))
+		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root"})
+		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "Add the key",
+			Files: []githubtest.ChangedFile{{Filename: "secrets/key.pem", Status: "added"}}})
+		// The force push's head: commit 1 replaced by one editing the README.
+		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(2), Parent: commitN(0), Message: "Edit the README",
+			Files: []githubtest.ChangedFile{{Filename: "README.md", Status: "modified"}}})
+		pull := githubtest.HistoryPull{Number: 2, Title: "feat: a key", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(1)}
+		w.history.AddPull(rerunRepo, pull)
+		w.history.Answer = func(op string, n int) int {
+			if (op == githubtest.OpListPullFiles || op == githubtest.OpListPullCommits) && n == 1 {
+				moved := pull
+				moved.HeadSHA = commitN(2)
+				w.history.AddPull(rerunRepo, moved)
+			}
+			return 0
+		}
+		s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(1), Event: subject.PullRequest, Installation: 2311213,
+			Whole: subject.TitleInput | subject.PullInput,
+			Pull:  &subject.Pull{Number: 2, Title: "feat: a key", TargetBranch: "main", SourceBranch: "changes"}}
+		got, err := w.reader.Read(context.Background(), s, need)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Whole.Has(need) || need.Has(subject.PathsInput) && !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem"}) ||
+			need.Has(subject.CommitsInput) && !reflect.DeepEqual(commitIDs(got), []string{commitN(1)}) {
+			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, commitIDs(got))
+		}
+	}
+}

@@ -153,7 +153,7 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 		case OpListPullFiles:
 			listed := files[:min(len(files), 3000)]
 			link(w, r, page, perPage, len(listed))
-			g.answer(w, http.StatusOK, filesJSON(pageOf(listed, page, perPage)))
+			g.answer(w, http.StatusOK, filesJSON(pageOf(listed, page, perPage), p.HeadSHA))
 		case OpListPullCommits:
 			listed := commits[:min(len(commits), 250)]
 			link(w, r, page, perPage, len(listed))
@@ -178,7 +178,7 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 		answer := map[string]any{"status": "ahead", "ahead_by": len(commits), "behind_by": 0, "total_commits": len(commits),
 			"commits": commitsJSON(pageOf(commits, page, perPage)), "files": []any{}}
 		if page == 1 {
-			answer["files"] = filesJSON(files[:min(len(files), 300)])
+			answer["files"] = filesJSON(files[:min(len(files), 300)], g.resolve(repo, head))
 		}
 		link(w, r, page, perPage, len(commits))
 		g.answer(w, http.StatusOK, answer)
@@ -190,7 +190,7 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 		}
 		answer := commitsJSON([]HistoryCommit{c})[0]
 		listed := c.Files[:min(len(c.Files), 3000)]
-		answer["files"] = filesJSON(pageOf(listed, page, perPage))
+		answer["files"] = filesJSON(pageOf(listed, page, perPage), c.SHA)
 		link(w, r, page, perPage, len(listed))
 		g.answer(w, http.StatusOK, answer)
 	}
@@ -261,13 +261,15 @@ func changedFiles(commits []HistoryCommit) []ChangedFile {
 	return out
 }
 
-func filesJSON(files []ChangedFile) []map[string]any {
+// filesJSON is a listing of files as GitHub answers it at commit ref: each file's links name
+// the commit (blob and raw URLs in their path, the contents URL in its ref).
+func filesJSON(files []ChangedFile, ref string) []map[string]any {
 	out := make([]map[string]any, 0, len(files))
 	for _, f := range files {
 		e := map[string]any{"sha": "1f0e2c3d4b5a69788796a5b4c3d2e1f0a9b8c7d6", "filename": f.Filename, "status": f.Status,
 			"additions": 1, "deletions": 0, "changes": 1,
-			"blob_url": "https://github.com/o/r/blob/sha/" + f.Filename, "raw_url": "https://github.com/o/r/raw/sha/" + f.Filename,
-			"contents_url": "https://api.github.com/repos/o/r/contents/" + f.Filename,
+			"blob_url": "https://github.com/o/r/blob/" + ref + "/" + f.Filename, "raw_url": "https://github.com/o/r/raw/" + ref + "/" + f.Filename,
+			"contents_url": "https://api.github.com/repos/o/r/contents/" + f.Filename + "?ref=" + ref,
 			"patch":        "@@ -0,0 +1 @@\n+a line of " + f.Filename + ", as a patch GitHub sends with each file of a listing"}
 		if f.PreviousFilename != "" {
 			e["previous_filename"] = f.PreviousFilename
