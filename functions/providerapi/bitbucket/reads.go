@@ -75,17 +75,21 @@ func (c *Client) get(ctx context.Context, u, what, scope string, v any) error {
 }
 
 // list reads a listing from u by its pages' next into a slice, at most max entries (cut
-// reports that there were more); it counts the requests made into *requests, a redirect
-// followed to the first page included.
-func list[T any](ctx context.Context, c *Client, u, what, scope string, max int, requests *int) (all []T, cut bool, err error) {
+// reports that there were more), and where its first page was answered from (at: a redirect's
+// target); it counts the requests made into *requests, a redirect followed to the first page
+// included.
+func list[T any](ctx context.Context, c *Client, u, what, scope string, max int, requests *int) (all []T, cut bool, at *url.URL, err error) {
 	page := 0
 	asked, _ := c.URL(u)
 	err = c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max/pageLength+2,
 		func(a *providerapi.Answer) (bool, error) {
 			page++
 			*requests++
-			if page == 1 && asked != nil && a.URL.EscapedPath() != asked.EscapedPath() {
-				*requests++ // the redirect's
+			if page == 1 {
+				at = a.URL
+				if asked != nil && a.URL.EscapedPath() != asked.EscapedPath() {
+					*requests++ // the redirect's
+				}
 			}
 			var items []T
 			if err := Values(a, fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
@@ -103,9 +107,9 @@ func list[T any](ctx context.Context, c *Client, u, what, scope string, max int,
 			return true, nil
 		})
 	if err != nil {
-		return nil, false, refusedFor(err, what, scope)
+		return nil, false, nil, refusedFor(err, what, scope)
 	}
-	return all, cut, nil
+	return all, cut, at, nil
 }
 
 // PullRequest is what Bitbucket Cloud says of a pull request, as far as read. Its commit
@@ -320,7 +324,9 @@ func (rd *read) fill(ctx context.Context) error {
 
 // pull reads the pull request: its title and branches as need asks, and, when its head is still
 // s's commit (current), its diffstat and commits as need asks; otherwise its destination's
-// commit, which the range is read against.
+// commit, which the range is read against. Listings that turn out to describe another head (a
+// push landing while they are read: the diffstat's redirect names the head it is of, and the
+// commits begin with it) are dropped, and the range read instead.
 func (rd *read) pull(ctx context.Context) (current bool, destination string, err error) {
 	s := rd.s
 	pr, err := rd.c.PullRequest(ctx, rd.repo, s.Pull.Number)
@@ -329,38 +335,86 @@ func (rd *read) pull(ctx context.Context) (current bool, destination string, err
 		return false, "", err
 	}
 	s.ReadPull(rd.need, pr.Title, pr.Destination.Branch.Name, pr.Source.Branch.Name)
-	if !sameCommit(pr.Source.Commit.Hash, s.SHA) {
+	moved := func() (bool, string, error) {
 		if pr.Destination.Commit.Hash == "" {
 			return false, "", &providerapi.Error{Class: providerapi.Permanent, Err: errors.New("the pull request names no destination commit")}
 		}
 		return false, pr.Destination.Commit.Hash, nil
+	}
+	if !sameCommit(pr.Source.Commit.Hash, s.SHA) {
+		return moved()
 	}
 	rp, err := RepoPath(rd.repo)
 	if err != nil {
 		return false, "", err
 	}
 	prp := fmt.Sprintf("%s/pullrequests/%d", rp, s.Pull.Number)
+	var stats []DiffStat
+	var commits []Commit
+	var pathsCut, commitsCut bool
 	if rd.need.Has(subject.PathsInput) {
 		u := fmt.Sprintf("%s/diffstat?pagelen=%d&fields=%s", prp, pageLength, url.QueryEscape(diffStatFields))
-		if err := rd.paths(ctx, u, "the pull request's diffstat", PullRequestScope); err != nil {
+		var at *url.URL
+		stats, pathsCut, at, err = list[DiffStat](ctx, rd.c, u, "the pull request's diffstat", PullRequestScope, MaxReadPaths, &rd.requests)
+		if err != nil {
 			return false, "", err
+		}
+		if at != nil && namesOtherCommit(at, s.SHA) {
+			return moved()
 		}
 	}
 	if rd.need.Has(subject.CommitsInput) {
 		u := fmt.Sprintf("%s/commits?pagelen=%d&fields=%s", prp, pageLength, url.QueryEscape(commitFields))
-		if err := rd.commits(ctx, u, "the pull request's commits", PullRequestScope); err != nil {
+		commits, commitsCut, _, err = list[Commit](ctx, rd.c, u, "the pull request's commits", PullRequestScope, MaxReadCommits, &rd.requests)
+		if err != nil {
 			return false, "", err
 		}
+		if len(commits) == 0 || !sameCommit(commits[0].Hash, s.SHA) { // newest first: the head
+			return moved()
+		}
+	}
+	if rd.need.Has(subject.PathsInput) {
+		rd.addPaths(stats, pathsCut, "the pull request's diffstat")
+	}
+	if rd.need.Has(subject.CommitsInput) {
+		rd.addCommits(commits, commitsCut, "the pull request's commits")
 	}
 	return true, "", nil
 }
 
-// paths reads a diffstat into the subject's paths: a renamed file changes its old path too.
+// namesOtherCommit reports whether a pull request's diffstat was answered from the diffstat of
+// a revision spec (Bitbucket redirects to one naming the pull request's source and destination
+// commits) that does not name commit. A spec naming no commit tells nothing.
+func namesOtherCommit(at *url.URL, commit string) bool {
+	_, spec, ok := strings.Cut(at.Path, "/diffstat/")
+	if !ok {
+		return false
+	}
+	named := false
+	for _, run := range strings.FieldsFunc(spec, func(r rune) bool { return !strings.ContainsRune("0123456789abcdefABCDEF", r) }) {
+		if len(run) < subject.MinAbbreviatedSHA {
+			continue
+		}
+		if sameCommit(run, commit) {
+			return false
+		}
+		named = true
+	}
+	return named
+}
+
+// paths reads a diffstat into the subject's paths.
 func (rd *read) paths(ctx context.Context, u, what, scope string) error {
-	entries, cut, err := list[DiffStat](ctx, rd.c, u, what, scope, MaxReadPaths, &rd.requests)
+	entries, cut, _, err := list[DiffStat](ctx, rd.c, u, what, scope, MaxReadPaths, &rd.requests)
 	if err != nil {
 		return err
 	}
+	rd.addPaths(entries, cut, what)
+	return nil
+}
+
+// addPaths adds a diffstat's paths to the subject's: a renamed file's old path too.
+func (rd *read) addPaths(entries []DiffStat, cut bool, what string) {
 	seen := make(map[string]bool, len(rd.s.Paths))
 	for _, p := range rd.s.Paths {
 		seen[p] = true
@@ -378,23 +432,27 @@ func (rd *read) paths(ctx context.Context, u, what, scope string) error {
 	if cut {
 		rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("%s lists more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
 	}
-	return nil
 }
 
 // commits reads a listing of commits (newest first, as Bitbucket lists them) into the
 // subject's commits, oldest first.
 func (rd *read) commits(ctx context.Context, u, what, scope string) error {
-	commits, cut, err := list[Commit](ctx, rd.c, u, what, scope, MaxReadCommits, &rd.requests)
+	commits, cut, _, err := list[Commit](ctx, rd.c, u, what, scope, MaxReadCommits, &rd.requests)
 	if err != nil {
 		return err
 	}
+	rd.addCommits(commits, cut, what)
+	return nil
+}
+
+// addCommits adds commits, listed newest first, to the subject's, oldest first.
+func (rd *read) addCommits(commits []Commit, cut bool, what string) {
 	for _, c := range slices.Backward(commits) {
 		rd.s.Commits = append(rd.s.Commits, subject.Commit{ID: c.Hash, Message: c.Message})
 	}
 	if cut {
 		rd.s.MarkUnread(subject.CommitsInput, fmt.Sprintf("%s are more than %d; amiss reads the newest %d", what, MaxReadCommits, MaxReadCommits))
 	}
-	return nil
 }
 
 // sameCommit reports whether two hashes, either abbreviated, name one commit.

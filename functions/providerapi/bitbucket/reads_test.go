@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -275,5 +276,30 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	got := w.read(s, subject.PathsInput|subject.CommitsInput)
 	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(subject.AllInputs) {
 		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
+	}
+}
+
+// A pull request force-pushed while its diffstat and commits are read (after the pull request's
+// own read): the listings describe the new head (its diffstat's redirect names it, its commits
+// begin with it) and are dropped; the webhook's commit is read as its range, and the file it
+// added, gone from the new head, is seen.
+func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
+	for _, need := range []subject.Inputs{subject.PathsInput, subject.CommitsInput, subject.PathsInput | subject.CommitsInput} {
+		w := newReadWorld(t)
+		w.pull(4)
+		w.commit(5, 3, "Edit the docs\n", bitbuckettest.Change{Path: "docs/new.md", Status: "modified"})
+		w.fake.Answer = func(op string, n int) int {
+			if (op == bitbuckettest.OpPullDiffStat || op == bitbuckettest.OpPullCommits) && n == 1 {
+				w.fake.AddPull(repo, bitbuckettest.Pull{ID: 7, Title: "feat: add a", Source: "feature", Destination: "main",
+					SourceCommit: hash(5), DestinationCommit: hash(1)})
+				w.fake.SetBranch(repo, "feature", hash(5))
+			}
+			return 0
+		}
+		got := w.read(pullEvent(4), need)
+		if !got.Whole.Has(need) || need.Has(subject.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
+			need.Has(subject.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
+			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))
+		}
 	}
 }

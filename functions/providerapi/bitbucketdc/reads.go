@@ -319,7 +319,10 @@ func (rd *read) fill(ctx context.Context) error {
 }
 
 // pull reads the pull request: its title and branches as need asks, and, when its head is still
-// s's commit (current), its changes and commits as need asks.
+// s's commit (current), its changes and commits as need asks. Listings that turn out to
+// describe another head (a push landing while they are read: the changes name the commit they
+// are from, and the commits begin with the head) are dropped: current is false, and the range
+// is read instead.
 func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err error) {
 	s := rd.s
 	pr, err = rd.c.PullRequest(ctx, rd.repo, s.Pull.Number)
@@ -336,39 +339,56 @@ func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err err
 		return pr, false, err
 	}
 	prp := fmt.Sprintf("%s/pull-requests/%d", rp, s.Pull.Number)
+	var changes changePage
+	var commits []Commit
+	var commitsCut bool
 	if rd.need.Has(subject.PathsInput) {
-		if err := rd.pullChanges(ctx, prp); err != nil {
+		if changes, err = rd.pullChanges(ctx, prp); err != nil {
 			return pr, false, err
+		}
+		if changes.FromHash != "" && changes.FromHash != s.SHA {
+			return pr, false, nil
 		}
 	}
 	if rd.need.Has(subject.CommitsInput) {
-		if err := rd.commits(ctx, fmt.Sprintf("%s/commits?limit=%d", prp, commitsLimit), "the pull request's commits"); err != nil {
+		commits, commitsCut, err = list[Commit](ctx, rd.c, fmt.Sprintf("%s/commits?limit=%d", prp, commitsLimit), "the pull request's commits",
+			MaxReadCommits, commitsLimit, &rd.requests)
+		if err != nil {
 			return pr, false, err
 		}
+		if len(commits) == 0 || commits[0].ID != s.SHA { // newest first: the head
+			return pr, false, nil
+		}
+	}
+	if rd.need.Has(subject.PathsInput) {
+		rd.addChanges(changes.Values)
+		if !changes.IsLastPage {
+			rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("Bitbucket Data Center lists at most %d changes of a pull request "+
+				"(amiss asks for %d; the server's page.max.changes may be lower), and this one has more", len(changes.Values), MaxReadPaths))
+		}
+	}
+	if rd.need.Has(subject.CommitsInput) {
+		rd.addCommits(commits, commitsCut, "the pull request's commits")
 	}
 	return pr, true, nil
+}
+
+// changePage is a pull request's changes, as Data Center answers them: one page, and the
+// commit they are from (the pull request's head when they were listed).
+type changePage struct {
+	FromHash   string   `json:"fromHash"`
+	IsLastPage bool     `json:"isLastPage"`
+	Values     []Change `json:"values"`
 }
 
 // pullChanges reads a pull request's changes: Data Center answers one page of at most the
 // limit asked for or its own maximum (page.max.changes), whichever is smaller, and ignores
 // start; a page that is not the last is a list it cut.
-func (rd *read) pullChanges(ctx context.Context, prp string) error {
-	const what = "the pull request's changes"
-	var page struct {
-		IsLastPage bool     `json:"isLastPage"`
-		Values     []Change `json:"values"`
-	}
-	err := rd.c.get(ctx, fmt.Sprintf("%s/changes?withComments=false&limit=%d", prp, MaxReadPaths), what, &page)
+func (rd *read) pullChanges(ctx context.Context, prp string) (changePage, error) {
+	var page changePage
+	err := rd.c.get(ctx, fmt.Sprintf("%s/changes?withComments=false&limit=%d", prp, MaxReadPaths), "the pull request's changes", &page)
 	rd.requests++
-	if err != nil {
-		return err
-	}
-	rd.addChanges(page.Values)
-	if !page.IsLastPage {
-		rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("Bitbucket Data Center lists at most %d changes of a pull request "+
-			"(amiss asks for %d; the server's page.max.changes may be lower), and this one has more", len(page.Values), MaxReadPaths))
-	}
-	return nil
+	return page, err
 }
 
 // changes reads a paged listing of changes into the subject's paths.
@@ -407,11 +427,16 @@ func (rd *read) commits(ctx context.Context, u, what string) error {
 	if err != nil {
 		return err
 	}
+	rd.addCommits(commits, cut, what)
+	return nil
+}
+
+// addCommits adds commits, listed newest first, to the subject's, oldest first.
+func (rd *read) addCommits(commits []Commit, cut bool, what string) {
 	for _, c := range slices.Backward(commits) {
 		rd.s.Commits = append(rd.s.Commits, subject.Commit{ID: c.ID, Message: c.Message})
 	}
 	if cut {
 		rd.s.MarkUnread(subject.CommitsInput, fmt.Sprintf("%s are more than %d; amiss reads the newest %d", what, MaxReadCommits, MaxReadCommits))
 	}
-	return nil
 }

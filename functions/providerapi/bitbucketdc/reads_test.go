@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -265,5 +266,29 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	got := w.read(s, subject.PathsInput|subject.CommitsInput)
 	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(subject.AllInputs) {
 		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
+	}
+}
+
+// A pull request force-pushed while its changes and commits are read (after the pull request's
+// own read): the listings describe the new head (the changes name the commit they are from,
+// the commits begin with it) and are dropped; the webhook's commit is read as its range, and
+// the file it added, gone from the new head, is seen.
+func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
+	for _, need := range []subject.Inputs{subject.PathsInput, subject.CommitsInput, subject.PathsInput | subject.CommitsInput} {
+		w := newReadWorld(t)
+		w.pull(4)
+		w.commit(5, 3, "Edit the docs\n", bitbucketdctest.Change{Path: "docs/new.md", Type: "MODIFY"})
+		w.fake.Answer = func(op string, n int) int {
+			if (op == bitbucketdctest.OpPullChanges || op == bitbucketdctest.OpPullCommits) && n == 1 {
+				w.fake.AddPull(repo, bitbucketdctest.Pull{ID: 7, Title: "feat: add a", FromBranch: "feature", ToBranch: "main",
+					FromCommit: hash(5), ToCommit: hash(1)})
+			}
+			return 0
+		}
+		got := w.read(pullEvent(4), need)
+		if !got.Whole.Has(need) || need.Has(subject.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
+			need.Has(subject.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
+			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))
+		}
 	}
 }

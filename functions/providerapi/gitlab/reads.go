@@ -205,9 +205,9 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 //     overflowed); then, when its head is s's commit, its diffs and commits as need asks; when
 //     it has moved on (a newer push: its head is another commit, or a listing's total changes
 //     between pages, or its commits begin with another), the comparison of its target branch
-//     with s's commit. A push landing between the merge request's read and its diffs' first
-//     page is not seen (a diff names no head): the older commit's verdict then describes the
-//     newer's files, and the newer commit's own verdict, from its own webhook, follows;
+//     with s's commit. A push landing while the diffs are read (a diff names no head) is seen
+//     by the commits listed after them, which begin with the head, or, when no commits are
+//     needed, by the merge request read again after the diffs;
 //   - a push: the comparison before...sha (every commit and the push's diff); for a new
 //     branch (no before), the comparison of the project's default branch with the commit.
 //
@@ -354,6 +354,18 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 				"GitLab keeps %s files of the merge request's diff (the instance's maximum files or lines in a diff)", overflow)})
 		case diffs.more:
 			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: fmt.Sprintf("the merge request has more than %d files; amiss reads at most %d", MaxReadFiles, MaxReadFiles)})
+		}
+	}
+	if need.Has(subject.PathsInput) && !need.Has(subject.CommitsInput) {
+		// Diffs name no head, and no commits listed after them tell it: the merge request,
+		// read again, says whether a push landed while they were read.
+		again, err := c.MergeRequest(ctx, s.Repository, s.Pull.Number)
+		requests++
+		if err != nil {
+			return false, requests, err
+		}
+		if again.SHA != s.SHA {
+			return false, requests, nil
 		}
 	}
 	if need.Has(subject.CommitsInput) {

@@ -310,3 +310,29 @@ func TestReadingAMergeRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 		t.Fatalf("the webhook's merge request became %+v", *got.Pull)
 	}
 }
+
+// A merge request force-pushed while its diffs are read (after the merge request's own read):
+// its diffs, which name no head, describe the new one; read alone they are checked against the
+// merge request read again, and dropped when it has moved on. The webhook's commit is then read
+// as its target's comparison, and the file it added, gone from the new head, is seen.
+func TestAMergeRequestMovingOnWhileItsDiffsAreReadIsReadAtItsCommit(t *testing.T) {
+	w := newReadWorld(t)
+	w.gitlab.SetBranch(readProject, "main", commitN(0))
+	w.commits(1, 1, modified("secrets/key.pem"))
+	w.gitlab.AddCommit(readProject, gitlabtest.Commit{SHA: commitN(2), Parent: commitN(0), Message: "Edit the README",
+		Files: []gitlabtest.File{{Path: "README.md", Status: "modified"}}})
+	mr := gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(1)}
+	w.gitlab.AddMergeRequest(readProject, mr)
+	w.gitlab.Answer = func(op string, n int) int {
+		if op == gitlabtest.OpMRDiffs && n == 1 {
+			moved := mr
+			moved.HeadSHA = commitN(2)
+			w.gitlab.AddMergeRequest(readProject, moved)
+		}
+		return 0
+	}
+	got := w.read(mergeRequestOf(1, 7), subject.PathsInput)
+	if !got.Whole.Has(subject.PathsInput) || !slices.Equal(got.Paths, []string{"secrets/key.pem"}) {
+		t.Fatalf("whole %q, paths %q, unread %+v", got.Whole, got.Paths, got.Unread)
+	}
+}
