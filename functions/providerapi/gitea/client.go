@@ -43,8 +43,9 @@ func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.An
 
 // Pages reads a listing: r, then the next page while there is one (the Link header's
 // rel="next"; without a Link header, the next page number while page*limit is short of
-// X-Total-Count), at most maxPages (0: providerapi.DefaultMaxPages). visit reads each page
-// and says whether to read on. A listing with more pages is a Transient error.
+// X-Total-Count; with neither, as behind a proxy that drops them, the next page number until
+// visit stops at an empty page), at most maxPages (0: providerapi.DefaultMaxPages). visit
+// reads each page and says whether to read on. A listing with more pages is a Transient error.
 func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(*providerapi.Answer) (more bool, err error)) error {
 	if maxPages <= 0 {
 		maxPages = providerapi.DefaultMaxPages
@@ -74,14 +75,13 @@ func nextPage(a *providerapi.Answer) string {
 	if next, linked := providerapi.NextLink(a.Header); linked {
 		return next
 	}
-	total, err := strconv.Atoi(a.Header.Get("X-Total-Count"))
-	if err != nil {
-		return ""
-	}
 	q := a.URL.Query()
 	page, _ := strconv.Atoi(q.Get("page"))
 	limit, _ := strconv.Atoi(q.Get("limit"))
-	if page < 1 || limit < 1 || page*limit >= total {
+	if page < 1 {
+		return ""
+	}
+	if total, err := strconv.Atoi(a.Header.Get("X-Total-Count")); err == nil && (limit < 1 || page*limit >= total) {
 		return ""
 	}
 	q.Set("page", strconv.Itoa(page+1))

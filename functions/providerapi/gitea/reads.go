@@ -81,10 +81,12 @@ func refusedFor(err error) error {
 }
 
 // listing is what list read: the entries, the count Gitea named (X-Total-Count; -1 when it
-// named none) and the pages read.
+// named none), the pages read, and whether it was read to max with no count to say it ended
+// there (bounded).
 type listing[T any] struct {
 	items        []T
 	total, pages int
+	bounded      bool
 }
 
 // list reads a listing from u (its query asking pageLimit a page), every page Gitea names, to
@@ -116,7 +118,7 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 	if err != nil {
 		return listing[T]{pages: page}, refusedFor(err)
 	}
-	return listing[T]{items: all, total: total, pages: page}, nil
+	return listing[T]{items: all, total: total, pages: page, bounded: total < 0 && len(all) >= max}, nil
 }
 
 // errMoved: a pull request's listing no longer describes the commit read for.
@@ -408,7 +410,7 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 			}
 			paths = append(paths, f.PreviousFilename, f.Filename)
 		}
-		if files.total > len(files.items) {
+		if files.total > len(files.items) || files.bounded {
 			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: listedOf("files", len(files.items), files.total, MaxReadFiles)})
 		}
 	}
@@ -430,7 +432,7 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 		for i := len(list) - 1; i >= 0; i-- {
 			commits = append(commits, subject.Commit{ID: list[i].SHA, Message: list[i].Commit.Message})
 		}
-		if listed.total > len(list) {
+		if listed.total > len(list) || listed.bounded {
 			cuts = append(cuts, subject.Unread{Input: subject.CommitsInput, Reason: listedOf("commits", len(list), listed.total, MaxReadCommits)})
 		}
 	}
@@ -445,6 +447,9 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 // listedOf says why a pull request's listing was read in part: amiss's own bound, or a count
 // Gitea named beyond what its pages held.
 func listedOf(what string, read, total, max int) string {
+	if read >= max && total < 0 {
+		return fmt.Sprintf("the pull request has more than %d %s; amiss reads at most %d", max, what, max)
+	}
 	if read >= max {
 		return fmt.Sprintf("the pull request has %d %s; amiss reads at most %d", total, what, max)
 	}

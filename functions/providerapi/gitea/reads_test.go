@@ -352,3 +352,48 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
 	}
 }
+
+// stripped serves h through a proxy that drops the named headers from every answer.
+func stripped(h http.Handler, drop ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		for k, vs := range rec.Header() {
+			if !slices.Contains(drop, http.CanonicalHeaderKey(k)) {
+				w.Header()[k] = vs
+			}
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+	})
+}
+
+// Behind a proxy that drops the paging headers (Link, X-Total-Count), a listing's first page
+// says nothing of what follows: the next pages are read until one is empty, never the first
+// taken as the whole list. A listing read to amiss's bound with no count to say whether it
+// ended there is not held whole.
+func TestAListingWhosePagingHeadersAreDroppedIsReadToItsEnd(t *testing.T) {
+	g := giteatest.New(func(tok string) bool { return tok == "rt" })
+	srv := httptest.NewServer(stripped(g, "Link", "X-Total-Count"))
+	t.Cleanup(srv.Close)
+	w := &readWorld{t: t, gitea: g, srv: srv, reader: gitea.NewClient(srv.URL, "rt", srv.Client())}
+	w.commits(1, 119, each)
+	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(120), Parent: commitN(119), Message: "Add the key",
+		Files: []giteatest.File{{Filename: "secrets/key.pem", Status: "added"}}})
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(120)})
+	got := w.read(pullOf(120, 4), subject.CommitsInput|subject.PathsInput)
+	if !got.Whole.Has(subject.AllInputs) || len(got.Paths) != 120 || !slices.Contains(got.Paths, "secrets/key.pem") || len(got.Commits) != 120 {
+		t.Fatalf("whole %q, %d paths, %d commits, unread %+v", got.Whole, len(got.Paths), len(got.Commits), got.Unread)
+	}
+
+	var many []giteatest.File
+	for i := 0; i < gitea.MaxReadFiles+10; i++ {
+		many = append(many, giteatest.File{Filename: fmt.Sprintf("many/f%d.go", i), Status: "added"})
+	}
+	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(200), Parent: commitN(0), Message: "Many files", Files: many})
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 5, Title: "t", Base: "main", Head: "many", BaseSHA: commitN(0), HeadSHA: commitN(200)})
+	got = w.read(pullOf(200, 5), subject.PathsInput)
+	if got.Whole.Has(subject.PathsInput) || len(got.Paths) < gitea.MaxReadFiles {
+		t.Fatalf("a pull request of more files than amiss reads, counted by nothing: whole %q, %d paths", got.Whole, len(got.Paths))
+	}
+}
