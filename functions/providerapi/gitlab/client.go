@@ -65,7 +65,8 @@ func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.An
 
 // Pages reads a listing: r, then the next page while GitLab names one (X-Next-Page, or the
 // Link header's rel="next"; when an answer carries neither, as behind a proxy that strips
-// them, the next page number until a page is empty), at most maxPages (0:
+// them, or an X-Next-Page that is no page number, the next page number until a page is
+// empty), at most maxPages (0:
 // providerapi.DefaultMaxPages). visit reads each page and says whether to read on. A listing
 // with more pages is a Transient error.
 func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(*providerapi.Answer) (more bool, err error)) error {
@@ -102,11 +103,14 @@ func nextPage(a *providerapi.Answer) string {
 		return u.String()
 	}
 	if v, ok := a.Header["X-Next-Page"]; ok {
-		n, err := strconv.Atoi(strings.TrimSpace(strings.Join(v, "")))
-		if err != nil || n < 1 {
+		next := strings.TrimSpace(strings.Join(v, ""))
+		if next == "" {
 			return "" // empty on the last page
 		}
-		return withPage(n)
+		if n, err := strconv.Atoi(next); err == nil && n >= 1 {
+			return withPage(n)
+		}
+		// Not a page number: not GitLab's, and no say on whether the listing ends here.
 	}
 	if next, linked := providerapi.NextLink(a.Header); linked {
 		return next

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/amiss-ci/amiss/functions/providerapi"
@@ -82,12 +83,13 @@ func (c *Client) get(ctx context.Context, u, what string, v any) error {
 	return a.Decode(what, v)
 }
 
-// listing is what list read: the entries, the pages read, and whether GitLab named a page
-// after the last one read.
+// listing is what list read: the entries, the pages read, whether GitLab named a page after
+// the last one read, and the count GitLab named (X-Total) when the pages held fewer (short).
 type listing[T any] struct {
 	items []T
 	pages int
 	more  bool
+	short int
 }
 
 // list reads a listing from u (its query asking perPage a page), every page GitLab names, to at
@@ -121,6 +123,9 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 		})
 	if err != nil {
 		return out, refusedFor(err)
+	}
+	if n, err := strconv.Atoi(total); err == nil && !out.more && len(out.items) < n {
+		out.short = n
 	}
 	return out, nil
 }
@@ -354,6 +359,8 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 				"GitLab keeps %s files of the merge request's diff (the instance's maximum files or lines in a diff)", overflow)})
 		case diffs.more:
 			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: fmt.Sprintf("the merge request has more than %d files; amiss reads at most %d", MaxReadFiles, MaxReadFiles)})
+		case diffs.short > 0:
+			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d files", len(diffs.items), diffs.short)})
 		}
 	}
 	if need.Has(subject.PathsInput) && !need.Has(subject.CommitsInput) {
@@ -383,8 +390,11 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 		for i := len(listed.items) - 1; i >= 0; i-- {
 			commits = append(commits, subject.Commit{ID: listed.items[i].ID, Message: listed.items[i].Message})
 		}
-		if listed.more {
+		switch {
+		case listed.more:
 			cuts = append(cuts, subject.Unread{Input: subject.CommitsInput, Reason: fmt.Sprintf("the merge request has more than %d commits; amiss reads at most %d", MaxReadCommits, MaxReadCommits)})
+		case listed.short > 0:
+			cuts = append(cuts, subject.Unread{Input: subject.CommitsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d commits", len(listed.items), listed.short)})
 		}
 	}
 	addPaths(s, paths...)

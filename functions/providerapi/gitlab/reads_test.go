@@ -336,3 +336,57 @@ func TestAMergeRequestMovingOnWhileItsDiffsAreReadIsReadAtItsCommit(t *testing.T
 		t.Fatalf("whole %q, paths %q, unread %+v", got.Whole, got.Paths, got.Unread)
 	}
 }
+
+// rewritten serves h through a proxy that sets the named headers of every answer to the value
+// given ("" drops the header).
+func rewritten(h http.Handler, set map[string]string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		for k, vs := range rec.Header() {
+			w.Header()[k] = vs
+		}
+		for k, v := range set {
+			if v == "" {
+				w.Header().Del(k)
+			} else {
+				w.Header().Set(k, v)
+			}
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+	})
+}
+
+// A listing whose paging headers are not GitLab's (an X-Next-Page that is no page number,
+// behind a proxy that also drops Link) is read on page by page until an empty page, never
+// ended at its first; one that ends short of the count GitLab named (X-Total) is not held
+// whole.
+func TestAListingWhosePagingHeadersAreNotGitLabsIsNotHeldWholeAtItsFirstPage(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		set   map[string]string
+		whole bool
+	}{
+		{"X-Next-Page no number, no Link", map[string]string{"X-Next-Page": "next", "Link": ""}, true},
+		{"X-Next-Page always empty", map[string]string{"X-Next-Page": " ", "Link": ""}, false},
+	} {
+		g := gitlabtest.New(func(tok string) bool { return tok == "rt" })
+		srv := httptest.NewServer(rewritten(g, c.set))
+		w := &readWorld{t: t, gitlab: g, reader: gitlab.NewClient(srv.URL, "rt", srv.Client())}
+		w.commits(1, 249, each)
+		w.gitlab.AddCommit(readProject, gitlabtest.Commit{SHA: commitN(250), Parent: commitN(249), Message: "add the key",
+			Files: []gitlabtest.File{{Path: "secrets/key.pem", Status: "added"}}})
+		w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main",
+			BaseSHA: commitN(0), HeadSHA: commitN(250)})
+		got := w.read(mergeRequestOf(250, 7), subject.PathsInput|subject.CommitsInput)
+		srv.Close()
+		switch {
+		case c.whole && (!got.Whole.Has(subject.AllInputs) || len(got.Paths) != 250 || len(got.Commits) != 250):
+			t.Errorf("%s: whole %q, %d paths, %d commits, unread %+v", c.name, got.Whole, len(got.Paths), len(got.Commits), got.Unread)
+		case !c.whole && (got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) ||
+			!strings.Contains(got.UnreadReason(subject.PathsInput), "250")):
+			t.Errorf("%s: whole %q, %d paths, %d commits, unread %+v", c.name, got.Whole, len(got.Paths), len(got.Commits), got.Unread)
+		}
+	}
+}
