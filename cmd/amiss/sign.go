@@ -123,8 +123,8 @@ func samplePayload(r *config.Route, title string) []byte {
 	repo, sha := sampleRepository(r), randomHex(20)
 	if r.Provider == provider.StandardWebhooks {
 		if title != "" {
-			return fmt.Appendf(nil, `{"type":"pull_request","data":{"repository":%q,"sha":%q,"ref":"refs/heads/feature","pull_request":{"number":1,"title":%q,"target_branch":"main","source_branch":"feature"}}}`,
-				repo, sha, title)
+			return fmt.Appendf(nil, `{"type":"pull_request","data":{"repository":%q,"sha":%q,"ref":"refs/heads/feature","pull_request":{"number":1,"title":%q,"target_branch":"main","source_branch":"feature"},"commits":[{"id":%q,"message":"Add the thing"}],"changed_paths":["src/thing.go"]}}`,
+				repo, sha, title, sha)
 		}
 		return fmt.Appendf(nil, `{"type":"push","data":{"repository":%q,"sha":%q,"ref":"refs/heads/main","commits":[{"id":%q,"message":"Update the README"}],"changed_paths":["README.md"]}}`,
 			repo, sha, sha)

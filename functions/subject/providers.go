@@ -560,9 +560,16 @@ func fromStandard(body []byte) (Subject, error) {
 	}
 	s := p.Data
 	s.Event = p.Type
-	// The data amiss defines lists every commit and changed path: the sender's lists are whole
-	// (as far as the bounds keep them).
-	s.Whole = AllInputs
+	// The data amiss defines lists every commit and changed path: a list the sender sends
+	// (empty included) is whole, as far as the bounds keep it; one it leaves out (or sends
+	// null) is not known, and no API can read it. What the data claims whole is not taken.
+	s.Whole = TitleInput | PullInput
+	if s.Commits != nil {
+		s.Whole |= CommitsInput
+	}
+	if s.Paths != nil {
+		s.Whole |= PathsInput
+	}
 	s.Installation = 0 // a GitHub App's: never named by another sender
 	s.RerunOf = ""     // a re-run's
 	s.API = ""         // a Bitbucket webhook's

@@ -90,7 +90,9 @@ func TestFixtures(t *testing.T) {
 			Paths:   []string{"go.mod", "go.sum"}, Whole: subject.AllInputs}},
 		{"standard-webhooks", "", "", "standard-webhooks/pull_request.json", subject.Subject{Event: "pull_request", Repository: "acme/app",
 			SHA: "89abcdef0123456789abcdef0123456789abcdef", Ref: "refs/heads/feature",
-			Pull: &subject.Pull{Number: 12, Title: "feat: something", TargetBranch: "main", SourceBranch: "feature"}, Whole: subject.AllInputs}},
+			Pull:    &subject.Pull{Number: 12, Title: "feat: something", TargetBranch: "main", SourceBranch: "feature"},
+			Commits: []subject.Commit{{ID: "89abcdef0123456789abcdef0123456789abcdef", Message: "Add something"}},
+			Paths:   []string{"src/something.go"}, Whole: subject.AllInputs}},
 	}
 	for _, c := range cases {
 		h := http.Header{}
@@ -414,5 +416,30 @@ func TestACheckRunsRerunNamesItsSuitesBranch(t *testing.T) {
 	s, err := subject.Extract("github", subject.GitHubFormat, hdr, b)
 	if err != nil || s.Pull != nil || s.Ref != "refs/heads/changes" {
 		t.Fatalf("re-run %+v %v, want the suite's branch refs/heads/changes and no pull request", s, err)
+	}
+}
+
+// A Standard Webhooks sender's lists are whole as far as it sends them: a commits or
+// changed_paths list it sends (empty included) is the event's every one; one it leaves out is
+// not known, and the rules that need it fail closed, never passing a pull request whose
+// sender named no file.
+func TestAStandardWebhooksSendersListsAreWholeOnlyWhenSent(t *testing.T) {
+	for _, c := range []struct {
+		body  string
+		whole subject.Inputs
+	}{
+		{`{"type":"pull_request","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567",` +
+			`"pull_request":{"number":1,"title":"feat: x","target_branch":"main"}}}`, subject.TitleInput | subject.PullInput},
+		{`{"type":"pull_request","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567",` +
+			`"pull_request":{"number":1,"title":"feat: x","target_branch":"main"},"commits":[],"changed_paths":["a.go"]}}`, subject.AllInputs},
+		{`{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","commits":[{"id":"c","message":"m"}]}}`,
+			subject.TitleInput | subject.PullInput | subject.CommitsInput},
+		{`{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","changed_paths":null,` +
+			`"whole":["title","pull_request","commits","paths"]}}`, subject.TitleInput | subject.PullInput},
+	} {
+		s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(c.body))
+		if err != nil || s.Whole != c.whole {
+			t.Errorf("%s: whole %q (%v), want %q", c.body, s.Whole, err, c.whole)
+		}
 	}
 }
