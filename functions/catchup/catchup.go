@@ -275,8 +275,9 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 			}
 			seen = append(seen, a)
 		}
-		if old > 0 && old == len(page) {
-			// A page wholly before the cursor: the listing, newest first, reached it.
+		if old > 0 {
+			// The listing, newest first, reached the cursor: every later page is older still
+			// (attempts recorded late or out of order are what the overlap is for).
 			reached = true
 			return false, nil
 		}

@@ -359,3 +359,45 @@ func TestGitLabEventsStillFailingWhenTheWindowClosesAreReportedLost(t *testing.T
 	}
 	w.noViolations()
 }
+
+// A run lists back to its cursor (less the overlap) and no further: once a page reaches it,
+// the listing, newest first, holds nothing newer. A steady hook costs one listing request a
+// run, and one request per failed event asked for.
+func TestASteadyRunListsOnePage(t *testing.T) {
+	w := newGitLabWorld(t)
+	for range 50 {
+		w.push(projectHook, up)
+		w.clock.Advance(time.Minute)
+	}
+	src := w.sources()[0]
+	cost := func() (catchup.Report, int) {
+		t.Helper()
+		before := w.hooks.Requests()
+		rep, err := w.runner().Run(context.Background(), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep, w.hooks.Requests() - before
+	}
+	if rep, n := cost(); n != 3 || rep.Listed != 50 {
+		t.Fatalf("the first run: %d requests, %+v; want the 50 events in 3 pages of 20", n, rep)
+	}
+	for range 3 {
+		for range 3 {
+			w.push(projectHook, up)
+			w.clock.Advance(time.Minute)
+		}
+		w.clock.Advance(2 * time.Minute)
+		if rep, n := cost(); n != 1 {
+			t.Fatalf("a run 5 minutes after the last: %d requests (%+v), want 1", n, rep)
+		}
+	}
+	w.push(projectHook, down)
+	w.push(projectHook, down)
+	w.clock.Advance(5 * time.Minute)
+	if rep, n := cost(); n != 3 || rep.Asked != 2 {
+		t.Fatalf("a run with two failed events: %d requests (%+v), want 1 listing and 2 resends", n, rep)
+	}
+	w.drain()
+	w.noViolations()
+}
