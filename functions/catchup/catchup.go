@@ -513,8 +513,11 @@ func (r *Runner) finish(ctx context.Context, name string, rep Report, err error)
 	if uerr := r.update(wctx, name, func(c *Cursor) bool {
 		rep.Open = len(c.Open)
 		c.Last = &rep
-		if rep.WaitUntil.After(c.WaitUntil) {
+		switch {
+		case rep.WaitUntil.After(c.WaitUntil):
 			c.WaitUntil = rep.WaitUntil
+		case !c.WaitUntil.After(r.now()):
+			c.WaitUntil = time.Time{} // over: the cursor keeps no wait
 		}
 		return true
 	}); uerr != nil && err == nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/catchup"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab"
 )
 
@@ -54,6 +55,9 @@ func TestAGitHubRateLimitEndsTheAsksUntilItsReset(t *testing.T) {
 	rep, err = w.runner().Run(context.Background(), src)
 	if err != nil || rep.Asked != 3 || !rep.WaitUntil.IsZero() {
 		t.Fatalf("the run after the reset: %+v %v, want the other 3 asked", rep, err)
+	}
+	if cur, _, err := catchup.ReadCursor(context.Background(), w.ledger, src.Name()); err != nil || !cur.WaitUntil.IsZero() {
+		t.Errorf("the cursor after the wait: %v %v, want no wait kept", cur.WaitUntil, err)
 	}
 	w.asked(appHook, want)
 	w.drain()
