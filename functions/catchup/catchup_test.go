@@ -123,7 +123,7 @@ func newWorld(t *testing.T) *world {
 	gh := githubtest.NewApp(appID, &key.PublicKey)
 	gh.Authorize = githubtest.Token(hookToken)
 	gh.Now = clock.Now
-	gh.DeliveryTimeout = 2 * time.Second
+	gh.DeliveryTimeout = deliveryTimeout
 	api := httptest.NewServer(gh)
 	t.Cleanup(api.Close)
 	cfg, err := config.Parse([]byte(`
@@ -183,11 +183,23 @@ func serveIn(t *testing.T, in http.Handler, mode ingressMode, rw http.ResponseWr
 	}
 }
 
+// deliveryTimeout is how long the fakes' attempts wait for the ingress: long enough for any
+// answer on a loaded machine; hungTimeout is theirs while the ingress hangs, which they wait
+// out.
+const (
+	deliveryTimeout = 30 * time.Second
+	hungTimeout     = 2 * time.Second
+)
+
 // push delivers a push of a new commit through hook while the ingress is in mode, and
 // returns the commit and the attempt.
 func (w *world) push(hook githubtest.Hook, mode ingressMode) (string, githubtest.HookDelivery) {
 	w.mode.Store(int32(mode))
 	defer w.mode.Store(int32(up))
+	if mode == hung {
+		w.gh.SetDeliveryTimeout(hungTimeout)
+		defer w.gh.SetDeliveryTimeout(deliveryTimeout)
+	}
 	w.n++
 	sha := fmt.Sprintf("%040x", w.n)
 	body := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"id":99,"full_name":"acme/app"},"installation":{"id":5},`+

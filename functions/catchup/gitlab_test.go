@@ -65,7 +65,7 @@ func newGitLabWorld(t *testing.T) *glWorld {
 	clock := ledger.NewManualClock(time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC))
 	statuses := gitlabtest.New(func(tok string) bool { return tok == glToken })
 	hooks := &gitlabtest.Hooks{Authorize: func(tok string) bool { return tok == glToken }, Now: clock.Now,
-		DeliveryTimeout: 2 * time.Second, Next: statuses}
+		DeliveryTimeout: deliveryTimeout, Next: statuses}
 	api := httptest.NewServer(hooks)
 	t.Cleanup(api.Close)
 	cfg, err := config.Parse([]byte(`
@@ -111,6 +111,10 @@ routes:
 func (w *glWorld) push(hook gitlabtest.Hook, mode ingressMode) (string, gitlabtest.HookEvent) {
 	w.mode.Store(int32(mode))
 	defer w.mode.Store(int32(up))
+	if mode == hung {
+		w.hooks.SetDeliveryTimeout(hungTimeout)
+		defer w.hooks.SetDeliveryTimeout(deliveryTimeout)
+	}
 	w.n++
 	sha := fmt.Sprintf("%040x", 0x1000+w.n)
 	body := fmt.Sprintf(`{"object_kind":"push","event_name":"push","ref":"refs/heads/main","before":"%040x","after":%q,"checkout_sha":%q,`+

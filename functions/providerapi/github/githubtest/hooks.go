@@ -77,6 +77,13 @@ func (g *GitHub) AddHook(h Hook, target, secret string) {
 	g.hooks[h] = &hook{url: target, secret: secret, asked: map[string]int{}}
 }
 
+// SetDeliveryTimeout sets DeliveryTimeout while the fake serves.
+func (g *GitHub) SetDeliveryTimeout(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.DeliveryTimeout = d
+}
+
 // SetHookURL points the hook at target (an ingress coming back at another address).
 func (g *GitHub) SetHookURL(h Hook, target string) {
 	g.mu.Lock()

@@ -154,6 +154,13 @@ func (g *Hooks) AddHook(h Hook, c HookConfig) {
 	g.hooks[h] = &hookState{HookConfig: c}
 }
 
+// SetDeliveryTimeout sets DeliveryTimeout while the fake serves.
+func (g *Hooks) SetDeliveryTimeout(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.DeliveryTimeout = d
+}
+
 // SetHookURL changes the hook's URL (GitLab then refuses to resend what was logged before).
 func (g *Hooks) SetHookURL(h Hook, target string) {
 	g.mu.Lock()
