@@ -108,6 +108,20 @@ func TestHookEventsAreListedNewestFirstTwentyAPage(t *testing.T) {
 			t.Fatalf("event %d listed as %+v (status %d, delivery %s), want %+v", i, e, e.StatusCode(), e.Delivery(), want)
 		}
 	}
+	// The fake filters by status as GitLab documents it.
+	for status, total := range map[string]string{"server_failure": "30", "successful": "15", "503,200": "30"} {
+		a, err := w.client.Do(context.Background(), providerapi.Request{Method: http.MethodGet,
+			URL: "/api/v4/projects/acme%2Fapp/hooks/17/events?status=" + status})
+		if err != nil {
+			t.Errorf("events of status %s: %v", status, err)
+		} else if got := a.Header.Get("X-Total"); got != total {
+			t.Errorf("events of status %s: X-Total %q, want %s", status, got, total)
+		}
+	}
+	if _, err := w.client.Do(context.Background(), providerapi.Request{Method: http.MethodGet,
+		URL: "/api/v4/projects/acme%2Fapp/hooks/17/events?status=failed"}); providerapi.StatusOf(err) != http.StatusBadRequest {
+		t.Errorf("a status GitLab does not take: %v, want 400", err)
+	}
 	// A listing cut at its page bound says so.
 	err := w.client.HookEvents(context.Background(), gitlab.Hook{Project: "acme/app", ID: 17}, 2, func([]gitlab.HookEvent) (bool, error) { return true, nil })
 	if providerapi.ClassOf(err) != providerapi.Transient {
