@@ -147,7 +147,8 @@ type Cursor struct {
 	// Last is the last run's report.
 	Last *Report `json:"last,omitempty"`
 	// WaitUntil: the provider asked to wait until then (a rate limit), by the clock of the
-	// host told; runs before it send it nothing.
+	// host told; runs before it send it nothing, unless it is further ahead than
+	// providerapi.MaxProviderWait (a host clock that ran ahead).
 	WaitUntil time.Time `json:"wait_until,omitzero"`
 }
 
@@ -251,7 +252,7 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 	if err != nil {
 		return r.finish(ctx, name, rep, err)
 	}
-	if start.Before(cur.WaitUntil) {
+	if waiting(cur, start) {
 		rep.WaitUntil = cur.WaitUntil
 		return r.finish(ctx, name, rep, nil)
 	}
@@ -486,6 +487,13 @@ func (r *Runner) send(ctx context.Context, src Source, targets []Attempt, rep *R
 	return len(targets), nil
 }
 
+// waiting reports whether c keeps a wait that holds at now. A wait further ahead than any a
+// provider can ask for (written by a host whose clock ran ahead) holds for none: it must not
+// stop catch-up for longer than the longest wait.
+func waiting(c Cursor, now time.Time) bool {
+	return now.Before(c.WaitUntil) && c.WaitUntil.Sub(now) <= providerapi.MaxProviderWait
+}
+
 // waitOf is the wait a transient error asks for (a rate limit, Retry-After), bounded by
 // providerapi.MaxProviderWait; zero for any other error.
 func (r *Runner) waitOf(err error) time.Duration {
@@ -516,7 +524,7 @@ func (r *Runner) finish(ctx context.Context, name string, rep Report, err error)
 		switch {
 		case rep.WaitUntil.After(c.WaitUntil):
 			c.WaitUntil = rep.WaitUntil
-		case !c.WaitUntil.After(r.now()):
+		case !waiting(*c, r.now()):
 			c.WaitUntil = time.Time{} // over: the cursor keeps no wait
 		}
 		return true

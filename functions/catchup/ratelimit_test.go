@@ -128,3 +128,33 @@ func TestGitLabsResendLimitLeavesTheRestToTheNextRun(t *testing.T) {
 		t.Errorf("GitLab logged %d attempts, want 8 events and 8 resends", n)
 	}
 }
+
+// A wait further ahead than any provider can ask for, as a host whose clock ran a day ahead
+// writes it, does not stop catch-up: the next run asks, and the cursor keeps no wait.
+func TestAWaitWrittenByAClockAheadDoesNotStopCatchUp(t *testing.T) {
+	w := newWorld(t)
+	_, d := w.push(appHook, down)
+	w.clock.Advance(time.Minute)
+	src := w.sources()[0]
+	ahead := w.runner()
+	ahead.Now = func() time.Time { return w.clock.Now().Add(24 * time.Hour) }
+	var redelivers atomic.Int32
+	w.gh.HookAnswer = func(op string, _ int) int {
+		if strings.HasSuffix(op, "/redeliver-webhook-delivery") && redelivers.Add(1) == 1 {
+			return http.StatusTooManyRequests
+		}
+		return 0
+	}
+	if rep, err := ahead.Run(context.Background(), src); err != nil || rep.Asked != 0 || rep.WaitUntil.IsZero() {
+		t.Fatalf("the run a day ahead: %+v %v, want a wait kept", rep, err)
+	}
+	rep, err := w.runner().Run(context.Background(), src)
+	if err != nil || rep.Asked != 1 {
+		t.Fatalf("the next run, on time: %+v %v, want the delivery asked for", rep, err)
+	}
+	if cur, _, err := catchup.ReadCursor(context.Background(), w.ledger, src.Name()); err != nil || !cur.WaitUntil.IsZero() {
+		t.Errorf("the cursor: wait %v %v, want none kept", cur.WaitUntil, err)
+	}
+	w.asked(appHook, map[string]int{d.GUID: 1})
+	w.noViolations()
+}
