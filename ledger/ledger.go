@@ -72,11 +72,14 @@ type Ledger interface {
 	// a subject with no record gets a new one). The caller holds the row's publishing lease.
 	// It answers SubjectPost with a fenced grant, SubjectWait while another post is in flight,
 	// SubjectSuperseded when a newer verdict is recorded, or SubjectStanding when this verdict
-	// is known to stand.
+	// is known to stand. A park (q.Wake set: a verdict told to wait, its message set aside)
+	// never grants: it names the verdict the waiter of the live grant, or answers when to come
+	// back.
 	AcquireSubject(ctx context.Context, q SubjectRequest) (SubjectGrant, error)
 
 	// ReportSubject records what became of the post made under a grant (SubjectRecord.Report
-	// decides), in one read-modify-write of the subject's record. A grant that is no longer the
+	// decides), in one read-modify-write of the subject's record, and hands back the wake of
+	// the verdict parked on that grant (SubjectGrant.Wake). A grant that is no longer the
 	// record's is ErrLeaseLost.
 	ReportSubject(ctx context.Context, g SubjectGrant, o PostOutcome) (SubjectGrant, error)
 

@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -76,12 +77,68 @@ func ParseSubjectKey(s string) (SubjectKey, error) {
 // Order places a verdict among the verdicts of its subject. The newer of two is the one whose
 // event the provider signed later (EventAt: a time inside the signed body, or a signed header
 // time); a delivery whose signature proves no time is placed at its admission, by the ledger's
-// clock. Equal times are broken by admission (AdmittedAt), then by key, so any two verdicts
-// are ordered, the same way by every runner.
+// clock. Equal times (within the provider's resolution: GitHub's whole seconds) are broken by
+// what the evaluation learnt of the two events (Tie), then by admission (AdmittedAt), then by
+// key, so any two verdicts are ordered, the same way by every runner.
 type Order struct {
 	Key        Key       `json:"key"`
 	EventAt    time.Time `json:"event_at,omitzero"`
 	AdmittedAt time.Time `json:"admitted_at"`
+	Tie        Tie       `json:"tie,omitzero"`
+}
+
+// Tie is what orders two verdicts of one subject whose events carry the same time, before
+// their admission does: what the payload proves of the event's place (From), and what the
+// provider showed when the verdict was evaluated (Seen). The evaluation fills it; the zero Tie
+// knows nothing, and leaves the order to admission.
+type Tie struct {
+	// Inputs names what the verdict was evaluated on that the provider's events change (a
+	// pull request's title and target branch, on the subject's commit), as a digest.
+	Inputs Digest `json:"inputs,omitzero"`
+	// From names the inputs the event changed, as its payload proves it (an edit's previous
+	// title): the event came after any verdict whose Inputs are From.
+	From Digest `json:"from,omitzero"`
+	// Seen is what a read of the provider at evaluation found of Inputs.
+	Seen Seen `json:"seen,omitempty"`
+}
+
+// Seen is what a read of the provider at a verdict's evaluation found of its inputs.
+type Seen int8
+
+// What a read found.
+const (
+	// SeenNothing: the provider was not read (no reader, or the read failed).
+	SeenNothing Seen = 0
+	// SeenCurrent: the provider showed the verdict's inputs.
+	SeenCurrent Seen = 1
+	// SeenStale: the provider showed other inputs: an event after the verdict's had changed
+	// them.
+	SeenStale Seen = -1
+)
+
+// IsZero reports whether t knows nothing.
+func (t Tie) IsZero() bool { return t == Tie{} }
+
+// compare orders t's verdict against u's, of events with the same time: -1 when t's is the
+// older, 1 when it is the newer, 0 when neither tells. What a payload proves decides first:
+// an event that changed the other's inputs came after it. Then what the provider showed, when
+// both were read: the verdict whose inputs were current is newer than one whose inputs had
+// already changed. A verdict read and one not read tell nothing (the unread may be either).
+func (t Tie) compare(u Tie) int {
+	after := !t.From.IsZero() && t.From == u.Inputs  // t's event changed u's inputs
+	before := !u.From.IsZero() && u.From == t.Inputs // u's event changed t's
+	switch {
+	case after && !before:
+		return 1
+	case before && !after:
+		return -1
+	case t.Seen != SeenNothing && u.Seen != SeenNothing && t.Seen != u.Seen:
+		if t.Seen == SeenCurrent {
+			return 1
+		}
+		return -1
+	}
+	return 0
 }
 
 // At is the time the verdict is ordered by: its event time, or its admission when it has none.
@@ -96,6 +153,9 @@ func (o Order) At() time.Time {
 func (o Order) Before(p Order) bool {
 	if a, b := o.At(), p.At(); !a.Equal(b) {
 		return a.Before(b)
+	}
+	if c := o.Tie.compare(p.Tie); c != 0 {
+		return c < 0
 	}
 	if !o.AdmittedAt.Equal(p.AdmittedAt) {
 		return o.AdmittedAt.Before(p.AdmittedAt)
@@ -126,6 +186,43 @@ type SubjectRequest struct {
 	// Settle is how long after the poster gave up on a request the provider may still apply
 	// it (the route's setting): until then, what stands is not known.
 	Settle time.Duration
+	// Wake, when set, makes the request a park: the verdict was told SubjectWait, its message
+	// is set aside until then, and Wake says how to bring it back sooner (opaque to the
+	// ledger: the runner's queue reads it; at most MaxWake bytes of wakeChars). A park never
+	// grants. While another verdict's grant is live, it names this verdict the record's
+	// waiter, and the report that ends that grant hands Wake back (SubjectGrant.Wake), so the
+	// waiter posts at the report rather than at the grant's end. Otherwise it answers when to
+	// come back: at once when nothing holds the subject any more (the report landed before the
+	// park), superseded when a newer verdict is recorded.
+	Wake string
+	// Prior are the records of the same repository, commit and context kept under other
+	// spellings of the subject's publisher (written before publisher identities were
+	// normalised), as read just before the request. The decision honours them as if they were
+	// this record's past: a verdict older than one recorded there is superseded (and that
+	// newer verdict recorded here), a post under one that may still land is waited for, and a
+	// post of this verdict there is read back before it is posted again.
+	Prior []SubjectRecord
+}
+
+// MaxWake bounds a park's Wake, in bytes: an SQS receipt handle is at most 1,024 characters.
+const MaxWake = 1024
+
+// wakeChars are the bytes a Wake may hold: JSON writes each as one byte, so a record with a
+// waiter stays within what a backend reads (base64, as SQS receipt handles are, and the
+// separators of a key).
+const wakeChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=:._-"
+
+// ValidWake reports whether w can be a park's Wake.
+func ValidWake(w string) bool {
+	if w == "" || len(w) > MaxWake {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		if strings.IndexByte(wakeChars, w[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Validate reports a request the contract cannot decide.
@@ -140,6 +237,14 @@ func (q SubjectRequest) Validate() error {
 		return fmt.Errorf("%w: a subject request needs the verdict's evaluation id", ErrInvalid)
 	case q.HoldFor <= 0 || q.Settle < 0:
 		return fmt.Errorf("%w: a subject request needs a positive hold and a settle time not below zero", ErrInvalid)
+	case q.Wake != "" && !ValidWake(q.Wake):
+		return fmt.Errorf("%w: a park's wake is at most %d bytes of base64 and \":._-\"", ErrInvalid, MaxWake)
+	}
+	for _, p := range q.Prior {
+		if s := p.Subject; s.Repository != q.Subject.Repository || s.SHA != q.Subject.SHA || s.Context != q.Subject.Context ||
+			s.Publisher == q.Subject.Publisher {
+			return fmt.Errorf("%w: a prior record must be of the same commit and context under another publisher's name", ErrInvalid)
+		}
 	}
 	return nil
 }
@@ -152,7 +257,8 @@ const (
 	// SubjectPost: post the verdict now, under the grant's fence, and report what became of it.
 	SubjectPost SubjectOutcome = iota + 1
 	// SubjectWait: another post is in flight, or a post of this verdict may still land; come
-	// back at RetryAt.
+	// back at RetryAt (park the verdict to be woken sooner: SubjectRequest.Wake). To a park:
+	// come back at RetryAt, at once when it is the decision's time.
 	SubjectWait
 	// SubjectSuperseded: a newer verdict is recorded (By); this one must never be posted. By is
 	// zero when a late verdict found another status standing that it cannot order against.
@@ -211,6 +317,11 @@ type SubjectGrant struct {
 	// RetryAt (SubjectWait, SubjectConfirm, SubjectRetry) is when to come back, by the
 	// ledger's clock; Decided is the ledger's time of the answer.
 	RetryAt, Decided time.Time
+	// Wake (an answer to ReportSubject) is the Wake of the verdict parked on the grant just
+	// ended: the reporter brings it back now. Waking it is never needed for the order (the
+	// waiter comes back at its own time anyway) and never unsafe (whoever comes back asks the
+	// record again).
+	Wake string
 }
 
 // PostOutcome is what became of a post made under a grant.
@@ -271,6 +382,11 @@ type SubjectRecord struct {
 	Stands Verdict `json:"stands,omitzero"`
 	// SettleUntil is when every post whose outcome is unknown has been applied or dropped.
 	SettleUntil time.Time `json:"settle_until,omitzero"`
+	// Waiter is the verdict parked on the current grant (zero: none), and WaiterWake how to
+	// wake it (SubjectRequest.Wake): the report that ends the grant hands it back. Any new
+	// grant clears it.
+	Waiter     Verdict `json:"waiter,omitzero"`
+	WaiterWake string  `json:"waiter_wake,omitempty"`
 	// Blind is set while the record knows nothing of what stands: from its creation until a
 	// post under it is reported applied or unknown (a grant that ends without a report may
 	// have read back another status and died: it teaches nothing). A verdict older than the
@@ -317,12 +433,22 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	}
 	g := SubjectGrant{Subject: r.Key, Order: q.Order, Evaluation: q.EvaluationID, Decided: now}
 	v := Verdict{Key: q.Order.Key, Evaluation: q.EvaluationID}
+	if q.Wake != "" {
+		return r.park(q, v, g, now)
+	}
+	changed := false
+	for _, p := range q.Prior {
+		if !p.Newest.Key.IsZero() && (r.Newest.Key.IsZero() || r.Newest.Before(p.Newest)) && q.Order.Before(p.Newest) {
+			// Recorded here, the newer verdict supersedes this one now and from now on.
+			r.Newest, r.NewestEvaluation, changed = p.Newest, p.NewestEvaluation, true
+		}
+	}
+	priorUntil, priorPosted := prior(q, v)
 	fresh := r.Newest.Key.IsZero()
 	if !fresh && q.Order.Before(r.Newest) {
 		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
-		return g, false, nil
+		return g, r.touch(changed, now), nil
 	}
-	changed := false
 	if fresh || r.Newest.Before(q.Order) {
 		r.Newest, r.NewestEvaluation = q.Order, q.EvaluationID
 		changed = true
@@ -337,6 +463,12 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 		r.endHold(r.HolderUntil, false)
 		changed = true
 	}
+	if now.Before(priorUntil) {
+		// A post under a prior record may still land: posting before it has would let it land
+		// over this verdict unseen.
+		g.Outcome, g.RetryAt = SubjectWait, priorUntil
+		return g, r.touch(changed, now), nil
+	}
 	if r.Stands == v && !now.Before(r.SettleUntil) {
 		g.Outcome = SubjectStanding
 		return g, r.touch(changed, now), nil
@@ -349,13 +481,54 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	}
 	r.Fence++
 	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = v, now, now.Add(q.HoldFor), q.Settle
+	r.Waiter, r.WaiterWake = Verdict{}, "" // parked on a grant that is over
 	if r.Stands != v {
 		r.Stands = Verdict{} // what stands is in flux until this grant reports
 	}
 	g.Outcome, g.Fence = SubjectPost, r.Fence
 	g.Late = r.Blind && r.CreatedAt.After(q.Order.At().Add(horizon))
-	g.ReadBack = g.Late || r.Posted == v
+	g.ReadBack = g.Late || r.Posted == v || priorPosted
 	return g, r.touch(true, now), nil
+}
+
+// prior is what q's prior records say of v: until when a post under one may still land, and
+// whether a post of v may stand under one.
+func prior(q SubjectRequest, v Verdict) (until time.Time, posted bool) {
+	for _, p := range q.Prior {
+		until = MaxTime(until, p.SettleUntil)
+		if !p.Holder.IsZero() {
+			until = MaxTime(until, p.HolderUntil.Add(p.HolderSettle)) // a post under its grant may land until then
+		}
+		posted = posted || p.Posted == v || p.Holder == v || p.Stands == v
+	}
+	return until, posted
+}
+
+// park decides a park (q.Wake set) at now: it never grants, and changes the record only to
+// name v the waiter of a live grant held by another verdict.
+func (r *SubjectRecord) park(q SubjectRequest, v Verdict, g SubjectGrant, now time.Time) (SubjectGrant, bool, error) {
+	switch {
+	case !r.Newest.Key.IsZero() && q.Order.Before(r.Newest):
+		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
+		return g, false, nil
+	case r.held(now) && r.Holder != v:
+		g.Outcome, g.RetryAt = SubjectWait, r.HolderUntil
+		changed := r.Waiter != v || r.WaiterWake != q.Wake
+		r.Waiter, r.WaiterWake = v, q.Wake
+		return g, r.touch(changed, now), nil
+	case r.held(now):
+		g.Outcome, g.RetryAt = SubjectWait, r.HolderUntil // its own grant: nobody else's report wakes it
+	default:
+		// The grant it waited for is over: come back now, or once what it also waits for (a
+		// post of its own, or under a prior record, that may still land) has settled.
+		g.Outcome, g.RetryAt = SubjectWait, now
+		if r.Posted == v {
+			g.RetryAt = MaxTime(g.RetryAt, r.SettleUntil)
+		}
+		until, _ := prior(q, v)
+		g.RetryAt = MaxTime(g.RetryAt, until)
+	}
+	return g, false, nil
 }
 
 func (r *SubjectRecord) touch(changed bool, now time.Time) bool {
@@ -409,6 +582,8 @@ func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (Su
 	default:
 		return SubjectGrant{}, fmt.Errorf("%w: post outcome %v", ErrInvalid, o)
 	}
+	// The grant is over: the verdict parked on it may post now.
+	out.Wake, r.Waiter, r.WaiterWake = r.WaiterWake, Verdict{}, ""
 	r.UpdatedAt = now
 	return out, nil
 }
@@ -441,6 +616,8 @@ func (r *SubjectRecord) Check() error {
 		return fmt.Errorf("%w: subject record names no newest verdict", ErrCorrupt)
 	case !r.Holder.IsZero() && (r.HolderUntil.IsZero() || r.Fence == 0):
 		return fmt.Errorf("%w: subject record holder has no grant", ErrCorrupt)
+	case r.Waiter.IsZero() != (r.WaiterWake == "") || (r.WaiterWake != "" && !ValidWake(r.WaiterWake)):
+		return fmt.Errorf("%w: subject record waiter without a valid wake", ErrCorrupt)
 	}
 	return r.Subject.Validate()
 }

@@ -277,9 +277,11 @@ func TestAKeyAdmittedAgainIsANewVerdict(t *testing.T) {
 // TestTheNewestVerdictStandsLastWhateverTheInterleaving drives the subject record with
 // simulated posters and a simulated provider over many random interleavings: verdicts asked
 // for in any order, posters killed mid-post, posts whose answer is lost and that the provider
-// applies later (within the settle time), posts refused. Each poster keeps to its grant: it
-// sends only while its grant lasts. At the end, the last status the provider applied must be
-// the newest verdict's, and every verdict must have ended standing or superseded.
+// applies later (within the settle time), posts refused, verdicts told to wait parked and
+// woken by the report (at once, late, or never, their reporter dying first). Each poster keeps
+// to its grant: it sends only while its grant lasts. At the end, the last status the provider
+// applied must be the newest verdict's, and every verdict must have ended standing or
+// superseded.
 func TestTheNewestVerdictStandsLastWhateverTheInterleaving(t *testing.T) {
 	for seed := uint64(0); seed < 400; seed++ {
 		if err := simulateSubject(seed); err != nil {
@@ -287,6 +289,9 @@ func TestTheNewestVerdictStandsLastWhateverTheInterleaving(t *testing.T) {
 		}
 	}
 }
+
+// wakeOf is the wake a simulated verdict parks with.
+func wakeOf(q SubjectRequest) string { return "v" + q.Order.Key.String()[:4] }
 
 type landing struct {
 	at  time.Time
@@ -405,8 +410,23 @@ func simulateSubject(seed uint64) error {
 			if err != nil {
 				return err
 			}
-			tr("   report: %v retry +%v", a.Outcome, a.RetryAt.Sub(subjT0))
+			tr("   report: %v retry +%v wake %q", a.Outcome, a.RetryAt.Sub(subjT0), a.Wake)
 			after(p, a, now)
+			for _, w := range posters {
+				// The waiter is woken: at once, late, or never (the reporter died first); a wake
+				// reaching a verdict that already came back by itself is one more try.
+				if a.Wake == "" || a.Wake != wakeOf(w.q) || w.grant != nil || w.finished || rng.IntN(5) == 0 {
+					continue
+				}
+				at := now.Add(time.Duration(rng.IntN(3)) * time.Second)
+				if rng.IntN(4) == 0 {
+					at = now.Add(time.Duration(rng.IntN(40)) * time.Second)
+				}
+				tr("   wakes %s at +%v", w.q.Order.Key.Short()[:2], at.Sub(subjT0))
+				if at.Before(w.nextAt) {
+					w.nextAt = at
+				}
+			}
 			continue
 		}
 		g, _, err := r.Acquire(p.q, horizon, now)
@@ -419,6 +439,16 @@ func simulateSubject(seed uint64) error {
 			continue
 		}
 		after(p, g, now)
+		if g.Outcome == SubjectWait && rng.IntN(4) > 0 {
+			// Parked a moment later (its message set aside first), to be woken by the report.
+			at := now.Add(time.Duration(rng.IntN(2000)) * time.Millisecond)
+			pk, _, err := r.Acquire(park(p.q, wakeOf(p.q)), horizon, at)
+			if err != nil {
+				return err
+			}
+			tr("   parks +%v: %v retry +%v", at.Sub(subjT0), pk.Outcome, pk.RetryAt.Sub(subjT0))
+			p.nextAt = MaxTime(pk.RetryAt, at)
+		}
 	}
 	for _, p := range posters {
 		if !p.finished {

@@ -31,8 +31,9 @@ var errCheck = errors.New("check failed")
 // Without -template, as amiss would run it here: the file loads, every secret it names can
 // be read, the ledger root (when it exists) records the configuration's limits, and each
 // publisher's base URL answers HTTP; a route publishing as a GitHub App has its key, its JWT,
-// its installations and their tokens checked (checkApp). No status or check run is posted
-// and no webhook is sent.
+// its installations and their tokens checked (checkApp); a route whose rules read what its
+// webhooks lack has a credential that reads each repository it names (checkReads). No status
+// or check run is posted and no webhook is sent.
 //
 // With -template, as a SAM build packages it: every environment variable the file reads
 // (${NAME}, env:NAME) is one the template declares for the functions, since Lambda sets no
@@ -41,7 +42,8 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 	fs := newCommand("check", "[-config FILE] [-root DIR|s3://bucket/prefix/] | -template template.yaml [-function NAME] [-config FILE]",
 		"Checks a configuration without sending anything to a provider: it loads, every secret it names can be\n"+
 			"read, the ledger root records its limits, each publisher's base URL answers; a GitHub App's key and\n"+
-			"JWT are accepted, and it is installed, with a token to be had, on each repository the route names.\n"+
+			"JWT are accepted, and it is installed, with a token to be had, on each repository the route names; a\n"+
+			"route whose rules read what webhooks lack reads each repository it names (posting nothing).\n"+
 			"Each check prints ok or FAIL with the remedy; any FAIL exits 1. With -template: every variable the\n"+
 			"file reads is one the SAM template declares for the functions.")
 	cfgPath := fs.String("config", defaultConfig, "configuration file")
@@ -99,24 +101,31 @@ func runCheck(ctx context.Context, args []string, out io.Writer) error {
 
 	hc := &http.Client{Timeout: *timeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, name := range cfg.RouteNames() {
-		p := cfg.Route(name).Publish
-		if p.Provider == provider.Log {
-			c.ok("routes.%s.publish: verdicts go to the log", name)
-			continue
-		}
-		resp, err := hc.Get(p.BaseURL)
-		if err != nil {
-			c.fail("routes.%s.publish.base_url: %s does not answer: %v", name, p.BaseURL, err)
-			continue
-		}
-		resp.Body.Close()
-		c.ok("routes.%s.publish.base_url: %s answers (HTTP %d; no status was posted)", name, p.BaseURL, resp.StatusCode)
-		if p.App != nil {
-			c.checkApp(ctx, res, cfg.Route(name), hc, *timeout)
-		}
+		c.checkPublisher(ctx, res, cfg.Route(name), hc, *timeout)
+		c.checkReads(ctx, res, cfg.Route(name), hc, *timeout)
 	}
 	c.checkCatchUp(ctx, cfg, res, hc, *timeout)
 	return c.done()
+}
+
+// checkPublisher checks where r's verdicts go: the publisher's base URL answers HTTP (a GET),
+// and a GitHub App's key, installations and tokens (checkApp).
+func (c *checker) checkPublisher(ctx context.Context, res secrets.Source, r *config.Route, hc *http.Client, timeout time.Duration) {
+	name, p := r.Name, r.Publish
+	if p.Provider == provider.Log {
+		c.ok("routes.%s.publish: verdicts go to the log", name)
+		return
+	}
+	resp, err := hc.Get(p.BaseURL)
+	if err != nil {
+		c.fail("routes.%s.publish.base_url: %s does not answer: %v", name, p.BaseURL, err)
+		return
+	}
+	resp.Body.Close()
+	c.ok("routes.%s.publish.base_url: %s answers (HTTP %d; no status was posted)", name, p.BaseURL, resp.StatusCode)
+	if p.App != nil {
+		c.checkApp(ctx, res, r, hc, timeout)
+	}
 }
 
 // checkCatchUp lists one page of each catch-up hook's deliveries: the credential reads them.

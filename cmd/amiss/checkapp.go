@@ -46,7 +46,9 @@ func (c *checker) checkApp(ctx context.Context, res secrets.Source, r *config.Ro
 		return
 	}
 	c.ok("%s: GitHub accepts the App's JWT: App %s (%q, id %d)", field, app.Slug, app.Name, app.ID)
-	perm, reruns := appPermission[p.Provider], slices.Contains(r.Events, "rerun")
+	// A route whose rules read has its reads checked with them (checkReads); one reading with
+	// another credential (a read block) reads nothing with the App.
+	perm, reruns := appPermission[p.Provider], slices.Contains(r.Events, "rerun") && r.Read == nil && len(readNeeds(r)) == 0
 	seen := map[string]bool{}
 	for _, repo := range r.Repositories {
 		owner, name, ok := strings.Cut(repo, "/")

@@ -115,7 +115,8 @@ type Rules struct {
 type Publish struct {
 	// Provider names a row of the provider table (functions/provider) that publishes: github,
 	// github-checks (check runs, as a GitHub App), gitea (Gitea and Forgejo), gitlab,
-	// bitbucket, or log (print the verdict).
+	// bitbucket (Bitbucket Cloud), bitbucket-datacenter (a Bitbucket Data Center server), or
+	// log (print the verdict).
 	Provider string    `yaml:"provider"`
 	BaseURL  string    `yaml:"base_url"`
 	Token    SecretRef `yaml:"token"`
@@ -131,8 +132,9 @@ type Publish struct {
 	// a newer verdict posted meanwhile is read back once it is over.
 	Settle time.Duration `yaml:"settle"`
 	// Concurrency bounds the requests in flight at once to this API (base URL), per runner
-	// process (default DefaultPublishConcurrency); a delivery that finds no room waits its turn
-	// without holding a worker.
+	// process (default DefaultPublishConcurrency); a delivery that finds no room waits for it,
+	// and the requests and waiting deliveries of one API together hold at most this many
+	// workers.
 	Concurrency int `yaml:"concurrency"`
 }
 
@@ -355,6 +357,9 @@ func (c *Config) validate() error {
 			return fmt.Errorf("routes.%s.%w", name, err)
 		}
 	}
+	if err := c.checkDestinations(); err != nil {
+		return err
+	}
 	return c.checkBitbucketKeys()
 }
 
@@ -570,6 +575,12 @@ func (p *Publish) validate() error {
 	}
 	if err := p.Token.check(); err != nil {
 		return fieldErr("publish.token.from", "%v", err)
+	}
+	if p.Provider == provider.BitbucketDataCenter {
+		if n := utf8.RuneCountInString(p.TargetURL); n > publish.BitbucketDataCenterMaxURL {
+			return fieldErr("publish.target_url", "Bitbucket Data Center accepts a build status URL of at most %d characters, this one has %d",
+				publish.BitbucketDataCenterMaxURL, n)
+		}
 	}
 	if p.Provider == provider.GitLab {
 		if n := utf8.RuneCountInString(p.TargetURL); n > publish.GitLabMaxField {

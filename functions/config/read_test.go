@@ -80,3 +80,89 @@ func TestAReadTokenIsASecretUse(t *testing.T) {
 		t.Fatalf("uses %+v", cfg.SecretUses())
 	}
 }
+
+// Bitbucket's webhooks come from Bitbucket Cloud and from Data Center servers: a route reads
+// from and publishes to the one its publisher or read block names, and takes no webhook of the
+// other, saying which field to set; a route bound to neither takes both.
+func TestABitbucketRouteIsBoundToTheAPIItPublishesToOrReads(t *testing.T) {
+	bitbucket := strings.Replace(base, "provider: github", "provider: bitbucket", 1)
+	cases := []struct {
+		name, yaml   string
+		api          string // the API the route is bound to
+		refused      string // the API whose webhooks it refuses
+		field, names string // what the refusal says
+	}{
+		{"publishing to a Data Center server", bitbucket + "    publish: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:T'}}\n",
+			"bitbucket-datacenter", "bitbucket", "publish.provider is bitbucket-datacenter", "Bitbucket Cloud"},
+		{"publishing to Bitbucket Cloud", bitbucket + "    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}}\n",
+			"bitbucket", "bitbucket-datacenter", "publish.provider is bitbucket: set it to bitbucket-datacenter", "Data Center"},
+		{"reading a Data Center server", bitbucket + "    read: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:R'}}\n",
+			"bitbucket-datacenter", "bitbucket", "read.provider is bitbucket-datacenter: set it to bitbucket", "Bitbucket Cloud"},
+		{"publishing to the log, reading nothing", bitbucket, "", "", "", ""},
+	}
+	for _, c := range cases {
+		cfg, err := config.Parse([]byte(c.yaml))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		r := cfg.Route("r")
+		if got := r.API(); got != c.api {
+			t.Errorf("%s: bound to %q, want %q", c.name, got, c.api)
+		}
+		if c.api != "" {
+			if rd, ok := r.ReadFrom(); !ok || rd.Provider != c.api {
+				t.Errorf("%s: reads %+v (%v), want the %s API", c.name, rd, ok, c.api)
+			}
+			if err := r.Takes(c.api); err != nil {
+				t.Errorf("%s: refuses its own API's webhook: %v", c.name, err)
+			}
+			err := r.Takes(c.refused)
+			if err == nil || !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), c.names) {
+				t.Errorf("%s: a webhook from %s: %v, want a refusal naming %q and %q", c.name, c.refused, err, c.names, c.field)
+			}
+			continue
+		}
+		for _, api := range []string{"", "bitbucket", "bitbucket-datacenter"} {
+			if err := r.Takes(api); err != nil {
+				t.Errorf("%s: refuses a webhook from %q: %v", c.name, api, err)
+			}
+		}
+	}
+	cfg, err := config.Parse([]byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Route("r").Takes(""); err != nil {
+		t.Fatalf("a GitHub route refuses GitHub's webhook: %v", err)
+	}
+}
+
+// A Bitbucket route's read block names which of Bitbucket's APIs it reads; a read block names
+// only an API its route's webhooks come from; a Data Center build status's URL is bounded as
+// Data Center bounds it.
+func TestABitbucketReadBlockNamesItsAPI(t *testing.T) {
+	bitbucket := strings.Replace(base, "provider: github", "provider: bitbucket", 1)
+	for name, c := range map[string]struct{ yaml, field string }{
+		"no provider": {bitbucket + "    read: {base_url: 'https://bitbucket.example', token: {from: 'env:R'}}\n", "routes.r.read.provider:"},
+		"GitHub's API": {bitbucket + "    read: {provider: github, base_url: 'https://api.github.com', token: {from: 'env:R'}}\n",
+			"routes.r.read.provider:"},
+		"Data Center's API on a GitHub route": {base + "    read: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:R'}}\n",
+			"routes.r.read.provider:"},
+		"reading one product, publishing to the other": {bitbucket + "    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}}\n" +
+			"    read: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:R'}}\n", "routes.r.read.provider:"},
+		"a long build status URL": {bitbucket + "    publish: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:T'}, " +
+			"target_url: 'https://ci.example/" + strings.Repeat("a", 440) + "'}\n", "routes.r.publish.target_url:"},
+	} {
+		_, err := config.Parse([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, c.field)
+		}
+	}
+	cfg, err := config.Parse([]byte(base + "    read: {provider: github, base_url: 'https://api.github.com', token: {from: 'env:R'}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd, _ := cfg.Route("r").ReadFrom(); rd.Provider != "github" {
+		t.Fatalf("a GitHub read block reads %q", rd.Provider)
+	}
+}

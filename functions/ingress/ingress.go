@@ -6,7 +6,8 @@
 // Answers: 202 admitted and queued; 200 duplicate, or pending and queued again; 204 an event
 // that is not evaluated (a ping, a closed pull request); 400 malformed; 401 a bad or missing
 // signature, or a signed time outside the accepted window; 403 a repository the route may not
-// publish for; 404 an unknown route; 409 the same identity with another body; 413 a body over
+// publish for, or a webhook from an API the route does not publish to or read from (a Bitbucket
+// Data Center server's on a route of Bitbucket Cloud, or back); 404 an unknown route; 409 the same identity with another body; 413 a body over
 // the limit; 503 with Retry-After when the ledger is full or the ledger, the secrets or the
 // queue are unavailable. Never a 5xx for a client's mistake, and never a secret or a body in a
 // log line.
@@ -141,6 +142,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	log = log.With("repository", subj.Repository, "event", subj.Event)
 	if !route.Allows(subj.Repository) {
 		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: "the route may not publish for this repository"})
+	}
+	if err := route.Takes(subj.API); err != nil {
+		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: err.Error()})
 	}
 	encoded, err := subj.Marshal(h.Config.Controller.MaxSubjectBytes)
 	if err != nil {

@@ -11,8 +11,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
+	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
+	"github.com/amiss-ci/amiss/functions/providerapi/gitlab"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -23,12 +28,16 @@ const (
 	GitHub = "github"
 	// GitHubChecks publishes check runs to GitHub as a GitHub App (publish-only: its webhooks
 	// are GitHub's, received under github).
-	GitHubChecks     = "github-checks"
-	Gitea            = "gitea"
-	Forgejo          = "forgejo"
-	GitLab           = "gitlab"
-	Bitbucket        = "bitbucket"
-	StandardWebhooks = "standard-webhooks"
+	GitHubChecks = "github-checks"
+	Gitea        = "gitea"
+	Forgejo      = "forgejo"
+	GitLab       = "gitlab"
+	Bitbucket    = "bitbucket"
+	// BitbucketDataCenter publishes build statuses to a Bitbucket Data Center server
+	// (publish-only: its webhooks are received under bitbucket, told apart from Bitbucket
+	// Cloud's by their event keys).
+	BitbucketDataCenter = "bitbucket-datacenter"
+	StandardWebhooks    = "standard-webhooks"
 	// Log is no provider: a publisher that prints each verdict in amiss's log.
 	Log = "log"
 )
@@ -51,10 +60,22 @@ type Provider struct {
 	// github-checks; gitea and forgejo): a route whose webhooks and publisher share an API
 	// reads what its webhooks lack with the publisher's credential. Empty: no API.
 	API string
+	// SenderAPIs, for a provider whose webhooks come from more than one API, lists them all
+	// (bitbucket: Bitbucket Cloud's and Data Center's, told apart by their event keys; the
+	// subject names which: subject.Subject.API). Empty: its webhooks come from API alone.
+	SenderAPIs []string
 	// Reader builds the reader of what the provider's webhooks lack (a pull request's files and
-	// commits, a push's beyond what its webhook lists) from its API; nil: none yet, and the
-	// rules that need such a read fail closed.
+	// commits, a push's beyond what its webhook lists) from its API (the target's, for a
+	// provider of SenderAPIs); nil: none yet, and the rules that need such a read fail closed.
 	Reader func(Target) Reader
+}
+
+// Receives reports whether the provider's webhooks may come from api.
+func (p *Provider) Receives(api string) bool {
+	if len(p.SenderAPIs) == 0 {
+		return api != "" && api == p.API
+	}
+	return slices.Contains(p.SenderAPIs, api)
 }
 
 // Reader reads a subject's inputs from a provider's API (the runner's InputReader).
@@ -64,6 +85,9 @@ type Reader interface {
 
 // Target is where and as whom a publisher posts.
 type Target struct {
+	// API is the API the target speaks (the API of the provider row it was built for): a
+	// reader of a provider whose webhooks come from more than one API reads this one.
+	API     string
 	BaseURL string
 	Token   string
 	// Tokens, when set, gives GitHub App installation tokens: the GitHub publisher posts with
@@ -92,17 +116,35 @@ var table = []Provider{
 	{Name: GitHubChecks, Remote: true, API: GitHub,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitHubChecks(t.BaseURL, t.Tokens, t.Client) }},
 	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: subject.GiteaFormat, Remote: true, API: Gitea,
-		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) }},
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) },
+		Reader:    giteaReader},
 	// Forgejo's webhooks are received under their own name; its API is Gitea's, so a route
-	// publishes to a Forgejo server with publish.provider gitea.
-	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat, API: Gitea},
+	// publishes to a Forgejo server with publish.provider gitea, and reads it as Gitea.
+	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat, API: Gitea,
+		Reader: giteaReader},
 	{Name: GitLab, Schemes: []string{webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken}, Format: subject.GitLabFormat, Remote: true, API: GitLab,
-		Publisher: func(t Target) publish.Publisher { return publish.NewGitLab(t.BaseURL, t.Token, t.Client) }},
+		Publisher: func(t Target) publish.Publisher { return publish.NewGitLab(t.BaseURL, t.Token, t.Client) },
+		Reader:    func(t Target) Reader { return gitlab.NewClient(t.BaseURL, t.Token, t.Client) }},
+	// Bitbucket's webhooks come from Bitbucket Cloud and from Data Center servers; its own
+	// publisher posts to Bitbucket Cloud, and bitbucket-datacenter's to a Data Center server.
+	// Its reader reads the API its target speaks, and refuses a subject of the other.
 	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: subject.BitbucketFormat, Remote: true, API: Bitbucket,
-		Publisher: func(t Target) publish.Publisher { return publish.NewBitbucket(t.BaseURL, t.Token, t.Client) }},
+		SenderAPIs: []string{Bitbucket, BitbucketDataCenter},
+		Publisher:  func(t Target) publish.Publisher { return publish.NewBitbucket(t.BaseURL, t.Token, t.Client) },
+		Reader: func(t Target) Reader {
+			if t.API == BitbucketDataCenter {
+				return bitbucketdc.NewClient(t.BaseURL, t.Token, t.Client)
+			}
+			return bitbucket.NewClient(t.BaseURL, t.Token, t.Client)
+		}},
+	{Name: BitbucketDataCenter, Remote: true, API: BitbucketDataCenter,
+		Publisher: func(t Target) publish.Publisher { return publish.NewBitbucketDataCenter(t.BaseURL, t.Token, t.Client) }},
 	{Name: StandardWebhooks, Schemes: []string{webhook.SchemeStandardWebhooks}, Format: subject.StandardWebhooksFormat},
 	{Name: Log, Publisher: func(t Target) publish.Publisher { return publish.Log{Logger: t.Log} }},
 }
+
+// giteaReader reads a Gitea or Forgejo server's API with a token.
+func giteaReader(t Target) Reader { return gitea.NewClient(t.BaseURL, t.Token, t.Client) }
 
 // Lookup returns the provider called name.
 func Lookup(name string) (*Provider, bool) {

@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/amiss-ci/amiss/functions/provider"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
+	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
 )
 
@@ -29,7 +32,7 @@ func TestTheTableIsWhole(t *testing.T) {
 	if want := []string{"github", "gitea", "forgejo", "gitlab", "bitbucket", "standard-webhooks"}; !reflect.DeepEqual(provider.Senders(), want) {
 		t.Errorf("senders %v, want %v", provider.Senders(), want)
 	}
-	if want := []string{"github", "github-checks", "gitea", "gitlab", "bitbucket", "log"}; !reflect.DeepEqual(provider.Publishers(), want) {
+	if want := []string{"github", "github-checks", "gitea", "gitlab", "bitbucket", "bitbucket-datacenter", "log"}; !reflect.DeepEqual(provider.Publishers(), want) {
 		t.Errorf("publishers %v, want %v", provider.Publishers(), want)
 	}
 	if _, ok := provider.Sender(provider.Log); ok {
@@ -38,7 +41,33 @@ func TestTheTableIsWhole(t *testing.T) {
 	if _, ok := provider.Sender(provider.GitHubChecks); ok {
 		t.Error("github-checks receives webhooks: GitHub's are received under github")
 	}
+	if _, ok := provider.Sender(provider.BitbucketDataCenter); ok {
+		t.Error("bitbucket-datacenter receives webhooks: Data Center's are received under bitbucket")
+	}
 	if _, err := provider.Extract("sourcehut", http.Header{}, []byte(`{}`)); err == nil {
 		t.Error("an unknown provider's webhook was read")
+	}
+}
+
+// Bitbucket's webhooks come from two APIs, each a publisher's: its subjects name one of them,
+// and its reader reads the one its target speaks.
+func TestBitbucketWebhooksComeFromCloudAndDataCenter(t *testing.T) {
+	bb, _ := provider.Sender(provider.Bitbucket)
+	for _, api := range []string{subject.BitbucketCloud, subject.BitbucketDataCenter} {
+		p, ok := provider.Lookup(api)
+		if !ok || p.API != api || p.Publisher == nil || !bb.Receives(api) {
+			t.Errorf("the API %q is no publisher's that bitbucket receives from", api)
+		}
+	}
+	if bb.Receives(provider.GitHub) {
+		t.Error("bitbucket receives GitHub's webhooks")
+	}
+	cloud := bb.Reader(provider.Target{API: provider.Bitbucket, BaseURL: "https://api.bitbucket.org", Token: "t"})
+	dc := bb.Reader(provider.Target{API: provider.BitbucketDataCenter, BaseURL: "https://bitbucket.example", Token: "t"})
+	if _, ok := cloud.(*bitbucket.Client); !ok {
+		t.Errorf("a Cloud target reads with %T", cloud)
+	}
+	if _, ok := dc.(*bitbucketdc.Client); !ok {
+		t.Errorf("a Data Center target reads with %T", dc)
 	}
 }

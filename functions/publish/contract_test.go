@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket/bitbuckettest"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc/bitbucketdctest"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
@@ -45,6 +46,14 @@ func TestGitLabKeepsThePublisherContract(t *testing.T) {
 
 func TestBitbucketCloudKeepsThePublisherContract(t *testing.T) {
 	publishtest.RunContract(t, newBitbucketHarness)
+}
+
+func TestBitbucketDataCenterKeepsThePublisherContract(t *testing.T) {
+	publishtest.RunContract(t, func(t *testing.T) publishtest.Harness { return newBitbucketDCHarness(t, "") })
+}
+
+func TestBitbucketDataCenterUnderAContextPathKeepsThePublisherContract(t *testing.T) {
+	publishtest.RunContract(t, func(t *testing.T) publishtest.Harness { return newBitbucketDCHarness(t, "/bitbucket") })
 }
 
 const contractRepo = "octo-org/octo-repo"
@@ -387,6 +396,69 @@ func (h *bitbucketHarness) Posted(s publish.Status) int {
 func (h *bitbucketHarness) Crowd(s publish.Status, n int) {
 	for i := range n {
 		h.fake.Put(bitbuckettest.Status{Repository: s.Repository, SHA: s.SHA, Key: fmt.Sprintf("ci-%d-%d", i, time.Now().UnixNano()),
+			State: "SUCCESSFUL", URL: "https://ci.example.com"})
+	}
+}
+
+// bitbucketDCHarness: the Bitbucket Data Center publisher on its fake, served at the root or
+// under a context path.
+type bitbucketDCHarness struct {
+	staged
+	fake *bitbucketdctest.BitbucketDC
+	pub  *publish.BitbucketDataCenter
+}
+
+// dcRepo is the contract's repository as Data Center names it: its project's key and its slug.
+const dcRepo = "OCTO/octo-repo"
+
+func newBitbucketDCHarness(t *testing.T, contextPath string) publishtest.Harness {
+	h := &bitbucketDCHarness{fake: bitbucketdctest.New(func(tok string) bool { return tok == "dc_token" })}
+	h.fake.ContextPath = contextPath
+	h.fake.AddCommit(dcRepo, bitbucketdctest.Commit{ID: sha, Message: "the commit"})
+	h.fake.Post = func(int, bitbucketdctest.Status) providerapitest.Behavior {
+		return fault(h.now(), http.StatusBadRequest, retryAfter)
+	}
+	srv := httptest.NewServer(h.fake)
+	t.Cleanup(srv.Close)
+	h.pub = publish.NewBitbucketDataCenter(srv.URL+contextPath, "dc_token", srv.Client())
+	h.pub.MaxAttempts, h.pub.Sleep = 1, noSleep
+	t.Cleanup(func() {
+		if v := h.fake.Violations(); len(v) > 0 {
+			t.Errorf("requests Bitbucket Data Center refuses: %q", v)
+		}
+	})
+	return h
+}
+
+func (h *bitbucketDCHarness) Publisher() publish.Publisher { return h.pub }
+
+func (h *bitbucketDCHarness) Status(n int) publish.Status {
+	s := contractStatus(n)
+	s.Repository = dcRepo
+	return s
+}
+
+func (h *bitbucketDCHarness) Shown(s publish.Status) bool {
+	c, ok := h.fake.Status(s.Repository, s.SHA, s.Context)
+	state := "FAILED"
+	if s.State == "success" {
+		state = "SUCCESSFUL"
+	}
+	return ok && c.State == state && c.Description == s.Description && c.URL == s.TargetURL && c.Name == s.Context
+}
+
+// Posted: Data Center keeps one status per key, so a status shown was posted once.
+func (h *bitbucketDCHarness) Posted(s publish.Status) int {
+	if h.Shown(s) {
+		return 1
+	}
+	return 0
+}
+
+// Crowd: statuses of other keys on the commit (the read-back reads the key's alone).
+func (h *bitbucketDCHarness) Crowd(s publish.Status, n int) {
+	for i := range n {
+		h.fake.Put(bitbucketdctest.Status{Repository: s.Repository, Commit: s.SHA, Key: fmt.Sprintf("ci-%d-%d", i, time.Now().UnixNano()),
 			State: "SUCCESSFUL", URL: "https://ci.example.com"})
 	}
 }

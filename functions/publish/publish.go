@@ -1,6 +1,6 @@
 // Package publish posts verdicts back to the providers: commit statuses on GitHub (and GitHub
-// Enterprise), Gitea/Forgejo, GitLab and Bitbucket Cloud, check runs for a GitHub App, and a
-// log publisher for local use.
+// Enterprise), Gitea/Forgejo and GitLab, build statuses on Bitbucket Cloud and Bitbucket Data
+// Center, check runs for a GitHub App, and a log publisher for local use.
 //
 // Each publisher speaks through its provider's client (functions/providerapi/...), which makes
 // a few quick attempts within one call (transport errors, 5xx, rate limits and GitLab's busy

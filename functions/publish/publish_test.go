@@ -165,6 +165,42 @@ func TestBitbucketCloud(t *testing.T) {
 	}
 }
 
+// A Data Center build status is keyed and named by the context, posted with a bearer token;
+// without a target URL it links the commit's page on the server (under its context path), and
+// its description is cut to 255 characters.
+func TestBitbucketDataCenter(t *testing.T) {
+	rec := &recorder{answers: []func(http.ResponseWriter){status(http.StatusNoContent)}}
+	srv := httptest.NewServer(rec)
+	defer srv.Close()
+	s := st()
+	s.Repository, s.State, s.TargetURL, s.Description = "PROJ/app", "success", "", strings.Repeat("é", 300)
+	if err := publish.NewBitbucketDataCenter(srv.URL+"/bitbucket/", "dc_token", srv.Client()).Publish(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.got[0]
+	if got.Method != "POST" || got.Path != "/bitbucket/rest/api/latest/projects/PROJ/repos/app/commits/"+sha+"/builds" ||
+		got.Header.Get("Authorization") != "Bearer dc_token" {
+		t.Fatalf("request %+v", got)
+	}
+	if got.Body["state"] != "SUCCESSFUL" || got.Body["key"] != "amiss/verdict" || got.Body["name"] != "amiss/verdict" ||
+		got.Body["url"] != srv.URL+"/bitbucket/projects/PROJ/repos/app/commits/"+sha || utf8.RuneCountInString(got.Body["description"]) != 255 {
+		t.Fatalf("body %v", got.Body)
+	}
+	// A target URL longer than Data Center takes (frozen under an earlier configuration) would
+	// have the status refused: the commit's page stands in for it; a shorter one is kept.
+	rec.answers = []func(http.ResponseWriter){status(http.StatusNoContent), status(http.StatusNoContent)}
+	for _, target := range []string{"https://ci.example/" + strings.Repeat("a", 440), "https://ci.example/r/1"} {
+		s.TargetURL = target
+		if err := publish.NewBitbucketDataCenter(srv.URL+"/bitbucket/", "dc_token", srv.Client()).Publish(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if long, short := rec.got[1].Body["url"], rec.got[2].Body["url"]; long != srv.URL+"/bitbucket/projects/PROJ/repos/app/commits/"+sha ||
+		short != "https://ci.example/r/1" {
+		t.Fatalf("urls %q and %q", long, short)
+	}
+}
+
 func TestQuickRetriesWithinOneCall(t *testing.T) {
 	rec := &recorder{answers: []func(http.ResponseWriter){
 		status(http.StatusTooManyRequests, "Retry-After", "7"),
@@ -289,7 +325,9 @@ func TestAnswersAreClassifiedByProvider(t *testing.T) {
 	gl.Sleep = noSleep
 	bb := publish.NewBitbucket(srv.URL, "t", srv.Client())
 	bb.Sleep = noSleep
-	pubs := map[string]publish.Publisher{"github": gh, "gitea": gt, "gitlab": gl, "bitbucket": bb}
+	dc := publish.NewBitbucketDataCenter(srv.URL, "t", srv.Client())
+	dc.Sleep = noSleep
+	pubs := map[string]publish.Publisher{"github": gh, "gitea": gt, "gitlab": gl, "bitbucket": bb, "bitbucket-datacenter": dc}
 	type row struct {
 		code  int
 		class publish.Class

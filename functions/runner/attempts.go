@@ -76,7 +76,8 @@ const (
 	// verdict that found another status standing): this one is never posted.
 	superseded
 	// subjectBusy: another verdict's post is in flight on the subject, or a post of this
-	// verdict may still land; come back at attempt.retryAt, by the ledger's clock.
+	// verdict may still land; come back at attempt.retryAt, by the ledger's clock, or sooner
+	// when the holder's report wakes the message (it is parked on the subject's record).
 	subjectBusy
 	// confirmLater: posted while an older post could still land over it; come back at
 	// attempt.retryAt, by the ledger's clock, to read back what stands.
@@ -186,6 +187,10 @@ type decision struct {
 	// abandonment's reason (abandon); reason is the abandonment's reason after
 	// freezeUnroutable.
 	text, reason string
+	// free (unclaim): the row is handed back with no hold-off, the message still coming back
+	// at retry: the subject's record, not the row, says when the verdict may post, and a
+	// message woken sooner must find the row free to claim.
+	free bool
 }
 
 // handBack is a release or an unclaim whose next claim waits wait.
@@ -322,9 +327,12 @@ func (p policy) decide(a attempt) decision {
 		return decision{act: abandon, text: fmt.Sprint(a.err)}
 	case superseded:
 		return decision{act: supersede}
-	case subjectBusy, confirmLater:
-		// No failure: another post or the settling of one decides when; the attempt is handed
-		// back uncounted.
+	case subjectBusy:
+		// No failure: another post decides when; the attempt is handed back uncounted, the
+		// row free, so that the holder's report can wake the message before retryAt.
+		return decision{act: unclaim, retry: onLedger(a.retryAt), free: true}
+	case confirmLater:
+		// No failure: the settling of an older post decides when, and nothing wakes it sooner.
 		return decision{act: unclaim, retry: onLedger(a.retryAt)}
 	case gateFull:
 		return handBack(unclaim, a.wait)

@@ -67,19 +67,24 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	if err := json.Unmarshal(l.Subject, &s); err != nil {
 		// A subject the ingress wrote and cannot be read back: give it an error verdict.
 		d := p.decide(attempt{event: subjectUnreadable, lease: l})
-		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text})
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text}, ledger.Tie{})
 	}
 	if onClaim.act == saveError {
 		// A crash loop: the commit gets its error verdict now.
-		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: onClaim.text})
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: onClaim.text},
+			tieOf(s, ledger.SeenNothing))
 	}
 	start := time.Now()
 	ectx, ecancel := r.evaluationContext(wctx)
 	s, readErr := r.complete(ectx, log, route, s)
 	var v evaluate.Verdict
 	var evalErr error
+	var tie ledger.Tie
 	if readErr == nil {
 		v, evalErr = route.Evaluator.Evaluate(ectx, s)
+	}
+	if readErr == nil && evalErr == nil {
+		tie = tieOf(s, r.seen(ectx, log, route, s)) // the provider read at evaluation, within its time
 	}
 	outOfTime := errors.Is(ectx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	ecancel()
@@ -89,7 +94,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	}
 	if readErr == nil && evalErr == nil {
 		v.Read = s.Read
-		return r.saveAndPublish(ctx, wctx, log, lc, route, k, v)
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, v, tie)
 	}
 	ev := evalFailed
 	switch {
@@ -102,7 +107,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	}
 	d := p.decide(attempt{event: ev, lease: l, granted: k.clock(leaseFor).granted, fair: fair, err: evalErr})
 	if d.act == saveError {
-		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text})
+		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text},
+			tieOf(s, ledger.SeenNothing))
 	}
 	k.end()
 	log.Warn("evaluation failed or cut; released for a later attempt", "err", evalErr, "outcome", ev, "act", d.act)
@@ -223,12 +229,12 @@ func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock
 // runs) and publishes it. The keeper goes on renewing during the Save (a slow Save must not
 // let the lease run out); a renewal of the executing lease that lands after the Save is
 // refused, and while the Save is in flight the keeper leaves the decision to its answer.
-func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict) (Result, error) {
+func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict, tie ledger.Tie) (Result, error) {
 	// The description is cut before it is frozen (no provider shows more than 255
 	// characters): a longer one, escaped as JSON, could outgrow the ledger's report ceiling
 	// and be refused at every attempt, leaving the commit without a verdict.
 	rep := withFiles(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
-		TargetURL: route.TargetURL, Read: v.Read}, v.Files)
+		TargetURL: route.TargetURL, Tie: tie, Read: v.Read}, v.Files)
 	if k != nil {
 		lc = k.clock(lc.leaseFor)
 		k.mu <- struct{}{}

@@ -99,6 +99,23 @@ func (r *Runner) waitsForRoom(ctx context.Context, need time.Duration) bool {
 	return ok && time.Until(dl) > need+2*r.margin()
 }
 
+// seatKey marks a context whose messages wait for room at the publish gate while they hold a
+// seat there (waitForSeat).
+type seatKey struct{}
+
+// waitForSeat marks ctx as processed by a worker of amiss serve: a message that finds no room
+// at a provider's publish gate waits for it while the destination's requests in flight and the
+// messages waiting leave a seat, rather than go back to the queue and be claimed again a moment
+// later, however soon the room is given back.
+func waitForSeat(ctx context.Context) context.Context {
+	return context.WithValue(ctx, seatKey{}, true)
+}
+
+func waitsForSeat(ctx context.Context) bool {
+	ok, _ := ctx.Value(seatKey{}).(bool)
+	return ok
+}
+
 // sleep waits d, or until wake is closed, or until ctx is done (its error).
 func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)

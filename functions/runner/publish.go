@@ -59,7 +59,7 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
 		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
-		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), k)
+		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), rep.Tie, k)
 		switch o.ev {
 		case postLost:
 			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
@@ -97,6 +97,8 @@ type outcome struct {
 	retryAt time.Time
 	settle  time.Duration
 	wait    time.Duration
+	// parked (subjectBusy) is the request that was told to wait, to park with.
+	parked *ledger.SubjectRequest
 }
 
 // Publication's defaults (a route's publish settings override them) and the margin a grant to
@@ -139,7 +141,7 @@ func cmpOr[T comparable](v, def T) T {
 // one already stands), within room of the route's API, and reading back first when a post of
 // it may already stand. What became of the post is reported to the record, whatever became of
 // the row's lease: the record is what orders posts.
-func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, k *keeper) outcome {
+func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, tie ledger.Tie, k *keeper) outcome {
 	pub := route.Publisher
 	if res, ok := pub.(publish.Resolver); ok {
 		// An abbreviated commit hash (Bitbucket Cloud's pull requests) is ordered, and posted,
@@ -154,28 +156,73 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	hold := 2*timeout + holdMargin
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
-	// delivery that finds none costs the ledger nothing but its hand-back; in Lambda it waits
-	// for room while its invocation has time for the requests (waitsForRoom), and stops when
-	// its lease is lost (wctx, which the keeper cancels then).
-	var sent, end time.Time
-	var leave func()
+	// delivery that finds none costs the ledger nothing but its hand-back, or its wait: in
+	// Lambda it waits for room while its invocation has time for the requests (waitsForRoom);
+	// in amiss serve while it holds a seat and the requests holding the room are younger than
+	// gateRetry, at most as long as a request may last (waitsForSeat). Either stops when its
+	// lease is lost (wctx, which the keeper cancels then).
+	var sent, end, giveUp time.Time
+	var leave, unseat func()
+	defer func() {
+		if unseat != nil {
+			unseat()
+		}
+	}()
+	limit := cmpOr(route.Concurrency, defaultPublishConcurrency)
+	waited := false
 	for {
 		sent = r.now()
 		end = sent.Add(2*timeout + holdMargin/3)
-		var wait time.Duration
 		freed := r.gates.roomGiven()
-		leave, wait = r.gates.enter(route.destination(), status.Repository, cmpOr(route.Concurrency, defaultPublishConcurrency), sent, end)
+		var found room
+		leave, found = r.gates.enter(route.destination(), status.Repository, limit, sent, end)
 		if leave != nil {
 			break
 		}
-		if !r.waitsForRoom(wctx, wait+2*timeout+holdMargin/3) || sleep(wctx, wait, freed) != nil {
-			return outcome{ev: gateFull, wait: wait}
+		waits := r.waitsForRoom(wctx, found.wait+2*timeout+holdMargin/3)
+		if !waits && waitsForSeat(wctx) && sent.Sub(found.oldest) < gateRetry {
+			if unseat == nil {
+				if unseat = r.gates.seat(route.destination(), limit); unseat != nil {
+					giveUp = time.Now().Add(2*timeout + holdMargin/3) // every request in flight has ended by then
+				}
+			}
+			waits = unseat != nil && time.Now().Before(giveUp)
+		}
+		if !waits {
+			return outcome{ev: gateFull, wait: found.wait}
+		}
+		if !waited {
+			waited = true
+			r.count("publish_gate_waits")
+		}
+		if sleep(wctx, found.wait, freed) != nil {
+			return outcome{ev: gateFull, wait: found.wait}
 		}
 	}
+	if unseat != nil {
+		unseat() // waiting no more: the request now counts in flight
+		unseat = nil
+	}
 	defer leave()
-	g, err := r.Ledger.AcquireSubject(ctx, ledger.SubjectRequest{
+	order := s.Lease.Order()
+	order.Tie = tie
+	q := ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
-		Order:   s.Lease.Order(), EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance})
+		Order:   order, EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance}
+	for _, old := range route.OldDestinations {
+		// A record kept under an old name of the destination orders this verdict too.
+		sub := q.Subject
+		sub.Publisher = old
+		rec, err := r.Ledger.InspectSubject(ctx, sub.Key())
+		switch {
+		case errors.Is(err, ledger.ErrUnknownSubject):
+			continue
+		case err != nil:
+			return outcome{ev: ledgerFailed, err: fmt.Errorf("runner: subject under %q: %w", old, err)}
+		}
+		q.Prior = append(q.Prior, rec)
+	}
+	g, err := r.Ledger.AcquireSubject(ctx, q)
 	switch {
 	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrTooLarge):
 		return outcome{ev: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
@@ -188,7 +235,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	case ledger.SubjectStanding:
 		return outcome{ev: published}
 	case ledger.SubjectWait:
-		return outcome{ev: subjectBusy, retryAt: g.RetryAt}
+		return outcome{ev: subjectBusy, retryAt: g.RetryAt, parked: &q}
 	}
 	pctx, cancel := context.WithTimeout(wctx, end.Sub(r.now()))
 	defer cancel()
@@ -257,6 +304,13 @@ func (r *Runner) reportSubject(ctx context.Context, log *slog.Logger, g ledger.S
 	a, err := r.Ledger.ReportSubject(hctx, g, post)
 	if err != nil {
 		log.Warn("the post's outcome is not recorded on its subject; the grant ends by itself", "post", post, "post_err", perr, "err", err)
+		return a, err
+	}
+	if a.Wake != "" {
+		// The verdict parked on this grant may post now: its message is brought back.
+		if wake, ok := ctx.Value(wakerKey{}).(waker); ok {
+			wake(hctx, a.Wake)
+		}
 	}
 	return a, err
 }
@@ -312,6 +366,9 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 		return r.supersede(ctx, log, s, lc, o.by)
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
+	if ev == subjectBusy && ferr == nil {
+		res.wait = o.parked
+	}
 	if ev == postFailed && class != publish.Operator {
 		log.Warn("publish failed; retried later", "err", err, "retry_at", res.RetryAt, "budget_left", p.publishBudget-p.budgetUsed(a))
 	}

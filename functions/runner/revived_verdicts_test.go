@@ -77,7 +77,7 @@ func (w *commitWorld) wantState(m queue.Message, want ledger.State) {
 func (w *commitWorld) timeless(title string) queue.Message {
 	w.t.Helper()
 	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}})
+		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: subject.TitleInput | subject.PullInput})
 	body := []byte(fmt.Sprintf(`{"action":"edited","title":%q}`, title))
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "token", Identity: ledger.SumBody(body).String(),
 		BodyDigest: ledger.SumBody(body)}, Subject: s}

@@ -39,16 +39,25 @@ type Route struct {
 	Publisher publish.Publisher
 	Context   string
 	TargetURL string
-	// Destination names the API the publisher posts to (its provider and base URL): the
-	// verdicts of every route posting to one destination, repository, commit and context are
-	// ordered together, and Concurrency bounds the requests in flight to it.
-	Destination string
+	// Destination names the API the publisher posts to (its provider and base URL, normalised:
+	// config.Destination): the verdicts of every route posting to one destination, repository,
+	// commit and context are ordered together, and Concurrency bounds the requests in flight to
+	// it. OldDestinations are other names subject records of the destination may be kept under
+	// (written before names were normalised): consulted before a verdict is ordered.
+	Destination     string
+	OldDestinations []string
 	// Timeout bounds one request to the provider (default 30 s); Settle is how long after
 	// the runner gave up on a request the provider may still apply it (default a minute);
 	// Concurrency bounds the requests this process has in flight to the destination (default
 	// 4; at most half of them, and at least one, for one repository).
 	Timeout, Settle time.Duration
 	Concurrency     int
+	// PullNow, when set, reads what the provider shows now of a pull request subject's pull
+	// request (its title and target branch), at evaluation. The runner compares it with the
+	// subject's and freezes the answer with the verdict: it orders two verdicts of the commit
+	// whose events carry the same time (ledger.Tie). An error is logged and orders nothing;
+	// it never fails the evaluation. Nil: not read.
+	PullNow func(ctx context.Context, s subject.Subject) (subject.PullState, error)
 	// Inputs, when set, reads from the provider's API the inputs the route's rules need and
 	// the subject does not hold whole (a pull request's files and commits, a push's commits
 	// beyond what its webhook lists, a re-run's everything), under the delivery's lease, before
@@ -118,6 +127,10 @@ type Result struct {
 	// RetryAt: when the message should come back (when not Done), by the runner's clock
 	// (Now): the queue's delay is reckoned on it.
 	RetryAt time.Time
+	// wait is set when the verdict waits for another's post on its subject: once the message
+	// is set aside until RetryAt, the caller parks it there (Runner.park) so that the
+	// holder's report wakes it.
+	wait *ledger.SubjectRequest
 }
 
 func (r *Runner) log() *slog.Logger {
@@ -236,7 +249,10 @@ func (r *Runner) follow(ctx context.Context, log *slog.Logger, lc leaseClock, d 
 		return res, fmt.Errorf("runner: %v does not end an attempt without a verdict", d.act)
 	}
 	notBefore := r.after(lc, d.retry.wait)
-	if d.retry.clock == ledgerClock {
+	switch {
+	case d.free:
+		notBefore = time.Time{}
+	case d.retry.clock == ledgerClock:
 		notBefore = d.retry.at
 	}
 	hctx, cancel := detached(ctx, 5*time.Second)

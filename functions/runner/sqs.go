@@ -2,7 +2,9 @@ package runner
 
 import (
 	"context"
+	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,7 +69,9 @@ func (h *SQSHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQS
 }
 
 // handle processes one record and reports whether it must come back; it then makes the
-// message visible again at its retry time.
+// message visible again at its retry time. A record whose verdict waits for another's post on
+// its subject is then parked there with its receipt handle: the holder's report, made by
+// whichever invocation holds the grant, makes it visible again at once (SQSHandler.wake).
 func (h *SQSHandler) handle(ctx context.Context, rec events.SQSMessage) bool {
 	log := h.Runner.log().With("message", rec.MessageId)
 	m, err := queue.Parse(rec.Body)
@@ -75,7 +79,7 @@ func (h *SQSHandler) handle(ctx context.Context, rec events.SQSMessage) bool {
 		log.Error("unreadable message acknowledged", "err", err)
 		return false
 	}
-	res, err := h.Runner.Process(ctx, m)
+	res, err := h.Runner.Process(withWaker(ctx, h.wake), m)
 	if err != nil {
 		log.Error("process", "err", err)
 	}
@@ -83,14 +87,43 @@ func (h *SQSHandler) handle(ctx context.Context, rec events.SQSMessage) bool {
 		return false
 	}
 	if h.SQS != nil && rec.ReceiptHandle != "" {
-		// Whole seconds, rounded up: a record must not come back before its retry time (a second
-		// measured a few milliseconds late is not zero).
-		wait := min(max(res.RetryAt.Sub(h.Runner.now()), 0), maxVisibility)
-		secs := int32((wait + time.Second - 1) / time.Second)
-		if _, err := h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(h.QueueURL),
-			ReceiptHandle: aws.String(rec.ReceiptHandle), VisibilityTimeout: secs}); err != nil {
-			log.Warn("visibility not changed; the queue's own timeout applies", "err", err)
+		if !h.comeBack(ctx, log, rec.ReceiptHandle, res.RetryAt) {
+			return true
+		}
+		if at, ok := h.Runner.park(ctx, res, sqsWakePrefix+rec.ReceiptHandle); ok {
+			h.comeBack(ctx, log, rec.ReceiptHandle, at) // the grant it waited for ended meanwhile
 		}
 	}
 	return true
+}
+
+// comeBack makes the message of handle visible again at at (the runner's clock), and reports
+// whether it could.
+func (h *SQSHandler) comeBack(ctx context.Context, log *slog.Logger, handle string, at time.Time) bool {
+	// Whole seconds, rounded up: a record must not come back before its retry time (a second
+	// measured a few milliseconds late is not zero).
+	wait := min(max(at.Sub(h.Runner.now()), 0), maxVisibility)
+	secs := int32((wait + time.Second - 1) / time.Second)
+	if _, err := h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(h.QueueURL),
+		ReceiptHandle: aws.String(handle), VisibilityTimeout: secs}); err != nil {
+		log.Warn("visibility not changed; the queue's own timeout applies", "err", err)
+		return false
+	}
+	return true
+}
+
+const sqsWakePrefix = "sqs:"
+
+// wake makes the parked message a wake names visible now. Its receipt handle is the one it was
+// parked with, valid while the message is in flight; once the message came back by itself and
+// was received again, SQS refuses the old handle, and nothing is lost.
+func (h *SQSHandler) wake(ctx context.Context, w string) {
+	handle, ok := strings.CutPrefix(w, sqsWakePrefix)
+	if !ok || h.SQS == nil {
+		return
+	}
+	if _, err := h.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(h.QueueURL),
+		ReceiptHandle: aws.String(handle), VisibilityTimeout: 0}); err != nil {
+		h.Runner.log().Info("a parked message was not woken; it comes back when the grant it waited for ends", "err", err)
+	}
 }

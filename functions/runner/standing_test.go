@@ -101,7 +101,7 @@ func (w *commitWorld) runner(owner string, l ledger.Ledger, timeout time.Duratio
 func (w *commitWorld) pullRequest(title string, updatedAt time.Time) queue.Message {
 	w.t.Helper()
 	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}})
+		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: subject.TitleInput | subject.PullInput})
 	body := []byte(fmt.Sprintf(`{"action":%q,"title":%q}`, title, title))
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
 		BodyDigest: ledger.SumBody(body)}, Subject: s, BodyAt: updatedAt}

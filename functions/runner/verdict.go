@@ -5,9 +5,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Report is the frozen result a row holds: exactly what is published.
+// Report is the frozen result a row holds: exactly what is published, and what orders it among
+// the verdicts of its commit whose events carry the same time (Tie, never published).
 type Report struct {
 	State       string `json:"state"`
 	Description string `json:"description"`
@@ -18,6 +20,9 @@ type Report struct {
 	// decodes with none, and one without files encodes as before.
 	Files        []evaluate.File `json:"files,omitempty"`
 	FilesLeftOut int             `json:"files_left_out,omitempty"`
+	// Tie is what the evaluation learnt of the event's place (ledger.Tie): a report frozen
+	// without it orders its verdict by admission among those of the same time.
+	Tie ledger.Tie `json:"tie,omitzero"`
 	// Read records what the evaluation read from the provider's API (never published: the
 	// record of what the verdict saw, for `amiss ledger inspect`).
 	Read []string `json:"read,omitempty"`

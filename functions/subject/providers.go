@@ -2,7 +2,6 @@ package subject
 
 import (
 	"fmt"
-	"strings"
 )
 
 // GitHub and the Gitea family share their payload shapes.
@@ -62,9 +61,20 @@ func before(sha string) string {
 }
 
 type ghPull struct {
-	Action      string `json:"action"`
-	Number      int    `json:"number"`
-	Repository  ghRepo `json:"repository"`
+	Action     string `json:"action"`
+	Number     int    `json:"number"`
+	Repository ghRepo `json:"repository"`
+	// Changes is an edit's: what it changed, from what.
+	Changes struct {
+		Title *struct {
+			From string `json:"from"`
+		} `json:"title"`
+		Base *struct {
+			Ref *struct {
+				From string `json:"from"`
+			} `json:"ref"`
+		} `json:"base"`
+	} `json:"changes"`
 	PullRequest struct {
 		Title string `json:"title"`
 		Head  struct {
@@ -141,10 +151,21 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 		if !evaluatedPullActions[p.Action] {
 			return Subject{}, fmt.Errorf("%w: pull request %s", ErrIgnored, p.Action)
 		}
-		return Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: p.PullRequest.Head.SHA,
+		s := Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: p.PullRequest.Head.SHA,
 			Ref: "refs/heads/" + p.PullRequest.Head.Ref, Whole: pullWhole,
 			Pull: &Pull{Number: p.Number, Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref,
-				SourceBranch: p.PullRequest.Head.Ref}}, nil
+				SourceBranch: p.PullRequest.Head.Ref}}
+		if p.Action == "edited" {
+			was := PullState{Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref}
+			if c := p.Changes.Title; c != nil {
+				was.Title = c.From
+			}
+			if c := p.Changes.Base; c != nil && c.Ref != nil {
+				was.TargetBranch = c.Ref.From
+			}
+			s.Pull.Was = &was
+		}
+		return s, nil
 	case "check_run", "check_suite":
 		return fromRerun(event, body)
 	case "":
@@ -258,7 +279,18 @@ type glPayload struct {
 		LastCommit   struct {
 			ID string `json:"id"`
 		} `json:"last_commit"`
+		// Oldrev is set on an update that a push made: the commit the request was at before.
+		Oldrev string `json:"oldrev"`
 	} `json:"object_attributes"`
+	// Changes is an update's: what it changed, from what.
+	Changes struct {
+		Title *struct {
+			Previous string `json:"previous"`
+		} `json:"title"`
+		TargetBranch *struct {
+			Previous string `json:"previous"`
+		} `json:"target_branch"`
+	} `json:"changes"`
 }
 
 var evaluatedMergeActions = map[string]bool{"open": true, "reopen": true, "update": true}
@@ -289,10 +321,21 @@ func fromGitLab(body []byte) (Subject, error) {
 		if !evaluatedMergeActions[p.Attrs.Action] {
 			return Subject{}, fmt.Errorf("%w: merge request %s", ErrIgnored, p.Attrs.Action)
 		}
-		return Subject{Event: PullRequest, Repository: p.Project.Path, SHA: p.Attrs.LastCommit.ID,
+		s := Subject{Event: PullRequest, Repository: p.Project.Path, SHA: p.Attrs.LastCommit.ID,
 			Ref: "refs/heads/" + p.Attrs.SourceBranch, Whole: pullWhole,
 			Pull: &Pull{Number: p.Attrs.IID, Title: p.Attrs.Title, TargetBranch: p.Attrs.TargetBranch,
-				SourceBranch: p.Attrs.SourceBranch}}, nil
+				SourceBranch: p.Attrs.SourceBranch}}
+		if p.Attrs.Action == "update" && p.Attrs.Oldrev == "" { // a push's update is the new commit's first
+			was := PullState{Title: p.Attrs.Title, TargetBranch: p.Attrs.TargetBranch}
+			if c := p.Changes.Title; c != nil {
+				was.Title = c.Previous
+			}
+			if c := p.Changes.TargetBranch; c != nil {
+				was.TargetBranch = c.Previous
+			}
+			s.Pull.Was = &was
+		}
+		return s, nil
 	case "":
 		return Subject{}, fmt.Errorf("%w: gitlab payload without object_kind", ErrMalformed)
 	}
@@ -387,16 +430,40 @@ type bbdPull struct {
 			Repository bbdRepo `json:"repository"`
 		} `json:"toRef"`
 	} `json:"pullRequest"`
+	// A pr:modified's: the title and target before the modification.
+	PreviousTitle  *string `json:"previousTitle"`
+	PreviousTarget *struct {
+		DisplayID string `json:"displayId"`
+	} `json:"previousTarget"`
 }
 
+// name is the repository as Data Center's API addresses it: its project's key (as the server
+// spells it: the key is what the REST paths name) and its slug.
 func (r bbdRepo) name() string {
 	if r.Project.Key == "" || r.Slug == "" {
 		return ""
 	}
-	return strings.ToLower(r.Project.Key) + "/" + r.Slug
+	return r.Project.Key + "/" + r.Slug
 }
 
+// fromBitbucket reads a Bitbucket Cloud or Data Center webhook, told apart by its event key, and
+// names the API it came from.
 func fromBitbucket(event string, body []byte) (Subject, error) {
+	s, err := fromBitbucketEvent(event, body)
+	if err == nil {
+		s.API = BitbucketCloud
+		if dataCenterEvents[event] {
+			s.API = BitbucketDataCenter
+		}
+	}
+	return s, err
+}
+
+// dataCenterEvents are the event keys of Bitbucket Data Center's webhooks amiss evaluates
+// (Bitbucket Cloud's are repo:push and pullrequest:*).
+var dataCenterEvents = map[string]bool{"repo:refs_changed": true, "pr:opened": true, "pr:from_ref_updated": true, "pr:modified": true}
+
+func fromBitbucketEvent(event string, body []byte) (Subject, error) {
 	switch event {
 	case "repo:push": // Cloud
 		var p bbcPush
@@ -450,9 +517,20 @@ func fromBitbucket(event string, body []byte) (Subject, error) {
 			return Subject{}, err
 		}
 		pr := p.PullRequest
-		return Subject{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
+		s := Subject{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
 			Ref: pr.FromRef.ID, Whole: pullWhole,
-			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.ToRef.DisplayID, SourceBranch: pr.FromRef.DisplayID}}, nil
+			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.ToRef.DisplayID, SourceBranch: pr.FromRef.DisplayID}}
+		if event == "pr:modified" {
+			was := PullState{Title: pr.Title, TargetBranch: pr.ToRef.DisplayID}
+			if p.PreviousTitle != nil {
+				was.Title = *p.PreviousTitle
+			}
+			if p.PreviousTarget != nil {
+				was.TargetBranch = p.PreviousTarget.DisplayID
+			}
+			s.Pull.Was = &was
+		}
+		return s, nil
 	case "diagnostics:ping":
 		return Subject{}, fmt.Errorf("%w: ping", ErrIgnored)
 	case "":
@@ -486,8 +564,12 @@ func fromStandard(body []byte) (Subject, error) {
 	s.Whole = AllInputs
 	s.Installation = 0 // a GitHub App's: never named by another sender
 	s.RerunOf = ""     // a re-run's
+	s.API = ""         // a Bitbucket webhook's
 	if s.Event == PullRequest && s.Pull == nil {
 		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
+	}
+	if s.Pull != nil {
+		s.Pull.Was = nil // what an edit changed is the provider's to prove, not a sender's to claim
 	}
 	return s, nil
 }

@@ -60,6 +60,11 @@ type Subject struct {
 	// external_id, the ledger key of that delivery; empty for a check suite, or a check run
 	// amiss did not create): its subject names the pull request a fork's re-run lacks.
 	RerunOf string `json:"rerun_of,omitempty"`
+	// API names the API the webhook's sender speaks where one provider's webhooks come from
+	// more than one (Bitbucket: BitbucketCloud or BitbucketDataCenter, told apart by the event
+	// key); empty where the provider has one. A reader or publisher of another API must not
+	// take the delivery for its own.
+	API string `json:"api,omitempty"`
 
 	// Unread lists the inputs the provider's API could not give whole, with why. Set by the
 	// runner before evaluation, never stored.
@@ -69,12 +74,34 @@ type Subject struct {
 	Read []string `json:"-"`
 }
 
+// The APIs a Bitbucket webhook may come from, named as the provider table (functions/provider)
+// names them: Bitbucket Cloud's (api.bitbucket.org), or a Bitbucket Data Center server's.
+const (
+	BitbucketCloud      = "bitbucket"
+	BitbucketDataCenter = "bitbucket-datacenter"
+)
+
 // Pull is a pull or merge request.
 type Pull struct {
 	Number       int    `json:"number"`
 	Title        string `json:"title"`
 	TargetBranch string `json:"target_branch"`
 	SourceBranch string `json:"source_branch,omitempty"`
+	// Was is the pull request as it was just before this event, as the payload proves it: set
+	// for an edit (GitHub's, Gitea's and Forgejo's edited, with changes.title.from and
+	// changes.base.ref.from; GitLab's update not made by a push, with changes.title.previous
+	// and changes.target_branch.previous; Bitbucket Data Center's pr:modified, with
+	// previousTitle and previousTarget), what the edit did not change as it is now. Nil when
+	// the payload proves nothing of what came before. It orders two verdicts whose events
+	// carry the same time: this event came after one evaluated on Was.
+	Was *PullState `json:"was,omitempty"`
+}
+
+// PullState is what a pull request's verdict depends on that an edit changes (the commit is
+// the subject's).
+type PullState struct {
+	Title        string `json:"title"`
+	TargetBranch string `json:"target_branch"`
 }
 
 // Commit is one commit of a push.
@@ -233,6 +260,9 @@ func (s *Subject) Bound() {
 		var c bool
 		if s.Pull.Title, c = cut(s.Pull.Title, MaxTitleBytes); c {
 			s.Whole &^= TitleInput
+		}
+		if w := s.Pull.Was; w != nil {
+			w.Title, _ = cut(w.Title, MaxTitleBytes) // cut as the title it was is, so that the two compare
 		}
 	}
 }

@@ -67,22 +67,23 @@ func TestFixtures(t *testing.T) {
 			SHA: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Ref: "refs/heads/main",
 			Commits: []subject.Commit{{ID: "03f4a7270240708834de475bcf21532d6134777e", Message: "Prepare the router\n"},
 				{ID: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Message: "Add the health check\n"}},
-			Before: "1e65c05c1d5171631d92438a13901ca7dae9618c", Whole: subject.TitleInput | subject.PullInput | subject.CommitsInput}},
+			Before: "1e65c05c1d5171631d92438a13901ca7dae9618c", Whole: subject.TitleInput | subject.PullInput | subject.CommitsInput,
+			API: subject.BitbucketCloud}},
 		{"bitbucket", "X-Event-Key", "pullrequest:created", "bitbucket-cloud/pullrequest_created.json", subject.Subject{Event: "pull_request",
 			Repository: "team/app", SHA: "a3b0c7e1d2f4", Ref: "refs/heads/fix-window",
 			Pull:  &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
-			Whole: subject.TitleInput | subject.PullInput}},
+			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketCloud}},
 		{"bitbucket", "X-Event-Key", "pullrequest:updated", "bitbucket-cloud/pullrequest_updated.json", subject.Subject{Event: "pull_request",
 			Repository: "team/app", SHA: "e5f6a7b8c9d0", Ref: "refs/heads/fix-window",
 			Pull:  &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
-			Whole: subject.TitleInput | subject.PullInput}},
+			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketCloud}},
 		{"bitbucket", "X-Event-Key", "repo:refs_changed", "bitbucket-dc/refs_changed.json", subject.Subject{Event: "push",
-			Repository: "proj/repository", SHA: "178864a7d521b6f5e720b386b2c2b0ef8563e0dc", Ref: "refs/heads/master",
-			Before: "ecddabb624f6f5ba43816f5926e580a5f680a932", Whole: subject.TitleInput | subject.PullInput}},
+			Repository: "PROJ/repository", SHA: "178864a7d521b6f5e720b386b2c2b0ef8563e0dc", Ref: "refs/heads/master",
+			Before: "ecddabb624f6f5ba43816f5926e580a5f680a932", Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketDataCenter}},
 		{"bitbucket", "X-Event-Key", "pr:opened", "bitbucket-dc/pr_opened.json", subject.Subject{Event: "pull_request",
-			Repository: "proj/repository", SHA: "ef8755f06ee4b28c96a847a95cb8ec8ed6ddd1ca", Ref: "refs/heads/a-branch",
+			Repository: "PROJ/repository", SHA: "ef8755f06ee4b28c96a847a95cb8ec8ed6ddd1ca", Ref: "refs/heads/a-branch",
 			Pull:  &subject.Pull{Number: 1, Title: "feat: a new file added", TargetBranch: "master", SourceBranch: "a-branch"},
-			Whole: subject.TitleInput | subject.PullInput}},
+			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketDataCenter}},
 		{"standard-webhooks", "", "", "standard-webhooks/push.json", subject.Subject{Event: "push", Repository: "acme/app",
 			SHA: "0123456789abcdef0123456789abcdef01234567", Ref: "refs/heads/main",
 			Commits: []subject.Commit{{ID: "0123456789abcdef0123456789abcdef01234567", Message: "chore: bump"}},
@@ -248,6 +249,39 @@ func TestInstallationIsKept(t *testing.T) {
 	body := `{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","installation":5}}`
 	if s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(body)); err != nil || s.Installation != 0 {
 		t.Fatalf("standard webhooks: installation %d, %v", s.Installation, err)
+	}
+}
+
+// A Bitbucket subject names the API its webhook came from, told apart by the event key, so that
+// a route of Bitbucket Cloud never takes a Data Center server's delivery for its own (and back);
+// a Standard Webhooks sender's data cannot name one.
+func TestABitbucketSubjectNamesTheAPIItCameFrom(t *testing.T) {
+	for file, event := range map[string]string{"bitbucket-cloud/push.json": "repo:push", "bitbucket-cloud/pullrequest_created.json": "pullrequest:created",
+		"bitbucket-cloud/pullrequest_updated.json": "pullrequest:updated"} {
+		h := http.Header{}
+		h.Set("X-Event-Key", event)
+		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != subject.BitbucketCloud {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketCloud)
+		}
+	}
+	pr := load(t, "bitbucket-dc/pr_opened.json")
+	for file, event := range map[string]string{"bitbucket-dc/refs_changed.json": "repo:refs_changed", "bitbucket-dc/pr_opened.json": "pr:opened"} {
+		h := http.Header{}
+		h.Set("X-Event-Key", event)
+		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != subject.BitbucketDataCenter {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketDataCenter)
+		}
+	}
+	for _, event := range []string{"pr:from_ref_updated", "pr:modified"} {
+		h := http.Header{}
+		h.Set("X-Event-Key", event)
+		if s, err := provider.Extract("bitbucket", h, pr); err != nil || s.API != subject.BitbucketDataCenter {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketDataCenter)
+		}
+	}
+	body := `{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","api":"bitbucket-datacenter"}}`
+	if s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(body)); err != nil || s.API != "" {
+		t.Fatalf("standard webhooks: API %q, %v", s.API, err)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/config"
@@ -67,8 +66,8 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 		}
 		pub := p.Publisher(target)
 		route := &runner.Route{Evaluator: ev, Publisher: pub, Context: r.Publish.Context, TargetURL: r.Publish.TargetURL,
-			Destination: r.Publish.Provider + " " + strings.TrimRight(r.Publish.BaseURL, "/"),
-			Timeout:     r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}
+			Destination: r.Publish.Destination(), OldDestinations: cfg.OldDestinations(r.Publish.Destination()),
+			Timeout: r.Publish.Timeout, Settle: r.Publish.Settle, Concurrency: r.Publish.Concurrency}
 		reader, err := readerFor(ctx, r, target, apps, secrets, &pc)
 		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", name, err)
@@ -109,6 +108,9 @@ func readerFor(ctx context.Context, r *config.Route, pub provider.Target, apps *
 			}
 			target.Token = token
 		}
+	}
+	if api, ok := provider.Lookup(rd.Provider); ok {
+		target.API = api.API
 	}
 	reader := p.Reader(target)
 	if reader == nil {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
@@ -377,5 +380,38 @@ routes:
 	}
 	if r, err := wiring.Routes(cfg, fixedSecrets{"env:R": "r"}, nil, nil)(context.Background(), "r"); err != nil || r.Inputs == nil {
 		t.Fatalf("a route with a read block: %+v %v", r, err)
+	}
+}
+
+// A Bitbucket route reads the API it publishes to or its read block names: Bitbucket Cloud's
+// with the bitbucket publisher, a Data Center server's with bitbucket-datacenter's, each with
+// its base URL and token.
+func TestABitbucketRouteReadsTheAPIItPublishesTo(t *testing.T) {
+	const route = `
+routes:
+  r:
+    provider: bitbucket
+    secrets: [{id: a, from: "env:X"}]
+    repositories: ["PROJ/app"]
+    rules: {forbidden_paths: ["secrets/**"]}
+`
+	for name, c := range map[string]struct {
+		yaml string
+		want any
+	}{
+		"Bitbucket Cloud": {route + "    publish: {provider: bitbucket, base_url: 'https://api.bitbucket.org', token: {from: 'env:T'}}\n", &bitbucket.Client{}},
+		"a Data Center server": {route + "    publish: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:T'}}\n",
+			&bitbucketdc.Client{}},
+		"a Data Center read block": {route + "    read: {provider: bitbucket-datacenter, base_url: 'https://bitbucket.example', token: {from: 'env:T'}}\n",
+			&bitbucketdc.Client{}},
+	} {
+		cfg, err := config.Parse([]byte(c.yaml))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r, err := wiring.Routes(cfg, fixedSecrets{"env:T": "t"}, nil, nil)(context.Background(), "r")
+		if err != nil || reflect.TypeOf(r.Inputs) != reflect.TypeOf(c.want) {
+			t.Errorf("%s: reads with %T (%v), want %T", name, r.Inputs, err, c.want)
+		}
 	}
 }

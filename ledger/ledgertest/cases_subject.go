@@ -317,3 +317,34 @@ func caseDamagedSubjectRecordFailsClosed(e *env) {
 	_, err = e.l.InspectSubject(e.ctx, s.Key())
 	wantErr(e.t, "inspect a damaged record", err, ledger.ErrCorrupt)
 }
+
+// A verdict told to wait parks with a wake, and the report ending the grant it waited on
+// hands that wake back, once: the waiter is durable (it survives a reopen), and a park that
+// comes after the report is answered to come back at once.
+func caseSubjectReportHandsTheParkedVerdictsWakeBack(e *env) {
+	s := testSubject(11)
+	_, older := e.saved(e.clock.Now())
+	_, newer := e.saved(e.clock.Now().Add(time.Second))
+	g := e.acquireSubject(e.subjectRequest(s, older), ledger.SubjectPost)
+	e.acquireSubject(e.subjectRequest(s, newer), ledger.SubjectWait)
+	parked := e.subjectRequest(s, newer)
+	parked.Wake = "sqs:AQEB+waiter/handle=="
+	if p := e.acquireSubject(parked, ledger.SubjectWait); p.RetryAt.Before(g.Decided.Add(subjectHold)) {
+		e.t.Fatalf("a park while the grant lasts comes back at %v, before the grant's end", p.RetryAt)
+	}
+	e.reopen()
+	if rec := e.subjectRecord(s); rec.Waiter.Key != newer.Lease.Key || rec.WaiterWake != parked.Wake {
+		e.t.Fatalf("waiter after a reopen: %s %q", rec.Waiter.Key.Short(), rec.WaiterWake)
+	}
+	a := e.reportSubject(g, ledger.PostRefused, ledger.SubjectRetry)
+	if a.Wake != parked.Wake {
+		e.t.Fatalf("the report wakes %q, want the parked verdict's %q", a.Wake, parked.Wake)
+	}
+	if rec := e.subjectRecord(s); !rec.Waiter.IsZero() || rec.WaiterWake != "" {
+		e.t.Fatalf("the waiter stays named after its wake was handed back: %s", rec.Waiter.Key.Short())
+	}
+	if p := e.acquireSubject(parked, ledger.SubjectWait); p.RetryAt.After(p.Decided) {
+		e.t.Fatalf("a park after the report comes back at %v, want at once (%v)", p.RetryAt, p.Decided)
+	}
+	e.acquireSubject(e.subjectRequest(s, newer), ledger.SubjectPost)
+}

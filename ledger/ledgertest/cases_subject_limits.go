@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"strings"
+	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -10,8 +11,8 @@ import (
 // that it can be read again, whatever bytes its names hold.
 
 // The largest subject, of names that JSON writes at length (characters it escapes), is granted,
-// reported, read back after a reopen and granted again: its record does not outgrow what the
-// backend reads.
+// reported, read back after a reopen and granted again, with the longest wake parked on it:
+// its record does not outgrow what the backend reads.
 func caseSubjectRecordOfTheLargestSubjectIsLegible(e *env) {
 	long := strings.Repeat("<&>\x01", ledger.MaxSubjectName/4)
 	s := ledger.Subject{Publisher: "g", Repository: "r", SHA: "s"}
@@ -20,8 +21,18 @@ func caseSubjectRecordOfTheLargestSubjectIsLegible(e *env) {
 		e.t.Fatalf("the largest subject: %v", err)
 	}
 	_, v := e.saved(e.clock.Now())
+	_, w := e.saved(e.clock.Now().Add(time.Second))
 	g := e.acquireSubject(e.subjectRequest(s, v), ledger.SubjectPost)
-	e.reportSubject(g, ledger.PostApplied, ledger.SubjectStanding)
+	parked := e.subjectRequest(s, w) // the longest wake beside it
+	parked.Wake = strings.Repeat("A", ledger.MaxWake)
+	e.acquireSubject(parked, ledger.SubjectWait)
+	e.reopen()
+	if rec := e.subjectRecord(s); rec.WaiterWake != parked.Wake {
+		e.t.Fatal("the longest wake was not read back")
+	}
+	if a := e.reportSubject(g, ledger.PostApplied, ledger.SubjectStanding); a.Wake != parked.Wake {
+		e.t.Fatal("the report did not hand the longest wake back")
+	}
 	e.reopen()
 	if rec := e.subjectRecord(s); rec.Subject != s || rec.Stands.Key != v.Lease.Key {
 		e.t.Fatalf("record read back: subject %v, stands %s", rec.Subject == s, rec.Stands.Key.Short())

@@ -311,6 +311,7 @@ var cases = []testCase{
 	{"Subject_RequestIsChecked", 0, caseSubjectRequestIsChecked},
 	{"Subject_SupersededRowIsCleanedLikeADoneOne", 0, caseSupersededRowIsCleanedLikeADoneOne},
 	{"Subject_DamagedRecordFailsClosed", 0, caseDamagedSubjectRecordFailsClosed},
+	{"Subject_ReportHandsTheParkedVerdictsWakeBack", 0, caseSubjectReportHandsTheParkedVerdictsWakeBack},
 	// cases_subject_limits.go
 	{"Subject_RecordOfTheLargestSubjectIsLegible", 0, caseSubjectRecordOfTheLargestSubjectIsLegible},
 	{"Subject_OfNamesNotUTF8IsRefused", 0, caseSubjectOfNamesNotUTF8IsRefused},

@@ -5,8 +5,8 @@
 // paged as Bitbucket Data Center documents them: start and limit, each page's JSON saying
 // isLastPage, and where the next starts (nextPageStart).
 //
-// No publisher posts to Bitbucket Data Center yet; the client is what one (and the readers of
-// its pull requests and pushes) is built on.
+// The Data Center publisher (functions/publish) and the reader of what its webhooks lack
+// (reads.go) speak through it.
 package bitbucketdc
 
 import (
@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/amiss-ci/amiss/functions/providerapi"
 )
@@ -31,7 +32,22 @@ type Client struct {
 // NewClient returns a client of the server at baseURL (its root, or its context path: the API
 // is under /rest).
 func NewClient(baseURL, token string, hc *http.Client) *Client {
-	return &Client{Client: providerapi.Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: hc}, token: token}
+	return &Client{Client: providerapi.Client{BaseURL: strings.TrimRight(baseURL, "/"), HTTP: hc, Classify: classify}, token: token}
+}
+
+// classify is providerapi.Classify's table, with Data Center's own message: its error answers
+// carry their messages in errors[].message.
+func classify(resp *http.Response, body []byte, now time.Time) *providerapi.Error {
+	e := providerapi.Classify(resp, body, now)
+	var answer struct {
+		Errors []struct {
+			Message string `json:"message"`
+		} `json:"errors"`
+	}
+	if e.Message == "" && json.Unmarshal(body, &answer) == nil && len(answer.Errors) > 0 {
+		e.Message = providerapi.AnswerText([]byte(answer.Errors[0].Message))
+	}
+	return e
 }
 
 // Do sends r (its URL under /rest) with the token.

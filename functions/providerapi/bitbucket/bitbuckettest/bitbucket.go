@@ -1,17 +1,32 @@
-// Package bitbuckettest fakes Bitbucket Cloud's commit build status API (2.0) for tests, as
-// Atlassian's REST API reference gives it:
+// Package bitbuckettest fakes Bitbucket Cloud's REST API (2.0) for tests, as Atlassian's REST
+// API reference gives it, every request checked against the published description of the
+// operation (internal/bitbucketspec):
 //
 //	POST /2.0/repositories/{workspace}/{repo_slug}/commit/{commit}/statuses/build         create or update the key's status
 //	GET  /2.0/repositories/{workspace}/{repo_slug}/commit/{commit}/statuses/build/{key}   the key's status, 404 when none
 //	GET  /2.0/repositories/{workspace}/{repo_slug}/commit/{commit}                        the commit (fields=hash: its hash alone)
+//	GET  /2.0/repositories/{workspace}/{repo_slug}                                        the repository and its main branch
+//	GET  /2.0/repositories/{workspace}/{repo_slug}/pullrequests/{id}                      a pull request (abbreviated hashes)
+//	GET  /2.0/repositories/{workspace}/{repo_slug}/pullrequests/{id}/diffstat             302 to the diffstat of its source..destination
+//	GET  /2.0/repositories/{workspace}/{repo_slug}/pullrequests/{id}/commits              its commits, newest first
+//	GET  /2.0/repositories/{workspace}/{repo_slug}/diffstat/{spec}                        the files spec (a..b: of a not in b) changes
+//	GET  /2.0/repositories/{workspace}/{repo_slug}/commits/{revision}?exclude=            the commits of revision not of exclude, newest first
 //
 // A request must carry a bearer token Authorize accepts (a refused one is answered 401 and
 // counted). A status is key (required, at most 40 characters), state (INPROGRESS, SUCCESSFUL,
 // FAILED, STOPPED: required), url (required), name and description; Bitbucket keeps one
 // status per key and commit (a POST for a key that has one replaces it, answered 200; a new
 // key is 201). A commit is named by its full hash or an abbreviation of one the fake knows
-// (AddCommit); an unknown one is 404. Anything else is a violation, answered as Bitbucket would
-// (400, 404, 415) and recorded.
+// (AddCommit, AddHistory), a branch by its name (SetBranch); an unknown one is 404.
+//
+// Listings page as Bitbucket Cloud documents: page and pagelen (10 by default, at most 100),
+// each page naming the next page's URL in next, absent on the last. A request's fields (a
+// partial response) keep the top-level properties it names: a listing read with fields that
+// leave out next is not told of its next page. The fake does not tell a two-dot diffstat from
+// a three-dot one (topic): both are the files of the commits of the first commit its second
+// has not, which is the same wherever the tests' histories do not merge. Anything the
+// description or these rules refuse is a violation, answered as Bitbucket would (400, 404,
+// 415) and recorded.
 package bitbuckettest
 
 import (
@@ -20,12 +35,33 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
+	"github.com/amiss-ci/amiss/internal/bitbucketspec"
+)
+
+// The operations the fake serves, as bitbucketspec names them.
+const (
+	repoOps         = "/repositories/{workspace}/{repo_slug}"
+	OpPostStatus    = "POST " + repoOps + "/commit/{commit}/statuses/build"
+	OpGetStatus     = "GET " + repoOps + "/commit/{commit}/statuses/build/{key}"
+	OpGetCommit     = "GET " + repoOps + "/commit/{commit}"
+	OpGetRepository = "GET " + repoOps
+	OpGetPull       = "GET " + repoOps + "/pullrequests/{pull_request_id}"
+	OpPullDiffStat  = "GET " + repoOps + "/pullrequests/{pull_request_id}/diffstat"
+	OpPullCommits   = "GET " + repoOps + "/pullrequests/{pull_request_id}/commits"
+	OpDiffStat      = "GET " + repoOps + "/diffstat/{spec}"
+	OpCommits       = "GET " + repoOps + "/commits/{revision}"
+	defaultPageLen  = 10
+	maxPageLen      = 100
+	shortHash       = 12
+	minShortHash    = 7
 )
 
 // Status is one build status the fake holds.
@@ -36,41 +72,131 @@ type Status struct {
 	At                          time.Time
 }
 
-// Bitbucket fakes Bitbucket Cloud's build statuses.
+// Commit is one commit of a repository's history: its parents (the first parent first), its
+// message and the files it changes.
+type Commit struct {
+	Hash    string
+	Parents []string
+	Message string
+	Changes []Change
+}
+
+// Change is a file a commit changes: Status is added, removed, modified or renamed; OldPath
+// is a renamed file's old path.
+type Change struct {
+	Path, OldPath, Status string
+}
+
+// Pull is a pull request: its source branch and head commit, its destination branch and the
+// commit that branch is at.
+type Pull struct {
+	ID                              int
+	Title                           string
+	Source, Destination             string
+	SourceCommit, DestinationCommit string
+}
+
+// Bitbucket fakes Bitbucket Cloud.
 type Bitbucket struct {
 	// Authorize says whether a token is valid (nil: any non-empty one).
 	Authorize func(token string) bool
 	// Post decides how the n-th valid POST (from 1) is answered; nil: applied at once.
 	Post func(n int, s Status) providerapitest.Behavior
+	// Answer decides the status of the n-th valid request (from 1) of a read operation (one of
+	// the Op constants but OpPostStatus): 0 serves it, any other status answers it with
+	// Bitbucket's error body (403: the token lacks a scope).
+	Answer func(op string, n int) int
 
 	mu           sync.Mutex
 	posts        int
 	unauthorized int
-	commits      map[string][]string // repository: full hashes
+	requests     map[string]int
+	repos        map[string]*repository
+	seq          int
 	statuses     []Status
 	violations   []string
 }
 
-// New returns a fake accepting the tokens authorize accepts (nil: any).
-func New(authorize func(string) bool) *Bitbucket { return &Bitbucket{Authorize: authorize} }
-
-// AddCommit makes repo (workspace/slug) hold the commit of the full hash sha.
-func (b *Bitbucket) AddCommit(repo, sha string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.commits == nil {
-		b.commits = map[string][]string{}
-	}
-	b.commits[repo] = append(b.commits[repo], sha)
+type repository struct {
+	commits    map[string]Commit
+	order      map[string]int // a commit's place in the order it was added: later is newer
+	pulls      map[int]Pull
+	branches   map[string]string
+	mainBranch string
 }
 
-// resolve is the full hash of ref in repo, or "". b.mu is held.
+// New returns a fake accepting the tokens authorize accepts (nil: any).
+func New(authorize func(string) bool) *Bitbucket {
+	if err := bitbucketspec.Cloud.Load(); err != nil {
+		panic(err)
+	}
+	return &Bitbucket{Authorize: authorize}
+}
+
+// repo returns repository name (workspace/slug), made when absent. b.mu is held.
+func (b *Bitbucket) repo(name string) *repository {
+	if b.repos == nil {
+		b.repos = map[string]*repository{}
+	}
+	r := b.repos[name]
+	if r == nil {
+		r = &repository{commits: map[string]Commit{}, order: map[string]int{}, pulls: map[int]Pull{}, branches: map[string]string{},
+			mainBranch: "main"}
+		b.repos[name] = r
+	}
+	return r
+}
+
+// AddCommit makes repo (workspace/slug) hold the commit of the full hash sha.
+func (b *Bitbucket) AddCommit(repo, sha string) { b.AddHistory(repo, Commit{Hash: sha}) }
+
+// AddHistory adds c to repo; commits added later are newer.
+func (b *Bitbucket) AddHistory(repo string, c Commit) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.repo(repo)
+	b.seq++
+	r.commits[c.Hash] = c
+	r.order[c.Hash] = b.seq
+}
+
+// AddPull adds (or replaces) pull request p of repo.
+func (b *Bitbucket) AddPull(repo string, p Pull) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.repo(repo).pulls[p.ID] = p
+}
+
+// SetBranch points repo's branch name at the commit head.
+func (b *Bitbucket) SetBranch(repo, name, head string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.repo(repo).branches[name] = head
+}
+
+// SetMainBranch makes the branch name repo's main branch (main unless set).
+func (b *Bitbucket) SetMainBranch(repo, name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.repo(repo).mainBranch = name
+}
+
+// resolve is the full hash of ref in repo: a full hash, an abbreviation of one (at least 7
+// characters), or a branch; "" when none. b.mu is held.
 func (b *Bitbucket) resolve(repo, ref string) string {
-	if len(ref) < 7 {
+	r := b.repos[repo]
+	if r == nil {
 		return ""
 	}
-	for _, sha := range b.commits[repo] {
-		if strings.HasPrefix(sha, strings.ToLower(ref)) {
+	if head, ok := r.branches[ref]; ok {
+		return head
+	}
+	if len(ref) < minShortHash {
+		return ""
+	}
+	ref = strings.ToLower(ref)
+	for sha := range r.commits {
+		if strings.HasPrefix(sha, ref) {
 			return sha
 		}
 	}
@@ -82,7 +208,11 @@ func (b *Bitbucket) answer(w http.ResponseWriter, code int, v any) {
 }
 
 func (b *Bitbucket) refuse(w http.ResponseWriter, code int) {
-	b.answer(w, code, map[string]any{"type": "error", "error": map[string]string{"message": http.StatusText(code)}})
+	msg := http.StatusText(code)
+	if code == http.StatusForbidden {
+		msg = "Your credentials lack one or more required privilege scopes."
+	}
+	b.answer(w, code, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
 }
 
 func (b *Bitbucket) violate(w http.ResponseWriter, code int, format string, a ...any) {
@@ -95,7 +225,16 @@ func (b *Bitbucket) violate(w http.ResponseWriter, code int, format string, a ..
 
 // ServeHTTP implements http.Handler.
 func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	op, err := bitbucketspec.Cloud.Check(r, "/2.0")
 	body, _ := io.ReadAll(r.Body)
+	switch {
+	case op == "":
+		b.violate(w, http.StatusNotFound, "%v", err)
+		return
+	case err != nil:
+		b.violate(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
 		b.violate(w, http.StatusUnauthorized, "Authorization %q is not a bearer token", r.Header.Get("Authorization"))
@@ -108,38 +247,37 @@ func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.refuse(w, http.StatusUnauthorized)
 		return
 	}
-	parts := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
-	if len(parts) < 6 || parts[0] != "2.0" || parts[1] != "repositories" || parts[4] != "commit" {
-		b.violate(w, http.StatusNotFound, "Not Found: %s %s", r.Method, r.URL.EscapedPath())
-		return
+	// repositories ws slug ..., each segment as sent (a status key may hold an escaped slash)
+	parts := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/2.0/"), "/")
+	for i := range parts {
+		parts[i], _ = url.PathUnescape(parts[i])
 	}
-	repo := parts[2] + "/" + parts[3]
-	b.mu.Lock()
-	sha := b.resolve(repo, parts[5])
-	b.mu.Unlock()
-	if sha == "" {
-		b.refuse(w, http.StatusNotFound)
-		return
-	}
-	switch {
-	case r.Method == http.MethodGet && len(parts) == 6:
-		if f := r.URL.Query().Get("fields"); f != "" && f != "hash" {
-			b.violate(w, http.StatusBadRequest, "fields %q", f)
+	repo := parts[1] + "/" + parts[2]
+	if op == OpPostStatus {
+		b.mu.Lock()
+		sha := b.resolve(repo, parts[4])
+		b.mu.Unlock()
+		if sha == "" {
+			b.refuse(w, http.StatusNotFound)
 			return
 		}
-		b.answer(w, http.StatusOK, map[string]any{"hash": sha})
-	case r.Method == http.MethodPost && len(parts) == 8 && parts[6] == "statuses" && parts[7] == "build":
 		b.create(w, r, body, repo, sha)
-	case r.Method == http.MethodGet && len(parts) == 9 && parts[6] == "statuses" && parts[7] == "build":
-		key, _ := url.PathUnescape(parts[8])
-		if s, ok := b.Status(repo, sha, key); ok {
-			b.answer(w, http.StatusOK, statusJSON(s))
+		return
+	}
+	b.mu.Lock()
+	if b.requests == nil {
+		b.requests = map[string]int{}
+	}
+	b.requests[op]++
+	n := b.requests[op]
+	b.mu.Unlock()
+	if b.Answer != nil {
+		if code := b.Answer(op, n); code != 0 {
+			b.refuse(w, code)
 			return
 		}
-		b.refuse(w, http.StatusNotFound)
-	default:
-		b.violate(w, http.StatusNotFound, "Not Found: %s %s", r.Method, r.URL.EscapedPath())
 	}
+	b.read(w, r, op, repo, parts)
 }
 
 func (b *Bitbucket) create(w http.ResponseWriter, r *http.Request, body []byte, repo, sha string) {
@@ -178,8 +316,8 @@ func (b *Bitbucket) create(w http.ResponseWriter, r *http.Request, body []byte, 
 	case s.URL == "":
 		b.violate(w, http.StatusBadRequest, "url is required")
 		return
-	case s.State != "INPROGRESS" && s.State != "SUCCESSFUL" && s.State != "FAILED" && s.State != "STOPPED":
-		b.violate(w, http.StatusBadRequest, "state %q", s.State)
+	case s.State == "":
+		b.violate(w, http.StatusBadRequest, "state is required")
 		return
 	}
 	b.mu.Lock()
@@ -201,6 +339,248 @@ func (b *Bitbucket) create(w http.ResponseWriter, r *http.Request, body []byte, 
 func statusJSON(s Status) map[string]any {
 	return map[string]any{"type": "build", "key": s.Key, "state": s.State, "name": s.Name, "url": s.URL, "description": s.Desc,
 		"created_on": s.At.UTC().Format(time.RFC3339), "updated_on": s.At.UTC().Format(time.RFC3339)}
+}
+
+func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string, parts []string) {
+	q := r.URL.Query()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rp := b.repos[repo]
+	if rp == nil {
+		b.refuse(w, http.StatusNotFound)
+		return
+	}
+	page, pagelen, ok := b.page(w, q)
+	if !ok {
+		return
+	}
+	fields := q.Get("fields")
+	switch op {
+	case OpGetCommit, OpGetStatus:
+		sha := b.resolve(repo, parts[4])
+		if sha == "" {
+			b.refuse(w, http.StatusNotFound)
+			return
+		}
+		if op == OpGetCommit {
+			c := rp.commits[sha]
+			b.answer(w, http.StatusOK, partial(map[string]any{"type": "commit", "hash": sha, "message": c.Message,
+				"summary": map[string]any{"raw": c.Message, "markup": "markdown", "html": "<p>" + c.Message + "</p>"}}, fields))
+			return
+		}
+		if i, ok := b.find(repo, sha, parts[7]); ok {
+			b.answer(w, http.StatusOK, statusJSON(b.statuses[i]))
+			return
+		}
+		b.refuse(w, http.StatusNotFound)
+	case OpGetRepository:
+		b.answer(w, http.StatusOK, partial(map[string]any{"type": "repository", "full_name": repo, "is_private": true,
+			"mainbranch": map[string]any{"type": "branch", "name": rp.mainBranch}}, fields))
+	case OpGetPull, OpPullDiffStat, OpPullCommits:
+		id, err := strconv.Atoi(parts[4])
+		p, found := rp.pulls[id]
+		if err != nil || !found {
+			b.refuse(w, http.StatusNotFound)
+			return
+		}
+		switch op {
+		case OpGetPull:
+			side := func(branch, commit string) map[string]any {
+				return map[string]any{"branch": map[string]any{"name": branch}, "commit": map[string]any{"type": "commit", "hash": commit[:min(len(commit), shortHash)]},
+					"repository": map[string]any{"type": "repository", "full_name": repo}}
+			}
+			b.answer(w, http.StatusOK, partial(map[string]any{"type": "pullrequest", "id": p.ID, "title": p.Title, "state": "OPEN",
+				"description": "a pull request's description, which amiss does not read", "source": side(p.Source, p.SourceCommit),
+				"destination": side(p.Destination, p.DestinationCommit)}, fields))
+		case OpPullDiffStat:
+			// Bitbucket answers with a redirect to the repository's diffstat of the revspec that
+			// corresponds to the pull request; the request's own query goes along.
+			to := url.Values{}
+			for k, v := range q {
+				to[k] = v
+			}
+			to.Set("topic", "true")
+			spec := p.SourceCommit[:min(len(p.SourceCommit), shortHash)] + ".." + p.DestinationCommit[:min(len(p.DestinationCommit), shortHash)]
+			w.Header().Set("Location", (&url.URL{Scheme: "http", Host: r.Host, Path: "/2.0/repositories/" + repo + "/diffstat/" + spec,
+				RawQuery: to.Encode()}).String())
+			w.WriteHeader(http.StatusFound)
+		case OpPullCommits:
+			b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.between(rp, p.SourceCommit, p.DestinationCommit)), page, pagelen), fields))
+		}
+	case OpDiffStat:
+		from, to, ranged := strings.Cut(parts[4], "..")
+		head := b.resolve(repo, from)
+		var base string
+		switch {
+		case ranged:
+			base = b.resolve(repo, to)
+		case head != "" && len(rp.commits[head].Parents) > 0:
+			base = rp.commits[head].Parents[0] // a single commit: against its first parent
+		}
+		if head == "" || ranged && base == "" {
+			b.refuse(w, http.StatusNotFound)
+			return
+		}
+		b.answer(w, http.StatusOK, partial(pageOf(r, diffStatJSON(changesOf(b.between(rp, head, base))), page, pagelen), fields))
+	case OpCommits:
+		head := b.resolve(repo, parts[4])
+		if head == "" {
+			b.refuse(w, http.StatusNotFound)
+			return
+		}
+		if len(q["include"]) > 0 || len(q["exclude"]) > 1 {
+			b.violations = append(b.violations, "the fake serves one revision and at most one exclude")
+			b.refuse(w, http.StatusBadRequest)
+			return
+		}
+		var base string
+		if ex := q.Get("exclude"); ex != "" {
+			if base = b.resolve(repo, ex); base == "" {
+				b.refuse(w, http.StatusNotFound)
+				return
+			}
+		}
+		b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.between(rp, head, base)), page, pagelen), fields))
+	}
+}
+
+// page reads page and pagelen. b.mu is held.
+func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int, ok bool) {
+	page, pagelen = 1, defaultPageLen
+	for name, v := range map[string]*int{"page": &page, "pagelen": &pagelen} {
+		s := q.Get(name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || name == "pagelen" && n > maxPageLen {
+			msg := fmt.Sprintf("%s %q: want a number from 1 (pagelen: to %d)", name, s, maxPageLen)
+			b.violations = append(b.violations, msg)
+			b.answer(w, http.StatusBadRequest, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
+			return 0, 0, false
+		}
+		*v = n
+	}
+	return page, pagelen, true
+}
+
+// between lists the commits reachable from head and not from base ("": none excluded),
+// newest first. b.mu is held.
+func (b *Bitbucket) between(r *repository, head, base string) []Commit {
+	excluded := map[string]bool{}
+	if base != "" {
+		reach(r, base, excluded)
+	}
+	included := map[string]bool{}
+	reach(r, head, included)
+	var out []Commit
+	for sha := range included {
+		if !excluded[sha] {
+			out = append(out, r.commits[sha])
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return r.order[out[i].Hash] > r.order[out[j].Hash] })
+	return out
+}
+
+// reach adds every commit reachable from sha (itself included) to seen.
+func reach(r *repository, sha string, seen map[string]bool) {
+	for stack := []string{sha}; len(stack) > 0; {
+		c := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[c] {
+			continue
+		}
+		commit, ok := r.commits[c]
+		if !ok {
+			continue
+		}
+		seen[c] = true
+		stack = append(stack, commit.Parents...)
+	}
+}
+
+// changesOf is what commits (newest first) change together: each path once, with its newest
+// change.
+func changesOf(commits []Commit) []Change {
+	at := map[string]int{}
+	var out []Change
+	for i := len(commits) - 1; i >= 0; i-- {
+		for _, c := range commits[i].Changes {
+			if j, ok := at[c.Path]; ok {
+				out[j] = c
+				continue
+			}
+			at[c.Path] = len(out)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func diffStatJSON(changes []Change) []map[string]any {
+	out := make([]map[string]any, 0, len(changes))
+	file := func(p string) map[string]any {
+		return map[string]any{"type": "commit_file", "path": p, "escaped_path": p,
+			"links": map[string]any{"self": map[string]any{"href": "https://api.bitbucket.org/2.0/repositories/ws/app/src/abc/" + p}}}
+	}
+	for _, c := range changes {
+		e := map[string]any{"type": "diffstat", "status": c.Status, "lines_added": 1, "lines_removed": 0, "old": nil, "new": nil}
+		switch c.Status {
+		case "added":
+			e["new"] = file(c.Path)
+		case "removed":
+			e["old"] = file(c.Path)
+		case "renamed":
+			e["old"], e["new"] = file(c.OldPath), file(c.Path)
+		default:
+			e["old"], e["new"] = file(c.Path), file(c.Path)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func commitsJSON(commits []Commit) []map[string]any {
+	out := make([]map[string]any, 0, len(commits))
+	for _, c := range commits {
+		parents := []any{}
+		for _, p := range c.Parents {
+			parents = append(parents, map[string]any{"type": "commit", "hash": p})
+		}
+		out = append(out, map[string]any{"type": "commit", "hash": c.Hash, "message": c.Message, "date": "2026-07-01T12:00:00+00:00",
+			"author": map[string]any{"type": "author", "raw": "Charlie <charlie@example.com>"}, "parents": parents,
+			"summary": map[string]any{"raw": c.Message, "markup": "markdown", "html": "<p>" + c.Message + "</p>"}})
+	}
+	return out
+}
+
+// pageOf is page (from 1) of values, pagelen a page, as Bitbucket writes one: next names the
+// next page's URL, on the fake, when there is one.
+func pageOf(r *http.Request, values []map[string]any, page, pagelen int) map[string]any {
+	from := min((page-1)*pagelen, len(values))
+	to := min(from+pagelen, len(values))
+	out := map[string]any{"pagelen": pagelen, "page": page, "values": values[from:to]}
+	if to < len(values) {
+		out["next"] = providerapitest.PageURL(r, "page", page+1)
+	}
+	return out
+}
+
+// partial keeps the top-level properties fields names (a partial response; all when fields
+// is empty).
+func partial(v map[string]any, fields string) map[string]any {
+	if fields == "" {
+		return v
+	}
+	out := map[string]any{}
+	for _, f := range strings.Split(fields, ",") {
+		top, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimSpace(f), "+"), ".")
+		if x, ok := v[top]; ok {
+			out[top] = x
+		}
+	}
+	return out
 }
 
 // find is the index of the status of key on a commit, b.mu held.
@@ -235,6 +615,13 @@ func (b *Bitbucket) Status(repo, sha, key string) (Status, bool) {
 		return b.statuses[i], true
 	}
 	return Status{}, false
+}
+
+// Requests counts the valid requests of the read op.
+func (b *Bitbucket) Requests(op string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.requests[op]
 }
 
 // Posts counts the valid POSTs.

@@ -1,19 +1,28 @@
-// Package giteatest fakes the commit status API of Gitea and Forgejo (/api/v1) for tests, as
-// Gitea's API documentation (its swagger) and its source give it:
+// Package giteatest is the fake of Gitea's and Forgejo's REST API (/api/v1) for amiss's tests,
+// serving, as Gitea's API description (its swagger) and its source give them:
 //
 //	repoCreateStatus            POST /api/v1/repos/{owner}/{repo}/statuses/{sha}
 //	repoGetCombinedStatusByRef  GET  /api/v1/repos/{owner}/{repo}/commits/{ref}/status   page, limit
+//	repoGet                     GET  /api/v1/repos/{owner}/{repo}
+//	repoGetPullRequest          GET  /api/v1/repos/{owner}/{repo}/pulls/{index}
+//	repoGetPullRequestFiles     GET  /api/v1/repos/{owner}/{repo}/pulls/{index}/files     page, limit
+//	repoGetPullRequestCommits   GET  /api/v1/repos/{owner}/{repo}/pulls/{index}/commits   page, limit, files, verification
+//	repoCompareDiff             GET  /api/v1/repos/{owner}/{repo}/compare/{basehead}
 //
-// A request must carry "Authorization: token T" with a token Authorize accepts (a refused one
-// is answered 401 and counted), and a JSON body of the fields Gitea reads: state (pending,
-// success, error, failure, warning: required), target_url, description, context. The combined
-// status lists the latest status of each context, limit a page (default 30, at most 50, as
-// Gitea's default MAX_RESPONSE_ITEMS), and, as Gitea's handler does, names the count of
-// contexts in X-Total-Count and sends no Link header. Anything else is a violation, answered
-// as Gitea would (404, 415, 422) and recorded.
+// Every request is checked against the description itself (internal/giteaspec: its path,
+// parameters and body, and no query parameter it does not declare), then against what Gitea's
+// source does: a request that breaks either is answered as Gitea would (404, 415, 422) and
+// recorded, and a test asserts Violations() is empty. A request must carry
+// "Authorization: token T" with a token Authorize accepts (a refused one is answered 401 and
+// counted). A status's body holds the fields Gitea reads: state (pending, success, error,
+// failure, warning: required), target_url, description, context. The combined status lists
+// the latest status of each context, limit a page (default 30, at most 50, as Gitea's default
+// MAX_RESPONSE_ITEMS), and, as Gitea's handler does, names the count of contexts in
+// X-Total-Count and sends no Link header. The reads are described in reads.go.
 package giteatest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +33,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
+	"github.com/amiss-ci/amiss/internal/giteaspec"
 )
 
 // Status is one commit status the fake created.
@@ -34,22 +44,43 @@ type Status struct {
 	At                                     time.Time
 }
 
-// Gitea fakes one Gitea server's commit statuses.
+// Gitea fakes one Gitea server: its commit statuses, and its repositories' history for reads.
+// Set its fields before serving.
 type Gitea struct {
 	// Authorize says whether a token is valid (nil: any non-empty one).
 	Authorize func(token string) bool
 	// Post decides how the n-th valid POST (from 1) is answered; nil: created at once.
 	Post func(n int, s Status) providerapitest.Behavior
+	// Answer, when it returns a status code, answers the n-th valid request (from 1) of the
+	// read op (an operationId: OpGetPull...) with it instead (403: a token without the
+	// read:repository scope, as Gitea words it).
+	Answer func(op string, n int) int
+	// CompareWithoutFiles makes a comparison list its commits without their files, as a Gitea
+	// whose compare handler predates them does.
+	CompareWithoutFiles bool
+	// DefaultBranch is every repository's default branch (default main).
+	DefaultBranch string
+	// MaxItems is the most entries a page of a listing holds, whatever limit asks (0:
+	// MaxResponseItems, Gitea's default; a server may set less).
+	MaxItems int
 
 	mu           sync.Mutex
 	posts        int
 	unauthorized int
 	created      []Status
 	violations   []string
+	// reads
+	commits  map[string]map[string]Commit
+	pulls    map[string]map[int]Pull
+	branches map[string]map[string]string
+	requests map[string]int
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
-func New(authorize func(string) bool) *Gitea { return &Gitea{Authorize: authorize} }
+func New(authorize func(string) bool) *Gitea {
+	giteaspec.Load() // its error is every request's (ServeHTTP)
+	return &Gitea{Authorize: authorize}
+}
 
 func (g *Gitea) answer(w http.ResponseWriter, code int, v any) {
 	providerapitest.JSON(w, code, v, time.Now())
@@ -70,6 +101,7 @@ func (g *Gitea) violate(w http.ResponseWriter, code int, format string, a ...any
 // ServeHTTP implements http.Handler.
 func (g *Gitea) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	parts := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "token ")
 	if !ok || token == "" {
@@ -83,13 +115,30 @@ func (g *Gitea) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, http.StatusUnauthorized)
 		return
 	}
+	op, err := giteaspec.Check(r)
 	switch {
-	case r.Method == http.MethodPost && len(parts) == 7 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "repos" && parts[5] == "statuses":
-		g.create(w, r, body, parts[3]+"/"+parts[4], parts[6])
-	case r.Method == http.MethodGet && len(parts) == 8 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "repos" && parts[5] == "commits" && parts[7] == "status":
-		g.combined(w, r, parts[3]+"/"+parts[4], parts[6])
+	case err != nil && op == "":
+		g.violate(w, http.StatusNotFound, "Not Found: %v", err)
+		return
+	case err != nil:
+		g.violate(w, http.StatusUnprocessableEntity, "%v", err)
+		return
+	}
+	g.mu.Lock()
+	if g.requests == nil {
+		g.requests = map[string]int{}
+	}
+	g.requests[op]++
+	n := g.requests[op]
+	g.mu.Unlock()
+	repo := parts[3] + "/" + parts[4]
+	switch op {
+	case OpCreateStatus:
+		g.create(w, r, body, repo, parts[6])
+	case OpCombinedStatus:
+		g.combined(w, r, repo, parts[6])
 	default:
-		g.violate(w, http.StatusNotFound, "Not Found: %s %s", r.Method, r.URL.Path)
+		g.read(w, r, op, repo, parts, n)
 	}
 }
 

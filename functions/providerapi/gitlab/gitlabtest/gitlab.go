@@ -1,16 +1,26 @@
-// Package gitlabtest fakes GitLab's commit status API (/api/v4) for tests, as GitLab's REST
-// API documentation gives it:
+// Package gitlabtest is the fake of GitLab's REST API (/api/v4) for amiss's tests, serving,
+// as GitLab's API description and documentation give them:
 //
-//	POST /api/v4/projects/{id}/statuses/{sha}                      state, name, description, target_url, ...
-//	GET  /api/v4/projects/{id}/repository/commits/{sha}/statuses   name, all, page, per_page
+//	POST /api/v4/projects/{id}/statuses/{sha}                                state, name, description, target_url, ...
+//	GET  /api/v4/projects/{id}/repository/commits/{sha}/statuses             name, all, page, per_page
+//	GET  /api/v4/projects/{id}                                               the project
+//	GET  /api/v4/projects/{id}/merge_requests/{merge_request_iid}            the merge request
+//	GET  /api/v4/projects/{id}/merge_requests/{merge_request_iid}/diffs      page, per_page
+//	GET  /api/v4/projects/{id}/merge_requests/{merge_request_iid}/commits    page, per_page
+//	GET  /api/v4/projects/{id}/repository/compare                            from, to, straight
 //
-// The project is named by its URL-encoded path. A request must carry PRIVATE-TOKEN with a
-// token Authorize accepts (a refused one is answered 401 and counted). A status's state is
-// pending, running, success, failed, canceled or skipped; its name, description and target_url
-// are at most 255 characters (longer: 400). The listing is oldest first, per_page a page
-// (default 20, at most 100), with GitLab's offset-pagination headers: X-Page, X-Per-Page,
-// X-Next-Page (empty on the last page), X-Total, X-Total-Pages and Link. Anything else is a
-// violation, answered as GitLab would (404, 415, 400) and recorded.
+// Every request but the status POST is checked against GitLab's published description
+// (internal/gitlabspec: its path, parameters, and no query parameter it does not declare); the
+// POST, whose body's description was not copied, is checked by hand against GitLab's API
+// documentation: a request breaking either is answered as GitLab would (404, 415, 400) and
+// recorded, and a test asserts Violations() is empty. The project is named by its URL-encoded
+// path. A request must carry PRIVATE-TOKEN with a token Authorize accepts (a refused one is
+// answered 401 and counted). A status's state is pending, running, success, failed, canceled
+// or skipped; its name, description and target_url are at most 255 characters (longer: 400).
+// The listings are paged by per_page (default 20, at most 100) with GitLab's
+// offset-pagination headers: X-Page, X-Per-Page, X-Next-Page (empty on the last page),
+// X-Total, X-Total-Pages and Link; the statuses oldest first. The reads are described in
+// reads.go.
 //
 // RefuseUnchanged makes it an older GitLab, which answers 400 "Cannot transition status" to a
 // status whose state repeats the latest under its name (current GitLab adds a job and answers
@@ -33,6 +43,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
+	"github.com/amiss-ci/amiss/internal/gitlabspec"
 )
 
 // Status is one commit status the fake holds.
@@ -59,16 +70,32 @@ type GitLab struct {
 	// MaxPerPage, when set, is the most statuses a page holds whatever per_page asks (a proxy
 	// or an instance that caps it), with X-Next-Page still naming the next.
 	MaxPerPage int
+	// Answer, when it returns a status code, answers the n-th valid request (from 1) of the
+	// read op (an operationId: OpGetMR...) with it instead (403: a token without the read_api
+	// scope, as GitLab words it).
+	Answer func(op string, n int) int
+	// DiffMaxFiles is the instance's limit on the files of a diff (0: DiffMaxFiles).
+	DiffMaxFiles int
+	// DefaultBranch is every project's default branch (default main).
+	DefaultBranch string
 
 	mu           sync.Mutex
 	posts, lists int
 	unauthorized int
 	held         []Status
 	violations   []string
+	// reads
+	commits  map[string]map[string]Commit
+	mrs      map[string]map[int]MergeRequest
+	branches map[string]map[string]string
+	requests map[string]int
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
-func New(authorize func(string) bool) *GitLab { return &GitLab{Authorize: authorize} }
+func New(authorize func(string) bool) *GitLab {
+	gitlabspec.Load() // its error is every request's (ServeHTTP)
+	return &GitLab{Authorize: authorize}
+}
 
 func (g *GitLab) answer(w http.ResponseWriter, code int, v any) {
 	providerapitest.JSON(w, code, v, time.Now())
@@ -102,7 +129,7 @@ func (g *GitLab) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	parts := strings.Split(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
-	if len(parts) < 6 || parts[0] != "api" || parts[1] != "v4" || parts[2] != "projects" {
+	if len(parts) < 4 || parts[0] != "api" || parts[1] != "v4" || parts[2] != "projects" {
 		g.violate(w, http.StatusNotFound, "404 Not Found: %s %s", r.Method, r.URL.EscapedPath())
 		return
 	}
@@ -111,13 +138,32 @@ func (g *GitLab) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.violate(w, http.StatusNotFound, "404 Project Not Found: %q", parts[3])
 		return
 	}
-	switch {
-	case r.Method == http.MethodPost && len(parts) == 6 && parts[4] == "statuses":
+	op := OpCreateStatus
+	if !(r.Method == http.MethodPost && len(parts) == 6 && parts[4] == "statuses") {
+		var err error
+		if op, err = gitlabspec.Check(r); err != nil {
+			code := http.StatusBadRequest
+			if op == "" {
+				code = http.StatusNotFound
+			}
+			g.violate(w, code, "%v", err)
+			return
+		}
+	}
+	g.mu.Lock()
+	if g.requests == nil {
+		g.requests = map[string]int{}
+	}
+	g.requests[op]++
+	n := g.requests[op]
+	g.mu.Unlock()
+	switch op {
+	case OpCreateStatus:
 		g.create(w, r, body, project, parts[5])
-	case r.Method == http.MethodGet && len(parts) == 8 && parts[4] == "repository" && parts[5] == "commits" && parts[7] == "statuses":
+	case OpListStatuses:
 		g.list(w, r, project, parts[6])
 	default:
-		g.violate(w, http.StatusNotFound, "404 Not Found: %s %s", r.Method, r.URL.EscapedPath())
+		g.read(w, r, op, project, parts, n)
 	}
 }
 

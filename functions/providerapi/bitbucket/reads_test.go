@@ -1,0 +1,265 @@
+package bitbucket_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket/bitbuckettest"
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+// What Bitbucket Cloud's webhooks lack is read from a fake of its API that checks every
+// request against Bitbucket Cloud's published description.
+
+const repo = "team/app"
+
+// hash is a made-up commit hash numbered n.
+func hash(n int) string { return fmt.Sprintf("%x", sha1.Sum([]byte(strconv.Itoa(n)))) }
+
+// readWorld is a fake Bitbucket Cloud holding a repository's history: main at commit 1, a
+// branch "feature" of commits 2 (adds src/a.go), 3 (renames docs/old.md to docs/new.md) and 4
+// (adds secrets/prod.env), and a client reading it.
+type readWorld struct {
+	t      *testing.T
+	fake   *bitbuckettest.Bitbucket
+	client *bitbucket.Client
+}
+
+func newReadWorld(t *testing.T) *readWorld {
+	t.Helper()
+	w := &readWorld{t: t, fake: bitbuckettest.New(func(tok string) bool { return tok == "bb_token" })}
+	w.fake.AddHistory(repo, bitbuckettest.Commit{Hash: hash(1), Message: "Initial\n", Changes: []bitbuckettest.Change{{Path: "README.md", Status: "added"}}})
+	w.fake.SetBranch(repo, "main", hash(1))
+	w.commit(2, 1, "Add a\n", bitbuckettest.Change{Path: "src/a.go", Status: "added"})
+	w.commit(3, 2, "Move the docs\n", bitbuckettest.Change{Path: "docs/new.md", OldPath: "docs/old.md", Status: "renamed"})
+	w.commit(4, 3, "add the key\n", bitbuckettest.Change{Path: "secrets/prod.env", Status: "added"})
+	w.fake.SetBranch(repo, "feature", hash(4))
+	srv := httptest.NewServer(w.fake)
+	t.Cleanup(srv.Close)
+	w.client = bitbucket.NewClient(srv.URL, "bb_token", srv.Client())
+	w.client.Sleep = func(context.Context, time.Duration) error { return nil }
+	t.Cleanup(func() {
+		if v := w.fake.Violations(); len(v) > 0 {
+			t.Errorf("requests Bitbucket Cloud refuses: %q", v)
+		}
+	})
+	return w
+}
+
+// commit adds commit n, child of parent, changing changes.
+func (w *readWorld) commit(n, parent int, message string, changes ...bitbuckettest.Change) {
+	w.fake.AddHistory(repo, bitbuckettest.Commit{Hash: hash(n), Parents: []string{hash(parent)}, Message: message, Changes: changes})
+}
+
+// pull makes pull request 7 from feature (at head) into main (at commit 1).
+func (w *readWorld) pull(head int) {
+	w.fake.AddPull(repo, bitbuckettest.Pull{ID: 7, Title: "feat: add a", Source: "feature", Destination: "main",
+		SourceCommit: hash(head), DestinationCommit: hash(1)})
+}
+
+// pullEvent is the pull request's webhook as the ingress reads it: an abbreviated head.
+func pullEvent(head int) subject.Subject {
+	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketCloud, Repository: repo, SHA: hash(head)[:12], Event: subject.PullRequest,
+		Ref: "refs/heads/feature", Pull: &subject.Pull{Number: 7, Title: "feat: add a", TargetBranch: "main", SourceBranch: "feature"},
+		Whole: subject.TitleInput | subject.PullInput}
+}
+
+// pushEvent is a push of feature from before to commit head, listing no paths and, truncated,
+// not every commit.
+func pushEvent(head int, before string) subject.Subject {
+	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketCloud, Repository: repo, SHA: hash(head), Event: subject.Push,
+		Ref: "refs/heads/feature", Before: before, Whole: subject.TitleInput | subject.PullInput}
+}
+
+func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject {
+	w.t.Helper()
+	got, err := w.client.Read(context.Background(), s, need)
+	if err != nil {
+		w.t.Fatalf("read: %v", err)
+	}
+	return got
+}
+
+func messages(s subject.Subject) []string {
+	var out []string
+	for _, c := range s.Commits {
+		out = append(out, strings.TrimSpace(c.Message))
+	}
+	return out
+}
+
+// A pull request is read as Bitbucket lists it: its diffstat (through Bitbucket's redirect to
+// the repository's diffstat) with a renamed file's old path too, and its commits, oldest first.
+func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
+	w := newReadWorld(t)
+	w.pull(4)
+	got := w.read(pullEvent(4), subject.PathsInput|subject.CommitsInput)
+	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
+		t.Errorf("commits %q, want %q", messages(got), want)
+	}
+	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Cloud: commits, paths (4 requests)" {
+		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
+	}
+	for _, op := range []string{bitbuckettest.OpGetPull, bitbuckettest.OpPullDiffStat, bitbuckettest.OpDiffStat, bitbuckettest.OpPullCommits} {
+		if w.fake.Requests(op) != 1 {
+			t.Errorf("%s: %d requests, want 1", op, w.fake.Requests(op))
+		}
+	}
+}
+
+// A pull request whose head has moved on since its webhook is read at the webhook's commit:
+// the range from that commit to the destination, not the pull request's files as they are now.
+func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
+	w := newReadWorld(t)
+	w.pull(4)
+	got := w.read(pullEvent(3), subject.PathsInput|subject.CommitsInput)
+	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if want := []string{"Add a", "Move the docs"}; !reflect.DeepEqual(messages(got), want) {
+		t.Errorf("commits %q, want %q", messages(got), want)
+	}
+	if w.fake.Requests(bitbuckettest.OpPullDiffStat) != 0 || w.fake.Requests(bitbuckettest.OpPullCommits) != 0 {
+		t.Error("the pull request's own listings were read, which describe another commit")
+	}
+}
+
+// A push is read as its range, from the commit before it: its paths always (the webhook lists
+// none), its commits only when asked (the webhook's were cut).
+func TestAPushIsReadAsItsRange(t *testing.T) {
+	w := newReadWorld(t)
+	got := w.read(pushEvent(4, hash(2)), subject.PathsInput)
+	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if w.fake.Requests(bitbuckettest.OpCommits) != 0 {
+		t.Error("commits read where the webhook listed them all")
+	}
+	got = w.read(pushEvent(4, hash(2)), subject.CommitsInput)
+	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(subject.CommitsInput) {
+		t.Errorf("commits %q (whole %v), want %q", messages(got), got.Whole, want)
+	}
+}
+
+// A new branch names no commit before it: it is read as what it brings to the main branch. The
+// first push of the main branch itself names nothing to compare with, and fails closed.
+func TestANewBranchIsReadAgainstTheMainBranch(t *testing.T) {
+	w := newReadWorld(t)
+	got := w.read(pushEvent(4, ""), subject.PathsInput|subject.CommitsInput)
+	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if len(got.Commits) != 3 || w.fake.Requests(bitbuckettest.OpGetRepository) != 1 {
+		t.Errorf("commits %q, %d repository reads", messages(got), w.fake.Requests(bitbuckettest.OpGetRepository))
+	}
+	first := pushEvent(1, "")
+	first.Ref = "refs/heads/main"
+	got = w.read(first, subject.PathsInput)
+	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "first push of the repository's main branch") {
+		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
+	}
+}
+
+// Past amiss's bounds, a list is read in part and not held whole, naming the bound: the
+// rules that need it fail closed.
+func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
+	w := newReadWorld(t)
+	var changes []bitbuckettest.Change
+	for i := range bitbucket.MaxReadPaths + 1 {
+		changes = append(changes, bitbuckettest.Change{Path: fmt.Sprintf("gen/%04d.go", i), Status: "added"})
+	}
+	w.commit(5, 4, "Generate\n", changes...)
+	for n := 6; n < 6+bitbucket.MaxReadCommits; n++ {
+		w.commit(n, n-1, "More\n")
+	}
+	head := 5 + bitbucket.MaxReadCommits
+	got := w.read(pushEvent(head, hash(4)), subject.PathsInput|subject.CommitsInput)
+	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != bitbucket.MaxReadPaths ||
+		!strings.Contains(got.UnreadReason(subject.PathsInput), "amiss reads the first 3000") {
+		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(subject.PathsInput))
+	}
+	if got.Whole.Has(subject.CommitsInput) || len(got.Commits) != bitbucket.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
+		!strings.Contains(got.UnreadReason(subject.CommitsInput), "amiss reads the newest 1000") {
+		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(subject.CommitsInput))
+	}
+}
+
+// A read Bitbucket refuses fails the inputs closed, naming the scope to grant: a pull
+// request's need pullrequest, a range's repository. Nothing is returned as an error.
+func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
+	for op, scope := range map[string]string{bitbuckettest.OpPullDiffStat: "pullrequest (Pull requests: Read)",
+		bitbuckettest.OpDiffStat: "repository (Repositories: Read)"} {
+		w := newReadWorld(t)
+		w.pull(4)
+		w.fake.Answer = func(o string, _ int) int {
+			if o == op {
+				return http.StatusForbidden
+			}
+			return 0
+		}
+		s := pullEvent(4)
+		if op == bitbuckettest.OpDiffStat {
+			s = pushEvent(4, hash(1))
+		}
+		got := w.read(s, subject.PathsInput)
+		if why := got.UnreadReason(subject.PathsInput); got.Whole.Has(subject.PathsInput) || !strings.Contains(why, "answered 403") ||
+			!strings.Contains(why, scope) || !strings.Contains(why, "privilege scopes") {
+			t.Errorf("%s refused: whole %v, %q", op, got.Whole, why)
+		}
+	}
+}
+
+// Bitbucket's outage is no verdict: the read returns a transient error, the subject unchanged.
+func TestAnOutageWhileReadingIsTransient(t *testing.T) {
+	w := newReadWorld(t)
+	w.pull(4)
+	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
+	s := pullEvent(4)
+	got, err := w.client.Read(context.Background(), s, subject.PathsInput)
+	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
+		t.Fatalf("%v (class %v); subject %+v", err, providerapi.ClassOf(err), got)
+	}
+}
+
+// A Data Center server's delivery is not read from Bitbucket Cloud: nothing is asked, and its
+// inputs fail closed naming the configuration to fix.
+func TestADataCenterDeliveryIsNotReadFromCloud(t *testing.T) {
+	w := newReadWorld(t)
+	s := pushEvent(4, hash(1))
+	s.API = subject.BitbucketDataCenter
+	got := w.read(s, subject.PathsInput)
+	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "bitbucket-datacenter") ||
+		w.fake.Requests(bitbuckettest.OpDiffStat) != 0 {
+		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	}
+}
+
+// A read's redirect is followed only within the base URL: one elsewhere would carry the token
+// there.
+func TestARedirectOutsideTheBaseURLIsNotFollowed(t *testing.T) {
+	var asked []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked = append(asked, r.URL.Path)
+		w.Header().Set("Location", "https://elsewhere.example/2.0/repositories/team/app/diffstat/a..b")
+		w.WriteHeader(http.StatusFound)
+	}))
+	defer srv.Close()
+	c := bitbucket.NewClient(srv.URL, "bb_token", srv.Client())
+	_, err := c.Do(context.Background(), providerapi.Request{Method: http.MethodGet, URL: "/2.0/repositories/team/app/pullrequests/7/diffstat"})
+	if providerapi.ClassOf(err) != providerapi.Operator || len(asked) != 1 {
+		t.Fatalf("%v (class %v), %d requests", err, providerapi.ClassOf(err), len(asked))
+	}
+}

@@ -1,0 +1,416 @@
+package bitbucketdc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+// Reads of what Bitbucket Data Center's webhooks leave out: a pull request, its changes and
+// its commits; a range's changes and commits; a repository's default branch. Each listing
+// pages by start and limit as Data Center documents, within amiss's bounds (MaxReadPaths,
+// MaxReadCommits); an answer is read up to maxListingBytes. Every read needs the repository
+// permission REPO_READ.
+//
+//	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/default-branch                          a new branch's base
+//	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/pull-requests/{id}                      its head and target
+//	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/pull-requests/{id}/changes              one page, never more
+//	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/pull-requests/{id}/commits
+//	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/compare/changes?from={sha}&to={base}
+//	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/compare/commits?from={sha}&to={base}
+
+// amiss's bounds on what it reads, and the page sizes asked for.
+const (
+	// MaxReadPaths bounds the changed paths read: more are not read (the paths are then not
+	// held whole, and a forbidden-paths rule fails closed).
+	MaxReadPaths = 3000
+	// MaxReadCommits bounds the commits read (the newest): more are not read.
+	MaxReadCommits = 1000
+	changesLimit   = 1000
+	commitsLimit   = 100
+	// maxListingBytes bounds one answer. An answer cut by it does not decode, and the read is
+	// retried (Transient): never taken as a partial list.
+	maxListingBytes = 32 << 20
+)
+
+// Permission is the repository permission every read needs (an HTTP access token's
+// Repository read), named in the reason a refused read gives.
+const Permission = "REPO_READ (an HTTP access token's Repository read permission)"
+
+// Refused is a read Data Center refused (401, 403, or 404, which it answers for what the
+// token may not see); What names the read.
+type Refused struct {
+	What string
+	Err  error
+}
+
+func (r *Refused) Error() string { return r.Err.Error() }
+func (r *Refused) Unwrap() error { return r.Err }
+
+func refusedFor(err error, what string) error {
+	switch providerapi.StatusOf(err) {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return &Refused{What: what, Err: err}
+	}
+	return err
+}
+
+// get reads one answer into v.
+func (c *Client) get(ctx context.Context, u, what string, v any) error {
+	a, err := c.Do(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes})
+	if err != nil {
+		return refusedFor(err, what)
+	}
+	return a.Decode(what, v)
+}
+
+// list reads a listing from u (which names its limit) by its pages into a slice, at most max
+// entries (cut reports that there were more); it counts the requests made into *requests.
+func list[T any](ctx context.Context, c *Client, u, what string, max, limit int, requests *int) (all []T, cut bool, err error) {
+	page := 0
+	err = c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max/limit+2,
+		func(values json.RawMessage) (bool, error) {
+			page++
+			*requests++
+			var items []T
+			if err := json.Unmarshal(values, &items); err != nil {
+				return false, &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("page %d of %s: values do not decode: %v", page, what, err)}
+			}
+			all = append(all, items...)
+			if len(all) > max {
+				all, cut = all[:max], true
+				return false, nil
+			}
+			return true, nil
+		})
+	if err != nil {
+		return nil, false, refusedFor(err, what)
+	}
+	return all, cut, nil
+}
+
+// Ref is one side of a pull request: its branch, its latest commit and its repository.
+type Ref struct {
+	ID           string `json:"id"`
+	DisplayID    string `json:"displayId"`
+	LatestCommit string `json:"latestCommit"`
+	Repository   struct {
+		Slug    string `json:"slug"`
+		Project struct {
+			Key string `json:"key"`
+		} `json:"project"`
+	} `json:"repository"`
+}
+
+// repository is the ref's repository as PROJECT/slug.
+func (r Ref) repository() string { return r.Repository.Project.Key + "/" + r.Repository.Slug }
+
+// PullRequest is what Data Center says of a pull request, as far as read.
+type PullRequest struct {
+	Title   string `json:"title"`
+	FromRef Ref    `json:"fromRef"`
+	ToRef   Ref    `json:"toRef"`
+}
+
+// Path is a changed file's path, as Data Center gives it.
+type Path struct {
+	Components []string `json:"components"`
+	String     string   `json:"toString"`
+}
+
+func (p *Path) path() string {
+	if p == nil {
+		return ""
+	}
+	if len(p.Components) > 0 {
+		return strings.Join(p.Components, "/")
+	}
+	return p.String
+}
+
+// Change is an entry of a listing of changes: the file's path, and a moved or copied file's
+// old one.
+type Change struct {
+	Type    string `json:"type"`
+	Path    *Path  `json:"path"`
+	SrcPath *Path  `json:"srcPath"`
+}
+
+// Commit is an entry of a listing of commits, as far as read.
+type Commit struct {
+	ID      string `json:"id"`
+	Message string `json:"message"`
+}
+
+// PullRequest reads pull request n of repo.
+func (c *Client) PullRequest(ctx context.Context, repo string, n int) (PullRequest, error) {
+	rp, err := RepoPath(repo)
+	if err != nil {
+		return PullRequest{}, err
+	}
+	var pr PullRequest
+	err = c.get(ctx, fmt.Sprintf("%s/pull-requests/%d", rp, n), "the pull request", &pr)
+	return pr, err
+}
+
+// DefaultBranch reads repo's default branch (refs/heads/ and its name).
+func (c *Client) DefaultBranch(ctx context.Context, repo string) (string, error) {
+	rp, err := RepoPath(repo)
+	if err != nil {
+		return "", err
+	}
+	var b struct {
+		ID string `json:"id"`
+	}
+	if err := c.get(ctx, rp+"/default-branch", "the repository's default branch", &b); err != nil {
+		return "", err
+	}
+	if b.ID == "" {
+		return "", &providerapi.Error{Class: providerapi.Permanent, Err: fmt.Errorf("the repository %s names no default branch", repo)}
+	}
+	return b.ID, nil
+}
+
+// read is one Read in progress: the subject being completed and the requests made.
+type read struct {
+	c        *Client
+	s        *subject.Subject
+	need     subject.Inputs
+	repo     string
+	requests int
+}
+
+// Read returns s with the inputs in need read from the Data Center server (the runner's
+// InputReader): each one read whole is added to s.Whole; one the server or amiss's bounds cut
+// is marked unread, naming the bound, and the rules that need it fail closed. Only what need
+// names is read:
+//
+//   - a pull request: its title and branches; when its head is still s's commit, its changes
+//     (Data Center lists them on one page, never more: a list the server cut is marked unread)
+//     and its commits; when it has moved on, the range from s's commit to its target's latest
+//     commit (from the source repository, for a fork's pull request);
+//   - a push: the range from s's commit to the commit the branch was at before; for a new
+//     branch, to the repository's default branch (what the branch brings to it). The first
+//     push of the default branch itself names nothing to compare with: its inputs are marked
+//     unread.
+//
+// A range's changes and commits are those of s's commit its base does not have (compare). A
+// subject from Bitbucket Cloud is not read: its inputs are marked unread, naming the
+// configuration to fix.
+//
+// A transient failure (the server's outage, a timeout, a rate limit) is returned as an error
+// of class Transient: the attempt is retried. Any other failure (a permission the token lacks:
+// 401, 403 or 404) is not an error: the inputs in need are marked unread, naming what to grant.
+func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+	if need == 0 {
+		return s, nil
+	}
+	if s.API != "" && s.API != subject.BitbucketDataCenter {
+		s.MarkUnread(need, "this delivery came from Bitbucket Cloud, and the route reads a Bitbucket Data Center server's API: "+
+			"publish with publish.provider bitbucket (or read with read.provider bitbucket) at https://api.bitbucket.org")
+		return s, nil
+	}
+	f := s
+	f.Unread = append([]subject.Unread(nil), s.Unread...)
+	if need.Has(subject.CommitsInput) {
+		f.Commits = nil
+	}
+	if need.Has(subject.PathsInput) {
+		f.Paths = nil
+	}
+	if f.Pull != nil {
+		p := *f.Pull
+		f.Pull = &p
+	}
+	f.Whole |= need
+	rd := &read{c: c, s: &f, need: need, repo: s.Repository}
+	err := rd.fill(ctx)
+	if err == nil {
+		f.Read = append(f.Read, fmt.Sprintf("Bitbucket Data Center: %s (%d requests)", need, rd.requests))
+		return f, nil
+	}
+	if providerapi.ClassOf(err) == providerapi.Transient {
+		return s, providerapi.Wrap(err, providerapi.Transient, "reading from Bitbucket Data Center")
+	}
+	s.MarkUnread(need, reasonOf(err))
+	return s, nil
+}
+
+// reasonOf says what an operator must do about a read that failed for good: what to grant
+// first, since a status's description may be cut.
+func reasonOf(err error) string {
+	var r *Refused
+	if errors.As(err, &r) {
+		return fmt.Sprintf("grant the token %s on the repository (Bitbucket Data Center answered %d for %s: %s)",
+			Permission, providerapi.StatusOf(err), r.What, providerapi.StatusMessage(err))
+	}
+	var pe *providerapi.Error
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// errNoBase is a push that names no commit to compare with: the first push of the default
+// branch.
+var errNoBase = errors.New("the first push of the repository's default branch names no commit it started from, so what it brings cannot be read")
+
+func (rd *read) fill(ctx context.Context) error {
+	s := rd.s
+	base, fromRepo := s.Before, ""
+	if s.Pull != nil && s.Pull.Number > 0 {
+		pr, current, err := rd.pull(ctx)
+		if err != nil || current {
+			return err
+		}
+		base = pr.ToRef.LatestCommit
+		if from := pr.FromRef.repository(); from != "/" && from != pr.ToRef.repository() {
+			fromRepo = from
+		}
+		if base == "" {
+			return &providerapi.Error{Class: providerapi.Permanent, Err: errors.New("the pull request names no latest commit of its target")}
+		}
+	}
+	if !rd.need.Has(subject.CommitsInput) && !rd.need.Has(subject.PathsInput) {
+		return nil
+	}
+	if base == "" {
+		branch, err := rd.c.DefaultBranch(ctx, rd.repo)
+		rd.requests++
+		if err != nil {
+			return err
+		}
+		if s.Ref == branch {
+			s.MarkUnread(rd.need&(subject.CommitsInput|subject.PathsInput), errNoBase.Error())
+			return nil
+		}
+		base = branch
+	}
+	rp, err := RepoPath(rd.repo)
+	if err != nil {
+		return err
+	}
+	q := url.Values{"from": {s.SHA}, "to": {base}}
+	if fromRepo != "" {
+		q.Set("fromRepo", fromRepo)
+	}
+	if rd.need.Has(subject.PathsInput) {
+		q.Set("limit", fmt.Sprint(changesLimit))
+		if err := rd.changes(ctx, rp+"/compare/changes?"+q.Encode(), fmt.Sprintf("the changes of %s not in %s", s.SHA, base)); err != nil {
+			return err
+		}
+	}
+	if rd.need.Has(subject.CommitsInput) {
+		q.Set("limit", fmt.Sprint(commitsLimit))
+		if err := rd.commits(ctx, rp+"/compare/commits?"+q.Encode(), fmt.Sprintf("the commits of %s not in %s", s.SHA, base)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pull reads the pull request: its title and branches always, and, when its head is still s's
+// commit (current), its changes and commits as need asks.
+func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err error) {
+	s := rd.s
+	pr, err = rd.c.PullRequest(ctx, rd.repo, s.Pull.Number)
+	rd.requests++
+	if err != nil {
+		return pr, false, err
+	}
+	s.Pull.Title, s.Pull.TargetBranch, s.Pull.SourceBranch = pr.Title, pr.ToRef.DisplayID, pr.FromRef.DisplayID
+	if pr.FromRef.LatestCommit != s.SHA {
+		return pr, false, nil
+	}
+	rp, err := RepoPath(rd.repo)
+	if err != nil {
+		return pr, false, err
+	}
+	prp := fmt.Sprintf("%s/pull-requests/%d", rp, s.Pull.Number)
+	if rd.need.Has(subject.PathsInput) {
+		if err := rd.pullChanges(ctx, prp); err != nil {
+			return pr, false, err
+		}
+	}
+	if rd.need.Has(subject.CommitsInput) {
+		if err := rd.commits(ctx, fmt.Sprintf("%s/commits?limit=%d", prp, commitsLimit), "the pull request's commits"); err != nil {
+			return pr, false, err
+		}
+	}
+	return pr, true, nil
+}
+
+// pullChanges reads a pull request's changes: Data Center answers one page of at most the
+// limit asked for or its own maximum (page.max.changes), whichever is smaller, and ignores
+// start; a page that is not the last is a list it cut.
+func (rd *read) pullChanges(ctx context.Context, prp string) error {
+	const what = "the pull request's changes"
+	var page struct {
+		IsLastPage bool     `json:"isLastPage"`
+		Values     []Change `json:"values"`
+	}
+	err := rd.c.get(ctx, fmt.Sprintf("%s/changes?withComments=false&limit=%d", prp, MaxReadPaths), what, &page)
+	rd.requests++
+	if err != nil {
+		return err
+	}
+	rd.addChanges(page.Values)
+	if !page.IsLastPage {
+		rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("Bitbucket Data Center lists at most %d changes of a pull request "+
+			"(amiss asks for %d; the server's page.max.changes may be lower), and this one has more", len(page.Values), MaxReadPaths))
+	}
+	return nil
+}
+
+// changes reads a paged listing of changes into the subject's paths.
+func (rd *read) changes(ctx context.Context, u, what string) error {
+	changes, cut, err := list[Change](ctx, rd.c, u, what, MaxReadPaths, changesLimit, &rd.requests)
+	if err != nil {
+		return err
+	}
+	rd.addChanges(changes)
+	if cut {
+		rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("%s are more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
+	}
+	return nil
+}
+
+// addChanges adds the paths changes name: a moved or copied file's old path too.
+func (rd *read) addChanges(changes []Change) {
+	seen := make(map[string]bool, len(rd.s.Paths))
+	for _, p := range rd.s.Paths {
+		seen[p] = true
+	}
+	for _, c := range changes {
+		for _, p := range []string{c.SrcPath.path(), c.Path.path()} {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				rd.s.Paths = append(rd.s.Paths, p)
+			}
+		}
+	}
+}
+
+// commits reads a listing of commits (newest first, as Data Center lists them) into the
+// subject's commits, oldest first.
+func (rd *read) commits(ctx context.Context, u, what string) error {
+	commits, cut, err := list[Commit](ctx, rd.c, u, what, MaxReadCommits, commitsLimit, &rd.requests)
+	if err != nil {
+		return err
+	}
+	for _, c := range slices.Backward(commits) {
+		rd.s.Commits = append(rd.s.Commits, subject.Commit{ID: c.ID, Message: c.Message})
+	}
+	if cut {
+		rd.s.MarkUnread(subject.CommitsInput, fmt.Sprintf("%s are more than %d; amiss reads the newest %d", what, MaxReadCommits, MaxReadCommits))
+	}
+	return nil
+}

@@ -1,0 +1,255 @@
+package bitbucketdc_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc/bitbucketdctest"
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+// What Bitbucket Data Center's webhooks lack is read from a fake of its API that checks every
+// request against Data Center's published description.
+
+const repo = "PROJ/app"
+
+// hash is a made-up commit hash numbered n.
+func hash(n int) string { return fmt.Sprintf("%x", sha1.Sum([]byte(strconv.Itoa(n)))) }
+
+// readWorld is a fake Data Center server, under a context path, holding a repository's
+// history: main at commit 1, a branch "feature" of commits 2 (adds src/a.go), 3 (moves
+// docs/old.md to docs/new.md) and 4 (adds secrets/prod.env), and a client reading it.
+type readWorld struct {
+	t      *testing.T
+	fake   *bitbucketdctest.BitbucketDC
+	client *bitbucketdc.Client
+}
+
+func newReadWorld(t *testing.T) *readWorld {
+	t.Helper()
+	w := &readWorld{t: t, fake: bitbucketdctest.New(func(tok string) bool { return tok == "dc_token" })}
+	w.fake.ContextPath = "/bitbucket"
+	w.fake.AddCommit(repo, bitbucketdctest.Commit{ID: hash(1), Message: "Initial\n", Changes: []bitbucketdctest.Change{{Path: "README.md", Type: "ADD"}}})
+	w.fake.SetBranch(repo, "main", hash(1))
+	w.commit(2, 1, "Add a\n", bitbucketdctest.Change{Path: "src/a.go", Type: "ADD"})
+	w.commit(3, 2, "Move the docs\n", bitbucketdctest.Change{Path: "docs/new.md", SrcPath: "docs/old.md", Type: "MOVE"})
+	w.commit(4, 3, "add the key\n", bitbucketdctest.Change{Path: "secrets/prod.env", Type: "ADD"})
+	w.fake.SetBranch(repo, "feature", hash(4))
+	srv := httptest.NewServer(w.fake)
+	t.Cleanup(srv.Close)
+	w.client = bitbucketdc.NewClient(srv.URL+"/bitbucket", "dc_token", srv.Client())
+	w.client.Sleep = func(context.Context, time.Duration) error { return nil }
+	t.Cleanup(func() {
+		if v := w.fake.Violations(); len(v) > 0 {
+			t.Errorf("requests Bitbucket Data Center refuses: %q", v)
+		}
+	})
+	return w
+}
+
+// commit adds commit n, child of parent, changing changes.
+func (w *readWorld) commit(n, parent int, message string, changes ...bitbucketdctest.Change) {
+	w.fake.AddCommit(repo, bitbucketdctest.Commit{ID: hash(n), Parents: []string{hash(parent)}, Message: message, Changes: changes})
+}
+
+// pull makes pull request 7 from feature (at head) into main (at commit 1).
+func (w *readWorld) pull(head int) {
+	w.fake.AddPull(repo, bitbucketdctest.Pull{ID: 7, Title: "feat: add a", FromBranch: "feature", ToBranch: "main",
+		FromCommit: hash(head), ToCommit: hash(1)})
+}
+
+// pullEvent is the pull request's webhook as the ingress reads it.
+func pullEvent(head int) subject.Subject {
+	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketDataCenter, Repository: repo, SHA: hash(head), Event: subject.PullRequest,
+		Ref: "refs/heads/feature", Pull: &subject.Pull{Number: 7, Title: "feat: add a", TargetBranch: "main", SourceBranch: "feature"},
+		Whole: subject.TitleInput | subject.PullInput}
+}
+
+// pushEvent is a push of feature from before to commit head: Data Center lists neither its
+// commits nor its paths.
+func pushEvent(head int, before string) subject.Subject {
+	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketDataCenter, Repository: repo, SHA: hash(head), Event: subject.Push,
+		Ref: "refs/heads/feature", Before: before, Whole: subject.TitleInput | subject.PullInput}
+}
+
+func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject {
+	w.t.Helper()
+	got, err := w.client.Read(context.Background(), s, need)
+	if err != nil {
+		w.t.Fatalf("read: %v", err)
+	}
+	return got
+}
+
+func messages(s subject.Subject) []string {
+	var out []string
+	for _, c := range s.Commits {
+		out = append(out, strings.TrimSpace(c.Message))
+	}
+	return out
+}
+
+// A pull request is read as Data Center lists it: its changes, with a moved file's old path
+// too, and its commits, oldest first.
+func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
+	w := newReadWorld(t)
+	w.pull(4)
+	got := w.read(pullEvent(4), subject.PathsInput|subject.CommitsInput)
+	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
+		t.Errorf("commits %q, want %q", messages(got), want)
+	}
+	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Data Center: commits, paths (3 requests)" {
+		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
+	}
+	for _, op := range []string{bitbucketdctest.OpGetPull, bitbucketdctest.OpPullChanges, bitbucketdctest.OpPullCommits} {
+		if w.fake.Requests(op) != 1 {
+			t.Errorf("%s: %d requests, want 1", op, w.fake.Requests(op))
+		}
+	}
+}
+
+// A pull request whose head has moved on since its webhook is read at the webhook's commit:
+// the range from that commit to the target's latest commit.
+func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
+	w := newReadWorld(t)
+	w.pull(4)
+	got := w.read(pullEvent(3), subject.PathsInput|subject.CommitsInput)
+	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if want := []string{"Add a", "Move the docs"}; !reflect.DeepEqual(messages(got), want) {
+		t.Errorf("commits %q, want %q", messages(got), want)
+	}
+	if w.fake.Requests(bitbucketdctest.OpPullChanges) != 0 || w.fake.Requests(bitbucketdctest.OpPullCommits) != 0 {
+		t.Error("the pull request's own listings were read, which describe another commit")
+	}
+}
+
+// A pull request's changes are one page: Data Center cuts them at its page.max.changes, saying
+// so (isLastPage false) and ignoring start, so a cut list is marked unread, naming the limit,
+// never read again from another start.
+func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
+	w := newReadWorld(t)
+	w.fake.MaxChanges = 2
+	w.pull(4)
+	got := w.read(pullEvent(4), subject.PathsInput)
+	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "lists at most 2 changes of a pull request") ||
+		w.fake.Requests(bitbucketdctest.OpPullChanges) != 1 {
+		t.Fatalf("whole %v, unread %+v, %d requests", got.Whole, got.Unread, w.fake.Requests(bitbucketdctest.OpPullChanges))
+	}
+}
+
+// A push is read as its range from the commit before it; a listing longer than a page is read
+// page by page, from each page's nextPageStart.
+func TestAPushIsReadAsItsRange(t *testing.T) {
+	w := newReadWorld(t)
+	w.fake.MaxLimit = 1 // a page a change, a page a commit
+	got := w.read(pushEvent(4, hash(2)), subject.PathsInput|subject.CommitsInput)
+	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(subject.AllInputs) {
+		t.Errorf("commits %q (whole %v), want %q", messages(got), got.Whole, want)
+	}
+	if n, m := w.fake.Requests(bitbucketdctest.OpCompareChanges), w.fake.Requests(bitbucketdctest.OpCompareCommits); n != 2 || m != 2 {
+		t.Errorf("%d pages of changes and %d of commits, want 2 and 2", n, m)
+	}
+}
+
+// A new branch names no commit before it: it is read as what it brings to the default branch.
+// The first push of the default branch itself names nothing to compare with, and fails closed.
+func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
+	w := newReadWorld(t)
+	got := w.read(pushEvent(4, ""), subject.PathsInput|subject.CommitsInput)
+	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
+		t.Errorf("paths %q, want %q", got.Paths, want)
+	}
+	if len(got.Commits) != 3 || w.fake.Requests(bitbucketdctest.OpDefaultBranch) != 1 {
+		t.Errorf("commits %q, %d default branch reads", messages(got), w.fake.Requests(bitbucketdctest.OpDefaultBranch))
+	}
+	first := pushEvent(1, "")
+	first.Ref = "refs/heads/main"
+	got = w.read(first, subject.PathsInput|subject.CommitsInput)
+	if got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) ||
+		!strings.Contains(got.UnreadReason(subject.CommitsInput), "first push of the repository's default branch") {
+		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
+	}
+}
+
+// Past amiss's bounds, a list is read in part and not held whole, naming the bound.
+func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
+	w := newReadWorld(t)
+	var changes []bitbucketdctest.Change
+	for i := range bitbucketdc.MaxReadPaths + 1 {
+		changes = append(changes, bitbucketdctest.Change{Path: fmt.Sprintf("gen/%04d.go", i), Type: "ADD"})
+	}
+	w.commit(5, 4, "Generate\n", changes...)
+	for n := 6; n < 6+bitbucketdc.MaxReadCommits; n++ {
+		w.commit(n, n-1, "More\n")
+	}
+	head := 5 + bitbucketdc.MaxReadCommits
+	got := w.read(pushEvent(head, hash(4)), subject.PathsInput|subject.CommitsInput)
+	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != bitbucketdc.MaxReadPaths ||
+		!strings.Contains(got.UnreadReason(subject.PathsInput), "amiss reads the first 3000") {
+		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(subject.PathsInput))
+	}
+	if got.Whole.Has(subject.CommitsInput) || len(got.Commits) != bitbucketdc.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
+		!strings.Contains(got.UnreadReason(subject.CommitsInput), "amiss reads the newest 1000") {
+		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(subject.CommitsInput))
+	}
+}
+
+// A read the server refuses fails the inputs closed, naming the permission to grant.
+func TestARefusedReadNamesThePermissionToGrant(t *testing.T) {
+	w := newReadWorld(t)
+	w.pull(4)
+	w.fake.Answer = func(op string, _ int) int {
+		if op == bitbucketdctest.OpPullCommits {
+			return http.StatusUnauthorized
+		}
+		return 0
+	}
+	got := w.read(pullEvent(4), subject.CommitsInput)
+	if why := got.UnreadReason(subject.CommitsInput); got.Whole.Has(subject.CommitsInput) || !strings.Contains(why, "answered 401") ||
+		!strings.Contains(why, "REPO_READ") || !strings.Contains(why, "not permitted") {
+		t.Fatalf("whole %v, %q", got.Whole, why)
+	}
+}
+
+// The server's outage is no verdict: the read returns a transient error, the subject
+// unchanged.
+func TestAnOutageWhileReadingIsTransient(t *testing.T) {
+	w := newReadWorld(t)
+	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
+	s := pushEvent(4, hash(1))
+	got, err := w.client.Read(context.Background(), s, subject.PathsInput)
+	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
+		t.Fatalf("%v (class %v); subject %+v", err, providerapi.ClassOf(err), got)
+	}
+}
+
+// Bitbucket Cloud's delivery is not read from a Data Center server: nothing is asked, and its
+// inputs fail closed naming the configuration to fix.
+func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
+	w := newReadWorld(t)
+	s := pushEvent(4, hash(1))
+	s.API = subject.BitbucketCloud
+	got := w.read(s, subject.PathsInput)
+	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "publish.provider bitbucket") ||
+		w.fake.Requests(bitbucketdctest.OpCompareChanges) != 0 {
+		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	}
+}

@@ -1,0 +1,340 @@
+package gitea_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi"
+	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
+	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
+	"github.com/amiss-ci/amiss/functions/subject"
+)
+
+// What a webhook's missing inputs are read as, from the fake of Gitea, which checks every
+// request against Gitea's API description.
+
+const readRepo = "acme/app"
+
+// commitN is a made-up commit hash numbered n.
+func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+
+// readWorld is a fake Gitea holding a repository's history, and a client reading from it.
+type readWorld struct {
+	t      *testing.T
+	gitea  *giteatest.Gitea
+	srv    *httptest.Server
+	reader *gitea.Client
+}
+
+func newReadWorld(t *testing.T) *readWorld {
+	t.Helper()
+	g := giteatest.New(func(tok string) bool { return tok == "rt" })
+	srv := httptest.NewServer(g)
+	t.Cleanup(srv.Close)
+	r := gitea.NewClient(srv.URL, "rt", srv.Client())
+	r.Sleep = func(context.Context, time.Duration) error { return nil }
+	return &readWorld{t: t, gitea: g, srv: srv, reader: r}
+}
+
+// commits adds a line of commits from commitN(from) to commitN(to) on commitN(from-1), each
+// changing the files files gives it.
+func (w *readWorld) commits(from, to int, files func(n int) []giteatest.File) {
+	for n := from; n <= to; n++ {
+		w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(n), Parent: commitN(n - 1), Message: fmt.Sprintf("Commit %d", n), Files: files(n)})
+	}
+}
+
+func modified(paths ...string) func(int) []giteatest.File {
+	return func(int) []giteatest.File {
+		var out []giteatest.File
+		for _, p := range paths {
+			out = append(out, giteatest.File{Filename: p, Status: "modified"})
+		}
+		return out
+	}
+}
+
+// each gives commit n its own file, f<n>.go.
+func each(n int) []giteatest.File {
+	return []giteatest.File{{Filename: fmt.Sprintf("f%d.go", n), Status: "added"}}
+}
+
+// read reads need of s, failing on an error or a request outside Gitea's description.
+func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject {
+	w.t.Helper()
+	got, err := w.reader.Read(context.Background(), s, need)
+	if err != nil {
+		w.t.Fatalf("read: %v", err)
+	}
+	if v := w.gitea.Violations(); len(v) > 0 {
+		w.t.Fatalf("requests outside Gitea's API description: %v", v)
+	}
+	return got
+}
+
+func pullOf(head, number int) subject.Subject {
+	return subject.Subject{Provider: "gitea", Repository: readRepo, SHA: commitN(head), Event: subject.PullRequest,
+		Ref: "refs/heads/changes", Whole: subject.TitleInput | subject.PullInput,
+		Pull: &subject.Pull{Number: number, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
+}
+
+func pushOf(before, head, listed int) subject.Subject {
+	s := subject.Subject{Provider: "gitea", Repository: readRepo, SHA: commitN(head), Event: subject.Push, Ref: "refs/heads/main",
+		Whole: subject.TitleInput | subject.PullInput}
+	if before >= 0 {
+		s.Before = commitN(before)
+	}
+	for n := head - listed + 1; n <= head; n++ {
+		s.Commits = append(s.Commits, subject.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d", n)})
+	}
+	return s
+}
+
+func ids(s subject.Subject) []string {
+	var out []string
+	for _, c := range s.Commits {
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+func commitsFrom(from, to int) []string {
+	var out []string
+	for n := from; n <= to; n++ {
+		out = append(out, commitN(n))
+	}
+	return out
+}
+
+// A pull request's files and commits are read whole, every page (Gitea serves 50 a page),
+// commits oldest first, a renamed file's old path too; the pull request itself is read first,
+// and nothing else.
+func TestAPullRequestsFilesAndCommitsAreReadEveryPage(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 119, each)
+	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(120), Parent: commitN(119), Message: "Move the key",
+		Files: []giteatest.File{{Filename: "docs/key.md", Status: "renamed", PreviousFilename: "secrets/key.pem"}}})
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: move the key", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(120)})
+	got := w.read(pullOf(120, 4), subject.CommitsInput|subject.PathsInput)
+	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 {
+		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	}
+	if !slices.Equal(ids(got), commitsFrom(1, 120)) || got.Commits[119].Message != "Move the key" {
+		t.Fatalf("commits %v", ids(got))
+	}
+	if len(got.Paths) != 121 || !slices.Contains(got.Paths, "secrets/key.pem") || !slices.Contains(got.Paths, "docs/key.md") {
+		t.Fatalf("%d paths: %v", len(got.Paths), got.Paths)
+	}
+	if got.Pull.Title != "feat: move the key" {
+		t.Fatalf("title %q", got.Pull.Title)
+	}
+	reads := map[string]int{}
+	for _, op := range []string{giteatest.OpGetPull, giteatest.OpPullFiles, giteatest.OpPullCommits, giteatest.OpCompare, giteatest.OpGetRepo} {
+		reads[op] = w.gitea.Requests(op)
+	}
+	want := map[string]int{giteatest.OpGetPull: 1, giteatest.OpPullFiles: 3, giteatest.OpPullCommits: 3, giteatest.OpCompare: 0, giteatest.OpGetRepo: 0}
+	if !reflect.DeepEqual(reads, want) {
+		t.Fatalf("requests %v, want %v", reads, want)
+	}
+	if len(got.Read) != 1 || got.Read[0] != "Gitea: commits, paths (7 requests)" {
+		t.Fatalf("read %q", got.Read)
+	}
+}
+
+// A server serving fewer entries a page than asked is read to its end all the same.
+func TestAServerServingSmallerPagesIsReadToTheEnd(t *testing.T) {
+	w := newReadWorld(t)
+	w.gitea.MaxItems = 20
+	w.commits(1, 45, each)
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(45)})
+	got := w.read(pullOf(45, 4), subject.CommitsInput|subject.PathsInput)
+	if len(got.Paths) != 45 || len(got.Commits) != 45 || len(got.Unread) != 0 || w.gitea.Requests(giteatest.OpPullFiles) != 3 {
+		t.Fatalf("%d paths, %d commits, unread %+v, %d pages", len(got.Paths), len(got.Commits), got.Unread, w.gitea.Requests(giteatest.OpPullFiles))
+	}
+}
+
+// A pull request whose head is no longer the commit (a push since the webhook) is read as the
+// comparison of its target branch with the commit: its files describe another commit.
+func TestAPullRequestThatMovedOnIsReadAsItsTargetsComparison(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 2, modified("src/a.go"))
+	w.commits(3, 3, modified("secrets/later.pem"))
+	w.gitea.SetBranch(readRepo, "main", commitN(0))
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(3)})
+	got := w.read(pullOf(2, 4), subject.CommitsInput|subject.PathsInput)
+	if !slices.Equal(ids(got), commitsFrom(1, 2)) || !slices.Equal(got.Paths, []string{"src/a.go"}) || len(got.Unread) != 0 {
+		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
+	}
+	if w.gitea.Requests(giteatest.OpPullFiles) != 0 || w.gitea.Requests(giteatest.OpCompare) != 1 {
+		t.Fatalf("%d file listings, %d comparisons", w.gitea.Requests(giteatest.OpPullFiles), w.gitea.Requests(giteatest.OpCompare))
+	}
+}
+
+// A push landing on the pull request while its files are read (between two pages) leaves the
+// listing describing another head: it is dropped, and the comparison with the commit read.
+func TestAPullRequestMovingOnWhileItsFilesAreReadIsReadAsTheComparison(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 60, each)
+	w.commits(61, 61, modified("secrets/later.pem"))
+	w.gitea.SetBranch(readRepo, "main", commitN(0))
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(60)})
+	w.srv.Config.Handler = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		w.gitea.ServeHTTP(rw, r)
+		if strings.HasSuffix(r.URL.Path, "/files") && r.URL.Query().Get("page") == "1" {
+			w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(61)})
+		}
+	})
+	got := w.read(pullOf(60, 4), subject.PathsInput)
+	if len(got.Paths) != 60 || slices.Contains(got.Paths, "secrets/later.pem") || len(got.Unread) != 0 {
+		t.Fatalf("%d paths (secrets/later.pem: %v), unread %+v", len(got.Paths), slices.Contains(got.Paths, "secrets/later.pem"), got.Unread)
+	}
+	if w.gitea.Requests(giteatest.OpCompare) != 1 {
+		t.Fatalf("%d comparisons", w.gitea.Requests(giteatest.OpCompare))
+	}
+}
+
+// A push whose webhook listed part of its commits is read as the comparison before...sha: every
+// commit, oldest first, and every file each changes (a rename names both paths).
+func TestAPushIsReadAsItsComparison(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 6, each)
+	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(7), Parent: commitN(6), Message: "Move",
+		Files: []giteatest.File{{Filename: "b.go", Status: "renamed", PreviousFilename: "a.go"}}})
+	got := w.read(pushOf(0, 7, 5), subject.CommitsInput|subject.PathsInput)
+	if !slices.Equal(ids(got), commitsFrom(1, 7)) || len(got.Unread) != 0 {
+		t.Fatalf("commits %v, unread %+v", ids(got), got.Unread)
+	}
+	want := []string{"f1.go", "f2.go", "f3.go", "f4.go", "f5.go", "f6.go", "a.go", "b.go"}
+	if !slices.Equal(got.Paths, want) {
+		t.Fatalf("paths %v, want %v", got.Paths, want)
+	}
+}
+
+// A new branch's push (no before) is read as what it adds to the default branch; a push that
+// created the default branch itself names no start: its commits and paths are unread, and
+// the rules that need them fail closed.
+func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 8, each)
+	w.gitea.SetBranch(readRepo, "main", commitN(2))
+	s := pushOf(-1, 8, 5)
+	s.Ref = "refs/heads/feature"
+	got := w.read(s, subject.CommitsInput|subject.PathsInput)
+	if !slices.Equal(ids(got), commitsFrom(3, 8)) || len(got.Paths) != 6 || len(got.Unread) != 0 || w.gitea.Requests(giteatest.OpGetRepo) != 1 {
+		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
+	}
+	s.Ref = "refs/heads/main"
+	got = w.read(s, subject.PathsInput)
+	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "created the repository's default branch") {
+		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	}
+}
+
+// A comparison from a Gitea that lists no files of its commits gives the commits whole and
+// the paths unread, saying so.
+func TestAComparisonWithoutFilesLeavesThePathsUnread(t *testing.T) {
+	w := newReadWorld(t)
+	w.gitea.CompareWithoutFiles = true
+	w.commits(1, 7, each)
+	got := w.read(pushOf(0, 7, 5), subject.CommitsInput|subject.PathsInput)
+	if !got.Whole.Has(subject.CommitsInput) || got.Whole.Has(subject.PathsInput) ||
+		!strings.Contains(got.UnreadReason(subject.PathsInput), "does not list the files of every commit") {
+		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	}
+}
+
+// A pull request with more files than amiss reads is read to the bound; the paths are unread,
+// naming it, and a forbidden path among those read is still there to fail the rule.
+func TestAPullRequestBeyondTheBoundIsNotHeldWhole(t *testing.T) {
+	w := newReadWorld(t)
+	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(1), Parent: commitN(0), Message: "Many", Files: func() []giteatest.File {
+		var out []giteatest.File
+		for n := range gitea.MaxReadFiles + 1 {
+			out = append(out, giteatest.File{Filename: fmt.Sprintf("f%04d", n), Status: "added"})
+		}
+		return out
+	}()})
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(1)})
+	got := w.read(pullOf(1, 4), subject.PathsInput)
+	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != gitea.MaxReadFiles ||
+		got.UnreadReason(subject.PathsInput) != "the pull request has 3001 files; amiss reads at most 3000" {
+		t.Fatalf("whole %v, %d paths, unread %+v", got.Whole, len(got.Paths), got.Unread)
+	}
+}
+
+// A read Gitea refuses (a token without read:repository: 403; a repository it cannot see:
+// 404; a token it does not know: 401) marks the inputs unread, naming the scope to grant.
+func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
+	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound} {
+		w := newReadWorld(t)
+		w.commits(1, 7, each)
+		w.gitea.Answer = func(string, int) int { return code }
+		got := w.read(pushOf(0, 7, 5), subject.CommitsInput|subject.PathsInput)
+		want := fmt.Sprintf("Gitea answered %d; grant the token the read:repository scope, as a user who can read the repository", code)
+		if got.Whole.Has(subject.CommitsInput) || got.UnreadReason(subject.CommitsInput) != want || got.UnreadReason(subject.PathsInput) != want {
+			t.Fatalf("%d: whole %v, unread %+v", code, got.Whole, got.Unread)
+		}
+	}
+	w := newReadWorld(t)
+	w.reader = gitea.NewClient(w.srv.URL, "not-the-token", w.srv.Client())
+	s := pushOf(0, 7, 5)
+	s.Provider = "forgejo"
+	if got := w.read(s, subject.PathsInput); !strings.HasPrefix(got.UnreadReason(subject.PathsInput), "Forgejo answered 401; grant the token the read:repository scope") {
+		t.Fatalf("unread %+v", got.Unread)
+	}
+}
+
+// Gitea's outage (a 502, a 503, a 429) while reading is Transient: the attempt is retried, and
+// nothing is marked unread.
+func TestAnOutageWhileReadingIsTransient(t *testing.T) {
+	for _, code := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+		w := newReadWorld(t)
+		w.commits(1, 7, each)
+		w.gitea.Answer = func(string, int) int { return code }
+		s := pushOf(0, 7, 5)
+		got, err := w.reader.Read(context.Background(), s, subject.PathsInput)
+		if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from Gitea") || len(got.Unread) != 0 {
+			t.Fatalf("%d: %v (%v), unread %+v", code, err, providerapi.ClassOf(err), got.Unread)
+		}
+	}
+}
+
+// A title the subject does not hold whole (cut by its bound) is read from the pull request.
+func TestATitleIsReadFromThePullRequest(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 1, each)
+	long := strings.Repeat("t", subject.MaxTitleBytes+10)
+	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: long, Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(1)})
+	s := pullOf(1, 4)
+	s.Whole = subject.PullInput
+	got := w.read(s, subject.TitleInput)
+	if got.Pull.Title != long || !got.Whole.Has(subject.TitleInput) || w.gitea.AllRequests() != 1 {
+		t.Fatalf("title of %d bytes, whole %v, %d requests", len(got.Pull.Title), got.Whole, w.gitea.AllRequests())
+	}
+}
+
+// CheckRead reads the repository and posts nothing: nil for a token that may read it, the
+// refusal otherwise.
+func TestCheckReadReadsTheRepository(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 1, each)
+	if err := w.reader.CheckRead(context.Background(), readRepo); err != nil {
+		t.Fatal(err)
+	}
+	w.gitea.Answer = func(string, int) int { return http.StatusForbidden }
+	var refused *gitea.Refused
+	if err := w.reader.CheckRead(context.Background(), readRepo); err == nil || !errors.As(err, &refused) {
+		t.Fatalf("a token without the scope: %v", err)
+	}
+	if w.gitea.Requests(giteatest.OpCreateStatus) != 0 || len(w.gitea.Violations()) != 0 {
+		t.Fatalf("posted %d, violations %v", w.gitea.Requests(giteatest.OpCreateStatus), w.gitea.Violations())
+	}
+}

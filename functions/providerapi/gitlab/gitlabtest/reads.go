@@ -1,0 +1,330 @@
+package gitlabtest
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
+)
+
+// The operations the fake serves, by their operationId in GitLab's API description (the status
+// POST, which the copied description leaves out, by the id GitLab's document gives it).
+const (
+	OpCreateStatus = "postApiV4ProjectsIdStatusesSha"
+	OpListStatuses = "getApiV4ProjectsIdRepositoryCommitsShaStatuses"
+	OpGetProject   = "getApiV4ProjectsId"
+	OpGetMR        = "getApiV4ProjectsIdMergeRequestsMergeRequestIid"
+	OpMRDiffs      = "getApiV4ProjectsIdMergeRequestsMergeRequestIidDiffs"
+	OpMRCommits    = "getApiV4ProjectsIdMergeRequestsMergeRequestIidCommits"
+	OpCompare      = "getApiV4ProjectsIdRepositoryCompare"
+)
+
+// DiffMaxFiles is GitLab's default limit on the files of a diff (the instance's "Maximum
+// files in a diff", diff_max_files): a merge request's diff or a comparison past it overflows.
+const DiffMaxFiles = 1000
+
+// Commit is one commit the fake holds: its parent (none for a root), its message and the files
+// it changes.
+type Commit struct {
+	SHA, Parent, Message string
+	Files                []File
+}
+
+// File is a file a commit changes: Status is added, modified, deleted or renamed (then
+// OldPath is its old path).
+type File struct {
+	Path, Status, OldPath string
+}
+
+// MergeRequest is one merge request the fake holds: its commits are those from BaseSHA
+// (excluded) to HeadSHA along first parents, Source and Target its branches.
+type MergeRequest struct {
+	IID                   int
+	Title, Source, Target string
+	BaseSHA, HeadSHA      string
+	// Preparing: GitLab has not made the merge request's diff yet (a merge request just
+	// opened): it has no diff_refs and no changes_count, and lists no diffs and no commits.
+	Preparing bool
+}
+
+// AddCommit adds c to project.
+func (g *GitLab) AddCommit(project string, c Commit) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.commits == nil {
+		g.commits = map[string]map[string]Commit{}
+	}
+	if g.commits[project] == nil {
+		g.commits[project] = map[string]Commit{}
+	}
+	g.commits[project][c.SHA] = c
+}
+
+// AddMergeRequest adds (or replaces) merge request m of project.
+func (g *GitLab) AddMergeRequest(project string, m MergeRequest) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mrs == nil {
+		g.mrs = map[string]map[int]MergeRequest{}
+	}
+	if g.mrs[project] == nil {
+		g.mrs[project] = map[int]MergeRequest{}
+	}
+	g.mrs[project][m.IID] = m
+}
+
+// SetBranch points branch of project at sha (a comparison may name a branch).
+func (g *GitLab) SetBranch(project, branch, sha string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.branches == nil {
+		g.branches = map[string]map[string]string{}
+	}
+	if g.branches[project] == nil {
+		g.branches[project] = map[string]string{}
+	}
+	g.branches[project][branch] = sha
+}
+
+// Requests returns how many valid requests of the operation op were made.
+func (g *GitLab) Requests(op string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.requests[op]
+}
+
+// AllRequests returns how many valid requests were made, of every operation.
+func (g *GitLab) AllRequests() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, c := range g.requests {
+		n += c
+	}
+	return n
+}
+
+// read answers a read (getApiV4ProjectsId, the merge request, its diffs and commits, a
+// comparison) as GitLab's API does: a merge request's diffs are those of its latest version,
+// at most maxFiles of them (past it the diff overflows: changes_count is "N+"), paged by page
+// and per_page (at most 100) with GitLab's paging headers; its commits are newest first,
+// paged likewise; a comparison of from...to (from's merge base with to; from..to with
+// straight=true) lists every commit, oldest first, and the diff, overflowing past maxFiles
+// (compare_timeout true, the files past it left out), unpaged.
+func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string, parts []string, n int) {
+	if g.Answer != nil {
+		if code := g.Answer(op, n); code != 0 {
+			g.refuseRead(w, code)
+			return
+		}
+	}
+	q := r.URL.Query()
+	page, perPage := 1, 20
+	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
+		page = v
+	}
+	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
+		perPage = min(v, 100)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	maxFiles := DiffMaxFiles
+	if g.DiffMaxFiles > 0 {
+		maxFiles = g.DiffMaxFiles
+	}
+	switch op {
+	case OpGetProject:
+		if _, ok := g.commits[project]; !ok {
+			g.refuseRead(w, http.StatusNotFound)
+			return
+		}
+		g.answer(w, http.StatusOK, map[string]any{"id": 42, "path_with_namespace": project, "default_branch": g.defaultBranch(),
+			"visibility": "private", "web_url": "http://" + r.Host + "/" + project})
+	case OpGetMR, OpMRDiffs, OpMRCommits:
+		iid, _ := strconv.Atoi(parts[5])
+		m, found := g.mrs[project][iid]
+		if !found {
+			g.refuseRead(w, http.StatusNotFound)
+			return
+		}
+		commits, _ := g.chain(project, m.BaseSHA, m.HeadSHA)
+		if m.Preparing {
+			commits = nil
+		}
+		files := changedFiles(commits)
+		switch op {
+		case OpGetMR:
+			var count, refs any
+			if !m.Preparing {
+				n := strconv.Itoa(min(len(files), maxFiles))
+				if len(files) > maxFiles {
+					n += "+"
+				}
+				count, refs = n, map[string]any{"base_sha": m.BaseSHA, "head_sha": m.HeadSHA, "start_sha": m.BaseSHA}
+			}
+			g.answer(w, http.StatusOK, map[string]any{"id": 1000 + m.IID, "iid": m.IID, "project_id": 42, "title": m.Title, "state": "opened",
+				"source_branch": m.Source, "target_branch": m.Target, "sha": m.HeadSHA, "changes_count": count, "diff_refs": refs})
+		case OpMRDiffs:
+			kept := files[:min(len(files), maxFiles)]
+			out := []map[string]any{}
+			for _, f := range providerapitest.PageOf(kept, page, perPage) {
+				out = append(out, diffJSON(f))
+			}
+			pageHeaders(w, r, page, perPage, len(kept))
+			g.answer(w, http.StatusOK, out)
+		case OpMRCommits:
+			newest := reversed(commits)
+			out := []map[string]any{}
+			for _, c := range providerapitest.PageOf(newest, page, perPage) {
+				out = append(out, commitJSON(c))
+			}
+			pageHeaders(w, r, page, perPage, len(newest))
+			g.answer(w, http.StatusOK, out)
+		}
+	case OpCompare:
+		from, to := g.resolve(project, q.Get("from")), g.resolve(project, q.Get("to"))
+		commits, found := g.chain(project, from, to)
+		if !found {
+			g.answer(w, http.StatusNotFound, map[string]string{"message": "404 Ref Not Found"})
+			return
+		}
+		files := changedFiles(commits)
+		out, diffs := []map[string]any{}, []map[string]any{}
+		for _, c := range commits {
+			out = append(out, commitJSON(c))
+		}
+		for _, f := range files[:min(len(files), maxFiles)] {
+			diffs = append(diffs, diffJSON(f))
+		}
+		var head any
+		if len(out) > 0 {
+			head = out[len(out)-1]
+		}
+		g.answer(w, http.StatusOK, map[string]any{"commit": head, "commits": out, "diffs": diffs, "compare_timeout": len(files) > maxFiles,
+			"compare_same_ref": from == to, "web_url": "http://" + r.Host + "/" + project + "/-/compare/" + q.Get("from") + "..." + q.Get("to")})
+	}
+}
+
+// refuseRead answers a read with code as GitLab does: 401 for a token it does not take, 403
+// for a token without the scope, 404 for what the token cannot see.
+func (g *GitLab) refuseRead(w http.ResponseWriter, code int) {
+	switch code {
+	case http.StatusForbidden:
+		g.answer(w, code, map[string]string{"error": "insufficient_scope",
+			"error_description": "The request requires higher privileges than provided by the access token.", "scope": "api read_api"})
+	case http.StatusNotFound:
+		g.answer(w, code, map[string]string{"message": "404 Project Not Found"})
+	default:
+		g.refuse(w, code)
+	}
+}
+
+func (g *GitLab) defaultBranch() string {
+	if g.DefaultBranch != "" {
+		return g.DefaultBranch
+	}
+	return "main"
+}
+
+// resolve is the commit a branch name names, or ref itself.
+func (g *GitLab) resolve(project, ref string) string {
+	if sha, ok := g.branches[project][ref]; ok {
+		return sha
+	}
+	return ref
+}
+
+// chain returns the commits from base (excluded) to head along first parents, oldest first;
+// found is false when head is not known or base is not reached.
+func (g *GitLab) chain(project, base, head string) ([]Commit, bool) {
+	var out []Commit
+	for sha := head; sha != base; {
+		c, ok := g.commits[project][sha]
+		if !ok {
+			return nil, false
+		}
+		out = append([]Commit{c}, out...)
+		sha = c.Parent
+	}
+	return out, true
+}
+
+func reversed(commits []Commit) []Commit {
+	out := make([]Commit, len(commits))
+	for i, c := range commits {
+		out[len(commits)-1-i] = c
+	}
+	return out
+}
+
+// changedFiles is what commits change together: each path once, with its last status.
+func changedFiles(commits []Commit) []File {
+	at := map[string]int{}
+	var out []File
+	for _, c := range commits {
+		for _, f := range c.Files {
+			if i, ok := at[f.Path]; ok {
+				out[i] = f
+				continue
+			}
+			at[f.Path] = len(out)
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// diffJSON is a file's diff as GitLab's Entities::Diff writes it.
+func diffJSON(f File) map[string]any {
+	old := f.Path
+	if f.OldPath != "" {
+		old = f.OldPath
+	}
+	return map[string]any{"old_path": old, "new_path": f.Path, "a_mode": "100644", "b_mode": "100644",
+		"new_file": f.Status == "added", "renamed_file": f.Status == "renamed", "deleted_file": f.Status == "deleted",
+		"generated_file": false, "collapsed": false, "too_large": false,
+		"diff": "@@ -0,0 +1 @@\n+a line of " + f.Path + ", as the diff GitLab sends with each file\n"}
+}
+
+// commitJSON is a commit as GitLab's Entities::Commit writes it.
+func commitJSON(c Commit) map[string]any {
+	parents := []string{}
+	if c.Parent != "" {
+		parents = append(parents, c.Parent)
+	}
+	at := time.Unix(0, 0).UTC().Format(time.RFC3339)
+	title := c.Message
+	for i, r := range c.Message {
+		if r == '\n' {
+			title = c.Message[:i]
+			break
+		}
+	}
+	return map[string]any{"id": c.SHA, "short_id": c.SHA[:min(8, len(c.SHA))], "created_at": at, "parent_ids": parents, "title": title,
+		"message": c.Message, "author_name": "A", "author_email": "a@example.com", "authored_date": at, "committer_name": "A",
+		"committer_email": "a@example.com", "committed_date": at, "trailers": map[string]any{}, "extended_trailers": map[string]any{},
+		"web_url": "https://gitlab.example.com/-/commit/" + c.SHA}
+}
+
+// pageHeaders sets GitLab's offset-pagination headers for page of a listing of total items,
+// perPage a page: X-Page, X-Per-Page, X-Next-Page (empty on the last), X-Prev-Page, X-Total,
+// X-Total-Pages and Link.
+func pageHeaders(w http.ResponseWriter, r *http.Request, page, perPage, total int) {
+	pages := max((total+perPage-1)/perPage, 1)
+	next, prev := "", ""
+	if page < pages {
+		next = strconv.Itoa(page + 1)
+	}
+	if page > 1 {
+		prev = strconv.Itoa(page - 1)
+	}
+	h := w.Header()
+	h.Set("X-Page", strconv.Itoa(page))
+	h.Set("X-Per-Page", strconv.Itoa(perPage))
+	h.Set("X-Next-Page", next)
+	h.Set("X-Prev-Page", prev)
+	h.Set("X-Total", strconv.Itoa(total))
+	h.Set("X-Total-Pages", strconv.Itoa(pages))
+	providerapitest.Link(w, r, "page", page, perPage, total)
+}

@@ -1,0 +1,106 @@
+package runner_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// amiss serve: a delivery that finds its repository's room at the publish gate taken waits for
+// the slot, woken when the request holding it ends, instead of being handed back and claimed
+// again a second later. One request at a time to the repository (concurrency 2); the first
+// delivery's POST is held until the second has found no room. The runner's and the ledger's
+// clock stand still, so a second delivery handed back would never come again: it is published
+// because it waited for the slot.
+func TestServeKeepsADeliveryWithoutRoomWaitingForTheSlot(t *testing.T) {
+	gh := githubtest.New(githubtest.Token(ghToken))
+	held := holdRepository(t, gh, "acme/app")
+	w := newCommitWorld(t, gh)
+	q := queue.NewLocalOn(w.clock)
+	msgs := w.admitPushes(nil, "acme/app", 2)
+	r := w.runner("serve", nil, 10*time.Second)
+	m := &counter{}
+	r.Metrics = m
+	routes := r.Routes
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		rt, err := routes(ctx, name)
+		if rt != nil {
+			rt.Concurrency = 2 // one request at a time to one repository
+		}
+		return rt, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { (&runner.Local{Runner: r, Queue: q}).Run(ctx, 2); close(stopped) }()
+	t.Cleanup(func() { held.Release(); cancel(); q.Close(); <-stopped })
+	q.Send(ctx, msgs[0])
+	waitFor(t, "the first delivery's POST held", func() bool { return held.Held() == 1 })
+	q.Send(ctx, msgs[1])
+	waitFor(t, "the second delivery finding no room (handed back, or waiting)", func() bool {
+		row := w.row(msgs[1])
+		return row.State == ledger.StateSaved && (row.Owner == "" || m.get("publish_gate_waits") == 1)
+	})
+	held.Release()
+	waitFor(t, "the second delivery published once the slot was freed, the clocks still", func() bool {
+		return w.row(msgs[1]).State == ledger.StateDone
+	})
+	if most := held.Most(); most != 1 {
+		t.Fatalf("%d requests to the repository in flight at once, the route allows 1", most)
+	}
+	if n := m.get("publish_gate_waits"); n != 1 {
+		t.Fatalf("%d waits for room counted, want the second delivery's", n)
+	}
+}
+
+// With the default gate (four requests to the API, two to one repository) and amiss serve's
+// four workers, a repository whose POSTs hang holds two workers posting; deliveries of it that
+// find no room may wait for a slot only while the requests holding it are young: once they
+// have been held a second, the provider is slow, and the waiting workers go back to work, so
+// every delivery of another repository is published while the hanging ones are still held.
+func TestWorkersStopWaitingForAHangingRepositorysSlot(t *testing.T) {
+	gh := githubtest.New(githubtest.Token(ghToken))
+	slowPosts := holdRepository(t, gh, "acme/slow")
+	w := newCommitWorld(t, gh)
+	q := queue.NewLocalOn(w.clock)
+	slow := w.admitPushes(q, "acme/slow", 6)
+	r := w.runner("serve", nil, 30*time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // the clocks keep time, as a server's do
+		for tick := time.NewTicker(10 * time.Millisecond); ctx.Err() == nil; <-tick.C {
+			w.clock.Advance(10 * time.Millisecond)
+		}
+	}()
+	stopped := make(chan struct{})
+	go func() { (&runner.Local{Runner: r, Queue: q}).Run(ctx, 4); close(stopped) }()
+	t.Cleanup(func() { slowPosts.Release(); cancel(); q.Close(); <-stopped })
+	waitFor(t, "two POSTs of the hanging repository held", func() bool { return slowPosts.Held() == 2 })
+	fast := w.admitPushes(q, "acme/fast", 4)
+	waitFor(t, "every delivery of another repository published while the hanging ones are held", func() bool {
+		for _, m := range fast {
+			if w.row(m).State != ledger.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	if held := slowPosts.Held(); held != 2 {
+		t.Fatalf("%d POSTs of the hanging repository in flight, want 2", held)
+	}
+	slowPosts.Release()
+	waitFor(t, "the hanging repository's deliveries published once it answered", func() bool {
+		for _, m := range slow {
+			if w.row(m).State != ledger.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	if most := slowPosts.Most(); most != 2 {
+		t.Fatalf("%d POSTs of one repository in flight at once, the gate allows 2", most)
+	}
+}

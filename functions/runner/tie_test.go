@@ -1,0 +1,123 @@
+package runner_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/ledger"
+)
+
+// Ties within the provider's time resolution. GitHub's pull_request.updated_at has whole
+// seconds: a pull request opened with a title that breaks the rule and edited within the same
+// second gives two verdicts with one event time. Delivered newest first, admission order would
+// call the opening's verdict the newer one; the edit's payload proves otherwise (its
+// changes.title.from is the title the opening had), and the edit's verdict stands.
+
+// githubPull is the body of a GitHub pull_request webhook of action, title, and (for an edit)
+// the title it changed from.
+func githubPull(action, title, from string) []byte {
+	changes := ""
+	if from != "" {
+		changes = fmt.Sprintf(`"changes":{"title":{"from":%q}},`, from)
+	}
+	return fmt.Appendf(nil, `{"action":%q,"number":7,%s"repository":{"full_name":%q},"installation":{"id":%d},`+
+		`"pull_request":{"title":%q,"head":{"sha":%q,"ref":"feature"},"base":{"ref":"main"}}}`,
+		action, changes, commitRepo, appInstallation, title, headSHA)
+}
+
+// admitWebhook admits a GitHub pull_request webhook as the ingress does: its subject read from
+// the body, its body time at.
+func (w *commitWorld) admitWebhook(body []byte, at time.Time) queue.Message {
+	w.t.Helper()
+	h := http.Header{"X-Github-Event": {"pull_request"}}
+	s, err := subject.Extract("github", subject.GitHubFormat, h, body)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	b, err := s.Marshal(32 << 10)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
+		BodyDigest: ledger.SumBody(body)}, Subject: b, BodyAt: at}
+	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
+		w.t.Fatalf("admit: %+v %v", a, err)
+	}
+	return queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
+}
+
+func TestAPullRequestOpenedAndEditedInOneSecondLeavesTheEditStanding(t *testing.T) {
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+	second := epoch.Add(-time.Minute)
+	edited := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
+	w.clock.Advance(time.Second) // delivered newest first
+	opened := w.admitWebhook(githubPull("opened", badTitle, ""), second)
+	r := w.runner("a", nil, 5*time.Second)
+	w.process(r, edited)
+	w.process(r, opened)
+	w.standing("success", 1)
+	w.wantSuperseded(opened, edited)
+}
+
+func TestACheckRunOfAPullRequestOpenedAndEditedInOneSecondLeavesTheEditStanding(t *testing.T) {
+	w := newChecksWorld(t, githubtest.New(nil))
+	second := epoch.Add(-time.Minute)
+	edited := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
+	w.clock.Advance(time.Second)
+	opened := w.admitWebhook(githubPull("opened", badTitle, ""), second)
+	r := w.checksRunner("a", titleRule, 5*time.Second)
+	w.process(r, edited)
+	w.process(r, opened)
+	w.checkRuns("success", edited, 1)
+	w.wantSuperseded(opened, edited)
+}
+
+// Where the payloads prove nothing, what the provider shows at evaluation decides: the route's
+// reader answers the pull request's title as it is now; the verdict evaluated on it is newer
+// than one evaluated on a title the pull request no longer has, whichever was delivered first.
+// A reader that fails orders nothing, and the evaluation goes on.
+func TestWhatTheProviderShowsAtEvaluationOrdersVerdictsOfOneSecond(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+		second := epoch.Add(-time.Minute)
+		current := w.pullRequest(goodTitle, second) // delivered first
+		w.clock.Advance(time.Second)
+		stale := w.pullRequest(badTitle, second)
+		r := w.runner("a", nil, 5*time.Second)
+		routes := r.Routes
+		reads := 0
+		r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+			rt, err := routes(ctx, name)
+			if rt != nil {
+				rt.PullNow = func(_ context.Context, s subject.Subject) (subject.PullState, error) {
+					reads++
+					if failing {
+						return subject.PullState{}, errors.New("GET /repos/acme/app/pulls/7 answered 502")
+					}
+					return subject.PullState{Title: goodTitle, TargetBranch: "main"}, nil
+				}
+			}
+			return rt, err
+		}
+		w.process(r, current)
+		w.process(r, stale)
+		if reads != 2 {
+			t.Fatalf("the provider was read %d times, want once per evaluation", reads)
+		}
+		if failing {
+			// Ordered by admission: the later admitted stands, both published.
+			w.standing("failure", 2)
+			continue
+		}
+		w.standing("success", 1)
+		w.wantSuperseded(stale, current)
+	}
+}
