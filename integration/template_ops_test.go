@@ -456,11 +456,12 @@ func TestTheEFSVariantNeedsNoNetworkOfItsOwn(t *testing.T) {
 	}
 }
 
-// A customer-managed key decrypts secrets only through Secrets Manager, for the two functions
-// that read secrets; X-Ray's write access comes only with active tracing.
+// A customer-managed key decrypts secrets only through Secrets Manager, for the three functions
+// that read secrets (the cleanup: catch-up's credentials); X-Ray's write access comes only with
+// active tracing.
 func TestKeysAndTracingAreGrantedOnlyWhenUsed(t *testing.T) {
 	raw := rawTemplate(t)
-	for fn, wantKey := range map[string]bool{"IngressFunction": true, "RunnerFunction": true, "CleanupFunction": false} {
+	for fn, wantKey := range map[string]bool{"IngressFunction": true, "RunnerFunction": true, "CleanupFunction": true} {
 		key := false
 		for _, st := range statements(t, raw, fn) {
 			if strings.Join(statementActions(st), ",") == "kms:Decrypt" {

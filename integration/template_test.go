@@ -372,12 +372,13 @@ func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 	}
 	// Secrets: each function's role reads only the secrets the function reads (its
 	// wiring.SecretSet): the ingress the webhook secrets, the runner the evaluator secrets and
-	// publish tokens, cleanup none; and each function's AMISS_SECRET_ARNS, against which it
-	// checks its configuration at start, names what its role may read.
+	// publish tokens, the cleanup catch-up's credentials, the operator none; and each function's
+	// AMISS_SECRET_ARNS, against which it checks its configuration at start, names what its role
+	// may read.
 	for fn, want := range map[string]struct{ set, grant, env string }{
 		"IngressFunction":  {"wiring.WebhookSecrets", "ExtraWebhookSecretArns,WebhookSecretArn", "ExtraWebhookSecretArns,WebhookSecretArn"},
 		"RunnerFunction":   {"wiring.RunnerSecrets", "SecretArns", "SecretArns"},
-		"CleanupFunction":  {"", "", ""},
+		"CleanupFunction":  {"wiring.CatchUpSecrets", "CatchUpSecretArns", "CatchUpSecretArns"},
 		"OperatorFunction": {"", "", ""},
 	} {
 		main := readFile(t, "functions/cmd/"+strings.ToLower(strings.TrimSuffix(fn, "Function"))+"/main.go")
@@ -391,10 +392,8 @@ func TestPoliciesCoverTheCallsTheCodeMakes(t *testing.T) {
 			t.Errorf("%s's AMISS_SECRET_ARNS names %q, want %q", fn, got, want.env)
 		}
 	}
-	for _, fn := range []string{"CleanupFunction", "OperatorFunction"} {
-		if v := functionEnv(raw, fn, "AMISS_SECRET_ARNS"); v == nil || v.Value != "none" {
-			t.Errorf(`%s's AMISS_SECRET_ARNS is not "none"`, fn)
-		}
+	if v := functionEnv(raw, "OperatorFunction", "AMISS_SECRET_ARNS"); v == nil || v.Value != "none" {
+		t.Error(`OperatorFunction's AMISS_SECRET_ARNS is not "none"`)
 	}
 	// SQS: the ingress and cleanup send (functions/queue), the runner changes visibility, the
 	// cleanup receives and deletes dead letters (functions/cleanup).

@@ -13,9 +13,20 @@
 // signed time (a header the signature covers) or by a body time (a time the provider set inside
 // the signed body), each with its ceiling recorded in the root's Limits.
 //
+// Beside the rows, a ledger keeps one subject record per commit status it publishes to
+// (publisher, repository, commit, context: Subject and SubjectKey). SubjectRecord decides who
+// may post next: the newest event's verdict is granted, an older one is superseded, a post
+// whose outcome is unknown is read back before another is granted, and the report of a post
+// hands the subject over to the verdict parked waiting for it. A subject record is forgotten
+// once no verdict can land on it any more.
+//
+// A ledger also keeps small named state records for the controller's own bookkeeping (a
+// catch-up cursor per webhook: StateStore), each written only on the version read.
+//
 // The package holds no I/O. Besides the types and the Ledger interface, it holds the state
-// machine itself (Row and its transition methods), so that every backend makes the same
-// decisions and differs only in how it makes a read-modify-write of one row atomic.
+// machines themselves (Row and SubjectRecord, with their transition methods), so that every
+// backend makes the same decisions and differs only in how it makes a read-modify-write of one
+// record atomic.
 //
 // Every decision uses the ledger's effective now: the largest of the injected Clock, the row's
 // own last transition and the high-water the backend persists. A clock that steps back

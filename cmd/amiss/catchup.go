@@ -88,6 +88,9 @@ func printReport(out io.Writer, rep catchup.Report) {
 	if rep.Cut {
 		fmt.Fprint(out, " (listing cut: the cursor did not move)")
 	}
+	if !rep.WaitUntil.IsZero() {
+		fmt.Fprintf(out, " (the provider asked to wait: nothing is sent to it before %s)", rep.WaitUntil.UTC().Format(time.RFC3339))
+	}
 	if rep.Error != "" {
 		fmt.Fprintf(out, "; error: %s", rep.Error)
 	}

@@ -77,3 +77,27 @@ func TestCheckAgainstTheTemplate(t *testing.T) {
 		t.Fatalf("env: secrets: %v\n%s", err, out.String())
 	}
 }
+
+// amiss check reads catch-up's credential as every secret: a missing one fails, named by its
+// field.
+func TestCheckNamesAMissingCatchUpCredential(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer api.Close()
+	cfg := filepath.Join(t.TempDir(), "amiss.yaml")
+	os.WriteFile(cfg, []byte(`
+routes:
+  gh:
+    provider: github
+    secrets: [{id: current, from: "env:AMISS_TEST_HOOK"}]
+    repositories: [acme/app]
+    publish: {provider: github, base_url: "`+api.URL+`", token: {from: "env:AMISS_TEST_HOOK"}}
+    catchup: {hook: repository, id: 7, owner: acme/app, token: {from: "env:AMISS_TEST_HOOKS"}}
+`), 0o600)
+	t.Setenv("AMISS_TEST_HOOK", "h")
+	t.Setenv("AMISS_TEST_HOOKS", "")
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"check", "-config", cfg, "-root", filepath.Join(t.TempDir(), "root")}, &out, io.Discard)
+	if want := "FAIL  routes.gh.catchup.token.from: route gh: catch-up token from env:AMISS_TEST_HOOKS cannot be read"; err == nil || !strings.Contains(out.String(), want) {
+		t.Fatalf("a missing catch-up token: %v, want %q in\n%s", err, want, out.String())
+	}
+}

@@ -20,8 +20,10 @@
 //     attempt) is reported lost, once: a log line with its id, event and repository, and the
 //     given-up count. So is one the provider refuses to redeliver.
 //   - A run is bounded in time (MaxRunTime), in requests for redelivery (MaxAsks) and in pages
-//     listed (MaxPages); a provider asking it to wait (Retry-After, a rate limit) ends its asks
-//     until the next run.
+//     listed (MaxPages). A provider asking it to wait (Retry-After, a rate limit's reset) ends
+//     the run; the wait is kept in the cursor, and runs before it ends send the provider
+//     nothing (by this host's clock, at most providerapi.MaxProviderWait). The asks recorded
+//     and not sent are handed back, so the next run asks for them, once.
 package catchup
 
 import (
@@ -131,6 +133,9 @@ type Report struct {
 	// cursor did not move.
 	Cut   bool   `json:",omitempty"`
 	Error string `json:",omitempty"`
+	// WaitUntil is the wait the provider asked for, which this run was told of or kept:
+	// no request is sent to it before then.
+	WaitUntil time.Time `json:",omitzero"`
 }
 
 // Cursor is a hook's persisted catch-up state.
@@ -141,6 +146,10 @@ type Cursor struct {
 	Open map[string]*Open `json:"open,omitempty"`
 	// Last is the last run's report.
 	Last *Report `json:"last,omitempty"`
+	// WaitUntil: the provider asked to wait until then (a rate limit), by the clock of the
+	// host told; runs before it send it nothing, unless it is further ahead than
+	// providerapi.MaxProviderWait (a host clock that ran ahead).
+	WaitUntil time.Time `json:"wait_until,omitzero"`
 }
 
 // Open is a failed delivery the cursor follows.
@@ -243,6 +252,10 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 	if err != nil {
 		return r.finish(ctx, name, rep, err)
 	}
+	if waiting(cur, start) {
+		rep.WaitUntil = cur.WaitUntil
+		return r.finish(ctx, name, rep, nil)
+	}
 	// List back to the cursor (less an overlap), or the lookback on a first run.
 	lookback := window
 	if r.Lookback > 0 && r.Lookback < window {
@@ -263,8 +276,9 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 			}
 			seen = append(seen, a)
 		}
-		if old > 0 && old == len(page) {
-			// A page wholly before the cursor: the listing, newest first, reached it.
+		if old > 0 {
+			// The listing, newest first, reached the cursor: every later page is older still
+			// (attempts recorded late or out of order are what the overlap is for).
 			reached = true
 			return false, nil
 		}
@@ -277,7 +291,12 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 	var ferr error
 	if lerr != nil {
 		// Only a listing whose end was never reached says nothing of what it missed.
-		if !errors.Is(lerr, ErrListingCut) {
+		switch wait := r.waitOf(lerr); {
+		case wait > 0:
+			rep.WaitUntil = r.now().Add(wait)
+			r.log().Warn("catch-up: the provider asks to wait; no request is sent to it before then", "hook", src.Describe(),
+				"wait_until", rep.WaitUntil, "error", lerr)
+		case !errors.Is(lerr, ErrListingCut):
 			ferr = fmt.Errorf("list the deliveries of %s: %w", src.Describe(), lerr)
 		}
 		reached = false
@@ -353,7 +372,7 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 
 	// Ask, a batch at a time: record the batch's asks, then send them.
 	budget := orDefault(r.MaxAsks, DefaultMaxAsks)
-	for budget > 0 && ctx.Err() == nil {
+	for budget > 0 && ctx.Err() == nil && rep.WaitUntil.IsZero() {
 		var batch []string
 		var targets []Attempt
 		err := r.update(ctx, name, func(c *Cursor) bool {
@@ -455,14 +474,33 @@ func (r *Runner) send(ctx context.Context, src Source, targets []Attempt, rep *R
 			r.log().Warn("catch-up: the provider refuses to redeliver a delivery; it is lost at the next run", "hook", src.Describe(),
 				"delivery", a.Delivery, "attempt", a.ID, "event", a.Event, "repository", a.Repository, "error", err)
 		case providerapi.ClassOf(err) == providerapi.Transient:
-			r.log().Warn("catch-up: the provider asks to wait; the remaining asks are the next run's", "hook", src.Describe(),
-				"retry_after", providerapi.RetryAfterOf(err), "error", err)
+			if wait := r.waitOf(err); wait > 0 {
+				rep.WaitUntil = r.now().Add(wait)
+			}
+			r.log().Warn("catch-up: the provider asks to wait; the remaining asks are a later run's", "hook", src.Describe(),
+				"retry_after", providerapi.RetryAfterOf(err), "wait_until", rep.WaitUntil, "error", err)
 			return i, nil
 		default:
 			return i, fmt.Errorf("redeliver %s of %s: %w", a.ID, src.Describe(), err)
 		}
 	}
 	return len(targets), nil
+}
+
+// waiting reports whether c keeps a wait that holds at now. A wait further ahead than any a
+// provider can ask for (written by a host whose clock ran ahead) holds for none: it must not
+// stop catch-up for longer than the longest wait.
+func waiting(c Cursor, now time.Time) bool {
+	return now.Before(c.WaitUntil) && c.WaitUntil.Sub(now) <= providerapi.MaxProviderWait
+}
+
+// waitOf is the wait a transient error asks for (a rate limit, Retry-After), bounded by
+// providerapi.MaxProviderWait; zero for any other error.
+func (r *Runner) waitOf(err error) time.Duration {
+	if providerapi.ClassOf(err) != providerapi.Transient {
+		return 0
+	}
+	return min(providerapi.RetryAfterOf(err), providerapi.MaxProviderWait)
 }
 
 func errString(err error) string {
@@ -483,6 +521,12 @@ func (r *Runner) finish(ctx context.Context, name string, rep Report, err error)
 	if uerr := r.update(wctx, name, func(c *Cursor) bool {
 		rep.Open = len(c.Open)
 		c.Last = &rep
+		switch {
+		case rep.WaitUntil.After(c.WaitUntil):
+			c.WaitUntil = rep.WaitUntil
+		case !waiting(*c, r.now()):
+			c.WaitUntil = time.Time{} // over: the cursor keeps no wait
+		}
 		return true
 	}); uerr != nil && err == nil {
 		err = uerr
@@ -497,6 +541,7 @@ func (r *Runner) finish(ctx context.Context, name string, rep Report, err error)
 		level = slog.LevelError
 	}
 	r.log().Log(ctx, level, "catch-up run", "hook", rep.Hook, "run", rep.RunID, "listed", rep.Listed, "found_failed", rep.Found,
-		"redelivered", rep.Asked, "resolved", rep.Resolved, "given_up", rep.Lost, "open", rep.Open, "cut", rep.Cut, "error", rep.Error)
+		"redelivered", rep.Asked, "resolved", rep.Resolved, "given_up", rep.Lost, "open", rep.Open, "cut", rep.Cut,
+		"wait_until", rep.WaitUntil, "error", rep.Error)
 	return rep, err
 }

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
@@ -50,8 +52,9 @@ func (s secretsMap) Get(_ context.Context, ref string) (string, error) {
 }
 
 // ingressMode is how the ingress endpoint answers: up, down (503, as a throttled stage or a
-// broken release), hung (no answer until the sender gives up), or admitting and then failing
-// (the ledger has the delivery; its sender saw a 502).
+// broken release), hung (no answer until the sender gives up), admitting and then failing
+// (the ledger has the delivery; its sender saw a 502), or unreachable (the connection is
+// closed without an answer).
 type ingressMode int32
 
 const (
@@ -59,6 +62,7 @@ const (
 	down
 	hung
 	admitThenFail
+	unreachable
 )
 
 // world is GitHub (an App's webhook and a repository's, the statuses API) in front of the real
@@ -119,7 +123,7 @@ func newWorld(t *testing.T) *world {
 	gh := githubtest.NewApp(appID, &key.PublicKey)
 	gh.Authorize = githubtest.Token(hookToken)
 	gh.Now = clock.Now
-	gh.DeliveryTimeout = 2 * time.Second
+	gh.DeliveryTimeout = deliveryTimeout
 	api := httptest.NewServer(gh)
 	t.Cleanup(api.Close)
 	cfg, err := config.Parse([]byte(`
@@ -148,22 +152,7 @@ routes:
 	in := &ingress.Handler{Config: cfg, Ledger: l, Queue: w.q, Secrets: secretsMap{"HOOK": hookSecret}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /hooks/{route}", func(rw http.ResponseWriter, r *http.Request) {
-		switch ingressMode(w.mode.Load()) {
-		case down:
-			http.Error(rw, "stage throttled", http.StatusServiceUnavailable)
-		case hung:
-			io.Copy(io.Discard, r.Body) // the server notices the sender leave only once the body is read
-			<-r.Context().Done()        // the sender gives up first
-		case admitThenFail:
-			rec := httptest.NewRecorder()
-			in.ServeHTTP(rec, r)
-			if rec.Code != http.StatusAccepted {
-				t.Errorf("the ingress answered %d %s", rec.Code, rec.Body)
-			}
-			http.Error(rw, "bad gateway", http.StatusBadGateway)
-		default:
-			in.ServeHTTP(rw, r)
-		}
+		serveIn(t, in, ingressMode(w.mode.Load()), rw, r)
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -172,11 +161,45 @@ routes:
 	return w
 }
 
+// serveIn answers a webhook as the ingress in mode does.
+func serveIn(t *testing.T, in http.Handler, mode ingressMode, rw http.ResponseWriter, r *http.Request) {
+	switch mode {
+	case down:
+		http.Error(rw, "stage throttled", http.StatusServiceUnavailable)
+	case hung:
+		io.Copy(io.Discard, r.Body) // the server notices the sender leave only once the body is read
+		<-r.Context().Done()        // the sender gives up first
+	case unreachable:
+		providerapitest.Cut(rw)
+	case admitThenFail:
+		rec := httptest.NewRecorder()
+		in.ServeHTTP(rec, r)
+		if rec.Code != http.StatusAccepted {
+			t.Errorf("the ingress answered %d %s", rec.Code, rec.Body)
+		}
+		http.Error(rw, "bad gateway", http.StatusBadGateway)
+	default:
+		in.ServeHTTP(rw, r)
+	}
+}
+
+// deliveryTimeout is how long the fakes' attempts wait for the ingress: long enough for any
+// answer on a loaded machine; hungTimeout is theirs while the ingress hangs, which they wait
+// out.
+const (
+	deliveryTimeout = 30 * time.Second
+	hungTimeout     = 2 * time.Second
+)
+
 // push delivers a push of a new commit through hook while the ingress is in mode, and
 // returns the commit and the attempt.
 func (w *world) push(hook githubtest.Hook, mode ingressMode) (string, githubtest.HookDelivery) {
 	w.mode.Store(int32(mode))
 	defer w.mode.Store(int32(up))
+	if mode == hung {
+		w.gh.SetDeliveryTimeout(hungTimeout)
+		defer w.gh.SetDeliveryTimeout(deliveryTimeout)
+	}
 	w.n++
 	sha := fmt.Sprintf("%040x", w.n)
 	body := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"id":99,"full_name":"acme/app"},"installation":{"id":5},`+
@@ -316,8 +339,8 @@ func TestDeliveriesFailedWhileTheIngressWasDownAreRedeliveredOnceEach(t *testing
 	w.noViolations()
 }
 
-// Two runs at once, on two handles of one root, each listing before either asks: every
-// failed delivery is asked for once in all.
+// Two runs at once, on two handles of one root, each deciding what to ask from the same
+// cursor before either records its asks: every failed delivery is asked for once in all.
 func TestTwoRunsAtOnceAskForEachDeliveryOnce(t *testing.T) {
 	w := newWorld(t)
 	want := map[string]int{}
@@ -328,17 +351,34 @@ func TestTwoRunsAtOnceAskForEachDeliveryOnce(t *testing.T) {
 		shas = append(shas, sha)
 	}
 	w.clock.Advance(time.Minute)
-	src := w.sources()[0]
-	var listed sync.WaitGroup
+	reps := runTwoAtOnce(t, w.sources()[0], w.runner)
+	w.asked(appHook, want)
+	if reps[0].Asked+reps[1].Asked != 5 {
+		t.Errorf("runs asked %d and %d, want 5 in all", reps[0].Asked, reps[1].Asked)
+	}
+	w.drain()
+	w.verdicts(shas...)
+	w.noViolations()
+}
+
+// runTwoAtOnce runs two catch-up runs of src at once (runners made by runner, on its state
+// store), each listing before either goes on, and each holding its first write of asks until
+// the other is about to write its own: both decided what to ask from a cursor without the
+// other's asks. It returns their reports.
+func runTwoAtOnce(t *testing.T, src catchup.Source, runner func() *catchup.Runner) []catchup.Report {
+	t.Helper()
+	var listed, asking sync.WaitGroup
 	listed.Add(2)
+	asking.Add(2)
 	var wg sync.WaitGroup
 	reps := make([]catchup.Report, 2)
 	for i := range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := w.runner()
+			r := runner()
 			r.RunID = fmt.Sprintf("run-%d", i)
+			r.State = &rendezvous{StateStore: r.State, t: t, run: r.RunID, asking: &asking}
 			rep, err := r.Run(context.Background(), &barrier{Source: src, listed: &listed})
 			if err != nil {
 				t.Errorf("run %d: %v", i, err)
@@ -347,13 +387,7 @@ func TestTwoRunsAtOnceAskForEachDeliveryOnce(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	w.asked(appHook, want)
-	if reps[0].Asked+reps[1].Asked != 5 {
-		t.Errorf("runs asked %d and %d, want 5 in all", reps[0].Asked, reps[1].Asked)
-	}
-	w.drain()
-	w.verdicts(shas...)
-	w.noViolations()
+	return reps
 }
 
 // barrier holds a run after its listing until the other run has listed too.
@@ -369,49 +403,96 @@ func (b *barrier) Attempts(ctx context.Context, maxPages int, visit func([]catch
 	return err
 }
 
-// dying ends its run's goroutine at the first request for a redelivery, before it is sent:
-// the run recorded its asks and died.
+// rendezvous holds its run's first cursor write that records asks of the run until the other
+// run's has come too (or 30 s have passed: the test then fails).
+type rendezvous struct {
+	ledger.StateStore
+	t      *testing.T
+	run    string
+	asking *sync.WaitGroup
+	once   sync.Once
+}
+
+func (r *rendezvous) WriteState(ctx context.Context, name string, data []byte, version string) (string, error) {
+	if bytes.Contains(data, []byte(`"asked_run":"`+r.run+`"`)) {
+		r.once.Do(func() {
+			r.asking.Done()
+			both := make(chan struct{})
+			go func() { r.asking.Wait(); close(both) }()
+			select {
+			case <-both:
+			case <-time.After(30 * time.Second):
+				r.t.Errorf("%s: the other run never came to record its asks", r.run)
+			}
+		})
+	}
+	return r.StateStore.WriteState(ctx, name, data, version)
+}
+
+// dying ends its run's goroutine right after its first request for a redelivery was sent:
+// the run recorded its asks, sent one, and died.
 type dying struct{ catchup.Source }
 
-func (dying) Redeliver(context.Context, catchup.Attempt) error {
+func (d dying) Redeliver(ctx context.Context, a catchup.Attempt) error {
+	d.Source.Redeliver(ctx, a)
 	runtime.Goexit()
 	return nil
 }
 
+// A run that records its asks, sends one (whose redelivery fails too: the ingress is still
+// down) and dies costs the deliveries one ReaskAfter: a run right after it asks for none of
+// them, not even the one already asked for; a run once the asks are ReaskAfter old asks for
+// each once.
 func TestARunThatDiesAfterRecordingItsAsksCostsThemOneRunNotASecondAsk(t *testing.T) {
 	w := newWorld(t)
-	want := map[string]int{}
-	var shas []string
+	var shas, guids []string
 	for range 3 {
 		sha, d := w.push(appHook, down)
-		want[d.GUID] = 1
-		shas = append(shas, sha)
+		shas, guids = append(shas, sha), append(guids, d.GUID)
 	}
 	w.clock.Advance(time.Minute)
 	src := w.sources()[0]
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		w.runner().Run(context.Background(), dying{src})
-		t.Error("the dying run finished")
-	}()
-	<-done
-	w.asked(appHook, map[string]int{})
+	w.mode.Store(int32(down))
+	dieAfterFirstAsk(t, w.runner(), src)
+	w.mode.Store(int32(up))
+	asked := w.gh.RedeliveriesAsked(appHook)
+	if len(asked) != 1 {
+		t.Fatalf("the dying run had %d deliveries redelivered, want the one it sent", len(asked))
+	}
+	first := slices.IndexFunc(guids, func(g string) bool { return asked[g] == 1 })
 
 	// A run right after the crash asks for nothing: the dead run's asks may still be in flight.
 	rep, err := w.runner().Run(context.Background(), src)
 	if err != nil || rep.Asked != 0 {
 		t.Fatalf("run after the crash: %+v %v, want nothing asked", rep, err)
 	}
-	// Once the asks are ReaskAfter old, a run asks for each delivery once.
+	want := map[string]int{guids[first]: 1}
+	w.asked(appHook, want)
+	// Once the asks are ReaskAfter old, a run asks for each delivery still failing once.
 	w.clock.Advance(catchup.DefaultReaskAfter)
 	if rep, err = w.runner().Run(context.Background(), src); err != nil || rep.Asked != 3 {
 		t.Fatalf("run past ReaskAfter: %+v %v, want 3 asked", rep, err)
+	}
+	for _, g := range guids {
+		want[g]++
 	}
 	w.asked(appHook, want)
 	w.drain()
 	w.verdicts(shas...)
 	w.noViolations()
+}
+
+// dieAfterFirstAsk runs r over src until its goroutine dies right after its first request for
+// a redelivery.
+func dieAfterFirstAsk(t *testing.T, r *catchup.Runner, src catchup.Source) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(context.Background(), dying{src})
+		t.Error("the dying run finished")
+	}()
+	<-done
 }
 
 func TestDeliveriesStillFailingWhenTheWindowClosesAreReportedLost(t *testing.T) {

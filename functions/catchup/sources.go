@@ -113,8 +113,12 @@ func (g *GitLab) Attempts(ctx context.Context, maxPages int, visit func([]Attemp
 		}
 		as := make([]Attempt, 0, len(es))
 		for _, e := range es {
+			repo := e.RequestData.Project.Path // a group hook's events are its projects'
+			if repo == "" {
+				repo = g.Hook.Parent()
+			}
 			as = append(as, Attempt{ID: strconv.FormatInt(e.ID, 10), Delivery: e.Delivery(), At: e.CreatedAt,
-				StatusCode: e.StatusCode(), Event: e.Trigger, Repository: g.Hook.Parent()})
+				StatusCode: e.StatusCode(), Event: e.Trigger, Repository: repo})
 		}
 		return visit(as)
 	})

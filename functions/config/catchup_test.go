@@ -48,3 +48,62 @@ routes:
 		}
 	}
 }
+
+// The credentials catch-up reads deliveries with are secrets the configuration refers to, named
+// by their field and marked as catch-up's (the cleanup reads them): a hook's token, or the
+// App's private key, where it is configured.
+func TestCatchUpCredentialsAreSecretUses(t *testing.T) {
+	cfg, err := Parse([]byte(`
+routes:
+  repo:
+    provider: github
+    secrets: [{id: k, from: "env:HOOK"}]
+    repositories: ["acme/*"]
+    publish: {provider: github, base_url: "https://api.github.com", token: {from: "env:TOKEN"}}
+    catchup: {hook: repository, id: 7, owner: acme/app, token: {from: "env:HOOKS"}}
+  app:
+    provider: github
+    secrets: [{id: k, from: "env:HOOK"}]
+    repositories: ["acme/*"]
+    publish: {provider: github, base_url: "https://api.github.com", app: {id: "12", private_key: {from: "env:KEY"}}}
+    catchup: {hook: app}
+  own:
+    provider: github
+    secrets: [{id: k, from: "env:HOOK"}]
+    repositories: ["acme/*"]
+    publish: {provider: github, base_url: "https://api.github.com", token: {from: "env:TOKEN"}}
+    catchup: {hook: app, app: {id: "12", private_key: {from: "env:HOOKKEY"}}}
+  lab:
+    provider: gitlab
+    secrets: [{id: k, from: "env:HOOK"}]
+    repositories: ["acme/*"]
+    publish: {provider: gitlab, base_url: "https://gitlab.example", token: {from: "env:TOKEN"}}
+    catchup: {hook: group, id: 3, owner: acme, token: {from: "env:GLHOOKS"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"routes.repo.catchup.token.from":          "env:HOOKS",
+		"routes.app.publish.app.private_key.from": "env:KEY",
+		"routes.own.catchup.app.private_key.from": "env:HOOKKEY",
+		"routes.lab.catchup.token.from":           "env:GLHOOKS",
+	}
+	got := map[string]string{}
+	for _, u := range cfg.SecretUses() {
+		if u.CatchUp {
+			if u.Webhook {
+				t.Errorf("%s is marked both webhook secret and catch-up credential", u.Path)
+			}
+			got[u.Path] = u.From
+		}
+	}
+	for path, from := range want {
+		if got[path] != from {
+			t.Errorf("catch-up credential %s: %q, want %q", path, got[path], from)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("catch-up credentials %v, want %v", got, want)
+	}
+}

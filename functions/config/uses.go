@@ -14,17 +14,21 @@ type SecretUse struct {
 	Path  string
 	Route string
 	// What says what the secret is for: "webhook secret ID", "evaluator secret", "publish
-	// token" or "GitHub App private key".
+	// token", "GitHub App private key", "read token" or "catch-up token".
 	What string
 	// From is the reference: env:NAME, file:PATH or aws-secretsmanager:ARN[#key].
 	From string
-	// Webhook marks a webhook secret (the ingress reads it); the others (evaluator secrets,
-	// publish tokens) are the runner's.
+	// Webhook marks a webhook secret (the ingress reads it); CatchUp a credential catch-up
+	// reads a hook's deliveries with (the cleanup reads it, docs/catchup.md); the others
+	// (evaluator secrets, publish and read tokens and keys) are the runner's. A publishing
+	// App's key that catch-up also reads is listed twice, once for each.
 	Webhook bool
+	CatchUp bool
 }
 
 // SecretUses lists every secret the configuration refers to, route by route in name order:
-// webhook secrets, evaluator secrets, publish tokens, GitHub App private keys and read tokens.
+// webhook secrets, evaluator secrets, publish tokens, GitHub App private keys, read tokens
+// and catch-up credentials.
 func (c *Config) SecretUses() []SecretUse {
 	var out []SecretUse
 	for _, name := range c.RouteNames() {
@@ -52,8 +56,36 @@ func (c *Config) SecretUses() []SecretUse {
 			out = append(out, SecretUse{Path: "routes." + name + ".read.token.from", Route: name,
 				What: "read token", From: rd.Token.From})
 		}
+		if u, ok := r.catchUpUse(name); ok {
+			out = append(out, u)
+		}
 	}
 	return out
+}
+
+// catchUpUse is the credential the route's catch-up block reads deliveries with: its token,
+// or the App's private key (for hook: app), named where it is configured (the block's own
+// app, else the route's read or publish App it falls back to).
+func (r *Route) catchUpUse(name string) (SecretUse, bool) {
+	c, ok := r.CatchUpFrom()
+	if !ok {
+		return SecretUse{}, false
+	}
+	if c.Hook != "app" {
+		return SecretUse{Path: "routes." + name + ".catchup.token.from", Route: name, What: "catch-up token", From: c.Token.From, CatchUp: true}, true
+	}
+	if c.App == nil {
+		return SecretUse{}, false // refused by validate: no App to read the App's webhook as
+	}
+	path := "routes." + name + ".catchup.app.private_key.from"
+	switch {
+	case r.CatchUp.App != nil:
+	case r.Read != nil && r.Read.App == c.App:
+		path = "routes." + name + ".read.app.private_key.from"
+	default:
+		path = "routes." + name + ".publish.app.private_key.from"
+	}
+	return SecretUse{Path: path, Route: name, What: "GitHub App private key (catch-up)", From: c.App.PrivateKey.From, CatchUp: true}, true
 }
 
 // LimitsMismatch describes, field by field in the configuration's terms, how the limits a

@@ -18,7 +18,8 @@ func (r *readsOf) Get(_ context.Context, ref string) (string, error) {
 }
 
 // At start a function reads the secrets it reads and no other: the runner's role cannot read
-// the webhook secrets, the ingress's the publish tokens.
+// the webhook secrets, the ingress's the publish tokens, and only the cleanup's (catch-up's)
+// the hooks' token.
 func TestStartReadsOnlyTheFunctionsSecrets(t *testing.T) {
 	cfg, err := config.Parse([]byte(`
 routes:
@@ -28,12 +29,13 @@ routes:
     repositories: [a/b]
     evaluator: {url: "https://eval.example", secret: {from: "env:EVAL"}}
     publish: {provider: github, base_url: "https://api.github.com", token: {from: "env:TOKEN"}}
+    catchup: {hook: repository, id: 7, owner: a/b, token: {from: "env:HOOKS"}}
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for reads, want := range map[SecretSet]string{WebhookSecrets: "env:HOOK", RunnerSecrets: "env:EVAL,env:TOKEN", NoSecrets: "",
-		AllSecrets: "env:HOOK,env:EVAL,env:TOKEN"} {
+		CatchUpSecrets: "env:HOOKS", AllSecrets: "env:HOOK,env:EVAL,env:TOKEN,env:HOOKS"} {
 		var got readsOf
 		err := resolveSecrets(context.Background(), cfg, &got, reads)
 		if strings.Join(got, ",") != want || (want == "") != (err == nil) {

@@ -15,14 +15,15 @@ import (
 )
 
 const (
-	hookARN  = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hook-AbCdEf"
-	tokenARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-AbCdEf"
+	hookARN    = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hook-AbCdEf"
+	tokenARN   = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:token-AbCdEf"
+	catchUpARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:hooks-AbCdEf"
 )
 
 // Each function checks only the secrets it reads against its own AMISS_SECRET_ARNS (its
 // role's grant): the ingress the webhook secrets, the runner the evaluator secrets and publish
-// tokens, the cleanup none. A secret it reads outside its grant is refused at start, naming
-// the template parameter that grants it.
+// tokens, the cleanup catch-up's credentials. A secret it reads outside its grant is refused
+// at start, naming the template parameter that grants it.
 func TestEachFunctionChecksTheSecretsItReads(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "amiss.yaml")
 	os.WriteFile(p, []byte(`routes:
@@ -31,6 +32,7 @@ func TestEachFunctionChecksTheSecretsItReads(t *testing.T) {
     secrets: [{id: a, from: "aws-secretsmanager:`+hookARN+`"}]
     repositories: [a/b]
     publish: {provider: github, base_url: "https://api.github.com", token: {from: "aws-secretsmanager:`+tokenARN+`#token"}}
+    catchup: {hook: repository, id: 7, owner: a/b, token: {from: "aws-secretsmanager:`+catchUpARN+`"}}
 `), 0o600)
 	for _, c := range []struct {
 		name    string
@@ -42,7 +44,9 @@ func TestEachFunctionChecksTheSecretsItReads(t *testing.T) {
 		{"ingress without it", wiring.WebhookSecrets, tokenARN, "routes.r.secrets[0].from: " + hookARN + " is not among AMISS_SECRET_ARNS (the function's role cannot read it: add it to the template's ExtraWebhookSecretArns parameter)"},
 		{"runner with the token", wiring.RunnerSecrets, tokenARN, ""},
 		{"runner granted none", wiring.RunnerSecrets, "none", "routes.r.publish.token.from: " + tokenARN + " is not among AMISS_SECRET_ARNS (the function's role cannot read it: add it to the template's SecretArns parameter)"},
-		{"cleanup granted none", wiring.NoSecrets, "none", ""},
+		{"cleanup with the catch-up token", wiring.CatchUpSecrets, catchUpARN, ""},
+		{"cleanup granted none", wiring.CatchUpSecrets, "none", "routes.r.catchup.token.from: " + catchUpARN + " is not among AMISS_SECRET_ARNS (the function's role cannot read it: add it to the template's CatchUpSecretArns parameter)"},
+		{"a function reading none", wiring.NoSecrets, "none", ""},
 	} {
 		env(t, map[string]string{wiring.EnvConfig: p, wiring.EnvSecretARNs: c.granted})
 		_, err := wiring.ConfigFor(c.reads)

@@ -65,14 +65,18 @@ type SecretSet int
 
 // Secret sets.
 const (
-	// NoSecrets: none (the cleanup function).
+	// NoSecrets: none.
 	NoSecrets SecretSet = iota
 	// WebhookSecrets: the routes' webhook secrets (the ingress function).
 	WebhookSecrets
-	// RunnerSecrets: the evaluator secrets and publish tokens (the runner function).
+	// RunnerSecrets: the evaluator secrets, publish and read tokens and keys (the runner
+	// function).
 	RunnerSecrets
 	// AllSecrets: every secret (amiss serve, which runs all three).
 	AllSecrets
+	// CatchUpSecrets: the credentials catch-up reads webhook deliveries with (the cleanup
+	// function, which runs catch-up).
+	CatchUpSecrets
 )
 
 // Reads reports whether a process reading s reads the secret u.
@@ -81,7 +85,9 @@ func (s SecretSet) Reads(u config.SecretUse) bool {
 	case WebhookSecrets:
 		return u.Webhook
 	case RunnerSecrets:
-		return !u.Webhook
+		return !u.Webhook && !u.CatchUp
+	case CatchUpSecrets:
+		return u.CatchUp
 	case AllSecrets:
 		return true
 	}
@@ -129,8 +135,11 @@ func checkSecretARNs(c *config.Config, allowed []string, reads SecretSet) error 
 
 // templateParameter names the template parameter that grants the secret u.
 func templateParameter(u config.SecretUse) string {
-	if u.Webhook {
+	switch {
+	case u.Webhook:
 		return "ExtraWebhookSecretArns"
+	case u.CatchUp:
+		return "CatchUpSecretArns"
 	}
 	return "SecretArns"
 }
@@ -172,7 +181,7 @@ func remedy(ref string) string {
 	case "file":
 		return "create the file, readable by amiss, holding the secret"
 	case "aws-secretsmanager":
-		return "check the ARN (and the #key of a JSON secret), that the secret has a value, and that the role may read it (the template's WebhookSecretArn or ExtraWebhookSecretArns for a webhook secret, SecretArns for the others; SecretsKmsKeyArn for a secret under a customer-managed KMS key)"
+		return "check the ARN (and the #key of a JSON secret), that the secret has a value, and that the role may read it (the template's WebhookSecretArn or ExtraWebhookSecretArns for a webhook secret, CatchUpSecretArns for a catch-up credential, SecretArns for the others; SecretsKmsKeyArn for a secret under a customer-managed KMS key)"
 	}
 	return "use env:NAME, file:PATH or aws-secretsmanager:ARN"
 }

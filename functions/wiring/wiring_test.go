@@ -101,6 +101,31 @@ func TestRoutesBuildEvaluatorsAndPublishers(t *testing.T) {
 	}
 }
 
+// A catch-up credential that cannot be read is named by its field at start, as every secret.
+func TestACatchUpCredentialIsResolvedAtStart(t *testing.T) {
+	cfg, err := config.Parse([]byte(`
+routes:
+  lab:
+    provider: gitlab
+    secrets: [{id: k, from: "env:AMISS_TEST_SET"}]
+    repositories: [acme/app]
+    publish: {provider: gitlab, base_url: "https://gitlab.example", token: {from: "env:AMISS_TEST_SET"}}
+    catchup: {hook: project, id: 17, owner: acme/app, token: {from: "env:AMISS_TEST_HOOKS"}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env(t, map[string]string{"AMISS_TEST_SET": "v"})
+	err = wiring.ResolveSecrets(context.Background(), cfg, wiring.Secrets(nil))
+	if want := "routes.lab.catchup.token.from: route lab: catch-up token from env:AMISS_TEST_HOOKS cannot be read"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a missing catch-up token: %v, want %q", err, want)
+	}
+	env(t, map[string]string{"AMISS_TEST_SET": "v", "AMISS_TEST_HOOKS": "glpat"})
+	if err := wiring.ResolveSecrets(context.Background(), cfg, wiring.Secrets(nil)); err != nil {
+		t.Fatalf("readable secrets: %v", err)
+	}
+}
+
 // Every secret is read once at start; each one that cannot be read is named by its field,
 // its route and its source, with the remedy, and no secret value is ever in the error.
 func TestSecretsAreResolvedAtStart(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 )
 
 func main() {
-	b := wiring.Start(context.Background(), wiring.Function{Name: "cleanup", Prepare: true})
+	b := wiring.Start(context.Background(), wiring.Function{Name: "cleanup", Prepare: true, Secrets: wiring.CatchUpSecrets})
 	q, err := wiring.SQSQueue(b.AWS)
 	if err != nil {
 		b.Fail("queue", err)
@@ -24,8 +24,9 @@ func main() {
 	m := wiring.Metrics(os.Stdout, "cleanup")
 	h := &cleanup.Handler{Ledger: b.Ledger, Queue: q, Log: b.Log, Metrics: m}
 	if st, ok := b.Ledger.(ledger.StateStore); ok {
-		// Catch-up of the routes' failed webhook deliveries (docs/catchup.md); its credentials
-		// are read at each run, so a rotated one needs no restart.
+		// Catch-up of the routes' failed webhook deliveries (docs/catchup.md); its credentials,
+		// read once at start to fail early, are read again at each run, so a rotated one needs
+		// no restart.
 		r := &catchup.Runner{State: st, Log: b.Log, Metrics: m}
 		h.CatchUp = func(ctx context.Context) error {
 			sources, err := catchup.Sources(ctx, b.Config, b.Secrets, nil)

@@ -88,6 +88,9 @@ type GitHub struct {
 	// HookAnswer, when it returns a status code, answers the n-th request (from 1) to a
 	// webhook's deliveries with it instead (429 with Retry-After: 60, a secondary rate limit).
 	HookAnswer func(op string, n int) int
+	// HookRateLimitReset, when set, makes a 403 from HookAnswer GitHub's primary rate limit,
+	// its window resetting that long after the answer.
+	HookRateLimitReset time.Duration
 	// DeliveryTimeout is how long an attempt waits for the hook's endpoint (default 10 s,
 	// GitHub's).
 	DeliveryTimeout time.Duration

@@ -77,6 +77,13 @@ func (g *GitHub) AddHook(h Hook, target, secret string) {
 	g.hooks[h] = &hook{url: target, secret: secret, asked: map[string]int{}}
 }
 
+// SetDeliveryTimeout sets DeliveryTimeout while the fake serves.
+func (g *GitHub) SetDeliveryTimeout(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.DeliveryTimeout = d
+}
+
 // SetHookURL points the hook at target (an ingress coming back at another address).
 func (g *GitHub) SetHookURL(h Hook, target string) {
 	g.mu.Lock()
@@ -199,6 +206,16 @@ func (g *GitHub) serveHooks(w http.ResponseWriter, r *http.Request, op string, p
 	case answer == http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", "60")
 		g.refuse(w, answer, "You have exceeded a secondary rate limit")
+		return
+	case answer == http.StatusForbidden && g.HookRateLimitReset > 0:
+		// The primary rate limit, as GitHub answers it: 403, no requests left, and when the
+		// window resets.
+		w.Header().Set("X-RateLimit-Limit", "5000")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Used", "5000")
+		w.Header().Set("X-RateLimit-Resource", "core")
+		w.Header().Set("X-RateLimit-Reset", strconv.FormatInt(g.now().Add(g.HookRateLimitReset).Unix(), 10))
+		g.refuse(w, answer, "API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.")
 		return
 	case answer != 0:
 		g.refuse(w, answer, http.StatusText(answer))

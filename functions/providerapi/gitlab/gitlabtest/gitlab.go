@@ -25,6 +25,9 @@
 // RefuseUnchanged makes it an older GitLab, which answers 400 "Cannot transition status" to a
 // status whose state repeats the latest under its name (current GitLab adds a job and answers
 // 201).
+//
+// Hooks (hooks.go) fakes project and group webhooks: their deliveries, the log of attempts
+// GitLab lists, and its resend.
 package gitlabtest
 
 import (
