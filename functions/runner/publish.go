@@ -367,7 +367,7 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
 	if ev == subjectBusy && ferr == nil {
-		res.wait = o.parked
+		res.wait, res.waitUntil = o.parked, o.retryAt
 	}
 	if ev == postFailed && class != publish.Operator {
 		log.Warn("publish failed; retried later", "err", err, "retry_at", res.RetryAt, "budget_left", p.publishBudget-p.budgetUsed(a))

@@ -145,3 +145,27 @@ func (q *sqsQueue) pollers(t interface{ Cleanup(func()) }, n int, mk func(i int)
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
 }
+
+// visible reports whether message id is visible now (not in flight, not deleted).
+func (q *sqsQueue) visible(id string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range q.msgs {
+		if m.id == id {
+			return !m.deleted && !m.visibleAt.After(q.clock())
+		}
+	}
+	return false
+}
+
+// visibleAt is when message id becomes visible.
+func (q *sqsQueue) visibleAt(id string) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range q.msgs {
+		if m.id == id {
+			return m.visibleAt
+		}
+	}
+	return time.Time{}
+}
