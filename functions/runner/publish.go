@@ -59,7 +59,13 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
 		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
-		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), rep.Tie, k)
+		tie := rep.Tie
+		if tie.IsZero() {
+			// Frozen by a runner that recorded no tie: what the delivery's subject says of the
+			// event's place orders it (the provider was not read for it).
+			tie = tieOf(subj, ledger.SeenNothing)
+		}
+		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), tie, k)
 		switch o.ev {
 		case postLost:
 			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
