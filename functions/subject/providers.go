@@ -74,6 +74,10 @@ type ghPull struct {
 				From string `json:"from"`
 			} `json:"ref"`
 		} `json:"base"`
+		// Ref is Gitea's and Forgejo's changed target branch (GitHub's is Base.Ref).
+		Ref *struct {
+			From string `json:"from"`
+		} `json:"ref"`
 	} `json:"changes"`
 	PullRequest struct {
 		Title string `json:"title"`
@@ -162,6 +166,9 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 			}
 			if c := p.Changes.Base; c != nil && c.Ref != nil {
 				was.TargetBranch = c.Ref.From
+			}
+			if c := p.Changes.Ref; c != nil && provider != "github" {
+				was.TargetBranch = c.From
 			}
 			s.Pull.Was = &was
 		}

@@ -88,8 +88,8 @@ type Pull struct {
 	TargetBranch string `json:"target_branch"`
 	SourceBranch string `json:"source_branch,omitempty"`
 	// Was is the pull request as it was just before this event, as the payload proves it: set
-	// for an edit (GitHub's, Gitea's and Forgejo's edited, with changes.title.from and
-	// changes.base.ref.from; GitLab's update not made by a push, with changes.title.previous
+	// for an edit (GitHub's, Gitea's and Forgejo's edited, with changes.title.from and the
+	// target branch's changes.base.ref.from, changes.ref.from on Gitea and Forgejo; GitLab's update not made by a push, with changes.title.previous
 	// and changes.target_branch.previous; Bitbucket Data Center's pr:modified, with
 	// previousTitle and previousTarget), what the edit did not change as it is now. Nil when
 	// the payload proves nothing of what came before. It orders two verdicts whose events

@@ -12,7 +12,8 @@ import (
 )
 
 // What an edit proves of the pull request before it: GitHub, Gitea and Forgejo name what an
-// edited action changed (changes.title.from, changes.base.ref.from), GitLab what an update
+// edited action changed (changes.title.from; the target branch: GitHub's changes.base.ref.from,
+// Gitea's and Forgejo's changes.ref.from), GitLab what an update
 // changed (changes.title.previous, changes.target_branch.previous), Bitbucket Data Center what
 // a pr:modified changed (previousTitle, previousTarget); what an edit did not change is as it
 // is now. Any other action proves nothing; a Standard Webhooks sender's claim
@@ -47,6 +48,11 @@ func TestAnEditProvesThePullRequestBeforeIt(t *testing.T) {
 		{"github opened", "github", "X-GitHub-Event", "pull_request", gh("opened", ""), nil},
 		{"forgejo edited title", "forgejo", "X-Forgejo-Event", "pull_request", gh("edited", `"changes":{"title":{"from":"add stuff"}},`),
 			&subject.PullState{Title: "add stuff", TargetBranch: "main"}},
+		// Gitea and Forgejo name a changed target branch changes.ref.from.
+		{"gitea edited target", "gitea", "X-Gitea-Event", "pull_request", gh("edited", `"changes":{"ref":{"from":"dev"}},`),
+			&subject.PullState{Title: "feat: new", TargetBranch: "dev"}},
+		{"forgejo edited target", "forgejo", "X-Forgejo-Event", "pull_request", gh("edited", `"changes":{"ref":{"from":"dev"}},`),
+			&subject.PullState{Title: "feat: new", TargetBranch: "dev"}},
 		{"gitlab update", "gitlab", "", "", gl("update", `},"changes":{"title":{"previous":"Draft: new","current":"feat: new"}`),
 			&subject.PullState{Title: "Draft: new", TargetBranch: "main"}},
 		{"gitlab update by a push", "gitlab", "", "", gl("update", `,"oldrev":"`+strings.Repeat("2", 40)+`"`), nil},
