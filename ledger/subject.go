@@ -204,8 +204,9 @@ type SubjectRequest struct {
 	Prior []SubjectRecord
 }
 
-// MaxWake bounds a park's Wake, in bytes: an SQS receipt handle is at most 1,024 characters.
-const MaxWake = 1024
+// MaxWake bounds a park's Wake, in bytes: an SQS receipt handle (at most 1,024 characters)
+// and a prefix of up to 16 naming the queue it belongs to.
+const MaxWake = 1024 + 16
 
 // wakeChars are the bytes a Wake may hold: JSON writes each as one byte, so a record with a
 // waiter stays within what a backend reads (base64, as SQS receipt handles are, and the

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,4 +80,51 @@ func TestAWakeLandingAsTheParkIsAnsweredIsKept(t *testing.T) {
 	w.clock.Advance(time.Second) // the waiter's row is free at once; the clock moves only for the next receive's sake
 	sq.pollers(t, 1, func(int) *runner.Runner { return w.runner("next", w.open(), 5*time.Second) })
 	waitFor(t, "the newer verdict standing at the report, the clock still", w.standsNow(edited))
+}
+
+// A receipt handle as long as SQS makes one (1,024 characters) is kept as the waiter's wake:
+// the record names the waiting verdict, and the holder's report wakes it. A wake is the
+// handle with a prefix naming its queue, and the record refused one of more than 1,024 bytes,
+// so the longest handles were never parked and waited out the whole grant.
+func TestTheLongestReceiptHandleIsParked(t *testing.T) {
+	gh := githubtest.New(githubtest.Token(ghToken))
+	entered, release := refuseAfterHolding(t, gh, "failure")
+	w := newCommitWorld(t, gh)
+	sq := newSQSQueue(w.clock.Now)
+	sq.handleLen = 1024
+	opened := w.pullRequest(badTitle, epoch.Add(-2*time.Minute))
+	edited := w.pullRequest(goodTitle, epoch.Add(-time.Minute))
+
+	holder := &runner.SQSHandler{Runner: w.runner("holder", w.open(), 5*time.Second), SQS: sq, QueueURL: "https://sqs.example/q"}
+	sq.send(opened)
+	first := sq.receive(10)
+	var held sync.WaitGroup
+	held.Add(1)
+	go func() {
+		defer held.Done()
+		out, _ := holder.Handle(context.Background(), first)
+		sq.done(first, out)
+	}()
+	t.Cleanup(func() { release(); held.Wait() })
+	<-entered
+
+	id := sq.send(edited)
+	waiter := &runner.SQSHandler{Runner: w.runner("waiter", w.open(), 5*time.Second), SQS: sq, QueueURL: "https://sqs.example/q"}
+	second := sq.receive(10)
+	if n := len(second.Records[0].ReceiptHandle); n != 1024 {
+		t.Fatalf("a receipt handle of %d characters", n)
+	}
+	out, _ := waiter.Handle(context.Background(), second)
+	sq.done(second, out)
+	rec, err := w.l.InspectSubject(context.Background(), ledger.Subject{Publisher: "github " + w.srv.URL,
+		Repository: commitRepo, SHA: headSHA, Context: statusCtx}.Key())
+	if err != nil || rec.Waiter.Key != edited.Key || !strings.HasSuffix(rec.WaiterWake, second.Records[0].ReceiptHandle) {
+		t.Fatalf("waiter %s with a wake of %d bytes (err %v): want the waiting verdict parked with its receipt handle",
+			rec.Waiter.Key.Short(), len(rec.WaiterWake), err)
+	}
+	release()
+	held.Wait()
+	if !sq.visible(id) {
+		t.Fatal("the holder's report did not wake the parked message")
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,9 @@ type sqsQueue struct {
 	timeout time.Duration
 	msgs    []*sqsMsg
 	seq     int
+	// handleLen, when set, is the length every receipt handle is padded to (SQS's are at most
+	// 1,024 characters).
+	handleLen int
 }
 
 type sqsMsg struct {
@@ -67,6 +71,9 @@ func (q *sqsQueue) receive(n int) events.SQSEvent {
 		q.seq++
 		m.receives++
 		m.handle = fmt.Sprintf("AQEB%d+%s/%d==", q.seq, m.id, m.receives)
+		if pad := q.handleLen - len(m.handle); pad > 0 {
+			m.handle = strings.Repeat("A", pad) + m.handle
+		}
 		m.visibleAt = now.Add(q.timeout)
 		ev.Records = append(ev.Records, events.SQSMessage{MessageId: m.id, ReceiptHandle: m.handle, Body: m.body})
 	}
