@@ -175,13 +175,19 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		}
 	}()
 	limit := cmpOr(route.Concurrency, defaultPublishConcurrency)
+	// Requests in flight: the route's limit, of which half (at least one) for one repository,
+	// and in amiss serve never every worker (a request holds its worker until it ends). A
+	// delivery waits for room, briefly, only while the requests in flight and the deliveries
+	// waiting stay within the route's limit (a seat).
+	flight := shareOf(wctx, limit)
+	perRepo := min(max(limit/2, 1), flight)
 	waited := false
 	for {
 		sent = r.now()
 		end = sent.Add(2*timeout + holdMargin/3)
 		freed := r.gates.roomGiven()
 		var found room
-		leave, found = r.gates.enter(route.destination(), status.Repository, limit, sent, end)
+		leave, found = r.gates.enter(route.destination(), status.Repository, flight, perRepo, sent, end)
 		if leave != nil {
 			break
 		}
