@@ -177,3 +177,31 @@ func (w *commitWorld) freezeWithoutTie(m queue.Message, rep runner.Report) {
 		w.t.Fatal(err)
 	}
 }
+
+// Three events of one pull request in one second: it is opened (or pushed to) with a title
+// that breaks the rule, and edited twice, the second edit fixing it. Delivered newest first,
+// the last edit's verdict stands: its payload proves it came after the first edit (the title
+// it changed from), and an edit of the pull request's head came after the event that made
+// that commit its head (the opening, or the push). Nothing related the opening to the last
+// edit before, and the opening, admitted last, was posted over the edit.
+func TestAPullRequestOpenedAndEditedTwiceInOneSecondLeavesTheLastEditStanding(t *testing.T) {
+	for _, start := range []string{"opened", "synchronize"} {
+		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+		second := epoch.Add(-time.Minute)
+		last := w.admitWebhook(githubPull("edited", goodTitle, "wip: the thing"), second)
+		w.clock.Advance(time.Second) // delivered newest first
+		first := w.admitWebhook(githubPull("edited", "wip: the thing", badTitle), second)
+		w.clock.Advance(time.Second)
+		started := w.admitWebhook(githubPull(start, badTitle, ""), second)
+		r := w.runner("a", nil, 5*time.Second)
+		w.process(r, last)
+		w.process(r, first)
+		w.process(r, started)
+		if got, ok := w.gh.Latest(commitRepo, headSHA, statusCtx); !ok || got.State != "success" {
+			t.Fatalf("%s and two edits: the commit shows %q, want the last edit's verdict", start, got.State)
+		}
+		w.standing("success", 1)
+		w.wantSuperseded(first, last)
+		w.wantSuperseded(started, last)
+	}
+}

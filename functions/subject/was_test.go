@@ -77,3 +77,57 @@ func TestAnEditProvesThePullRequestBeforeIt(t *testing.T) {
 		}
 	}
 }
+
+// An event that made the subject's commit the pull request's head (its opening, a push to it)
+// says so: every edit carrying that head came after it. An edit, a reopening, and a Standard
+// Webhooks sender's claim do not.
+func TestAnEventThatMadeTheHeadSaysSo(t *testing.T) {
+	gh := func(action string) []byte {
+		return fmt.Appendf(nil, `{"action":%q,"number":7,"repository":{"full_name":"acme/app"},`+
+			`"pull_request":{"title":"t","head":{"sha":"%040d","ref":"f"},"base":{"ref":"main"}}}`, action, 1)
+	}
+	gl := func(action, extra string) []byte {
+		return fmt.Appendf(nil, `{"object_kind":"merge_request","project":{"path_with_namespace":"acme/app"},`+
+			`"object_attributes":{"iid":7,"title":"t","action":%q,"target_branch":"main","source_branch":"f",`+
+			`"last_commit":{"id":"%040d"}%s}}`, action, 1, extra)
+	}
+	bbd := func(event string) []byte {
+		repo := `{"slug":"app","project":{"key":"ACME"}}`
+		return fmt.Appendf(nil, `{"eventKey":%q,"pullRequest":{"id":7,"title":"t",`+
+			`"fromRef":{"id":"refs/heads/f","displayId":"f","latestCommit":"%040d","repository":%s},`+
+			`"toRef":{"id":"refs/heads/main","displayId":"main","repository":%s}}}`, event, 1, repo, repo)
+	}
+	cases := []struct {
+		name, provider, header, event string
+		body                          []byte
+		starts                        bool
+	}{
+		{"github opened", "github", "X-GitHub-Event", "pull_request", gh("opened"), true},
+		{"github synchronize", "github", "X-GitHub-Event", "pull_request", gh("synchronize"), true},
+		{"github edited", "github", "X-GitHub-Event", "pull_request", gh("edited"), false},
+		{"github reopened", "github", "X-GitHub-Event", "pull_request", gh("reopened"), false},
+		{"gitea synchronized", "gitea", "X-Gitea-Event", "pull_request", gh("synchronized"), true},
+		{"gitlab open", "gitlab", "", "", gl("open", ""), true},
+		{"gitlab update by a push", "gitlab", "", "", gl("update", `,"oldrev":"`+strings.Repeat("2", 40)+`"`), true},
+		{"gitlab update of the title", "gitlab", "", "", gl("update", ""), false},
+		{"gitlab reopen", "gitlab", "", "", gl("reopen", ""), false},
+		{"bitbucket data center opened", "bitbucket", "X-Event-Key", "pr:opened", bbd("pr:opened"), true},
+		{"bitbucket data center pushed to", "bitbucket", "X-Event-Key", "pr:from_ref_updated", bbd("pr:from_ref_updated"), true},
+		{"bitbucket data center modified", "bitbucket", "X-Event-Key", "pr:modified", bbd("pr:modified"), false},
+		{"standard webhooks claim", "standard-webhooks", "", "", fmt.Appendf(nil, `{"type":"pull_request","data":{"repository":"acme/app",`+
+			`"sha":"%040d","pull_request":{"number":7,"title":"t","target_branch":"main","starts":true}}}`, 1), false},
+	}
+	for _, c := range cases {
+		h := http.Header{}
+		if c.header != "" {
+			h.Set(c.header, c.event)
+		}
+		s, err := provider.Extract(c.provider, h, c.body)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if s.Pull.Starts != c.starts {
+			t.Errorf("%s: starts %v, want %v", c.name, s.Pull.Starts, c.starts)
+		}
+	}
+}
