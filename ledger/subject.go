@@ -98,6 +98,10 @@ type Tie struct {
 	// From names the inputs the event changed, as its payload proves it (an edit's previous
 	// title): the event came after any verdict whose Inputs are From.
 	From Digest `json:"from,omitzero"`
+	// Starts says the event made the subject's commit the pull request's head (it opened the
+	// pull request, or pushed the commit to it), as its payload proves it: every edit of the
+	// pull request carrying that head (From set) came after it.
+	Starts bool `json:"starts,omitempty"`
 	// Seen is what a read of the provider at evaluation found of Inputs.
 	Seen Seen `json:"seen,omitempty"`
 }
@@ -121,12 +125,13 @@ func (t Tie) IsZero() bool { return t == Tie{} }
 
 // compare orders t's verdict against u's, of events with the same time: -1 when t's is the
 // older, 1 when it is the newer, 0 when neither tells. What a payload proves decides first:
-// an event that changed the other's inputs came after it. Then what the provider showed, when
-// both were read: the verdict whose inputs were current is newer than one whose inputs had
-// already changed. A verdict read and one not read tell nothing (the unread may be either).
+// an event that changed the other's inputs came after it, and so did an edit of the head the
+// other's event set. Then what the provider showed, when both were read: the verdict whose
+// inputs were current is newer than one whose inputs had already changed. A verdict read and
+// one not read tell nothing (the unread may be either).
 func (t Tie) compare(u Tie) int {
-	after := !t.From.IsZero() && t.From == u.Inputs  // t's event changed u's inputs
-	before := !u.From.IsZero() && u.From == t.Inputs // u's event changed t's
+	after := !t.From.IsZero() && (t.From == u.Inputs || u.Starts)  // t's event changed u's inputs, or edited u's head
+	before := !u.From.IsZero() && (u.From == t.Inputs || t.Starts) // u's event changed t's, or edited t's head
 	switch {
 	case after && !before:
 		return 1
@@ -204,8 +209,9 @@ type SubjectRequest struct {
 	Prior []SubjectRecord
 }
 
-// MaxWake bounds a park's Wake, in bytes: an SQS receipt handle is at most 1,024 characters.
-const MaxWake = 1024
+// MaxWake bounds a park's Wake, in bytes: an SQS receipt handle (at most 1,024 characters)
+// and a prefix of up to 16 naming the queue it belongs to.
+const MaxWake = 1024 + 16
 
 // wakeChars are the bytes a Wake may hold: JSON writes each as one byte, so a record with a
 // waiter stays within what a backend reads (base64, as SQS receipt handles are, and the

@@ -9,7 +9,7 @@ import (
 // payloads prove, then by what the provider showed at their evaluation, and only then by their
 // admission.
 func TestEqualEventTimesAreOrderedByTheTieBeforeAdmission(t *testing.T) {
-	a, b := Digest{0xa}, Digest{0xb}
+	a, b, c := Digest{0xa}, Digest{0xb}, Digest{0xc}
 	at := func(k byte, admitted time.Duration, tie Tie) Order {
 		return Order{Key: Key{k}, EventAt: subjT0, AdmittedAt: subjT0.Add(admitted), Tie: tie}
 	}
@@ -29,6 +29,11 @@ func TestEqualEventTimesAreOrderedByTheTieBeforeAdmission(t *testing.T) {
 			at(1, 0, Tie{Inputs: a, Seen: SeenCurrent}), at(2, time.Second, Tie{Inputs: b})},
 		{"both current: admission", at(1, 0, Tie{Inputs: a, Seen: SeenCurrent}), at(2, time.Second, Tie{Inputs: b, Seen: SeenCurrent})},
 		{"each proving the other: admission", at(1, 0, Tie{Inputs: a, From: b}), at(2, time.Second, Tie{Inputs: b, From: a})},
+		{"an edit came after the event that made its commit the head, though admitted first",
+			at(1, time.Second, Tie{Inputs: a, Starts: true}), at(2, 0, Tie{Inputs: c, From: b})},
+		{"the head's start and an edit proving the other's inputs agree",
+			at(1, time.Second, Tie{Inputs: a, Starts: true}), at(2, 0, Tie{Inputs: b, From: a})},
+		{"two starts of one head: admission", at(1, 0, Tie{Inputs: a, Starts: true}), at(2, time.Second, Tie{Inputs: b, Starts: true})},
 		{"nothing known: admission", at(1, 0, Tie{}), at(2, time.Second, Tie{})},
 	}
 	for _, c := range cases {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/amiss-ci/amiss/functions/provider"
@@ -14,9 +15,10 @@ import (
 // and status context are ordered together (docs/runner.md, what stands on the commit), so the
 // API's name must not depend on how a route spells its base URL. A destination is the
 // publisher and its base URL normalised: scheme and host in lower case, a host's trailing dot
-// dropped, an IP address in its shortest form, the scheme's default port (443, 80) left out,
-// the path as written but for its trailing slashes (GitHub Enterprise Server's /api/v3 is part
-// of the API's name). Two spellings that normalise alike name one API and share one order.
+// dropped, an IP address in its shortest form, a port as its number is written and left out
+// when it is the scheme's default (443, 80), the path as written but for its trailing slashes
+// (GitHub Enterprise Server's /api/v3 is part of the API's name). Two spellings that normalise
+// alike name one API and share one order.
 // Two that only the network could tell apart are refused at load, naming both routes: this
 // machine's names for itself (localhost, 127.0.0.1, ::1) at one port and path.
 
@@ -60,22 +62,43 @@ func normalBase(base string) string {
 		return strings.TrimRight(base, "/")
 	}
 	scheme := strings.ToLower(u.Scheme)
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
-	if ip := net.ParseIP(host); ip != nil {
-		host = ip.String() // one spelling of an address (::1, not 0:0:0:0:0:0:0:1)
-	}
+	host := hostOf(u)
 	if strings.Contains(host, ":") {
 		host = "[" + host + "]"
 	}
-	if port := u.Port(); port != "" && port != map[string]string{"https": "443", "http": "80"}[scheme] {
+	if port := portOf(u); port != defaultPorts[scheme] {
 		host += ":" + port
 	}
 	return scheme + "://" + host + strings.TrimRight(u.EscapedPath(), "/")
 }
 
-// thisMachine reports whether host names the machine the runner runs on.
+var defaultPorts = map[string]string{"https": "443", "http": "80"}
+
+// hostOf is u's host as one spelling: lower case, without a trailing dot, an IP address in
+// its shortest form (::1, not 0:0:0:0:0:0:0:1).
+func hostOf(u *url.URL) string {
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	return host
+}
+
+// portOf is the port u names, as a number is written (08080 is 8080), or its scheme's default.
+func portOf(u *url.URL) string {
+	port := u.Port()
+	if n, err := strconv.Atoi(port); err == nil {
+		return strconv.Itoa(n)
+	}
+	if port == "" {
+		return defaultPorts[strings.ToLower(u.Scheme)]
+	}
+	return port
+}
+
+// thisMachine reports whether host (as hostOf spells it) names the machine the runner runs on.
 func thisMachine(host string) bool {
-	if strings.EqualFold(host, "localhost") {
+	if host == "localhost" {
 		return true
 	}
 	ip := net.ParseIP(host)
@@ -93,15 +116,10 @@ func (c *Config) checkDestinations() error {
 			continue
 		}
 		u, err := url.Parse(r.Publish.BaseURL)
-		if err != nil || !thisMachine(u.Hostname()) {
+		if err != nil || !thisMachine(hostOf(u)) {
 			continue
 		}
-		scheme := strings.ToLower(u.Scheme)
-		port := u.Port()
-		if port == "" {
-			port = map[string]string{"https": "443", "http": "80"}[scheme]
-		}
-		k := place{r.Publish.Provider, scheme, port, strings.TrimRight(u.EscapedPath(), "/")}
+		k := place{r.Publish.Provider, strings.ToLower(u.Scheme), portOf(u), strings.TrimRight(u.EscapedPath(), "/")}
 		o, ok := first[k]
 		if !ok {
 			first[k] = r

@@ -14,8 +14,9 @@ func TestADestinationIsTheAPIWhateverItsSpelling(t *testing.T) {
 	same := [][]string{
 		{"https://api.github.com", "https://api.github.com/", "https://API.GitHub.com", "HTTPS://api.github.com:443",
 			"https://api.github.com.", "https://api.github.com//"},
-		{"https://ghe.example.com/api/v3", "https://GHE.example.com/api/v3/", "https://ghe.example.com:443/api/v3"},
-		{"http://127.0.0.1:8080", "http://127.0.0.1:8080/", "HTTP://127.0.0.1:8080"},
+		{"https://ghe.example.com/api/v3", "https://GHE.example.com/api/v3/", "https://ghe.example.com:443/api/v3",
+			"https://ghe.example.com:0443/api/v3"},
+		{"http://127.0.0.1:8080", "http://127.0.0.1:8080/", "HTTP://127.0.0.1:8080", "http://127.0.0.1:08080"},
 		{"http://gitea.example.com", "http://gitea.example.com:80/"},
 		{"http://[::1]:9000", "http://[0:0:0:0:0:0:0:1]:9000/"},
 	}
@@ -87,7 +88,8 @@ func TestTwoSpellingsOfOneAPIShareOneDestination(t *testing.T) {
 // routes: nothing but the network tells whether they are one API.
 func TestTwoNamesOfThisMachineAtOnePortAreRefusedNamingBothRoutes(t *testing.T) {
 	for _, p := range [][2]string{{"http://127.0.0.1:8080", "http://localhost:8080"}, {"http://LOCALHOST:8080/", "http://[::1]:8080"},
-		{"https://localhost/api/v3", "https://127.0.0.1:443/api/v3/"}} {
+		{"https://localhost/api/v3", "https://127.0.0.1:443/api/v3/"}, {"http://localhost.:8080", "http://127.0.0.1:8080"},
+		{"http://localhost:08080", "http://[::1]:8080"}} {
 		_, err := config.Parse([]byte(twoRoutes(p[0], p[1])))
 		if err == nil || !strings.Contains(err.Error(), "routes.opened") || !strings.Contains(err.Error(), "routes.edited") ||
 			!strings.Contains(err.Error(), p[0]) || !strings.Contains(err.Error(), p[1]) {

@@ -9,10 +9,10 @@ import (
 // (a provider's API at one base URL), and to each repository there: a provider that answers
 // slowly holds at most that many requests. A delivery that finds no room waits for it, woken
 // when room is given back (roomGiven): in Lambda within its invocation (waitForRoom); in amiss
-// serve, whose workers are few and shared by every destination, only while it holds a seat
-// (seat: the destination's requests in flight and deliveries waiting together stay within its
-// limit, so a provider that hangs holds no more workers than its limit) and while the requests
-// holding the room are young (a provider that answers at once frees it in milliseconds; one
+// serve, whose workers are few and shared by every destination (a destination's requests in
+// flight are fewer than the workers: shareOf), only while it holds a seat (seat: the
+// destination's requests in flight and deliveries waiting together stay within its limit)
+// and while the requests holding the room are young (a provider that answers at once frees it in milliseconds; one
 // that has held a request for gateRetry is slow, and a worker is not held waiting on it).
 // Otherwise it is handed back to come again a moment later (gateRetry).
 type gates struct {
@@ -75,10 +75,9 @@ type room struct {
 }
 
 // enter takes room for a request to destination and repo, allowed limit requests at once
-// (and half of them, at least one, for one repository), sent at now and ended by end. It
-// answers the function that gives the room back, or nil and what it found.
-func (g *gates) enter(destination, repo string, limit int, now, end time.Time) (func(), room) {
-	perRepo := max(limit/2, 1)
+// and perRepo for one repository, sent at now and ended by end. It answers the function that
+// gives the room back, or nil and what it found.
+func (g *gates) enter(destination, repo string, limit, perRepo int, now, end time.Time) (func(), room) {
 	keys := [2]string{destination, destination + "\x00" + repo}
 	g.mu.Lock()
 	defer g.mu.Unlock()

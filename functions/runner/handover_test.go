@@ -66,7 +66,9 @@ func TestServeHandsTheSubjectOverAtTheOlderVerdictsReport(t *testing.T) {
 	r := w.runner("serve", nil, 5*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
-	go func() { (&runner.Local{Runner: r, Queue: q}).Run(ctx, 2); close(stopped) }()
+	// amiss serve's four workers: the older verdict's POST holds one, and leaves room at the
+	// API for the newer verdict's (two workers would allow one request in flight to the API).
+	go func() { (&runner.Local{Runner: r, Queue: q}).Run(ctx, 4); close(stopped) }()
 	t.Cleanup(func() { release(); cancel(); q.Close(); <-stopped })
 	q.Send(ctx, opened)
 	<-entered

@@ -103,17 +103,30 @@ func (r *Runner) waitsForRoom(ctx context.Context, need time.Duration) bool {
 // seat there (waitForSeat).
 type seatKey struct{}
 
-// waitForSeat marks ctx as processed by a worker of amiss serve: a message that finds no room
-// at a provider's publish gate waits for it while the destination's requests in flight and the
-// messages waiting leave a seat, rather than go back to the queue and be claimed again a moment
-// later, however soon the room is given back.
-func waitForSeat(ctx context.Context) context.Context {
-	return context.WithValue(ctx, seatKey{}, true)
+// waitForSeat marks ctx as processed by one of the workers of amiss serve (0: their number is
+// not known): a message that finds no room at a provider's publish gate waits for it while the
+// destination's requests in flight and the messages waiting leave a seat, rather than go back
+// to the queue and be claimed again a moment later, however soon the room is given back.
+func waitForSeat(ctx context.Context, workers int) context.Context {
+	return context.WithValue(ctx, seatKey{}, seats{workers: workers})
 }
 
+type seats struct{ workers int }
+
 func waitsForSeat(ctx context.Context) bool {
-	ok, _ := ctx.Value(seatKey{}).(bool)
+	_, ok := ctx.Value(seatKey{}).(seats)
 	return ok
+}
+
+// shareOf is how many requests in flight to one destination a runner processing ctx allows
+// at most, limit being the route's: in amiss serve, one fewer than its workers (when it has
+// more than one), since a request holds its worker until it ends, and a provider that hangs
+// must leave a worker to the deliveries for other destinations.
+func shareOf(ctx context.Context, limit int) int {
+	if s, ok := ctx.Value(seatKey{}).(seats); ok && s.workers > 1 {
+		return min(limit, s.workers-1)
+	}
+	return limit
 }
 
 // sleep waits d, or until wake is closed, or until ctx is done (its error).

@@ -20,6 +20,8 @@ import (
 type Local struct {
 	Runner *Runner
 	Queue  *queue.Local
+
+	workers int // Run's
 }
 
 // Next receives the next ready message and processes it under ctx. A message that is not done
@@ -35,7 +37,7 @@ func (c *Local) Next(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := c.Runner.Process(waitForSeat(withWaker(ctx, c.wake)), m)
+	res, err := c.Runner.Process(waitForSeat(withWaker(ctx, c.wake), c.workers), m)
 	if err != nil {
 		c.Runner.log().Warn("runner", "err", err)
 	}
@@ -84,6 +86,7 @@ func (c *Local) wake(ctx context.Context, w string) {
 // once every worker has stopped: after Queue.Close, when no message is ready, or when ctx
 // ends (work in flight is then cut: a cancelled evaluation releases its lease).
 func (c *Local) Run(ctx context.Context, workers int) {
+	c.workers = workers
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)

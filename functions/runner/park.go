@@ -36,8 +36,11 @@ func withWaker(ctx context.Context, wake waker) context.Context {
 // wake, and answers when it must come back instead, by the runner's clock, when that is
 // sooner: the grant it waited for is over (reported before the park), or a newer verdict
 // superseded it. It answers false when there is nothing to change: res does not wait for a
-// post, the wake cannot be recorded, or the ledger could not be asked (the message comes back
-// at RetryAt, as it would have without a park).
+// post, the wake cannot be recorded, the ledger could not be asked (the message comes back
+// at RetryAt, as it would have without a park), or the park was recorded on the grant it was
+// told to wait for. A parked message is then left as it was set aside: the holder's report
+// may wake it at any moment after the park, and setting it aside again, to an end reckoned
+// afresh on this runner's clock, would undo that wake.
 func (r *Runner) park(ctx context.Context, res Result, wake string) (time.Time, bool) {
 	if res.wait == nil || !ledger.ValidWake(wake) {
 		return time.Time{}, false
@@ -55,6 +58,9 @@ func (r *Runner) park(ctx context.Context, res Result, wake string) (time.Time, 
 		return time.Time{}, false
 	}
 	at := sent // superseded: back now, to be ended
+	if g.Outcome == ledger.SubjectWait && !g.RetryAt.Before(res.waitUntil) {
+		return time.Time{}, false // parked on the grant it waited for (or to wait longer still)
+	}
 	if g.Outcome == ledger.SubjectWait {
 		// The ledger's wait, counted from this runner's time of asking.
 		at = sent.Add(max(g.RetryAt.Sub(g.Decided), 0))

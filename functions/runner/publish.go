@@ -59,7 +59,13 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
 		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
-		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), rep.Tie, k)
+		tie := rep.Tie
+		if tie.IsZero() {
+			// Frozen by a runner that recorded no tie: what the delivery's subject says of the
+			// event's place orders it (the provider was not read for it).
+			tie = tieOf(subj, ledger.SeenNothing)
+		}
+		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), tie, k)
 		switch o.ev {
 		case postLost:
 			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
@@ -169,13 +175,19 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		}
 	}()
 	limit := cmpOr(route.Concurrency, defaultPublishConcurrency)
+	// Requests in flight: the route's limit, of which half (at least one) for one repository,
+	// and in amiss serve never every worker (a request holds its worker until it ends). A
+	// delivery waits for room, briefly, only while the requests in flight and the deliveries
+	// waiting stay within the route's limit (a seat).
+	flight := shareOf(wctx, limit)
+	perRepo := min(max(limit/2, 1), flight)
 	waited := false
 	for {
 		sent = r.now()
 		end = sent.Add(2*timeout + holdMargin/3)
 		freed := r.gates.roomGiven()
 		var found room
-		leave, found = r.gates.enter(route.destination(), status.Repository, limit, sent, end)
+		leave, found = r.gates.enter(route.destination(), status.Repository, flight, perRepo, sent, end)
 		if leave != nil {
 			break
 		}
@@ -367,7 +379,7 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
 	if ev == subjectBusy && ferr == nil {
-		res.wait = o.parked
+		res.wait, res.waitUntil = o.parked, o.retryAt
 	}
 	if ev == postFailed && class != publish.Operator {
 		log.Warn("publish failed; retried later", "err", err, "retry_at", res.RetryAt, "budget_left", p.publishBudget-p.budgetUsed(a))

@@ -129,8 +129,10 @@ type Result struct {
 	RetryAt time.Time
 	// wait is set when the verdict waits for another's post on its subject: once the message
 	// is set aside until RetryAt, the caller parks it there (Runner.park) so that the
-	// holder's report wakes it.
-	wait *ledger.SubjectRequest
+	// holder's report wakes it; waitUntil is the end of the wait the record answered, by the
+	// ledger's clock.
+	wait      *ledger.SubjectRequest
+	waitUntil time.Time
 }
 
 func (r *Runner) log() *slog.Logger {

@@ -2,12 +2,17 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
+	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -102,5 +107,70 @@ func TestWorkersStopWaitingForAHangingRepositorysSlot(t *testing.T) {
 	})
 	if most := slowPosts.Most(); most != 2 {
 		t.Fatalf("%d POSTs of one repository in flight at once, the gate allows 2", most)
+	}
+}
+
+// With the default gate (four requests to one API) and amiss serve's four workers, an API
+// whose POSTs hang (two repositories' worth of them) holds at most all but one of the workers,
+// so a delivery to another API is published while they are held. The API's four requests
+// took every worker, and the other API's delivery waited until they answered.
+func TestADeliveryToAnotherAPIIsPublishedWhileOneAPIHangs(t *testing.T) {
+	gh := githubtest.New(githubtest.Token(ghToken))
+	var mu sync.Mutex
+	held, release := 0, make(chan struct{})
+	var letGo sync.Once
+	gh.Post = func(int, githubtest.Created) githubtest.Behavior {
+		mu.Lock()
+		held++
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		held--
+		mu.Unlock()
+		return githubtest.Behavior{}
+	}
+	heldNow := func() int { mu.Lock(); defer mu.Unlock(); return held }
+	w := newCommitWorld(t, gh)
+	other := githubtest.New(githubtest.Token(ghToken))
+	otherSrv := httptest.NewServer(other)
+	t.Cleanup(otherSrv.Close)
+	q := queue.NewLocalOn(w.clock)
+	r := w.runner("serve", nil, 30*time.Second)
+	routes := r.Routes
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		rt, err := routes(ctx, name)
+		if rt != nil && name == "other" {
+			rt.Publisher = publish.NewGitHub(otherSrv.URL, ghToken, otherSrv.Client())
+			rt.Destination = "github " + otherSrv.URL
+		}
+		return rt, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // the clocks keep time, as a server's do
+		for tick := time.NewTicker(10 * time.Millisecond); ctx.Err() == nil; <-tick.C {
+			w.clock.Advance(10 * time.Millisecond)
+		}
+	}()
+	stopped := make(chan struct{})
+	go func() { (&runner.Local{Runner: r, Queue: q}).Run(ctx, 4); close(stopped) }()
+	t.Cleanup(func() { letGo.Do(func() { close(release) }); cancel(); q.Close(); <-stopped })
+	w.admitPushes(q, "acme/slow", 3)
+	w.admitPushes(q, "acme/slower", 3)
+	waitFor(t, "the hanging API's POSTs held", func() bool { return heldNow() >= 3 })
+
+	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: "acme/app", SHA: headSHA, Event: subject.Push})
+	body := []byte("a push to another API")
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "other", Scheme: "github-sha256", Identity: string(body),
+		BodyDigest: ledger.SumBody(body)}, Subject: s}
+	if _, err := w.l.Admit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	m := queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
+	q.Send(ctx, m)
+	waitFor(t, "the other API's delivery published while the hanging API's POSTs are held", func() bool {
+		return w.row(m).State == ledger.StateDone
+	})
+	if n := heldNow(); n < 3 {
+		t.Fatalf("%d POSTs of the hanging API in flight: the premise ended", n)
 	}
 }

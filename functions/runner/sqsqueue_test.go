@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,9 @@ type sqsQueue struct {
 	timeout time.Duration
 	msgs    []*sqsMsg
 	seq     int
+	// handleLen, when set, is the length every receipt handle is padded to (SQS's are at most
+	// 1,024 characters).
+	handleLen int
 }
 
 type sqsMsg struct {
@@ -67,6 +71,9 @@ func (q *sqsQueue) receive(n int) events.SQSEvent {
 		q.seq++
 		m.receives++
 		m.handle = fmt.Sprintf("AQEB%d+%s/%d==", q.seq, m.id, m.receives)
+		if pad := q.handleLen - len(m.handle); pad > 0 {
+			m.handle = strings.Repeat("A", pad) + m.handle
+		}
 		m.visibleAt = now.Add(q.timeout)
 		ev.Records = append(ev.Records, events.SQSMessage{MessageId: m.id, ReceiptHandle: m.handle, Body: m.body})
 	}
@@ -144,4 +151,28 @@ func (q *sqsQueue) pollers(t interface{ Cleanup(func()) }, n int, mk func(i int)
 		go func() { defer wg.Done(); q.poll(ctx, r, 3*time.Minute) }()
 	}
 	t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// visible reports whether message id is visible now (not in flight, not deleted).
+func (q *sqsQueue) visible(id string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range q.msgs {
+		if m.id == id {
+			return !m.deleted && !m.visibleAt.After(q.clock())
+		}
+	}
+	return false
+}
+
+// visibleAt is when message id becomes visible.
+func (q *sqsQueue) visibleAt(id string) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range q.msgs {
+		if m.id == id {
+			return m.visibleAt
+		}
+	}
+	return time.Time{}
 }

@@ -14,7 +14,8 @@ import (
 // the same time (GitHub's body times have whole seconds) are ordered by what the evaluation
 // learnt of them (ledger.Tie), never by the order their webhooks were delivered in: what the
 // payload proves (an edit names the title it changed from: it came after a verdict evaluated
-// on that title), and what the provider showed when the verdict was evaluated (a verdict
+// on that title; and an edit came after the opening of, or the push to, the head it carries),
+// and what the provider showed when the verdict was evaluated (a verdict
 // whose inputs were the pull request's then is newer than one whose inputs had already
 // changed). The tie is frozen with the verdict, so every runner orders it alike.
 
@@ -23,7 +24,7 @@ func tieOf(s subject.Subject, seen ledger.Seen) ledger.Tie {
 	if s.Pull == nil {
 		return ledger.Tie{}
 	}
-	t := ledger.Tie{Inputs: inputsDigest(s, s.Pull.Title, s.Pull.TargetBranch), Seen: seen}
+	t := ledger.Tie{Inputs: inputsDigest(s, s.Pull.Title, s.Pull.TargetBranch), Seen: seen, Starts: s.Pull.Starts}
 	if w := s.Pull.Was; w != nil {
 		t.From = inputsDigest(s, w.Title, w.TargetBranch)
 	}

@@ -2,9 +2,11 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,5 +121,87 @@ func TestWhatTheProviderShowsAtEvaluationOrdersVerdictsOfOneSecond(t *testing.T)
 		}
 		w.standing("success", 1)
 		w.wantSuperseded(stale, current)
+	}
+}
+
+// A verdict frozen by a runner that recorded no tie (saved before the upgrade, published
+// after it) is ordered by what its delivery's subject says of it, as one evaluated now would
+// be: the edit of the same second proves it came after the opening's title, whichever of the
+// two asks the subject's record first. Ordered by admission instead, the opening (delivered
+// last) stood over the edit.
+func TestAVerdictFrozenWithoutATieIsOrderedByItsSubject(t *testing.T) {
+	for _, openedFirst := range []bool{false, true} {
+		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+		second := epoch.Add(-time.Minute)
+		edited := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
+		w.clock.Advance(time.Second) // delivered newest first
+		opened := w.admitWebhook(githubPull("opened", badTitle, ""), second)
+		w.freezeWithoutTie(opened, runner.Report{State: "failure", Description: "failed: pull request title", Context: statusCtx})
+		r := w.runner("a", nil, 5*time.Second)
+		first, then := edited, opened
+		if openedFirst {
+			first, then = opened, edited
+		}
+		w.process(r, first)
+		w.process(r, then)
+		if got, ok := w.gh.Latest(commitRepo, headSHA, statusCtx); !ok || got.State != "success" {
+			t.Fatalf("opened first %v: the commit shows %q, want the edit's verdict", openedFirst, got.State)
+		}
+		if openedFirst {
+			w.standing("success", 2)
+			continue
+		}
+		w.standing("success", 1)
+		w.wantSuperseded(opened, edited)
+	}
+}
+
+// freezeWithoutTie saves rep as m's verdict, as a runner that recorded no tie froze it, and
+// releases the row for an immediate claim.
+func (w *commitWorld) freezeWithoutTie(m queue.Message, rep runner.Report) {
+	w.t.Helper()
+	ctx := context.Background()
+	c, err := w.l.Claim(ctx, m.Key, m.Binding, "before-the-upgrade", 30*time.Second)
+	if err != nil || c.Outcome != ledger.Execute {
+		w.t.Fatalf("claim %+v %v", c, err)
+	}
+	b, _ := json.Marshal(rep)
+	if strings.Contains(string(b), "tie") {
+		w.t.Fatalf("the report %s records a tie", b)
+	}
+	st, err := w.l.Save(ctx, *c.Lease, b)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.l.Release(ctx, st.Lease, time.Time{}); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// Three events of one pull request in one second: it is opened (or pushed to) with a title
+// that breaks the rule, and edited twice, the second edit fixing it. Delivered newest first,
+// the last edit's verdict stands: its payload proves it came after the first edit (the title
+// it changed from), and an edit of the pull request's head came after the event that made
+// that commit its head (the opening, or the push). Nothing related the opening to the last
+// edit before, and the opening, admitted last, was posted over the edit.
+func TestAPullRequestOpenedAndEditedTwiceInOneSecondLeavesTheLastEditStanding(t *testing.T) {
+	for _, start := range []string{"opened", "synchronize"} {
+		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+		second := epoch.Add(-time.Minute)
+		last := w.admitWebhook(githubPull("edited", goodTitle, "wip: the thing"), second)
+		w.clock.Advance(time.Second) // delivered newest first
+		first := w.admitWebhook(githubPull("edited", "wip: the thing", badTitle), second)
+		w.clock.Advance(time.Second)
+		started := w.admitWebhook(githubPull(start, badTitle, ""), second)
+		r := w.runner("a", nil, 5*time.Second)
+		w.process(r, last)
+		w.process(r, first)
+		w.process(r, started)
+		if got, ok := w.gh.Latest(commitRepo, headSHA, statusCtx); !ok || got.State != "success" {
+			t.Fatalf("%s and two edits: the commit shows %q, want the last edit's verdict", start, got.State)
+		}
+		w.standing("success", 1)
+		w.wantSuperseded(first, last)
+		w.wantSuperseded(started, last)
 	}
 }

@@ -21,7 +21,8 @@ type Report struct {
 	Files        []evaluate.File `json:"files,omitempty"`
 	FilesLeftOut int             `json:"files_left_out,omitempty"`
 	// Tie is what the evaluation learnt of the event's place (ledger.Tie): a report frozen
-	// without it orders its verdict by admission among those of the same time.
+	// without it (by a runner that recorded none) is ordered by what its delivery's subject
+	// says, as if the provider had not been read.
 	Tie ledger.Tie `json:"tie,omitzero"`
 	// Read records what the evaluation read from the provider's API (never published: the
 	// record of what the verdict saw, for `amiss ledger inspect`).

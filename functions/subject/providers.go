@@ -74,6 +74,10 @@ type ghPull struct {
 				From string `json:"from"`
 			} `json:"ref"`
 		} `json:"base"`
+		// Ref is Gitea's and Forgejo's changed target branch (GitHub's is Base.Ref).
+		Ref *struct {
+			From string `json:"from"`
+		} `json:"ref"`
 	} `json:"changes"`
 	PullRequest struct {
 		Title string `json:"title"`
@@ -155,6 +159,7 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 			Ref: "refs/heads/" + p.PullRequest.Head.Ref, Whole: pullWhole,
 			Pull: &Pull{Number: p.Number, Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref,
 				SourceBranch: p.PullRequest.Head.Ref}}
+		s.Pull.Starts = p.Action == "opened" || p.Action == "synchronize" || p.Action == "synchronized"
 		if p.Action == "edited" {
 			was := PullState{Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref}
 			if c := p.Changes.Title; c != nil {
@@ -162,6 +167,9 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 			}
 			if c := p.Changes.Base; c != nil && c.Ref != nil {
 				was.TargetBranch = c.Ref.From
+			}
+			if c := p.Changes.Ref; c != nil && provider != "github" {
+				was.TargetBranch = c.From
 			}
 			s.Pull.Was = &was
 		}
@@ -326,6 +334,7 @@ func fromGitLab(body []byte) (Subject, error) {
 			Ref: "refs/heads/" + p.Attrs.SourceBranch, Whole: pullWhole,
 			Pull: &Pull{Number: p.Attrs.IID, Title: p.Attrs.Title, TargetBranch: p.Attrs.TargetBranch,
 				SourceBranch: p.Attrs.SourceBranch}}
+		s.Pull.Starts = p.Attrs.Action == "open" || (p.Attrs.Action == "update" && p.Attrs.Oldrev != "")
 		if p.Attrs.Action == "update" && p.Attrs.Oldrev == "" { // a push's update is the new commit's first
 			was := PullState{Title: p.Attrs.Title, TargetBranch: p.Attrs.TargetBranch}
 			if c := p.Changes.Title; c != nil {
@@ -521,6 +530,7 @@ func fromBitbucketEvent(event string, body []byte) (Subject, error) {
 		s := Subject{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
 			Ref: pr.FromRef.ID, Whole: pullWhole,
 			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.ToRef.DisplayID, SourceBranch: pr.FromRef.DisplayID}}
+		s.Pull.Starts = event == "pr:opened" || event == "pr:from_ref_updated"
 		if event == "pr:modified" {
 			was := PullState{Title: pr.Title, TargetBranch: pr.ToRef.DisplayID}
 			if p.PreviousTitle != nil {
@@ -577,7 +587,7 @@ func fromStandard(body []byte) (Subject, error) {
 		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
 	}
 	if s.Pull != nil {
-		s.Pull.Was = nil // what an edit changed is the provider's to prove, not a sender's to claim
+		s.Pull.Was, s.Pull.Starts = nil, false // what an event did is the provider's to prove, not a sender's to claim
 	}
 	return s, nil
 }

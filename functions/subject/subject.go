@@ -88,13 +88,20 @@ type Pull struct {
 	TargetBranch string `json:"target_branch"`
 	SourceBranch string `json:"source_branch,omitempty"`
 	// Was is the pull request as it was just before this event, as the payload proves it: set
-	// for an edit (GitHub's, Gitea's and Forgejo's edited, with changes.title.from and
-	// changes.base.ref.from; GitLab's update not made by a push, with changes.title.previous
-	// and changes.target_branch.previous; Bitbucket Data Center's pr:modified, with
-	// previousTitle and previousTarget), what the edit did not change as it is now. Nil when
-	// the payload proves nothing of what came before. It orders two verdicts whose events
-	// carry the same time: this event came after one evaluated on Was.
+	// for an edit (GitHub's, Gitea's and Forgejo's edited, with changes.title.from and the
+	// target branch's changes.base.ref.from, changes.ref.from on Gitea and Forgejo; GitLab's
+	// update not made by a push, with changes.title.previous and
+	// changes.target_branch.previous; Bitbucket Data Center's pr:modified, with previousTitle
+	// and previousTarget), what the edit did not change as it is now. Nil when the payload
+	// proves nothing of what came before. It orders two verdicts whose events carry the same
+	// time: this event came after one evaluated on Was.
 	Was *PullState `json:"was,omitempty"`
+	// Starts says this event made the subject's commit the pull request's head: it opened the
+	// pull request, or pushed the commit to it (GitHub's and Gitea's opened and
+	// synchronize(d), GitLab's open and update by a push, Bitbucket Data Center's pr:opened
+	// and pr:from_ref_updated). Every edit carrying that head came after it (unless the head
+	// was pushed back to the commit since).
+	Starts bool `json:"starts,omitempty"`
 }
 
 // PullState is what a pull request's verdict depends on that an edit changes (the commit is
