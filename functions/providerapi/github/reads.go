@@ -299,18 +299,29 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 		f.Pull = &p
 	}
 	f.Whole |= need
+	requests := 0
 	if need.Has(subject.PullInput) && f.Pull == nil {
 		// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
 		// and whose check run's delivery did not name one either: it may be a push's, or a
-		// pull request's, and neither the rules that check a pull request nor those that
-		// check its commits and paths (a pull request's are all of its own, a push's those
-		// since the branch's last) can tell. The push's are still read: a forbidden path
-		// among them fails the rule all the same.
-		f.MarkUnread(need, "the Re-run's webhook names no pull request (a fork's pull request, "+
-			"or Re-run all of a check suite) and the delivery its check run was published for is no longer kept: "+
-			"press Re-run on the check run itself, or push again")
+		// pull request's. It is a push's when its commit is on the branch its check suite
+		// names, in this repository (a fork's pull request's commits are not, until merged).
+		// Otherwise neither the rules that check a pull request nor those that check its
+		// commits and paths (a pull request's are all of its own, a push's those since the
+		// branch's last) can tell which. The push's are still read: a forbidden path among
+		// them fails the rule all the same.
+		pushed, err := c.onBranch(ctx, f)
+		requests++
+		if err != nil {
+			return s, providerapi.Wrap(err, providerapi.Transient, "reading from GitHub")
+		}
+		if !pushed {
+			f.MarkUnread(need, "the Re-run's webhook names no pull request (a fork's pull request, "+
+				"or Re-run all of a check suite) and the delivery its check run was published for is no longer kept: "+
+				"press Re-run on the check run itself, or push again")
+		}
 	}
-	requests, err := c.fill(ctx, &f, need)
+	n, err := c.fill(ctx, &f, need)
+	requests += n
 	if err == nil {
 		f.Read = append(f.Read, fmt.Sprintf("GitHub: %s (%d requests)", need, requests))
 		return f, nil
@@ -320,6 +331,39 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 	}
 	s.MarkUnread(need, reasonOf(err))
 	return s, nil
+}
+
+// onBranch reports whether s's commit is on the branch s names (s.Ref) in s's repository: the
+// comparison of the branch with the commit finds nothing the branch lacks. It costs one request
+// (a comparison of one commit a page); a branch that is not there, or any refusal, is false.
+func (c *Client) onBranch(ctx context.Context, s subject.Subject) (bool, error) {
+	branch, ok := strings.CutPrefix(s.Ref, "refs/heads/")
+	if !ok || branch == "" || !isCommit(s.SHA) {
+		return false, nil
+	}
+	rp, err := RepoPath(s.Repository)
+	if err != nil {
+		return false, nil
+	}
+	var cmp struct {
+		AheadBy *int `json:"ahead_by"`
+	}
+	u := fmt.Sprintf("%s/compare/%s...%s?per_page=1&page=1", rp, url.PathEscape(branch), url.PathEscape(s.SHA))
+	if _, err := c.get(ctx, s.Installation, u, "the comparison of the branch with the commit", ContentsPermission, &cmp); err != nil {
+		if providerapi.ClassOf(err) == providerapi.Transient {
+			return false, err
+		}
+		return false, nil
+	}
+	return cmp.AheadBy != nil && *cmp.AheadBy == 0, nil
+}
+
+// isCommit reports whether sha is a full commit id (40 or 64 hex digits).
+func isCommit(sha string) bool {
+	if len(sha) != 40 && len(sha) != 64 {
+		return false
+	}
+	return strings.Trim(strings.ToLower(sha), "0123456789abcdef") == ""
 }
 
 // reasonOf says what an operator must do about a read that failed for good.

@@ -113,6 +113,56 @@ func TestARerunNamingNoPullRequestLeavesItsPullRequestCommitsAndPathsUnread(t *t
 	}
 }
 
+// A re-run that names no pull request, whose commit is on the branch its check suite names
+// ("Re-run all checks" of a push), is a push's: its pull request is known to be none, and its
+// commits and paths are the push's, read from the push's range. The commit stays on the branch
+// after the branch moves on. Without the branch (a fork's pull request's commit, which the
+// repository's branches do not hold) it stays unread, as the test of a re-run naming no pull request says.
+func TestARerunOfAPushOnItsBranchIsReadAsThePush(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		branch int // the commit the branch is at
+	}{{"at the commit", 2}, {"moved on", 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.commits(1, 1, modified("README.md"))
+			w.commits(2, 2, modified("secrets/key.pem"))
+			w.commits(3, 3, modified("later.go"))
+			w.history.SetBranch(rerunRepo, "changes", commitN(tc.branch))
+			s := rerunOf(2, 0, commitN(1))
+			s.Whole = 0
+			got := w.fill(s)
+			if got.Pull != nil || len(got.Unread) > 0 {
+				t.Fatalf("pull %+v, unread %+v: want a push's re-run, read whole", got.Pull, got.Unread)
+			}
+			for _, in := range []subject.Inputs{subject.TitleInput, subject.PullInput, subject.CommitsInput, subject.PathsInput} {
+				if !got.Whole.Has(in) {
+					t.Fatalf("%s not held whole: whole %q", in, got.Whole)
+				}
+			}
+			if !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem"}) || !reflect.DeepEqual(commitIDs(got), []string{commitN(2)}) {
+				t.Fatalf("paths %q, commits %q: want the push's own", got.Paths, commitIDs(got))
+			}
+		})
+	}
+}
+
+// A re-run naming no pull request whose check suite's branch does not hold its commit (a
+// fork's pull request whose branch name the repository also has, at other commits) is not
+// taken for a push.
+func TestARerunWhoseBranchDoesNotHoldItsCommitStaysUnread(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 2, modified("a.go"))
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(9), Parent: commitN(1), Message: "elsewhere"})
+	w.history.SetBranch(rerunRepo, "changes", commitN(9))
+	s := rerunOf(2, 0, commitN(1))
+	s.Whole = 0
+	got := w.fill(s)
+	if got.Whole.Has(subject.PullInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "names no pull request") {
+		t.Fatalf("whole %q, unread %+v: want the pull request, commits and paths unread", got.Whole, got.Unread)
+	}
+}
+
 func commitIDs(s subject.Subject) []string {
 	var out []string
 	for _, c := range s.Commits {
