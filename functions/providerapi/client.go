@@ -80,11 +80,18 @@ type Answer struct {
 	Now time.Time
 }
 
-// Decode reads the answer's JSON into v. An answer cut at its bound, or not JSON, leaves what
-// the provider holds unknown for now: a Transient error naming what was read.
+// ErrAnswerTooLong marks the error of an answer longer than the bound its request named. It
+// is Transient for a publisher (what the provider holds stays unknown); a reader of what a
+// webhook lacks takes it for good, since asking again gets the same answer: the input is
+// marked unread, naming the bound.
+var ErrAnswerTooLong = errors.New("answer too long")
+
+// Decode reads the answer's JSON into v. An answer cut at its bound (ErrAnswerTooLong), or not
+// JSON, leaves what the provider holds unknown for now: a Transient error naming what was read.
 func (a *Answer) Decode(what string, v any) error {
 	if a.Cut {
-		return &Error{Class: Transient, Status: a.Status, Err: fmt.Errorf("%s is longer than the %d bytes read of an answer", what, len(a.Body))}
+		return &Error{Class: Transient, Status: a.Status, Err: fmt.Errorf("%s is longer than the %d MiB amiss reads of an answer (%w)",
+			what, len(a.Body)>>20, ErrAnswerTooLong)}
 	}
 	if err := json.Unmarshal(a.Body, v); err != nil {
 		return &Error{Class: Transient, Status: a.Status, Err: fmt.Errorf("%s does not decode: %v", what, err)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -301,5 +302,23 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			need.Has(subject.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
 			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))
 		}
+	}
+}
+
+// An answer longer than amiss reads of one is the same on every attempt: the input it was for
+// is marked unread, naming the bound (its rules fail closed), and the read is not retried.
+func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"values":[`+strings.Repeat(" ", 33<<20)+`]}`)
+	}))
+	defer srv.Close()
+	c := bitbucket.NewClient(srv.URL, "bb_token", srv.Client())
+	got, err := c.Read(context.Background(), pushEvent(2, hash(1)), subject.PathsInput)
+	if err != nil {
+		t.Fatalf("read: %v (want the paths unread, not a retry)", err)
+	}
+	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "longer than the 32 MiB amiss reads") {
+		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
 	}
 }

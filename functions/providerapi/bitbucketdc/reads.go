@@ -36,8 +36,8 @@ const (
 	MaxReadCommits = 1000
 	changesLimit   = 1000
 	commitsLimit   = 100
-	// maxListingBytes bounds one answer. An answer cut by it does not decode, and the read is
-	// retried (Transient): never taken as a partial list.
+	// maxListingBytes bounds one answer. An answer cut by it is never taken as a partial
+	// list: the input it was for is marked unread, naming the bound (asking again gets the same).
 	maxListingBytes = 32 << 20
 )
 
@@ -238,7 +238,8 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 		f.Read = append(f.Read, fmt.Sprintf("Bitbucket Data Center: %s (%d requests)", need, rd.requests))
 		return f, nil
 	}
-	if providerapi.ClassOf(err) == providerapi.Transient {
+	// An answer longer than amiss reads is given again on every attempt: the input stays unread.
+	if providerapi.ClassOf(err) == providerapi.Transient && !errors.Is(err, providerapi.ErrAnswerTooLong) {
 		return s, providerapi.Wrap(err, providerapi.Transient, "reading from Bitbucket Data Center")
 	}
 	s.MarkUnread(need, reasonOf(err))

@@ -32,8 +32,8 @@ const (
 	CommitFilesListed = 3000 // repos/get-commit lists at most 3000 files
 	perPage           = 100
 	// maxListingBytes bounds one answer: a page of 100 files with their patches, or a compare
-	// of 300 files, runs to megabytes. An answer cut by it does not decode, and the read is
-	// retried (Transient): never taken as a partial list.
+	// of 300 files, runs to megabytes. An answer cut by it is never taken as a partial
+	// list: the input it was for is marked unread, naming the bound (asking again gets the same).
 	maxListingBytes = 32 << 20
 )
 
@@ -326,7 +326,8 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 		f.Read = append(f.Read, fmt.Sprintf("GitHub: %s (%d requests)", need, requests))
 		return f, nil
 	}
-	if providerapi.ClassOf(err) == providerapi.Transient {
+	// An answer longer than amiss reads is given again on every attempt: the input stays unread.
+	if providerapi.ClassOf(err) == providerapi.Transient && !errors.Is(err, providerapi.ErrAnswerTooLong) {
 		return s, providerapi.Wrap(err, providerapi.Transient, "reading from GitHub")
 	}
 	s.MarkUnread(need, reasonOf(err))

@@ -3,6 +3,7 @@ package github_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -423,5 +424,25 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			need.Has(subject.CommitsInput) && !reflect.DeepEqual(commitIDs(got), []string{commitN(1)}) {
 			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, commitIDs(got))
 		}
+	}
+}
+
+// An answer longer than amiss reads of one is the same on every attempt: the input it was for
+// is marked unread, naming the bound (its rules fail closed), and the read is not retried.
+func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"total_commits":1,"files":[`+strings.Repeat(" ", 33<<20)+`]}`)
+	}))
+	defer srv.Close()
+	c := github.NewTokenClient(srv.URL, "ghp_token", srv.Client())
+	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: subject.Push,
+		Ref: "refs/heads/main", Before: commitN(1), Whole: subject.TitleInput | subject.PullInput}
+	got, err := c.Read(context.Background(), s, subject.PathsInput)
+	if err != nil {
+		t.Fatalf("read: %v (want the paths unread, not a retry)", err)
+	}
+	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "longer than the 32 MiB amiss reads") {
+		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
 	}
 }
