@@ -117,6 +117,14 @@ func (r *Rules) Needs(s subject.Subject) subject.Inputs {
 func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
 	var failed []string
 	var files []File
+	// unread groups the rules that failed closed by why (a refused read is often the reason
+	// of several): each reason is said once, after the rules it failed, where the first of
+	// them failed.
+	type unreadRules struct {
+		at    int // failed[at] holds the group
+		rules []string
+	}
+	unread := map[string]*unreadRules{}
 	// missing fails the rule named what when in is not held whole, saying why.
 	missing := func(in subject.Inputs, what string) bool {
 		if s.Whole.Has(in) {
@@ -126,7 +134,14 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 		if why == "" {
 			why = "the webhook does not carry them whole and no read of the provider's API gave them"
 		}
-		failed = append(failed, what+" (could not be read: "+why+")")
+		g := unread[why]
+		if g == nil {
+			g = &unreadRules{at: len(failed)}
+			unread[why] = g
+			failed = append(failed, "")
+		}
+		g.rules = append(g.rules, what)
+		failed[g.at] = strings.Join(g.rules, ", ") + " (could not be read: " + why + ")"
 		return true
 	}
 	pullish := s.Event == subject.PullRequest || s.Event == subject.Rerun

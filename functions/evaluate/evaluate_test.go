@@ -86,12 +86,12 @@ func TestARuleFailsClosedOnWhatItCouldNotSee(t *testing.T) {
 		absent []string
 	}{
 		{"a pull request whose files and commits were not read", func() subject.Subject { return pr },
-			[]string{"commit messages (could not be read", "changed paths (could not be read"}, []string{"pull request title"}},
+			[]string{"commit messages, changed paths (could not be read"}, []string{"pull request title"}},
 		{"a refused read names what to grant", func() subject.Subject {
 			s := pr
 			s.MarkUnread(subject.CommitsInput|subject.PathsInput, granted)
 			return s
-		}, []string{"changed paths (could not be read: " + granted, "commit messages (could not be read: " + granted}, nil},
+		}, []string{"commit messages, changed paths (could not be read: " + granted + ")"}, nil},
 		{"paths read in part: a forbidden one among them is named", func() subject.Subject {
 			s := pr
 			s.Whole |= subject.CommitsInput
@@ -311,7 +311,7 @@ func TestARerunFailsClosedOnWhatItDoesNotCarry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rule := range []string{"pull request title (could not be read", "commit messages (could not be read", "changed paths (could not be read"} {
+	for _, rule := range []string{"pull request title, commit messages, changed paths (could not be read"} {
 		if v.State != evaluate.Failure || !strings.Contains(v.Description, rule) {
 			t.Fatalf("re-run verdict %q does not fail closed on %q", v.Description, rule)
 		}
@@ -353,13 +353,12 @@ func TestAFilledRerunIsEvaluatedLikeTheEventItReruns(t *testing.T) {
 }
 
 // A re-run whose inputs could not be read (a permission the App lacks) fails closed on each
-// rule that needs them, naming why.
+// rule that needs them, naming why once after the rules it failed.
 func TestARerunWhoseInputsCouldNotBeReadFailsClosedNamingWhy(t *testing.T) {
 	rerun := subject.Subject{Event: subject.Rerun, Whole: subject.PullInput, Pull: &subject.Pull{Number: 2, TargetBranch: "main"}}
 	rerun.MarkUnread(subject.TitleInput|subject.CommitsInput|subject.PathsInput, "grant the GitHub App Contents: read")
 	v, _ := rules(t).Evaluate(context.Background(), rerun)
-	for _, rule := range []string{"pull request title (could not be read: grant the GitHub App Contents: read)",
-		"commit messages (could not be read: grant", "changed paths (could not be read: grant the GitHub App Contents: read)"} {
+	for _, rule := range []string{"pull request title, commit messages, changed paths (could not be read: grant the GitHub App Contents: read)"} {
 		if v.State != evaluate.Failure || !strings.Contains(v.Description, rule) {
 			t.Fatalf("re-run verdict %q does not fail closed on %q", v.Description, rule)
 		}
@@ -390,5 +389,32 @@ func TestARerunsCommitsAndPathsNeedItsPullRequest(t *testing.T) {
 		if got := r.Needs(push); got.Has(subject.PullInput) {
 			t.Errorf("%+v needs %q of a push, which has no pull request", c.rules, got)
 		}
+	}
+}
+
+// Rules that failed closed for one reason name it once, after them, where the first of them
+// failed; a rule that failed for another reason names its own, and a rule that failed on what
+// it read keeps its place. A status description is short (GitHub keeps 140 characters): a
+// reason repeated for every rule pushed the rest out of it.
+func TestAReasonSharedByRulesIsSaidOnce(t *testing.T) {
+	pr := subject.Subject{Event: subject.PullRequest, Pull: &subject.Pull{Title: "WIP", TargetBranch: "main"},
+		Whole: subject.TitleInput | subject.PullInput}
+	pr.MarkUnread(subject.CommitsInput, "grant the token read_api")
+	pr.MarkUnread(subject.PathsInput, "grant the token read_api")
+	v, err := rules(t).Evaluate(context.Background(), pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "failed: pull request title; commit messages, changed paths (could not be read: grant the token read_api)"
+	if v.State != evaluate.Failure || v.Description != want {
+		t.Fatalf("verdict %s %q, want %q", v.State, v.Description, want)
+	}
+	pr.Unread = nil
+	pr.MarkUnread(subject.CommitsInput, "GitLab answered 403")
+	pr.MarkUnread(subject.PathsInput, "GitLab cuts the diff at 1,000 files")
+	v, _ = rules(t).Evaluate(context.Background(), pr)
+	want = "failed: pull request title; commit messages (could not be read: GitLab answered 403); changed paths (could not be read: GitLab cuts the diff at 1,000 files)"
+	if v.Description != want {
+		t.Fatalf("description %q, want %q", v.Description, want)
 	}
 }

@@ -380,8 +380,9 @@ func TestForgeARefusedReadFailsClosedNamingWhatToGrant(t *testing.T) {
 		w.fake.refuseReads(http.StatusForbidden)
 		w.deliver(kind.pull(9, "fix: not a feature", 3))
 		state, desc := w.verdict(3)
-		if state != kind.failed || !strings.Contains(desc, "changed paths (could not be read: ") || !strings.Contains(desc, kind.grant) ||
-			!strings.Contains(desc, "commit messages (could not be read: ") || !strings.Contains(desc, "pull request title") {
+		bothUnread := strings.Contains(desc, "commit messages, changed paths (could not be read: ") ||
+			strings.Contains(desc, "commit messages (could not be read: ") && strings.Contains(desc, "changed paths (could not be read: ")
+		if state != kind.failed || !bothUnread || !strings.Contains(desc, kind.grant) || !strings.Contains(desc, "pull request title") {
 			t.Fatalf("%s %q", state, desc)
 		}
 	})
