@@ -196,8 +196,9 @@ type decision struct {
 // handBack is a release or an unclaim whose next claim waits wait.
 func handBack(a act, wait time.Duration) decision { return decision{act: a, retry: after(wait)} }
 
-// attempt is what the policy decides from: what happened, under which lease, and what of it
-// the decision needs.
+// attempt is what happened to an attempt, from the step that saw it (the claim, the
+// evaluation, the post) to the policy that decides from it: the event, the lease it happened
+// under, and what of it the decision and its carrying out need.
 type attempt struct {
 	event event
 	// lease is the lease it happened under: for a publication, the saved verdict's (its
@@ -227,6 +228,9 @@ type attempt struct {
 	wait time.Duration
 	// by (superseded) is the newer verdict.
 	by ledger.Key
+	// parked (subjectBusy) is the request the subject's record told to wait, which the
+	// message is parked with (Result.wait).
+	parked *ledger.SubjectRequest
 }
 
 // policy holds the limits the runner's attempts are decided by (Runner.policy fills in the

@@ -25,7 +25,7 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 	route, err := r.route(wctx, s.Lease.Route)
 	if k.isLost() {
 		log.Warn("lease lost while building the route; the next owner publishes the saved verdict", "err", err)
-		return r.settle(ctx, log, s, lc, Report{}, outcome{ev: postLost, err: err})
+		return r.settle(ctx, log, s, lc, attempt{event: postLost, err: err})
 	}
 	if err != nil {
 		k.end()
@@ -34,13 +34,13 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 			// Cut by a shutdown while building it (a secret read in flight): not a failed
 			// publication.
 			log.Warn("publication cut while building the route; handed back for the next claim", "err", err)
-			return r.settle(ctx, log, s, lc, Report{}, outcome{ev: postCut, err: err})
+			return r.settle(ctx, log, s, lc, attempt{event: postCut, err: err})
 		}
 		// The route cannot be built (its token cannot be read, it was removed from the
 		// configuration): an operator's to fix, retried on the publish schedule and budget.
 		var rep Report
 		json.Unmarshal(s.Report, &rep)
-		return r.settle(ctx, log, s, lc, rep, outcome{ev: postFailed,
+		return r.settle(ctx, log, s, lc, attempt{event: postFailed, report: rep,
 			err: &publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)}})
 	}
 	return r.publishStaged(ctx, wctx, log, s, route, lc, k)
@@ -52,12 +52,12 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
 	var subj subject.Subject
-	var o outcome
+	var a attempt
 	switch {
 	case json.Unmarshal(s.Report, &rep) != nil:
-		o = outcome{ev: undecodable, err: errors.New("the saved report does not decode")}
+		a = attempt{event: undecodable, err: errors.New("the saved report does not decode")}
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
-		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
+		a = attempt{event: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
 		tie := rep.Tie
 		if tie.IsZero() {
@@ -65,18 +65,19 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 			// event's place orders it (the provider was not read for it).
 			tie = tieOf(subj, ledger.SeenNothing)
 		}
-		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), tie, k)
-		switch o.ev {
+		a = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), tie, k)
+		switch a.event {
 		case postLost:
-			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
+			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", a.err)
 		case postCut:
-			log.Warn("publication cut; handed back for the next claim", "err", o.err)
+			log.Warn("publication cut; handed back for the next claim", "err", a.err)
 		}
 	}
 	if k != nil {
 		k.halt()
 	}
-	return r.settle(ctx, log, s, lc, rep, o)
+	a.report = rep
+	return r.settle(ctx, log, s, lc, a)
 }
 
 // statusOf is what publishing the saved verdict s posts: its frozen report, on its subject's
@@ -89,22 +90,6 @@ func statusOf(s ledger.Staged, subj subject.Subject, rep Report) publish.Status 
 		st.Files = append(st.Files, publish.File{Path: f.Path, Rule: f.Rule, Message: f.Message})
 	}
 	return st
-}
-
-// outcome is what became of a publication: the event, how it failed, and what the policy
-// needs of the subject's answer.
-type outcome struct {
-	ev  event
-	err error
-	// by (superseded) is the newer verdict; retryAt (subjectBusy, confirmLater) when to come
-	// back, by the ledger's clock; settle (postFailed) how long a post that may have landed
-	// needs to have landed or never; wait (gateFull) until a request in flight ends.
-	by      ledger.Key
-	retryAt time.Time
-	settle  time.Duration
-	wait    time.Duration
-	// parked (subjectBusy) is the request that was told to wait, to park with.
-	parked *ledger.SubjectRequest
 }
 
 // Publication's defaults (a route's publish settings override them) and the margin a grant to
@@ -147,7 +132,7 @@ func cmpOr[T comparable](v, def T) T {
 // one already stands), within room of the route's API, and reading back first when a post of
 // it may already stand. What became of the post is reported to the record, whatever became of
 // the row's lease: the record is what orders posts.
-func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, tie ledger.Tie, k *keeper) outcome {
+func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, tie ledger.Tie, k *keeper) attempt {
 	pub := route.Publisher
 	if res, ok := pub.(publish.Resolver); ok {
 		// An abbreviated commit hash (Bitbucket Cloud's pull requests) is ordered, and posted,
@@ -201,14 +186,14 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 			waits = unseat != nil && time.Now().Before(giveUp)
 		}
 		if !waits {
-			return outcome{ev: gateFull, wait: found.wait}
+			return attempt{event: gateFull, wait: found.wait}
 		}
 		if !waited {
 			waited = true
 			r.count("publish_gate_waits")
 		}
 		if sleep(wctx, found.wait, freed) != nil {
-			return outcome{ev: gateFull, wait: found.wait}
+			return attempt{event: gateFull, wait: found.wait}
 		}
 	}
 	if unseat != nil {
@@ -230,54 +215,54 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		case errors.Is(err, ledger.ErrUnknownSubject):
 			continue
 		case err != nil:
-			return outcome{ev: ledgerFailed, err: fmt.Errorf("runner: subject under %q: %w", old, err)}
+			return attempt{event: ledgerFailed, err: fmt.Errorf("runner: subject under %q: %w", old, err)}
 		}
 		q.Prior = append(q.Prior, rec)
 	}
 	g, err := r.Ledger.AcquireSubject(ctx, q)
 	switch {
 	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrTooLarge):
-		return outcome{ev: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
+		return attempt{event: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
 	case err != nil:
-		return outcome{ev: ledgerFailed, err: fmt.Errorf("runner: subject: %w", err)}
+		return attempt{event: ledgerFailed, err: fmt.Errorf("runner: subject: %w", err)}
 	}
 	switch g.Outcome {
 	case ledger.SubjectSuperseded:
-		return outcome{ev: superseded, by: g.By}
+		return attempt{event: superseded, by: g.By}
 	case ledger.SubjectStanding:
-		return outcome{ev: published}
+		return attempt{event: published}
 	case ledger.SubjectWait:
-		return outcome{ev: subjectBusy, retryAt: g.RetryAt, parked: &q}
+		return attempt{event: subjectBusy, retryAt: g.RetryAt, parked: &q}
 	}
 	pctx, cancel := context.WithTimeout(wctx, end.Sub(r.now()))
 	defer cancel()
 	start := time.Now()
 	post, perr := r.postOnce(pctx, pub, status, g)
 	r.latency("publish_latency", start)
-	a, rerr := r.reportSubject(ctx, log, g, post, perr)
+	heard, rerr := r.reportSubject(ctx, log, g, post, perr)
 	if rerr != nil {
 		// What the post did is not recorded: the grant ends by itself, and whoever comes next
 		// counts the post as unknown and reads back.
 		if perr == nil {
 			perr = &publish.Error{Class: publish.Transient, Unknown: true, Err: fmt.Errorf("the post's outcome could not be recorded: %v", rerr)}
 		}
-		o := r.posted(ctx, k, perr)
-		o.settle = hold + route.settleTime() + clockAllowance
-		return o
+		a := r.posted(ctx, k, perr)
+		a.settle = hold + route.settleTime() + clockAllowance
+		return a
 	}
-	switch a.Outcome {
+	switch heard.Outcome {
 	case ledger.SubjectStanding:
-		return outcome{ev: published}
+		return attempt{event: published}
 	case ledger.SubjectConfirm:
-		return outcome{ev: confirmLater, retryAt: a.RetryAt}
+		return attempt{event: confirmLater, retryAt: heard.RetryAt}
 	case ledger.SubjectSuperseded:
-		return outcome{ev: superseded}
+		return attempt{event: superseded}
 	}
-	o := r.posted(ctx, k, perr)
+	a := r.posted(ctx, k, perr)
 	if post == ledger.PostUnknown {
-		o.settle = a.RetryAt.Sub(a.Decided)
+		a.settle = heard.RetryAt.Sub(heard.Decided)
 	}
-	return o
+	return a
 }
 
 // postOnce makes the one post a grant allows: it reads back first when the grant asks (a post
@@ -332,24 +317,24 @@ func (r *Runner) reportSubject(ctx context.Context, log *slog.Logger, g ledger.S
 // row now posts the same bytes); postCut (the caller's ctx ended: a shutdown); postFailed (the
 // provider refused it, could not be reached, or may have applied it: err says how). k is nil
 // when no keeper runs.
-func (r *Runner) posted(ctx context.Context, k *keeper, err error) outcome {
+func (r *Runner) posted(ctx context.Context, k *keeper, err error) attempt {
 	switch {
 	case k != nil && k.isLost() && ctx.Err() == nil:
-		return outcome{ev: postLost, err: err}
+		return attempt{event: postLost, err: err}
 	case ctx.Err() != nil:
-		return outcome{ev: postCut, err: err}
+		return attempt{event: postCut, err: err}
 	}
-	return outcome{ev: postFailed, err: err}
+	return attempt{event: postFailed, err: err}
 }
 
-// settle carries out what the policy decides after a publication's outcome ev (err: how it
-// failed), under the publishing lease lc holds: complete the row, abandon it, release it for
-// the next attempt on the schedule, hand it back, or let the message come back later.
-func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, rep Report, o outcome) (Result, error) {
+// settle carries out what the policy decides after what became of a publication (a: its
+// event, how it failed, the verdict it was for), under the publishing lease of the saved
+// verdict s, which lc reckons: complete the row, abandon it, release it for the next attempt
+// on the schedule, hand it back, or let the message come back later.
+func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, a attempt) (Result, error) {
 	p := r.policy()
-	ev, err := o.ev, o.err
-	a := attempt{event: ev, lease: s.Lease, granted: lc.granted, leaseFor: lc.leaseFor, err: err, report: rep,
-		by: o.by, retryAt: o.retryAt, settle: o.settle, wait: o.wait}
+	a.lease, a.granted, a.leaseFor = s.Lease, lc.granted, lc.leaseFor
+	ev, err := a.event, a.err
 	class := publish.ClassOf(err)
 	if ev == postFailed {
 		r.count("publish_failures")
@@ -370,16 +355,16 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 			// and publishing them again posts the same status.
 			return r.follow(ctx, log, lc, p.decide(attempt{event: ledgerFailed}), fmt.Errorf("runner: complete: %w", err))
 		}
-		log.Info("published", "state", rep.State)
+		log.Info("published", "state", a.report.State)
 		return Result{Done: true}, nil
 	case abandon:
 		return r.abandon(ctx, log, s, lc, d.text)
 	case supersede:
-		return r.supersede(ctx, log, s, lc, o.by)
+		return r.supersede(ctx, log, s, lc, a.by)
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
 	if ev == subjectBusy && ferr == nil {
-		res.wait, res.waitUntil = o.parked, o.retryAt
+		res.wait, res.waitUntil = a.parked, a.retryAt
 	}
 	if ev == postFailed && class != publish.Operator {
 		log.Warn("publish failed; retried later", "err", err, "retry_at", res.RetryAt, "budget_left", p.publishBudget-p.budgetUsed(a))
