@@ -110,8 +110,33 @@ const (
 	clockAllowance = 10 * time.Second
 )
 
-func (rt *Route) timeout() time.Duration    { return cmpOr(rt.Timeout, defaultPublishTimeout) }
-func (rt *Route) settleTime() time.Duration { return cmpOr(rt.Settle, defaultPublishSettle) }
+func (rt *Route) timeout() time.Duration { return cmpOr(rt.Timeout, defaultPublishTimeout) }
+
+// holdFor is how long a grant to post through the route lasts (ledger.SubjectRequest.HoldFor):
+// the two requests it may cover (a read-back and a post), each within the route's timeout,
+// and holdMargin besides.
+func (rt *Route) holdFor() time.Duration { return 2*rt.timeout() + holdMargin }
+
+// settle is how long after a grant to post through the route ended a request sent under it
+// may still be applied (ledger.SubjectRequest.Settle): the route's settle time, and
+// clockAllowance for the clock of whoever asks next.
+func (rt *Route) settle() time.Duration {
+	return cmpOr(rt.Settle, defaultPublishSettle) + clockAllowance
+}
+
+// settleWait is how long from its report a post whose outcome is unknown, made under a grant
+// asked for with q, may still land, so that the verdict is not posted again before (what
+// stands is read back first). heard is the subject record's answer to the report: the wait
+// until the settle time it keeps, by the ledger's clock, which an older post's may put beyond
+// q's. nil when the report was not heard: the grant then ends by itself, at most q.HoldFor
+// from now, and a post under it may land q.Settle after that.
+func settleWait(q ledger.SubjectRequest, heard *ledger.SubjectGrant) time.Duration {
+	if heard == nil {
+		return q.HoldFor + q.Settle
+	}
+	return heard.RetryAt.Sub(heard.Decided)
+}
+
 func (rt *Route) destination() string {
 	if rt.Destination == "" {
 		return "publisher"
@@ -144,7 +169,6 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		status = st
 	}
 	timeout := route.timeout()
-	hold := 2*timeout + holdMargin
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
 	// delivery that finds none costs the ledger nothing but its hand-back, or its wait: in
@@ -205,7 +229,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	order.Tie = tie
 	q := ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
-		Order:   order, EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance}
+		Order:   order, EvaluationID: s.Lease.EvaluationID, HoldFor: route.holdFor(), Settle: route.settle()}
 	for _, old := range route.OldDestinations {
 		// A record kept under an old name of the destination orders this verdict too.
 		sub := q.Subject
@@ -247,7 +271,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 			perr = &publish.Error{Class: publish.Transient, Unknown: true, Err: fmt.Errorf("the post's outcome could not be recorded: %v", rerr)}
 		}
 		a := r.posted(ctx, k, perr)
-		a.settle = hold + route.settleTime() + clockAllowance
+		a.settle = settleWait(q, nil)
 		return a
 	}
 	switch heard.Outcome {
@@ -260,7 +284,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	}
 	a := r.posted(ctx, k, perr)
 	if post == ledger.PostUnknown {
-		a.settle = heard.RetryAt.Sub(heard.Decided)
+		a.settle = settleWait(q, &heard)
 	}
 	return a
 }
