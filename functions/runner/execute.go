@@ -232,22 +232,16 @@ func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock
 	return r.abandon(sctx, log, staged, lc, d.reason)
 }
 
-// saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
-// runs) and publishes it. The keeper goes on renewing during the Save (a slow Save must not
-// let the lease run out); a renewal of the executing lease that lands after the Save is
-// refused, and while the Save is in flight the keeper leaves the decision to its answer.
+// saveAndPublish saves the verdict under the lease k keeps and publishes it. The keeper goes
+// on renewing during the Save (a slow Save must not let the lease run out), and while the
+// Save is in flight leaves the decision to its answer (keeper.beginSave, keeper.endSave).
 func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict, tie ledger.Tie) (Result, error) {
 	// The description is cut before it is frozen (no provider shows more than 255
 	// characters): a longer one, escaped as JSON, could outgrow the ledger's report ceiling
 	// and be refused at every attempt, leaving the commit without a verdict.
 	rep := withFiles(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
 		TargetURL: route.TargetURL, Tie: tie, Read: v.Read}, v.Files)
-	if k != nil {
-		lc = k.clock(lc.leaseFor)
-		k.mu <- struct{}{}
-		k.saving = true
-		<-k.mu
-	}
+	lc = k.beginSave(lc.leaseFor)
 	l := lc.lease
 	// The verdict in hand is saved even when a shutdown lands meanwhile: dropped, it would
 	// spend its attempt for nothing.
@@ -277,29 +271,14 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 		small, _ := json.Marshal(Report{State: evaluate.Error, Description: tooLarge, Context: route.Context, TargetURL: route.TargetURL})
 		staged, err = r.Ledger.Save(sctx, l, small)
 	}
-	if k != nil {
-		k.mu <- struct{}{}
-		k.saving = false
-		if err == nil {
-			// The publishing lease. Save keeps the row's expiry, which a renewal whose answer
-			// was lost may have moved: the clock keeps the last grant heard (granted, sent).
-			k.lease = staged.Lease
-			k.gen++
-			lc.granted, lc.sent = k.granted, k.sent
-		}
-		<-k.mu
-	}
 	if err != nil {
-		if k != nil {
-			k.end()
-		}
+		k.endSave(nil, lc)
+		k.end()
 		return r.saveRefused(ctx, log, lc, err)
 	}
+	lc = k.endSave(&staged.Lease, lc) // the publishing lease, kept from now on
 	log.Info("verdict saved", "state", v.State, "description", v.Description)
-	if k != nil {
-		defer k.end()
-	}
-	lc.lease = staged.Lease
+	defer k.end()
 	return r.publishStaged(ctx, wctx, log, staged, route, lc, k)
 }
 

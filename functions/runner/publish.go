@@ -47,7 +47,7 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 }
 
 // publishStaged posts the saved verdict s through route, in its subject's order, and settles
-// the outcome. The keeper k (nil: none) is stopped before the ledger hears the outcome: a
+// the outcome. The keeper k is stopped before the ledger hears the outcome: a
 // renewal landing after a Complete or an Abandon would be refused and counted as a lost lease.
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
@@ -73,9 +73,7 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 			log.Warn("publication cut; handed back for the next claim", "err", a.err)
 		}
 	}
-	if k != nil {
-		k.halt()
-	}
+	k.halt()
 	a.report = rep
 	return r.settle(ctx, log, s, lc, a)
 }
@@ -339,11 +337,10 @@ func (r *Runner) reportSubject(ctx context.Context, log *slog.Logger, g ledger.S
 // posted classifies a post that did not make the verdict stand: postLost (the lease k keeps
 // was lost meanwhile: wctx, which the keeper cancels then, cut the call, and whoever holds the
 // row now posts the same bytes); postCut (the caller's ctx ended: a shutdown); postFailed (the
-// provider refused it, could not be reached, or may have applied it: err says how). k is nil
-// when no keeper runs.
+// provider refused it, could not be reached, or may have applied it: err says how).
 func (r *Runner) posted(ctx context.Context, k *keeper, err error) attempt {
 	switch {
-	case k != nil && k.isLost() && ctx.Err() == nil:
+	case k.isLost() && ctx.Err() == nil:
 		return attempt{event: postLost, err: err}
 	case ctx.Err() != nil:
 		return attempt{event: postCut, err: err}
