@@ -208,7 +208,8 @@ type attempt struct {
 	// and leaseFor the window that grant was asked for.
 	granted  time.Time
 	leaseFor time.Duration
-	// fair (evalOutOfTime): the evaluation had all the time the deployment gives any message.
+	// fair (evalOutOfTime): the evaluation had all the time the deployment gives any message,
+	// as takenUp.fair judged it.
 	fair bool
 	// err is the route's, the evaluator's or the provider's error.
 	err error

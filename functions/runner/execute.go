@@ -14,10 +14,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// execute runs an attempt under the executing lease lc holds: it builds the route, evaluates
-// the subject and saves the verdict, keeping the lease all along; every other end of the
-// attempt is the policy's to decide.
-func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, fair bool) (Result, error) {
+// execute runs an attempt under the executing lease lc holds, of a message taken up as taken
+// says: it builds the route, evaluates the subject and saves the verdict, keeping the lease all
+// along; every other end of the attempt is the policy's to decide.
+func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, taken takenUp) (Result, error) {
 	l, leaseFor := lc.lease, lc.leaseFor
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
 	p := r.policy()
@@ -57,12 +57,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		// The route's error is the one the caller sees; a failed hand-back is logged.
 		return r.follow(ctx, log, lc, d, fmt.Errorf("runner: building the route: %w", err))
 	}
-	if time.Since(built) > r.margin() {
-		// The route took more than a margin to build (a slow secret read): the evaluation
-		// does not have the invocation's time, so running out of it is the scheduling's
-		// doing, handed back, not a failed attempt (the rule for a message taken up late).
-		fair = false
-	}
+	routeBuild := time.Since(built)
 	var s subject.Subject
 	if err := json.Unmarshal(l.Subject, &s); err != nil {
 		// A subject the ingress wrote and cannot be read back: give it an error verdict.
@@ -105,7 +100,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	case readErr != nil:
 		ev, evalErr = inputsUnavailable, readErr
 	}
-	d := p.decide(attempt{event: ev, lease: l, granted: k.clock(leaseFor).granted, fair: fair, err: evalErr})
+	d := p.decide(attempt{event: ev, lease: l, granted: k.clock(leaseFor).granted, fair: taken.fair(routeBuild), err: evalErr})
 	if d.act == saveError {
 		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text},
 			tieOf(s, ledger.SeenNothing))
