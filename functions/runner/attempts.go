@@ -12,8 +12,8 @@ import (
 // decided here, and only here, by a pure function (policy.decide) of what happened, the lease
 // it happened under and the configured limits: no I/O, no clock read, no random draw (the
 // caller draws the jitter), as ledger.Row decides the ledger's transitions. The runner
-// gathers the facts, asks, and carries the decision out (Runner.follow and the steps it
-// names).
+// gathers the facts, asks, and carries the decision out (Runner.follow, Runner.carryOut and
+// the steps they name).
 //
 // The policy keeps three promises. An error verdict stands only for MaxAttempts evaluations
 // that failed or timed out, for a crash loop (attempts lost without an answer, three times

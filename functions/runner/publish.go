@@ -25,7 +25,7 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 	route, err := r.route(wctx, s.Lease.Route)
 	if k.isLost() {
 		log.Warn("lease lost while building the route; the next owner publishes the saved verdict", "err", err)
-		return r.settle(ctx, log, s, lc, attempt{event: postLost, err: err})
+		return r.carryOut(ctx, log, s, lc, attempt{event: postLost, err: err})
 	}
 	if err != nil {
 		k.end()
@@ -34,20 +34,20 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 			// Cut by a shutdown while building it (a secret read in flight): not a failed
 			// publication.
 			log.Warn("publication cut while building the route; handed back for the next claim", "err", err)
-			return r.settle(ctx, log, s, lc, attempt{event: postCut, err: err})
+			return r.carryOut(ctx, log, s, lc, attempt{event: postCut, err: err})
 		}
 		// The route cannot be built (its token cannot be read, it was removed from the
 		// configuration): an operator's to fix, retried on the publish schedule and budget.
 		var rep Report
 		json.Unmarshal(s.Report, &rep)
-		return r.settle(ctx, log, s, lc, attempt{event: postFailed, report: rep,
+		return r.carryOut(ctx, log, s, lc, attempt{event: postFailed, report: rep,
 			err: &publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)}})
 	}
 	return r.publishStaged(ctx, wctx, log, s, route, lc, k)
 }
 
-// publishStaged posts the saved verdict s through route, in its subject's order, and settles
-// the outcome. The keeper k is stopped before the ledger hears the outcome: a
+// publishStaged posts the saved verdict s through route, in its subject's order, and carries
+// out what the policy decides after it. The keeper k is stopped before the ledger hears the outcome: a
 // renewal landing after a Complete or an Abandon would be refused and counted as a lost lease.
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
@@ -75,7 +75,7 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	}
 	k.halt()
 	a.report = rep
-	return r.settle(ctx, log, s, lc, a)
+	return r.carryOut(ctx, log, s, lc, a)
 }
 
 // statusOf is what publishing the saved verdict s posts: its frozen report, on its subject's
@@ -348,11 +348,11 @@ func (r *Runner) posted(ctx context.Context, k *keeper, err error) attempt {
 	return attempt{event: postFailed, err: err}
 }
 
-// settle carries out what the policy decides after what became of a publication (a: its
+// carryOut carries out what the policy decides after what became of a publication (a: its
 // event, how it failed, the verdict it was for), under the publishing lease of the saved
 // verdict s, which lc reckons: complete the row, abandon it, release it for the next attempt
-// on the schedule, hand it back, or let the message come back later.
-func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, a attempt) (Result, error) {
+// on the schedule, hand it back (follow), or let the message come back later.
+func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, a attempt) (Result, error) {
 	p := r.policy()
 	a.lease, a.granted, a.leaseFor = s.Lease, lc.granted, lc.leaseFor
 	ev, err := a.event, a.err
