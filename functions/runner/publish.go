@@ -47,8 +47,9 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 }
 
 // publishStaged posts the saved verdict s through route, in its subject's order, and carries
-// out what the policy decides after it. The keeper k is stopped before the ledger hears the outcome: a
-// renewal landing after a Complete or an Abandon would be refused and counted as a lost lease.
+// out what the policy decides after it. The keeper k is stopped before the ledger hears the
+// outcome: a renewal landing after a Complete or an Abandon would be refused and counted as a
+// lost lease.
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
 	var subj subject.Subject
