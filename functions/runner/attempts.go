@@ -12,8 +12,8 @@ import (
 // decided here, and only here, by a pure function (policy.decide) of what happened, the lease
 // it happened under and the configured limits: no I/O, no clock read, no random draw (the
 // caller draws the jitter), as ledger.Row decides the ledger's transitions. The runner
-// gathers the facts, asks, and carries the decision out (Runner.follow and the steps it
-// names).
+// gathers the facts, asks, and carries the decision out (Runner.follow, Runner.carryOut and
+// the steps they name).
 //
 // The policy keeps three promises. An error verdict stands only for MaxAttempts evaluations
 // that failed or timed out, for a crash loop (attempts lost without an answer, three times
@@ -196,8 +196,9 @@ type decision struct {
 // handBack is a release or an unclaim whose next claim waits wait.
 func handBack(a act, wait time.Duration) decision { return decision{act: a, retry: after(wait)} }
 
-// attempt is what the policy decides from: what happened, under which lease, and what of it
-// the decision needs.
+// attempt is what happened to an attempt, from the step that saw it (the claim, the
+// evaluation, the post) to the policy that decides from it: the event, the lease it happened
+// under, and what of it the decision and its carrying out need.
 type attempt struct {
 	event event
 	// lease is the lease it happened under: for a publication, the saved verdict's (its
@@ -207,7 +208,8 @@ type attempt struct {
 	// and leaseFor the window that grant was asked for.
 	granted  time.Time
 	leaseFor time.Duration
-	// fair (evalOutOfTime): the evaluation had all the time the deployment gives any message.
+	// fair (evalOutOfTime): the evaluation had all the time the deployment gives any message,
+	// as takenUp.fair judged it.
 	fair bool
 	// err is the route's, the evaluator's or the provider's error.
 	err error
@@ -227,6 +229,9 @@ type attempt struct {
 	wait time.Duration
 	// by (superseded) is the newer verdict.
 	by ledger.Key
+	// parked (subjectBusy) is the request the subject's record told to wait, which the
+	// message is parked with (Result.wait).
+	parked *ledger.SubjectRequest
 }
 
 // policy holds the limits the runner's attempts are decided by (Runner.policy fills in the

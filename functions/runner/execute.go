@@ -14,10 +14,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// execute runs an attempt under the executing lease lc holds: it builds the route, evaluates
-// the subject and saves the verdict, keeping the lease all along; every other end of the
-// attempt is the policy's to decide.
-func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, fair bool) (Result, error) {
+// execute runs an attempt under the executing lease lc holds, of a message taken up as taken
+// says: it builds the route, evaluates the subject and saves the verdict, keeping the lease all
+// along; every other end of the attempt is the policy's to decide.
+func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, taken takenUp) (Result, error) {
 	l, leaseFor := lc.lease, lc.leaseFor
 	log = log.With("evaluation", l.EvaluationID, "attempt", l.Attempt, "route", l.Route)
 	p := r.policy()
@@ -57,12 +57,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 		// The route's error is the one the caller sees; a failed hand-back is logged.
 		return r.follow(ctx, log, lc, d, fmt.Errorf("runner: building the route: %w", err))
 	}
-	if time.Since(built) > r.margin() {
-		// The route took more than a margin to build (a slow secret read): the evaluation
-		// does not have the invocation's time, so running out of it is the scheduling's
-		// doing, handed back, not a failed attempt (the rule for a message taken up late).
-		fair = false
-	}
+	routeBuild := time.Since(built)
 	var s subject.Subject
 	if err := json.Unmarshal(l.Subject, &s); err != nil {
 		// A subject the ingress wrote and cannot be read back: give it an error verdict.
@@ -105,7 +100,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, f
 	case readErr != nil:
 		ev, evalErr = inputsUnavailable, readErr
 	}
-	d := p.decide(attempt{event: ev, lease: l, granted: k.clock(leaseFor).granted, fair: fair, err: evalErr})
+	d := p.decide(attempt{event: ev, lease: l, granted: k.clock(leaseFor).granted, fair: taken.fair(routeBuild), err: evalErr})
 	if d.act == saveError {
 		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text},
 			tieOf(s, ledger.SeenNothing))
@@ -232,22 +227,16 @@ func (r *Runner) unroutable(ctx context.Context, log *slog.Logger, lc leaseClock
 	return r.abandon(sctx, log, staged, lc, d.reason)
 }
 
-// saveAndPublish saves the verdict under the lease lc holds (or k keeps, when the keeper
-// runs) and publishes it. The keeper goes on renewing during the Save (a slow Save must not
-// let the lease run out); a renewal of the executing lease that lands after the Save is
-// refused, and while the Save is in flight the keeper leaves the decision to its answer.
+// saveAndPublish saves the verdict under the lease k keeps and publishes it. The keeper goes
+// on renewing during the Save (a slow Save must not let the lease run out), and while the
+// Save is in flight leaves the decision to its answer (keeper.beginSave, keeper.endSave).
 func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc leaseClock, route *Route, k *keeper, v evaluate.Verdict, tie ledger.Tie) (Result, error) {
 	// The description is cut before it is frozen (no provider shows more than 255
 	// characters): a longer one, escaped as JSON, could outgrow the ledger's report ceiling
 	// and be refused at every attempt, leaving the commit without a verdict.
 	rep := withFiles(Report{State: v.State, Description: cutRunes(v.Description, MaxDescription), Context: route.Context,
 		TargetURL: route.TargetURL, Tie: tie, Read: v.Read}, v.Files)
-	if k != nil {
-		lc = k.clock(lc.leaseFor)
-		k.mu <- struct{}{}
-		k.saving = true
-		<-k.mu
-	}
+	lc = k.beginSave(lc.leaseFor)
 	l := lc.lease
 	// The verdict in hand is saved even when a shutdown lands meanwhile: dropped, it would
 	// spend its attempt for nothing.
@@ -277,29 +266,14 @@ func (r *Runner) saveAndPublish(ctx, wctx context.Context, log *slog.Logger, lc 
 		small, _ := json.Marshal(Report{State: evaluate.Error, Description: tooLarge, Context: route.Context, TargetURL: route.TargetURL})
 		staged, err = r.Ledger.Save(sctx, l, small)
 	}
-	if k != nil {
-		k.mu <- struct{}{}
-		k.saving = false
-		if err == nil {
-			// The publishing lease. Save keeps the row's expiry, which a renewal whose answer
-			// was lost may have moved: the clock keeps the last grant heard (granted, sent).
-			k.lease = staged.Lease
-			k.gen++
-			lc.granted, lc.sent = k.granted, k.sent
-		}
-		<-k.mu
-	}
 	if err != nil {
-		if k != nil {
-			k.end()
-		}
+		k.endSave(nil, lc)
+		k.end()
 		return r.saveRefused(ctx, log, lc, err)
 	}
+	lc = k.endSave(&staged.Lease, lc) // the publishing lease, kept from now on
 	log.Info("verdict saved", "state", v.State, "description", v.Description)
-	if k != nil {
-		defer k.end()
-	}
-	lc.lease = staged.Lease
+	defer k.end()
 	return r.publishStaged(ctx, wctx, log, staged, route, lc, k)
 }
 

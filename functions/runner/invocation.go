@@ -39,10 +39,28 @@ func FirstOfInvocation(ctx context.Context) context.Context {
 	return context.WithValue(ctx, startKey{}, time.Now())
 }
 
-// fresh reports whether at most a margin of ctx's invocation is spent (FirstOfInvocation).
-func (r *Runner) fresh(ctx context.Context) bool {
+// takenUp is what of its invocation's time a message had when the runner took it up, before
+// its claim: the runner's own work on it (the claim, the route's build) spends none of its
+// fairness. first: at most a margin of the invocation was spent (FirstOfInvocation).
+type takenUp struct {
+	first  bool
+	margin time.Duration
+}
+
+// takeUp is what of ctx's invocation's time a message taken up now has.
+func (r *Runner) takeUp(ctx context.Context) takenUp {
 	start, ok := ctx.Value(startKey{}).(time.Time)
-	return ok && time.Since(start) <= r.margin()
+	return takenUp{first: ok && time.Since(start) <= r.margin(), margin: r.margin()}
+}
+
+// fair judges whether an evaluation of the message, whose route took routeBuild to build, had
+// all the time the deployment gives any message: only then is running out of it a failed
+// attempt. It had when the message was the first of its invocation and its route was built
+// within a margin; a route that took longer (a slow secret read) makes the evaluation late
+// as a message taken up late is, and running out of time is then the scheduling's doing.
+// This is the only place fairness is judged: the policy reads it (attempt.fair).
+func (t takenUp) fair(routeBuild time.Duration) bool {
+	return t.first && routeBuild <= t.margin
 }
 
 // leaseFor is the lease window: Lease, cut to end a margin before the invocation's deadline.

@@ -63,7 +63,9 @@ func (r *Runner) retryAt(w when, lc leaseClock) time.Time {
 	return r.now().Add(w.wait)
 }
 
-// keeper renews a lease until stopped; losing it cancels the work's context.
+// keeper renews a lease until stopped; losing it cancels the work's context. Its fields are
+// changed only by its own methods, each under mu: the renewals (held, renewed), the Save that
+// swaps the executing lease for the publishing one (beginSave, endSave), and its end.
 type keeper struct {
 	mu    chan struct{} // guards the fields below
 	lease ledger.Lease
@@ -108,9 +110,7 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 			if d <= 0 {
 				continue // the lease granted last runs out by itself
 			}
-			k.mu <- struct{}{}
-			cur, gen := k.lease, k.gen
-			<-k.mu
+			cur, gen := k.held()
 			sent := r.now()
 			nl, err := r.Ledger.Renew(ctx, cur, d)
 			select {
@@ -118,14 +118,7 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 				return // halted meanwhile: the work has ended, and this answer decides nothing
 			default:
 			}
-			k.mu <- struct{}{}
-			current := gen == k.gen
-			if err == nil && current {
-				k.lease, k.granted, k.sent = nl, nl.Expires.Add(-d), sent
-			}
-			lost := errors.Is(err, ledger.ErrLeaseLost) && current && !k.saving
-			<-k.mu
-			if lost {
+			if k.renewed(gen, nl, d, sent, err) {
 				r.count("lease_lost")
 				close(k.lost)
 				cancel()
@@ -136,10 +129,65 @@ func (r *Runner) keep(ctx context.Context, cancel context.CancelFunc, lc leaseCl
 	return k
 }
 
+func (k *keeper) lock()   { k.mu <- struct{}{} }
+func (k *keeper) unlock() { <-k.mu }
+
+// held is the lease to renew, and its generation, which renewed compares.
+func (k *keeper) held() (ledger.Lease, int) {
+	k.lock()
+	defer k.unlock()
+	return k.lease, k.gen
+}
+
+// renewed records the answer to a renewal of the lease held at generation gen, asked for d
+// and sent at sent by the runner's clock, and reports whether it lost the lease. A grant moves
+// the clock (the lease, granted and sent, from that one request) only when the lease was not
+// swapped meanwhile. The lease is lost only when the ledger says so of the lease still held
+// and no Save is in flight: a refusal for a swapped lease, or one that lands after a Save,
+// decides nothing (the Save's answer does).
+func (k *keeper) renewed(gen int, nl ledger.Lease, d time.Duration, sent time.Time, err error) bool {
+	k.lock()
+	defer k.unlock()
+	current := gen == k.gen
+	if err == nil && current {
+		k.lease, k.granted, k.sent = nl, nl.Expires.Add(-d), sent
+	}
+	return errors.Is(err, ledger.ErrLeaseLost) && current && !k.saving
+}
+
+// beginSave marks a Save in flight under the kept lease, and answers the clock to save with:
+// the lease held and its last grant heard. Until endSave, a renewal the ledger refuses as lost
+// loses nothing (a renewal of the executing lease that lands after the Save is refused), and
+// the keeper goes on renewing, so that a slow Save does not let the lease run out.
+func (k *keeper) beginSave(leaseFor time.Duration) leaseClock {
+	k.lock()
+	defer k.unlock()
+	k.saving = true
+	return leaseClock{lease: k.lease, leaseFor: leaseFor, granted: k.granted, sent: k.sent}
+}
+
+// endSave ends the Save beginSave marked, and answers the clock to go on with. kept is the
+// publishing lease of the verdict the Save kept (nil: it kept nothing, and lc, the clock the
+// Save was made with, is answered as it is). From then on the keeper renews kept, and an
+// answer to a renewal of the executing lease changes nothing; kept is reckoned through the
+// last grant heard, since Save keeps the row's expiry, which a renewal whose answer was lost
+// may have moved.
+func (k *keeper) endSave(kept *ledger.Lease, lc leaseClock) leaseClock {
+	k.lock()
+	defer k.unlock()
+	k.saving = false
+	if kept != nil {
+		k.lease = *kept
+		k.gen++
+		lc.lease, lc.granted, lc.sent = *kept, k.granted, k.sent
+	}
+	return lc
+}
+
 // clock is the kept lease with its last grant heard.
 func (k *keeper) clock(leaseFor time.Duration) leaseClock {
-	k.mu <- struct{}{}
-	defer func() { <-k.mu }()
+	k.lock()
+	defer k.unlock()
 	return leaseClock{lease: k.lease, leaseFor: leaseFor, granted: k.granted, sent: k.sent}
 }
 

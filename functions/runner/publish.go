@@ -25,7 +25,7 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 	route, err := r.route(wctx, s.Lease.Route)
 	if k.isLost() {
 		log.Warn("lease lost while building the route; the next owner publishes the saved verdict", "err", err)
-		return r.settle(ctx, log, s, lc, Report{}, outcome{ev: postLost, err: err})
+		return r.carryOut(ctx, log, s, lc, attempt{event: postLost, err: err})
 	}
 	if err != nil {
 		k.end()
@@ -34,30 +34,31 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 			// Cut by a shutdown while building it (a secret read in flight): not a failed
 			// publication.
 			log.Warn("publication cut while building the route; handed back for the next claim", "err", err)
-			return r.settle(ctx, log, s, lc, Report{}, outcome{ev: postCut, err: err})
+			return r.carryOut(ctx, log, s, lc, attempt{event: postCut, err: err})
 		}
 		// The route cannot be built (its token cannot be read, it was removed from the
 		// configuration): an operator's to fix, retried on the publish schedule and budget.
 		var rep Report
 		json.Unmarshal(s.Report, &rep)
-		return r.settle(ctx, log, s, lc, rep, outcome{ev: postFailed,
+		return r.carryOut(ctx, log, s, lc, attempt{event: postFailed, report: rep,
 			err: &publish.Error{Class: publish.Operator, Err: fmt.Errorf("route %s: %w", s.Lease.Route, err)}})
 	}
 	return r.publishStaged(ctx, wctx, log, s, route, lc, k)
 }
 
-// publishStaged posts the saved verdict s through route, in its subject's order, and settles
-// the outcome. The keeper k (nil: none) is stopped before the ledger hears the outcome: a
-// renewal landing after a Complete or an Abandon would be refused and counted as a lost lease.
+// publishStaged posts the saved verdict s through route, in its subject's order, and carries
+// out what the policy decides after it. The keeper k is stopped before the ledger hears the
+// outcome: a renewal landing after a Complete or an Abandon would be refused and counted as a
+// lost lease.
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
 	var subj subject.Subject
-	var o outcome
+	var a attempt
 	switch {
 	case json.Unmarshal(s.Report, &rep) != nil:
-		o = outcome{ev: undecodable, err: errors.New("the saved report does not decode")}
+		a = attempt{event: undecodable, err: errors.New("the saved report does not decode")}
 	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
-		o = outcome{ev: undecodable, err: errors.New("the delivery's subject does not decode")}
+		a = attempt{event: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
 		tie := rep.Tie
 		if tie.IsZero() {
@@ -65,18 +66,17 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 			// event's place orders it (the provider was not read for it).
 			tie = tieOf(subj, ledger.SeenNothing)
 		}
-		o = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), tie, k)
-		switch o.ev {
+		a = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), tie, k)
+		switch a.event {
 		case postLost:
-			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", o.err)
+			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", a.err)
 		case postCut:
-			log.Warn("publication cut; handed back for the next claim", "err", o.err)
+			log.Warn("publication cut; handed back for the next claim", "err", a.err)
 		}
 	}
-	if k != nil {
-		k.halt()
-	}
-	return r.settle(ctx, log, s, lc, rep, o)
+	k.halt()
+	a.report = rep
+	return r.carryOut(ctx, log, s, lc, a)
 }
 
 // statusOf is what publishing the saved verdict s posts: its frozen report, on its subject's
@@ -89,22 +89,6 @@ func statusOf(s ledger.Staged, subj subject.Subject, rep Report) publish.Status 
 		st.Files = append(st.Files, publish.File{Path: f.Path, Rule: f.Rule, Message: f.Message})
 	}
 	return st
-}
-
-// outcome is what became of a publication: the event, how it failed, and what the policy
-// needs of the subject's answer.
-type outcome struct {
-	ev  event
-	err error
-	// by (superseded) is the newer verdict; retryAt (subjectBusy, confirmLater) when to come
-	// back, by the ledger's clock; settle (postFailed) how long a post that may have landed
-	// needs to have landed or never; wait (gateFull) until a request in flight ends.
-	by      ledger.Key
-	retryAt time.Time
-	settle  time.Duration
-	wait    time.Duration
-	// parked (subjectBusy) is the request that was told to wait, to park with.
-	parked *ledger.SubjectRequest
 }
 
 // Publication's defaults (a route's publish settings override them) and the margin a grant to
@@ -125,8 +109,33 @@ const (
 	clockAllowance = 10 * time.Second
 )
 
-func (rt *Route) timeout() time.Duration    { return cmpOr(rt.Timeout, defaultPublishTimeout) }
-func (rt *Route) settleTime() time.Duration { return cmpOr(rt.Settle, defaultPublishSettle) }
+func (rt *Route) timeout() time.Duration { return cmpOr(rt.Timeout, defaultPublishTimeout) }
+
+// holdFor is how long a grant to post through the route lasts (ledger.SubjectRequest.HoldFor):
+// the two requests it may cover (a read-back and a post), each within the route's timeout,
+// and holdMargin besides.
+func (rt *Route) holdFor() time.Duration { return 2*rt.timeout() + holdMargin }
+
+// settle is how long after a grant to post through the route ended a request sent under it
+// may still be applied (ledger.SubjectRequest.Settle): the route's settle time, and
+// clockAllowance for the clock of whoever asks next.
+func (rt *Route) settle() time.Duration {
+	return cmpOr(rt.Settle, defaultPublishSettle) + clockAllowance
+}
+
+// settleWait is how long from its report a post whose outcome is unknown, made under a grant
+// asked for with q, may still land, so that the verdict is not posted again before (what
+// stands is read back first). heard is the subject record's answer to the report: the wait
+// until the settle time it keeps, by the ledger's clock, which an older post's may put beyond
+// q's. nil when the report was not heard: the grant then ends by itself, at most q.HoldFor
+// from now, and a post under it may land q.Settle after that.
+func settleWait(q ledger.SubjectRequest, heard *ledger.SubjectGrant) time.Duration {
+	if heard == nil {
+		return q.HoldFor + q.Settle
+	}
+	return heard.RetryAt.Sub(heard.Decided)
+}
+
 func (rt *Route) destination() string {
 	if rt.Destination == "" {
 		return "publisher"
@@ -147,7 +156,7 @@ func cmpOr[T comparable](v, def T) T {
 // one already stands), within room of the route's API, and reading back first when a post of
 // it may already stand. What became of the post is reported to the record, whatever became of
 // the row's lease: the record is what orders posts.
-func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, tie ledger.Tie, k *keeper) outcome {
+func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, status publish.Status, tie ledger.Tie, k *keeper) attempt {
 	pub := route.Publisher
 	if res, ok := pub.(publish.Resolver); ok {
 		// An abbreviated commit hash (Bitbucket Cloud's pull requests) is ordered, and posted,
@@ -159,7 +168,6 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		status = st
 	}
 	timeout := route.timeout()
-	hold := 2*timeout + holdMargin
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
 	// delivery that finds none costs the ledger nothing but its hand-back, or its wait: in
@@ -201,14 +209,14 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 			waits = unseat != nil && time.Now().Before(giveUp)
 		}
 		if !waits {
-			return outcome{ev: gateFull, wait: found.wait}
+			return attempt{event: gateFull, wait: found.wait}
 		}
 		if !waited {
 			waited = true
 			r.count("publish_gate_waits")
 		}
 		if sleep(wctx, found.wait, freed) != nil {
-			return outcome{ev: gateFull, wait: found.wait}
+			return attempt{event: gateFull, wait: found.wait}
 		}
 	}
 	if unseat != nil {
@@ -220,7 +228,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	order.Tie = tie
 	q := ledger.SubjectRequest{
 		Subject: ledger.Subject{Publisher: route.destination(), Repository: status.Repository, SHA: status.SHA, Context: status.Context},
-		Order:   order, EvaluationID: s.Lease.EvaluationID, HoldFor: hold, Settle: route.settleTime() + clockAllowance}
+		Order:   order, EvaluationID: s.Lease.EvaluationID, HoldFor: route.holdFor(), Settle: route.settle()}
 	for _, old := range route.OldDestinations {
 		// A record kept under an old name of the destination orders this verdict too.
 		sub := q.Subject
@@ -230,54 +238,54 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		case errors.Is(err, ledger.ErrUnknownSubject):
 			continue
 		case err != nil:
-			return outcome{ev: ledgerFailed, err: fmt.Errorf("runner: subject under %q: %w", old, err)}
+			return attempt{event: ledgerFailed, err: fmt.Errorf("runner: subject under %q: %w", old, err)}
 		}
 		q.Prior = append(q.Prior, rec)
 	}
 	g, err := r.Ledger.AcquireSubject(ctx, q)
 	switch {
 	case errors.Is(err, ledger.ErrInvalid), errors.Is(err, ledger.ErrTooLarge):
-		return outcome{ev: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
+		return attempt{event: undecodable, err: fmt.Errorf("the verdict's subject cannot be ordered: %w", err)}
 	case err != nil:
-		return outcome{ev: ledgerFailed, err: fmt.Errorf("runner: subject: %w", err)}
+		return attempt{event: ledgerFailed, err: fmt.Errorf("runner: subject: %w", err)}
 	}
 	switch g.Outcome {
 	case ledger.SubjectSuperseded:
-		return outcome{ev: superseded, by: g.By}
+		return attempt{event: superseded, by: g.By}
 	case ledger.SubjectStanding:
-		return outcome{ev: published}
+		return attempt{event: published}
 	case ledger.SubjectWait:
-		return outcome{ev: subjectBusy, retryAt: g.RetryAt, parked: &q}
+		return attempt{event: subjectBusy, retryAt: g.RetryAt, parked: &q}
 	}
 	pctx, cancel := context.WithTimeout(wctx, end.Sub(r.now()))
 	defer cancel()
 	start := time.Now()
 	post, perr := r.postOnce(pctx, pub, status, g)
 	r.latency("publish_latency", start)
-	a, rerr := r.reportSubject(ctx, log, g, post, perr)
+	heard, rerr := r.reportSubject(ctx, log, g, post, perr)
 	if rerr != nil {
 		// What the post did is not recorded: the grant ends by itself, and whoever comes next
 		// counts the post as unknown and reads back.
 		if perr == nil {
 			perr = &publish.Error{Class: publish.Transient, Unknown: true, Err: fmt.Errorf("the post's outcome could not be recorded: %v", rerr)}
 		}
-		o := r.posted(ctx, k, perr)
-		o.settle = hold + route.settleTime() + clockAllowance
-		return o
+		a := r.posted(ctx, k, perr)
+		a.settle = settleWait(q, nil)
+		return a
 	}
-	switch a.Outcome {
+	switch heard.Outcome {
 	case ledger.SubjectStanding:
-		return outcome{ev: published}
+		return attempt{event: published}
 	case ledger.SubjectConfirm:
-		return outcome{ev: confirmLater, retryAt: a.RetryAt}
+		return attempt{event: confirmLater, retryAt: heard.RetryAt}
 	case ledger.SubjectSuperseded:
-		return outcome{ev: superseded}
+		return attempt{event: superseded}
 	}
-	o := r.posted(ctx, k, perr)
+	a := r.posted(ctx, k, perr)
 	if post == ledger.PostUnknown {
-		o.settle = a.RetryAt.Sub(a.Decided)
+		a.settle = settleWait(q, &heard)
 	}
-	return o
+	return a
 }
 
 // postOnce makes the one post a grant allows: it reads back first when the grant asks (a post
@@ -330,26 +338,25 @@ func (r *Runner) reportSubject(ctx context.Context, log *slog.Logger, g ledger.S
 // posted classifies a post that did not make the verdict stand: postLost (the lease k keeps
 // was lost meanwhile: wctx, which the keeper cancels then, cut the call, and whoever holds the
 // row now posts the same bytes); postCut (the caller's ctx ended: a shutdown); postFailed (the
-// provider refused it, could not be reached, or may have applied it: err says how). k is nil
-// when no keeper runs.
-func (r *Runner) posted(ctx context.Context, k *keeper, err error) outcome {
+// provider refused it, could not be reached, or may have applied it: err says how).
+func (r *Runner) posted(ctx context.Context, k *keeper, err error) attempt {
 	switch {
-	case k != nil && k.isLost() && ctx.Err() == nil:
-		return outcome{ev: postLost, err: err}
+	case k.isLost() && ctx.Err() == nil:
+		return attempt{event: postLost, err: err}
 	case ctx.Err() != nil:
-		return outcome{ev: postCut, err: err}
+		return attempt{event: postCut, err: err}
 	}
-	return outcome{ev: postFailed, err: err}
+	return attempt{event: postFailed, err: err}
 }
 
-// settle carries out what the policy decides after a publication's outcome ev (err: how it
-// failed), under the publishing lease lc holds: complete the row, abandon it, release it for
-// the next attempt on the schedule, hand it back, or let the message come back later.
-func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, rep Report, o outcome) (Result, error) {
+// carryOut carries out what the policy decides after what became of a publication (a: its
+// event, how it failed, the verdict it was for), under the publishing lease of the saved
+// verdict s, which lc reckons: complete the row, abandon it, release it for the next attempt
+// on the schedule, hand it back (follow), or let the message come back later.
+func (r *Runner) carryOut(ctx context.Context, log *slog.Logger, s ledger.Staged, lc leaseClock, a attempt) (Result, error) {
 	p := r.policy()
-	ev, err := o.ev, o.err
-	a := attempt{event: ev, lease: s.Lease, granted: lc.granted, leaseFor: lc.leaseFor, err: err, report: rep,
-		by: o.by, retryAt: o.retryAt, settle: o.settle, wait: o.wait}
+	a.lease, a.granted, a.leaseFor = s.Lease, lc.granted, lc.leaseFor
+	ev, err := a.event, a.err
 	class := publish.ClassOf(err)
 	if ev == postFailed {
 		r.count("publish_failures")
@@ -370,16 +377,16 @@ func (r *Runner) settle(ctx context.Context, log *slog.Logger, s ledger.Staged, 
 			// and publishing them again posts the same status.
 			return r.follow(ctx, log, lc, p.decide(attempt{event: ledgerFailed}), fmt.Errorf("runner: complete: %w", err))
 		}
-		log.Info("published", "state", rep.State)
+		log.Info("published", "state", a.report.State)
 		return Result{Done: true}, nil
 	case abandon:
 		return r.abandon(ctx, log, s, lc, d.text)
 	case supersede:
-		return r.supersede(ctx, log, s, lc, o.by)
+		return r.supersede(ctx, log, s, lc, a.by)
 	}
 	res, ferr := r.follow(ctx, log, lc, d, nil)
 	if ev == subjectBusy && ferr == nil {
-		res.wait, res.waitUntil = o.parked, o.retryAt
+		res.wait, res.waitUntil = a.parked, a.retryAt
 	}
 	if ev == postFailed && class != publish.Operator {
 		log.Warn("publish failed; retried later", "err", err, "retry_at", res.RetryAt, "budget_left", p.publishBudget-p.budgetUsed(a))

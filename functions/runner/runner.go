@@ -167,17 +167,14 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 	log := r.log().With("key", m.Key.String())
 	p := r.policy()
 	leaseFor := r.leaseFor(ctx)
-	// Whether this message has all the time the deployment gives any (FirstOfInvocation),
-	// judged as it is taken up: the runner's own work on it (the claim, the route) spends none
-	// of its fairness.
-	fair := r.fresh(ctx)
+	taken := r.takeUp(ctx)
 	if dl, ok := ctx.Deadline(); ok {
 		// An evaluation ends two margins before the deadline, and running out of time is a
-		// failed attempt for a fair message: a later one is claimed only when a whole lease
-		// window is left besides, and otherwise comes back at once, to an invocation of its
-		// own.
+		// failed attempt for a fair one (takenUp.fair): a message taken up later than the
+		// first of its invocation is claimed only when a whole lease window is left besides,
+		// and otherwise comes back at once, to an invocation of its own.
 		left, need := time.Until(dl), 2*r.margin()
-		if !fair {
+		if !taken.first {
 			need += r.window()
 		}
 		if leaseFor <= 0 || left <= need {
@@ -210,7 +207,7 @@ func (r *Runner) Process(ctx context.Context, m queue.Message) (Result, error) {
 		log.Warn("binding conflict: the message does not match the delivery; acknowledged")
 		return Result{Done: true}, nil
 	case ledger.Execute:
-		return r.execute(ctx, log, newLeaseClock(*c.Lease, leaseFor, sent), fair)
+		return r.execute(ctx, log, newLeaseClock(*c.Lease, leaseFor, sent), taken)
 	case ledger.Publish:
 		return r.publish(ctx, log, *c.Staged, newLeaseClock(c.Staged.Lease, leaseFor, sent))
 	}
