@@ -116,6 +116,11 @@ func (rt *Route) timeout() time.Duration { return cmpOr(rt.Timeout, defaultPubli
 // and holdMargin besides.
 func (rt *Route) holdFor() time.Duration { return 2*rt.timeout() + holdMargin }
 
+// requestsLast is how long the requests a delivery sends under a grant may take, from when it
+// takes room at the gate: two requests within the route's timeout and a third of holdMargin.
+// A request in flight has ended by then.
+func (rt *Route) requestsLast() time.Duration { return 2*rt.timeout() + holdMargin/3 }
+
 // settle is how long after a grant to post through the route ended a request sent under it
 // may still be applied (ledger.SubjectRequest.Settle): the route's settle time, and
 // clockAllowance for the clock of whoever asks next.
@@ -167,7 +172,6 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 		}
 		status = st
 	}
-	timeout := route.timeout()
 	// Every request under a grant ends before the grant does (the grant counts from the
 	// ledger's decision, which comes after sent). Room at the API is taken first, so that a
 	// delivery that finds none costs the ledger nothing but its hand-back, or its wait: in
@@ -192,18 +196,18 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	waited := false
 	for {
 		sent = r.now()
-		end = sent.Add(2*timeout + holdMargin/3)
+		end = sent.Add(route.requestsLast())
 		freed := r.gates.roomGiven()
 		var found room
 		leave, found = r.gates.enter(route.destination(), status.Repository, flight, perRepo, sent, end)
 		if leave != nil {
 			break
 		}
-		waits := r.waitsForRoom(wctx, found.wait+2*timeout+holdMargin/3)
+		waits := r.waitsForRoom(wctx, found.wait+route.requestsLast())
 		if !waits && waitsForSeat(wctx) && sent.Sub(found.oldest) < gateRetry {
 			if unseat == nil {
 				if unseat = r.gates.seat(route.destination(), limit); unseat != nil {
-					giveUp = time.Now().Add(2*timeout + holdMargin/3) // every request in flight has ended by then
+					giveUp = time.Now().Add(route.requestsLast()) // every request in flight has ended by then
 				}
 			}
 			waits = unseat != nil && time.Now().Before(giveUp)
