@@ -376,6 +376,17 @@ func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
 // not emptied sooner than that after its reservation landed (see Config.RequestLife).
 const DefaultRequestLife = 31 * time.Minute
 
+// quiet reports whether no write to an object last written at the given times (the store's
+// LastModified of the version judged, and the object's own record of its last write, both on
+// the store's clock) can still land at now: every request that wrote it, or a copy of one held
+// in the network, was signed more than RequestLife ago. Only such an object may be forgotten:
+// once its key is empty, a late copy of its create (If-None-Match: *) would land and bring back
+// a version of it, and copies of the writes that followed it would land over that version
+// (each attempt of a write carries the same bytes, so the same ETag).
+func (l *Ledger) quiet(now time.Time, written ...time.Time) bool {
+	return now.Sub(ledger.MaxTime(written...)) > l.cfg.RequestLife
+}
+
 // keyAged reports whether every request that could recreate the reservation a row was made
 // over has expired.
 func (j *judge) keyAged(rd *rowData) bool {
@@ -685,7 +696,7 @@ func (l *Ledger) cleanSubjects(ctx context.Context, page subjectPage, now time.T
 			kept++ // its newest verdict's row cannot be read: kept, and the row reported by the sweep
 			continue
 		}
-		if !rec.Removable(now, horizon, newest) {
+		if !rec.Removable(now, horizon, newest) || !l.quiet(now, rec.UpdatedAt, o.modified) {
 			kept++
 			continue
 		}

@@ -15,11 +15,13 @@ import (
 // to recognise a write whose answer was lost.
 //
 // A request held in flight cannot bring a forgotten record back: cleanup forgets a record only
-// a horizon of hours (at least the longest accepted signed age, plus an hour) after its newest
-// verdict, and a create (If-None-Match, sent only when no record existed) would have to have
-// been signed before the record it would replace was first created; a SigV4-signed request
-// lands within 15 minutes of its signing or never. A change (If-Match) lands only over the
-// version it was decided on.
+// when no verdict can land on it any more (ledger.SubjectRecord.Removable) and no write to it
+// can land either: its last write, by the store's clock (the version's LastModified and the
+// record's own UpdatedAt), is more than RequestLife old (Ledger.quiet). The horizon alone is
+// not enough: a record made for verdicts published late (after an outage, or revived) is past
+// it the moment it is made, and a copy of its create (If-None-Match, landing on the empty key)
+// would restore it as its oldest verdict left it, with copies of the writes that followed it
+// (each attempt of a write carries the same bytes, so the same ETag) landing over it.
 
 const subjectsPrefix = "subjects/"
 

@@ -294,7 +294,8 @@ func peekBody(r *http.Request) ([]byte, error) {
 }
 
 // dated rewrites the answer's Date to the store clock, when the test sets one (the clock of
-// the store node the handle talks to reads it as an answer's).
+// the store node the handle talks to reads it as an answer's), and the Last-Modified of a
+// version read to the store clock's time when it was written (see landings).
 func (t *transport) dated(resp *http.Response, storeClock ledger.Clock) *http.Response {
 	if storeClock == nil {
 		return resp
@@ -303,8 +304,37 @@ func (t *transport) dated(resp *http.Response, storeClock ledger.Clock) *http.Re
 	if n, ok := storeClock.(ledgertest.NodeClock); ok {
 		date = n.Answer
 	}
-	resp.Header.Set("Date", date().UTC().Format(http.TimeFormat))
+	now := date().UTC()
+	resp.Header.Set("Date", now.Format(http.TimeFormat))
+	if resp.StatusCode/100 == 2 && resp.Request != nil {
+		switch resp.Request.Method {
+		case http.MethodPut:
+			landings.LoadOrStore(versionOf(resp), now)
+		case http.MethodGet:
+			if resp.Header.Get("Last-Modified") != "" {
+				at, _ := landings.LoadOrStore(versionOf(resp), now)
+				resp.Header.Set("Last-Modified", at.(time.Time).Format(http.TimeFormat))
+			}
+		}
+	}
 	return resp
+}
+
+// landings holds, for every object version written through a transport that reports a test's
+// store clock, that clock's time when the write was answered: the Last-Modified the store's
+// clock would have given it (the store's own is the machine's). A version written some other
+// way (a copy delivered straight to the store, a fixture) counts as written when a transport
+// first reads it.
+var landings sync.Map // versionOf -> time.Time
+
+// versionOf names the object version an answer is about: its version id, or its ETag when the
+// bucket kept none.
+func versionOf(resp *http.Response) string {
+	v := resp.Header.Get("X-Amz-Version-Id")
+	if v == "" || v == "null" {
+		v = "etag " + resp.Header.Get("ETag")
+	}
+	return resp.Request.URL.Path + " " + v
 }
 
 // clockSteps counts the steps of a store clock that steps (ledgertest.NodeClock).
