@@ -51,9 +51,10 @@ func (l *Ledger) readSubject(ctx context.Context, k ledger.SubjectKey) (rec ledg
 
 // updateSubject runs fn on the subject record of k as an optimistic transaction: read fresh,
 // decide at the store's time of the answer, write with If-None-Match (a new record) or If-Match
-// (the version read); a write that loses is decided again.
+// (the version read); a write that loses is decided again. fn is told when the version read
+// landed, by the store's clock (its LastModified).
 func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey,
-	fn func(rec *ledger.SubjectRecord, exists bool, now time.Time) (T, bool, error)) (T, error) {
+	fn func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (T, bool, error)) (T, error) {
 	var zero T
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		rec, o, exists, err := l.readSubject(ctx, k)
@@ -61,7 +62,7 @@ func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.Su
 			return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
 		}
 		now := rec.Now(l.nowFor(nil), time.Time{})
-		out, write, err := fn(&rec, exists, now)
+		out, write, err := fn(&rec, exists, o.modified, now)
 		if err != nil || !write {
 			if err != nil {
 				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
@@ -89,9 +90,16 @@ func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (l
 		return ledger.SubjectGrant{}, fmt.Errorf("acquire subject: %w", err)
 	}
 	horizon := l.cfg.Limits.SubjectHorizon()
-	return updateSubject(ctx, l, "acquire subject", q.Subject.Key(), func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, bool, error) {
-		if !exists {
+	return updateSubject(ctx, l, "acquire subject", q.Subject.Key(), func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (ledger.SubjectGrant, bool, error) {
+		switch {
+		case !exists:
 			*rec = ledger.NewSubjectRecord(q.Subject, now)
+		case rec.Blind:
+			// A record that knows nothing of what stands was made no earlier than its version
+			// landed: a create decided long before it was signed (its host suspended between
+			// its read and its signature) can land on a key emptied meanwhile, and its own
+			// CreatedAt would then hide that a verdict is older than the horizon.
+			rec.CreatedAt = ledger.MaxTime(rec.CreatedAt, landed)
 		}
 		g, changed, err := rec.Acquire(q, horizon, now)
 		return g, changed && err == nil, err
@@ -100,7 +108,7 @@ func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (l
 
 // ReportSubject implements ledger.Ledger.
 func (l *Ledger) ReportSubject(ctx context.Context, g ledger.SubjectGrant, o ledger.PostOutcome) (ledger.SubjectGrant, error) {
-	return updateSubject(ctx, l, "report subject", g.Subject, func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, bool, error) {
+	return updateSubject(ctx, l, "report subject", g.Subject, func(rec *ledger.SubjectRecord, exists bool, _, now time.Time) (ledger.SubjectGrant, bool, error) {
 		if !exists {
 			return ledger.SubjectGrant{}, false, fmt.Errorf("%w: the subject's record is gone", ledger.ErrLeaseLost)
 		}

@@ -112,3 +112,63 @@ func TestForgottenSubjectRecordIsNotBroughtBackByACopyOfItsCreate(t *testing.T) 
 		t.Fatalf("a verdict older than the horizon asks on a forgotten record: %+v %v, want a late grant", g, err)
 	}
 }
+
+// TestCreateSignedLongAfterItsReadMakesALateRecord: a create is decided on a read that found no
+// record, and signed when it is sent; a host suspended between the two (a paused VM, a thawed
+// Lambda) signs it minutes or hours after its decision, and the store takes it within the life
+// of that signature. Were the record created meanwhile and forgotten, the create lands on the
+// empty key: a record that knows nothing of what stands, made (it says) before the forgotten
+// record's verdicts were past the horizon. Interleaving (V2 newer than U, U newer than X):
+//
+//	T       ingress-a: AcquireSubject(X) reads no record, decides; its host is suspended
+//	T+1m    V1, then V2, post under the record they create: V2 stands
+//	T+33m   cleanup forgets the record (nothing can land on it any more)
+//	T+34m   ingress-a wakes and sends its create (signed now): the key is empty, it lands
+//	T+35m   U asks: were the record taken as made at T, U would not be late (its event is
+//	        inside the horizon at T), and would be posted over V2 without a read-back.
+func TestCreateSignedLongAfterItsReadMakesALateRecord(t *testing.T) {
+	w := newWorld(t)
+	suspended, capt := w.captureHandle("runner-suspended", nil)
+	runner, _ := w.handle("runner", 0, nil)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("c", 40),
+		Context: "amiss"}
+	horizon := w.limits.SubjectHorizon()
+	x := w.lateVerdict(subject, horizon)
+	u := w.lateVerdict(subject, horizon-10*time.Minute)
+	v1 := w.lateVerdict(subject, horizon-5*time.Minute)
+	v2 := w.lateVerdict(subject, horizon-20*time.Minute)
+
+	create := capt.add(subjectRequest(subject, http.MethodPut), -1)
+	if g, err := suspended.AcquireSubject(w.ctx, x); err == nil {
+		t.Fatalf("X's create was never sent, yet it was answered %+v", g)
+	}
+	w.store.Advance(time.Minute)
+	for _, v := range []ledger.SubjectRequest{v1, v2} {
+		g, err := runner.AcquireSubject(w.ctx, v)
+		if err != nil || g.Outcome != ledger.SubjectPost {
+			t.Fatalf("%s asks: %+v %v", v.EvaluationID, g, err)
+		}
+		if a, err := runner.ReportSubject(w.ctx, g, ledger.PostApplied); err != nil || a.Outcome != ledger.SubjectStanding {
+			t.Fatalf("%s reports applied: %+v %v", v.EvaluationID, a, err)
+		}
+	}
+	w.store.Advance(objstore.RequestLife + time.Minute)
+	w.cleanLap(cleaner)
+	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
+		t.Fatalf("the record was not forgotten: %v", err)
+	}
+	w.store.Advance(time.Minute)
+	if code, msg := create.deliver(t, 0); code/100 != 2 {
+		t.Fatalf("X's create, sent by a host that woke up, on the empty key: %d %s", code, msg)
+	}
+	w.store.Advance(time.Minute)
+	g, err := runner.AcquireSubject(w.ctx, u)
+	if err != nil {
+		t.Fatalf("U asks: %v", err)
+	}
+	if g.Outcome == ledger.SubjectPost && !g.Late && !g.ReadBack {
+		t.Fatalf("U, older than V2 (standing), got a grant to post without reading back what stands (%+v): "+
+			"the record X's late create made took itself as made before V2 was past the horizon", g)
+	}
+}
