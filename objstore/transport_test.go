@@ -226,12 +226,16 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			break
 		}
 		steps := clockSteps(storeClock)
-		until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
+		sent := storeClock.Now()
+		until := sent.Add(time.Duration(1+rand.IntN(60)) * time.Second)
 		for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 		if spanned != nil && clockSteps(storeClock) != steps {
 			spanned()
+		}
+		if outlived(sent, storeClock) {
+			return nil, errTooOld
 		}
 	case duplicate:
 		// The copy goes out as signed, once the store's clock has moved on or half a second
@@ -244,9 +248,13 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		steps := clockSteps(storeClock)
 		go func() {
 			if storeClock != nil {
-				until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
+				sent := storeClock.Now()
+				until := sent.Add(time.Duration(1+rand.IntN(60)) * time.Second)
 				for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
+				}
+				if outlived(sent, storeClock) {
+					return
 				}
 			}
 			if spanned != nil && clockSteps(storeClock) != steps {
@@ -277,6 +285,21 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, errInjected
 	}
 	return t.dated(resp, storeClock), nil
+}
+
+// heldLife is how long, by its node's clock, a request held in flight or copied by the network
+// may still land: the store refuses one older than the life of its signature. The test store
+// checks signatures on the machine's clock, which does not move with the test's; a request
+// held while the test's clock jumps on (hours at once) is refused here instead. (The ledger's
+// RequestLife in such tests covers a landing this long after sending, node clocks that step
+// meanwhile, and nodes apart.)
+const heldLife = 3 * time.Minute
+
+var errTooOld = errors.New("held past its life: the store refuses it (RequestTimeTooSkewed)")
+
+// outlived reports whether a request sent at sent, by storeClock, would now be refused.
+func outlived(sent time.Time, storeClock ledger.Clock) bool {
+	return storeClock.Now().Sub(sent) > heldLife
 }
 
 // peekBody reads a request's body and puts it back.
