@@ -33,11 +33,18 @@ type Config struct {
 	Create bool
 	// Shards is the number of capacity shards a new ledger gets (default 16).
 	Shards int
-	// StrandedAfter, CleanupBatch and SweepBatch are as for the FileLedger (defaults 15
-	// minutes, 1000, 1000).
+	// StrandedAfter is how long an unfinished row with no live lease stays idle before cleanup
+	// reports it stranded (default 15 minutes). CleanupBatch bounds what one cleanup pass
+	// looks at (default 1000). SweepBatch is how many rows and subject records a pass of the
+	// safety net's lap reads (default 1000; a lap runs once a month, see cleanup.go).
 	StrandedAfter time.Duration
 	CleanupBatch  int
 	SweepBatch    int
+	// HighWaterEvery is how often at most cleanup persists its now as the high-water (a write
+	// of the root and of every capacity shard), which it must do before it deletes a row whose
+	// retention ended after the last one: such a row is removed within this long (default an
+	// hour). Negative: whenever a pass deletes such a row.
+	HighWaterEvery time.Duration
 	// MaintenanceLease is how long one cleanup pass may hold maintenance (default 15 minutes,
 	// three times the cleanup function's timeout). It is checked by fence before every batch
 	// of deletes; safety never rests on it (deletes name versions), only progress.
@@ -78,6 +85,9 @@ func (c *Config) defaults() error {
 	if c.SweepBatch <= 0 {
 		c.SweepBatch = 1000
 	}
+	if c.HighWaterEvery == 0 {
+		c.HighWaterEvery = time.Hour
+	}
 	if c.MaintenanceLease <= 0 {
 		c.MaintenanceLease = 15 * time.Minute
 	}
@@ -115,6 +125,9 @@ type Ledger struct {
 
 	mu    sync.Mutex
 	cache map[ledger.Key]cachedRow
+	// subjects are the subject records each row's verdict asked for through this handle
+	// (noteSubject).
+	subjects map[ledger.Key][]ledger.SubjectKey
 	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
 	// maintenance lease does not tell apart.
 	cleaning sync.Mutex

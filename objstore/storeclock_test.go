@@ -219,11 +219,11 @@ func TestVoidedReservationOutlivesStoreClocksThatDisagree(t *testing.T) {
 }
 
 // TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater: the ledger's clock never goes back,
-// across the store's nodes too: a cleanup on a node ahead persists its now as the high-water,
-// and a handle on a node two minutes behind (whose copy of the root is up to a minute old)
-// must decide no lower than it. A re-admission of a delivery stale by that high-water is
-// Stale, and a row admitted after it starts there: a lease granted on it ends no sooner than
-// the high-water plus the lease.
+// across the store's nodes too: a cleanup on a node ahead that forgets a row persists its now
+// as the high-water first, and a handle on a node two minutes behind (whose copy of the root is
+// up to a minute old) must decide no lower than it. A re-admission of a delivery stale by that
+// high-water is Stale, and a row admitted after it starts there: a lease granted on it ends no
+// sooner than the high-water plus the lease.
 func TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater(t *testing.T) {
 	behind := func(w *world, name string) *objstore.Ledger {
 		l, tr := w.handle(name, 0, nil)
@@ -240,11 +240,16 @@ func TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater(t *testing.T) {
 		fast, _ := w.handle("ingress", 0, nil)
 		slow := behind(w, "ingress-behind")
 		cleaner := ahead(w, "cleaner-ahead")
+		forgotten := w.delivery(w.store.Now()) // past its retention when the cleaner runs
+		ledgertest.MustComplete(t, fast, w.saved(fast, forgotten, "verdict"))
+		w.store.Advance(w.limits.SignedAgeCeiling + w.limits.QueueCeiling)
 		w.store.Advance(3 * time.Minute)
 		d := w.delivery(w.store.Now())
 		w.admit(fast, d, ledger.Admitted)
 		w.store.Advance(3 * time.Minute) // the cleaner's node says d is 6 minutes old
-		w.cleanLap(cleaner)
+		if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+			t.Fatalf("cleanup removed %d rows, want the one past its retention", len(rep.Removed))
+		}
 		if a, err := slow.Admit(w.ctx, d); err != nil || a.Outcome != ledger.Stale {
 			t.Fatalf("a re-admission of a delivery signed 6 minutes before the last cleanup's high-water (accepted age 5m), "+
 				"through a node 2 minutes behind: %v %v, want Stale", a.Outcome, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -90,6 +91,7 @@ func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (l
 		return ledger.SubjectGrant{}, fmt.Errorf("acquire subject: %w", err)
 	}
 	horizon := l.cfg.Limits.SubjectHorizon()
+	l.noteSubject(q.Order.Key, q.Subject.Key())
 	return updateSubject(ctx, l, "acquire subject", q.Subject.Key(), func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (ledger.SubjectGrant, bool, error) {
 		switch {
 		case !exists:
@@ -144,6 +146,34 @@ func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) 
 		}
 		return true, nil
 	})
+}
+
+// noteSubject remembers that the verdict of row key asked to be published to subject k: the
+// row names it when it is finished (finish), and cleanup then looks at the record. Bounded as
+// the row cache is: a row this handle forgot names no subject, and its record is found by the
+// safety net's lap.
+func (l *Ledger) noteSubject(key ledger.Key, k ledger.SubjectKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.subjects == nil {
+		l.subjects = map[ledger.Key][]ledger.SubjectKey{}
+	}
+	if _, ok := l.subjects[key]; !ok && len(l.subjects) >= maxCache {
+		for k := range l.subjects {
+			delete(l.subjects, k)
+			break
+		}
+	}
+	if !slices.Contains(l.subjects[key], k) {
+		l.subjects[key] = append(l.subjects[key], k)
+	}
+}
+
+// subjectsOf answers the subject records the verdict of row key asked for through this handle.
+func (l *Ledger) subjectsOf(key ledger.Key) []ledger.SubjectKey {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.subjects[key])
 }
 
 // countSubjects counts the subject records, for Stats.

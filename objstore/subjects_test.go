@@ -2,13 +2,13 @@ package objstore_test
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/objstore"
 )
 
@@ -23,14 +23,40 @@ func subjectRequest(s ledger.Subject, method string) func(*http.Request, []byte)
 	}
 }
 
-// lateVerdict is a verdict of subject s whose event is age older than the store's time now:
-// published late (after an outage, or revived), long after its event.
-func (w *world) lateVerdict(s ledger.Subject, age time.Duration) ledger.SubjectRequest {
-	w.seq++
-	key := ledger.Key(ledger.SumBody(fmt.Appendf(nil, "%s-verdict-%d", w.prefix, w.seq)))
-	now := w.store.Now()
-	return ledger.SubjectRequest{Subject: s, Order: ledger.Order{Key: key, EventAt: now.Add(-age), AdmittedAt: now.Add(-time.Minute)},
-		EvaluationID: fmt.Sprintf("eval-%d", w.seq), HoldFor: time.Minute, Settle: 10 * time.Second}
+// verdicts admits one delivery for each signing age (before the store's time now) and saves a
+// verdict for each through l.
+func (w *world) verdicts(l ledger.Ledger, ages ...time.Duration) []ledger.Delivery {
+	w.t.Helper()
+	var out []ledger.Delivery
+	for _, age := range ages {
+		d := w.delivery(w.store.Now().Add(-age))
+		w.saved(l, d, "verdict of "+d.Binding.Identity)
+		out = append(out, d)
+	}
+	return out
+}
+
+// publishing claims d's saved verdict for publication through l (its earlier lease long over,
+// after an outage) and answers the request to post it to subject s.
+func (w *world) publishing(l ledger.Ledger, d ledger.Delivery, s ledger.Subject) (ledger.Staged, ledger.SubjectRequest) {
+	w.t.Helper()
+	st := *ledgertest.MustClaim(w.t, l, d, ledger.Publish).Staged
+	return st, ledger.SubjectRequest{Subject: s, Order: st.Lease.Order(), EvaluationID: st.Lease.EvaluationID,
+		HoldFor: time.Minute, Settle: 10 * time.Second}
+}
+
+// postStanding asks for q, posts, reports applied (the verdict stands), and completes the row.
+func (w *world) postStanding(l ledger.Ledger, st ledger.Staged, q ledger.SubjectRequest) ledger.SubjectGrant {
+	w.t.Helper()
+	g, err := l.AcquireSubject(w.ctx, q)
+	if err != nil || g.Outcome != ledger.SubjectPost {
+		w.t.Fatalf("%s asks: %+v %v", q.EvaluationID, g, err)
+	}
+	if a, err := l.ReportSubject(w.ctx, g, ledger.PostApplied); err != nil || a.Outcome != ledger.SubjectStanding {
+		w.t.Fatalf("%s reports applied: %+v %v", q.EvaluationID, a, err)
+	}
+	ledgertest.MustComplete(w.t, l, st)
+	return g
 }
 
 // TestForgottenSubjectRecordIsNotBroughtBackByACopyOfItsCreate: a subject record made for
@@ -38,14 +64,16 @@ func (w *world) lateVerdict(s ledger.Subject, age time.Duration) ledger.SubjectR
 // (If-None-Match: *) held in the network lands within the life of a request; were the record
 // forgotten by then, the copy would restore it on the empty key as the oldest verdict left it,
 // and a copy of its first report would land over it too (same bytes, same ETag). Interleaving
-// (event times V1 < U < V2, all more than the horizon old):
+// (event times V1 < U < V2, all admitted and evaluated, then published after an outage longer
+// than the horizon):
 //
 //	T        V1 asks: the record is created (a first attempt of the create is held in the
 //	         network, a retry lands); V1 posts under a late grant and reports applied (a
 //	         first attempt of the report is held too)
-//	         V2 asks, posts and reports applied: V2 stands
-//	T+2m30s  cleanup: the newest verdict is past the horizon, nothing is in flight
-//	T+3m30s  the held create and report land (signed 3m30s ago, inside SigV4's 15 minutes)
+//	         V2 asks, posts and reports applied: V2 stands; both rows are completed
+//	T+2m30s, T+7m, T+13m  cleanup passes: the newest verdict is past the horizon, nothing is
+//	         in flight
+//	T+14m    the held create and report land (signed 14 minutes ago, inside SigV4's 15)
 //	         U asks: were the record restored (V1 standing, known), U would get a grant with
 //	         no read-back and no late mark, and be posted over V2.
 func TestForgottenSubjectRecordIsNotBroughtBackByACopyOfItsCreate(t *testing.T) {
@@ -54,10 +82,11 @@ func TestForgottenSubjectRecordIsNotBroughtBackByACopyOfItsCreate(t *testing.T) 
 	cleaner, _ := w.handle("cleaner", 0, nil)
 	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("b", 40),
 		Context: "amiss"}
-	horizon := w.limits.SubjectHorizon()
-	v1 := w.lateVerdict(subject, horizon+30*time.Minute)
-	u := w.lateVerdict(subject, horizon+20*time.Minute)
-	v2 := w.lateVerdict(subject, horizon+10*time.Minute)
+	ds := w.verdicts(runner, 3*time.Minute, 2*time.Minute, time.Minute) // V1 < U < V2
+	w.store.Advance(w.limits.SubjectHorizon() + 10*time.Minute)         // an outage
+	s1, v1 := w.publishing(runner, ds[0], subject)
+	_, u := w.publishing(runner, ds[1], subject)
+	s2, v2 := w.publishing(runner, ds[2], subject)
 
 	create := capt.add(subjectRequest(subject, http.MethodPut), 1)
 	g1, err := runner.AcquireSubject(w.ctx, v1)
@@ -71,19 +100,16 @@ func TestForgottenSubjectRecordIsNotBroughtBackByACopyOfItsCreate(t *testing.T) 
 	if len(create.got) != 1 || len(report.got) != 1 {
 		t.Fatalf("captured %d creates and %d reports, want one each", len(create.got), len(report.got))
 	}
-	g2, err := runner.AcquireSubject(w.ctx, v2)
-	if err != nil || g2.Outcome != ledger.SubjectPost {
-		t.Fatalf("V2 asks: %+v %v", g2, err)
-	}
-	if a, err := runner.ReportSubject(w.ctx, g2, ledger.PostApplied); err != nil || a.Outcome != ledger.SubjectStanding {
-		t.Fatalf("V2 reports applied: %+v %v", a, err)
-	}
+	ledgertest.MustComplete(t, runner, s1)
+	w.postStanding(runner, s2, v2)
 
-	w.store.Advance(2*time.Minute + 30*time.Second)
-	w.cleanLap(cleaner)
-	w.store.Advance(time.Minute)
+	for _, at := range []time.Duration{2*time.Minute + 30*time.Second, 7 * time.Minute, 13 * time.Minute} {
+		w.store.Set(g1.Decided.Add(at))
+		w.cleanLap(cleaner)
+	}
+	w.store.Set(g1.Decided.Add(14 * time.Minute))
 	code, msg := create.deliver(t, 0)
-	t.Logf("held create, 3m30s after it was signed: %d %s", code, msg)
+	t.Logf("held create, 14 minutes after it was signed: %d %s", code, msg)
 	code, msg = report.deliver(t, 0)
 	t.Logf("held report: %d %s", code, msg)
 
@@ -107,8 +133,7 @@ func TestForgottenSubjectRecordIsNotBroughtBackByACopyOfItsCreate(t *testing.T) 
 	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
 		t.Fatalf("the record was not forgotten once no write could land on it: %v", err)
 	}
-	late := w.lateVerdict(subject, horizon+15*time.Minute)
-	if g, err := runner.AcquireSubject(w.ctx, late); err != nil || g.Outcome != ledger.SubjectPost || !g.Late {
+	if g, err := runner.AcquireSubject(w.ctx, u); err != nil || g.Outcome != ledger.SubjectPost || !g.Late {
 		t.Fatalf("a verdict older than the horizon asks on a forgotten record: %+v %v, want a late grant", g, err)
 	}
 }
@@ -118,14 +143,17 @@ func TestForgottenSubjectRecordIsNotBroughtBackByACopyOfItsCreate(t *testing.T) 
 // Lambda) signs it minutes or hours after its decision, and the store takes it within the life
 // of that signature. Were the record created meanwhile and forgotten, the create lands on the
 // empty key: a record that knows nothing of what stands, made (it says) before the forgotten
-// record's verdicts were past the horizon. Interleaving (V2 newer than U, U newer than X):
+// record's verdicts were past the horizon. Interleaving (event times X < U < V1 < V2, all
+// evaluated at T0):
 //
-//	T       ingress-a: AcquireSubject(X) reads no record, decides; its host is suspended
-//	T+1m    V1, then V2, post under the record they create: V2 stands
-//	T+33m   cleanup forgets the record (nothing can land on it any more)
-//	T+34m   ingress-a wakes and sends its create (signed now): the key is empty, it lands
-//	T+35m   U asks: were the record taken as made at T, U would not be late (its event is
-//	        inside the horizon at T), and would be posted over V2 without a read-back.
+//	T0+1m   runner-suspended: AcquireSubject(X) reads no record, decides; its host is
+//	        suspended
+//	        an outage longer than the horizon; then V1 and V2 post under the record they
+//	        create: V2 stands; their rows are completed
+//	+33m    cleanup forgets the record (nothing can land on it any more)
+//	+34m    runner-suspended wakes and sends its create (signed now): the key is empty, it lands
+//	+35m    U asks: were the record taken as made at T0+1m, U would not be late (its event is
+//	        inside the horizon then), and would be posted over V2 without a read-back.
 func TestCreateSignedLongAfterItsReadMakesALateRecord(t *testing.T) {
 	w := newWorld(t)
 	suspended, capt := w.captureHandle("runner-suspended", nil)
@@ -133,27 +161,22 @@ func TestCreateSignedLongAfterItsReadMakesALateRecord(t *testing.T) {
 	cleaner, _ := w.handle("cleaner", 0, nil)
 	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("c", 40),
 		Context: "amiss"}
-	horizon := w.limits.SubjectHorizon()
-	x := w.lateVerdict(subject, horizon)
-	u := w.lateVerdict(subject, horizon-10*time.Minute)
-	v1 := w.lateVerdict(subject, horizon-5*time.Minute)
-	v2 := w.lateVerdict(subject, horizon-20*time.Minute)
-
+	ds := w.verdicts(runner, 4*time.Minute, 3*time.Minute, 2*time.Minute, time.Minute) // X < U < V1 < V2
+	w.store.Advance(time.Minute)
+	_, x := w.publishing(runner, ds[0], subject)
 	create := capt.add(subjectRequest(subject, http.MethodPut), -1)
 	if g, err := suspended.AcquireSubject(w.ctx, x); err == nil {
 		t.Fatalf("X's create was never sent, yet it was answered %+v", g)
 	}
-	w.store.Advance(time.Minute)
-	for _, v := range []ledger.SubjectRequest{v1, v2} {
-		g, err := runner.AcquireSubject(w.ctx, v)
-		if err != nil || g.Outcome != ledger.SubjectPost {
-			t.Fatalf("%s asks: %+v %v", v.EvaluationID, g, err)
-		}
-		if a, err := runner.ReportSubject(w.ctx, g, ledger.PostApplied); err != nil || a.Outcome != ledger.SubjectStanding {
-			t.Fatalf("%s reports applied: %+v %v", v.EvaluationID, a, err)
-		}
+	w.store.Advance(w.limits.SubjectHorizon() + 10*time.Minute) // the outage
+	_, u := w.publishing(runner, ds[1], subject)
+	for _, d := range ds[2:] {
+		st, q := w.publishing(runner, d, subject)
+		w.postStanding(runner, st, q)
 	}
 	w.store.Advance(objstore.RequestLife + time.Minute)
+	w.cleanLap(cleaner)
+	w.store.Advance(10 * time.Minute)
 	w.cleanLap(cleaner)
 	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
 		t.Fatalf("the record was not forgotten: %v", err)
