@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,4 +263,164 @@ func casRate(b *testing.B, tr *transport, workers int, rate func(int, func(int, 
 func isPreconditionErr(err error) bool {
 	var re interface{ HTTPStatusCode() int }
 	return errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusPreconditionFailed || re.HTTPStatusCode() == http.StatusConflict)
+}
+
+// S3 Standard list prices in us-east-1, dollars per 1,000 requests: PUT, COPY, POST and LIST
+// requests (ListObjectVersions included) cost the first, GET and every other request the
+// second; DELETE is free.
+const (
+	priceWrite = 0.005
+	priceRead  = 0.0004
+)
+
+// dollars prices requests counted by kind (the transport's classes).
+func dollars(kinds map[string]int) float64 {
+	var d float64
+	for k, n := range kinds {
+		switch k {
+		case "PUT", "POST", "LIST", "LIST-VERSIONS":
+			d += float64(n) * priceWrite / 1000
+		case "DELETE":
+		default:
+			d += float64(n) * priceRead / 1000
+		}
+	}
+	return d
+}
+
+// BenchmarkSimulatedDay runs days of a deployment against MinIO on the store's clock, and
+// counts the requests of the deliveries' own lifecycles (admission by the ingress; claim,
+// save, subject grant, post report and completion by the runner, each delivery to a commit of
+// its own) and of cleanup (a pass every 5 minutes, as many as a run needs to be Done), at
+// default limits: signed deliveries kept 72 hours, subject records forgotten 97 hours after
+// their newest event. Deliveries arrive on days 1, 2 and 5, evenly (AMISS_BENCH_PER_DAY a day,
+// default 10,000); day 5 is measured: its cleanup looks at its own deliveries and forgets the
+// rows of day 2 and the subject records of day 1, as every day does at steady state (days 3
+// and 4, without traffic, have a pass an hour). It reports
+// requests and dollars (S3 Standard list prices) per million deliveries, lifecycle and cleanup
+// apart, and the most requests and reads one pass made. Run it alone:
+//
+//	go test -run '^$' -bench SimulatedDay -benchtime 1x ./objstore/
+func BenchmarkSimulatedDay(b *testing.B) {
+	requireMinIO(b)
+	perDay := 10_000
+	if n, err := strconv.Atoi(os.Getenv("AMISS_BENCH_PER_DAY")); err == nil && n > 0 {
+		perDay = n
+	}
+	ctx := context.Background()
+	prefix := newPrefix(b)
+	clock := ledger.NewManualClock(time.Now().Truncate(time.Second))
+	limits := ledger.DefaultLimits()
+	life, clean := &counter{}, &counter{}
+	ingress := openOn(b, prefix, newTransport(life), clock, limits, 0)
+	runner := openOn(b, prefix, newTransport(life), clock, limits, 0)
+	cleaner := openOn(b, prefix, newTransport(clean), clock, limits, 0)
+	const (
+		pass  = 5 * time.Minute
+		slots = int(24 * time.Hour / pass)
+	)
+	var seq atomic.Int64
+	deliver := func() error {
+		i := int(seq.Add(1))
+		d := benchDelivery(prefix, i, clock.Now())
+		if a, err := ingress.Admit(ctx, d); err != nil || a.Outcome != ledger.Admitted {
+			return fmt.Errorf("admit: %v %v", a.Outcome, err)
+		}
+		c, err := runner.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
+		if err != nil || c.Outcome != ledger.Execute {
+			return fmt.Errorf("claim: %v %v", c.Outcome, err)
+		}
+		s, err := runner.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))
+		if err != nil {
+			return err
+		}
+		q := ledger.SubjectRequest{Subject: ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app",
+			SHA: fmt.Sprintf("%040x", i), Context: "amiss"}, Order: s.Lease.Order(), EvaluationID: s.Lease.EvaluationID,
+			HoldFor: time.Minute, Settle: 10 * time.Second}
+		g, err := runner.AcquireSubject(ctx, q)
+		if err != nil || g.Outcome != ledger.SubjectPost {
+			return fmt.Errorf("acquire subject: %v %v", g.Outcome, err)
+		}
+		if a, err := runner.ReportSubject(ctx, g, ledger.PostApplied); err != nil || a.Outcome != ledger.SubjectStanding {
+			return fmt.Errorf("report subject: %v %v", a.Outcome, err)
+		}
+		return runner.Complete(ctx, s)
+	}
+	var passes, maxOps, maxReads, removed, subjects int
+	b.ResetTimer()
+	for day := 1; day <= 5; day++ {
+		arrive := day <= 2 || day == 5
+		if day == 5 {
+			life.reset()
+			clean.reset()
+		}
+		step := pass
+		if !arrive {
+			step = time.Hour // days with no traffic: a pass an hour is as good, and quicker
+		}
+		for slot := 0; slot < int(24*time.Hour/step); slot++ {
+			if arrive {
+				n := perDay/slots + map[bool]int{true: 1, false: 0}[slot < perDay%slots]
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				sem := make(chan struct{}, 4)
+				for range n {
+					wg.Add(1)
+					sem <- struct{}{}
+					go func() {
+						defer wg.Done()
+						defer func() { <-sem }()
+						if err := deliver(); err != nil {
+							errs <- err
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+			}
+			clock.Advance(step)
+			for range 20 {
+				before := clean.kinds()
+				rep, err := cleaner.Cleanup(ctx, "")
+				if err != nil {
+					b.Fatalf("day %d: cleanup: %v", day, err)
+				}
+				if day == 5 {
+					after := clean.kinds()
+					ops, reads := 0, after["GET"]-before["GET"]
+					for k, v := range after {
+						ops += v - before[k]
+					}
+					passes++
+					maxOps, maxReads = max(maxOps, ops), max(maxReads, reads)
+					removed += len(rep.Removed)
+					subjects += rep.RemovedSubjects
+				}
+				if rep.Done {
+					break
+				}
+			}
+		}
+	}
+	b.StopTimer()
+	perM := 1e6 / float64(perDay)
+	total := func(kinds map[string]int) int {
+		n := 0
+		for _, v := range kinds {
+			n += v
+		}
+		return n
+	}
+	lk, ck := life.kinds(), clean.kinds()
+	b.Logf("day 5: %d deliveries; lifecycle %v; cleanup %d passes %v, %d rows and %d subject records forgotten, at most %d requests (%d GETs) in one pass",
+		perDay, lk, passes, ck, removed, subjects, maxOps, maxReads)
+	b.ReportMetric(float64(total(lk))/float64(perDay), "lifecycle-req/delivery")
+	b.ReportMetric(float64(total(ck))/float64(perDay), "cleanup-req/delivery")
+	b.ReportMetric(dollars(lk)*perM, "lifecycle-$/M")
+	b.ReportMetric(dollars(ck)*perM, "cleanup-$/M")
+	b.ReportMetric(float64(maxReads), "max-GETs/pass")
+	b.ReportMetric(0, "ns/op")
 }

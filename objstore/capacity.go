@@ -18,7 +18,10 @@ import (
 // entry whose look should have come by now (lookLate past the grace: a format 5 admission,
 // which asked for none), by reading its key; a younger one is an admission in flight, or one
 // whose look is still to come.
-func (l *Ledger) settleAll(ctx context.Context, now time.Time, known map[ledger.Key]keyState) (map[ledger.Key]bool, int64, []shardState, error) {
+//
+// only, when not nil, names the shards to settle (the others are not read: their states are
+// left zero, and their pending entries are not answered).
+func (l *Ledger) settleAll(ctx context.Context, now time.Time, known map[ledger.Key]keyState, only map[int]bool) (map[ledger.Key]bool, int64, []shardState, error) {
 	pending := map[ledger.Key]bool{}
 	if known == nil {
 		known = map[ledger.Key]keyState{}
@@ -26,6 +29,9 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time, known map[ledger.
 	var used int64
 	states := make([]shardState, l.shards)
 	for i := range l.shards {
+		if only != nil && !only[i] {
+			continue
+		}
 		for attempt := 0; ; attempt++ {
 			if attempt == maxRetries {
 				return nil, 0, nil, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)

@@ -103,11 +103,11 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := l.s.requireVersioning(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	lease, err := l.takeMaintenance(ctx)
+	lease, leaseTag, err := l.takeMaintenance(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	defer l.dropMaintenance(context.WithoutCancel(ctx), lease)
+	defer l.dropMaintenance(context.WithoutCancel(ctx), lease, leaseTag)
 	prev, prevTag, err := l.readBatch(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -191,8 +191,8 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			}
 			budget -= len(part.Items)
 			for _, it := range part.Items {
-				if at := time.Unix(0, it.At); at.After(now) {
-					p.later(it.Kind, it.Key, at) // not due yet: into a part of its own time
+				if time.Unix(0, it.At).After(now) {
+					p.schedule(it) // not due yet: into a part of its own time
 					continue
 				}
 				if err := p.item(ctx, it); err != nil {
@@ -229,6 +229,9 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 
 	rep.HighWater = p.highWater
 	gone := map[ledger.Key]bool{}
+	if err := p.listBatch(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	if len(p.batch.Entries) > 0 {
 		if p.raise {
 			// The high-water before anything is deleted, in every capacity shard, then the
@@ -280,24 +283,28 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
 	}
+	if err := p.removeAll(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	// What was looked at is dropped only once what it can still become is scheduled.
 	if err := p.writeSchedule(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	for _, e := range consumed {
-		if err := l.s.dropIndex(ctx, e); err != nil {
-			return rep, fmt.Errorf("cleanup: drop %s: %w", e.name, err)
+	var drop []versionRef
+	for _, e := range append(consumed, p.dropEnded...) {
+		for _, v := range e.versions {
+			drop = append(drop, versionRef{e.name, v})
 		}
 	}
-	for _, e := range p.dropEnded {
-		if err := l.s.dropIndex(ctx, e); err != nil {
-			return rep, fmt.Errorf("cleanup: drop %s: %w", e.name, err)
-		}
+	if err := l.s.deleteVersions(ctx, drop); err != nil {
+		return rep, fmt.Errorf("cleanup: drop index entries: %w", err)
 	}
 	rep.Subjects, rep.RemovedSubjects = p.subjectsKept, p.subjectsRemoved
 	p.tally.Fill(&rep)
-	rep.RecordCap = l.cfg.Limits.RecordCap
-	rep.CapacityUsed = max(0, p.used-int64(len(rep.Removed)))
+	if p.counted { // capacity is reported by a pass that read every shard
+		rep.RecordCap = l.cfg.Limits.RecordCap
+		rep.CapacityUsed = max(0, p.used-int64(len(rep.Removed)))
+	}
 	if lap.InLap && lap.After == lapDone && lap.Subjects == lapDone {
 		lap = sweepData{LapEnded: now.UnixNano()}
 	}
@@ -478,8 +485,9 @@ type pass struct {
 	batch   batchData
 	chosen  map[ledger.Key]bool
 	pending map[ledger.Key]bool // keys whose admission is not settled
-	used    int64               // slots the shards counted when they were settled
-	shards  []shardState        // the shards as they were settled
+	used    int64               // slots the shards counted when they were all settled (counted)
+	counted bool
+	shards  []shardState // the shards as they were settled
 	// states are the keys read by the pass's looks; removable are the rows found removable and
 	// voidable the reservations found abandoned, decided once the shards are settled.
 	states    map[ledger.Key]keyState
@@ -493,10 +501,12 @@ type pass struct {
 	// row whose retention ended after it, so the pass persists its now before deleting.
 	highWater time.Time
 	raise     bool
-	// schedule is the looks to come, by the time of the part they go in.
-	schedule map[time.Time][]scheduleItem
+	// parts is the looks to come, by the period of the part they go in.
+	parts map[time.Time][]scheduleItem
 	// dropEnded is the format 5 end-time entries of rows gone or never to be removed.
 	dropEnded []indexEntry
+	// removals are the voids and subject records judged removable (removeAll).
+	removals []removal
 
 	subjectsKept, subjectsRemoved int
 }
@@ -506,10 +516,107 @@ type readRow struct {
 	row *ledger.Row
 }
 
-// candidate is a row found removable, with the format 5 end-time entries that named it.
+// removal is an object judged removable from the version read; done is told whether it was
+// removed, or written again since (and kept).
+type removal struct {
+	name, version string
+	done          func(removed bool)
+}
+
+// removeAll removes what the pass judged removable besides rows, each by the version judged,
+// with the history below it: every object's versions are listed; where the judged version is
+// still the latest, the older ones are deleted first (so that none becomes current again), then
+// the judged ones, a request for each round whatever their number. A version written after the
+// judgement is newer, and no delete names it.
+func (p *pass) removeAll(ctx context.Context) error {
+	var older, judged []versionRef
+	var removed []removal
+	for _, r := range p.removals {
+		vs, err := p.l.s.versions(ctx, r.name)
+		if err != nil {
+			return err
+		}
+		found, latest := false, false
+		for _, v := range vs {
+			if v.id == r.version {
+				found, latest = true, v.latest
+			}
+		}
+		switch {
+		case !found:
+			r.done(true) // removed before
+			continue
+		case !latest:
+			r.done(false)
+			continue
+		}
+		for _, v := range vs {
+			if v.id != r.version {
+				older = append(older, versionRef{r.name, v.id})
+			}
+		}
+		judged = append(judged, versionRef{r.name, r.version})
+		removed = append(removed, r)
+	}
+	if err := p.l.s.deleteVersions(ctx, older); err != nil {
+		return err
+	}
+	if err := p.l.s.deleteVersions(ctx, judged); err != nil {
+		return err
+	}
+	for _, r := range removed {
+		r.done(true)
+	}
+	return nil
+}
+
+// listBatch lists the versions of each row the batch is to remove: a row whose judged version
+// is not the latest any more (written again since, or removed) leaves the batch, and one that
+// was written again is looked at again. What is left can be removed: the versions below the
+// judged one are deleted first (listed now: no older version appears later).
+func (p *pass) listBatch(ctx context.Context) error {
+	kept := p.batch.Entries[:0]
+	for _, e := range p.batch.Entries {
+		vs, err := p.l.s.versions(ctx, rowName(e.Key))
+		if err != nil {
+			return err
+		}
+		found, latest := false, false
+		for _, v := range vs {
+			if v.id == e.Version {
+				found, latest = true, v.latest
+			}
+		}
+		if !found || !latest {
+			for _, x := range e.Indexes {
+				p.dropEnded = append(p.dropEnded, indexEntry{name: x.Name, versions: x.Versions})
+			}
+			if found {
+				p.later("look", e.Key.String(), p.now)
+			}
+			continue
+		}
+		e.Listed = true
+		for _, v := range vs {
+			if v.id != e.Version {
+				e.Older = append(e.Older, v.id)
+			}
+		}
+		kept = append(kept, e)
+	}
+	p.batch.Entries = kept
+	return nil
+}
+
+// candidate is a row found removable: the version judged, its evaluation, shard and retention
+// end, with the format 5 end-time entries that named it.
 type candidate struct {
-	ks  keyState
-	idx []indexEntry
+	key     ledger.Key
+	version string
+	eval    string
+	shard   int
+	end     time.Time
+	idx     []indexEntry
 }
 
 // settle settles every shard (judging the admissions whose keys the pass read from what it
@@ -519,31 +626,52 @@ type candidate struct {
 // its admission is still pending.
 func (p *pass) settle(ctx context.Context) error {
 	l := p.l
-	pend, used, shards, err := l.settleAll(ctx, p.now, p.states)
-	if err != nil {
-		return err
-	}
-	p.pending, p.used, p.shards = pend, used, shards
 	// A row whose retention ended after the persisted high-water waits for the next raise
 	// of it (at most one each HighWaterEvery), unless this pass may raise it.
 	mayRaise := p.now.Sub(p.highWater) >= l.cfg.HighWaterEvery
+	var removable []candidate
 	for _, c := range p.removable {
-		rd := c.ks.row
-		key := rd.Row.Key
-		switch ended := !rd.Row.RetainUntil.After(p.highWater); {
-		case p.pending[key]:
+		if c.end.After(p.highWater) && !mayRaise {
+			p.dropEnded = append(p.dropEnded, c.idx...)
+			p.schedule(scheduleItem{Kind: "remove", Key: c.key.String(), At: p.highWater.Add(l.cfg.HighWaterEvery).UnixNano(),
+				Version: c.version, Evaluation: c.eval, Shard: c.shard, End: c.end.UnixNano()})
+			continue
+		}
+		removable = append(removable, c)
+	}
+	// Before a row is removed or a reservation voided, whether an admission of the key is
+	// pending is known from every shard. Otherwise only the shards of the keys the pass read
+	// are settled (an admission's entry is in its key's home shard unless that one was full; an
+	// entry elsewhere is settled by the next full settlement, or by admissions).
+	var only map[int]bool
+	if len(removable) == 0 && len(p.voidable) == 0 {
+		only = map[int]bool{}
+		for key := range p.states {
+			only[l.homeShard(key)] = true
+		}
+	}
+	if only == nil || len(only) > 0 {
+		pend, used, shards, err := l.settleAll(ctx, p.now, p.states, only)
+		if err != nil {
+			return err
+		}
+		p.pending, p.shards = pend, shards
+		if only == nil {
+			p.used, p.counted = used, true
+		}
+	}
+	for _, c := range removable {
+		key := c.key
+		if p.pending[key] {
 			p.dropEnded = append(p.dropEnded, c.idx...)
 			p.later("remove", key.String(), p.now.Add(l.cfg.PendingGrace))
 			continue
-		case !ended && !mayRaise:
-			p.dropEnded = append(p.dropEnded, c.idx...)
-			p.later("remove", key.String(), p.highWater.Add(l.cfg.HighWaterEvery))
-			continue
-		case !ended:
+		}
+		if c.end.After(p.highWater) {
 			p.raise = true
 		}
 		p.chosen[key] = true
-		e := batchEntry{Key: key, EvaluationID: rd.Row.EvaluationID, Shard: rd.Shard, Version: c.ks.version}
+		e := batchEntry{Key: key, EvaluationID: c.eval, Shard: c.shard, Version: c.version}
 		for _, x := range c.idx {
 			e.Indexes = append(e.Indexes, indexData{Name: x.name, Versions: x.versions})
 		}
@@ -570,26 +698,31 @@ func (p *pass) settle(ctx context.Context) error {
 }
 
 // later schedules a look of kind at key (a row's key, or a subject record's) no sooner than at.
-// Looks are gathered into parts by period (schedulePeriod), so that a pass writes few parts.
 func (p *pass) later(kind, key string, at time.Time) {
-	bucket := at.Truncate(schedulePeriod)
-	if p.schedule == nil {
-		p.schedule = map[time.Time][]scheduleItem{}
+	p.schedule(scheduleItem{Kind: kind, Key: key, At: at.UnixNano()})
+}
+
+// schedule adds a look to the schedule. Looks are gathered into parts by period
+// (schedulePeriod), so that a pass writes few parts.
+func (p *pass) schedule(it scheduleItem) {
+	bucket := time.Unix(0, it.At).Truncate(schedulePeriod)
+	if p.parts == nil {
+		p.parts = map[time.Time][]scheduleItem{}
 	}
-	p.schedule[bucket] = append(p.schedule[bucket], scheduleItem{Kind: kind, Key: key, At: at.UnixNano()})
+	p.parts[bucket] = append(p.parts[bucket], it)
 }
 
 // writeSchedule writes the looks to come, one part per period (at most CleanupBatch looks a
 // part), each under a name of its own, due at its earliest look: the pass that reads it does
 // what is due then, and schedules the rest again.
 func (p *pass) writeSchedule(ctx context.Context) error {
-	buckets := make([]time.Time, 0, len(p.schedule))
-	for b := range p.schedule {
+	buckets := make([]time.Time, 0, len(p.parts))
+	for b := range p.parts {
 		buckets = append(buckets, b)
 	}
 	sort.Slice(buckets, func(i, j int) bool { return buckets[i].Before(buckets[j]) })
 	for _, b := range buckets {
-		items := p.schedule[b]
+		items := p.parts[b]
 		sort.Slice(items, func(i, j int) bool { return items[i].At < items[j].At })
 		for len(items) > 0 {
 			n := min(len(items), p.l.cfg.CleanupBatch)
@@ -617,6 +750,14 @@ func (p *pass) item(ctx context.Context, it scheduleItem) error {
 	case "look", "remove":
 		key, err := ledger.ParseKey(it.Key)
 		if err != nil {
+			return nil
+		}
+		if it.Kind == "remove" && it.Version != "" && !p.looked["r"+it.Key] {
+			// Judged removable from then on, if the version judged is still the latest: the
+			// batch lists its versions before it is written.
+			p.looked["r"+it.Key] = true
+			p.removable = append(p.removable, candidate{key: key, version: it.Version, eval: it.Evaluation, shard: it.Shard,
+				end: time.Unix(0, it.End).UTC()})
 			return nil
 		}
 		return p.lookRow(ctx, it.Kind, key, nil)
@@ -727,11 +868,15 @@ func (p *pass) lookRow(ctx context.Context, kind string, key ledger.Key, idx []i
 	case row.Permanent:
 		return nil // never removed: nothing more to look at
 	case !row.Removable(p.now) || !p.keyAged(rd):
-		p.later("remove", key.String(), ledger.MaxTime(row.RetainUntil.Add(time.Nanosecond), p.keyAgedAt(rd)))
+		// Removed at the end of its retention (and of its key's age) if this version is still
+		// the latest then: nothing is read again but the list of its versions.
+		p.schedule(scheduleItem{Kind: "remove", Key: key.String(), At: ledger.MaxTime(row.RetainUntil.Add(time.Nanosecond), p.keyAgedAt(rd)).UnixNano(),
+			Version: ks.version, Evaluation: row.EvaluationID, Shard: rd.Shard, End: row.RetainUntil.UnixNano()})
 		return nil
 	}
 	chosen = true // its entries go with it, into the batch or back to dropEnded (settle)
-	p.removable = append(p.removable, candidate{ks: ks, idx: idx})
+	p.removable = append(p.removable, candidate{key: key, version: ks.version, eval: row.EvaluationID, shard: rd.Shard,
+		end: row.RetainUntil, idx: idx})
 	return nil
 }
 
@@ -755,11 +900,12 @@ func (p *pass) reservation(ctx context.Context, key ledger.Key, ks keyState) err
 		p.later("look", key.String(), end.Add(time.Second))
 		return nil
 	}
-	latest, _, err := l.s.removeVersion(ctx, rowName(key), ks.version)
-	if err == nil && !latest {
-		p.later("look", key.String(), p.now) // written again since it was read
-	}
-	return err
+	p.removals = append(p.removals, removal{name: rowName(key), version: ks.version, done: func(removed bool) {
+		if !removed {
+			p.later("look", key.String(), p.now) // written again since it was read
+		}
+	}})
+	return nil
 }
 
 // subject judges one subject record: removed by the version read when no verdict and no write
@@ -783,29 +929,33 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 	case !exists:
 		return nil
 	}
+	// The newest verdict's row matters only while it may still post: once that verdict is
+	// known to stand, its row has nothing to post that a record made anew would not let it
+	// (it reads back, and finds itself standing), and is not read.
 	var newest *ledger.Row
-	rd, _, err := l.getRow(ctx, rec.Newest.Key)
-	switch {
-	case err == nil:
-		newest = &rd.Row
-	case !errors.Is(err, ledger.ErrUnknownDelivery):
-		// Its newest verdict's row cannot be read: kept, and the row reported by its own look.
-		p.subjectsKept++
-		p.later("subject", k.String(), p.now.Add(recheck))
-		return nil
+	if rec.Stands != (ledger.Verdict{Key: rec.Newest.Key, Evaluation: rec.NewestEvaluation}) {
+		rd, _, err := l.getRow(ctx, rec.Newest.Key)
+		switch {
+		case err == nil:
+			newest = &rd.Row
+		case !errors.Is(err, ledger.ErrUnknownDelivery):
+			// Its newest verdict's row cannot be read: kept, and the row reported by its
+			// own look.
+			p.subjectsKept++
+			p.later("subject", k.String(), p.now.Add(recheck))
+			return nil
+		}
 	}
 	horizon := l.cfg.Limits.SubjectHorizon()
 	if rec.Removable(p.now, horizon, newest) && l.quiet(p.now, rec.UpdatedAt, o.modified) {
-		latest, gone, err := l.s.removeVersion(ctx, name, o.version)
-		if err != nil {
-			return err
-		}
-		if latest || gone {
-			p.subjectsRemoved++
-			return nil
-		}
-		p.subjectsKept++ // changed since it was judged: judged again
-		p.later("subject", k.String(), p.now)
+		p.removals = append(p.removals, removal{name: name, version: o.version, done: func(removed bool) {
+			if removed {
+				p.subjectsRemoved++
+				return
+			}
+			p.subjectsKept++ // changed since it was judged: judged again
+			p.later("subject", k.String(), p.now)
+		}})
 		return nil
 	}
 	p.subjectsKept++
@@ -833,8 +983,32 @@ func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease
 		return tag, err
 	}
 	released := map[int]int64{}
+	// Rows listed when the batch was written: every older version first, then every judged
+	// one, a request for each round whatever their number.
+	var older, judged []versionRef
 	for _, e := range b.Entries {
-		g, err := l.removeRow(ctx, e)
+		if !e.Listed {
+			continue
+		}
+		for _, v := range e.Older {
+			older = append(older, versionRef{rowName(e.Key), v})
+		}
+		judged = append(judged, versionRef{rowName(e.Key), e.Version})
+	}
+	if err := l.s.deleteVersions(ctx, older); err != nil {
+		return tag, err
+	}
+	if err := l.s.deleteVersions(ctx, judged); err != nil {
+		return tag, err
+	}
+	for _, e := range b.Entries {
+		var g bool
+		var err error
+		if e.Listed {
+			g, err = l.removedRow(ctx, e)
+		} else {
+			g, err = l.removeRow(ctx, e)
+		}
 		if err != nil {
 			return tag, err
 		}
@@ -897,6 +1071,21 @@ func (l *Ledger) removeRow(ctx context.Context, e batchEntry) (bool, error) {
 	}
 	if ks.row != nil && ks.row.Row.EvaluationID == e.EvaluationID {
 		return false, nil // it lived on in a newer version (a re-admission lengthened its retention)
+	}
+	return true, l.dropIndexes(ctx, e)
+}
+
+// removedRow reports whether a batch row whose versions were deleted is gone: nothing of its
+// evaluation left at the key (a re-admission that lengthened its retention after the listing
+// wrote a newer version, which no delete named), and drops its index entries then.
+func (l *Ledger) removedRow(ctx context.Context, e batchEntry) (bool, error) {
+	l.forget(e.Key)
+	ks, err := l.readKey(ctx, e.Key)
+	if err != nil {
+		return false, err
+	}
+	if ks.row != nil && ks.row.Row.EvaluationID == e.EvaluationID {
+		return false, nil
 	}
 	return true, l.dropIndexes(ctx, e)
 }

@@ -200,11 +200,17 @@ type scheduleData struct {
 
 // scheduleItem is one look cleanup has scheduled: a row's key (Kind "look": is it finished,
 // stranded, a reservation to tidy? "remove": past its retention?) or a subject record
-// ("subject"), at At (Unix nanoseconds, the store's clock).
+// ("subject"), at At (Unix nanoseconds, the store's clock). A removal names the version judged
+// finished (removable at At if it is still the latest then), its evaluation, shard and
+// retention end.
 type scheduleItem struct {
-	Kind string `json:"kind"`
-	Key  string `json:"key"`
-	At   int64  `json:"at_unix_nano"`
+	Kind       string `json:"kind"`
+	Key        string `json:"key"`
+	At         int64  `json:"at_unix_nano"`
+	Version    string `json:"version,omitempty"`
+	Evaluation string `json:"evaluation_id,omitempty"`
+	Shard      int    `json:"shard,omitempty"`
+	End        int64  `json:"end_unix_nano,omitempty"`
 }
 
 type batchData struct {
@@ -224,6 +230,10 @@ type batchEntry struct {
 	Version      string      `json:"version,omitempty"`
 	Index        string      `json:"index,omitempty"`
 	Indexes      []indexData `json:"indexes,omitempty"`
+	// Older are the versions below Version when the batch was written (format 6: listed
+	// then, Version the latest), deleted before it.
+	Older  []string `json:"older,omitempty"`
+	Listed bool     `json:"listed,omitempty"`
 }
 
 type indexData struct {

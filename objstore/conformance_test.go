@@ -67,7 +67,7 @@ func randomFaults(plan ledgertest.FaultPlan, counts *faultCounts) func(*http.Req
 		mu.Lock()
 		defer mu.Unlock()
 		// A DELETE is where a late landing hurts most: hold one in ten.
-		if r.Method == http.MethodDelete && rng.Float64() < 0.1 {
+		if (r.Method == http.MethodDelete || isBatchDelete(r)) && rng.Float64() < 0.1 {
 			counts.add("held-delete")
 			return holdInFlight
 		}

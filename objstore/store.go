@@ -229,6 +229,43 @@ func (s *store) deleteVersion(ctx context.Context, name, version string) error {
 	return nil
 }
 
+// versionRef names one version of one object.
+type versionRef struct {
+	name, version string
+}
+
+// deleteVersions deletes the versions named, each by its version id (never by key alone), up to
+// 1,000 in one request; a version already gone counts as deleted. The deletes of one call are
+// not ordered among themselves: a caller that needs one version gone before another deletes
+// them in two calls.
+func (s *store) deleteVersions(ctx context.Context, refs []versionRef) error {
+	for len(refs) > 0 {
+		n := min(len(refs), 1000)
+		objs := make([]types.ObjectIdentifier, n)
+		for i, r := range refs[:n] {
+			if r.version == "" {
+				return fmt.Errorf("%w: delete %s: no version id (is the bucket versioned?)", ledger.ErrInvalid, s.key(r.name))
+			}
+			objs[i] = types.ObjectIdentifier{Key: aws.String(s.key(r.name)), VersionId: aws.String(r.version)}
+		}
+		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket,
+			Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(true)}}, s.dated)
+		if err != nil {
+			return fmt.Errorf("%w: delete %d versions under %s: %v", ledger.ErrUnavailable, n, s.prefix, err)
+		}
+		for _, e := range out.Errors {
+			switch aws.ToString(e.Code) {
+			case "NoSuchKey", "NoSuchVersion":
+				continue
+			}
+			return fmt.Errorf("%w: delete %s version %s: %s %s", ledger.ErrUnavailable, aws.ToString(e.Key), aws.ToString(e.VersionId),
+				aws.ToString(e.Code), aws.ToString(e.Message))
+		}
+		refs = refs[n:]
+	}
+	return nil
+}
+
 // removeVersion makes judged, the version of name that the caller read and judged, disappear
 // with the whole history below it: when judged is still the latest version, every older
 // version and delete marker is deleted first (so that none becomes current again), then judged
