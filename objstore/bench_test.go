@@ -62,9 +62,10 @@ func lifecycle(tb testing.TB, l ledger.Ledger, c *counter, d ledger.Delivery) [4
 }
 
 // TestRequestsPerLifecycle counts (does not time) the requests of one uncontended delivery
-// lifecycle, for a permanent and for a signed delivery: admitted by one handle (the ingress),
-// claimed, saved and completed by another (the runner), as in Lambda. The target is at most 10.
-// It also counts what cleanup spends on each row it removes.
+// lifecycle, for a permanent and for a signed delivery: admitted by one handle (the ingress,
+// warm: it has taken slots before), claimed, saved, granted its post on a commit nothing was
+// published to, reported and completed by another (the runner), as in Lambda. The target is at
+// most 10. It also counts what one cleanup pass spends removing rows.
 func TestRequestsPerLifecycle(t *testing.T) {
 	requireMinIO(t)
 	ctx := context.Background()
@@ -73,43 +74,50 @@ func TestRequestsPerLifecycle(t *testing.T) {
 	ci, cr := &counter{}, &counter{}
 	ingress := openOn(t, prefix, newTransport(ci), clock, ledgertest.Limits(), 0)
 	runner := openOn(t, prefix, newTransport(cr), clock, ledgertest.Limits(), 0)
-	var signed []ledger.Delivery
+	for i := range 16 { // the ingress has taken a slot in every shard before
+		ledgertest.MustAdmit(t, ingress, benchDelivery(prefix, 100+i, time.Time{}))
+	}
 	for _, sig := range []bool{false, true} {
 		at := time.Time{}
 		if sig {
 			at = clock.Now()
 		}
-		d := benchDelivery(prefix, map[bool]int{false: 1, true: 2}[sig], at)
-		ci.reset()
-		if _, err := ingress.Admit(ctx, d); err != nil {
-			t.Fatal(err)
-		}
-		admit, _ := ci.snapshot()
-		var steps [3]int
-		var s ledger.Staged
-		for i, f := range []func() error{
-			func() error {
-				c, err := runner.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
-				if err == nil {
-					s, err = runner.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))
-				}
-				return err
-			},
-			func() error { return runner.Complete(ctx, s) },
-		} {
-			cr.reset()
+		n := map[bool]int{false: 1, true: 2}[sig]
+		d := benchDelivery(prefix, n, at)
+		count := func(c *counter, f func() error) int {
+			t.Helper()
+			c.reset()
 			if err := f(); err != nil {
 				t.Fatal(err)
 			}
-			steps[i], _ = cr.snapshot()
+			ops, _ := c.snapshot()
+			return ops
 		}
-		total := admit + steps[0] + steps[1]
-		t.Logf("signed=%v: admit %d (ingress), claim and save %d, complete %d (runner): %d requests", sig, admit, steps[0], steps[1], total)
+		var s ledger.Staged
+		var g ledger.SubjectGrant
+		admit := count(ci, func() error { _, err := ingress.Admit(ctx, d); return err })
+		run := count(cr, func() error {
+			c, err := runner.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
+			if err == nil {
+				s, err = runner.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))
+			}
+			return err
+		})
+		q := ledger.SubjectRequest{Subject: ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app",
+			SHA: fmt.Sprintf("%040d", n), Context: "amiss"}, Order: s.Lease.Order(), EvaluationID: s.Lease.EvaluationID,
+			HoldFor: time.Minute, Settle: 10 * time.Second}
+		subject := count(cr, func() (err error) {
+			if g, err = runner.AcquireSubject(ctx, q); err == nil {
+				_, err = runner.ReportSubject(ctx, g, ledger.PostApplied)
+			}
+			return err
+		})
+		complete := count(cr, func() error { return runner.Complete(ctx, s) })
+		total := admit + run + subject + complete
+		t.Logf("signed=%v: admit %d (ingress), claim and save %d, subject grant and report %d, complete %d (runner): %d requests",
+			sig, admit, run, subject, complete, total)
 		if total > 10 {
 			t.Fatalf("signed=%v: %d requests for one lifecycle, target at most 10", sig, total)
-		}
-		if sig {
-			signed = append(signed, d)
 		}
 	}
 	// Cleanup: ten more signed rows, then one pass past their retention.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -172,7 +173,9 @@ func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
 	if sd.Used < 0 || sd.Quota != l.quota(i) {
 		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(shardName(i)), sd.Used, sd.Quota, l.quota(i))
 	}
-	return shardState{data: sd, etag: o.etag}, nil
+	st := shardState{data: sd, etag: o.etag}
+	l.rememberShard(i, st)
+	return st, nil
 }
 
 // writeShard writes shard i over the version read, and answers the new version's ETag.
@@ -181,7 +184,32 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) (string, 
 	if err != nil {
 		return "", err
 	}
-	return l.s.put(ctx, shardName(i), body, token, st.etag, false)
+	tag, err := l.s.put(ctx, shardName(i), body, token, st.etag, false)
+	if err == nil {
+		st.etag = tag
+		l.rememberShard(i, st)
+	}
+	return tag, err
+}
+
+// rememberShard keeps shard i as this handle last read or wrote it; cachedShard answers it
+// (a copy: its pending entries are the caller's to change).
+func (l *Ledger) rememberShard(i int, st shardState) {
+	st.data.Pending = slices.Clone(st.data.Pending)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shardCache == nil {
+		l.shardCache = map[int]shardState{}
+	}
+	l.shardCache[i] = st
+}
+
+func (l *Ledger) cachedShard(i int) (shardState, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.shardCache[i]
+	st.data.Pending = slices.Clone(st.data.Pending)
+	return st, ok
 }
 
 // errStale: the shard's high-water makes the request being admitted stale.
@@ -212,11 +240,18 @@ func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationDat
 	return 0, false, nil
 }
 
+// Its first attempt decides on the shard as this handle last read or wrote it, without a read:
+// only a successful write (If-Match on that version) makes the decision count, and any other
+// outcome reads the shard again. A warm ingress alone on its shards thus takes a slot in one
+// request.
 func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode settleMode, stale func(time.Time) bool) (bool, error) {
 	for attempt := 0; attempt < maxRetries; attempt++ {
-		st, err := l.readShard(ctx, i)
-		if err != nil {
-			return false, err
+		st, cached := l.cachedShard(i)
+		if attempt > 0 || !cached {
+			var err error
+			if st, err = l.readShard(ctx, i); err != nil {
+				return false, err
+			}
 		}
 		for _, p := range st.data.Pending {
 			if p.Reservation == res.ID {
@@ -231,6 +266,9 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reser
 			return false, err
 		}
 		if st.data.Used >= st.data.Quota {
+			if cached && attempt == 0 {
+				continue // full as cached: Full is answered on a fresh read only
+			}
 			if changed {
 				if _, err := l.writeShard(ctx, i, st); err != nil && !errors.Is(err, errRaced) {
 					return false, err

@@ -233,12 +233,12 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	if len(p.batch.Entries) > 0 {
-		if p.raise {
-			// The high-water before anything is deleted, in every capacity shard, then the
-			// root (which a later pass takes as what every shard holds).
-			if err := l.raiseShards(ctx, now, p.shards); err != nil {
-				return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
-			}
+		// The high-water before anything is deleted, in every capacity shard, then the root:
+		// a request stale when its row is forgotten stays stale, whatever the clocks do.
+		if err := l.raiseShards(ctx, now, p.shards); err != nil {
+			return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
+		}
+		if now.UnixNano() > root.HighWater {
 			root.HighWater = now.UnixNano()
 			body, token, err := l.encode(kindRoot, root)
 			if err != nil {
@@ -247,9 +247,9 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			if _, err := l.s.put(ctx, rootName, body, token, rootTag, false); err != nil {
 				return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
 			}
-			l.raiseHighWater(now)
-			rep.HighWater = now
 		}
+		l.raiseHighWater(now)
+		rep.HighWater = now
 		batch := p.batch
 		batch.ID = 1
 		if prev != nil {
@@ -497,10 +497,8 @@ type pass struct {
 	// the batch (a row the batch removed is not counted as kept).
 	looked map[string]bool
 	read   []readRow
-	// highWater is the high-water the root and every shard hold; raise says the batch holds a
-	// row whose retention ended after it, so the pass persists its now before deleting.
+	// highWater is the high-water the root and every shard hold.
 	highWater time.Time
-	raise     bool
 	// parts is the looks to come, by the period of the part they go in.
 	parts map[time.Time][]scheduleItem
 	// dropEnded is the format 5 end-time entries of rows gone or never to be removed.
@@ -626,19 +624,7 @@ type candidate struct {
 // its admission is still pending.
 func (p *pass) settle(ctx context.Context) error {
 	l := p.l
-	// A row whose retention ended after the persisted high-water waits for the next raise
-	// of it (at most one each HighWaterEvery), unless this pass may raise it.
-	mayRaise := p.now.Sub(p.highWater) >= l.cfg.HighWaterEvery
-	var removable []candidate
-	for _, c := range p.removable {
-		if c.end.After(p.highWater) && !mayRaise {
-			p.dropEnded = append(p.dropEnded, c.idx...)
-			p.schedule(scheduleItem{Kind: "remove", Key: c.key.String(), At: p.highWater.Add(l.cfg.HighWaterEvery).UnixNano(),
-				Version: c.version, Evaluation: c.eval, Shard: c.shard, End: c.end.UnixNano()})
-			continue
-		}
-		removable = append(removable, c)
-	}
+	removable := p.removable
 	// Before a row is removed or a reservation voided, whether an admission of the key is
 	// pending is known from every shard. Otherwise only the shards of the keys the pass read
 	// are settled (an admission's entry is in its key's home shard unless that one was full; an
@@ -666,9 +652,6 @@ func (p *pass) settle(ctx context.Context) error {
 			p.dropEnded = append(p.dropEnded, c.idx...)
 			p.later("remove", key.String(), p.now.Add(l.cfg.PendingGrace))
 			continue
-		}
-		if c.end.After(p.highWater) {
-			p.raise = true
 		}
 		p.chosen[key] = true
 		e := batchEntry{Key: key, EvaluationID: c.eval, Shard: c.shard, Version: c.version}
@@ -869,8 +852,14 @@ func (p *pass) lookRow(ctx context.Context, kind string, key ledger.Key, idx []i
 		return nil // never removed: nothing more to look at
 	case !row.Removable(p.now) || !p.keyAged(rd):
 		// Removed at the end of its retention (and of its key's age) if this version is still
-		// the latest then: nothing is read again but the list of its versions.
-		p.schedule(scheduleItem{Kind: "remove", Key: key.String(), At: ledger.MaxTime(row.RetainUntil.Add(time.Nanosecond), p.keyAgedAt(rd)).UnixNano(),
+		// the latest then: nothing is read again but the list of its versions. Removals are
+		// gathered at whole periods of HighWaterEvery, so that the high-water, persisted before
+		// any row goes, is written about once a period.
+		at := ledger.MaxTime(row.RetainUntil.Add(time.Nanosecond), p.keyAgedAt(rd))
+		if every := l.cfg.HighWaterEvery; every > 0 {
+			at = at.Add(every - 1).Truncate(every)
+		}
+		p.schedule(scheduleItem{Kind: "remove", Key: key.String(), At: at.UnixNano(),
 			Version: ks.version, Evaluation: row.EvaluationID, Shard: rd.Shard, End: row.RetainUntil.UnixNano()})
 		return nil
 	}

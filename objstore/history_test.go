@@ -38,6 +38,7 @@ func TestHistories(t *testing.T) {
 		h, err := newHarness(ctx, t)
 		if err == nil {
 			h.(*harness).requestLife = 5*time.Minute + 30*time.Second
+			h.(*harness).gather = true // removals at whole hours, as deployed
 		}
 		return h, err
 	}, cfg)

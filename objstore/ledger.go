@@ -40,10 +40,10 @@ type Config struct {
 	StrandedAfter time.Duration
 	CleanupBatch  int
 	SweepBatch    int
-	// HighWaterEvery is how often at most cleanup persists its now as the high-water (a write
-	// of the root and of every capacity shard), which it must do before it deletes a row whose
-	// retention ended after the last one: such a row is removed within this long (default an
-	// hour). Negative: whenever a pass deletes such a row.
+	// HighWaterEvery gathers cleanup's removals of rows: a row is removed at the first whole
+	// period after its retention ends (default an hour), so that the high-water, which a pass
+	// persists before it deletes a row (a write of the root and of every capacity shard), is
+	// written about once a period. Negative: a row is removed as soon as it can be.
 	HighWaterEvery time.Duration
 	// MaintenanceLease is how long one cleanup pass may hold maintenance (default 15 minutes,
 	// three times the cleanup function's timeout). It is checked by fence before every batch
@@ -126,8 +126,11 @@ type Ledger struct {
 	mu    sync.Mutex
 	cache map[ledger.Key]cachedRow
 	// subjects are the subject records each row's verdict asked for through this handle
-	// (noteSubject).
-	subjects map[ledger.Key][]ledger.SubjectKey
+	// (noteSubject); subjectCache the records as its own last writes left them.
+	subjects     map[ledger.Key][]ledger.SubjectKey
+	subjectCache map[ledger.SubjectKey]cachedSubject
+	// shardCache are the capacity shards as this handle last read or wrote them.
+	shardCache map[int]shardState
 	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
 	// maintenance lease does not tell apart.
 	cleaning sync.Mutex

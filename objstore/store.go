@@ -125,6 +125,14 @@ func noRetries(o *s3.Options) { o.RetryMaxAttempts = 1 }
 // is tried again; anything else after an attempt that may have reached the store is an
 // outcome it cannot know.
 func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatch string, create bool) (string, error) {
+	etag, _, err := s.putBack(ctx, name, body, token, ifMatch, create)
+	return etag, err
+}
+
+// putBack is put; when the write lost (errRaced) it also answers what it read back: the object
+// as the store holds it (no ETag when there is none), on which the caller may decide again
+// without reading it once more.
+func (s *store) putBack(ctx context.Context, name string, body []byte, token, ifMatch string, create bool) (string, object, error) {
 	sent := false // an earlier attempt may have reached the store (and may still land)
 	for attempt := 1; ; attempt++ {
 		in := &s3.PutObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name)), Body: bytes.NewReader(body),
@@ -137,7 +145,7 @@ func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatc
 		}
 		out, err := s.client.PutObject(ctx, in, s.dated, noRetries)
 		if err == nil {
-			return aws.ToString(out.ETag), nil
+			return aws.ToString(out.ETag), object{}, nil
 		}
 		conditional := isPrecondition(err) || (ifMatch != "" && isNotFound(err))
 		if !conditional && httpStatus(err) != http.StatusServiceUnavailable {
@@ -148,19 +156,19 @@ func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatc
 		back, gerr := s.get(ctx, name)
 		switch {
 		case gerr == nil && token != "" && tokenOf(back.body) == token:
-			return back.etag, nil
+			return back.etag, object{}, nil
 		case gerr != nil && !errors.Is(gerr, errNotFound):
-			return "", fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), errors.Join(err, gerr))
+			return "", object{}, fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), errors.Join(err, gerr))
 		case conditional && !sent:
 			// Lost: the first attempt was refused and the store holds another write. (Had a
 			// copy of it landed and been overwritten since, the write is answered as lost
 			// although it applied: callers whose writes name their own reservation or entry
 			// recognise them when they read again.)
-			return "", errRaced
+			return "", back, errRaced
 		}
 		unchanged := (create && errors.Is(gerr, errNotFound)) || (!create && gerr == nil && back.etag == ifMatch)
 		if conditional || !unchanged || attempt == putAttempts || ctx.Err() != nil {
-			return "", fmt.Errorf("%w: put %s: the outcome is unknown: %v", ledger.ErrUnavailable, s.key(name), err)
+			return "", object{}, fmt.Errorf("%w: put %s: the outcome is unknown: %v", ledger.ErrUnavailable, s.key(name), err)
 		}
 		// Nothing landed: try again (an attempt still in flight can only land over the same
 		// object, which this one then finds changed, or carries the same token).

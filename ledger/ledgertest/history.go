@@ -347,15 +347,22 @@ func (s *memSink) End(o Op) {
 }
 
 // hostClock is a handle's clock: the base moved by a skew that may step, recording reads.
+// Wall is its wall clock, which a suspension of the host (the skew falling behind, on a
+// backend on the store's clock) does not hold back.
 type hostClock struct {
-	w    HistoryWorld
-	skew atomic.Int64
+	w         HistoryWorld
+	skew      atomic.Int64
+	suspended atomic.Int64 // how far suspensions held Now back
 }
 
 func (c *hostClock) Now() time.Time {
 	t := c.w.Now().Add(time.Duration(c.skew.Load()))
 	c.w.Saw(t)
 	return t
+}
+
+func (c *hostClock) Wall() time.Time {
+	return c.w.Now().Add(time.Duration(c.skew.Load() + c.suspended.Load()))
 }
 
 // storeClock is the store's own clock (the base), recording reads.
@@ -554,10 +561,11 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	o.Client = c.id
 	back1 := w.SteppedBack()
 	decide := c.decide.Now
-	if c.node != nil && (o.Kind == OpComplete || o.Kind == OpRelease) {
-		// A backend on the store's clock may decide these, which depend on no time, on the
-		// row it has cached, without asking the store: at its own estimate, which with the
-		// store's nodes apart a later decision on another node may be below of.
+	if c.node != nil {
+		// A backend on the store's clock may decide on what it has cached, without asking
+		// the store (Complete and Release always; any call while its host was not suspended):
+		// at its own estimate, which with the store's nodes apart a later decision on
+		// another node may be below of.
 		decide = c.seen.cachedNow
 	}
 	lo1 := decide()
@@ -810,8 +818,10 @@ func (k *worker) moveClock() {
 	case p < 0.15:
 		// A backend on the store's clock measures elapsed time on the host's monotonic clock,
 		// which never steps forward or back, but stops while the host is suspended: the
-		// host falls behind.
-		k.c.host.skew.Add(-int64(time.Duration(1+k.rng.IntN(60)) * time.Second))
+		// host falls behind (its wall clock does not).
+		d := int64(time.Duration(1+k.rng.IntN(60)) * time.Second)
+		k.c.host.skew.Add(-d)
+		k.c.host.suspended.Add(d)
 	case p < 0.3 && k.c.node != nil:
 		// The clock of the store node this handle talks to steps forward, or back.
 		k.c.node.step(k.rng, k.cfg.StoreSkew)
