@@ -773,8 +773,9 @@ func (p *pass) keyAgedAt(rd *rowData) time.Time {
 // request whose signing time is more than 15 minutes from its own clock. The SDK signs with the
 // host's wall clock corrected by the last skew it measured; a host clock that stepped up to 15
 // minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
-// and a minute for the store's nodes' disagreement (half a minute each way). A row's key is
-// not emptied sooner than that after its reservation landed (see Config.RequestLife).
+// and a minute of margin for the store's nodes' disagreement (which the ledger assumes within
+// 10 seconds: docs/s3-ledger.md). Nothing is forgotten sooner than that after a write to it
+// (see Config.RequestLife, Ledger.quiet).
 const DefaultRequestLife = 31 * time.Minute
 
 // quiet reports whether no write to an object last written at the given times (the store's

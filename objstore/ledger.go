@@ -56,12 +56,11 @@ type Config struct {
 	// RequestLife is how long after it was signed a request can still land on the store
 	// (default 31 minutes: see DefaultRequestLife). A row's key is emptied no sooner than that
 	// after its reservation landed, so that no copy of the reservation's PUT, landing late on
-	// the empty key, lets a copy of the row's create land over it again. This compares two
-	// readings of the store's clock (the reservation's, through the admitting handle, and
-	// cleanup's), so it assumes the store's nodes agree within about half a minute, unless the
-	// row's retention, which comes on top (72 hours with the default limits), outlasts their
-	// disagreement. Only a deployment whose transport bounds a request's life more tightly (a
-	// test's) may set it lower.
+	// the empty key, lets a copy of the row's create land over it again; and no object is
+	// forgotten sooner than that after its last write. This compares two readings of the
+	// store's clock (the writer's, through its handle, and cleanup's): its last minute is margin
+	// for the store's nodes, which the ledger assumes agree within 10 seconds. Only a deployment
+	// whose transport bounds a request's life more tightly (a test's) may set it lower.
 	RequestLife time.Duration
 	// Owner names this handle in the maintenance lease (default: random).
 	Owner string

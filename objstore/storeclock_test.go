@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -338,5 +339,85 @@ func TestForgottenRowsKeyOutlivesItsRequestsOnNodesHalfAMinuteApart(t *testing.T
 	}
 	if st := w.exact(cleaner); st.Rows != 0 {
 		t.Fatalf("%d rows left", st.Rows)
+	}
+}
+
+// TestOrderOnACommitHoldsOnNodesTenSecondsApart: the order on a commit rests on one clock
+// assumption, the store's nodes agree within 10 s, which the runner's settle wait carries on
+// top of the route's settle time (10 s: functions/runner's clockAllowance). A post whose
+// outcome was unknown may be applied by the provider until the route's settle time after its
+// runner gave up on it; a newer verdict is called standing only once the record's settle time
+// (the report's time, on its node, plus the route's settle time and the allowance) has come on
+// the node the newer one asks. With the nodes 10 s apart, that is no sooner than the older post
+// could still land:
+//
+//	T        runner-a (on a node at the store's time) gives up on X's post and reports it unknown
+//	T+1s     runner-b (on a node 10 s ahead) posts Y, newer; it is to confirm at the record's
+//	         settle time, by its node
+//	         runner-b asks again at that time by its node, reads back, and Y is called standing:
+//	         X's post, applied as late as the provider may, must have landed before.
+func TestOrderOnACommitHoldsOnNodesTenSecondsApart(t *testing.T) {
+	const (
+		apart       = 10 * time.Second // the bound docs/s3-ledger.md and docs/runner.md state
+		routeSettle = time.Minute      // a route's default settle time
+		allowance   = 10 * time.Second // functions/runner's clockAllowance
+	)
+	w := newWorld(t)
+	a, _ := w.handle("runner-a", 0, nil)
+	b, bTr := w.handle("runner-b", 0, nil)
+	bTr.setStoreClock(offsetClock{w.store, apart})
+	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("d", 40),
+		Context: "amiss"}
+	request := func(name string, event time.Duration) ledger.SubjectRequest {
+		w.seq++
+		return ledger.SubjectRequest{Subject: subject, Order: ledger.Order{Key: ledger.Key(ledger.SumBody([]byte(w.prefix + name))),
+			EventAt: w.store.Now().Add(event), AdmittedAt: w.store.Now()}, EvaluationID: name, HoldFor: 70 * time.Second,
+			Settle: routeSettle + allowance}
+	}
+	x, y := request("X", -2*time.Second), request("Y", -time.Second)
+
+	gx, err := a.AcquireSubject(w.ctx, x)
+	if err != nil || gx.Outcome != ledger.SubjectPost {
+		t.Fatalf("X asks: %+v %v", gx, err)
+	}
+	gaveUp := w.store.Now() // runner-a gives up on X's post, and reports it
+	if ax, err := a.ReportSubject(w.ctx, gx, ledger.PostUnknown); err != nil || ax.Outcome != ledger.SubjectRetry {
+		t.Fatalf("X reports unknown: %+v %v", ax, err)
+	}
+	lastLanding := gaveUp.Add(routeSettle) // the provider applies X's post by then, or never
+
+	w.store.Advance(time.Second)
+	gy, err := b.AcquireSubject(w.ctx, y)
+	if err != nil || gy.Outcome != ledger.SubjectPost {
+		t.Fatalf("Y asks: %+v %v", gy, err)
+	}
+	ay, err := b.ReportSubject(w.ctx, gy, ledger.PostApplied)
+	if err != nil || ay.Outcome != ledger.SubjectConfirm {
+		t.Fatalf("Y reports applied while X's post may still land: %+v %v, want confirm", ay, err)
+	}
+	// runner-b comes back when its node says so, and confirms by reading back.
+	w.store.Set(ay.RetryAt.Add(-apart))
+	for i := 0; ; i++ {
+		g, err := b.AcquireSubject(w.ctx, y)
+		if err != nil {
+			t.Fatalf("Y asks again: %v", err)
+		}
+		if g.Outcome == ledger.SubjectPost {
+			g, err = b.ReportSubject(w.ctx, g, ledger.PostApplied) // read back: Y stands
+			if err != nil {
+				t.Fatalf("Y confirms: %v", err)
+			}
+		}
+		if g.Outcome == ledger.SubjectStanding {
+			break
+		}
+		if i == 5 || g.Outcome != ledger.SubjectWait && g.Outcome != ledger.SubjectConfirm {
+			t.Fatalf("Y is not called standing: %+v", g)
+		}
+		w.store.Set(g.RetryAt.Add(-apart))
+	}
+	if standing := w.store.Now(); standing.Before(lastLanding) {
+		t.Fatalf("Y was called standing at %s (the store's time), while X's post could still land until %s: nodes %s apart break the order",
+			standing.Format(time.TimeOnly), lastLanding.Format(time.TimeOnly), apart)
 	}
 }
