@@ -33,7 +33,7 @@ import (
 // counted root (ledgertest.RunHistories).
 func TestHistories(t *testing.T) {
 	t.Parallel()
-	cfg := ledgertest.HistoryConfig{Histories: 3, Workers: 4, Steps: 250, Keys: 12, Skew: 2 * time.Minute, FaultRate: 0.01, Seed: 1}
+	cfg := ledgertest.HistoryConfig{Histories: 3, Workers: 4, Steps: 250, Keys: 12, Skew: 2 * time.Minute, FaultRate: 0.01, Seed: 1, Forget: true}
 	if os.Getenv("AMISS_SOAK") != "" {
 		cfg.Histories, cfg.Workers, cfg.Steps = 40, 8, 1000
 	}

@@ -3,10 +3,14 @@ package objstore_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/minio/minio-go/v7"
 
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/ledger/ledgertest"
@@ -60,9 +65,10 @@ func lifecycle(tb testing.TB, l ledger.Ledger, c *counter, d ledger.Delivery) [4
 }
 
 // TestRequestsPerLifecycle counts (does not time) the requests of one uncontended delivery
-// lifecycle, for a permanent and for a signed delivery: admitted by one handle (the ingress),
-// claimed, saved and completed by another (the runner), as in Lambda. The target is at most 10.
-// It also counts what cleanup spends on each row it removes.
+// lifecycle, for a permanent and for a signed delivery: admitted by one handle (the ingress,
+// warm: it has taken slots before), claimed, saved, granted its post on a commit nothing was
+// published to, reported and completed by another (the runner), as in Lambda. The target is at
+// most 10. It also counts what one cleanup pass spends removing rows.
 func TestRequestsPerLifecycle(t *testing.T) {
 	requireMinIO(t)
 	ctx := context.Background()
@@ -71,43 +77,50 @@ func TestRequestsPerLifecycle(t *testing.T) {
 	ci, cr := &counter{}, &counter{}
 	ingress := openOn(t, prefix, newTransport(ci), clock, ledgertest.Limits(), 0)
 	runner := openOn(t, prefix, newTransport(cr), clock, ledgertest.Limits(), 0)
-	var signed []ledger.Delivery
+	for i := range 16 { // the ingress has taken a slot in every shard before
+		ledgertest.MustAdmit(t, ingress, benchDelivery(prefix, 100+i, time.Time{}))
+	}
 	for _, sig := range []bool{false, true} {
 		at := time.Time{}
 		if sig {
 			at = clock.Now()
 		}
-		d := benchDelivery(prefix, map[bool]int{false: 1, true: 2}[sig], at)
-		ci.reset()
-		if _, err := ingress.Admit(ctx, d); err != nil {
-			t.Fatal(err)
-		}
-		admit, _ := ci.snapshot()
-		var steps [3]int
-		var s ledger.Staged
-		for i, f := range []func() error{
-			func() error {
-				c, err := runner.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
-				if err == nil {
-					s, err = runner.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))
-				}
-				return err
-			},
-			func() error { return runner.Complete(ctx, s) },
-		} {
-			cr.reset()
+		n := map[bool]int{false: 1, true: 2}[sig]
+		d := benchDelivery(prefix, n, at)
+		count := func(c *counter, f func() error) int {
+			t.Helper()
+			c.reset()
 			if err := f(); err != nil {
 				t.Fatal(err)
 			}
-			steps[i], _ = cr.snapshot()
+			ops, _ := c.snapshot()
+			return ops
 		}
-		total := admit + steps[0] + steps[1]
-		t.Logf("signed=%v: admit %d (ingress), claim and save %d, complete %d (runner): %d requests", sig, admit, steps[0], steps[1], total)
+		var s ledger.Staged
+		var g ledger.SubjectGrant
+		admit := count(ci, func() error { _, err := ingress.Admit(ctx, d); return err })
+		run := count(cr, func() error {
+			c, err := runner.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
+			if err == nil {
+				s, err = runner.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))
+			}
+			return err
+		})
+		q := ledger.SubjectRequest{Subject: ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app",
+			SHA: fmt.Sprintf("%040d", n), Context: "amiss"}, Order: s.Lease.Order(), EvaluationID: s.Lease.EvaluationID,
+			HoldFor: time.Minute, Settle: 10 * time.Second}
+		subject := count(cr, func() (err error) {
+			if g, err = runner.AcquireSubject(ctx, q); err == nil {
+				_, err = runner.ReportSubject(ctx, g, ledger.PostApplied)
+			}
+			return err
+		})
+		complete := count(cr, func() error { return runner.Complete(ctx, s) })
+		total := admit + run + subject + complete
+		t.Logf("signed=%v: admit %d (ingress), claim and save %d, subject grant and report %d, complete %d (runner): %d requests",
+			sig, admit, run, subject, complete, total)
 		if total > 10 {
 			t.Fatalf("signed=%v: %d requests for one lifecycle, target at most 10", sig, total)
-		}
-		if sig {
-			signed = append(signed, d)
 		}
 	}
 	// Cleanup: ten more signed rows, then one pass past their retention.
@@ -261,4 +274,242 @@ func casRate(b *testing.B, tr *transport, workers int, rate func(int, func(int, 
 func isPreconditionErr(err error) bool {
 	var re interface{ HTTPStatusCode() int }
 	return errors.As(err, &re) && (re.HTTPStatusCode() == http.StatusPreconditionFailed || re.HTTPStatusCode() == http.StatusConflict)
+}
+
+// S3 Standard list prices in us-east-1, dollars per 1,000 requests: PUT, COPY, POST and LIST
+// requests (ListObjectVersions included) cost the first, GET and every other request the
+// second; DELETE is free.
+const (
+	priceWrite = 0.005
+	priceRead  = 0.0004
+)
+
+// dollars prices requests counted by kind (the transport's classes).
+func dollars(kinds map[string]int) float64 {
+	var d float64
+	for k, n := range kinds {
+		switch k {
+		case "PUT", "POST", "LIST", "LIST-VERSIONS":
+			d += float64(n) * priceWrite / 1000
+		case "DELETE":
+		default:
+			d += float64(n) * priceRead / 1000
+		}
+	}
+	return d
+}
+
+// BenchmarkSimulatedDay runs days of a deployment against MinIO on the store's clock, and
+// counts the requests of the deliveries' own lifecycles (admission by the ingress; claim,
+// save, subject grant, post report and completion by the runner, each delivery to a commit of
+// its own) and of cleanup (a pass every 5 minutes, as many as a run needs to be Done), at
+// default limits: signed deliveries kept 72 hours, subject records forgotten 97 hours after
+// their newest event. Deliveries arrive on days 1, 2 and 5, evenly (AMISS_BENCH_PER_DAY a day,
+// default 10,000); day 5 is measured: its cleanup looks at its own deliveries and forgets the
+// rows of day 2 and the subject records of day 1, as every day does at steady state (days 3
+// and 4, without traffic, have a pass an hour). It reports
+// requests and dollars (S3 Standard list prices) per million deliveries, lifecycle and cleanup
+// apart, the most requests and reads one pass made, and the most reads one pass made beyond
+// the looks due at it (counted from the index straight from the store, outside the counted
+// transports). It takes tens of minutes (it prints each simulated day's end). Run it alone:
+//
+//	go test -run '^$' -bench SimulatedDay -benchtime 1x ./objstore/
+func BenchmarkSimulatedDay(b *testing.B) {
+	requireMinIO(b)
+	perDay := 10_000
+	if n, err := strconv.Atoi(os.Getenv("AMISS_BENCH_PER_DAY")); err == nil && n > 0 {
+		perDay = n
+	}
+	ctx := context.Background()
+	prefix := newPrefix(b)
+	clock := ledger.NewManualClock(time.Now().Truncate(time.Second))
+	limits := ledger.DefaultLimits()
+	life, clean := &counter{}, &counter{}
+	ingress := openDefault(b, prefix, newTransport(life), clock, limits) // creates it: 16 capacity shards
+	runner := openDefault(b, prefix, newTransport(life), clock, limits)
+	cleaner := openDefault(b, prefix, newTransport(clean), clock, limits)
+	const (
+		pass  = 5 * time.Minute
+		slots = int(24 * time.Hour / pass)
+	)
+	var seq atomic.Int64
+	deliver := func() error {
+		i := int(seq.Add(1))
+		d := benchDelivery(prefix, i, clock.Now())
+		if a, err := ingress.Admit(ctx, d); err != nil || a.Outcome != ledger.Admitted {
+			return fmt.Errorf("admit: %v %v", a.Outcome, err)
+		}
+		c, err := runner.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
+		if err != nil || c.Outcome != ledger.Execute {
+			return fmt.Errorf("claim: %v %v", c.Outcome, err)
+		}
+		s, err := runner.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))
+		if err != nil {
+			return err
+		}
+		q := ledger.SubjectRequest{Subject: ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app",
+			SHA: fmt.Sprintf("%040x", i), Context: "amiss"}, Order: s.Lease.Order(), EvaluationID: s.Lease.EvaluationID,
+			HoldFor: time.Minute, Settle: 10 * time.Second}
+		g, err := runner.AcquireSubject(ctx, q)
+		if err != nil || g.Outcome != ledger.SubjectPost {
+			return fmt.Errorf("acquire subject: %v %v", g.Outcome, err)
+		}
+		if a, err := runner.ReportSubject(ctx, g, ledger.PostApplied); err != nil || a.Outcome != ledger.SubjectStanding {
+			return fmt.Errorf("report subject: %v %v", a.Outcome, err)
+		}
+		return runner.Complete(ctx, s)
+	}
+	var passes, maxOps, maxReads, maxDue, maxOver, removed, subjects int
+	b.ResetTimer()
+	start := time.Now()
+	for day := 1; day <= 5; day++ {
+		arrive := day <= 2 || day == 5
+		if day == 5 {
+			life.reset()
+			clean.reset()
+		}
+		step := pass
+		if !arrive {
+			step = time.Hour // days with no traffic: a pass an hour is as good, and quicker
+		}
+		for slot := 0; slot < int(24*time.Hour/step); slot++ {
+			if arrive {
+				n := perDay/slots + map[bool]int{true: 1, false: 0}[slot < perDay%slots]
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				sem := make(chan struct{}, 4)
+				for range n {
+					wg.Add(1)
+					sem <- struct{}{}
+					go func() {
+						defer wg.Done()
+						defer func() { <-sem }()
+						if err := deliver(); err != nil {
+							errs <- err
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					b.Fatal(err)
+				}
+			}
+			clock.Advance(step)
+			for range 20 {
+				before := clean.kinds()
+				due := 0
+				if day == 5 {
+					due = dueAt(b, prefix, clock.Now())
+				}
+				rep, err := cleaner.Cleanup(ctx, "")
+				if err != nil {
+					b.Fatalf("day %d: cleanup: %v", day, err)
+				}
+				if day == 5 {
+					after := clean.kinds()
+					ops, reads := 0, after["GET"]-before["GET"]
+					for k, v := range after {
+						ops += v - before[k]
+					}
+					passes++
+					maxOps, maxReads = max(maxOps, ops), max(maxReads, reads)
+					maxDue, maxOver = max(maxDue, due), max(maxOver, reads-due)
+					removed += len(rep.Removed)
+					subjects += rep.RemovedSubjects
+				}
+				if rep.Done {
+					break
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "simulated day %d done after %s\n", day, time.Since(start).Round(time.Second))
+	}
+	b.StopTimer()
+	perM := 1e6 / float64(perDay)
+	total := func(kinds map[string]int) int {
+		n := 0
+		for _, v := range kinds {
+			n += v
+		}
+		return n
+	}
+	lk, ck := life.kinds(), clean.kinds()
+	b.Logf("day 5: %d deliveries; lifecycle %v; cleanup %d passes %v, %d rows and %d subject records forgotten, at most %d requests (%d GETs) in one pass; "+
+		"at most %d looks due at a pass, and at most %d GETs more than the looks due in one pass",
+		perDay, lk, passes, ck, removed, subjects, maxOps, maxReads, maxDue, maxOver)
+	b.ReportMetric(float64(total(lk))/float64(perDay), "lifecycle-req/delivery")
+	b.ReportMetric(float64(total(ck))/float64(perDay), "cleanup-req/delivery")
+	b.ReportMetric(dollars(lk)*perM, "lifecycle-$/M")
+	b.ReportMetric(dollars(ck)*perM, "cleanup-$/M")
+	b.ReportMetric(float64(maxReads), "max-GETs/pass")
+	b.ReportMetric(float64(maxDue), "max-due/pass")
+	b.ReportMetric(float64(maxOver), "max-GETs-over-due/pass")
+	b.ReportMetric(0, "ns/op")
+}
+
+// openDefault opens (creating) the ledger at prefix as openOn does, with the default number of
+// capacity shards (16).
+func openDefault(tb testing.TB, prefix string, tr *transport, clock ledger.Clock, limits ledger.Limits) *objstore.Ledger {
+	tb.Helper()
+	ctx := context.Background()
+	tr.setStoreClock(clock)
+	client, err := objstore.NewClient(ctx, objstore.ClientConfig{Region: "us-east-1", Endpoint: minioEndpoint, PathStyle: true,
+		AccessKey: minioUser, SecretKey: minioSecret, HTTPClient: &http.Client{Transport: tr, Timeout: 30 * time.Second},
+		Retryer: fastRetryer, DisableClockSkewCorrection: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: prefix, Limits: limits,
+		Clock: clock, Create: true, Owner: "bench"})
+	if err != nil {
+		tb.Fatalf("open: %v", err)
+	}
+	return l
+}
+
+// dueAt counts the looks cleanup's index holds due at now under prefix, read straight from the
+// store (not through a counted transport): each look an admission asked for, and each item
+// due by now in the schedule's parts due by now. A pass looks at no more than these (and at
+// most CleanupBatch); what it reads beyond them is its own bookkeeping.
+func dueAt(tb testing.TB, prefix string, now time.Time) int {
+	tb.Helper()
+	ctx := context.Background()
+	n := 0
+	for o := range minioRaw.ListObjects(ctx, testBucket, minio.ListObjectsOptions{Prefix: prefix + "due/", Recursive: true}) {
+		if o.Err != nil {
+			tb.Fatal(o.Err)
+		}
+		at, tail, ok := strings.Cut(strings.TrimPrefix(o.Key, prefix+"due/"), "-")
+		t, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil || t > now.UnixNano() || tail == "" {
+			continue
+		}
+		if tail[0] == 'r' {
+			n++
+			continue
+		}
+		obj, err := minioRaw.GetObject(ctx, testBucket, o.Key, minio.GetObjectOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var part struct {
+			Data struct {
+				Items []struct {
+					At int64 `json:"at_unix_nano"`
+				} `json:"items"`
+			} `json:"data"`
+		}
+		err = json.NewDecoder(obj).Decode(&part)
+		obj.Close()
+		if err != nil {
+			tb.Fatalf("%s: %v", o.Key, err)
+		}
+		for _, it := range part.Data.Items {
+			if it.At <= now.UnixNano() {
+				n++
+			}
+		}
+	}
+	return n
 }

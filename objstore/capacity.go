@@ -5,39 +5,56 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// settleAll settles every shard's pending entries (reading each pending key) and returns the
-// keys still pending: admissions that may still create their row.
-func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]bool, int64, error) {
+// settleAll settles every shard's pending entries and returns the keys still pending
+// (admissions that may still create their row), the slots the shards count, and the shards as
+// it left them. A shard is written only when settling changed it. It judges an entry whose key
+// known holds (read by the pass: an admission's look comes a grace after its reservation, so
+// every entry of an admission that ended is judged by then without a read of its own), and an
+// entry whose look should have come by now (lookLate past the grace: a format 5 admission,
+// which asked for none), by reading its key; a younger one is an admission in flight, or one
+// whose look is still to come.
+//
+// only, when not nil, names the shards to settle (the others are not read: their states are
+// left zero, and their pending entries are not answered).
+func (l *Ledger) settleAll(ctx context.Context, now time.Time, known map[ledger.Key]keyState, only map[int]bool) (map[ledger.Key]bool, int64, []shardState, error) {
 	pending := map[ledger.Key]bool{}
+	if known == nil {
+		known = map[ledger.Key]keyState{}
+	}
 	var used int64
+	states := make([]shardState, l.shards)
 	for i := range l.shards {
+		if only != nil && !only[i] {
+			continue
+		}
 		for attempt := 0; ; attempt++ {
 			if attempt == maxRetries {
-				return nil, 0, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
+				return nil, 0, nil, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
 			}
 			st, err := l.readShard(ctx, i)
 			if err != nil {
-				return nil, 0, err
+				return nil, 0, nil, err
 			}
-			changed, err := l.settle(ctx, &st.data, now, settleThorough, ledger.Key{})
+			changed, err := l.settleWith(ctx, &st.data, now, settleCleanup, ledger.Key{}, known)
 			if err != nil {
-				return nil, 0, err
-			}
-			if hw := now.UnixNano(); hw > st.data.HighWater {
-				st.data.HighWater, changed = hw, true
+				return nil, 0, nil, err
 			}
 			if changed {
-				if err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
+				tag, err := l.writeShard(ctx, i, st)
+				if errors.Is(err, errRaced) {
 					continue
 				} else if err != nil {
-					return nil, 0, err
+					return nil, 0, nil, err
 				}
+				st.etag = tag
 			}
+			states[i] = st
 			for _, p := range st.data.Pending {
 				pending[p.Key] = true
 			}
@@ -45,7 +62,39 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time) (map[ledger.Key]b
 			break
 		}
 	}
-	return pending, used, nil
+	return pending, used, states, nil
+}
+
+// raiseShards persists now as the high-water of every capacity shard whose high-water is lower
+// (an admission reads it with its shard and refuses what it makes stale): cleanup does it
+// before it deletes a row. known are the shards as settleAll left them: each is written over
+// that version, and read again only if it changed since.
+func (l *Ledger) raiseShards(ctx context.Context, now time.Time, known []shardState) error {
+	for i := range l.shards {
+		st := known[i]
+		for attempt := 0; ; attempt++ {
+			if attempt == maxRetries {
+				return fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
+			}
+			if attempt > 0 || st.etag == "" {
+				var err error
+				if st, err = l.readShard(ctx, i); err != nil {
+					return err
+				}
+			}
+			if st.data.HighWater >= now.UnixNano() {
+				break
+			}
+			st.data.HighWater = now.UnixNano()
+			if _, err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
+				continue
+			} else if err != nil {
+				return err
+			}
+			break
+		}
+	}
+	return nil
 }
 
 // release gives back n slots of a shard for batch id, once.
@@ -64,7 +113,7 @@ func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) err
 		}
 		st.data.Used -= n
 		st.data.AppliedBatch = id
-		err = l.writeShard(ctx, shard, st)
+		_, err = l.writeShard(ctx, shard, st)
 		if !errors.Is(err, errRaced) {
 			return err
 		}
@@ -97,7 +146,7 @@ func (l *Ledger) settleShard(ctx context.Context, i int, focus ledger.Key) {
 		if err != nil || !changed {
 			return
 		}
-		if err := l.writeShard(ctx, i, st); !errors.Is(err, errRaced) {
+		if _, err := l.writeShard(ctx, i, st); !errors.Is(err, errRaced) {
 			return
 		}
 	}
@@ -124,16 +173,43 @@ func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
 	if sd.Used < 0 || sd.Quota != l.quota(i) {
 		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(shardName(i)), sd.Used, sd.Quota, l.quota(i))
 	}
-	return shardState{data: sd, etag: o.etag}, nil
+	st := shardState{data: sd, etag: o.etag}
+	l.rememberShard(i, st)
+	return st, nil
 }
 
-func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) error {
+// writeShard writes shard i over the version read, and answers the new version's ETag.
+func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) (string, error) {
 	body, token, err := l.encode(kindShard, st.data)
 	if err != nil {
-		return err
+		return "", err
 	}
-	_, err = l.s.put(ctx, shardName(i), body, token, st.etag, false)
-	return err
+	tag, err := l.s.put(ctx, shardName(i), body, token, st.etag, false)
+	if err == nil {
+		st.etag = tag
+		l.rememberShard(i, st)
+	}
+	return tag, err
+}
+
+// rememberShard keeps shard i as this handle last read or wrote it; cachedShard answers it
+// (a copy: its pending entries are the caller's to change).
+func (l *Ledger) rememberShard(i int, st shardState) {
+	st.data.Pending = slices.Clone(st.data.Pending)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.shardCache == nil {
+		l.shardCache = map[int]shardState{}
+	}
+	l.shardCache[i] = st
+}
+
+func (l *Ledger) cachedShard(i int) (shardState, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, ok := l.shardCache[i]
+	st.data.Pending = slices.Clone(st.data.Pending)
+	return st, ok
 }
 
 // errStale: the shard's high-water makes the request being admitted stale.
@@ -164,11 +240,18 @@ func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationDat
 	return 0, false, nil
 }
 
+// Its first attempt decides on the shard as this handle last read or wrote it, without a read:
+// only a successful write (If-Match on that version) makes the decision count, and any other
+// outcome reads the shard again. A warm ingress alone on its shards thus takes a slot in one
+// request.
 func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode settleMode, stale func(time.Time) bool) (bool, error) {
 	for attempt := 0; attempt < maxRetries; attempt++ {
-		st, err := l.readShard(ctx, i)
-		if err != nil {
-			return false, err
+		st, cached := l.cachedShard(i)
+		if attempt > 0 || !cached {
+			var err error
+			if st, err = l.readShard(ctx, i); err != nil {
+				return false, err
+			}
 		}
 		for _, p := range st.data.Pending {
 			if p.Reservation == res.ID {
@@ -183,8 +266,11 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reser
 			return false, err
 		}
 		if st.data.Used >= st.data.Quota {
+			if cached && attempt == 0 {
+				continue // full as cached: Full is answered on a fresh read only
+			}
 			if changed {
-				if err := l.writeShard(ctx, i, st); err != nil && !errors.Is(err, errRaced) {
+				if _, err := l.writeShard(ctx, i, st); err != nil && !errors.Is(err, errRaced) {
 					return false, err
 				}
 			}
@@ -192,7 +278,7 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reser
 		}
 		st.data.Used++
 		st.data.Pending = append(st.data.Pending, pendingEntry{Key: key, At: now.UnixNano(), Reservation: res.ID})
-		err = l.writeShard(ctx, i, st)
+		_, err = l.writeShard(ctx, i, st)
 		if errors.Is(err, errRaced) {
 			continue // read again: the entry is there if a copy of this write landed
 		}
@@ -215,10 +301,15 @@ const (
 	// settleOld (before answering Full): every entry older than the grace, and the entries of
 	// the focus key, besides the budget of younger ones when the shard is crowded.
 	settleOld
-	// settleThorough (cleanup, or before answering Full): every entry, whatever its age; an
-	// admission still in flight keeps its entry.
-	settleThorough
+	// settleCleanup (cleanup): the entries whose key the pass read (no read of their own),
+	// and every entry older than the grace and lookLate; an admission still in flight keeps
+	// its entry.
+	settleCleanup
 )
+
+// lookLate is how long past the grace an admission's look at its key (due/, cleanup.go) may
+// come: an entry still pending then is judged by a read of its own.
+const lookLate = 2 * lookEvery
 
 // settleBudget bounds the entries one admission judges (one read of a key each); past
 // pendingSoftCap entries, young ones are judged too (those whose row exists are dropped), so
@@ -237,15 +328,22 @@ const (
 // just reserved (an earlier, interrupted or outrun admission of the same delivery left its
 // entry). It reports whether the shard changed.
 func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, mode settleMode, focus ledger.Key) (bool, error) {
+	return l.settleWith(ctx, sd, now, mode, focus, nil)
+}
+
+// settleWith is settle, judging the entries of the keys known holds (as read just before)
+// without reading them again.
+func (l *Ledger) settleWith(ctx context.Context, sd *shardData, now time.Time, mode settleMode, focus ledger.Key, known map[ledger.Key]keyState) (bool, error) {
 	keep := sd.Pending[:0:0]
 	budget := settleBudget
 	crowded := len(sd.Pending) > pendingSoftCap
 	for _, p := range sd.Pending {
 		old := now.Sub(time.Unix(0, p.At)) > l.cfg.PendingGrace
 		judge := p.Key == focus
+		seen, isKnown := known[p.Key]
 		switch mode {
-		case settleThorough:
-			judge = true
+		case settleCleanup:
+			judge = isKnown || now.Sub(time.Unix(0, p.At)) > l.cfg.PendingGrace+lookLate
 		case settleOld:
 			if !judge && old {
 				judge = true
@@ -262,7 +360,11 @@ func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, mode 
 			keep = append(keep, p)
 			continue
 		}
-		mine, err := l.judgePending(ctx, p, old)
+		var ks *keyState
+		if isKnown {
+			ks = &seen
+		}
+		mine, err := l.judgePending(ctx, p, old, ks)
 		if err != nil {
 			return false, err
 		}
@@ -290,10 +392,17 @@ const (
 	entryFree            // its admission is over without a row: give the slot back
 )
 
-func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (int, error) {
+// judgePending judges one pending entry by what its key holds, read now; or, when seen (what
+// the pass read of the key just before) holds the entry's own row, by that: a row stays until
+// cleanup removes it. Anything else seen may have changed since (the entry's own reservation
+// or row landing after the read), so it is read again.
+func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool, seen *keyState) (int, error) {
+	if seen != nil && seen.row != nil && p.Reservation != "" && seen.row.Reservation == p.Reservation {
+		return entryRow, nil
+	}
 	ks, err := l.readKey(ctx, p.Key)
 	if errors.Is(err, ledger.ErrCorrupt) {
-		return entryInFlight, nil // unreadable: keep the slot (an overstatement); the sweep reports it
+		return entryInFlight, nil // unreadable: keep the slot (an overstatement); cleanup reports it
 	}
 	if err != nil {
 		return 0, err
@@ -326,7 +435,7 @@ func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (in
 		}
 		if _, err := l.s.put(ctx, rowName(p.Key), body, token, ks.etag, false); err != nil {
 			if errors.Is(err, errRaced) {
-				return l.judgePending(ctx, p, old) // the admission wrote its row meanwhile
+				return l.judgePending(ctx, p, old, nil) // the admission wrote its row meanwhile
 			}
 			return 0, err
 		}
@@ -346,7 +455,7 @@ func (l *Ledger) judgePending(ctx context.Context, p pendingEntry, old bool) (in
 		}
 		if _, err := l.s.put(ctx, rowName(p.Key), body, token, "", true); err != nil {
 			if errors.Is(err, errRaced) {
-				return l.judgePending(ctx, p, old) // something landed meanwhile
+				return l.judgePending(ctx, p, old, nil) // something landed meanwhile
 			}
 			return 0, err
 		}

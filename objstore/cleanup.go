@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -11,29 +12,88 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
+// Cleanup's cost follows the work, not what is kept. A pass reads what can be due now, found
+// through an index ordered by when cleanup must next look at each object (due/), never every
+// kept object:
+//
+//	due/<time>-r<key>   a look at a row's key, written by the admission that reserved the key
+//	                    (before its slot and its row), for PendingGrace later: is the row
+//	                    finished (or when will it be), a reservation to tidy? The same read
+//	                    settles the admission's pending capacity entry.
+//	due/<time>-p<id>    a part of cleanup's own schedule (kindSchedule): keys and subject
+//	                    records to look at again, all due by the part's time: a finished row at
+//	                    the end of its retention, an unfinished one StrandedAfter later, a void
+//	                    at the end of its life, a subject record once no verdict or write can
+//	                    land on it
+//
+// An index entry is dropped only once what it points to was looked at and, if it can still
+// become removable, scheduled again (the new part written first): an entry dropped while its
+// object can still become removable would leave that object kept for ever. An entry is a hint:
+// whatever a look finds (the object changed, gone, or written again by a late copy of a
+// request), it judges the object itself, on a fresh read, before anything is removed.
+//
+// A safety net goes round every row and subject record in laps (sweep.json), a page a pass,
+// once a month and once after an upgrade: it finds what no entry points to (objects written
+// by format 5, which kept no due/ entries, or a row whose admission died between its
+// reservation and its entry) and schedules it.
+
+const (
+	duePrefix = "due/"
+	// schedulePeriod gathers the looks a pass schedules into parts: one part per period.
+	schedulePeriod = 10 * time.Minute
+	// lookEvery is how long the look an admission asked for may come late (a pass every 5
+	// minutes).
+	lookEvery = 5 * time.Minute
+	// voidLife is how long a void reservation stays at its key after it was written (see
+	// reservationData).
+	voidLife = 7 * 24 * time.Hour
+	// lapEvery is how long after a lap of the safety net the next one starts.
+	lapEvery = 30 * 24 * time.Hour
+	// recheck is when a look that could decide nothing (a damaged object, a subject record
+	// whose newest verdict's row is not finished) comes again.
+	recheck = time.Hour
+	// lapDone marks a listing of the lap that reached its last name.
+	lapDone = "~"
+)
+
+// dueLookName names the index entry of a look at key at t.
+func dueLookName(t time.Time, key ledger.Key) string {
+	return fmt.Sprintf("%s%020d-r%s", duePrefix, max(t.UnixNano(), 0), key)
+}
+
+// parseDueName reads an index entry's name: its time, and the key of a look (r) or the id of a
+// schedule part (p).
+func parseDueName(name string) (at time.Time, kind byte, rest string, ok bool) {
+	tS, tail, found := strings.Cut(strings.TrimPrefix(name, duePrefix), "-")
+	n, err := strconv.ParseInt(tS, 10, 64)
+	if !found || err != nil || len(tail) < 2 || (tail[0] != 'r' && tail[0] != 'p') {
+		return time.Time{}, 0, "", false
+	}
+	return time.Unix(0, n).UTC(), tail[0], tail[1:], true
+}
+
 // Cleanup implements ledger.Ledger. One pass:
 //  1. checks that the bucket keeps versions (at every pass: while versioning is suspended a
 //     write replaces the "null" version in place, so a version judged removable could be a
 //     row written after the judgement), and takes the maintenance lease (a fenced object
 //     written by compare-and-swap; a live lease of another owner answers ErrBusy);
 //  2. finishes the previous batch if it was left unfinished;
-//  3. lists the end-time index (with versions), the next page of rows for the sweep and the
-//     next page of subject records; if any page fails, the pass removes nothing. The sweep goes round the rows in laps: a pass
-//     with an empty cursor starts a lap after the last row the previous pass read (kept in
-//     sweep.json), reads to the last row, then from the first row up to where the lap
-//     started (Done), so a cleanup cut short by its time limit every time still reaches every
-//     row in turn;
-//  4. persists its now (the store's time) as the high-water in the root object;
-//  5. judges the rows the index names, and the rows the sweep reads, and writes the removable
-//     ones (each with the exact version judged) as a new batch by compare-and-swap; then,
-//     with the lease checked by fence, removes each judged version with the history below it
-//     and releases the slots of the rows the batch really removed, once per shard per batch;
-//  6. reports the damaged and the stranded rows the sweep read, and forgets the subject
-//     records of its page that no verdict can land on any more (subjects.go).
+//  3. lists what is due (due/, and the end-time index ended/ of rows written by format 5) and,
+//     while a lap of the safety net is under way, the next page of rows and of subject
+//     records; if any page fails, the pass removes nothing;
+//  4. settles every capacity shard (writing only those that change);
+//  5. looks at what is due: rows finished past their retention (and key age) join a batch;
+//     unfinished rows are tallied (stranded ones reported) and looked at again later; voids
+//     past their life and subject records nothing can land on are removed by the version read;
+//     everything else is scheduled for when it can be due;
+//  6. when the batch holds rows: persists its now as the high-water in the root and in every
+//     capacity shard, writes the batch by compare-and-swap, then, with the lease checked by
+//     fence, removes each judged version with the history below it and releases the slots of
+//     the rows the batch really removed, once per shard per batch;
+//  7. writes the new schedule parts, then drops the index entries it looked at.
 //
-// An index entry is dropped only when its row is gone, or is finished with another end (it is
-// indexed again first); the entry of a row that is not finished stays, since that row can
-// still become done. A finished row whose entry is missing is found by the sweep.
+// Done reports that everything due was looked at and no lap is under way; Next is where the lap
+// goes on.
 func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.CleanupReport, error) {
 	var rep ledger.CleanupReport
 	if !l.cleaning.TryLock() {
@@ -43,11 +103,11 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := l.s.requireVersioning(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	lease, err := l.takeMaintenance(ctx)
+	lease, leaseTag, err := l.takeMaintenance(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	defer l.dropMaintenance(context.WithoutCancel(ctx), lease)
+	defer l.dropMaintenance(context.WithoutCancel(ctx), lease, leaseTag)
 	prev, prevTag, err := l.readBatch(ctx)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -62,6 +122,14 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	now := ledger.MaxTime(l.clock.Now(), time.Unix(0, root.HighWater).UTC(), l.highWater())
+	p := &pass{l: l, now: now, tally: &ledger.Tally{Now: now, StrandedAfter: l.cfg.StrandedAfter},
+		chosen: map[ledger.Key]bool{}, looked: map[string]bool{}, highWater: time.Unix(0, root.HighWater).UTC()}
+
+	// Every listing before anything is removed: a listing that fails removes nothing.
+	due, complete, err := l.listDue(ctx, now)
+	if err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	ended, err := l.listEnded(ctx, now)
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
@@ -70,50 +138,119 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	lap := sweepCursor{Lap: sw.After, At: sw.After}
-	if cursor != "" {
-		if lap, err = parseSweepCursor(cursor); err != nil {
+	lap, sweepChanged := sw, false
+	if c, ok := parseLapCursor(cursor); ok {
+		lap, sweepChanged = c, true
+	} else if !lap.InLap && now.Sub(time.Unix(0, lap.LapEnded)) >= lapEvery {
+		lap, sweepChanged = sweepData{InLap: true}, true // a new lap, from the first row
+	}
+	var rows, subjects []string
+	if lap.InLap {
+		if rows, lap.After, err = l.listLap(ctx, rowsPrefix, lap.After); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
-	}
-	sweep, next, err := l.listSweep(ctx, lap)
-	if err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
-	}
-	subjects, err := l.listSubjects(ctx, sw.Subjects, l.cfg.SweepBatch)
-	if err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
-	}
-	if now.UnixNano() > root.HighWater {
-		root.HighWater = now.UnixNano()
-		body, token, err := l.encode(kindRoot, root)
-		if err != nil {
-			return rep, err
+		if subjects, lap.Subjects, err = l.listLap(ctx, subjectsPrefix, lap.Subjects); err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
 		}
-		if _, err := l.s.put(ctx, rootName, body, token, rootTag, false); err != nil {
-			return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
-		}
+		sweepChanged = true
 	}
-	l.raiseHighWater(now)
-	rep.HighWater = now
-	j := &judge{l: l, now: now, tally: &ledger.Tally{Now: now, StrandedAfter: l.cfg.StrandedAfter}, chosen: map[ledger.Key]bool{}}
-	// Every pass settles every shard, so that after a pass the capacity shards count exactly
-	// the rows and the admissions still in flight.
-	if _, err := j.unsettled(ctx, ledger.Key{}); err != nil {
-		return rep, fmt.Errorf("cleanup: %w", err)
+
+	// What is due: looks the admissions asked for, then cleanup's own schedule, within the
+	// batch size.
+	budget := l.cfg.CleanupBatch
+	var consumed []indexEntry
+	for _, e := range due {
+		_, kind, rest, _ := parseDueName(e.name)
+		if budget <= 0 {
+			complete = false
+			break
+		}
+		switch kind {
+		case 'r':
+			key, err := ledger.ParseKey(rest)
+			if err != nil {
+				continue
+			}
+			budget--
+			if err := p.lookRow(ctx, "look", key, nil); err != nil {
+				return rep, fmt.Errorf("cleanup: %w", err)
+			}
+		case 'p':
+			part, err := l.readPart(ctx, e.name)
+			if errors.Is(err, ledger.ErrCorrupt) {
+				p.tally.Damage(l.s.key(e.name), err)
+				continue // kept, and reported: an operator removes it
+			}
+			if err != nil {
+				return rep, fmt.Errorf("cleanup: %w", err)
+			}
+			if len(part.Items) > budget && budget < l.cfg.CleanupBatch {
+				complete = false
+				budget = 0
+				continue
+			}
+			budget -= len(part.Items)
+			for _, it := range part.Items {
+				if time.Unix(0, it.At).After(now) {
+					p.schedule(it) // not due yet: into a part of its own time
+					continue
+				}
+				if err := p.item(ctx, it); err != nil {
+					return rep, fmt.Errorf("cleanup: %w", err)
+				}
+			}
+		}
+		consumed = append(consumed, e)
 	}
 	for _, group := range ended {
-		if err := j.indexed(ctx, group); err != nil {
+		if err := p.lookRow(ctx, "look", group.key, group.entries); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
 	}
-	swept, err := j.sweep(ctx, sweep)
-	if err != nil {
+	for _, name := range rows {
+		if key, ok := keyOf(name); ok {
+			if err := p.lookRow(ctx, "look", key, nil); err != nil {
+				return rep, fmt.Errorf("cleanup: %w", err)
+			}
+		}
+	}
+	for _, name := range subjects {
+		if k, err := ledger.ParseSubjectKey(strings.TrimSuffix(strings.TrimPrefix(name, subjectsPrefix), ".json")); err == nil {
+			if err := p.subject(ctx, k); err != nil {
+				return rep, fmt.Errorf("cleanup: subjects: %w", err)
+			}
+		}
+	}
+	// Every pass settles every shard, judging the admissions whose keys it read without
+	// reading them again; then what waited on it is decided.
+	if err := p.settle(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+
+	rep.HighWater = p.highWater
 	gone := map[ledger.Key]bool{}
-	if len(j.batch.Entries) > 0 {
-		batch := j.batch
+	if err := p.listBatch(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
+	if len(p.batch.Entries) > 0 {
+		// The high-water before anything is deleted, in every capacity shard, then the root:
+		// a request stale when its row is forgotten stays stale, whatever the clocks do.
+		if err := l.raiseShards(ctx, now, p.shards); err != nil {
+			return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
+		}
+		if now.UnixNano() > root.HighWater {
+			root.HighWater = now.UnixNano()
+			body, token, err := l.encode(kindRoot, root)
+			if err != nil {
+				return rep, err
+			}
+			if _, err := l.s.put(ctx, rootName, body, token, rootTag, false); err != nil {
+				return rep, fmt.Errorf("cleanup: persist high-water: %w", err)
+			}
+		}
+		l.raiseHighWater(now)
+		rep.HighWater = now
+		batch := p.batch
 		batch.ID = 1
 		if prev != nil {
 			batch.ID = prev.ID + 1
@@ -133,127 +270,92 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		for _, e := range batch.Entries {
 			if gone[e.Key] {
 				rep.Removed = append(rep.Removed, ledger.RemovedRow{Key: e.Key, EvaluationID: e.EvaluationID})
+				continue
 			}
+			p.later("look", e.Key.String(), now) // it lived on in a newer version: judged again
 		}
 	}
-	for _, r := range swept {
+	for _, r := range p.read {
 		if gone[r.key] {
 			continue
 		}
-		if err := j.tally.Add(l.s.key(rowName(r.key)), r.row, r.err); err != nil {
+		if err := p.tally.Add(l.s.key(rowName(r.key)), r.row, nil); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
 		}
 	}
-	// The subject records, a page a pass, round and round (subjects.go).
-	var nextSubject string
-	rep.Subjects, rep.RemovedSubjects, nextSubject, err = l.cleanSubjects(ctx, subjects, now, j.tally)
-	if err != nil {
-		return rep, fmt.Errorf("cleanup: subjects: %w", err)
-	}
-	j.tally.Fill(&rep)
-	// Capacity after the pass: the shards as every pass settles them, less the slots this
-	// pass released.
-	rep.RecordCap = l.cfg.Limits.RecordCap
-	rep.CapacityUsed = max(0, j.used-int64(len(rep.Removed)))
-	if next != nil {
-		rep.Next = next.String()
-	}
-	rep.Done = next == nil
-	// The next lap starts where this pass stopped (a finished lap: where it started).
-	stop := lap.Lap
-	switch {
-	case len(sweep) > 0:
-		stop = strings.TrimPrefix(sweep[len(sweep)-1], rowsPrefix)
-	case next != nil:
-		stop = next.At
-	}
-	if err := l.writeSweep(ctx, sweepData{After: stop, Subjects: nextSubject}); err != nil {
+	if err := p.removeAll(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	// What was looked at is dropped only once what it can still become is scheduled.
+	if err := p.writeSchedule(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
+	var drop []versionRef
+	for _, e := range append(consumed, p.dropEnded...) {
+		for _, v := range e.versions {
+			drop = append(drop, versionRef{e.name, v})
+		}
+	}
+	if err := l.s.deleteVersions(ctx, drop); err != nil {
+		return rep, fmt.Errorf("cleanup: drop index entries: %w", err)
+	}
+	rep.Subjects, rep.RemovedSubjects = p.subjectsKept, p.subjectsRemoved
+	p.tally.Fill(&rep)
+	if p.counted { // capacity is reported by a pass that read every shard
+		rep.RecordCap = l.cfg.Limits.RecordCap
+		rep.CapacityUsed = max(0, p.used-int64(len(rep.Removed)))
+	}
+	if lap.InLap && lap.After == lapDone && lap.Subjects == lapDone {
+		lap = sweepData{LapEnded: now.UnixNano()}
+	}
+	if sweepChanged {
+		if err := l.writeSweep(ctx, lap); err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
+		}
+	}
+	if lap.InLap {
+		rep.Next = lapCursor(lap)
+	}
+	rep.Done = complete && !lap.InLap
 	return rep, nil
 }
 
-// sweepCursor is a position of the sweep in a lap: the lap starts after the row named Lap
-// (from the first row when Lap is empty), goes to the last row, then (Wrapped) from the first
-// row up to and including Lap. At is the last row read (from the lap's segment start when
-// empty). Names are row object names without the rows prefix.
-type sweepCursor struct {
-	Lap, At string
-	Wrapped bool
+// lapCursor encodes where a lap under way goes on; parseLapCursor reads it back (a cursor of
+// another form, such as one format 5 answered, is not one: the lap goes on from sweep.json).
+func lapCursor(s sweepData) ledger.Cursor {
+	return ledger.Cursor("lap|" + s.After + "|" + s.Subjects)
 }
 
-// String encodes the cursor as "lap|a|at" or "lap|b|at" (b: wrapped).
-func (c sweepCursor) String() ledger.Cursor {
-	seg := "a"
-	if c.Wrapped {
-		seg = "b"
-	}
-	return ledger.Cursor(c.Lap + "|" + seg + "|" + c.At)
-}
-
-// parseSweepCursor reads a cursor a pass answered. A cursor without a lap (written before laps)
-// is a position in a lap from the first row.
-func parseSweepCursor(c ledger.Cursor) (sweepCursor, error) {
+func parseLapCursor(c ledger.Cursor) (sweepData, bool) {
 	parts := strings.Split(string(c), "|")
-	switch {
-	case len(parts) == 1:
-		return sweepCursor{At: parts[0]}, nil
-	case len(parts) == 3 && (parts[1] == "a" || parts[1] == "b"):
-		return sweepCursor{Lap: parts[0], At: parts[2], Wrapped: parts[1] == "b"}, nil
+	if len(parts) != 3 || parts[0] != "lap" {
+		return sweepData{}, false
 	}
-	return sweepCursor{}, fmt.Errorf("%w: cleanup cursor %q", ledger.ErrInvalid, c)
+	return sweepData{InLap: true, After: parts[1], Subjects: parts[2]}, true
 }
 
-// listSweep lists the rows of the pass at c, at most SweepBatch, and answers where the next
-// pass goes on (nil when this pass ends the lap). A pass that reaches the last row before
-// the lap is over goes on from the first row in the same pass.
-func (l *Ledger) listSweep(ctx context.Context, c sweepCursor) ([]string, *sweepCursor, error) {
-	after := func(name string) string {
-		if name == "" {
-			return ""
-		}
-		return rowsPrefix + name
+// listLap lists the next page of the lap under prefix after the name after (without the
+// prefix; "" from the first, lapDone when the listing is over), and answers where it goes on.
+func (l *Ledger) listLap(ctx context.Context, prefix, after string) ([]string, string, error) {
+	if after == lapDone {
+		return nil, lapDone, nil
 	}
-	limit := l.cfg.SweepBatch
-	var names []string
-	if !c.Wrapped {
-		got, more, err := l.s.list(ctx, rowsPrefix, after(c.At), limit)
-		if err != nil {
-			return nil, nil, err
-		}
-		names = got
-		if more && len(got) > 0 {
-			return names, &sweepCursor{Lap: c.Lap, At: strings.TrimPrefix(got[len(got)-1], rowsPrefix)}, nil
-		}
-		if c.Lap == "" {
-			return names, nil, nil // the lap began at the first row: it is over
-		}
-		c = sweepCursor{Lap: c.Lap, Wrapped: true}
-		if limit -= len(got); limit <= 0 {
-			return names, &c, nil
-		}
+	start := ""
+	if after != "" {
+		start = prefix + after
 	}
-	got, more, err := l.s.list(ctx, rowsPrefix, after(c.At), limit)
+	names, more, err := l.s.list(ctx, prefix, start, l.cfg.SweepBatch)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", err
 	}
-	for i, n := range got {
-		if strings.TrimPrefix(n, rowsPrefix) > c.Lap {
-			return append(names, got[:i]...), nil, nil // back where the lap began
-		}
+	if !more || len(names) == 0 {
+		return names, lapDone, nil
 	}
-	names = append(names, got...)
-	if more && len(got) > 0 {
-		return names, &sweepCursor{Lap: c.Lap, At: strings.TrimPrefix(got[len(got)-1], rowsPrefix), Wrapped: true}, nil
-	}
-	return names, nil, nil
+	return names, strings.TrimPrefix(names[len(names)-1], prefix), nil
 }
 
-// readSweep answers where a pass with an empty cursor starts its lap: after the last row the
-// previous pass read (a row name without the rows prefix), so that a cleanup cut short by its
-// time limit at every invocation still reaches every row in turn; from the first row when no
-// pass recorded a position. A damaged record starts from the first row: a sweep repeated is
-// harmless, one that never reaches some rows is not.
+// readSweep reads the safety net's state. A damaged record starts a new lap: a lap repeated is
+// harmless, one that never comes is not.
 func (l *Ledger) readSweep(ctx context.Context) (sweepData, error) {
 	o, err := l.s.get(ctx, sweepName)
 	if errors.Is(err, errNotFound) {
@@ -269,16 +371,15 @@ func (l *Ledger) readSweep(ctx context.Context) (sweepData, error) {
 	return sw, nil
 }
 
-// writeSweep records where the next pass with an empty cursor starts, and where the next pass
-// goes on judging subject records. A plain write: a late copy of an older one only makes a
-// later pass read some rows or records again.
+// writeSweep records the safety net's state. A plain write: a late copy of an older one only
+// makes a later pass read some rows or records again.
 func (l *Ledger) writeSweep(ctx context.Context, sw sweepData) error {
 	body, _, err := l.encode(kindSweep, sw)
 	if err != nil {
 		return err
 	}
 	if err := l.s.putPlain(ctx, sweepName, body); err != nil {
-		return fmt.Errorf("record the sweep's position: %w", err)
+		return fmt.Errorf("record the sweep's state: %w", err)
 	}
 	return nil
 }
@@ -298,7 +399,41 @@ func (l *Ledger) raiseHighWater(t time.Time) {
 	}
 }
 
-// endedGroup is the index entries of one key whose end is before now.
+// listDue lists the index entries due by now, oldest first, at most CleanupBatch of them;
+// complete reports that no entry due by now was left out.
+func (l *Ledger) listDue(ctx context.Context, now time.Time) (out []indexEntry, complete bool, err error) {
+	entries, err := l.s.listIndex(ctx, duePrefix, l.cfg.CleanupBatch)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, e := range entries {
+		at, _, _, ok := parseDueName(e.name)
+		if !ok {
+			continue
+		}
+		if at.After(now) {
+			return out, true, nil // names sort by time
+		}
+		out = append(out, e)
+	}
+	return out, len(entries) < l.cfg.CleanupBatch, nil
+}
+
+// readPart reads one part of the schedule.
+func (l *Ledger) readPart(ctx context.Context, name string) (scheduleData, error) {
+	var part scheduleData
+	o, err := l.s.get(ctx, name)
+	if errors.Is(err, errNotFound) {
+		return part, nil // dropped since it was listed
+	}
+	if err != nil {
+		return part, err
+	}
+	return part, decode(l.s.key(name), kindSchedule, o.body, &part)
+}
+
+// endedGroup is the index entries (format 5's end-time index) of one key whose end is before
+// now.
 type endedGroup struct {
 	key     ledger.Key
 	entries []indexEntry
@@ -314,9 +449,9 @@ func parseIndexName(name string) (time.Time, ledger.Key, bool) {
 	return time.Unix(0, end).UTC(), key, true
 }
 
-// listEnded lists the index entries whose end is before now, oldest first, up to the batch
-// size, grouped by key (a row indexed twice, by a Complete repeated after its retention was
-// lengthened, is one group).
+// listEnded lists the end-time index entries (rows finished by format 5) whose end is before
+// now, oldest first, up to the batch size, grouped by key (a row indexed twice, by a Complete
+// repeated after its retention was lengthened, is one group).
 func (l *Ledger) listEnded(ctx context.Context, now time.Time) ([]endedGroup, error) {
 	entries, err := l.s.listIndex(ctx, endedPrefix, l.cfg.CleanupBatch)
 	if err != nil {
@@ -342,168 +477,194 @@ func (l *Ledger) listEnded(ctx context.Context, now time.Time) ([]endedGroup, er
 	return out, nil
 }
 
-// judge decides, for one pass, which rows are removable; it collects them, once each, into a
-// batch.
-type judge struct {
+// pass is one cleanup pass: what it decided, collected, and scheduled.
+type pass struct {
 	l       *Ledger
 	now     time.Time
 	tally   *ledger.Tally
 	batch   batchData
 	chosen  map[ledger.Key]bool
-	pending map[ledger.Key]bool // keys whose admission is not settled; nil until needed
-	used    int64               // slots the shards counted when they were settled
+	pending map[ledger.Key]bool // keys whose admission is not settled
+	used    int64               // slots the shards counted when they were all settled (counted)
+	counted bool
+	shards  []shardState // the shards as they were settled
+	// states are the keys read by the pass's looks; removable are the rows found removable and
+	// voidable the reservations found abandoned, decided once the shards are settled.
+	states    map[ledger.Key]keyState
+	removable []candidate
+	voidable  []ledger.Key
+	// looked keeps a key from being read twice in a pass; read is the rows read, tallied after
+	// the batch (a row the batch removed is not counted as kept).
+	looked map[string]bool
+	read   []readRow
+	// highWater is the high-water the root and every shard hold.
+	highWater time.Time
+	// parts is the looks to come, by the period of the part they go in.
+	parts map[time.Time][]scheduleItem
+	// dropEnded is the format 5 end-time entries of rows gone or never to be removed.
+	dropEnded []indexEntry
+	// removals are the voids and subject records judged removable (removeAll).
+	removals []removal
+
+	subjectsKept, subjectsRemoved int
 }
 
-// unsettled reports whether key has a pending capacity entry: its row is left for a later
-// pass, so that a slot is released by the batch or by settlement, never by both. Every shard
-// is settled (thoroughly) once per pass.
-func (j *judge) unsettled(ctx context.Context, key ledger.Key) (bool, error) {
-	if j.pending == nil {
-		p, used, err := j.l.settleAll(ctx, j.now)
-		if err != nil {
-			return false, err
-		}
-		j.pending, j.used = p, used
-	}
-	return j.pending[key], nil
-}
-
-// DefaultRequestLife is how long after it was signed a request can still land: S3 refuses a SigV4
-// request whose signing time is more than 15 minutes from its own clock. The SDK signs with the
-// host's wall clock corrected by the last skew it measured; a host clock that stepped up to 15
-// minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
-// and a minute for the store's nodes' disagreement (half a minute each way). A row's key is
-// not emptied sooner than that after its reservation landed (see Config.RequestLife).
-const DefaultRequestLife = 31 * time.Minute
-
-// keyAged reports whether every request that could recreate the reservation a row was made
-// over has expired.
-func (j *judge) keyAged(rd *rowData) bool {
-	at := rd.ReservedAt
-	if at == 0 {
-		at = rd.Row.CreatedAt.UnixNano() // format 1: the row's own creation
-	}
-	return j.now.Sub(time.Unix(0, at)) > j.l.cfg.RequestLife
-}
-
-// choose adds a removable row to the batch, once.
-func (j *judge) choose(ctx context.Context, ks keyState, idx []indexEntry) error {
-	row := &ks.row.Row
-	if j.chosen[row.Key] || !j.keyAged(ks.row) {
-		return nil
-	}
-	if p, err := j.unsettled(ctx, row.Key); err != nil || p {
-		return err
-	}
-	j.chosen[row.Key] = true
-	e := batchEntry{Key: row.Key, EvaluationID: row.EvaluationID, Shard: ks.row.Shard, Version: ks.version}
-	for _, x := range idx {
-		e.Indexes = append(e.Indexes, indexData{Name: x.name, Versions: x.versions})
-	}
-	j.batch.Entries = append(j.batch.Entries, e)
-	return nil
-}
-
-// indexed judges the row that a group of index entries names.
-func (j *judge) indexed(ctx context.Context, g endedGroup) error {
-	l := j.l
-	ks, err := l.readKey(ctx, g.key)
-	switch {
-	case errors.Is(err, ledger.ErrCorrupt):
-		j.tally.Damage(l.s.key(rowName(g.key)), err)
-		return nil
-	case err != nil:
-		return err
-	case ks.row == nil:
-		// The row is gone (an entry that outlived its batch, or the key is reserved anew):
-		// a later Complete of the key writes its own entry.
-		return j.drop(ctx, g.entries, "")
-	}
-	row := &ks.row.Row
-	switch {
-	case !row.State.Terminal():
-		return nil // it can still become done: its entry stays
-	case row.Removable(j.now):
-		return j.choose(ctx, ks, g.entries)
-	case row.Permanent:
-		return j.drop(ctx, g.entries, "")
-	}
-	// Finished, with a retention lengthened since it was indexed: index it at its end first.
-	keep := indexName(row)
-	if err := l.s.putPlain(ctx, keep, nil); err != nil {
-		return err
-	}
-	return j.drop(ctx, g.entries, keep)
-}
-
-// drop deletes the listed versions of entries, except the one named keep.
-func (j *judge) drop(ctx context.Context, entries []indexEntry, keep string) error {
-	for _, e := range entries {
-		if e.name == keep {
-			continue
-		}
-		if err := j.l.s.dropIndex(ctx, e); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// sweptRow is one row the sweep read, tallied after the batch.
-type sweptRow struct {
+type readRow struct {
 	key ledger.Key
 	row *ledger.Row
-	err error
 }
 
-// sweep reads the rows of this pass's slice: a finished row found removable joins the batch
-// (its index entry may be missing), and a reservation whose admission is over is tidied away.
-func (j *judge) sweep(ctx context.Context, names []string) ([]sweptRow, error) {
-	l := j.l
-	var out []sweptRow
-	for _, name := range names {
-		key, ok := keyOf(name)
-		if !ok {
-			continue
-		}
-		ks, err := l.readKey(ctx, key)
-		switch {
-		case err != nil:
-			out = append(out, sweptRow{key: key, row: &ledger.Row{}, err: err})
-			continue
-		case ks.res != nil:
-			if err := j.tidyReservation(ctx, key, ks); err != nil {
-				return nil, err
-			}
-			continue
-		case ks.row == nil:
-			continue
-		}
-		row := &ks.row.Row
-		if row.Removable(j.now) {
-			if err := j.choose(ctx, ks, nil); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, sweptRow{key: key, row: row})
-	}
-	return out, nil
+// removal is an object judged removable from the version read; done is told whether it was
+// removed, or written again since (and kept).
+type removal struct {
+	name, version string
+	done          func(removed bool)
 }
 
-// tidyReservation clears away a reservation no admission can use any more. One older than the
-// grace with no pending entry is voided (by a conditional write); a void is removed, by version
-// (a reservation or row written after it was read survives), only when it says no row write can
-// wait on the key (NoRowWrite). Every other void stays until an admission of the key takes it
-// over: removed, it would let a late copy of a reservation PUT create the reservation again, and
-// a row write held in flight land over it without a slot.
-func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState) error {
-	l := j.l
-	if !ks.res.Void {
-		if j.now.Sub(time.Unix(0, ks.res.At)) <= l.cfg.PendingGrace {
-			return nil
-		}
-		if p, err := j.unsettled(ctx, key); err != nil || p {
+// removeAll removes what the pass judged removable besides rows, each by the version judged,
+// with the history below it: every object's versions are listed; where the judged version is
+// still the latest, the older ones are deleted first (so that none becomes current again), then
+// the judged ones, a request for each round whatever their number. A version written after the
+// judgement is newer, and no delete names it.
+func (p *pass) removeAll(ctx context.Context) error {
+	var older, judged []versionRef
+	var removed []removal
+	for _, r := range p.removals {
+		vs, err := p.l.s.versions(ctx, r.name)
+		if err != nil {
 			return err
+		}
+		found, latest := false, false
+		for _, v := range vs {
+			if v.id == r.version {
+				found, latest = true, v.latest
+			}
+		}
+		switch {
+		case !found:
+			r.done(true) // removed before
+			continue
+		case !latest:
+			r.done(false)
+			continue
+		}
+		for _, v := range vs {
+			if v.id != r.version {
+				older = append(older, versionRef{r.name, v.id})
+			}
+		}
+		judged = append(judged, versionRef{r.name, r.version})
+		removed = append(removed, r)
+	}
+	if err := p.l.s.deleteVersions(ctx, older); err != nil {
+		return err
+	}
+	if err := p.l.s.deleteVersions(ctx, judged); err != nil {
+		return err
+	}
+	for _, r := range removed {
+		r.done(true)
+	}
+	return nil
+}
+
+// listBatch lists the versions of each row the batch is to remove: a row whose judged version
+// is not the latest any more (written again since, or removed) leaves the batch, and one that
+// was written again is looked at again. What is left can be removed: the versions below the
+// judged one are deleted first (listed now: no older version appears later).
+func (p *pass) listBatch(ctx context.Context) error {
+	kept := p.batch.Entries[:0]
+	for _, e := range p.batch.Entries {
+		vs, err := p.l.s.versions(ctx, rowName(e.Key))
+		if err != nil {
+			return err
+		}
+		found, latest := false, false
+		for _, v := range vs {
+			if v.id == e.Version {
+				found, latest = true, v.latest
+			}
+		}
+		if !found || !latest {
+			for _, x := range e.Indexes {
+				p.dropEnded = append(p.dropEnded, indexEntry{name: x.Name, versions: x.Versions})
+			}
+			if found {
+				p.later("look", e.Key.String(), p.now)
+			}
+			continue
+		}
+		e.Listed = true
+		for _, v := range vs {
+			if v.id != e.Version {
+				e.Older = append(e.Older, v.id)
+			}
+		}
+		kept = append(kept, e)
+	}
+	p.batch.Entries = kept
+	return nil
+}
+
+// candidate is a row found removable: the version judged, its evaluation, shard and retention
+// end, with the format 5 end-time entries that named it.
+type candidate struct {
+	key     ledger.Key
+	version string
+	eval    string
+	shard   int
+	end     time.Time
+	idx     []indexEntry
+}
+
+// settle settles every shard (judging the admissions whose keys the pass read from what it
+// read), then decides what waited on it: a removable row joins the batch unless an admission of
+// its key is not settled (its slot is settlement's to give back: a slot is released by the
+// batch or by settlement, never by both), and a reservation found abandoned is voided unless
+// its admission is still pending.
+func (p *pass) settle(ctx context.Context) error {
+	l := p.l
+	removable := p.removable
+	// Before a row is removed or a reservation voided, whether an admission of the key is
+	// pending is known from every shard. Otherwise only the shards of the keys the pass read
+	// are settled (an admission's entry is in its key's home shard unless that one was full; an
+	// entry elsewhere is settled by the next full settlement, or by admissions).
+	var only map[int]bool
+	if len(removable) == 0 && len(p.voidable) == 0 {
+		only = map[int]bool{}
+		for key := range p.states {
+			only[l.homeShard(key)] = true
+		}
+	}
+	if only == nil || len(only) > 0 {
+		pend, used, shards, err := l.settleAll(ctx, p.now, p.states, only)
+		if err != nil {
+			return err
+		}
+		p.pending, p.shards = pend, shards
+		if only == nil {
+			p.used, p.counted = used, true
+		}
+	}
+	for _, c := range removable {
+		key := c.key
+		if p.pending[key] {
+			p.dropEnded = append(p.dropEnded, c.idx...)
+			p.later("remove", key.String(), p.now.Add(l.cfg.PendingGrace))
+			continue
+		}
+		p.chosen[key] = true
+		e := batchEntry{Key: key, EvaluationID: c.eval, Shard: c.shard, Version: c.version}
+		for _, x := range c.idx {
+			e.Indexes = append(e.Indexes, indexData{Name: x.name, Versions: x.versions})
+		}
+		p.batch.Entries = append(p.batch.Entries, e)
+	}
+	for _, key := range p.voidable {
+		ks := p.states[key]
+		if p.pending[key] {
+			p.later("look", key.String(), p.now.Add(l.cfg.PendingGrace))
+			continue
 		}
 		void := *ks.res
 		void.Void, void.VoidedAt = true, l.nowFor(nil).Add(time.Second).UnixNano()
@@ -514,13 +675,289 @@ func (j *judge) tidyReservation(ctx context.Context, key ledger.Key, ks keyState
 		if _, err := l.s.put(ctx, rowName(key), body, token, ks.etag, false); err != nil && !errors.Is(err, errRaced) {
 			return err
 		}
+		p.later("look", key.String(), p.now) // the void is judged by the next pass
+	}
+	return nil
+}
+
+// later schedules a look of kind at key (a row's key, or a subject record's) no sooner than at.
+func (p *pass) later(kind, key string, at time.Time) {
+	p.schedule(scheduleItem{Kind: kind, Key: key, At: at.UnixNano()})
+}
+
+// schedule adds a look to the schedule. Looks are gathered into parts by period
+// (schedulePeriod), so that a pass writes few parts.
+func (p *pass) schedule(it scheduleItem) {
+	bucket := time.Unix(0, it.At).Truncate(schedulePeriod)
+	if p.parts == nil {
+		p.parts = map[time.Time][]scheduleItem{}
+	}
+	p.parts[bucket] = append(p.parts[bucket], it)
+}
+
+// writeSchedule writes the looks to come, one part per period (at most CleanupBatch looks a
+// part), each under a name of its own, due at its earliest look: the pass that reads it does
+// what is due then, and schedules the rest again.
+func (p *pass) writeSchedule(ctx context.Context) error {
+	buckets := make([]time.Time, 0, len(p.parts))
+	for b := range p.parts {
+		buckets = append(buckets, b)
+	}
+	sort.Slice(buckets, func(i, j int) bool { return buckets[i].Before(buckets[j]) })
+	for _, b := range buckets {
+		items := p.parts[b]
+		sort.Slice(items, func(i, j int) bool { return items[i].At < items[j].At })
+		for len(items) > 0 {
+			n := min(len(items), p.l.cfg.CleanupBatch)
+			id, err := p.l.token()
+			if err != nil {
+				return err
+			}
+			body, _, err := p.l.encode(kindSchedule, scheduleData{Items: items[:n]})
+			if err != nil {
+				return err
+			}
+			name := fmt.Sprintf("%s%020d-p%s", duePrefix, max(items[0].At, 0), id)
+			if err := p.l.s.putPlain(ctx, name, body); err != nil {
+				return fmt.Errorf("schedule: %w", err)
+			}
+			items = items[n:]
+		}
+	}
+	return nil
+}
+
+// item carries out one look of the schedule.
+func (p *pass) item(ctx context.Context, it scheduleItem) error {
+	switch it.Kind {
+	case "look", "remove":
+		key, err := ledger.ParseKey(it.Key)
+		if err != nil {
+			return nil
+		}
+		if it.Kind == "remove" && it.Version != "" && !p.looked["r"+it.Key] {
+			// Judged removable from then on, if the version judged is still the latest: the
+			// batch lists its versions before it is written.
+			p.looked["r"+it.Key] = true
+			p.removable = append(p.removable, candidate{key: key, version: it.Version, eval: it.Evaluation, shard: it.Shard,
+				end: time.Unix(0, it.End).UTC()})
+			return nil
+		}
+		return p.lookRow(ctx, it.Kind, key, nil)
+	case "subject":
+		k, err := ledger.ParseSubjectKey(it.Key)
+		if err != nil {
+			return nil
+		}
+		return p.subject(ctx, k)
+	}
+	return nil
+}
+
+// keyAged reports whether every request that could recreate the reservation a row was made
+// over has expired.
+func (p *pass) keyAged(rd *rowData) bool {
+	return !p.now.Before(p.keyAgedAt(rd))
+}
+
+// keyAgedAt is when keyAged becomes true.
+func (p *pass) keyAgedAt(rd *rowData) time.Time {
+	at := rd.ReservedAt
+	if at == 0 {
+		at = rd.Row.CreatedAt.UnixNano() // format 1: the row's own creation
+	}
+	return time.Unix(0, at).Add(p.l.cfg.RequestLife + time.Nanosecond)
+}
+
+// DefaultRequestLife is how long after it was signed a request can still land: S3 refuses a SigV4
+// request whose signing time is more than 15 minutes from its own clock. The SDK signs with the
+// host's wall clock corrected by the last skew it measured; a host clock that stepped up to 15
+// minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
+// and a minute of margin for the store's nodes' disagreement (which the ledger assumes within
+// 10 seconds: docs/s3-ledger.md). Nothing is forgotten sooner than that after a write to it
+// (see Config.RequestLife, Ledger.quiet).
+const DefaultRequestLife = 31 * time.Minute
+
+// quiet reports whether no write to an object last written at the given times (the store's
+// LastModified of the version judged, and the object's own record of its last write, both on
+// the store's clock) can still land at now: every request that wrote it, or a copy of one held
+// in the network, was signed more than RequestLife ago. Only such an object may be forgotten:
+// once its key is empty, a late copy of its create (If-None-Match: *) would land and bring back
+// a version of it, and copies of the writes that followed it would land over that version
+// (each attempt of a write carries the same bytes, so the same ETag).
+func (l *Ledger) quiet(now time.Time, written ...time.Time) bool {
+	return now.Sub(ledger.MaxTime(written...)) > l.cfg.RequestLife
+}
+
+// lookRow looks at key: a finished row past its retention joins the batch; an unfinished one is
+// tallied (a stranded one reported) and looked at again StrandedAfter later; a reservation is
+// tidied; anything that can still become removable is scheduled for when it can. idx are the
+// format 5 end-time entries that named the key. kind is "look" for a first look or one at an
+// unfinished row ("remove" looks at a row finished before): a first look at a finished row
+// schedules the subject records it was published to.
+func (p *pass) lookRow(ctx context.Context, kind string, key ledger.Key, idx []indexEntry) error {
+	l := p.l
+	if p.looked["r"+key.String()] {
+		p.dropEnded = append(p.dropEnded, idx...) // looked at once in this pass already
 		return nil
 	}
-	if !ks.res.NoRowWrite {
+	p.looked["r"+key.String()] = true
+	ks, err := l.readKey(ctx, key)
+	if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
+		return err
+	}
+	// Unless the row joins the batch (its end-time entries go with it), what the schedule
+	// says from here on is all that points to it.
+	chosen := false
+	defer func() {
+		if !chosen {
+			p.dropEnded = append(p.dropEnded, idx...)
+		}
+	}()
+	if err != nil {
+		p.tally.Damage(l.s.key(rowName(key)), err)
+		p.later("look", key.String(), p.now.Add(recheck))
 		return nil
 	}
-	_, _, err := l.s.removeVersion(ctx, rowName(key), ks.version)
-	return err
+	if p.states == nil {
+		p.states = map[ledger.Key]keyState{}
+	}
+	p.states[key] = ks
+	switch {
+	case ks.absent():
+		return nil // gone: a later admission of the key writes its own entry
+	case ks.res != nil:
+		return p.reservation(ctx, key, ks)
+	}
+	rd := ks.row
+	row := &rd.Row
+	p.read = append(p.read, readRow{key: key, row: row})
+	if !row.State.Terminal() {
+		// It can still become done: looked at again when it would be stranded, or, stranded
+		// now (and reported), StrandedAfter later.
+		at := ledger.MaxTime(row.UpdatedAt, row.NotBefore, row.LeaseUntil).Add(l.cfg.StrandedAfter)
+		if !at.After(p.now) {
+			at = p.now.Add(l.cfg.StrandedAfter)
+		}
+		p.later("look", key.String(), at)
+		return nil
+	}
+	if kind == "look" {
+		for _, s := range rd.Subjects {
+			order := ledger.Order{Key: key, EventAt: row.EventAt, AdmittedAt: row.CreatedAt}
+			p.later("subject", s.String(), ledger.MaxTime(p.now, order.At().Add(l.cfg.Limits.SubjectHorizon())))
+		}
+	}
+	switch {
+	case row.Permanent:
+		return nil // never removed: nothing more to look at
+	case !row.Removable(p.now) || !p.keyAged(rd):
+		// Removed at the end of its retention (and of its key's age) if this version is still
+		// the latest then: nothing is read again but the list of its versions. Removals are
+		// gathered at whole periods of HighWaterEvery, so that the high-water, persisted before
+		// any row goes, is written about once a period.
+		at := ledger.MaxTime(row.RetainUntil.Add(time.Nanosecond), p.keyAgedAt(rd))
+		if every := l.cfg.HighWaterEvery; every > 0 {
+			at = at.Add(every - 1).Truncate(every)
+		}
+		p.schedule(scheduleItem{Kind: "remove", Key: key.String(), At: at.UnixNano(),
+			Version: ks.version, Evaluation: row.EvaluationID, Shard: rd.Shard, End: row.RetainUntil.UnixNano()})
+		return nil
+	}
+	chosen = true // its entries go with it, into the batch or back to dropEnded (settle)
+	p.removable = append(p.removable, candidate{key: key, version: ks.version, eval: row.EvaluationID, shard: rd.Shard,
+		end: row.RetainUntil, idx: idx})
+	return nil
+}
+
+// reservation tidies away a reservation no admission can use any more. One older than the
+// grace with no pending entry is voided (by a conditional write) and looked at again; a void is
+// removed, by version (a reservation or row written after it was read survives), when it says
+// no row write can wait on the key (NoRowWrite), or voidLife after it was written; until then
+// it is looked at again then.
+func (p *pass) reservation(ctx context.Context, key ledger.Key, ks keyState) error {
+	l := p.l
+	res := ks.res
+	if !res.Void {
+		if grace := time.Unix(0, res.At).Add(l.cfg.PendingGrace); !p.now.After(grace) {
+			p.later("look", key.String(), grace.Add(time.Second))
+			return nil
+		}
+		p.voidable = append(p.voidable, key) // unless its admission is pending (settle)
+		return nil
+	}
+	if end := ledger.MaxTime(time.Unix(0, res.VoidedAt), ks.modified).Add(voidLife); !res.NoRowWrite && !p.now.After(end) {
+		p.later("look", key.String(), end.Add(time.Second))
+		return nil
+	}
+	p.removals = append(p.removals, removal{name: rowName(key), version: ks.version, done: func(removed bool) {
+		if !removed {
+			p.later("look", key.String(), p.now) // written again since it was read
+		}
+	}})
+	return nil
+}
+
+// subject judges one subject record: removed by the version read when no verdict and no write
+// can land on it any more, else looked at again when it can be.
+func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
+	l := p.l
+	if p.looked["s"+k.String()] {
+		return nil
+	}
+	p.looked["s"+k.String()] = true
+	name := subjectName(k)
+	rec, o, exists, err := l.readSubject(ctx, k)
+	switch {
+	case errors.Is(err, ledger.ErrCorrupt):
+		p.tally.Damage(l.s.key(name), err)
+		p.subjectsKept++
+		p.later("subject", k.String(), p.now.Add(recheck))
+		return nil
+	case err != nil:
+		return err
+	case !exists:
+		return nil
+	}
+	// The newest verdict's row matters only while it may still post: once that verdict is
+	// known to stand, its row has nothing to post that a record made anew would not let it
+	// (it reads back, and finds itself standing), and is not read.
+	var newest *ledger.Row
+	if rec.Stands != (ledger.Verdict{Key: rec.Newest.Key, Evaluation: rec.NewestEvaluation}) {
+		rd, _, err := l.getRow(ctx, rec.Newest.Key)
+		switch {
+		case err == nil:
+			newest = &rd.Row
+		case !errors.Is(err, ledger.ErrUnknownDelivery):
+			// Its newest verdict's row cannot be read: kept, and the row reported by its
+			// own look.
+			p.subjectsKept++
+			p.later("subject", k.String(), p.now.Add(recheck))
+			return nil
+		}
+	}
+	horizon := l.cfg.Limits.SubjectHorizon()
+	if rec.Removable(p.now, horizon, newest) && l.quiet(p.now, rec.UpdatedAt, o.modified) {
+		p.removals = append(p.removals, removal{name: name, version: o.version, done: func(removed bool) {
+			if removed {
+				p.subjectsRemoved++
+				return
+			}
+			p.subjectsKept++ // changed since it was judged: judged again
+			p.later("subject", k.String(), p.now)
+		}})
+		return nil
+	}
+	p.subjectsKept++
+	// When it can be removed, unless its newest verdict's row holds it (not finished, or
+	// abandoned and revivable): then it is looked at again a while later.
+	at := ledger.MaxTime(rec.Newest.At().Add(horizon), rec.SettleUntil, rec.HolderUntil.Add(rec.HolderSettle),
+		rec.UpdatedAt.Add(l.cfg.RequestLife), o.modified.Add(l.cfg.RequestLife)).Add(time.Second)
+	if !at.After(p.now) {
+		at = p.now.Add(recheck)
+	}
+	p.later("subject", k.String(), at)
+	return nil
 }
 
 // applyBatch removes the batch's rows and releases their slots, then marks the batch done. The
@@ -536,8 +973,32 @@ func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease
 		return tag, err
 	}
 	released := map[int]int64{}
+	// Rows listed when the batch was written: every older version first, then every judged
+	// one, a request for each round whatever their number.
+	var older, judged []versionRef
 	for _, e := range b.Entries {
-		g, err := l.removeRow(ctx, e)
+		if !e.Listed {
+			continue
+		}
+		for _, v := range e.Older {
+			older = append(older, versionRef{rowName(e.Key), v})
+		}
+		judged = append(judged, versionRef{rowName(e.Key), e.Version})
+	}
+	if err := l.s.deleteVersions(ctx, older); err != nil {
+		return tag, err
+	}
+	if err := l.s.deleteVersions(ctx, judged); err != nil {
+		return tag, err
+	}
+	for _, e := range b.Entries {
+		var g bool
+		var err error
+		if e.Listed {
+			g, err = l.removedRow(ctx, e)
+		} else {
+			g, err = l.removeRow(ctx, e)
+		}
 		if err != nil {
 			return tag, err
 		}
@@ -604,6 +1065,21 @@ func (l *Ledger) removeRow(ctx context.Context, e batchEntry) (bool, error) {
 	return true, l.dropIndexes(ctx, e)
 }
 
+// removedRow reports whether a batch row whose versions were deleted is gone: nothing of its
+// evaluation left at the key (a re-admission that lengthened its retention after the listing
+// wrote a newer version, which no delete named), and drops its index entries then.
+func (l *Ledger) removedRow(ctx context.Context, e batchEntry) (bool, error) {
+	l.forget(e.Key)
+	ks, err := l.readKey(ctx, e.Key)
+	if err != nil {
+		return false, err
+	}
+	if ks.row != nil && ks.row.Row.EvaluationID == e.EvaluationID {
+		return false, nil
+	}
+	return true, l.dropIndexes(ctx, e)
+}
+
 // dropIndexes deletes the index entries the batch listed with a row it removed.
 func (l *Ledger) dropIndexes(ctx context.Context, e batchEntry) error {
 	for _, x := range e.Indexes {
@@ -639,68 +1115,4 @@ func (l *Ledger) readBatch(ctx context.Context) (*batchData, string, error) {
 		return nil, "", err
 	}
 	return &b, o.etag, nil
-}
-
-// subjectPage is the page of subject records a cleanup pass judges: listed before the pass
-// removes anything (a listing that fails removes nothing), up to max after the one named
-// after (from the first when empty).
-type subjectPage struct {
-	names []string
-	more  bool
-}
-
-func (l *Ledger) listSubjects(ctx context.Context, after string, max int) (subjectPage, error) {
-	names, more, err := l.s.list(ctx, subjectsPrefix, after, max)
-	return subjectPage{names: names, more: more}, err
-}
-
-// cleanSubjects judges the page's subject records at now, and removes the removable ones by
-// the exact version judged (a write that lands after the judgement is a newer version, and
-// stays). It answers the counts, and where the next pass goes on ("" once the last record was
-// reached).
-func (l *Ledger) cleanSubjects(ctx context.Context, page subjectPage, now time.Time, tally *ledger.Tally) (kept, removed int, next string, err error) {
-	horizon := l.cfg.Limits.SubjectHorizon()
-	for _, name := range page.names {
-		k, err := ledger.ParseSubjectKey(strings.TrimSuffix(strings.TrimPrefix(name, subjectsPrefix), ".json"))
-		if err != nil {
-			continue
-		}
-		rec, o, exists, err := l.readSubject(ctx, k)
-		switch {
-		case errors.Is(err, ledger.ErrCorrupt):
-			tally.Damage(l.s.key(name), err)
-			kept++
-			continue
-		case err != nil:
-			return kept, removed, "", err
-		case !exists:
-			continue
-		}
-		var newest *ledger.Row
-		rd, _, err := l.getRow(ctx, rec.Newest.Key)
-		switch {
-		case err == nil:
-			newest = &rd.Row
-		case !errors.Is(err, ledger.ErrUnknownDelivery):
-			kept++ // its newest verdict's row cannot be read: kept, and the row reported by the sweep
-			continue
-		}
-		if !rec.Removable(now, horizon, newest) {
-			kept++
-			continue
-		}
-		latest, gone, err := l.s.removeVersion(ctx, name, o.version)
-		if err != nil {
-			return kept, removed, "", err
-		}
-		if latest || gone {
-			removed++
-		} else {
-			kept++ // changed since it was judged
-		}
-	}
-	if page.more && len(page.names) > 0 {
-		next = page.names[len(page.names)-1]
-	}
-	return kept, removed, next, nil
 }

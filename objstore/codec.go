@@ -20,8 +20,12 @@ import (
 // ("written by format 4"), so no older cleaner removes a void that must stay. Format 5 adds
 // the subject records (subjects/<key>.json, subjects.go) and superseded rows: a format 4
 // build refuses their objects ("written by format 5") rather than take a superseded row for a
-// damaged one. Objects of formats 1 to 4 are read as they are.
-const FormatVersion = 5
+// damaged one. Format 6 indexes every key and subject record by when cleanup must next look at
+// it (due/, written by the admission and by cleanup itself), keeps in a finished row the
+// subject records it was published to, and removes a void a week after it was written: a format
+// 5 build refuses its objects ("written by format 6"). Objects of formats 1 to 5 are read as
+// they are.
+const FormatVersion = 6
 
 // maxObjectBytes bounds every object the ledger reads.
 const maxObjectBytes = 8 << 20
@@ -92,6 +96,7 @@ const (
 	kindReservation = "reservation"
 	kindSweep       = "sweep-position"
 	kindSubject     = "subject"
+	kindSchedule    = "cleanup-schedule"
 )
 
 type rootData struct {
@@ -134,6 +139,13 @@ type rowData struct {
 	// until every request that could write that reservation again has expired.
 	Reservation string `json:"reservation,omitempty"`
 	ReservedAt  int64  `json:"reserved_at_unix_nano,omitempty"`
+	// Due says the admission indexed the key in due/ before it made the row (format 6), so
+	// its end needs no end-time entry (ended/).
+	Due bool `json:"due,omitempty"`
+	// Subjects are the subject records the row's verdict asked to be published to, as the
+	// handle that finished the row knew them (format 6): cleanup looks at each once the row is
+	// finished.
+	Subjects []ledger.SubjectKey `json:"subjects,omitempty"`
 }
 
 // reservationData is what an admission writes at a new key before it takes a slot: the row is
@@ -141,11 +153,12 @@ type rowData struct {
 // whose admission is over marks the reservation void (If-Match again), so a row write held in
 // flight can never land after its slot was given back.
 //
-// A void stays at its key until a later admission of the key takes it over: were the key
-// emptied, a copy of the reservation's PUT delivered late (its bytes, so its ETag, are the same
-// in every attempt) could create it again, and a row write held in flight over it would land
-// without a slot. That a copy can no longer land is never decided by comparing clocks: the
-// store's nodes may disagree by minutes. Only a void marked NoRowWrite is removed, at once.
+// A void stays at its key until a later admission of the key takes it over, or voidLife after
+// it was written: were the key emptied sooner, a copy of the reservation's PUT delivered late
+// (its bytes, so its ETag, are the same in every attempt) could create it again, and a row
+// write held in flight over it would land without a slot. A week is far longer than the life of
+// any request and than any disagreement of the store's nodes. A void marked NoRowWrite is
+// removed at once.
 type reservationData struct {
 	ID   string `json:"id"`
 	At   int64  `json:"at_unix_nano"`
@@ -167,12 +180,37 @@ type maintenanceData struct {
 	Until int64  `json:"until_unix_nano"`
 }
 
-// sweepData is where the cleanup sweep's next lap starts: after the row named After (a row
-// object's name without the rows prefix), or at the first row when After is empty.
+// sweepData is the state of cleanup's safety-net sweep (cleanup.go): the last row (a row
+// object's name without the rows prefix) and subject record a lap under way read ("" from the
+// first, lapDone past the last), whether a lap is under way, and when the last one ended.
+// Format 5 went round in laps pass after pass (After and Subjects only): read as a ledger whose
+// lap never ended.
 type sweepData struct {
-	After string `json:"after"`
-	// Subjects is the last subject record the previous pass judged (format 5).
+	After    string `json:"after"`
 	Subjects string `json:"subjects,omitempty"`
+	InLap    bool   `json:"in_lap,omitempty"`
+	LapEnded int64  `json:"lap_ended_unix_nano,omitempty"`
+}
+
+// scheduleData is one part of cleanup's own schedule: the keys and subject records it is to
+// look at again, each no sooner than its time (all of them by the time the part's name says).
+type scheduleData struct {
+	Items []scheduleItem `json:"items"`
+}
+
+// scheduleItem is one look cleanup has scheduled: a row's key (Kind "look": is it finished,
+// stranded, a reservation to tidy? "remove": past its retention?) or a subject record
+// ("subject"), at At (Unix nanoseconds, the store's clock). A removal names the version judged
+// finished (removable at At if it is still the latest then), its evaluation, shard and
+// retention end.
+type scheduleItem struct {
+	Kind       string `json:"kind"`
+	Key        string `json:"key"`
+	At         int64  `json:"at_unix_nano"`
+	Version    string `json:"version,omitempty"`
+	Evaluation string `json:"evaluation_id,omitempty"`
+	Shard      int    `json:"shard,omitempty"`
+	End        int64  `json:"end_unix_nano,omitempty"`
 }
 
 type batchData struct {
@@ -192,6 +230,10 @@ type batchEntry struct {
 	Version      string      `json:"version,omitempty"`
 	Index        string      `json:"index,omitempty"`
 	Indexes      []indexData `json:"indexes,omitempty"`
+	// Older are the versions below Version when the batch was written (format 6: listed
+	// then, Version the latest), deleted before it.
+	Older  []string `json:"older,omitempty"`
+	Listed bool     `json:"listed,omitempty"`
 }
 
 type indexData struct {

@@ -27,8 +27,11 @@ type harness struct {
 	transports []*transport
 	listings   int
 	faults     faultCounts
-	// requestLife, when set, is the ledger's RequestLife (see TestHistories).
+	// requestLife, when set, is the ledger's RequestLife (see TestHistories); gather keeps
+	// cleanup's default gathering of removals at whole hours (HighWaterEvery), which the
+	// conformance cases, checking removal at the end of a retention, run without.
 	requestLife time.Duration
+	gather      bool
 }
 
 // faultCounts counts injected faults by kind.
@@ -67,7 +70,7 @@ func randomFaults(plan ledgertest.FaultPlan, counts *faultCounts) func(*http.Req
 		mu.Lock()
 		defer mu.Unlock()
 		// A DELETE is where a late landing hurts most: hold one in ten.
-		if r.Method == http.MethodDelete && rng.Float64() < 0.1 {
+		if (r.Method == http.MethodDelete || isBatchDelete(r)) && rng.Float64() < 0.1 {
 			counts.add("held-delete")
 			return holdInFlight
 		}
@@ -114,9 +117,13 @@ func (h *harness) Open(ctx context.Context, limits ledger.Limits, o ledgertest.O
 	}
 	// One owner name for every handle: the handles model one scheduled cleanup function,
 	// reopened after a crash, which takes over its own lease.
+	highWaterEvery := time.Duration(-1)
+	if h.gather {
+		highWaterEvery = 0
+	}
 	return objstore.Open(ctx, objstore.Config{Client: client, Bucket: testBucket, Prefix: h.prefix, Limits: limits,
 		Clock: o.Clock, Create: true, StrandedAfter: o.StrandedAfter, CleanupBatch: o.CleanupBatch, Shards: 4,
-		Owner: "conformance-cleanup", RequestLife: h.requestLife})
+		Owner: "conformance-cleanup", RequestLife: h.requestLife, HighWaterEvery: highWaterEvery})
 }
 
 func (h *harness) Ops() ledgertest.OpCount {

@@ -11,11 +11,15 @@
 //	rows/<key>.json        one object per row: the row, and its report while it may be
 //	                       published; or the reservation of its key, before the row exists
 //	                       or, void, after an admission ended without one
-//	ended/<end>-<key>      empty index entries of finished rows with a retention end
+//	due/<time>-r<key>      cleanup's first look at a key, written by its admission
+//	due/<time>-p<id>       parts of cleanup's own schedule of looks (cleanup.go)
+//	ended/<end>-<key>      end-time index entries of rows finished by format 5
+//	subjects/<key>.json    subject records (subjects.go)
 //	maintenance.json       the fenced maintenance lease (one cleanup at a time)
 //	batch.json             the last cleanup batch
 //	state/<name>.json      named state records (ledger.StateStore: a catch-up cursor),
 //	                       written on the ETag read (state.go)
+//	sweep.json             the safety net's lap
 //
 // Every object carries a format version, a CRC-32C of its data and a unique write token, so a
 // write whose answer was lost is recognised as one's own when read back.
@@ -33,7 +37,8 @@
 // then the judged version by its version id, never by key. A write that landed after the
 // judgement is a newer version and survives any late DELETE. The bucket must keep versions
 // (checked at every start and every cleanup pass); a lifecycle rule expires the noncurrent
-// ones.
+// ones. Nothing is forgotten while a write to it can still land (Ledger.quiet). A cleanup pass
+// reads what is due, through an index by time, never every kept object.
 //
 // Capacity is exact: an admission writes a reservation at its key, takes a slot naming that
 // reservation, and creates the row only over the reservation (If-Match). Settling an entry

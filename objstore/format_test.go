@@ -157,8 +157,10 @@ func uploadFixture(t *testing.T, src string) string {
 }
 
 // TestReleasedFormatsOpen opens a copy of every released format's fixture ledger and works on
-// it: every row reads back in its state, a saved result is published with its bytes, cleanup
-// forgets the ended rows only, and capacity matches the rows.
+// it: every row reads back in its state, a saved result is published with its bytes, a new
+// delivery is admitted and run, cleanup forgets the ended rows only and every subject record
+// the older format wrote (found by the safety net's lap: nothing else points to them), and
+// capacity matches the rows.
 func TestReleasedFormatsOpen(t *testing.T) {
 	requireMinIO(t)
 	if *updateFixtures {
@@ -189,22 +191,39 @@ func TestReleasedFormatsOpen(t *testing.T) {
 			ledgertest.MustComplete(t, l, *c.Staged)
 			ledgertest.FinishRow(t, l, clock, fixtureDelivery(0))
 			ledgertest.FinishRow(t, l, clock, fixtureDelivery(1))
-			clock.Set(fixtureEpoch.Add(48 * time.Hour))
-			var removed int
-			for cur := ledger.Cursor(""); ; {
-				rep, err := l.Cleanup(ctx, cur)
-				if err != nil {
-					t.Fatal(err)
+			fresh := fixtureDelivery(len(fixtureStates)) // signed now: removed with the others
+			fresh.SignedAt = clock.Now()
+			ledgertest.MustAdmit(t, l, fresh)
+			ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, fresh, ledger.Execute).Lease, fixtureReport(fresh)))
+			records, _ := filepath.Glob(filepath.Join(src, "subjects", "*.json"))
+			// Two days on, a run of cleanup (its lap finds what the older format wrote), then
+			// another an hour later: the uploaded fixture's objects count as written when first
+			// read, so its records are forgotten once the request life has passed since.
+			var removed, forgotten int
+			for _, at := range []time.Duration{48 * time.Hour, 49 * time.Hour} {
+				clock.Set(fixtureEpoch.Add(at))
+				for cur := ledger.Cursor(""); ; {
+					rep, err := l.Cleanup(ctx, cur)
+					if err != nil {
+						t.Fatal(err)
+					}
+					removed += len(rep.Removed)
+					forgotten += rep.RemovedSubjects
+					if rep.Done {
+						break
+					}
+					cur = rep.Next
 				}
-				removed += len(rep.Removed)
-				if rep.Done {
-					break
-				}
-				cur = rep.Next
 			}
-			// The signed rows (0, 2, 4) have ended; the permanent ones stay.
-			if removed != 3 {
-				t.Fatalf("cleanup removed %d rows, want the 3 signed ones", removed)
+			// The signed rows (0, 2, 4 and the new one) have ended; the permanent ones stay.
+			if removed != 4 {
+				t.Fatalf("cleanup removed %d rows, want the 4 signed ones", removed)
+			}
+			if forgotten != len(records) {
+				t.Fatalf("cleanup forgot %d subject records, want the fixture's %d", forgotten, len(records))
+			}
+			for o := range minioRaw.ListObjects(ctx, testBucket, minio.ListObjectsOptions{Prefix: prefix + "subjects/", Recursive: true}) {
+				t.Fatalf("%s is kept after cleanup (%v)", o.Key, o.Err)
 			}
 			st, err := l.Stats(ctx)
 			if err != nil || st.Rows != 3 || st.CapacityUsed != 3 {

@@ -126,9 +126,9 @@ func TestHeldAdmissionCannotCreateARowWithoutASlot(t *testing.T) {
 	w.exact(fast)
 }
 
-// TestDoneRowIsForgottenAfterCleanupRacedItsCompletion: cleanup runs while Complete is between
-// its index entry and its row write. Once the row is done and its retention over, a later
-// cleanup must still forget it and give its slot back.
+// TestDoneRowIsForgottenAfterCleanupRacedItsCompletion: cleanup runs while Complete's row write
+// is held in flight, and finds the row unfinished. Once the row is done and its retention
+// over, a later cleanup must still forget it and give its slot back.
 func TestDoneRowIsForgottenAfterCleanupRacedItsCompletion(t *testing.T) {
 	w := newWorld(t)
 	l, tr := w.handle("worker", 0, nil)
@@ -148,7 +148,7 @@ func TestDoneRowIsForgottenAfterCleanupRacedItsCompletion(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("complete: %v", err)
 	}
-	w.store.Advance(time.Minute)
+	w.store.Advance(16 * time.Minute) // cleanup's next look at a row it found unfinished
 	rep := w.cleanLap(cleaner)
 	if len(rep.Removed) != 1 {
 		t.Fatalf("the done row past its retention was not forgotten (removed %d)", len(rep.Removed))

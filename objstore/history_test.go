@@ -15,13 +15,16 @@ import (
 // and landing late, handles killed mid-call, a cleaner running throughout, a sliding window of
 // keys; the store is nodes whose clocks are up to two minutes apart, each handle reading the
 // Dates of its own node, and a node's clock steps forward and back while requests are held.
-// Every history must be linearizable under the contract's model with the store's clocks as the
-// only clocks, and end exactly counted (ledgertest.RunHistories).
+// The clock jumps past the subject horizon twice in each history, so cleanup forgets subject
+// records and rows while held and duplicated requests go on landing. Every history must be
+// linearizable under the contract's model with the store's clocks as the only clocks, leave
+// no older verdict posted after a newer one was called standing, and end exactly counted
+// (ledgertest.RunHistories).
 func TestHistories(t *testing.T) {
 	requireMinIO(t)
 	t.Parallel()
 	cfg := ledgertest.HistoryConfig{Histories: 2, Workers: 4, Steps: 150, Keys: 10, Skew: 3 * time.Minute,
-		StoreSkew: time.Minute, FaultRate: 0.02, Seed: 1}
+		StoreSkew: time.Minute, FaultRate: 0.02, Seed: 1, Forget: true}
 	if os.Getenv("AMISS_SOAK") != "" {
 		cfg.Histories, cfg.Workers, cfg.Steps = 20, 8, 600
 	}
@@ -35,6 +38,7 @@ func TestHistories(t *testing.T) {
 		h, err := newHarness(ctx, t)
 		if err == nil {
 			h.(*harness).requestLife = 5*time.Minute + 30*time.Second
+			h.(*harness).gather = true // removals at whole hours, as deployed
 		}
 		return h, err
 	}, cfg)

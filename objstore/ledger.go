@@ -33,11 +33,18 @@ type Config struct {
 	Create bool
 	// Shards is the number of capacity shards a new ledger gets (default 16).
 	Shards int
-	// StrandedAfter, CleanupBatch and SweepBatch are as for the FileLedger (defaults 15
-	// minutes, 1000, 1000).
+	// StrandedAfter is how long an unfinished row with no live lease stays idle before cleanup
+	// reports it stranded (default 15 minutes). CleanupBatch bounds what one cleanup pass
+	// looks at (default 1000). SweepBatch is how many rows and subject records a pass of the
+	// safety net's lap reads (default 1000; a lap runs once a month, see cleanup.go).
 	StrandedAfter time.Duration
 	CleanupBatch  int
 	SweepBatch    int
+	// HighWaterEvery gathers cleanup's removals of rows: a row is removed at the first whole
+	// period after its retention ends (default an hour), so that the high-water, which a pass
+	// persists before it deletes a row (a write of the root and of every capacity shard), is
+	// written about once a period. Negative: a row is removed as soon as it can be.
+	HighWaterEvery time.Duration
 	// MaintenanceLease is how long one cleanup pass may hold maintenance (default 15 minutes,
 	// three times the cleanup function's timeout). It is checked by fence before every batch
 	// of deletes; safety never rests on it (deletes name versions), only progress.
@@ -49,12 +56,11 @@ type Config struct {
 	// RequestLife is how long after it was signed a request can still land on the store
 	// (default 31 minutes: see DefaultRequestLife). A row's key is emptied no sooner than that
 	// after its reservation landed, so that no copy of the reservation's PUT, landing late on
-	// the empty key, lets a copy of the row's create land over it again. This compares two
-	// readings of the store's clock (the reservation's, through the admitting handle, and
-	// cleanup's), so it assumes the store's nodes agree within about half a minute, unless the
-	// row's retention, which comes on top (72 hours with the default limits), outlasts their
-	// disagreement. Only a deployment whose transport bounds a request's life more tightly (a
-	// test's) may set it lower.
+	// the empty key, lets a copy of the row's create land over it again; and no object is
+	// forgotten sooner than that after its last write. This compares two readings of the
+	// store's clock (the writer's, through its handle, and cleanup's): its last minute is margin
+	// for the store's nodes, which the ledger assumes agree within 10 seconds. Only a deployment
+	// whose transport bounds a request's life more tightly (a test's) may set it lower.
 	RequestLife time.Duration
 	// Owner names this handle in the maintenance lease (default: random).
 	Owner string
@@ -77,6 +83,9 @@ func (c *Config) defaults() error {
 	}
 	if c.SweepBatch <= 0 {
 		c.SweepBatch = 1000
+	}
+	if c.HighWaterEvery == 0 {
+		c.HighWaterEvery = time.Hour
 	}
 	if c.MaintenanceLease <= 0 {
 		c.MaintenanceLease = 15 * time.Minute
@@ -115,6 +124,12 @@ type Ledger struct {
 
 	mu    sync.Mutex
 	cache map[ledger.Key]cachedRow
+	// subjects are the subject records each row's verdict asked for through this handle
+	// (noteSubject); subjectCache the records as its own last writes left them.
+	subjects     map[ledger.Key][]ledger.SubjectKey
+	subjectCache map[ledger.SubjectKey]cachedSubject
+	// shardCache are the capacity shards as this handle last read or wrote them.
+	shardCache map[int]shardState
 	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
 	// maintenance lease does not tell apart.
 	cleaning sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -138,6 +139,14 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		}
 		return ledger.Admission{Outcome: outcome, Key: key}, nil
 	}
+	// Cleanup's look at the key, a grace from now, before the key can hold a row or this
+	// admission a slot: however the admission ends (a row, a reservation a crash left, a
+	// void), cleanup finds it through this entry alone, without reading every kept row, and
+	// settles the slot's pending entry with the same read (cleanup.go).
+	if err := l.s.putPlain(ctx, dueLookName(reservedAt.Add(l.cfg.PendingGrace), key), nil); err != nil {
+		void()
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
+	}
 	// The shard read for the slot brings the last cleanup's high-water: a request it makes
 	// stale is refused there (the handle's copy of the root may be a minute old, and its node
 	// behind the one the cleanup read).
@@ -170,7 +179,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 			return ledger.Admission{}, fmt.Errorf("admit %s: fresh by every high-water read, %v at their highest: %w (%v)", key.Short(), outcome, ledger.ErrBusy, err)
 		}
 	}
-	rd = rowData{Row: row, Shard: shard, Reservation: res.ID, ReservedAt: reservedAt.UnixNano()}
+	rd = rowData{Row: row, Shard: shard, Reservation: res.ID, ReservedAt: reservedAt.UnixNano(), Due: true}
 	body, token, err := l.encode(kindRow, rd)
 	if err != nil {
 		return ledger.Admission{}, err
@@ -312,15 +321,21 @@ func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) er
 	})
 }
 
-// finish prepares a row that just became done, abandoned or superseded: its index entry is
-// written (before the row, by the caller's write) and the report of a done or superseded row
-// dropped. An abandoned row keeps
-// its report, so that Revive can publish it again.
+// finish prepares a row that just became done, abandoned or superseded: the report of a done or
+// superseded row is dropped (an abandoned row keeps its report, so that Revive can publish it
+// again), and the row names the subject records this handle asked for it, so that cleanup
+// looks at them once the row is finished. A row its admission did not index in due/ (format 5)
+// gets its end-time entry (before the row, by the caller's write).
 func (l *Ledger) finish(ctx context.Context, rd *rowData) error {
 	if rd.Row.State == ledger.StateDone || rd.Row.State == ledger.StateSuperseded {
 		rd.Report = nil
 	}
-	if rd.Row.Permanent {
+	for _, s := range l.subjectsOf(rd.Row.Key) {
+		if !slices.Contains(rd.Subjects, s) {
+			rd.Subjects = append(rd.Subjects, s)
+		}
+	}
+	if rd.Row.Permanent || rd.Due {
 		return nil
 	}
 	return l.s.putPlain(ctx, indexName(&rd.Row), nil)

@@ -134,17 +134,18 @@ func (l *Ledger) putRow(ctx context.Context, rd rowData, etag string) error {
 type step func(rd *rowData, now time.Time) (write bool, err error)
 
 // update runs a decision as an optimistic transaction: read (from this handle's cache when it
-// has the row), decide, write with If-Match. A write that loses, or any answer decided on
-// cached data that is not a successful write, is decided again on a fresh read, so no answer
-// ever rests on a stale copy.
+// has the row: the version its own last write or read returned), decide, write with If-Match.
+// A write that loses, or any answer decided on cached data that is not a successful write, is
+// decided again on a fresh read, so no answer ever rests on a stale copy. A runner's steps on
+// one row (claim, save, complete) thus read only once, and again only after a conflict.
 //
-// Every decision that depends on time (all but complete and release) is made on a fresh read,
-// at the store's time of its answer: on a cached copy it would be made at the store time
-// estimated from the last answer plus the host's elapsed time, and a host that was suspended
-// (whose monotonic clock stopped) would find an ended lease live, or grant a lease that ends
-// sooner than it says.
+// A decision that depends on time (all but complete and release) is made on the cached copy
+// only while the store-clock estimate is steady (storeClock.Steady): a host that was suspended
+// since the store's last answer (whose clock for elapsed time stopped) would find an ended
+// lease live, or grant a lease that ends sooner than it says, so it decides on a fresh read,
+// at the store's time of its answer.
 func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step) error {
-	fresh := op != "complete" && op != "release"
+	fresh := op != "complete" && op != "release" && !l.clock.Steady()
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		var rd rowData
 		var etag string

@@ -125,6 +125,14 @@ func noRetries(o *s3.Options) { o.RetryMaxAttempts = 1 }
 // is tried again; anything else after an attempt that may have reached the store is an
 // outcome it cannot know.
 func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatch string, create bool) (string, error) {
+	etag, _, err := s.putBack(ctx, name, body, token, ifMatch, create)
+	return etag, err
+}
+
+// putBack is put; when the write lost (errRaced) it also answers what it read back: the object
+// as the store holds it (no ETag when there is none), on which the caller may decide again
+// without reading it once more.
+func (s *store) putBack(ctx context.Context, name string, body []byte, token, ifMatch string, create bool) (string, object, error) {
 	sent := false // an earlier attempt may have reached the store (and may still land)
 	for attempt := 1; ; attempt++ {
 		in := &s3.PutObjectInput{Bucket: &s.bucket, Key: aws.String(s.key(name)), Body: bytes.NewReader(body),
@@ -137,7 +145,7 @@ func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatc
 		}
 		out, err := s.client.PutObject(ctx, in, s.dated, noRetries)
 		if err == nil {
-			return aws.ToString(out.ETag), nil
+			return aws.ToString(out.ETag), object{}, nil
 		}
 		conditional := isPrecondition(err) || (ifMatch != "" && isNotFound(err))
 		if !conditional && httpStatus(err) != http.StatusServiceUnavailable {
@@ -148,19 +156,19 @@ func (s *store) put(ctx context.Context, name string, body []byte, token, ifMatc
 		back, gerr := s.get(ctx, name)
 		switch {
 		case gerr == nil && token != "" && tokenOf(back.body) == token:
-			return back.etag, nil
+			return back.etag, object{}, nil
 		case gerr != nil && !errors.Is(gerr, errNotFound):
-			return "", fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), errors.Join(err, gerr))
+			return "", object{}, fmt.Errorf("%w: put %s: %v", ledger.ErrUnavailable, s.key(name), errors.Join(err, gerr))
 		case conditional && !sent:
 			// Lost: the first attempt was refused and the store holds another write. (Had a
 			// copy of it landed and been overwritten since, the write is answered as lost
 			// although it applied: callers whose writes name their own reservation or entry
 			// recognise them when they read again.)
-			return "", errRaced
+			return "", back, errRaced
 		}
 		unchanged := (create && errors.Is(gerr, errNotFound)) || (!create && gerr == nil && back.etag == ifMatch)
 		if conditional || !unchanged || attempt == putAttempts || ctx.Err() != nil {
-			return "", fmt.Errorf("%w: put %s: the outcome is unknown: %v", ledger.ErrUnavailable, s.key(name), err)
+			return "", object{}, fmt.Errorf("%w: put %s: the outcome is unknown: %v", ledger.ErrUnavailable, s.key(name), err)
 		}
 		// Nothing landed: try again (an attempt still in flight can only land over the same
 		// object, which this one then finds changed, or carries the same token).
@@ -225,6 +233,43 @@ func (s *store) deleteVersion(ctx context.Context, name, version string) error {
 		VersionId: aws.String(version)}, s.dated)
 	if err != nil && !isNotFound(err) {
 		return fmt.Errorf("%w: delete %s version %s: %v", ledger.ErrUnavailable, s.key(name), version, err)
+	}
+	return nil
+}
+
+// versionRef names one version of one object.
+type versionRef struct {
+	name, version string
+}
+
+// deleteVersions deletes the versions named, each by its version id (never by key alone), up to
+// 1,000 in one request; a version already gone counts as deleted. The deletes of one call are
+// not ordered among themselves: a caller that needs one version gone before another deletes
+// them in two calls.
+func (s *store) deleteVersions(ctx context.Context, refs []versionRef) error {
+	for len(refs) > 0 {
+		n := min(len(refs), 1000)
+		objs := make([]types.ObjectIdentifier, n)
+		for i, r := range refs[:n] {
+			if r.version == "" {
+				return fmt.Errorf("%w: delete %s: no version id (is the bucket versioned?)", ledger.ErrInvalid, s.key(r.name))
+			}
+			objs[i] = types.ObjectIdentifier{Key: aws.String(s.key(r.name)), VersionId: aws.String(r.version)}
+		}
+		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket,
+			Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(true)}}, s.dated)
+		if err != nil {
+			return fmt.Errorf("%w: delete %d versions under %s: %v", ledger.ErrUnavailable, n, s.prefix, err)
+		}
+		for _, e := range out.Errors {
+			switch aws.ToString(e.Code) {
+			case "NoSuchKey", "NoSuchVersion":
+				continue
+			}
+			return fmt.Errorf("%w: delete %s version %s: %s %s", ledger.ErrUnavailable, aws.ToString(e.Key), aws.ToString(e.VersionId),
+				aws.ToString(e.Code), aws.ToString(e.Message))
+		}
+		refs = refs[n:]
 	}
 	return nil
 }

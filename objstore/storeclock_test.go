@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -219,11 +220,11 @@ func TestVoidedReservationOutlivesStoreClocksThatDisagree(t *testing.T) {
 }
 
 // TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater: the ledger's clock never goes back,
-// across the store's nodes too: a cleanup on a node ahead persists its now as the high-water,
-// and a handle on a node two minutes behind (whose copy of the root is up to a minute old)
-// must decide no lower than it. A re-admission of a delivery stale by that high-water is
-// Stale, and a row admitted after it starts there: a lease granted on it ends no sooner than
-// the high-water plus the lease.
+// across the store's nodes too: a cleanup on a node ahead that forgets a row persists its now
+// as the high-water first, and a handle on a node two minutes behind (whose copy of the root is
+// up to a minute old) must decide no lower than it. A re-admission of a delivery stale by that
+// high-water is Stale, and a row admitted after it starts there: a lease granted on it ends no
+// sooner than the high-water plus the lease.
 func TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater(t *testing.T) {
 	behind := func(w *world, name string) *objstore.Ledger {
 		l, tr := w.handle(name, 0, nil)
@@ -240,11 +241,16 @@ func TestNodeBehindDecidesNoLowerThanTheLastCleanupsHighWater(t *testing.T) {
 		fast, _ := w.handle("ingress", 0, nil)
 		slow := behind(w, "ingress-behind")
 		cleaner := ahead(w, "cleaner-ahead")
+		forgotten := w.delivery(w.store.Now()) // past its retention when the cleaner runs
+		ledgertest.MustComplete(t, fast, w.saved(fast, forgotten, "verdict"))
+		w.store.Advance(w.limits.SignedAgeCeiling + w.limits.QueueCeiling)
 		w.store.Advance(3 * time.Minute)
 		d := w.delivery(w.store.Now())
 		w.admit(fast, d, ledger.Admitted)
 		w.store.Advance(3 * time.Minute) // the cleaner's node says d is 6 minutes old
-		w.cleanLap(cleaner)
+		if rep := w.cleanLap(cleaner); len(rep.Removed) != 1 {
+			t.Fatalf("cleanup removed %d rows, want the one past its retention", len(rep.Removed))
+		}
 		if a, err := slow.Admit(w.ctx, d); err != nil || a.Outcome != ledger.Stale {
 			t.Fatalf("a re-admission of a delivery signed 6 minutes before the last cleanup's high-water (accepted age 5m), "+
 				"through a node 2 minutes behind: %v %v, want Stale", a.Outcome, err)
@@ -333,5 +339,85 @@ func TestForgottenRowsKeyOutlivesItsRequestsOnNodesHalfAMinuteApart(t *testing.T
 	}
 	if st := w.exact(cleaner); st.Rows != 0 {
 		t.Fatalf("%d rows left", st.Rows)
+	}
+}
+
+// TestOrderOnACommitHoldsOnNodesTenSecondsApart: the order on a commit rests on one clock
+// assumption, the store's nodes agree within 10 s, which the runner's settle wait carries on
+// top of the route's settle time (10 s: functions/runner's clockAllowance). A post whose
+// outcome was unknown may be applied by the provider until the route's settle time after its
+// runner gave up on it; a newer verdict is called standing only once the record's settle time
+// (the report's time, on its node, plus the route's settle time and the allowance) has come on
+// the node the newer one asks. With the nodes 10 s apart, that is no sooner than the older post
+// could still land:
+//
+//	T        runner-a (on a node at the store's time) gives up on X's post and reports it unknown
+//	T+1s     runner-b (on a node 10 s ahead) posts Y, newer; it is to confirm at the record's
+//	         settle time, by its node
+//	         runner-b asks again at that time by its node, reads back, and Y is called standing:
+//	         X's post, applied as late as the provider may, must have landed before.
+func TestOrderOnACommitHoldsOnNodesTenSecondsApart(t *testing.T) {
+	const (
+		apart       = 10 * time.Second // the bound docs/s3-ledger.md and docs/runner.md state
+		routeSettle = time.Minute      // a route's default settle time
+		allowance   = 10 * time.Second // functions/runner's clockAllowance
+	)
+	w := newWorld(t)
+	a, _ := w.handle("runner-a", 0, nil)
+	b, bTr := w.handle("runner-b", 0, nil)
+	bTr.setStoreClock(offsetClock{w.store, apart})
+	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("d", 40),
+		Context: "amiss"}
+	request := func(name string, event time.Duration) ledger.SubjectRequest {
+		w.seq++
+		return ledger.SubjectRequest{Subject: subject, Order: ledger.Order{Key: ledger.Key(ledger.SumBody([]byte(w.prefix + name))),
+			EventAt: w.store.Now().Add(event), AdmittedAt: w.store.Now()}, EvaluationID: name, HoldFor: 70 * time.Second,
+			Settle: routeSettle + allowance}
+	}
+	x, y := request("X", -2*time.Second), request("Y", -time.Second)
+
+	gx, err := a.AcquireSubject(w.ctx, x)
+	if err != nil || gx.Outcome != ledger.SubjectPost {
+		t.Fatalf("X asks: %+v %v", gx, err)
+	}
+	gaveUp := w.store.Now() // runner-a gives up on X's post, and reports it
+	if ax, err := a.ReportSubject(w.ctx, gx, ledger.PostUnknown); err != nil || ax.Outcome != ledger.SubjectRetry {
+		t.Fatalf("X reports unknown: %+v %v", ax, err)
+	}
+	lastLanding := gaveUp.Add(routeSettle) // the provider applies X's post by then, or never
+
+	w.store.Advance(time.Second)
+	gy, err := b.AcquireSubject(w.ctx, y)
+	if err != nil || gy.Outcome != ledger.SubjectPost {
+		t.Fatalf("Y asks: %+v %v", gy, err)
+	}
+	ay, err := b.ReportSubject(w.ctx, gy, ledger.PostApplied)
+	if err != nil || ay.Outcome != ledger.SubjectConfirm {
+		t.Fatalf("Y reports applied while X's post may still land: %+v %v, want confirm", ay, err)
+	}
+	// runner-b comes back when its node says so, and confirms by reading back.
+	w.store.Set(ay.RetryAt.Add(-apart))
+	for i := 0; ; i++ {
+		g, err := b.AcquireSubject(w.ctx, y)
+		if err != nil {
+			t.Fatalf("Y asks again: %v", err)
+		}
+		if g.Outcome == ledger.SubjectPost {
+			g, err = b.ReportSubject(w.ctx, g, ledger.PostApplied) // read back: Y stands
+			if err != nil {
+				t.Fatalf("Y confirms: %v", err)
+			}
+		}
+		if g.Outcome == ledger.SubjectStanding {
+			break
+		}
+		if i == 5 || g.Outcome != ledger.SubjectWait && g.Outcome != ledger.SubjectConfirm {
+			t.Fatalf("Y is not called standing: %+v", g)
+		}
+		w.store.Set(g.RetryAt.Add(-apart))
+	}
+	if standing := w.store.Now(); standing.Before(lastLanding) {
+		t.Fatalf("Y was called standing at %s (the store's time), while X's post could still land until %s: nodes %s apart break the order",
+			standing.Format(time.TimeOnly), lastLanding.Format(time.TimeOnly), apart)
 	}
 }

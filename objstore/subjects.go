@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -15,11 +16,13 @@ import (
 // to recognise a write whose answer was lost.
 //
 // A request held in flight cannot bring a forgotten record back: cleanup forgets a record only
-// a horizon of hours (at least the longest accepted signed age, plus an hour) after its newest
-// verdict, and a create (If-None-Match, sent only when no record existed) would have to have
-// been signed before the record it would replace was first created; a SigV4-signed request
-// lands within 15 minutes of its signing or never. A change (If-Match) lands only over the
-// version it was decided on.
+// when no verdict can land on it any more (ledger.SubjectRecord.Removable) and no write to it
+// can land either: its last write, by the store's clock (the version's LastModified and the
+// record's own UpdatedAt), is more than RequestLife old (Ledger.quiet). The horizon alone is
+// not enough: a record made for verdicts published late (after an outage, or revived) is past
+// it the moment it is made, and a copy of its create (If-None-Match, landing on the empty key)
+// would restore it as its oldest verdict left it, with copies of the writes that followed it
+// (each attempt of a write carries the same bytes, so the same ETag) landing over it.
 
 const subjectsPrefix = "subjects/"
 
@@ -34,6 +37,14 @@ func (l *Ledger) readSubject(ctx context.Context, k ledger.SubjectKey) (rec ledg
 	if err != nil {
 		return rec, o, false, err
 	}
+	return l.decodeSubject(k, o)
+}
+
+// decodeSubject decodes the subject record of k read as o (no ETag: none exists).
+func (l *Ledger) decodeSubject(k ledger.SubjectKey, o object) (rec ledger.SubjectRecord, _ object, exists bool, err error) {
+	if o.etag == "" {
+		return rec, o, false, nil
+	}
 	name := l.s.key(subjectName(k))
 	if err := decode(name, kindSubject, o.body, &rec); err != nil {
 		return rec, o, false, err
@@ -47,20 +58,46 @@ func (l *Ledger) readSubject(ctx context.Context, k ledger.SubjectKey) (rec ledg
 	return rec, o, true, nil
 }
 
-// updateSubject runs fn on the subject record of k as an optimistic transaction: read fresh,
-// decide at the store's time of the answer, write with If-None-Match (a new record) or If-Match
-// (the version read); a write that loses is decided again.
-func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey,
-	fn func(rec *ledger.SubjectRecord, exists bool, now time.Time) (T, bool, error)) (T, error) {
+// updateSubject runs fn on the subject record of k as an optimistic transaction: decide, write
+// with If-None-Match (a new record) or If-Match (the version decided on); a write that loses is
+// decided again on a fresh read. fn is told when the version landed, by the store's clock (its
+// LastModified).
+//
+// While the store-clock estimate is steady (storeClock.Steady) the first decision is made
+// without a read: on the version this handle's own last write returned (a report follows its
+// grant), or, with absentFirst and no such version, on no record at all (a verdict of a commit
+// nothing was published to yet creates the record). Only a successful write makes such a
+// decision an answer; anything else is decided again on a fresh read, at the store's time of
+// its answer.
+func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey, absentFirst bool,
+	fn func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (T, bool, error)) (T, error) {
 	var zero T
+	var back *object // what a lost write read back: the record as the store holds it
 	for attempt := 0; attempt < maxRetries; attempt++ {
-		rec, o, exists, err := l.readSubject(ctx, k)
-		if err != nil {
-			return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+		var rec ledger.SubjectRecord
+		var o object
+		var exists, fresh bool
+		var err error
+		switch c, ok := l.cachedSubject(k); {
+		case back != nil:
+			if rec, o, exists, err = l.decodeSubject(k, *back); err != nil {
+				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+			}
+			fresh, back = true, nil
+		case attempt == 0 && ok && l.clock.Steady():
+			rec, o, exists = c.rec, object{etag: c.etag, modified: c.landed}, true
+		case attempt > 0 || !absentFirst || !l.clock.Steady():
+			if rec, o, exists, err = l.readSubject(ctx, k); err != nil {
+				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+			}
+			fresh = true
 		}
 		now := rec.Now(l.nowFor(nil), time.Time{})
-		out, write, err := fn(&rec, exists, now)
+		out, write, err := fn(&rec, exists, o.modified, now)
 		if err != nil || !write {
+			if !fresh {
+				continue // decided on a copy: only a fresh read may answer
+			}
 			if err != nil {
 				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
 			}
@@ -70,15 +107,54 @@ func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.Su
 		if err != nil {
 			return zero, err
 		}
-		if _, err := l.s.put(ctx, subjectName(k), body, token, o.etag, !exists); err != nil {
+		tag, got, err := l.s.putBack(ctx, subjectName(k), body, token, o.etag, !exists)
+		if err != nil {
+			l.forgetSubject(k)
 			if errors.Is(err, errRaced) {
+				back = &got // decided again on what it read back (no ETag: no record)
 				continue
 			}
 			return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
 		}
+		l.rememberSubject(k, tag, rec, l.nowFor(nil))
 		return out, nil
 	}
 	return zero, fmt.Errorf("%s %s: %w: %d conflicting writers in a row", op, k.Short(), ledger.ErrBusy, maxRetries)
+}
+
+// cachedSubject is a subject record as this handle's last write of it left it.
+type cachedSubject struct {
+	etag   string
+	rec    ledger.SubjectRecord
+	landed time.Time
+}
+
+func (l *Ledger) rememberSubject(k ledger.SubjectKey, etag string, rec ledger.SubjectRecord, landed time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.subjectCache == nil {
+		l.subjectCache = map[ledger.SubjectKey]cachedSubject{}
+	}
+	if _, ok := l.subjectCache[k]; !ok && len(l.subjectCache) >= maxCache {
+		for old := range l.subjectCache {
+			delete(l.subjectCache, old)
+			break
+		}
+	}
+	l.subjectCache[k] = cachedSubject{etag: etag, rec: rec, landed: landed}
+}
+
+func (l *Ledger) forgetSubject(k ledger.SubjectKey) {
+	l.mu.Lock()
+	delete(l.subjectCache, k)
+	l.mu.Unlock()
+}
+
+func (l *Ledger) cachedSubject(k ledger.SubjectKey) (cachedSubject, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.subjectCache[k]
+	return c, ok
 }
 
 // AcquireSubject implements ledger.Ledger.
@@ -87,9 +163,17 @@ func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (l
 		return ledger.SubjectGrant{}, fmt.Errorf("acquire subject: %w", err)
 	}
 	horizon := l.cfg.Limits.SubjectHorizon()
-	return updateSubject(ctx, l, "acquire subject", q.Subject.Key(), func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, bool, error) {
-		if !exists {
+	l.noteSubject(q.Order.Key, q.Subject.Key())
+	return updateSubject(ctx, l, "acquire subject", q.Subject.Key(), true, func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (ledger.SubjectGrant, bool, error) {
+		switch {
+		case !exists:
 			*rec = ledger.NewSubjectRecord(q.Subject, now)
+		case rec.Blind:
+			// A record that knows nothing of what stands was made no earlier than its version
+			// landed: a create decided long before it was signed (its host suspended between
+			// its read and its signature) can land on a key emptied meanwhile, and its own
+			// CreatedAt would then hide that a verdict is older than the horizon.
+			rec.CreatedAt = ledger.MaxTime(rec.CreatedAt, landed)
 		}
 		g, changed, err := rec.Acquire(q, horizon, now)
 		return g, changed && err == nil, err
@@ -98,7 +182,7 @@ func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (l
 
 // ReportSubject implements ledger.Ledger.
 func (l *Ledger) ReportSubject(ctx context.Context, g ledger.SubjectGrant, o ledger.PostOutcome) (ledger.SubjectGrant, error) {
-	return updateSubject(ctx, l, "report subject", g.Subject, func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, bool, error) {
+	return updateSubject(ctx, l, "report subject", g.Subject, false, func(rec *ledger.SubjectRecord, exists bool, _, now time.Time) (ledger.SubjectGrant, bool, error) {
 		if !exists {
 			return ledger.SubjectGrant{}, false, fmt.Errorf("%w: the subject's record is gone", ledger.ErrLeaseLost)
 		}
@@ -134,6 +218,34 @@ func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) 
 		}
 		return true, nil
 	})
+}
+
+// noteSubject remembers that the verdict of row key asked to be published to subject k: the
+// row names it when it is finished (finish), and cleanup then looks at the record. Bounded as
+// the row cache is: a row this handle forgot names no subject, and its record is found by the
+// safety net's lap.
+func (l *Ledger) noteSubject(key ledger.Key, k ledger.SubjectKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.subjects == nil {
+		l.subjects = map[ledger.Key][]ledger.SubjectKey{}
+	}
+	if _, ok := l.subjects[key]; !ok && len(l.subjects) >= maxCache {
+		for k := range l.subjects {
+			delete(l.subjects, k)
+			break
+		}
+	}
+	if !slices.Contains(l.subjects[key], k) {
+		l.subjects[key] = append(l.subjects[key], k)
+	}
+}
+
+// subjectsOf answers the subject records the verdict of row key asked for through this handle.
+func (l *Ledger) subjectsOf(key ledger.Key) []ledger.SubjectKey {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.subjects[key])
 }
 
 // countSubjects counts the subject records, for Stats.

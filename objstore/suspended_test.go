@@ -30,6 +30,9 @@ func (c *suspendedClock) Now() time.Time {
 	return c.store.Now().Add(-c.slept)
 }
 
+// Wall is the host's wall clock, which goes on while the host is suspended: the store's.
+func (c *suspendedClock) Wall() time.Time { return c.store.Now() }
+
 func (c *suspendedClock) sleep(d time.Duration) {
 	c.mu.Lock()
 	c.slept += d
@@ -265,5 +268,37 @@ func TestFutureDeliveryThroughALaggingHostTakesNoSlot(t *testing.T) {
 	st := w.exact(cleaner)
 	if st.Rows != 2 {
 		t.Fatalf("%d rows, want 2", st.Rows)
+	}
+}
+
+// TestSuspendedRunnerReportsAtTheStoresTime: a report follows its grant on the version the
+// grant wrote, without reading the record again, while the host's estimate of the store's time
+// can be trusted. A runner host suspended between its grant and its report (its clock for
+// elapsed time stopped, its wall clock went on) must not decide the report at its lagging
+// estimate: a post whose outcome is unknown may land until the settle time after the report,
+// and a settle time counted from minutes ago would let another verdict post over it meanwhile.
+func TestSuspendedRunnerReportsAtTheStoresTime(t *testing.T) {
+	w := newWorld(t)
+	host := &suspendedClock{store: w.store}
+	runner, _ := w.handle("runner", 0, func(c *objstore.Config) { c.Clock = host })
+	d := w.delivery(w.store.Now())
+	s := w.saved(runner, d, "verdict")
+	const settle = time.Minute
+	q := ledger.SubjectRequest{Subject: ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app",
+		SHA: "0123456789012345678901234567890123456789", Context: "amiss"}, Order: s.Lease.Order(),
+		EvaluationID: s.Lease.EvaluationID, HoldFor: time.Hour, Settle: settle}
+	g, err := runner.AcquireSubject(w.ctx, q)
+	if err != nil || g.Outcome != ledger.SubjectPost {
+		t.Fatalf("acquire: %+v %v", g, err)
+	}
+	w.store.Advance(10 * time.Minute)
+	host.sleep(10 * time.Minute)
+	a, err := runner.ReportSubject(w.ctx, g, ledger.PostUnknown)
+	if err != nil || a.Outcome != ledger.SubjectRetry {
+		t.Fatalf("report: %+v %v", a, err)
+	}
+	if want := w.store.Now().Add(settle); a.RetryAt.Before(want) {
+		t.Fatalf("a post of unknown outcome reported 10 minutes after the grant settles at %s, want no sooner than %s (the store's time plus the settle time)",
+			a.RetryAt.Format(time.TimeOnly), want.Format(time.TimeOnly))
 	}
 }

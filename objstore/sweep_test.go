@@ -1,75 +1,103 @@
 package objstore_test
 
 import (
+	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/objstore"
 )
 
-// TestCutCleanupsSweepEveryRow: the cleanup function is cut by its time limit on a ledger
-// larger than one invocation can read, and starts every invocation with an empty cursor. The
-// sweep must go on where the last pass stopped (as the FileLedger's does), not from the first
-// row each time: a stranded row past what one invocation reads would never be reported, and
-// a message of it lost or dead-lettered never sent again. Here each invocation is cut after
-// one pass of 2 rows; 6 stranded rows must all be reported within 3 invocations; the sweep
-// then goes on from the first row, and a run with time enough goes round one whole lap.
-func TestCutCleanupsSweepEveryRow(t *testing.T) {
+// TestCleanupReadsWhatIsDue: a pass reads the rows that are due, found through the index by
+// time, not every kept row. Rows kept for days (here permanent, done) are read once, when their
+// admission's look comes; after that, passes read none of them. Rows admitted and never run
+// (their messages lost) are reported stranded by the first pass once they are idle for
+// StrandedAfter, and again every StrandedAfter while they stay so; a cleanup cut after one
+// pass of a small batch reports each of them, in turn.
+func TestCleanupReadsWhatIsDue(t *testing.T) {
 	w := newWorld(t)
-	l, _ := w.handle("cleaner", 0, func(c *objstore.Config) { c.SweepBatch = 2; c.StrandedAfter = 15 * time.Minute })
+	const stranded, grace = 15 * time.Minute, 2 * time.Minute
+	var rowReads atomic.Int64
+	l, tr := w.handle("cleaner", 0, func(c *objstore.Config) { c.CleanupBatch = 2; c.StrandedAfter = stranded })
+	tr.setRule(func(r *http.Request) fault {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/rows/") {
+			rowReads.Add(1)
+		}
+		return pass
+	})
+	worker, _ := w.handle("worker", 0, nil)
+	passes := func(n int) (ledger.CleanupReport, int64) {
+		t.Helper()
+		var all ledger.CleanupReport
+		rowReads.Store(0)
+		for range n {
+			rep, err := l.Cleanup(w.ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			all.Stranded = append(all.Stranded, rep.Stranded...)
+			all.Done = rep.Done
+		}
+		return all, rowReads.Load()
+	}
+	w.cleanLap(l) // the safety net's first lap, over an empty ledger
+
+	for range 20 {
+		d := w.delivery(time.Time{})
+		ledgertest.MustComplete(t, worker, w.saved(worker, d, "kept for ever"))
+	}
+	w.store.Advance(grace + time.Second)
+	if _, reads := passes(10); reads != 20 {
+		t.Fatalf("the looks at 20 finished rows read %d rows, want each once", reads)
+	}
+	w.store.Advance(5 * time.Minute)
+	if rep, reads := passes(1); reads != 0 || !rep.Done {
+		t.Fatalf("a pass with nothing due read %d of the 20 kept rows (done %v)", reads, rep.Done)
+	}
+
 	want := map[ledger.Key]bool{}
 	for range 6 {
 		d := w.delivery(time.Time{})
-		w.admit(l, d, ledger.Admitted) // admitted, its message lost: stranded once idle
+		w.admit(worker, d, ledger.Admitted) // its message lost: stranded once idle
 		want[d.Key()] = true
 	}
-	w.store.Advance(16 * time.Minute)
-	pass := func() ledger.CleanupReport {
-		t.Helper()
-		rep, err := l.Cleanup(w.ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.store.Advance(5 * time.Minute)
-		return rep
+	w.store.Advance(grace + time.Second)
+	if rep, reads := passes(3); reads != 6 || len(rep.Stranded) != 0 {
+		t.Fatalf("the first looks at 6 rows just admitted read %d rows and found %d stranded, want 6 and none", reads, len(rep.Stranded))
 	}
+	w.store.Advance(stranded + 5*time.Minute - grace)
 	seen := map[ledger.Key]bool{}
-	for range 3 { // three invocations, each cut after its first pass
-		for _, s := range pass().Stranded {
+	for i := range 3 { // three invocations, each cut after one pass of 2
+		rep, reads := passes(1)
+		if reads != 2 {
+			t.Fatalf("invocation %d read %d rows, want the 2 its batch holds", i, reads)
+		}
+		for _, s := range rep.Stranded {
 			seen[s.Key] = true
 		}
 	}
 	if len(seen) != len(want) {
-		t.Fatalf("after 3 cut invocations only %d of %d stranded rows were reported; the rest would never be sent again", len(seen), len(want))
+		t.Fatalf("after 3 cut invocations %d of %d stranded rows were reported", len(seen), len(want))
 	}
-	// The next lap goes on from the first row.
-	if rep := pass(); len(rep.Stranded) != 2 || rep.Done {
-		t.Fatalf("the invocation after the sweep reached the last row: %d stranded, Done %v; want the first 2 rows, the lap not over", len(rep.Stranded), rep.Done)
+	if rep, reads := passes(1); reads != 0 || len(rep.Stranded) != 0 || !rep.Done {
+		t.Fatalf("the next pass read %d rows and reported %d stranded (done %v), want nothing due", reads, len(rep.Stranded), rep.Done)
 	}
-	// An invocation with time enough follows the cursor round one whole lap, from where the
-	// last pass stopped, reading every row once, and ends Done.
+	// Still stranded StrandedAfter later: reported again, each once.
+	w.store.Advance(stranded + 5*time.Minute)
 	count := map[ledger.Key]int{}
-	cursor := ledger.Cursor("")
-	for passes := 0; ; passes++ {
-		if passes > 10 {
-			t.Fatal("the lap never ended")
-		}
-		rep, err := l.Cleanup(w.ctx, cursor)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for range 5 {
+		rep, _ := passes(1)
 		for _, s := range rep.Stranded {
 			count[s.Key]++
 		}
-		if rep.Done {
-			break
-		}
-		cursor = rep.Next
 	}
 	for k := range want {
 		if count[k] != 1 {
-			t.Fatalf("a whole lap read row %s %d times, want once (%v)", k.Short(), count[k], count)
+			t.Fatalf("a stranded row was reported %d times StrandedAfter later, want once (%v)", count[k], count)
 		}
 	}
 }

@@ -226,12 +226,16 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 			break
 		}
 		steps := clockSteps(storeClock)
-		until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
+		sent := storeClock.Now()
+		until := sent.Add(time.Duration(1+rand.IntN(60)) * time.Second)
 		for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
 		if spanned != nil && clockSteps(storeClock) != steps {
 			spanned()
+		}
+		if outlived(sent, storeClock) {
+			return nil, errTooOld
 		}
 	case duplicate:
 		// The copy goes out as signed, once the store's clock has moved on or half a second
@@ -244,9 +248,13 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		steps := clockSteps(storeClock)
 		go func() {
 			if storeClock != nil {
-				until := storeClock.Now().Add(time.Duration(1+rand.IntN(60)) * time.Second)
+				sent := storeClock.Now()
+				until := sent.Add(time.Duration(1+rand.IntN(60)) * time.Second)
 				for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 					time.Sleep(time.Millisecond)
+				}
+				if outlived(sent, storeClock) {
+					return
 				}
 			}
 			if spanned != nil && clockSteps(storeClock) != steps {
@@ -279,6 +287,21 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.dated(resp, storeClock), nil
 }
 
+// heldLife is how long, by its node's clock, a request held in flight or copied by the network
+// may still land: the store refuses one older than the life of its signature. The test store
+// checks signatures on the machine's clock, which does not move with the test's; a request
+// held while the test's clock jumps on (hours at once) is refused here instead. (The ledger's
+// RequestLife in such tests covers a landing this long after sending, node clocks that step
+// meanwhile, and nodes apart.)
+const heldLife = 3 * time.Minute
+
+var errTooOld = errors.New("held past its life: the store refuses it (RequestTimeTooSkewed)")
+
+// outlived reports whether a request sent at sent, by storeClock, would now be refused.
+func outlived(sent time.Time, storeClock ledger.Clock) bool {
+	return storeClock.Now().Sub(sent) > heldLife
+}
+
 // peekBody reads a request's body and puts it back.
 func peekBody(r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
@@ -294,7 +317,8 @@ func peekBody(r *http.Request) ([]byte, error) {
 }
 
 // dated rewrites the answer's Date to the store clock, when the test sets one (the clock of
-// the store node the handle talks to reads it as an answer's).
+// the store node the handle talks to reads it as an answer's), and the Last-Modified of a
+// version read to the store clock's time when it was written (see landings).
 func (t *transport) dated(resp *http.Response, storeClock ledger.Clock) *http.Response {
 	if storeClock == nil {
 		return resp
@@ -303,8 +327,37 @@ func (t *transport) dated(resp *http.Response, storeClock ledger.Clock) *http.Re
 	if n, ok := storeClock.(ledgertest.NodeClock); ok {
 		date = n.Answer
 	}
-	resp.Header.Set("Date", date().UTC().Format(http.TimeFormat))
+	now := date().UTC()
+	resp.Header.Set("Date", now.Format(http.TimeFormat))
+	if resp.StatusCode/100 == 2 && resp.Request != nil {
+		switch resp.Request.Method {
+		case http.MethodPut:
+			landings.LoadOrStore(versionOf(resp), now)
+		case http.MethodGet:
+			if resp.Header.Get("Last-Modified") != "" {
+				at, _ := landings.LoadOrStore(versionOf(resp), now)
+				resp.Header.Set("Last-Modified", at.(time.Time).Format(http.TimeFormat))
+			}
+		}
+	}
 	return resp
+}
+
+// landings holds, for every object version written through a transport that reports a test's
+// store clock, that clock's time when the write was answered: the Last-Modified the store's
+// clock would have given it (the store's own is the machine's). A version written some other
+// way (a copy delivered straight to the store, a fixture) counts as written when a transport
+// first reads it.
+var landings sync.Map // versionOf -> time.Time
+
+// versionOf names the object version an answer is about: its version id, or its ETag when the
+// bucket kept none.
+func versionOf(resp *http.Response) string {
+	v := resp.Header.Get("X-Amz-Version-Id")
+	if v == "" || v == "null" {
+		v = "etag " + resp.Header.Get("ETag")
+	}
+	return resp.Request.URL.Path + " " + v
 }
 
 // clockSteps counts the steps of a store clock that steps (ledgertest.NodeClock).

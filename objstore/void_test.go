@@ -43,7 +43,7 @@ func (w *world) rowObject(d ledger.Delivery) []byte {
 func (w *world) slotWithoutRow() {
 	w.t.Helper()
 	l, tr := w.handle("ingress-dies", 0, nil)
-	tr.crash(2) // the reservation and the shard write land; the row write and all after fail
+	tr.crash(3) // the reservation, cleanup's look at the key and the shard write land; the row write and all after fail
 	if a, err := l.Admit(w.ctx, w.delivery(time.Time{})); err == nil {
 		w.t.Fatalf("an admission whose row write failed answered %v", a.Outcome)
 	}

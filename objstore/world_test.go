@@ -79,8 +79,10 @@ func (w *world) openVia(name string, skew time.Duration, via func(*transport) ht
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	// A pass removes a row as soon as its retention ends (persisting the high-water each
+	// time), so that a test's removals follow its clock.
 	cfg := objstore.Config{Client: client, Bucket: w.bucket, Prefix: w.prefix, Limits: w.limits,
-		Clock: offsetClock{w.store, skew}, Create: true, Shards: w.shards, Owner: name}
+		Clock: offsetClock{w.store, skew}, Create: true, Shards: w.shards, Owner: name, HighWaterEvery: -1}
 	if adjust != nil {
 		adjust(&cfg)
 	}
@@ -153,12 +155,21 @@ type admitResult struct {
 	err error
 }
 
-// rowRequest matches a request on the row object of d with the given method.
+// rowRequest matches a request on the row object of d with the given method; for DELETE, a
+// delete of it alone or in a batch delete (POST ?delete naming it).
 func rowRequest(d ledger.Delivery, method string) func(*http.Request, []byte) bool {
 	name := objstore.RowName(d.Key())
-	return func(r *http.Request, _ []byte) bool {
+	return func(r *http.Request, body []byte) bool {
+		if method == http.MethodDelete && isBatchDelete(r) {
+			return bytes.Contains(body, []byte(name+"</Key>"))
+		}
 		return r.Method == method && strings.HasSuffix(r.URL.Path, "/"+name)
 	}
+}
+
+// isBatchDelete reports a DeleteObjects request (POST ?delete).
+func isBatchDelete(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Query().Has("delete")
 }
 
 // rowWrite matches the write of d's row in the given state (not a reservation of its key).

@@ -47,6 +47,12 @@ type HistoryConfig struct {
 	FaultRate float64
 	// Seed makes the choices of the workload repeatable (not the interleaving).
 	Seed uint64
+	// Forget moves the clock past the subject horizon (and the request life) four times in each
+	// history, the workers parked between two calls, and the cleaner forgets what nothing can
+	// land on before they go on, so that subject records and rows are forgotten during the
+	// history, amid the faults; a run that forgot no subject record fails. It needs every
+	// process to share the history's provider (one process).
+	Forget bool
 }
 
 // HistoryStats is what a history check went through.
@@ -60,6 +66,10 @@ type HistoryStats struct {
 	// SubjectCalls counts the calls on subject records, Posts the statuses posted under their
 	// grants, and Superseded the verdicts a newer one superseded.
 	SubjectCalls, Posts, Superseded int
+	// SubjectsRemoved counts the subject records the cleaner forgot while the workers ran
+	// (FinishHistory's own passes are not counted), and LateGrants the grants to post that
+	// were late (the poster read back what stood first).
+	SubjectsRemoved, LateGrants int
 }
 
 // HeldAcrossStep is the kind under which a harness counts, in Harness.Faults, the requests it
@@ -89,8 +99,9 @@ func (s HistoryStats) String() string {
 		total += c
 	}
 	sort.Strings(names)
-	return fmt.Sprintf("%d histories, %d operations checked (%d with unknown outcome), %d faults injected %v, %d handles reopened after a fault, %d rows removed by cleanup, %d rows at the end, %d steps of a store node's clock, %d held requests spanned one, %d subject calls, %d posts, %d verdicts superseded",
-		s.Histories, s.Ops, s.Unknown, total, names, s.Reopens, s.Removed, s.Rows, s.StoreSteps, s.HeldAcrossSteps, s.SubjectCalls, s.Posts, s.Superseded)
+	return fmt.Sprintf("%d histories, %d operations checked (%d with unknown outcome), %d faults injected %v, %d handles reopened after a fault, %d rows removed by cleanup, %d rows at the end, %d steps of a store node's clock, %d held requests spanned one, %d subject calls, %d posts, %d verdicts superseded, %d subject records forgotten while workers ran, %d late grants",
+		s.Histories, s.Ops, s.Unknown, total, names, s.Reopens, s.Removed, s.Rows, s.StoreSteps, s.HeldAcrossSteps, s.SubjectCalls, s.Posts, s.Superseded,
+		s.SubjectsRemoved, s.LateGrants)
 }
 
 // HistoryLimits are the limits history stores are created with: short windows, so that a
@@ -123,6 +134,11 @@ func RunHistories(t *testing.T, newHarness NewHarness, cfg HistoryConfig) Histor
 		// history's span of time), and nobody saw that removal went unchecked.
 		t.Errorf("no history removed a row: cleanup's removals went unchecked (does the backend forget rows within a history's span of time?)")
 	}
+	if !t.Failed() && cfg.Forget && total.SubjectsRemoved == 0 {
+		// The S3 histories once forgot no subject record at all, and a held copy of a
+		// record's create landing after its forgetting went unseen.
+		t.Errorf("no history forgot a subject record while its workers ran: the forgetting of subject records went unchecked")
+	}
 	if !t.Failed() && cfg.StoreSkew > 0 && total.HeldAcrossSteps == 0 {
 		t.Errorf("no held request spanned a step of the store's clock (%d steps): the histories did not check what a step does to a request in flight", total.StoreSteps)
 	}
@@ -141,6 +157,8 @@ func (s *HistoryStats) add(o HistoryStats) {
 	s.SubjectCalls += o.SubjectCalls
 	s.Posts += o.Posts
 	s.Superseded += o.Superseded
+	s.SubjectsRemoved += o.SubjectsRemoved
+	s.LateGrants += o.LateGrants
 	if s.Faults == nil {
 		s.Faults = map[string]int{}
 	}
@@ -196,12 +214,14 @@ func runHistory(t *testing.T, newHarness NewHarness, cfg HistoryConfig) HistoryS
 	for err := range errs {
 		t.Fatalf("worker: %v", err)
 	}
+	forgotten := int(env.subjectsRemoved.Load()) // before FinishHistory's passes
 	removed, st := FinishHistory(t, ctx, env, cfg.Workers+1)
 	ops := sink.ops
 	CheckHistory(t, ops, HistoryLimits(), h.Resolution())
 	faults := h.Faults()
 	out := HistoryStats{Ops: len(ops), Reopens: int(reopens.Load()), Removed: removed,
-		Rows: int(st.Rows), Faults: faults, StoreSteps: int(env.nodeSteps.Load()), HeldAcrossSteps: faults[HeldAcrossStep]}
+		Rows: int(st.Rows), Faults: faults, StoreSteps: int(env.nodeSteps.Load()), HeldAcrossSteps: faults[HeldAcrossStep],
+		SubjectsRemoved: forgotten}
 	out.CountOps(ops)
 	return out
 }
@@ -217,6 +237,8 @@ func (s *HistoryStats) CountOps(ops []Op) {
 			s.Posts++
 		case o.Kind == OpSupersede && o.Err == "":
 			s.Superseded++
+		case o.Kind == OpAcquireSubject && o.Late:
+			s.LateGrants++
 		}
 		if o.Kind == OpAcquireSubject || o.Kind == OpReportSubject {
 			s.SubjectCalls++
@@ -325,15 +347,22 @@ func (s *memSink) End(o Op) {
 }
 
 // hostClock is a handle's clock: the base moved by a skew that may step, recording reads.
+// Wall is its wall clock, which a suspension of the host (the skew falling behind, on a
+// backend on the store's clock) does not hold back.
 type hostClock struct {
-	w    HistoryWorld
-	skew atomic.Int64
+	w         HistoryWorld
+	skew      atomic.Int64
+	suspended atomic.Int64 // how far suspensions held Now back
 }
 
 func (c *hostClock) Now() time.Time {
 	t := c.w.Now().Add(time.Duration(c.skew.Load()))
 	c.w.Saw(t)
 	return t
+}
+
+func (c *hostClock) Wall() time.Time {
+	return c.w.Now().Add(time.Duration(c.skew.Load() + c.suspended.Load()))
 }
 
 // storeClock is the store's own clock (the base), recording reads.
@@ -413,7 +442,80 @@ type HistoryEnv struct {
 	Steps  bool
 	Config HistoryConfig
 
-	nodeSteps atomic.Int64 // steps of the store's nodes' clocks (Config.StoreSkew)
+	nodeSteps       atomic.Int64 // steps of the store's nodes' clocks (Config.StoreSkew)
+	subjectsRemoved atomic.Int64 // subject records the cleaner's passes forgot
+	provider        provider     // what the subjects show, in this process
+	// jumpsAsked and jumpsMade count the jumps of the clock past the subject horizon
+	// (Config.Forget) a worker asked for and the cleaner made; parked counts the workers
+	// waiting for one, and finished those whose steps are all made.
+	jumpsAsked, jumpsMade, parked, finished atomic.Int64
+}
+
+// jump asks for a jump of the clock past the subject horizon (Config.Forget): hours pass with
+// nothing happening (a long outage, a quiet weekend), every record's newest verdict goes past
+// the horizon and every write past a request's life; the cleaner then forgets what nothing can
+// land on, and the workers go on, their faults with them.
+func (env *HistoryEnv) jump() { env.jumpsAsked.Add(1) }
+
+// park waits, between a worker's calls, while a jump is under way (at most a minute).
+func (env *HistoryEnv) park() {
+	if env.jumpsMade.Load() >= env.jumpsAsked.Load() {
+		return
+	}
+	env.parked.Add(1)
+	defer env.parked.Add(-1)
+	for deadline := time.Now().Add(time.Minute); env.jumpsMade.Load() < env.jumpsAsked.Load() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// jumpWanted reports whether a jump was asked for; the cleaner then waits (a while) until the
+// workers are parked, moves the clock, and runs its passes before it lets them go on.
+func (env *HistoryEnv) jumpWanted() bool {
+	if env.jumpsMade.Load() >= env.jumpsAsked.Load() {
+		return false
+	}
+	for deadline := time.Now().Add(30 * time.Second); env.parked.Load()+env.finished.Load() < int64(env.Config.Workers) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// provider is the history's provider: what stands on each subject (the last status posted), in
+// real time. A post and a read-back are atomic with their place in the history's order.
+type provider struct {
+	mu     sync.Mutex
+	stands map[ledger.SubjectKey]ledger.Verdict
+}
+
+// post carries out the post a grant g to verdict v allows, at the history's next instant (at),
+// if the poster is still inside its grant then (live; a runner never sends after it): it reads
+// back first when the grant says so, and posts unless v stands already (or, late, another
+// status does). It answers what became of it; posted says whether a status was made.
+//
+// The instant is taken before live is asked, so that whoever takes the grant over (at a ledger
+// time past its end, which some clock read first) posts later.
+func (p *provider) post(w HistoryWorld, subject ledger.SubjectKey, v ledger.Verdict, g ledger.SubjectGrant, live func() bool) (post ledger.PostOutcome, posted bool, at int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at = w.Tick()
+	if !live() {
+		return ledger.PostRefused, false, at // too late to send: nothing posted
+	}
+	if p.stands == nil {
+		p.stands = map[ledger.SubjectKey]ledger.Verdict{}
+	}
+	st, ok := p.stands[subject]
+	if g.ReadBack {
+		switch {
+		case ok && st == v:
+			return ledger.PostApplied, false, at
+		case ok && g.Late:
+			return ledger.PostOverridden, false, at
+		}
+	}
+	p.stands[subject] = v
+	return ledger.PostApplied, true, at
 }
 
 // maxStepBack is the furthest a worker steps the base clock back at once.
@@ -459,10 +561,11 @@ func (c *caller) call(o Op, do func(o *Op) error) (Op, error) {
 	o.Client = c.id
 	back1 := w.SteppedBack()
 	decide := c.decide.Now
-	if c.node != nil && (o.Kind == OpComplete || o.Kind == OpRelease) {
-		// A backend on the store's clock may decide these, which depend on no time, on the
-		// row it has cached, without asking the store: at its own estimate, which with the
-		// store's nodes apart a later decision on another node may be below of.
+	if c.node != nil {
+		// A backend on the store's clock may decide on what it has cached, without asking
+		// the store (Complete and Release always; any call while its host was not suspended):
+		// at its own estimate, which with the store's nodes apart a later decision on
+		// another node may be below of.
 		decide = c.seen.cachedNow
 	}
 	lo1 := decide()
@@ -551,11 +654,16 @@ func RunHistoryWorker(ctx context.Context, env *HistoryEnv, id int, seed uint64)
 	}()
 	k := &worker{c: c, rng: rng, cfg: env.Config}
 	k.forget()
+	defer env.finished.Add(1)
 	reopens := 0
 	for step := range env.Config.Steps {
 		if id == 0 && step%10 == 9 {
 			env.World.Slide()
 		}
+		if id == 0 && env.Config.Forget && step > 0 && step%(env.Config.Steps/5) == 0 && step <= 4*env.Config.Steps/5 {
+			env.jump()
+		}
+		env.park()
 		if err := k.step(ctx); err != nil {
 			reopens++
 			k.forget()
@@ -584,6 +692,20 @@ func RunHistoryCleaner(ctx context.Context, env *HistoryEnv, id int, seed uint64
 			return reopens
 		default:
 		}
+		if env.jumpWanted() {
+			env.World.Advance(forgetJump)
+			// A few passes (a pass may meet a fault): what was finished before the jump is
+			// forgotten before anything else happens.
+			for range 3 {
+				if _, err := cleanupRecorded(ctx, c, ""); err != nil && !errors.Is(err, ledger.ErrBusy) {
+					reopens++
+					if c.reopen(ctx) != nil {
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+			}
+			env.jumpsMade.Add(1)
+		}
 		rep, err := cleanupRecorded(ctx, c, cur)
 		switch {
 		case err == nil:
@@ -598,6 +720,10 @@ func RunHistoryCleaner(ctx context.Context, env *HistoryEnv, id int, seed uint64
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// forgetJump is how far the clock moves at once in a history that forgets (HistoryConfig.Forget):
+// past the subject horizon of HistoryLimits, and past any request's life.
+var forgetJump = HistoryLimits().SubjectHorizon() + 10*time.Minute
 
 // cleanupRecorded runs one cleanup pass and records the rows it reports removed, each as a
 // removal over the pass's interval (CheckHistory checks that a pass names a key once).
@@ -617,6 +743,7 @@ func cleanupRecorded(ctx context.Context, c *caller, cur ledger.Cursor) (ledger.
 	if err == nil {
 		w.RaiseHWFloor(rep.HighWater.UnixNano() - res)
 	}
+	c.env.subjectsRemoved.Add(int64(rep.RemovedSubjects))
 	return rep, err
 }
 
@@ -691,8 +818,10 @@ func (k *worker) moveClock() {
 	case p < 0.15:
 		// A backend on the store's clock measures elapsed time on the host's monotonic clock,
 		// which never steps forward or back, but stops while the host is suspended: the
-		// host falls behind.
-		k.c.host.skew.Add(-int64(time.Duration(1+k.rng.IntN(60)) * time.Second))
+		// host falls behind (its wall clock does not).
+		d := int64(time.Duration(1+k.rng.IntN(60)) * time.Second)
+		k.c.host.skew.Add(-d)
+		k.c.host.suspended.Add(d)
 	case p < 0.3 && k.c.node != nil:
 		// The clock of the store node this handle talks to steps forward, or back.
 		k.c.node.step(k.rng, k.cfg.StoreSkew)
@@ -872,7 +1001,7 @@ func (k *worker) publishInOrder(ctx context.Context, id int, s *ledger.Staged) e
 	_, err := c.call(subjectOp(OpAcquireSubject, q), func(o *Op) error {
 		var err error
 		if g, err = c.l.AcquireSubject(ctx, q); err == nil {
-			o.Outcome, o.OutFence, o.By = g.Outcome.String(), g.Fence, g.By
+			o.Outcome, o.OutFence, o.By, o.Late = g.Outcome.String(), g.Fence, g.By, g.Late
 		}
 		return err
 	})
@@ -894,12 +1023,13 @@ func (k *worker) publishInOrder(ctx context.Context, id int, s *ledger.Staged) e
 	case p < 0.2:
 		post = ledger.PostRefused
 	default:
-		// Posted, if this poster is still inside its grant (a runner never sends after it):
-		// the post's place in real time is taken before the check, so that whoever takes the
-		// grant over (at a ledger time past its end, which some clock read first) posts later.
-		at := c.env.World.Tick()
-		if c.maxNow() >= g.Decided.Add(q.HoldFor).UnixNano() {
-			post = ledger.PostRefused // too late to send: nothing posted
+		// Read back first when the grant says so, and post unless this verdict stands
+		// already (or, late, another status does), as the runner does.
+		var posted bool
+		var at int64
+		live := func() bool { return c.maxNow() < g.Decided.Add(q.HoldFor).UnixNano() }
+		post, posted, at = c.env.provider.post(c.env.World, q.Subject.Key(), ledger.Verdict{Key: q.Order.Key, Evaluation: q.EvaluationID}, g, live)
+		if !posted {
 			break
 		}
 		o := subjectOp(OpPost, q)
@@ -1166,24 +1296,37 @@ func CheckHistory(t *testing.T, ops []Op, limits ledger.Limits, resolution time.
 		len(hist), path, refusedKey(m, hist))
 }
 
-// checkStanding checks what stands on each subject at the end of a history: the last post the
-// provider took for it must be of a verdict no older than the newest one the subject's record
-// called standing. (The record's other promises, one grant at a time and none to an older
-// verdict, are the model's to check.)
+// checkStanding checks what the provider took for each subject against what the subject's
+// record called standing: once a verdict was called standing, no status of an older verdict is
+// posted (across forgotten records too: a verdict older than the horizon reads back what
+// stands), and the last post is of a verdict no older than the newest one called standing.
+// (The record's other promises, one grant at a time and none to an older verdict, are the
+// model's to check.)
 func checkStanding(t *testing.T, ops []Op) {
 	t.Helper()
 	standing := map[ledger.SubjectKey]ledger.Order{}
 	last := map[ledger.SubjectKey]Op{}
+	var posts, called []Op
 	for _, o := range ops {
 		switch {
 		case o.Kind == OpPost:
+			posts = append(posts, o)
 			if l, ok := last[o.Subject]; !ok || o.Call > l.Call {
 				last[o.Subject] = o
 			}
 		case (o.Kind == OpAcquireSubject || o.Kind == OpReportSubject) && !o.Unknown && o.Err == "" &&
 			o.Outcome == ledger.SubjectStanding.String():
+			called = append(called, o)
 			if cur, ok := standing[o.Subject]; !ok || cur.Before(o.order()) {
 				standing[o.Subject] = o.order()
+			}
+		}
+	}
+	for _, p := range posts {
+		for _, c := range called {
+			if c.Subject == p.Subject && c.Return < p.Call && p.order().Before(c.order()) {
+				t.Errorf("subject %s: verdict %s was posted after verdict %s, newer, was called standing",
+					p.Subject.Short(), p.Key.Short(), c.Key.Short())
 			}
 		}
 	}

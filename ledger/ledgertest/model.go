@@ -111,6 +111,8 @@ type Op struct {
 	HoldFor    time.Duration     `json:"hold_for,omitempty"`
 	Post       string            `json:"post,omitempty"`
 	By         ledger.Key        `json:"by,omitzero"`
+	// Late is a grant's late mark (the model does not judge it: checkStanding does).
+	Late bool `json:"late,omitempty"`
 }
 
 // partition is the key an operation is checked under: its subject's for a subject call, its

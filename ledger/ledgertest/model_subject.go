@@ -2,6 +2,7 @@ package ledgertest
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
@@ -97,8 +98,27 @@ func (s subjectModel) lapsed(o Op) []subjectModel {
 }
 
 // stepSubject returns every state the subject record may be in after o, or none when o's
-// answer is impossible.
+// answer is impossible. A record whose newest verdict is past the horizon may have been
+// forgotten by a cleanup before o (the model does not track what else Removable asks, the
+// newest verdict's row and the age of the record's last write, which only keep it longer): o is
+// then judged on a new record as well. What a forgotten record may cost is a verdict older than
+// the one standing asking on a new record; the history's posters read back what stands for a
+// late grant, and checkStanding refuses a post of an older verdict after a newer one was called
+// standing.
 func (m model) stepSubject(s subjectModel, o Op) []subjectModel {
+	out := m.stepSubjectOn(s, o)
+	if s.Recorded && !s.surelyHeld(o) && s.newest().At().Add(m.limits.SubjectHorizon()).UnixNano() < o.Hi {
+		for _, n := range m.stepSubjectOn(subjectModel{Floor: s.Floor}, o) {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// stepSubjectOn is stepSubject on the record s as it stands (not forgotten before o).
+func (m model) stepSubjectOn(s subjectModel, o Op) []subjectModel {
 	o.Lo = max(o.Lo, s.Floor)
 	if o.Lo > o.Hi {
 		return nil

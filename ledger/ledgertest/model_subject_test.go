@@ -46,6 +46,7 @@ func TestSubjectModelRefusesAnOlderVerdictPostedAfterANewerOne(t *testing.T) {
 		return porcupine.CheckOperations(Model(Limits(), 0, 0), ops)
 	}
 	const oldAt, newAt = 0, time.Minute
+	horizon := Limits().SubjectHorizon()
 	legal := map[string][]step{
 		"the newer first, the older superseded": {
 			{0, acquire(newer, newAt, ledger.SubjectPost, 1)},
@@ -70,6 +71,11 @@ func TestSubjectModelRefusesAnOlderVerdictPostedAfterANewerOne(t *testing.T) {
 			{hold + time.Second, acquire(older, oldAt, ledger.SubjectWait, 0)}, // its post may still land
 			{hold + 2*time.Second, mk(older, oldAt, Op{Kind: OpReportSubject, Fence: 1, Post: "applied", Err: ErrClassLeaseLost})},
 			{hold + 3*time.Second, acquire(newer, newAt, ledger.SubjectPost, 2)},
+		},
+		"a record forgotten past the horizon: a new one grants the older verdict (late, it reads back)": {
+			{0, acquire(newer, newAt, ledger.SubjectPost, 1)},
+			{time.Second, report(newer, newAt, 1, ledger.PostApplied, ledger.SubjectStanding)},
+			{newAt + horizon + time.Second, acquire(older, oldAt, ledger.SubjectPost, 1)},
 		},
 	}
 	for name, steps := range legal {
@@ -108,6 +114,11 @@ func TestSubjectModelRefusesAnOlderVerdictPostedAfterANewerOne(t *testing.T) {
 		"standing without a report": {
 			{0, acquire(newer, newAt, ledger.SubjectPost, 1)},
 			{time.Second, acquire(newer, newAt, ledger.SubjectStanding, 0)},
+		},
+		"the older granted on a new record before the newer was past the horizon": {
+			{0, acquire(newer, newAt, ledger.SubjectPost, 1)},
+			{time.Second, report(newer, newAt, 1, ledger.PostApplied, ledger.SubjectStanding)},
+			{newAt + horizon - time.Second, acquire(older, oldAt, ledger.SubjectPost, 1)},
 		},
 		"a fence that does not grow": {
 			{0, acquire(older, oldAt, ledger.SubjectPost, 1)},
