@@ -35,7 +35,9 @@ import (
 // A safety net goes round every row and subject record in laps (sweep.json), a page a pass,
 // once a month and once after an upgrade: it finds what no entry points to (objects written
 // by format 5, which kept no due/ entries, or a row whose admission died between its
-// reservation and its entry) and schedules it.
+// reservation and its entry) and schedules it. Before a lap starts, every capacity shard
+// still written by an older format is written in this one (upgradeShards): a build of that
+// format still running refuses it, so it makes no row, indexed nowhere, behind the lap.
 
 const (
 	duePrefix = "due/"
@@ -145,6 +147,14 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		lap, sweepChanged = sweepData{InLap: true}, true // a new lap, from the first row
 	}
 	var rows, subjects []string
+	if lap.InLap && lap.After == "" && lap.Subjects == "" {
+		// A lap from the first row: first every capacity shard is written in this format, so
+		// that no build of an older format still running (a fleet rolling forward), which
+		// indexes nothing in due/, can take a slot and make a row behind the lap.
+		if err := l.upgradeShards(ctx); err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
+		}
+	}
 	if lap.InLap {
 		if rows, lap.After, err = l.listLap(ctx, rowsPrefix, lap.After); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
