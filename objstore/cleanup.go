@@ -87,12 +87,13 @@ func parseDueName(name string) (at time.Time, kind byte, rest string, ok bool) {
 //  5. looks at what is due: rows finished past their retention (and key age) join a batch;
 //     unfinished rows are tallied (stranded ones reported) and looked at again later; voids
 //     past their life and subject records nothing can land on are removed by the version read;
-//     everything else is scheduled for when it can be due;
+//     everything else is scheduled for when it can be due, and written into schedule parts
+//     before anything is removed;
 //  6. when the batch holds rows: persists its now as the high-water in the root and in every
 //     capacity shard, writes the batch by compare-and-swap, then, with the lease checked by
 //     fence, removes each judged version with the history below it and releases the slots of
 //     the rows the batch really removed, once per shard per batch;
-//  7. writes the new schedule parts, then drops the index entries it looked at.
+//  7. writes the looks the removals left to come, then drops the index entries it looked at.
 //
 // Done reports that everything due was looked at and no lap is under way; Next is where the lap
 // goes on.
@@ -242,6 +243,12 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := p.listBatch(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	// What the looks scheduled is written before anything is removed: a row this pass
+	// removes may be all that named what its look scheduled (the subject records its verdict
+	// was published to), and a pass cut after the removal would leave those to the next lap.
+	if err := p.writeSchedule(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	if len(p.batch.Entries) > 0 {
 		// The high-water before anything is deleted, in every capacity shard, then the root:
 		// a request stale when its row is forgotten stays stale, whatever the clocks do.
@@ -296,7 +303,8 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := p.removeAll(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	// What was looked at is dropped only once what it can still become is scheduled.
+	// What was looked at is dropped only once what it can still become is scheduled (what
+	// the removals left to look at again, too).
 	if err := p.writeSchedule(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -705,10 +713,11 @@ func (p *pass) schedule(it scheduleItem) {
 	p.parts[bucket] = append(p.parts[bucket], it)
 }
 
-// writeSchedule writes the looks to come, one part per period (at most CleanupBatch looks a
-// part), each under a name of its own, due at its earliest look: the pass that reads it does
-// what is due then, and schedules the rest again.
+// writeSchedule writes the looks to come that are not written yet, one part per period (at
+// most CleanupBatch looks a part), each under a name of its own, due at its earliest look: the
+// pass that reads it does what is due then, and schedules the rest again.
 func (p *pass) writeSchedule(ctx context.Context) error {
+	defer func() { p.parts = nil }() // written, or the pass ends with an error
 	buckets := make([]time.Time, 0, len(p.parts))
 	for b := range p.parts {
 		buckets = append(buckets, b)
