@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,8 +116,9 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	refused := map[string]error{} // rows whose versions the store would not delete
 	if prev != nil && !prev.Done {
-		if prevTag, err = l.applyBatch(ctx, prev, prevTag, lease, nil); err != nil {
+		if prevTag, err = l.applyBatch(ctx, prev, prevTag, lease, nil, refused); err != nil {
 			return rep, fmt.Errorf("cleanup: finish batch %d: %w", prev.ID, err)
 		}
 	}
@@ -281,7 +283,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		if err != nil {
 			return rep, fmt.Errorf("cleanup: write batch: %w", err)
 		}
-		if _, err := l.applyBatch(ctx, &batch, tag, lease, gone); err != nil {
+		if _, err := l.applyBatch(ctx, &batch, tag, lease, gone, refused); err != nil {
 			return rep, fmt.Errorf("cleanup: batch %d: %w", batch.ID, err)
 		}
 		for _, e := range batch.Entries {
@@ -289,11 +291,18 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 				rep.Removed = append(rep.Removed, ledger.RemovedRow{Key: e.Key, EvaluationID: e.EvaluationID})
 				continue
 			}
-			p.later("look", e.Key.String(), now) // it lived on in a newer version: judged again
+			at := now // it lived on in a newer version: judged again
+			if refused[rowName(e.Key)] != nil {
+				at = now.Add(recheck) // the store would not delete it: tried again a while later
+			}
+			p.later("look", e.Key.String(), at)
 		}
 	}
+	for name, e := range refused {
+		p.tally.Damage(l.s.key(name), e) // kept, reported, and looked at again
+	}
 	for _, r := range p.read {
-		if gone[r.key] {
+		if gone[r.key] || refused[rowName(r.key)] != nil {
 			continue
 		}
 		if err := p.tally.Add(l.s.key(rowName(r.key)), r.row, nil); err != nil {
@@ -314,7 +323,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			drop = append(drop, versionRef{e.name, v})
 		}
 	}
-	if err := l.s.deleteVersions(ctx, drop); err != nil {
+	if _, err := l.s.deleteVersions(ctx, drop); err != nil { // an entry not dropped is looked at again
 		return rep, fmt.Errorf("cleanup: drop index entries: %w", err)
 	}
 	rep.Subjects, rep.RemovedSubjects = p.subjectsKept, p.subjectsRemoved
@@ -574,13 +583,22 @@ func (p *pass) removeAll(ctx context.Context) error {
 		judged = append(judged, versionRef{r.name, r.version})
 		removed = append(removed, r)
 	}
-	if err := p.l.s.deleteVersions(ctx, older); err != nil {
+	refused, err := p.l.s.deleteVersions(ctx, older)
+	if err != nil {
 		return err
 	}
-	if err := p.l.s.deleteVersions(ctx, judged); err != nil {
+	// An object some older version of which the store would not delete keeps its judged
+	// version too: that older one would become current.
+	more, err := p.l.s.deleteVersions(ctx, without(judged, refused))
+	if err != nil {
 		return err
 	}
 	for _, r := range removed {
+		if e := cmp.Or(refused[r.name], more[r.name]); e != nil {
+			p.tally.Damage(p.l.s.key(r.name), e) // kept, reported, and looked at again
+			r.done(false)
+			continue
+		}
 		r.done(true)
 	}
 	return nil
@@ -984,7 +1002,8 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 // Every step can be repeated: a row counts as removed by the batch when the version it judged
 // is gone and the key holds nothing of that evaluation any more, and each shard records the
 // last batch it applied, so a batch releases each slot once however often it is applied.
-func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease maintenanceData, gone map[ledger.Key]bool) (string, error) {
+func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease maintenanceData, gone map[ledger.Key]bool,
+	refused map[string]error) (string, error) {
 	if gone == nil {
 		gone = map[ledger.Key]bool{}
 	}
@@ -1004,11 +1023,23 @@ func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease
 		}
 		judged = append(judged, versionRef{rowName(e.Key), e.Version})
 	}
-	if err := l.s.deleteVersions(ctx, older); err != nil {
+	// A row some version of which the store will not delete is kept as it is (an older
+	// version left would become current were the judged one deleted), and found not gone
+	// below: the rest of the batch goes on.
+	notDeleted, err := l.s.deleteVersions(ctx, older)
+	if err != nil {
 		return tag, err
 	}
-	if err := l.s.deleteVersions(ctx, judged); err != nil {
+	more, err := l.s.deleteVersions(ctx, without(judged, notDeleted))
+	if err != nil {
 		return tag, err
+	}
+	for _, m := range []map[string]error{notDeleted, more} {
+		for name, e := range m {
+			if refused != nil {
+				refused[name] = e
+			}
+		}
 	}
 	for _, e := range b.Entries {
 		var g bool
