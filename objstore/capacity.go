@@ -97,6 +97,35 @@ func (l *Ledger) raiseShards(ctx context.Context, now time.Time, known []shardSt
 	return nil
 }
 
+// upgradeShards writes again, in this format, every capacity shard last written by an older
+// one. An older build refuses a shard of this format ("written by format N") and takes no slot
+// from it: once every shard is written so, a build still running the older format (a fleet
+// rolling forward) can make no row the older way, which indexes nothing in due/. Cleanup does
+// it before a lap of its safety net starts, so that the lap finds every such row.
+func (l *Ledger) upgradeShards(ctx context.Context) error {
+	for i := range l.shards {
+		for attempt := 0; ; attempt++ {
+			if attempt == maxRetries {
+				return fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
+			}
+			st, err := l.readShard(ctx, i)
+			if err != nil {
+				return err
+			}
+			if st.format >= FormatVersion {
+				break
+			}
+			if _, err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
+				continue
+			} else if err != nil {
+				return fmt.Errorf("write %s in format %d: %w", l.s.key(shardName(i)), FormatVersion, err)
+			}
+			break
+		}
+	}
+	return nil
+}
+
 // release gives back n slots of a shard for batch id, once.
 func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) error {
 	for attempt := 0; attempt < maxRetries; attempt++ {
@@ -152,10 +181,11 @@ func (l *Ledger) settleShard(ctx context.Context, i int, focus ledger.Key) {
 	}
 }
 
-// shardState is a shard as read, with its ETag.
+// shardState is a shard as read, with its ETag and the format it was written with.
 type shardState struct {
-	data shardData
-	etag string
+	data   shardData
+	etag   string
+	format int
 }
 
 func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
@@ -173,7 +203,7 @@ func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
 	if sd.Used < 0 || sd.Quota != l.quota(i) {
 		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(shardName(i)), sd.Used, sd.Quota, l.quota(i))
 	}
-	st := shardState{data: sd, etag: o.etag}
+	st := shardState{data: sd, etag: o.etag, format: formatOf(o.body)}
 	l.rememberShard(i, st)
 	return st, nil
 }
@@ -186,7 +216,7 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) (string, 
 	}
 	tag, err := l.s.put(ctx, shardName(i), body, token, st.etag, false)
 	if err == nil {
-		st.etag = tag
+		st.etag, st.format = tag, FormatVersion
 		l.rememberShard(i, st)
 	}
 	return tag, err

@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +36,9 @@ import (
 // A safety net goes round every row and subject record in laps (sweep.json), a page a pass,
 // once a month and once after an upgrade: it finds what no entry points to (objects written
 // by format 5, which kept no due/ entries, or a row whose admission died between its
-// reservation and its entry) and schedules it.
+// reservation and its entry) and schedules it. Before a lap starts, every capacity shard
+// still written by an older format is written in this one (upgradeShards): a build of that
+// format still running refuses it, so it makes no row, indexed nowhere, behind the lap.
 
 const (
 	duePrefix = "due/"
@@ -85,12 +88,13 @@ func parseDueName(name string) (at time.Time, kind byte, rest string, ok bool) {
 //  5. looks at what is due: rows finished past their retention (and key age) join a batch;
 //     unfinished rows are tallied (stranded ones reported) and looked at again later; voids
 //     past their life and subject records nothing can land on are removed by the version read;
-//     everything else is scheduled for when it can be due;
+//     everything else is scheduled for when it can be due, and written into schedule parts
+//     before anything is removed;
 //  6. when the batch holds rows: persists its now as the high-water in the root and in every
 //     capacity shard, writes the batch by compare-and-swap, then, with the lease checked by
 //     fence, removes each judged version with the history below it and releases the slots of
 //     the rows the batch really removed, once per shard per batch;
-//  7. writes the new schedule parts, then drops the index entries it looked at.
+//  7. writes the looks the removals left to come, then drops the index entries it looked at.
 //
 // Done reports that everything due was looked at and no lap is under way; Next is where the lap
 // goes on.
@@ -112,8 +116,9 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	refused := map[string]error{} // rows whose versions the store would not delete
 	if prev != nil && !prev.Done {
-		if prevTag, err = l.applyBatch(ctx, prev, prevTag, lease, nil); err != nil {
+		if prevTag, err = l.applyBatch(ctx, prev, prevTag, lease, nil, refused); err != nil {
 			return rep, fmt.Errorf("cleanup: finish batch %d: %w", prev.ID, err)
 		}
 	}
@@ -145,6 +150,14 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		lap, sweepChanged = sweepData{InLap: true}, true // a new lap, from the first row
 	}
 	var rows, subjects []string
+	if lap.InLap && lap.After == "" && lap.Subjects == "" {
+		// A lap from the first row: first every capacity shard is written in this format, so
+		// that no build of an older format still running (a fleet rolling forward), which
+		// indexes nothing in due/, can take a slot and make a row behind the lap.
+		if err := l.upgradeShards(ctx); err != nil {
+			return rep, fmt.Errorf("cleanup: %w", err)
+		}
+	}
 	if lap.InLap {
 		if rows, lap.After, err = l.listLap(ctx, rowsPrefix, lap.After); err != nil {
 			return rep, fmt.Errorf("cleanup: %w", err)
@@ -232,6 +245,12 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := p.listBatch(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
+	// What the looks scheduled is written before anything is removed: a row this pass
+	// removes may be all that named what its look scheduled (the subject records its verdict
+	// was published to), and a pass cut after the removal would leave those to the next lap.
+	if err := p.writeSchedule(ctx); err != nil {
+		return rep, fmt.Errorf("cleanup: %w", err)
+	}
 	if len(p.batch.Entries) > 0 {
 		// The high-water before anything is deleted, in every capacity shard, then the root:
 		// a request stale when its row is forgotten stays stale, whatever the clocks do.
@@ -264,7 +283,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		if err != nil {
 			return rep, fmt.Errorf("cleanup: write batch: %w", err)
 		}
-		if _, err := l.applyBatch(ctx, &batch, tag, lease, gone); err != nil {
+		if _, err := l.applyBatch(ctx, &batch, tag, lease, gone, refused); err != nil {
 			return rep, fmt.Errorf("cleanup: batch %d: %w", batch.ID, err)
 		}
 		for _, e := range batch.Entries {
@@ -272,11 +291,18 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 				rep.Removed = append(rep.Removed, ledger.RemovedRow{Key: e.Key, EvaluationID: e.EvaluationID})
 				continue
 			}
-			p.later("look", e.Key.String(), now) // it lived on in a newer version: judged again
+			at := now // it lived on in a newer version: judged again
+			if refused[rowName(e.Key)] != nil {
+				at = now.Add(recheck) // the store would not delete it: tried again a while later
+			}
+			p.later("look", e.Key.String(), at)
 		}
 	}
+	for name, e := range refused {
+		p.tally.Damage(l.s.key(name), e) // kept, reported, and looked at again
+	}
 	for _, r := range p.read {
-		if gone[r.key] {
+		if gone[r.key] || refused[rowName(r.key)] != nil {
 			continue
 		}
 		if err := p.tally.Add(l.s.key(rowName(r.key)), r.row, nil); err != nil {
@@ -286,7 +312,8 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	if err := p.removeAll(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
-	// What was looked at is dropped only once what it can still become is scheduled.
+	// What was looked at is dropped only once what it can still become is scheduled (what
+	// the removals left to look at again, too).
 	if err := p.writeSchedule(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
@@ -296,7 +323,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			drop = append(drop, versionRef{e.name, v})
 		}
 	}
-	if err := l.s.deleteVersions(ctx, drop); err != nil {
+	if _, err := l.s.deleteVersions(ctx, drop); err != nil { // an entry not dropped is looked at again
 		return rep, fmt.Errorf("cleanup: drop index entries: %w", err)
 	}
 	rep.Subjects, rep.RemovedSubjects = p.subjectsKept, p.subjectsRemoved
@@ -556,13 +583,22 @@ func (p *pass) removeAll(ctx context.Context) error {
 		judged = append(judged, versionRef{r.name, r.version})
 		removed = append(removed, r)
 	}
-	if err := p.l.s.deleteVersions(ctx, older); err != nil {
+	refused, err := p.l.s.deleteVersions(ctx, older)
+	if err != nil {
 		return err
 	}
-	if err := p.l.s.deleteVersions(ctx, judged); err != nil {
+	// An object some older version of which the store would not delete keeps its judged
+	// version too: that older one would become current.
+	more, err := p.l.s.deleteVersions(ctx, without(judged, refused))
+	if err != nil {
 		return err
 	}
 	for _, r := range removed {
+		if e := cmp.Or(refused[r.name], more[r.name]); e != nil {
+			p.tally.Damage(p.l.s.key(r.name), e) // kept, reported, and looked at again
+			r.done(false)
+			continue
+		}
 		r.done(true)
 	}
 	return nil
@@ -695,10 +731,11 @@ func (p *pass) schedule(it scheduleItem) {
 	p.parts[bucket] = append(p.parts[bucket], it)
 }
 
-// writeSchedule writes the looks to come, one part per period (at most CleanupBatch looks a
-// part), each under a name of its own, due at its earliest look: the pass that reads it does
-// what is due then, and schedules the rest again.
+// writeSchedule writes the looks to come that are not written yet, one part per period (at
+// most CleanupBatch looks a part), each under a name of its own, due at its earliest look: the
+// pass that reads it does what is due then, and schedules the rest again.
 func (p *pass) writeSchedule(ctx context.Context) error {
+	defer func() { p.parts = nil }() // written, or the pass ends with an error
 	buckets := make([]time.Time, 0, len(p.parts))
 	for b := range p.parts {
 		buckets = append(buckets, b)
@@ -965,7 +1002,8 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 // Every step can be repeated: a row counts as removed by the batch when the version it judged
 // is gone and the key holds nothing of that evaluation any more, and each shard records the
 // last batch it applied, so a batch releases each slot once however often it is applied.
-func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease maintenanceData, gone map[ledger.Key]bool) (string, error) {
+func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease maintenanceData, gone map[ledger.Key]bool,
+	refused map[string]error) (string, error) {
 	if gone == nil {
 		gone = map[ledger.Key]bool{}
 	}
@@ -985,11 +1023,23 @@ func (l *Ledger) applyBatch(ctx context.Context, b *batchData, tag string, lease
 		}
 		judged = append(judged, versionRef{rowName(e.Key), e.Version})
 	}
-	if err := l.s.deleteVersions(ctx, older); err != nil {
+	// A row some version of which the store will not delete is kept as it is (an older
+	// version left would become current were the judged one deleted), and found not gone
+	// below: the rest of the batch goes on.
+	notDeleted, err := l.s.deleteVersions(ctx, older)
+	if err != nil {
 		return tag, err
 	}
-	if err := l.s.deleteVersions(ctx, judged); err != nil {
+	more, err := l.s.deleteVersions(ctx, without(judged, notDeleted))
+	if err != nil {
 		return tag, err
+	}
+	for _, m := range []map[string]error{notDeleted, more} {
+		for name, e := range m {
+			if refused != nil {
+				refused[name] = e
+			}
+		}
 	}
 	for _, e := range b.Entries {
 		var g bool

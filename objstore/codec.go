@@ -86,6 +86,18 @@ func kindOf(body []byte) string {
 	return env.Kind
 }
 
+// formatOf reads the format version an object was written with, without checking it (0 when
+// it is not an envelope).
+func formatOf(body []byte) int {
+	var env struct {
+		Version int `json:"v"`
+	}
+	if json.Unmarshal(body, &env) != nil {
+		return 0
+	}
+	return env.Version
+}
+
 // Object kinds and their data.
 const (
 	kindRoot        = "root"

@@ -245,33 +245,60 @@ type versionRef struct {
 // deleteVersions deletes the versions named, each by its version id (never by key alone), up to
 // 1,000 in one request; a version already gone counts as deleted. The deletes of one call are
 // not ordered among themselves: a caller that needs one version gone before another deletes
-// them in two calls.
-func (s *store) deleteVersions(ctx context.Context, refs []versionRef) error {
+// them in two calls. A request that fails is an error; a version the store refuses to delete
+// (a per-key error inside a 200 answer: a legal hold, a policy) is answered in refused, by the
+// object's name, and the others are deleted: one object the store will not delete stops no
+// other.
+func (s *store) deleteVersions(ctx context.Context, refs []versionRef) (refused map[string]error, err error) {
 	for len(refs) > 0 {
 		n := min(len(refs), 1000)
 		objs := make([]types.ObjectIdentifier, n)
+		names := make(map[string]string, n)
 		for i, r := range refs[:n] {
 			if r.version == "" {
-				return fmt.Errorf("%w: delete %s: no version id (is the bucket versioned?)", ledger.ErrInvalid, s.key(r.name))
+				return refused, fmt.Errorf("%w: delete %s: no version id (is the bucket versioned?)", ledger.ErrInvalid, s.key(r.name))
 			}
 			objs[i] = types.ObjectIdentifier{Key: aws.String(s.key(r.name)), VersionId: aws.String(r.version)}
+			names[s.key(r.name)] = r.name
 		}
 		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket,
 			Delete: &types.Delete{Objects: objs, Quiet: aws.Bool(true)}}, s.dated)
 		if err != nil {
-			return fmt.Errorf("%w: delete %d versions under %s: %v", ledger.ErrUnavailable, n, s.prefix, err)
+			return refused, fmt.Errorf("%w: delete %d versions under %s: %v", ledger.ErrUnavailable, n, s.prefix, err)
 		}
 		for _, e := range out.Errors {
 			switch aws.ToString(e.Code) {
 			case "NoSuchKey", "NoSuchVersion":
 				continue
 			}
-			return fmt.Errorf("%w: delete %s version %s: %s %s", ledger.ErrUnavailable, aws.ToString(e.Key), aws.ToString(e.VersionId),
+			name, ok := names[aws.ToString(e.Key)]
+			if !ok {
+				return refused, fmt.Errorf("%w: delete under %s: an error for %s, which was not asked for: %s %s", ledger.ErrUnavailable,
+					s.prefix, aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message))
+			}
+			if refused == nil {
+				refused = map[string]error{}
+			}
+			refused[name] = fmt.Errorf("%w: delete %s version %s: %s %s", ledger.ErrUnavailable, aws.ToString(e.Key), aws.ToString(e.VersionId),
 				aws.ToString(e.Code), aws.ToString(e.Message))
 		}
 		refs = refs[n:]
 	}
-	return nil
+	return refused, nil
+}
+
+// without answers refs but those of the objects in refused.
+func without(refs []versionRef, refused map[string]error) []versionRef {
+	if len(refused) == 0 {
+		return refs
+	}
+	out := refs[:0:0]
+	for _, r := range refs {
+		if refused[r.name] == nil {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // removeVersion makes judged, the version of name that the caller read and judged, disappear

@@ -195,3 +195,50 @@ func TestCreateSignedLongAfterItsReadMakesALateRecord(t *testing.T) {
 			"the record X's late create made took itself as made before V2 was past the horizon", g)
 	}
 }
+
+// TestSubjectRecordsOfARowRemovedAtItsFirstLookOutliveACutPass: a row finished before cleanup
+// first looks at it (its retention already over, as after an outage of cleanup) is the only
+// object that names the subject records its verdict was published to, and the look that reads
+// it both removes it and schedules those records. A pass cut after the removal (a cleanup
+// function's timeout, a crash) must not leave the records to the safety net's next lap, a
+// month on: once nothing can land on them, they are forgotten.
+func TestSubjectRecordsOfARowRemovedAtItsFirstLookOutliveACutPass(t *testing.T) {
+	w := newWorld(t)
+	runner, _ := w.handle("runner", 0, nil)
+	cleaner, ctr := w.handle("cleaner", 0, nil)
+	w.cleanLap(cleaner) // the safety net's lap of the empty ledger: the next one is a month away
+	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("e", 40),
+		Context: "amiss"}
+	d := w.verdicts(runner, time.Minute)[0]
+	w.store.Advance(2 * time.Minute) // its evaluation's lease is over: published now
+	st, q := w.publishing(runner, d, subject)
+	w.postStanding(runner, st, q)
+
+	// Cleanup's first look comes after the row's retention: the row is removed in that pass,
+	// which is cut at its first write after the removal.
+	w.store.Advance(w.limits.QueueCeiling + objstore.RequestLife + time.Hour)
+	removing := false
+	ctr.setRule(func(r *http.Request) fault {
+		removing = removing || isBatchDelete(r)
+		if removing && r.Method == http.MethodPut {
+			return crash // the first write after a removal
+		}
+		return pass
+	})
+	if rep, err := cleaner.Cleanup(w.ctx, ""); err == nil {
+		t.Fatalf("the cut pass: %+v, want an error", rep)
+	}
+	if _, err := runner.Inspect(w.ctx, d.Key()); !errors.Is(err, ledger.ErrUnknownDelivery) {
+		t.Fatalf("the premise: the cut pass removed the row (%v)", err)
+	}
+
+	// The next cleaner goes on, long past the horizon and the record's last write.
+	next, _ := w.handle("cleaner-next", 0, nil)
+	for i := 0; i < 4; i++ {
+		w.store.Advance(w.limits.SubjectHorizon())
+		w.cleanLap(next)
+	}
+	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
+		t.Fatalf("the subject record of a row removed by a cut pass is kept (%v): nothing schedules it before the next lap", err)
+	}
+}
