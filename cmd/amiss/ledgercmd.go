@@ -343,7 +343,7 @@ func runMigrate(ctx context.Context, root string, out io.Writer) error {
 		return err
 	}
 	if loc.Bucket != "" {
-		fmt.Fprintf(out, "%s: an S3 ledger has one format: nothing to migrate\n", root)
+		fmt.Fprintf(out, "%s: an S3 ledger reads every earlier format in place (its first cleanup pass after an upgrade looks at what the earlier format wrote): nothing to migrate\n", root)
 		return nil
 	}
 	before, _ := wiring.FileRootFormat(loc.Dir)
