@@ -94,7 +94,9 @@ func parseDueName(name string) (at time.Time, kind byte, rest string, ok bool) {
 //     capacity shard, writes the batch by compare-and-swap, then, with the lease checked by
 //     fence, removes each judged version with the history below it and releases the slots of
 //     the rows the batch really removed, once per shard per batch;
-//  7. writes the looks the removals left to come, then drops the index entries it looked at.
+//  7. writes the looks the removals left to come, then drops the index entries it looked at;
+//  8. reads again the oldest unfinished rows found before (unfinished.go) that its looks did
+//     not read, and reports the oldest unfinished row of those and of what its looks read.
 //
 // Done reports that everything due was looked at and no lap is under way; Next is where the lap
 // goes on.
@@ -144,6 +146,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	lap, sweepChanged := sw, false
+	known := sw.Unfinished // the oldest unfinished rows found before (unfinished.go)
 	if c, ok := parseLapCursor(cursor); ok {
 		lap, sweepChanged = c, true
 	} else if !lap.InLap && now.Sub(time.Unix(0, lap.LapEnded)) >= lapEvery {
@@ -327,13 +330,22 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: drop index entries: %w", err)
 	}
 	rep.Subjects, rep.RemovedSubjects = p.subjectsKept, p.subjectsRemoved
+	unfinished, err := p.refreshUnfinished(ctx, known)
+	if err != nil {
+		return rep, fmt.Errorf("cleanup: unfinished rows: %w", err)
+	}
 	p.tally.Fill(&rep)
+	rep.OldestUnfinished = ledger.Earliest(rep.OldestUnfinished, oldestOf(unfinished))
 	if p.counted { // capacity is reported by a pass that read every shard
 		rep.RecordCap = l.cfg.Limits.RecordCap
 		rep.CapacityUsed = max(0, p.used-int64(len(rep.Removed)))
 	}
 	if lap.InLap && lap.After == lapDone && lap.Subjects == lapDone {
 		lap = sweepData{LapEnded: now.UnixNano()}
+	}
+	lap.Unfinished = unfinished
+	if !sameUnfinished(known, unfinished) {
+		sweepChanged = true
 	}
 	if sweepChanged {
 		if err := l.writeSweep(ctx, lap); err != nil {
@@ -524,6 +536,8 @@ type pass struct {
 	// the batch (a row the batch removed is not counted as kept).
 	looked map[string]bool
 	read   []readRow
+	// damagedKeys are the keys whose look found the object damaged.
+	damagedKeys map[ledger.Key]bool
 	// highWater is the high-water the root and every shard hold.
 	highWater time.Time
 	// parts is the looks to come, by the period of the part they go in.
@@ -853,6 +867,10 @@ func (p *pass) lookRow(ctx context.Context, kind string, key ledger.Key, idx []i
 	}()
 	if err != nil {
 		p.tally.Damage(l.s.key(rowName(key)), err)
+		if p.damagedKeys == nil {
+			p.damagedKeys = map[ledger.Key]bool{}
+		}
+		p.damagedKeys[key] = true
 		p.later("look", key.String(), p.now.Add(recheck))
 		return nil
 	}

@@ -202,6 +202,17 @@ type sweepData struct {
 	Subjects string `json:"subjects,omitempty"`
 	InLap    bool   `json:"in_lap,omitempty"`
 	LapEnded int64  `json:"lap_ended_unix_nano,omitempty"`
+	// Unfinished is the oldest rows (at most unfinishedKept) cleanup's looks found unfinished,
+	// oldest first: the rows each pass reads again for the oldest unfinished row it reports
+	// (unfinished.go). Not part of the lap's position: a lap's cursor does not carry it.
+	Unfinished []unfinishedRow `json:"unfinished,omitempty"`
+}
+
+// unfinishedRow is one row cleanup found unfinished: its key and its admission time (Unix
+// nanoseconds, the row's CreatedAt when it was last read).
+type unfinishedRow struct {
+	Key        string `json:"key"`
+	AdmittedAt int64  `json:"admitted_unix_nano"`
 }
 
 // scheduleData is one part of cleanup's own schedule: the keys and subject records it is to
