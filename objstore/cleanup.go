@@ -95,8 +95,9 @@ func parseDueName(name string) (at time.Time, kind byte, rest string, ok bool) {
 //     fence, removes each judged version with the history below it and releases the slots of
 //     the rows the batch really removed, once per shard per batch;
 //  7. writes the looks the removals left to come, then drops the index entries it looked at;
-//  8. reads again the oldest unfinished rows found before (unfinished.go) that its looks did
-//     not read, and reports the oldest unfinished row of those and of what its looks read.
+//  8. reads the rows its looks did not read from cleanup's list of the oldest unfinished rows
+//     (unfinished.go), oldest first up to the first found unfinished, and reports the oldest
+//     unfinished row it read.
 //
 // Done reports that everything due was looked at and no lap is under way; Next is where the lap
 // goes on.
@@ -335,7 +336,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: unfinished rows: %w", err)
 	}
 	p.tally.Fill(&rep)
-	rep.OldestUnfinished = ledger.Earliest(rep.OldestUnfinished, oldestOf(unfinished))
+	rep.OldestUnfinished = ledger.Earliest(rep.OldestUnfinished, p.oldestUnfinished)
 	if p.counted { // capacity is reported by a pass that read every shard
 		rep.RecordCap = l.cfg.Limits.RecordCap
 		rep.CapacityUsed = max(0, p.used-int64(len(rep.Removed)))
@@ -538,6 +539,9 @@ type pass struct {
 	read   []readRow
 	// damagedKeys are the keys whose look found the object damaged.
 	damagedKeys map[ledger.Key]bool
+	// oldestUnfinished is the admission time of the oldest row the pass read unfinished
+	// (refreshUnfinished).
+	oldestUnfinished time.Time
 	// highWater is the high-water the root and every shard hold.
 	highWater time.Time
 	// parts is the looks to come, by the period of the part they go in.
