@@ -449,8 +449,10 @@ type CleanupReport struct {
 	Stranded []StrandedRow
 	// OldestUnfinished is the admission time of the oldest unfinished row (pending, running
 	// or saved, whatever its lease) the pass read, zero when it read none: how long the
-	// delivery waiting longest has waited for its verdict to be posted. A lap of passes reads
-	// every row once; the earliest of its passes' times is the ledger's.
+	// delivery waiting longest has waited for its verdict to be posted. The earliest of a lap's
+	// passes' times is the ledger's: a lap of passes reads every row once, or, in a backend
+	// whose passes read only what is due (objstore), reads again the oldest rows it found
+	// unfinished before.
 	OldestUnfinished time.Time
 	// RemovedSubjects counts the subject records this pass forgot, and Subjects those it kept.
 	RemovedSubjects, Subjects int
