@@ -391,16 +391,53 @@ func (c *nodeClock) Now() time.Time {
 }
 
 // handleNode is a node's clock as one handle sees it (Options.StoreClock, a NodeClock): it
-// keeps the latest Date the handle was answered with. Each handle has its own, so that the
-// late answer of a handle that died counts for none that came after it.
+// keeps the latest Date the handle was answered with, and the node's offset then. Each handle
+// has its own, so that the late answer of a handle that died counts for none that came after
+// it.
 type handleNode struct {
 	*nodeClock
 	answered atomic.Int64 // Unix nanoseconds; zero before the first answer
+	// lastOffset is the node's offset from the base when it last answered the handle; valid
+	// once answered is not zero.
+	lastOffset atomic.Int64
 }
 
 func (c *handleNode) Answer() time.Time {
-	t := c.Now()
+	off := c.offset.Load()
+	t := c.w.Now().Add(time.Duration(off))
+	c.w.SawStore(t)
+	c.lastOffset.Store(off)
 	RaiseInt64(&c.answered, t.UnixNano())
+	return t
+}
+
+// sawEstimate records, as a reading of the store's clock, the highest estimate of the store's
+// time the handle can make now without asking: the latest Date it was answered with plus the
+// time elapsed since, which is the base now moved by the node's offset when it answered. The
+// node's clock may have stepped back since: the estimate then runs ahead of every clock of the
+// store by the step, until the handle's next answer, and the ledger decides on it (a lease
+// decided on a cached row); the history's bound of the ledger's now must count it, as it
+// counts every other reading of a clock the ledger decides on. (A suspended host measures
+// less elapsed time: its estimate is lower, never higher.)
+func (c *handleNode) sawEstimate() {
+	if c.answered.Load() == 0 {
+		return
+	}
+	c.w.SawStore(c.w.Now().Add(time.Duration(c.lastOffset.Load())))
+}
+
+// handleHost is a handle's host clock (Options.Clock) on a store of nodes: every reading of
+// it, which the handle makes to estimate the store's time, records that estimate
+// (handleNode.sawEstimate), after the host's reading, so that no estimate made from it is
+// higher than what was recorded.
+type handleHost struct {
+	*hostClock
+	node *handleNode
+}
+
+func (h handleHost) Now() time.Time {
+	t := h.hostClock.Now()
+	h.node.sawEstimate()
 	return t
 }
 
@@ -609,6 +646,7 @@ func (c *caller) reopen(ctx context.Context) error {
 	if c.node != nil {
 		c.seen = &handleNode{nodeClock: c.node} // a new handle has been answered nothing yet
 		c.opts.StoreClock = c.seen
+		c.opts.Clock = handleHost{hostClock: c.host, node: c.seen}
 	}
 	var err error
 	for range 20 {
