@@ -10,13 +10,15 @@ import (
 // storeClock is the ledger's only clock: the store's. Every answer of the store carries a Date
 // (one-second resolution); the clock keeps the latest one with the local reading at which it
 // arrived, and estimates the store's time since as that Date plus the local time elapsed. A
-// Date is the store's time when it answered, truncated to the second, so the estimate is never
-// ahead of the store by more than the local clock's drift since the last answer, and never
-// behind it by more than a second plus the answer's transit time, while the host runs (a host
-// suspended counts none of that time: its estimate is then behind by the whole suspension, so
-// nothing is decided on the estimate alone that a lagging one would get wrong: see admitNew
-// and update, which decide on a fresh Date). It never goes back: a Date
-// older than one seen before is a floor, not a new reading.
+// Date is the answering node's time when it answered, truncated to the second, so the estimate
+// is never ahead of that node's clock by more than the local clock's drift since the last
+// answer, nor behind it by more than a second plus the answer's transit time, while the host
+// runs and the node's clock does not step (a host suspended counts none of that time: its
+// estimate is then behind by the whole suspension, so nothing is decided on the estimate alone
+// that a lagging one would get wrong: see admitNew and update, which decide on a fresh Date; a
+// node whose clock steps back leaves the estimate on its former time, ahead by the step, until
+// the next answer: a disagreement of the nodes, which the ledger assumes within 10 seconds).
+// It never goes back: a Date older than one seen before is a floor, not a new reading.
 //
 // The host's own clock decides nothing: a host minutes ahead or behind gets the same
 // estimates, because only the time elapsed between two of its readings is used.

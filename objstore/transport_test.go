@@ -231,6 +231,9 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		for deadline := time.Now().Add(500 * time.Millisecond); storeClock.Now().Before(until) && time.Now().Before(deadline); {
 			time.Sleep(time.Millisecond)
 		}
+		if n, ok := storeClock.(ledgertest.NodeClock); ok {
+			n.Holding() // the node's clock may step under it
+		}
 		if spanned != nil && clockSteps(storeClock) != steps {
 			spanned()
 		}

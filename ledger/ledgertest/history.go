@@ -86,6 +86,11 @@ type NodeClock interface {
 	ledger.Clock
 	Answer() time.Time
 	Steps() int64
+	// Holding is told by a harness that holds one of the handle's requests in flight, before
+	// it lets the request land (not for a copy sent later): the first request a history
+	// holds so sees its node's clock step meanwhile, so that every history checks what a
+	// step does to a request in flight, however the workers' own steps fall.
+	Holding()
 }
 
 func (s HistoryStats) String() string {
@@ -376,12 +381,17 @@ func (c storeClock) Now() time.Time {
 
 // nodeClock is the clock of one node of the store (HistoryConfig.StoreSkew): the base moved
 // by the node's offset, which steps forward and back. Reads are recorded as the store's. Only
-// the worker whose handle talks to the node steps it, between its calls.
+// the worker whose handle talks to the node steps it, between its calls, and the harness under
+// the first request a history holds in flight (NodeClock.Holding), while its caller waits.
 type nodeClock struct {
 	w      HistoryWorld
 	steps  *atomic.Int64 // every node's steps (HistoryEnv.nodeSteps)
 	home   time.Duration // the node's offset when its clock is right by its own account
 	offset atomic.Int64
+	// limit is how far from the base a step forward may take the clock (Config.StoreSkew);
+	// heldStep is set once a step was made under a held request (HistoryEnv.heldStep).
+	limit    time.Duration
+	heldStep *atomic.Bool
 }
 
 func (c *nodeClock) Now() time.Time {
@@ -391,20 +401,67 @@ func (c *nodeClock) Now() time.Time {
 }
 
 // handleNode is a node's clock as one handle sees it (Options.StoreClock, a NodeClock): it
-// keeps the latest Date the handle was answered with. Each handle has its own, so that the
-// late answer of a handle that died counts for none that came after it.
+// keeps the latest Date the handle was answered with, and the node's offset then. Each handle
+// has its own, so that the late answer of a handle that died counts for none that came after
+// it.
 type handleNode struct {
 	*nodeClock
 	answered atomic.Int64 // Unix nanoseconds; zero before the first answer
+	// lastOffset is the node's offset from the base when it last answered the handle; valid
+	// once answered is not zero.
+	lastOffset atomic.Int64
 }
 
 func (c *handleNode) Answer() time.Time {
-	t := c.Now()
+	off := c.offset.Load()
+	t := c.w.Now().Add(time.Duration(off))
+	c.w.SawStore(t)
+	c.lastOffset.Store(off)
 	RaiseInt64(&c.answered, t.UnixNano())
 	return t
 }
 
+// sawEstimate records, as a reading of the store's clock, the highest estimate of the store's
+// time the handle can make now without asking: the latest Date it was answered with plus the
+// time elapsed since, which is the base now moved by the node's offset when it answered. The
+// node's clock may have stepped back since: the estimate then runs ahead of every clock of the
+// store by the step, until the handle's next answer, and the ledger decides on it (a lease
+// decided on a cached row); the history's bound of the ledger's now must count it, as it
+// counts every other reading of a clock the ledger decides on. (A suspended host measures
+// less elapsed time: its estimate is lower, never higher.)
+func (c *handleNode) sawEstimate() {
+	if c.answered.Load() == 0 {
+		return
+	}
+	c.w.SawStore(c.w.Now().Add(time.Duration(c.lastOffset.Load())))
+}
+
+// handleHost is a handle's host clock (Options.Clock) on a store of nodes: every reading of
+// it, which the handle makes to estimate the store's time, records that estimate
+// (handleNode.sawEstimate), after the host's reading, so that no estimate made from it is
+// higher than what was recorded.
+type handleHost struct {
+	*hostClock
+	node *handleNode
+}
+
+func (h handleHost) Now() time.Time {
+	t := h.hostClock.Now()
+	h.node.sawEstimate()
+	return t
+}
+
 func (c *handleNode) Steps() int64 { return c.steps.Load() }
+
+// Holding steps the node's clock under the first request a history holds in flight. The
+// handle's caller is inside that call, so the node's own worker, which steps it only between
+// its calls, does not step it at the same time.
+func (c *handleNode) Holding() {
+	if !c.heldStep.CompareAndSwap(false, true) {
+		return
+	}
+	c.step(rand.New(rand.NewPCG(uint64(c.w.Now().UnixNano()), 0)), c.limit)
+}
 
 // cachedNow bounds from below the now of a decision the handle makes without asking the store:
 // its estimate of the store's time, never below the latest Date it was answered with, may be
@@ -443,6 +500,7 @@ type HistoryEnv struct {
 	Config HistoryConfig
 
 	nodeSteps       atomic.Int64 // steps of the store's nodes' clocks (Config.StoreSkew)
+	heldStep        atomic.Bool  // a node's clock was stepped under a held request (NodeClock.Holding)
 	subjectsRemoved atomic.Int64 // subject records the cleaner's passes forgot
 	provider        provider     // what the subjects show, in this process
 	// jumpsAsked and jumpsMade count the jumps of the clock past the subject horizon
@@ -541,7 +599,8 @@ func newCaller(ctx context.Context, env *HistoryEnv, id int, faulty bool, rng *r
 	c := &caller{id: id, env: env, host: host, decide: ledger.Clock(host)}
 	var store ledger.Clock = storeClock{env.World}
 	if skew := env.Config.StoreSkew; skew > 0 && env.StoreClocked {
-		c.node = &nodeClock{w: env.World, steps: &env.nodeSteps, home: time.Duration(rng.Int64N(2*int64(skew)+1) - int64(skew))}
+		c.node = &nodeClock{w: env.World, steps: &env.nodeSteps, home: time.Duration(rng.Int64N(2*int64(skew)+1) - int64(skew)),
+			limit: skew, heldStep: &env.heldStep}
 		c.node.offset.Store(int64(c.node.home))
 		store = c.node
 	}
@@ -609,6 +668,7 @@ func (c *caller) reopen(ctx context.Context) error {
 	if c.node != nil {
 		c.seen = &handleNode{nodeClock: c.node} // a new handle has been answered nothing yet
 		c.opts.StoreClock = c.seen
+		c.opts.Clock = handleHost{hostClock: c.host, node: c.seen}
 	}
 	var err error
 	for range 20 {

@@ -1,6 +1,8 @@
 package ledgertest
 
 import (
+	"context"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -105,5 +107,119 @@ func TestModelAcceptsTheSameCallsOnTheStoreClock(t *testing.T) {
 		Expires: h.w.Now().Add(historyLease).UnixNano()})
 	if !h.linearizable() {
 		t.Fatal("the model refuses a claim taken over after the lease ended by the store's clock")
+	}
+}
+
+// On a store of nodes, a handle estimates the store's time as the latest Date it was answered
+// with plus the time its host measured since, and decides a lease on its cached row at that
+// estimate without asking the store. When its node's clock stepped back after that answer,
+// the estimate runs ahead of every clock of the store by the step until the handle is answered
+// again: it is a reading of the clock the ledger decides on, which the history's bound of the
+// ledger's now must count, and no more than it.
+
+// steppedBackHandle is a handle on a node whose clock was 50 s ahead when it answered a claim
+// and stepped back home 5 s later, before the holder renews on its cached row.
+type steppedBackHandle struct {
+	w       *memWorld
+	sink    *memSink
+	c       *caller
+	local   ledger.Clock // the host clock the handle was given (Options.Clock)
+	node    NodeClock    // the node as the handle sees it (Options.StoreClock)
+	date    time.Time    // the latest Date the handle was answered with
+	dateAt  time.Time    // the local reading when it arrived
+	expires time.Time    // the claim's lease end
+}
+
+func newSteppedBackHandle(t *testing.T) *steppedBackHandle {
+	w, sink := newMemWorld(), &memSink{}
+	env := &HistoryEnv{World: w, Sink: sink, Resolution: time.Second, StoreClocked: true,
+		Config: HistoryConfig{StoreSkew: time.Minute}}
+	h := &steppedBackHandle{w: w, sink: sink}
+	env.Open = func(_ context.Context, o Options) (ledger.Ledger, error) {
+		h.local, h.node = o.Clock, o.StoreClock.(NodeClock)
+		return nil, nil
+	}
+	c, err := newCaller(context.Background(), env, 1, false, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c = c
+	c.node.offset.Store(int64(50 * time.Second)) // the node's clock stepped forward
+	key := historyDelivery(1, Epoch).Key()
+	keep := HistoryLimits().SignedAgeCeiling + HistoryLimits().QueueCeiling
+	signed := c.node.Now().Truncate(time.Second) // signed by the node's clock
+	c.call(Op{Key: key, Kind: OpAdmit, SignedAt: signed.UnixNano()}, func(o *Op) error {
+		h.answer()
+		o.Outcome, o.OutEval, o.RetainUntil = "admitted", "e1", signed.Add(keep).UnixNano()
+		return nil
+	})
+	c.call(Op{Key: key, Kind: OpClaim, LeaseFor: historyLease}, func(o *Op) error {
+		now := h.answer()
+		h.expires = now.Add(historyLease)
+		o.Outcome, o.OutEval, o.OutFence, o.Expires = "execute", "e1", 1, h.expires.UnixNano()
+		return nil
+	})
+	c.node.offset.Store(0) // and back home
+	w.Advance(5 * time.Second)
+	return h
+}
+
+// answer is an answer of the store reaching the handle: it keeps the Date, and answers its
+// estimate then, as objstore's clock does.
+func (h *steppedBackHandle) answer() time.Time {
+	h.date, h.dateAt = h.node.Answer().Truncate(time.Second), h.local.Now()
+	return h.date
+}
+
+// estimate is the handle's estimate of the store's time, made without asking.
+func (h *steppedBackHandle) estimate() time.Time { return h.date.Add(h.local.Now().Sub(h.dateAt)) }
+
+// renew records the holder's renewal on its cached row, decided at the handle's estimate
+// moved by beyond.
+func (h *steppedBackHandle) renew(beyond time.Duration) {
+	key := historyDelivery(1, Epoch).Key()
+	h.c.call(Op{Key: key, Kind: OpRenew, Fence: 1, Eval: "e1", Phase: ledger.PhaseExecute, LeaseFor: historyLease}, func(o *Op) error {
+		now := h.estimate().Add(beyond)
+		if !now.Before(h.expires) {
+			o.Err = ErrClassLeaseLost
+			return ledger.ErrLeaseLost
+		}
+		o.Expires = now.Add(historyLease).UnixNano()
+		return nil
+	})
+}
+
+func (h *steppedBackHandle) linearizable() bool {
+	var hist []porcupine.Operation
+	for _, o := range h.sink.ops {
+		hist = append(hist, porcupine.Operation{ClientId: o.Client, Input: o, Output: o, Call: o.Call, Return: o.Return})
+	}
+	return porcupine.CheckOperations(Model(HistoryLimits(), 0, time.Second), hist)
+}
+
+// TestARenewalOnTheEstimateAfterTheNodeSteppedBackIsLegal: the holder renews 5 s into its
+// 10 s lease by its handle's estimate (50 s ahead of the base, while every node's clock now
+// reads the base), on its cached row: the lease is live by the clock the ledger decides on,
+// and the renewal is legal.
+func TestARenewalOnTheEstimateAfterTheNodeSteppedBackIsLegal(t *testing.T) {
+	h := newSteppedBackHandle(t)
+	h.renew(0)
+	if !h.linearizable() {
+		for _, o := range h.sink.ops {
+			t.Logf("%s: now in [%v, %v] after the epoch, lease until %v", o.Kind, time.Duration(o.Lo-Epoch.UnixNano()),
+				time.Duration(o.Hi-Epoch.UnixNano()), time.Duration(o.Expires-Epoch.UnixNano()))
+		}
+		t.Fatalf("the model refuses a renewal decided at the handle's estimate of the store's time")
+	}
+}
+
+// TestARenewalBeyondTheEstimateIsRefused: the same renewal decided 2 s past the handle's
+// estimate, a time no clock of the store nor the handle's estimate ever read, is refused: the
+// bound counts the estimate, nothing more.
+func TestARenewalBeyondTheEstimateIsRefused(t *testing.T) {
+	h := newSteppedBackHandle(t)
+	h.renew(2 * time.Second)
+	if h.linearizable() {
+		t.Fatal("the model accepts a renewal decided past every reading of the store's clocks and the handle's estimate")
 	}
 }
