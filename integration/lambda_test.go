@@ -78,33 +78,69 @@ func freePort(t *testing.T) string {
 type lambdaProc struct {
 	cmd  *exec.Cmd
 	addr string
-	log  *bytes.Buffer
+	log  *syncBuffer
 }
 
 func startLambda(t *testing.T, fn string, env []string) *lambdaProc {
+	t.Helper()
+	// A port found free may be taken by another process before the emulator binds it (the
+	// tests run side by side, and every outgoing connection takes a port): the emulator then
+	// panics "address already in use", and it is started again on other ports.
+	for attempt := 1; ; attempt++ {
+		p, listening := tryLambda(t, fn, env)
+		if listening {
+			return p
+		}
+		if attempt < 5 && strings.Contains(p.log.String(), "address already in use") {
+			p.kill()
+			continue
+		}
+		t.Fatalf("%s: emulator never listened:\n%s", fn, p.log)
+	}
+}
+
+// tryLambda starts fn under the emulator on ports found free, and waits until it listens, its
+// ports turn out to be taken, or a minute has passed (a machine at load starts it slowly).
+func tryLambda(t *testing.T, fn string, env []string) (*lambdaProc, bool) {
 	t.Helper()
 	addr, api := freePort(t), freePort(t)
 	cmd := exec.Command(rieBinary(t), "--runtime-interface-emulator-address", addr, "--runtime-api-address", api, bootstrap(t, fn))
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &lambdaProc{cmd: cmd, addr: addr, log: &bytes.Buffer{}}
+	p := &lambdaProc{cmd: cmd, addr: addr, log: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.kill)
-	for i := 0; ; i++ {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			break
+			return p, true
 		}
-		if i > 100 {
-			t.Fatalf("%s: emulator never listened:\n%s", fn, p.log)
+		if strings.Contains(p.log.String(), "address already in use") {
+			return p, false
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	return p
+	return p, false
+}
+
+// syncBuffer is a bytes.Buffer the emulator's output is written to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // invoke sends one event; the emulator runs one invoke at a time.
