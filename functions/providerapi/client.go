@@ -86,6 +86,12 @@ type Answer struct {
 // marked unread, naming the bound.
 var ErrAnswerTooLong = errors.New("answer too long")
 
+// ReadAgain reports whether a reader of what a webhook lacks should ask again later: a
+// Transient failure, but not an answer longer than its bound (asking again gets the same).
+func ReadAgain(err error) bool {
+	return ClassOf(err) == Transient && !errors.Is(err, ErrAnswerTooLong)
+}
+
 // Decode reads the answer's JSON into v. An answer cut at its bound (ErrAnswerTooLong), or not
 // JSON, leaves what the provider holds unknown for now: a Transient error naming what was read.
 func (a *Answer) Decode(what string, v any) error {

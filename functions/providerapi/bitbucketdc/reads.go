@@ -238,8 +238,7 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 		f.Read = append(f.Read, fmt.Sprintf("Bitbucket Data Center: %s (%d requests)", need, rd.requests))
 		return f, nil
 	}
-	// An answer longer than amiss reads is given again on every attempt: the input stays unread.
-	if providerapi.ClassOf(err) == providerapi.Transient && !errors.Is(err, providerapi.ErrAnswerTooLong) {
+	if providerapi.ReadAgain(err) {
 		return s, providerapi.Wrap(err, providerapi.Transient, "reading from Bitbucket Data Center")
 	}
 	s.MarkUnread(need, reasonOf(err))
