@@ -28,7 +28,7 @@ func TestTheOperatorBootstrapReadsAndRepublishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := ledger.Delivery{Binding: ledger.Binding{Route: "gh", Scheme: "github-sha256", Identity: "refused"}, Subject: []byte(`{}`)}
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "gh", Scheme: "github-sha256", Identity: "refused"}, Change: []byte(`{}`)}
 	l.Admit(ctx, d)
 	c, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "runner", time.Minute)
 	if err != nil {

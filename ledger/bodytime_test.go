@@ -12,7 +12,7 @@ import (
 
 func bodyDelivery(body string, bodyAt time.Time) ledger.Delivery {
 	return ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: "digest-of-" + body,
-		BodyDigest: ledger.SumBody([]byte(body))}, Subject: []byte(`{"sha":"0"}`), BodyAt: bodyAt}
+		BodyDigest: ledger.SumBody([]byte(body))}, Change: []byte(`{"sha":"0"}`), BodyAt: bodyAt}
 }
 
 // A body time bounds the replay lifetime like a signed time: accepted while within the body

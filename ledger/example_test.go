@@ -29,7 +29,7 @@ func Example() {
 	d := ledger.Delivery{
 		Binding: ledger.Binding{Route: "main", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
 			BodyDigest: ledger.SumBody(body)},
-		Subject: []byte(`{"repository":"acme/app","sha":"4f2c"}`),
+		Change: []byte(`{"repository":"acme/app","sha":"4f2c"}`),
 	}
 	a, _ := l.Admit(ctx, d)
 	fmt.Println("admit:", a.Outcome)

@@ -130,8 +130,8 @@ type Ledger interface {
 type Delivery struct {
 	// Binding fixes what the key is bound to.
 	Binding Binding
-	// Subject is the bounded, normalised subject the runner evaluates, opaque to the ledger.
-	Subject []byte
+	// Change is the bounded, normalised subject the runner evaluates, opaque to the ledger.
+	Change []byte
 	// SignedAt is the issue time the signature proves. The zero time means the signature
 	// proves none, and the row is permanent.
 	SignedAt time.Time
@@ -364,8 +364,8 @@ type Lease struct {
 	// (Release of an executing lease); attempts handed back (Unclaim) or lost (their holder
 	// died, or lost its lease) are not failures.
 	Failures int
-	// Subject is the row's subject, handed to the evaluator and to the publisher.
-	Subject []byte
+	// Change is the row's subject, handed to the evaluator and to the publisher.
+	Change []byte
 }
 
 // Order places the lease's verdict among the verdicts of its subject.

@@ -79,7 +79,7 @@ func TestLimitsValidate(t *testing.T) {
 		"zero cap":       func(l *ledger.Limits) { l.RecordCap = 0 },
 		"zero age":       func(l *ledger.Limits) { l.SignedAgeCeiling = 0 },
 		"negative queue": func(l *ledger.Limits) { l.QueueCeiling = -1 },
-		"huge subject":   func(l *ledger.Limits) { l.MaxSubjectBytes = 2 << 20 },
+		"huge subject":   func(l *ledger.Limits) { l.MaxChangeBytes = 2 << 20 },
 		"zero report":    func(l *ledger.Limits) { l.MaxReportBytes = 0 },
 	} {
 		l := ledger.DefaultLimits()
@@ -94,19 +94,19 @@ func TestLimitsValidate(t *testing.T) {
 // ceilings are inclusive, and each refusal is one class (ErrInvalid or ErrTooLarge).
 func TestCheckDeliveryAndReport(t *testing.T) {
 	l := ledger.DefaultLimits()
-	l.MaxSubjectBytes, l.MaxReportBytes = 8, 4
-	ok := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "i"}, Subject: []byte("12345678")}
+	l.MaxChangeBytes, l.MaxReportBytes = 8, 4
+	ok := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "i"}, Change: []byte("12345678")}
 	if err := l.CheckDelivery(ok); err != nil {
 		t.Fatalf("a subject at the ceiling: %v", err)
 	}
 	over := ok
-	over.Subject = []byte("123456789")
+	over.Change = []byte("123456789")
 	if err := l.CheckDelivery(over); !errors.Is(err, ledger.ErrTooLarge) {
 		t.Fatalf("a subject over the ceiling: %v", err)
 	}
 	invalid := ok
 	invalid.Binding.Identity = ""
-	invalid.Subject = over.Subject
+	invalid.Change = over.Change
 	if err := l.CheckDelivery(invalid); !errors.Is(err, ledger.ErrInvalid) || errors.Is(err, ledger.ErrTooLarge) {
 		t.Fatalf("an invalid delivery is ErrInvalid first: %v", err)
 	}

@@ -18,8 +18,8 @@ type Limits struct {
 	QueueCeiling time.Duration `json:"queue_ceiling"`
 	// FutureSkew is how far ahead of the ledger's now a signed time may be.
 	FutureSkew time.Duration `json:"future_skew"`
-	// MaxSubjectBytes bounds a row's subject.
-	MaxSubjectBytes int `json:"max_subject_bytes"`
+	// MaxChangeBytes bounds a row's subject.
+	MaxChangeBytes int `json:"max_subject_bytes"`
 	// MaxReportBytes bounds a saved report.
 	MaxReportBytes int `json:"max_report_bytes"`
 	// BodyAgeCeiling is the longest accepted age of a time the provider itself sets inside a
@@ -55,7 +55,7 @@ func DefaultLimits() Limits {
 		SignedAgeCeiling: 5 * time.Minute,
 		QueueCeiling:     72 * time.Hour,
 		FutureSkew:       time.Minute,
-		MaxSubjectBytes:  32 << 10,
+		MaxChangeBytes:   32 << 10,
 		MaxReportBytes:   64 << 10,
 		BodyAgeCeiling:   DefaultBodyAgeCeiling,
 	}
@@ -77,8 +77,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("%w: queue ceiling must not be negative, got %s", ErrInvalid, l.QueueCeiling)
 	case l.FutureSkew < 0:
 		return fmt.Errorf("%w: future skew must not be negative, got %s", ErrInvalid, l.FutureSkew)
-	case l.MaxSubjectBytes <= 0 || l.MaxSubjectBytes > 1<<20:
-		return fmt.Errorf("%w: subject ceiling must be in (0, 1 MiB], got %d", ErrInvalid, l.MaxSubjectBytes)
+	case l.MaxChangeBytes <= 0 || l.MaxChangeBytes > 1<<20:
+		return fmt.Errorf("%w: subject ceiling must be in (0, 1 MiB], got %d", ErrInvalid, l.MaxChangeBytes)
 	case l.MaxReportBytes <= 0 || l.MaxReportBytes > 4<<20:
 		return fmt.Errorf("%w: report ceiling must be in (0, 4 MiB], got %d", ErrInvalid, l.MaxReportBytes)
 	case l.BodyAgeCeiling < 0 || l.BodyAgeCeiling > MaxBodyAgeCeiling:
@@ -97,8 +97,8 @@ func (l Limits) CheckDelivery(d Delivery) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
-	if len(d.Subject) > l.MaxSubjectBytes {
-		return fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, len(d.Subject), l.MaxSubjectBytes)
+	if len(d.Change) > l.MaxChangeBytes {
+		return fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, len(d.Change), l.MaxChangeBytes)
 	}
 	return nil
 }

@@ -98,7 +98,7 @@ func simulateRetention(b *testing.B, ceiling time.Duration, days, perDay int) ([
 		body := fmt.Sprintf(`{"n":%d}`, n)
 		digest := ledger.SumBody([]byte(body))
 		return ledger.Delivery{Binding: ledger.Binding{Route: "gh", Scheme: "github-sha256", Identity: digest.String(), BodyDigest: digest},
-			Subject: []byte(`{}`), BodyAt: bodyAt[n]}
+			Change: []byte(`{}`), BodyAt: bodyAt[n]}
 	}
 	events := &simEvents{}
 	gap := 24 * time.Hour / time.Duration(perDay)

@@ -14,7 +14,7 @@ type Row struct {
 	Binding      Binding `json:"binding"`
 	EvaluationID string  `json:"evaluation_id"`
 	State        State   `json:"state"`
-	Subject      []byte  `json:"subject,omitempty"`
+	Change       []byte  `json:"subject,omitempty"`
 	// Permanent rows have no provable end and are never cleaned.
 	Permanent bool `json:"permanent"`
 	// SignedAt is the latest signed time seen for the identity; RetainUntil follows from it.
@@ -88,7 +88,7 @@ func NewRow(d Delivery, l Limits, now time.Time, evaluationID string) (Row, Admi
 		Binding:      d.Binding,
 		EvaluationID: evaluationID,
 		State:        StatePending,
-		Subject:      append([]byte(nil), d.Subject...),
+		Change:       append([]byte(nil), d.Change...),
 		Permanent:    t.IsZero(),
 		EventAt:      d.eventTime().Round(0),
 		CreatedAt:    now,
@@ -209,7 +209,7 @@ func (r *Row) grant(owner string, leaseFor time.Duration, now time.Time) {
 
 func (r *Row) lease(p Phase, attempt int) Lease {
 	l := Lease{Key: r.Key, BindingDigest: r.Binding.Digest(), Route: r.Binding.Route, EvaluationID: r.EvaluationID, Fence: r.Fence,
-		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, AdmittedAt: r.CreatedAt, EventAt: r.EventAt, Subject: append([]byte(nil), r.Subject...)}
+		Owner: r.Owner, Phase: p, Attempt: attempt, Expires: r.LeaseUntil, AdmittedAt: r.CreatedAt, EventAt: r.EventAt, Change: append([]byte(nil), r.Change...)}
 	if p == PhasePublish {
 		l.PublishSince = r.PublishSince
 	} else {
@@ -466,7 +466,7 @@ func (r *Row) Check() error {
 // Equal reports whether two rows hold the same record, for tests and read-back checks.
 func (r *Row) Equal(o *Row) bool {
 	return r.Key == o.Key && r.Binding == o.Binding && r.EvaluationID == o.EvaluationID && r.State == o.State &&
-		bytes.Equal(r.Subject, o.Subject) && r.Permanent == o.Permanent && r.SignedAt.Equal(o.SignedAt) && r.BodyTime == o.BodyTime &&
+		bytes.Equal(r.Change, o.Change) && r.Permanent == o.Permanent && r.SignedAt.Equal(o.SignedAt) && r.BodyTime == o.BodyTime &&
 		r.RetainUntil.Equal(o.RetainUntil) && r.EventAt.Equal(o.EventAt) && r.SupersededBy == o.SupersededBy && r.Fence == o.Fence && r.Owner == o.Owner &&
 		r.LeaseUntil.Equal(o.LeaseUntil) && r.NotBefore.Equal(o.NotBefore) && r.Attempts == o.Attempts && r.Failures == o.Failures &&
 		r.PublishAttempts == o.PublishAttempts && r.PublishSince.Equal(o.PublishSince) && r.Report == o.Report && r.Reason == o.Reason &&

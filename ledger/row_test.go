@@ -24,7 +24,7 @@ func rowIn(t *testing.T, situation string) (ledger.Row, ledger.Lease) {
 	t.Helper()
 	l := ledger.DefaultLimits()
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "standard-webhooks", Identity: "i"},
-		Subject: []byte(`{"sha":"0"}`), SignedAt: t0}
+		Change: []byte(`{"sha":"0"}`), SignedAt: t0}
 	r, o, err := ledger.NewRow(d, l, t0, "e1")
 	if err != nil || o != ledger.Admitted {
 		t.Fatalf("new row: %v %v", o, err)

@@ -289,15 +289,15 @@ func (o SubjectOutcome) String() string {
 	return fmt.Sprintf("SubjectOutcome(%d)", int(o))
 }
 
-// Verdict names one verdict: a delivery's key and its row's evaluation (a key forgotten and
+// VerdictID names one verdict: a delivery's key and its row's evaluation (a key forgotten and
 // admitted again is another verdict).
-type Verdict struct {
+type VerdictID struct {
 	Key        Key    `json:"key"`
 	Evaluation string `json:"evaluation"`
 }
 
 // IsZero reports whether v names no verdict.
-func (v Verdict) IsZero() bool { return v == Verdict{} }
+func (v VerdictID) IsZero() bool { return v == VerdictID{} }
 
 // SubjectGrant is the subject record's answer.
 type SubjectGrant struct {
@@ -377,22 +377,22 @@ type SubjectRecord struct {
 	NewestEvaluation string `json:"newest_evaluation"`
 	// Holder is the verdict allowed to post (zero: none), under Fence, from HolderSince until
 	// HolderUntil; HolderSettle is its route's settle time.
-	Holder       Verdict       `json:"holder,omitzero"`
+	Holder       VerdictID     `json:"holder,omitzero"`
 	Fence        uint64        `json:"fence"`
 	HolderSince  time.Time     `json:"holder_since,omitzero"`
 	HolderUntil  time.Time     `json:"holder_until,omitzero"`
 	HolderSettle time.Duration `json:"holder_settle,omitempty"`
 	// Posted is the last verdict whose post may have reached the provider; Stands is the
 	// verdict known to stand (zero: not known).
-	Posted Verdict `json:"posted,omitzero"`
-	Stands Verdict `json:"stands,omitzero"`
+	Posted VerdictID `json:"posted,omitzero"`
+	Stands VerdictID `json:"stands,omitzero"`
 	// SettleUntil is when every post whose outcome is unknown has been applied or dropped.
 	SettleUntil time.Time `json:"settle_until,omitzero"`
 	// Waiter is the verdict parked on the current grant (zero: none), and WaiterWake how to
 	// wake it (SubjectRequest.Wake): the report that ends the grant hands it back. Any new
 	// grant clears it.
-	Waiter     Verdict `json:"waiter,omitzero"`
-	WaiterWake string  `json:"waiter_wake,omitempty"`
+	Waiter     VerdictID `json:"waiter,omitzero"`
+	WaiterWake string    `json:"waiter_wake,omitempty"`
 	// Blind is set while the record knows nothing of what stands: from its creation until a
 	// post under it is reported applied or unknown (a grant that ends without a report may
 	// have read back another status and died: it teaches nothing). A verdict older than the
@@ -424,7 +424,7 @@ func (r *SubjectRecord) endHold(until time.Time, known bool) {
 		r.Posted = r.Holder
 		r.SettleUntil = MaxTime(r.SettleUntil, until.Add(r.HolderSettle))
 	}
-	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = Verdict{}, time.Time{}, time.Time{}, 0
+	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = VerdictID{}, time.Time{}, time.Time{}, 0
 }
 
 // Acquire decides a request to post at now. horizon is the ledger's SubjectHorizon. It
@@ -438,7 +438,7 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 		return SubjectGrant{}, false, fmt.Errorf("%w: request for subject %s, record %s", ErrInvalid, q.Subject.Key().Short(), r.Key.Short())
 	}
 	g := SubjectGrant{Subject: r.Key, Order: q.Order, Evaluation: q.EvaluationID, Decided: now}
-	v := Verdict{Key: q.Order.Key, Evaluation: q.EvaluationID}
+	v := VerdictID{Key: q.Order.Key, Evaluation: q.EvaluationID}
 	if q.Wake != "" {
 		return r.park(q, v, g, now)
 	}
@@ -487,9 +487,9 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 	}
 	r.Fence++
 	r.Holder, r.HolderSince, r.HolderUntil, r.HolderSettle = v, now, now.Add(q.HoldFor), q.Settle
-	r.Waiter, r.WaiterWake = Verdict{}, "" // parked on a grant that is over
+	r.Waiter, r.WaiterWake = VerdictID{}, "" // parked on a grant that is over
 	if r.Stands != v {
-		r.Stands = Verdict{} // what stands is in flux until this grant reports
+		r.Stands = VerdictID{} // what stands is in flux until this grant reports
 	}
 	g.Outcome, g.Fence = SubjectPost, r.Fence
 	g.Late = r.Blind && r.CreatedAt.After(q.Order.At().Add(horizon))
@@ -499,7 +499,7 @@ func (r *SubjectRecord) Acquire(q SubjectRequest, horizon time.Duration, now tim
 
 // prior is what q's prior records say of v: until when a post under one may still land, and
 // whether a post of v may stand under one.
-func prior(q SubjectRequest, v Verdict) (until time.Time, posted bool) {
+func prior(q SubjectRequest, v VerdictID) (until time.Time, posted bool) {
 	for _, p := range q.Prior {
 		until = MaxTime(until, p.SettleUntil)
 		if !p.Holder.IsZero() {
@@ -512,7 +512,7 @@ func prior(q SubjectRequest, v Verdict) (until time.Time, posted bool) {
 
 // park decides a park (q.Wake set) at now: it never grants, and changes the record only to
 // name v the waiter of a live grant held by another verdict.
-func (r *SubjectRecord) park(q SubjectRequest, v Verdict, g SubjectGrant, now time.Time) (SubjectGrant, bool, error) {
+func (r *SubjectRecord) park(q SubjectRequest, v VerdictID, g SubjectGrant, now time.Time) (SubjectGrant, bool, error) {
 	switch {
 	case !r.Newest.Key.IsZero() && q.Order.Before(r.Newest):
 		g.Outcome, g.By = SubjectSuperseded, r.Newest.Key
@@ -554,7 +554,7 @@ func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (Su
 	if g.Outcome != SubjectPost || g.Subject != r.Key {
 		return SubjectGrant{}, fmt.Errorf("%w: a report needs a grant to post on this subject", ErrInvalid)
 	}
-	v := Verdict{Key: g.Order.Key, Evaluation: g.Evaluation}
+	v := VerdictID{Key: g.Order.Key, Evaluation: g.Evaluation}
 	if g.Fence != r.Fence || r.Holder != v {
 		return SubjectGrant{}, fmt.Errorf("%w: grant %d of subject %s is not the record's (fence %d)", ErrLeaseLost,
 			g.Fence, r.Key.Short(), r.Fence)
@@ -589,7 +589,7 @@ func (r *SubjectRecord) Report(g SubjectGrant, o PostOutcome, now time.Time) (Su
 		return SubjectGrant{}, fmt.Errorf("%w: post outcome %v", ErrInvalid, o)
 	}
 	// The grant is over: the verdict parked on it may post now.
-	out.Wake, r.Waiter, r.WaiterWake = r.WaiterWake, Verdict{}, ""
+	out.Wake, r.Waiter, r.WaiterWake = r.WaiterWake, VerdictID{}, ""
 	r.UpdatedAt = now
 	return out, nil
 }

@@ -268,7 +268,7 @@ func TestAKeyAdmittedAgainIsANewVerdict(t *testing.T) {
 		t.Fatal("the new verdict is asked to read back the old one's post")
 	}
 	report(t, &r, g, PostApplied, subjT0.Add(time.Hour+time.Second), SubjectStanding)
-	if r.Stands != (Verdict{Key: again.Order.Key, Evaluation: "eval-again"}) {
+	if r.Stands != (VerdictID{Key: again.Order.Key, Evaluation: "eval-again"}) {
 		t.Fatalf("stands %+v", r.Stands)
 	}
 	acquire(t, &r, first, subjT0.Add(2*time.Hour), SubjectSuperseded)

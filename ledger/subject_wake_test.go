@@ -144,7 +144,7 @@ func TestAParkIsChecked(t *testing.T) {
 	if !ValidWake(strings.Repeat("A", MaxWake)) || !ValidWake("sqs:AQEB+/xyz==") || !ValidWake("local:0a.1b_2-c") {
 		t.Error("a valid wake refused")
 	}
-	r.Waiter, r.WaiterWake, r.Newest, r.NewestEvaluation = Verdict{Key: Key{1}, Evaluation: "e"}, "", v.Order, "e"
+	r.Waiter, r.WaiterWake, r.Newest, r.NewestEvaluation = VerdictID{Key: Key{1}, Evaluation: "e"}, "", v.Order, "e"
 	if err := r.Check(); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a waiter without a wake: %v, want ErrCorrupt", err)
 	}

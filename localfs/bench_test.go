@@ -40,7 +40,7 @@ func benchDelivery(prefix string, i int, signedAt time.Time) ledger.Delivery {
 	return ledger.Delivery{
 		Binding: ledger.Binding{Route: "bench", Scheme: scheme, Identity: fmt.Sprintf("%s-%d", prefix, i),
 			BodyDigest: ledger.SumBody(body)},
-		Subject:  fmt.Appendf(nil, `{"provider":"github","repository":"acme/app","sha":"%040d","ref":"refs/heads/main","event":"push"}`, i),
+		Change:   fmt.Appendf(nil, `{"provider":"github","repository":"acme/app","sha":"%040d","ref":"refs/heads/main","event":"push"}`, i),
 		SignedAt: signedAt,
 	}
 }

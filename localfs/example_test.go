@@ -38,7 +38,7 @@ func ExamplePrepare() {
 			defer s.Close()
 			body := fmt.Appendf(nil, `{"after":"%d"}`, i)
 			d := ledger.Delivery{Binding: ledger.Binding{Route: "main", Scheme: "github-sha256",
-				Identity: ledger.SumBody(body).String(), BodyDigest: ledger.SumBody(body)}, Subject: []byte(`{}`)}
+				Identity: ledger.SumBody(body).String(), BodyDigest: ledger.SumBody(body)}, Change: []byte(`{}`)}
 			a, _ := s.Admit(ctx, d)
 			c, _ := s.Claim(ctx, d.Key(), d.Binding.Digest(), fmt.Sprintf("worker-%d", i), time.Minute)
 			staged, _ := s.Save(ctx, *c.Lease, []byte(`{"state":"success"}`))

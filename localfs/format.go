@@ -232,7 +232,7 @@ const maxSubjectPayload = ledger.MaxSubjectName*6 + 4<<10
 // maxRowPayload is the ceiling of a row's JSON: the subject and the report (base64) plus
 // fixed fields.
 func maxRowPayload(l ledger.Limits) int {
-	return (l.MaxSubjectBytes+2)/3*4 + (l.MaxReportBytes+2)/3*4 + 8<<10
+	return (l.MaxChangeBytes+2)/3*4 + (l.MaxReportBytes+2)/3*4 + 8<<10
 }
 
 // decodeRoot decodes the root state and reports the format that wrote it.
@@ -335,8 +335,8 @@ func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {
 	// abandoned by a version that did not keep it).
 	keeps := s.State == ledger.StateSaved || (s.State == ledger.StateAbandoned && len(s.Frozen) > 0)
 	switch {
-	case len(s.Subject) > l.MaxSubjectBytes:
-		return storedRow{}, fmt.Errorf("%w: row subject of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Subject), l.MaxSubjectBytes)
+	case len(s.Change) > l.MaxChangeBytes:
+		return storedRow{}, fmt.Errorf("%w: row subject of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Change), l.MaxChangeBytes)
 	case s.Shard < 0 || s.Shard >= shardCount:
 		return storedRow{}, fmt.Errorf("%w: row names capacity shard %d", ledger.ErrCorrupt, s.Shard)
 	case len(s.Frozen) > l.MaxReportBytes:

@@ -26,7 +26,7 @@ var updateFixtures = flag.Bool("update-fixtures", false, "write localfs/testdata
 // fixtureLimits are the limits every fixture root was created with.
 func fixtureLimits() ledger.Limits {
 	return ledger.Limits{RecordCap: 50, SignedAgeCeiling: 5 * time.Minute, QueueCeiling: time.Hour,
-		FutureSkew: time.Minute, MaxSubjectBytes: 4 << 10, MaxReportBytes: 8 << 10}
+		FutureSkew: time.Minute, MaxChangeBytes: 4 << 10, MaxReportBytes: 8 << 10}
 }
 
 var fixtureEpoch = time.Date(2026, 9, 1, 8, 0, 0, 0, time.UTC)
@@ -37,7 +37,7 @@ func fixtureDelivery(i int) ledger.Delivery {
 	d := ledger.Delivery{
 		Binding: ledger.Binding{Route: "fixture", Scheme: "github-sha256", Identity: "delivery-" + string(rune('a'+i)),
 			BodyDigest: ledger.SumBody(body)},
-		Subject: []byte(`{"repository":"acme/app","sha":"` + strings.Repeat(string(rune('0'+i)), 40) + `"}`),
+		Change: []byte(`{"repository":"acme/app","sha":"` + strings.Repeat(string(rune('0'+i)), 40) + `"}`),
 	}
 	if i%2 == 0 {
 		d.Binding.Scheme = "standard-webhooks"
@@ -285,7 +285,7 @@ func TestReleasedFormatsAdoptBodyTimes(t *testing.T) {
 			// A body made long ago would end at once by its time; the grace keeps it an hour.
 			body := []byte(`{"repository":{"pushed_at":1}}`)
 			d := ledger.Delivery{Binding: ledger.Binding{Route: "fixture", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
-				BodyDigest: ledger.SumBody(body)}, Subject: []byte(`{"sha":"1"}`), BodyAt: at.Add(-95 * time.Hour)}
+				BodyDigest: ledger.SumBody(body)}, Change: []byte(`{"sha":"1"}`), BodyAt: at.Add(-95 * time.Hour)}
 			a, err := l.Admit(ctx, d)
 			if err != nil || a.Outcome != ledger.Admitted || a.Lifetime != ledger.LifetimeBody {
 				t.Fatalf("body-time admission %+v %v", a, err)

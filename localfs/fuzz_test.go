@@ -15,7 +15,7 @@ import (
 
 func fuzzLimits() ledger.Limits {
 	return ledger.Limits{RecordCap: 10, SignedAgeCeiling: time.Minute, QueueCeiling: time.Hour,
-		MaxSubjectBytes: 256, MaxReportBytes: 512}
+		MaxChangeBytes: 256, MaxReportBytes: 512}
 }
 
 func checkDecodeErr(t *testing.T, err error) {
@@ -40,7 +40,7 @@ func seedFrames(f *testing.F, k kind, payloads ...[]byte) {
 
 func FuzzDecodeRow(f *testing.F) {
 	l := fuzzLimits()
-	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "i"}, Subject: []byte(`{"a":1}`),
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "i"}, Change: []byte(`{"a":1}`),
 		SignedAt: time.Unix(1700000000, 0)}
 	row, _, _ := ledger.NewRow(d, l, time.Unix(1700000000, 0), "0123456789abcdef0123456789abcdef")
 	p, _ := json.Marshal(&row)

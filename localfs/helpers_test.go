@@ -16,7 +16,7 @@ var epoch = time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
 
 func testLimits() ledger.Limits {
 	return ledger.Limits{RecordCap: 100_000, SignedAgeCeiling: 5 * time.Minute, QueueCeiling: time.Hour,
-		FutureSkew: time.Minute, MaxSubjectBytes: 4 << 10, MaxReportBytes: 8 << 10}
+		FutureSkew: time.Minute, MaxChangeBytes: 4 << 10, MaxReportBytes: 8 << 10}
 }
 
 func openRoot(t testing.TB, dir string, cfg localfs.Config) *localfs.Ledger {
@@ -44,7 +44,7 @@ func newDelivery(signedAt time.Time) ledger.Delivery {
 	return ledger.Delivery{
 		Binding: ledger.Binding{Route: "r", Scheme: scheme, Identity: fmt.Sprintf("d-%d-%d", n, time.Now().UnixNano()),
 			BodyDigest: ledger.SumBody(body)},
-		Subject:  fmt.Appendf(nil, `{"sha":"%040d"}`, n),
+		Change:   fmt.Appendf(nil, `{"sha":"%040d"}`, n),
 		SignedAt: signedAt,
 	}
 }

@@ -37,7 +37,7 @@ func mpDelivery(i int) ledger.Delivery {
 	return ledger.Delivery{
 		Binding: ledger.Binding{Route: "mp", Scheme: "github-sha256", Identity: fmt.Sprintf("mp-%d", i),
 			BodyDigest: ledger.SumBody(body)},
-		Subject: body,
+		Change: body,
 	}
 }
 

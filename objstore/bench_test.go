@@ -34,7 +34,7 @@ func benchDelivery(prefix string, i int, signedAt time.Time) ledger.Delivery {
 		scheme = "standard-webhooks"
 	}
 	return ledger.Delivery{Binding: ledger.Binding{Route: "bench", Scheme: scheme, Identity: fmt.Sprintf("%s-%d", prefix, i),
-		BodyDigest: ledger.SumBody(body)}, Subject: body, SignedAt: signedAt}
+		BodyDigest: ledger.SumBody(body)}, Change: body, SignedAt: signedAt}
 }
 
 // lifecycle takes one delivery through admit, claim, save and complete, and returns the

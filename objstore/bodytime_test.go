@@ -81,8 +81,8 @@ func TestReleasedFormatsAdoptBodyTimes(t *testing.T) {
 			body := []byte(`{"repository":{"pushed_at":1}}`)
 			d := ledger.Delivery{Binding: ledger.Binding{Route: "fixture", Scheme: "github-sha256",
 				Identity: ledger.SumBody(body).String(), BodyDigest: ledger.SumBody(body)},
-				Subject: []byte(`{"repository":"acme/app","sha":"` + strings.Repeat("f", 40) + `"}`),
-				BodyAt:  clock.Now().Add(-withBody.BodyAgeCeiling)}
+				Change: []byte(`{"repository":"acme/app","sha":"` + strings.Repeat("f", 40) + `"}`),
+				BodyAt: clock.Now().Add(-withBody.BodyAgeCeiling)}
 			a, err := l.Admit(ctx, d)
 			if err != nil || a.Outcome != ledger.Admitted || a.Lifetime != ledger.LifetimeBody || !a.RetainUntil.Equal(clock.Now().Add(ledger.BodyPolicyGrace)) {
 				t.Fatalf("body admission after adoption: %+v", a)

@@ -982,7 +982,7 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 	// known to stand, its row has nothing to post that a record made anew would not let it
 	// (it reads back, and finds itself standing), and is not read.
 	var newest *ledger.Row
-	if rec.Stands != (ledger.Verdict{Key: rec.Newest.Key, Evaluation: rec.NewestEvaluation}) {
+	if rec.Stands != (ledger.VerdictID{Key: rec.Newest.Key, Evaluation: rec.NewestEvaluation}) {
 		rd, _, err := l.getRow(ctx, rec.Newest.Key)
 		switch {
 		case err == nil:

@@ -26,7 +26,7 @@ var updateFixtures = flag.Bool("update-fixtures", false, "rewrite objstore/testd
 // fixtureLimits are the limits every fixture ledger was created with.
 func fixtureLimits() ledger.Limits {
 	return ledger.Limits{RecordCap: 50, SignedAgeCeiling: 5 * time.Minute, QueueCeiling: time.Hour,
-		FutureSkew: time.Minute, MaxSubjectBytes: 4 << 10, MaxReportBytes: 8 << 10}
+		FutureSkew: time.Minute, MaxChangeBytes: 4 << 10, MaxReportBytes: 8 << 10}
 }
 
 var fixtureEpoch = time.Date(2026, 9, 1, 8, 0, 0, 0, time.UTC)
@@ -38,7 +38,7 @@ func fixtureDelivery(i int) ledger.Delivery {
 	d := ledger.Delivery{
 		Binding: ledger.Binding{Route: "fixture", Scheme: "github-sha256", Identity: "delivery-" + string(rune('a'+i)),
 			BodyDigest: ledger.SumBody(body)},
-		Subject: []byte(`{"repository":"acme/app","sha":"` + strings.Repeat(string(rune('0'+i)), 40) + `"}`),
+		Change: []byte(`{"repository":"acme/app","sha":"` + strings.Repeat(string(rune('0'+i)), 40) + `"}`),
 	}
 	if i%2 == 0 {
 		d.Binding.Scheme = "standard-webhooks"

@@ -46,7 +46,7 @@ func TestTwoClientsRaceWithLostResponses(t *testing.T) {
 	for i := range ds {
 		body := fmt.Appendf(nil, `{"race":%d}`, i)
 		ds[i] = ledger.Delivery{Binding: ledger.Binding{Route: "race", Scheme: "github-sha256", Identity: fmt.Sprintf("race-%d", i),
-			BodyDigest: ledger.SumBody(body)}, Subject: body}
+			BodyDigest: ledger.SumBody(body)}, Change: body}
 	}
 	var mu sync.Mutex
 	saved := map[int]map[string]bool{}     // delivery -> digests of successful saves

@@ -79,7 +79,7 @@ func (l *Ledger) decodeRow(key ledger.Key, body []byte) (rowData, error) {
 	if rd.Row.Key != key {
 		return rowData{}, fmt.Errorf("%w: %s holds row %s", ledger.ErrCorrupt, name, rd.Row.Key)
 	}
-	if len(rd.Report) > l.cfg.Limits.MaxReportBytes || len(rd.Row.Subject) > l.cfg.Limits.MaxSubjectBytes {
+	if len(rd.Report) > l.cfg.Limits.MaxReportBytes || len(rd.Row.Change) > l.cfg.Limits.MaxChangeBytes {
 		return rowData{}, fmt.Errorf("%w: %s holds data over its ceilings", ledger.ErrCorrupt, name)
 	}
 	kept := rd.Row.State == ledger.StateSaved || (rd.Row.State == ledger.StateAbandoned && len(rd.Report) > 0)
@@ -188,7 +188,7 @@ func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step)
 
 func cloneRow(rd rowData) rowData {
 	out := rd
-	out.Row.Subject = append([]byte(nil), rd.Row.Subject...)
+	out.Row.Change = append([]byte(nil), rd.Row.Change...)
 	out.Report = append([]byte(nil), rd.Report...)
 	return out
 }

@@ -40,7 +40,7 @@ func TestClientClocksDecideNothing(t *testing.T) {
 	permanent := func(n int) ledger.Delivery {
 		body := fmt.Appendf(nil, `{"clock":%d,"at":%d}`, n, time.Now().UnixNano())
 		return ledger.Delivery{Binding: ledger.Binding{Route: "clocks", Scheme: "github-sha256", Identity: string(body),
-			BodyDigest: ledger.SumBody(body)}, Subject: body}
+			BodyDigest: ledger.SumBody(body)}, Change: body}
 	}
 	const leaseFor = time.Minute
 

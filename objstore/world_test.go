@@ -99,7 +99,7 @@ func (w *world) delivery(signedAt time.Time) ledger.Delivery {
 		scheme = "standard-webhooks"
 	}
 	return ledger.Delivery{Binding: ledger.Binding{Route: "safety", Scheme: scheme, Identity: fmt.Sprintf("%s-%d", w.prefix, w.seq),
-		BodyDigest: ledger.SumBody(body)}, Subject: body, SignedAt: signedAt}
+		BodyDigest: ledger.SumBody(body)}, Change: body, SignedAt: signedAt}
 }
 
 func (w *world) admit(l ledger.Ledger, d ledger.Delivery, want ledger.AdmitOutcome) {

@@ -57,7 +57,7 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 	d := ledger.Delivery{
 		Binding: ledger.Binding{Route: "demo", Scheme: webhook.SchemeStandardWebhooks,
 			Identity: fmt.Sprintf("msg_demo_%d", now.UnixNano()), BodyDigest: ledger.SumBody(body)},
-		Subject:  subject,
+		Change:   subject,
 		SignedAt: now,
 	}
 	step := func(format string, a ...any) { fmt.Fprintf(out, "  "+format+"\n", a...) }

@@ -294,7 +294,7 @@ func printStats(out io.Writer, st ledger.Stats) {
 	}
 	fmt.Fprintf(out, "high-water %s\n", st.HighWater.Format(time.RFC3339Nano))
 	fmt.Fprintf(out, "limits: signed age %s, queue %s, future skew %s, subject %d B, report %d B\n",
-		st.Limits.SignedAgeCeiling, st.Limits.QueueCeiling, st.Limits.FutureSkew, st.Limits.MaxSubjectBytes, st.Limits.MaxReportBytes)
+		st.Limits.SignedAgeCeiling, st.Limits.QueueCeiling, st.Limits.FutureSkew, st.Limits.MaxChangeBytes, st.Limits.MaxReportBytes)
 	switch {
 	case st.Limits.BodyAgeCeiling == 0:
 		fmt.Fprintln(out, "body times: off (every body-only delivery keeps a permanent marker)")

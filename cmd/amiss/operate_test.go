@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -54,7 +54,7 @@ func (p *refusing) Standing(_ context.Context, s publish.Status) (publish.Standi
 
 type constant evaluate.Verdict
 
-func (c constant) Evaluate(context.Context, subject.Subject) (evaluate.Verdict, error) {
+func (c constant) Evaluate(context.Context, change.Change) (evaluate.Verdict, error) {
 	return evaluate.Verdict(c), nil
 }
 
@@ -82,8 +82,8 @@ func abandonedRoot(t *testing.T, n int) (string, *refusing, func(queue.Message) 
 		return res
 	}
 	for i := range n + 1 {
-		s, _ := json.Marshal(subject.Subject{Repository: "acme/app", SHA: fmt.Sprintf("%040x", i+1), Event: "push"})
-		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: fmt.Sprint(i)}, Subject: s}
+		s, _ := json.Marshal(change.Change{Repository: "acme/app", SHA: fmt.Sprintf("%040x", i+1), Event: "push"})
+		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: fmt.Sprint(i)}, Change: s}
 		if _, err := l.Admit(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
@@ -207,11 +207,11 @@ func TestASupersededRowIsShownWithTheVerdictThatSupersededIt(t *testing.T) {
 	r := &runner.Runner{Ledger: l, Owner: "t", Lease: time.Minute, Routes: func(context.Context, string) (*runner.Route, error) {
 		return &runner.Route{Evaluator: constant{State: "success", Description: "ok"}, Publisher: p, Context: "amiss/verdict"}, nil
 	}}
-	s, _ := json.Marshal(subject.Subject{Repository: "acme/app", SHA: fmt.Sprintf("%040x", 7), Event: "pull_request",
-		Pull: &subject.Pull{Number: 1, Title: "t", TargetBranch: "main"}})
+	s, _ := json.Marshal(change.Change{Repository: "acme/app", SHA: fmt.Sprintf("%040x", 7), Event: "pull_request",
+		Pull: &change.Pull{Number: 1, Title: "t", TargetBranch: "main"}})
 	var keys []ledger.Key
 	for i, at := range []time.Time{time.Now().Add(-time.Minute), time.Now().Add(-2 * time.Minute)} { // the newer first
-		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: fmt.Sprint(i)}, Subject: s, BodyAt: at}
+		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: fmt.Sprint(i)}, Change: s, BodyAt: at}
 		if _, err := l.Admit(ctx, d); err != nil {
 			t.Fatal(err)
 		}

@@ -60,7 +60,7 @@ func TestLedgerCommandsOnAnS3Prefix(t *testing.T) {
 	}
 
 	// An abandoned row: list prints its full key, republish revives it and sends it to SQS.
-	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "abandoned"}, Subject: []byte(`{}`)}
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "abandoned"}, Change: []byte(`{}`)}
 	l.Admit(ctx, d)
 	c, err := l.Claim(ctx, d.Key(), d.Binding.Digest(), "o", time.Minute)
 	if err != nil {

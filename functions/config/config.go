@@ -46,8 +46,12 @@ type Controller struct {
 	FutureSkew       time.Duration `yaml:"future_skew"`
 	RecordCap        int64         `yaml:"record_cap"`
 	MaxBodyBytes     int           `yaml:"max_body_bytes"`
-	MaxSubjectBytes  int           `yaml:"max_subject_bytes"`
-	MaxReportBytes   int           `yaml:"max_report_bytes"`
+	// MaxChangeBytes bounds the change a row keeps (what the runner evaluates).
+	MaxChangeBytes int `yaml:"max_change_bytes"`
+	// OldMaxSubjectBytes is max_change_bytes under its earlier name: still read, refused
+	// alongside the new name.
+	OldMaxSubjectBytes *int `yaml:"max_subject_bytes"`
+	MaxReportBytes     int  `yaml:"max_report_bytes"`
 	// BodyAgeCeiling is the longest accepted age of a provider-set time inside a signed body
 	// (GitHub, Gitea, Forgejo, Bitbucket: the tables in docs/providers), recorded by the ledger
 	// root; zero switches body times off (every body-only delivery keeps a permanent marker).
@@ -211,7 +215,7 @@ func controllerOf(l ledger.Limits, maxBody int) Controller {
 		FutureSkew:       l.FutureSkew,
 		RecordCap:        l.RecordCap,
 		MaxBodyBytes:     maxBody,
-		MaxSubjectBytes:  l.MaxSubjectBytes,
+		MaxChangeBytes:   l.MaxChangeBytes,
 		MaxReportBytes:   l.MaxReportBytes,
 		BodyAgeCeiling:   l.BodyAgeCeiling,
 	}
@@ -270,6 +274,12 @@ func ParseEnv(data []byte, getenv func(string) string) (*Config, error) {
 		// checkShape catches what Decode refuses; this is a backstop that still names no type.
 		return nil, fmt.Errorf("cannot read the configuration: %s", strings.TrimPrefix(err.Error(), "yaml: "))
 	}
+	if old := c.Controller.OldMaxSubjectBytes; old != nil {
+		if hasKey(&doc, "controller", "max_change_bytes") {
+			return nil, errors.New("controller: max_subject_bytes is the former name of max_change_bytes: set only max_change_bytes")
+		}
+		c.Controller.MaxChangeBytes, c.Controller.OldMaxSubjectBytes = *old, nil
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -283,7 +293,7 @@ func (c *Config) Limits() ledger.Limits {
 		SignedAgeCeiling: c.Controller.SignedAgeCeiling,
 		QueueCeiling:     c.Controller.QueueCeiling,
 		FutureSkew:       c.Controller.FutureSkew,
-		MaxSubjectBytes:  c.Controller.MaxSubjectBytes,
+		MaxChangeBytes:   c.Controller.MaxChangeBytes,
 		MaxReportBytes:   c.Controller.MaxReportBytes,
 		BodyAgeCeiling:   c.Controller.BodyAgeCeiling,
 	}
@@ -646,4 +656,28 @@ func checkBaseURL(raw string) error {
 		return errors.New("want a plain base URL: no user, query or fragment (the token goes in publish.token)")
 	}
 	return nil
+}
+
+// hasKey reports whether the document doc maps section to a mapping holding key.
+func hasKey(doc *yaml.Node, section, key string) bool {
+	root := doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) > 0 {
+		root = root.Content[0]
+	}
+	for _, m := range []string{section, key} {
+		if root.Kind != yaml.MappingNode {
+			return false
+		}
+		var next *yaml.Node
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			if root.Content[i].Value == m {
+				next = root.Content[i+1]
+			}
+		}
+		if next == nil {
+			return false
+		}
+		root = next
+	}
+	return true
 }

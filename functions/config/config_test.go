@@ -373,3 +373,30 @@ func TestPublishTimeoutSettleAndConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// The bound on the change a row keeps was called max_subject_bytes before "subject" came to mean
+// only a commit status's target: a configuration that still says so is read, and one that says
+// both is refused, naming the name to keep.
+func TestTheFormerNameOfMaxChangeBytesIsStillRead(t *testing.T) {
+	for _, tc := range []struct {
+		controller string
+		want       int
+		err        string
+	}{
+		{"controller:\n  max_change_bytes: 4096\n", 4096, ""},
+		{"controller:\n  max_subject_bytes: 8192\n", 8192, ""},
+		{"controller:\n  max_subject_bytes: 8192\n  max_change_bytes: 4096\n", 0, "set only max_change_bytes"},
+	} {
+		c, err := config.Parse([]byte(tc.controller + base))
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: err %v, want one saying %q", tc.controller, err, tc.err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.controller, err)
+		case c.Limits().MaxChangeBytes != tc.want:
+			t.Errorf("%q: the ledger's bound is %d, want %d", tc.controller, c.Limits().MaxChangeBytes, tc.want)
+		}
+	}
+}

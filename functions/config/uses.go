@@ -109,7 +109,7 @@ func (c *Config) LimitsMismatch(stored ledger.Limits) []string {
 	diff("queue_ceiling", stored.QueueCeiling, want.QueueCeiling)
 	diff("future_skew", stored.FutureSkew, want.FutureSkew)
 	diff("record_cap", stored.RecordCap, want.RecordCap)
-	diff("max_subject_bytes", stored.MaxSubjectBytes, want.MaxSubjectBytes)
+	diff("max_change_bytes", stored.MaxChangeBytes, want.MaxChangeBytes)
 	diff("max_report_bytes", stored.MaxReportBytes, want.MaxReportBytes)
 	switch {
 	case stored.BodyAgeCeiling == want.BodyAgeCeiling:

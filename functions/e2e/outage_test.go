@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/operator"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -155,7 +155,7 @@ type counted struct {
 	n *atomic.Int64
 }
 
-func (c counted) Evaluate(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+func (c counted) Evaluate(ctx context.Context, s change.Change) (evaluate.Verdict, error) {
 	c.n.Add(1)
 	return c.Evaluator.Evaluate(ctx, s)
 }

@@ -9,8 +9,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // States of a verdict. Only final states exist: amiss never posts "pending".
@@ -46,7 +46,7 @@ const ForbiddenPathRule = "forbidden path"
 // Evaluator evaluates a subject. An error means the evaluation could not be done (it is retried,
 // and after the configured attempts becomes an error verdict); a failure is a Verdict.
 type Evaluator interface {
-	Evaluate(ctx context.Context, s subject.Subject) (Verdict, error)
+	Evaluate(ctx context.Context, s change.Change) (Verdict, error)
 }
 
 // Needer is an evaluator that says which of a subject's inputs it needs: the runner reads
@@ -54,7 +54,7 @@ type Evaluator interface {
 // is no Needer is given the subject as its webhook carried it (Subject.Whole says what that
 // holds whole).
 type Needer interface {
-	Needs(s subject.Subject) subject.Inputs
+	Needs(s change.Change) change.Inputs
 }
 
 // Rules is the built-in evaluator: every configured rule must hold.
@@ -87,25 +87,25 @@ func NewRules(r config.Rules) (*Rules, error) {
 // re-run whose commits or paths are needed, the pull request too, which says whether they are
 // a pull request's or a push's. The runner reads from the provider those s does not hold
 // whole, and only those.
-func (r *Rules) Needs(s subject.Subject) subject.Inputs {
-	var need subject.Inputs
-	pullish := s.Event == subject.PullRequest || s.Event == subject.Rerun
+func (r *Rules) Needs(s change.Change) change.Inputs {
+	var need change.Inputs
+	pullish := s.Event == change.PullRequest || s.Event == change.Rerun
 	if pullish && r.title != nil {
-		need |= subject.TitleInput | subject.PullInput
+		need |= change.TitleInput | change.PullInput
 	}
 	if pullish && len(r.branches) > 0 {
-		need |= subject.PullInput
+		need |= change.PullInput
 	}
 	if r.message != nil {
-		need |= subject.CommitsInput
+		need |= change.CommitsInput
 	}
 	if len(r.forbidden) > 0 {
-		need |= subject.PathsInput
+		need |= change.PathsInput
 	}
-	if s.Event == subject.Rerun && need&(subject.CommitsInput|subject.PathsInput) != 0 {
+	if s.Event == change.Rerun && need&(change.CommitsInput|change.PathsInput) != 0 {
 		// A re-run's commits and changed paths are its pull request's, or its push's: which
 		// one it is decides what they are (a fork's re-run names no pull request).
-		need |= subject.PullInput
+		need |= change.PullInput
 	}
 	return need
 }
@@ -114,7 +114,7 @@ func (r *Rules) Needs(s subject.Subject) subject.Inputs {
 // input s does not hold whole (the webhook did not carry it, and the provider's API could not
 // give it: s.Unread says why) fails closed, naming what could not be read: a verdict never
 // passes what it could not see.
-func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
+func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) {
 	var failed []string
 	var files []File
 	// unread groups the rules that failed closed by why (a refused read is often the reason
@@ -126,7 +126,7 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 	}
 	unread := map[string]*unreadRules{}
 	// missing fails the rule named what when in is not held whole, saying why.
-	missing := func(in subject.Inputs, what string) bool {
+	missing := func(in change.Inputs, what string) bool {
 		if s.Whole.Has(in) {
 			return false
 		}
@@ -144,16 +144,16 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 		failed[g.at] = strings.Join(g.rules, ", ") + " (could not be read: " + why + ")"
 		return true
 	}
-	pullish := s.Event == subject.PullRequest || s.Event == subject.Rerun
+	pullish := s.Event == change.PullRequest || s.Event == change.Rerun
 	switch {
 	case r.title == nil || !pullish:
-	case missing(subject.PullInput, "pull request title"):
+	case missing(change.PullInput, "pull request title"):
 	case s.Pull == nil: // known to be no pull request: a re-run of a push
-	case missing(subject.TitleInput, "pull request title"):
+	case missing(change.TitleInput, "pull request title"):
 	case !r.title.MatchString(s.Pull.Title):
 		failed = append(failed, "pull request title")
 	}
-	if r.message != nil && !missing(subject.CommitsInput, "commit messages") {
+	if r.message != nil && !missing(change.CommitsInput, "commit messages") {
 		for _, c := range s.Commits {
 			if !r.message.MatchString(c.Message) {
 				failed = append(failed, "commit message of "+short(c.ID))
@@ -174,13 +174,13 @@ func (r *Rules) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error
 			}
 		}
 		if len(files) == 0 {
-			missing(subject.PathsInput, "changed paths")
+			missing(change.PathsInput, "changed paths")
 		}
 	}
 	if len(r.branches) > 0 && pullish {
 		switch {
-		case r.title == nil && missing(subject.PullInput, "target branch"):
-		case r.title != nil && !s.Whole.Has(subject.PullInput): // named once, by the title rule
+		case r.title == nil && missing(change.PullInput, "target branch"):
+		case r.title != nil && !s.Whole.Has(change.PullInput): // named once, by the title rule
 		case s.Pull != nil && matchAny(r.branches, s.Pull.TargetBranch) == "":
 			failed = append(failed, "target branch "+s.Pull.TargetBranch)
 		}

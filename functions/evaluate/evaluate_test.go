@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 func rules(t *testing.T) *evaluate.Rules {
@@ -36,12 +36,12 @@ func rules(t *testing.T) *evaluate.Rules {
 func TestRules(t *testing.T) {
 	r := rules(t)
 	ctx := context.Background()
-	pr := func(title, target string) subject.Subject {
-		return subject.Subject{Event: "pull_request", Pull: &subject.Pull{Title: title, TargetBranch: target}, Whole: subject.AllInputs}
+	pr := func(title, target string) change.Change {
+		return change.Change{Event: "pull_request", Pull: &change.Pull{Title: title, TargetBranch: target}, Whole: change.AllInputs}
 	}
-	push := func(s subject.Subject) subject.Subject { s.Event, s.Whole = "push", subject.AllInputs; return s }
+	push := func(s change.Change) change.Change { s.Event, s.Whole = "push", change.AllInputs; return s }
 	cases := []struct {
-		s      subject.Subject
+		s      change.Change
 		state  string
 		naming []string
 	}{
@@ -50,11 +50,11 @@ func TestRules(t *testing.T) {
 		{pr("add stuff", "main"), evaluate.Failure, []string{"pull request title"}},
 		{pr("fix: x", "develop"), evaluate.Failure, []string{"target branch develop"}},
 		{pr("oops", "develop"), evaluate.Failure, []string{"pull request title", "target branch develop"}},
-		{push(subject.Subject{Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "Good"}},
+		{push(change.Change{Commits: []change.Commit{{ID: "0123456789abcdef", Message: "Good"}},
 			Paths: []string{"a/b.go", "deploy/keys/server.pem"}}), evaluate.Failure, []string{"forbidden path deploy/keys/server.pem (**/*.pem)"}},
-		{push(subject.Subject{Paths: []string{"secrets/prod/env"}}), evaluate.Failure, []string{"forbidden path secrets/prod/env (secrets/**)"}},
-		{push(subject.Subject{Paths: []string{"src/secrets.go"}}), evaluate.Success, nil},
-		{push(subject.Subject{Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "lower case"}}}), evaluate.Failure,
+		{push(change.Change{Paths: []string{"secrets/prod/env"}}), evaluate.Failure, []string{"forbidden path secrets/prod/env (secrets/**)"}},
+		{push(change.Change{Paths: []string{"src/secrets.go"}}), evaluate.Success, nil},
+		{push(change.Change{Commits: []change.Commit{{ID: "0123456789abcdef", Message: "lower case"}}}), evaluate.Failure,
 			[]string{"commit message of 0123456789ab"}},
 	}
 	for i, c := range cases {
@@ -77,47 +77,47 @@ func TestARuleFailsClosedOnWhatItCouldNotSee(t *testing.T) {
 	r := rules(t)
 	ctx := context.Background()
 	granted := "GitHub answered 403; grant the GitHub App the Pull requests: read permission"
-	pr := subject.Subject{Event: "pull_request", Pull: &subject.Pull{Title: "feat: x", TargetBranch: "main"},
-		Whole: subject.TitleInput | subject.PullInput}
+	pr := change.Change{Event: "pull_request", Pull: &change.Pull{Title: "feat: x", TargetBranch: "main"},
+		Whole: change.TitleInput | change.PullInput}
 	cases := []struct {
 		name   string
-		s      func() subject.Subject
+		s      func() change.Change
 		naming []string
 		absent []string
 	}{
-		{"a pull request whose files and commits were not read", func() subject.Subject { return pr },
+		{"a pull request whose files and commits were not read", func() change.Change { return pr },
 			[]string{"commit messages, changed paths (could not be read"}, []string{"pull request title"}},
-		{"a refused read names what to grant", func() subject.Subject {
+		{"a refused read names what to grant", func() change.Change {
 			s := pr
-			s.MarkUnread(subject.CommitsInput|subject.PathsInput, granted)
+			s.MarkUnread(change.CommitsInput|change.PathsInput, granted)
 			return s
 		}, []string{"commit messages, changed paths (could not be read: " + granted + ")"}, nil},
-		{"paths read in part: a forbidden one among them is named", func() subject.Subject {
+		{"paths read in part: a forbidden one among them is named", func() change.Change {
 			s := pr
-			s.Whole |= subject.CommitsInput
-			s.Commits = []subject.Commit{{ID: "0123456789abcdef", Message: "Fine"}}
+			s.Whole |= change.CommitsInput
+			s.Commits = []change.Commit{{ID: "0123456789abcdef", Message: "Fine"}}
 			s.Paths = []string{"secrets/prod.env"}
-			s.MarkUnread(subject.PathsInput, "GitHub lists at most 3,000 files of a pull request")
+			s.MarkUnread(change.PathsInput, "GitHub lists at most 3,000 files of a pull request")
 			return s
 		}, []string{"forbidden path secrets/prod.env"}, []string{"could not be read"}},
-		{"commits cut by the provider", func() subject.Subject {
+		{"commits cut by the provider", func() change.Change {
 			s := pr
-			s.Whole |= subject.PathsInput
-			s.Commits = []subject.Commit{{ID: "0123456789abcdef", Message: "Fine"}}
-			s.MarkUnread(subject.CommitsInput, "GitHub lists at most 250 commits of a pull request")
+			s.Whole |= change.PathsInput
+			s.Commits = []change.Commit{{ID: "0123456789abcdef", Message: "Fine"}}
+			s.MarkUnread(change.CommitsInput, "GitHub lists at most 250 commits of a pull request")
 			return s
 		}, []string{"commit messages (could not be read: GitHub lists at most 250 commits"}, []string{"changed paths"}},
-		{"a re-run whose pull request cannot be identified", func() subject.Subject {
-			s := subject.Subject{Event: "rerun", Whole: subject.CommitsInput | subject.PathsInput}
-			s.MarkUnread(subject.PullInput|subject.TitleInput, "the re-run's check run names no pull request")
+		{"a re-run whose pull request cannot be identified", func() change.Change {
+			s := change.Change{Event: "rerun", Whole: change.CommitsInput | change.PathsInput}
+			s.MarkUnread(change.PullInput|change.TitleInput, "the re-run's check run names no pull request")
 			return s
 		}, []string{"pull request title (could not be read: the re-run's check run names no pull request"}, []string{"target branch"}},
-		{"a re-run of a push: no pull request rules apply", func() subject.Subject {
-			return subject.Subject{Event: "rerun", Whole: subject.AllInputs}
+		{"a re-run of a push: no pull request rules apply", func() change.Change {
+			return change.Change{Event: "rerun", Whole: change.AllInputs}
 		}, nil, []string{"pull request", "target branch"}},
-		{"a push whose webhook listed part of its commits", func() subject.Subject {
-			return subject.Subject{Event: "push", Whole: subject.TitleInput | subject.PullInput | subject.PathsInput,
-				Commits: []subject.Commit{{ID: "0123456789abcdef", Message: "Fine"}}}
+		{"a push whose webhook listed part of its commits", func() change.Change {
+			return change.Change{Event: "push", Whole: change.TitleInput | change.PullInput | change.PathsInput,
+				Commits: []change.Commit{{ID: "0123456789abcdef", Message: "Fine"}}}
 		}, []string{"commit messages (could not be read"}, []string{"changed paths"}},
 	}
 	for _, c := range cases {
@@ -148,24 +148,24 @@ func TestARuleFailsClosedOnWhatItCouldNotSee(t *testing.T) {
 // The rules say which inputs they need, and only those: a route with a title rule alone needs
 // nothing a pull request's webhook lacks, and nothing at all on a push.
 func TestRulesNeedOnlyWhatTheyCheck(t *testing.T) {
-	need := func(rs config.Rules, event string) subject.Inputs {
+	need := func(rs config.Rules, event string) change.Inputs {
 		r, err := evaluate.NewRules(rs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r.Needs(subject.Subject{Event: event})
+		return r.Needs(change.Change{Event: event})
 	}
 	title := config.Rules{PullRequestTitle: "^feat"}
 	for _, c := range []struct {
 		rules config.Rules
 		event string
-		want  subject.Inputs
+		want  change.Inputs
 	}{
-		{title, "pull_request", subject.TitleInput | subject.PullInput},
+		{title, "pull_request", change.TitleInput | change.PullInput},
 		{title, "push", 0},
-		{config.Rules{TargetBranches: []string{"main"}}, "rerun", subject.PullInput},
-		{config.Rules{CommitMessage: "^[A-Z]"}, "push", subject.CommitsInput},
-		{config.Rules{ForbiddenPaths: []string{"secrets/**"}}, "pull_request", subject.PathsInput},
+		{config.Rules{TargetBranches: []string{"main"}}, "rerun", change.PullInput},
+		{config.Rules{CommitMessage: "^[A-Z]"}, "push", change.CommitsInput},
+		{config.Rules{ForbiddenPaths: []string{"secrets/**"}}, "pull_request", change.PathsInput},
 		{config.Rules{}, "pull_request", 0},
 	} {
 		if got := need(c.rules, c.event); got != c.want {
@@ -187,7 +187,7 @@ func TestHTTPEvaluator(t *testing.T) {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		var s subject.Subject
+		var s change.Change
 		if json.Unmarshal(body, &s) != nil || s.Repository != "acme/app" {
 			http.Error(w, "bad subject", http.StatusBadRequest)
 			return
@@ -199,7 +199,7 @@ func TestHTTPEvaluator(t *testing.T) {
 	}))
 	defer srv.Close()
 	e := &evaluate.HTTP{URL: srv.URL, Secret: secret, Timeout: time.Second}
-	s := subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"}
+	s := change.Change{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"}
 	answer = `{"state":"failure","description":"licence check failed"}`
 	v, err := e.Evaluate(context.Background(), s)
 	if err != nil || v.State != evaluate.Failure || v.Description != "licence check failed" {
@@ -238,7 +238,7 @@ func TestHTTPEvaluatorFollowsNoRedirect(t *testing.T) {
 			http.Redirect(w, r, other.URL+"/moved", code)
 		}))
 		e := &evaluate.HTTP{URL: srv.URL, Secret: []byte("s"), Client: srv.Client(), Timeout: time.Second}
-		v, err := e.Evaluate(context.Background(), subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"})
+		v, err := e.Evaluate(context.Background(), change.Change{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"})
 		srv.Close()
 		if err == nil {
 			t.Fatalf("%d: a redirect was followed and %+v taken as the verdict", code, v)
@@ -266,7 +266,7 @@ func TestHTTPEvaluatorTimeoutOverridesTheClients(t *testing.T) {
 	client := srv.Client()
 	client.Timeout = 50 * time.Millisecond
 	e := &evaluate.HTTP{URL: srv.URL, Secret: []byte("s"), Client: client, Timeout: 5 * time.Second}
-	v, err := e.Evaluate(context.Background(), subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"})
+	v, err := e.Evaluate(context.Background(), change.Change{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"})
 	if err != nil || v.State != evaluate.Success {
 		t.Fatalf("an evaluator allowed 5 s answering in 300 ms, through a client with a 50 ms timeout: %+v %v", v, err)
 	}
@@ -274,7 +274,7 @@ func TestHTTPEvaluatorTimeoutOverridesTheClients(t *testing.T) {
 		t.Fatalf("the caller's client was changed: timeout %s", client.Timeout)
 	}
 	e.Timeout = 100 * time.Millisecond
-	if _, err := e.Evaluate(context.Background(), subject.Subject{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"}); err == nil {
+	if _, err := e.Evaluate(context.Background(), change.Change{Repository: "acme/app", SHA: strings.Repeat("a", 40), Event: "push"}); err == nil {
 		t.Fatal("an evaluator allowed 100 ms answering in 300 ms was answered")
 	}
 }
@@ -283,7 +283,7 @@ func TestHTTPEvaluatorTimeoutOverridesTheClients(t *testing.T) {
 // forbidden one in Files, in the order of the changed paths; a verdict that holds has none.
 func TestForbiddenPathsAreAllListed(t *testing.T) {
 	r := rules(t)
-	v, err := r.Evaluate(context.Background(), subject.Subject{Event: "push",
+	v, err := r.Evaluate(context.Background(), change.Change{Event: "push",
 		Paths: []string{"README.md", "secrets/a", "cmd/key.pem", "main.go", "secrets/b/c"}})
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +297,7 @@ func TestForbiddenPathsAreAllListed(t *testing.T) {
 			t.Fatalf("file %d: %+v, want %s", i, f, want[i])
 		}
 	}
-	if v, _ := r.Evaluate(context.Background(), subject.Subject{Event: "push", Paths: []string{"README.md"}, Whole: subject.AllInputs}); v.State != evaluate.Success || v.Files != nil {
+	if v, _ := r.Evaluate(context.Background(), change.Change{Event: "push", Paths: []string{"README.md"}, Whole: change.AllInputs}); v.State != evaluate.Success || v.Files != nil {
 		t.Fatalf("verdict %+v", v)
 	}
 }
@@ -306,7 +306,7 @@ func TestForbiddenPathsAreAllListed(t *testing.T) {
 // rule that needs them fails closed, saying why; one that needs none (the target branch) is
 // checked as for any pull request.
 func TestARerunFailsClosedOnWhatItDoesNotCarry(t *testing.T) {
-	rerun := subject.Subject{Event: subject.Rerun, Whole: subject.PullInput, Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "x"}}
+	rerun := change.Change{Event: change.Rerun, Whole: change.PullInput, Pull: &change.Pull{Number: 2, TargetBranch: "main", SourceBranch: "x"}}
 	v, err := rules(t).Evaluate(context.Background(), rerun)
 	if err != nil {
 		t.Fatal(err)
@@ -332,8 +332,8 @@ func TestARerunFailsClosedOnWhatItDoesNotCarry(t *testing.T) {
 // event it re-runs: a clean one succeeds, a forbidden path fails and is listed, and paths the
 // provider's listing cut still fail closed.
 func TestAFilledRerunIsEvaluatedLikeTheEventItReruns(t *testing.T) {
-	clean := subject.Subject{Event: subject.Rerun, Whole: subject.AllInputs, Pull: &subject.Pull{Number: 2, Title: "feat: add it", TargetBranch: "main"},
-		Commits: []subject.Commit{{ID: "a1", Message: "Add it"}}, Paths: []string{"docs/it.md"}}
+	clean := change.Change{Event: change.Rerun, Whole: change.AllInputs, Pull: &change.Pull{Number: 2, Title: "feat: add it", TargetBranch: "main"},
+		Commits: []change.Commit{{ID: "a1", Message: "Add it"}}, Paths: []string{"docs/it.md"}}
 	if v, err := rules(t).Evaluate(context.Background(), clean); err != nil || v.State != evaluate.Success {
 		t.Fatalf("a clean filled re-run: %+v %v", v, err)
 	}
@@ -345,7 +345,7 @@ func TestAFilledRerunIsEvaluatedLikeTheEventItReruns(t *testing.T) {
 		t.Fatalf("a filled re-run changing a forbidden path: %+v", v)
 	}
 	cut := clean
-	cut.MarkUnread(subject.PathsInput, "GitHub lists at most 300 files of a comparison")
+	cut.MarkUnread(change.PathsInput, "GitHub lists at most 300 files of a comparison")
 	if v, _ := rules(t).Evaluate(context.Background(), cut); v.State != evaluate.Failure ||
 		!strings.Contains(v.Description, "changed paths (could not be read: GitHub lists at most 300 files") {
 		t.Fatalf("a filled re-run cut to the bounds: %+v", v)
@@ -355,8 +355,8 @@ func TestAFilledRerunIsEvaluatedLikeTheEventItReruns(t *testing.T) {
 // A re-run whose inputs could not be read (a permission the App lacks) fails closed on each
 // rule that needs them, naming why once after the rules it failed.
 func TestARerunWhoseInputsCouldNotBeReadFailsClosedNamingWhy(t *testing.T) {
-	rerun := subject.Subject{Event: subject.Rerun, Whole: subject.PullInput, Pull: &subject.Pull{Number: 2, TargetBranch: "main"}}
-	rerun.MarkUnread(subject.TitleInput|subject.CommitsInput|subject.PathsInput, "grant the GitHub App Contents: read")
+	rerun := change.Change{Event: change.Rerun, Whole: change.PullInput, Pull: &change.Pull{Number: 2, TargetBranch: "main"}}
+	rerun.MarkUnread(change.TitleInput|change.CommitsInput|change.PathsInput, "grant the GitHub App Contents: read")
 	v, _ := rules(t).Evaluate(context.Background(), rerun)
 	for _, rule := range []string{"pull request title, commit messages, changed paths (could not be read: grant the GitHub App Contents: read)"} {
 		if v.State != evaluate.Failure || !strings.Contains(v.Description, rule) {
@@ -369,14 +369,14 @@ func TestARerunWhoseInputsCouldNotBeReadFailsClosedNamingWhy(t *testing.T) {
 // needs them needs the pull request too (a fork's re-run names none), and a rule that needs
 // neither reads nothing more.
 func TestARerunsCommitsAndPathsNeedItsPullRequest(t *testing.T) {
-	rerun := subject.Subject{Event: subject.Rerun}
+	rerun := change.Change{Event: change.Rerun}
 	for _, c := range []struct {
 		rules config.Rules
-		want  subject.Inputs
+		want  change.Inputs
 	}{
-		{config.Rules{ForbiddenPaths: []string{"secrets/**"}}, subject.PathsInput | subject.PullInput},
-		{config.Rules{CommitMessage: "^[A-Z]"}, subject.CommitsInput | subject.PullInput},
-		{config.Rules{PullRequestTitle: "^feat: "}, subject.TitleInput | subject.PullInput},
+		{config.Rules{ForbiddenPaths: []string{"secrets/**"}}, change.PathsInput | change.PullInput},
+		{config.Rules{CommitMessage: "^[A-Z]"}, change.CommitsInput | change.PullInput},
+		{config.Rules{PullRequestTitle: "^feat: "}, change.TitleInput | change.PullInput},
 	} {
 		r, err := evaluate.NewRules(c.rules)
 		if err != nil {
@@ -385,8 +385,8 @@ func TestARerunsCommitsAndPathsNeedItsPullRequest(t *testing.T) {
 		if got := r.Needs(rerun); got != c.want {
 			t.Errorf("%+v needs %q of a re-run, want %q", c.rules, got, c.want)
 		}
-		push := subject.Subject{Event: subject.Push}
-		if got := r.Needs(push); got.Has(subject.PullInput) {
+		push := change.Change{Event: change.Push}
+		if got := r.Needs(push); got.Has(change.PullInput) {
 			t.Errorf("%+v needs %q of a push, which has no pull request", c.rules, got)
 		}
 	}
@@ -397,10 +397,10 @@ func TestARerunsCommitsAndPathsNeedItsPullRequest(t *testing.T) {
 // it read keeps its place. A status description is short (GitHub keeps 140 characters): a
 // reason repeated for every rule pushed the rest out of it.
 func TestAReasonSharedByRulesIsSaidOnce(t *testing.T) {
-	pr := subject.Subject{Event: subject.PullRequest, Pull: &subject.Pull{Title: "WIP", TargetBranch: "main"},
-		Whole: subject.TitleInput | subject.PullInput}
-	pr.MarkUnread(subject.CommitsInput, "grant the token read_api")
-	pr.MarkUnread(subject.PathsInput, "grant the token read_api")
+	pr := change.Change{Event: change.PullRequest, Pull: &change.Pull{Title: "WIP", TargetBranch: "main"},
+		Whole: change.TitleInput | change.PullInput}
+	pr.MarkUnread(change.CommitsInput, "grant the token read_api")
+	pr.MarkUnread(change.PathsInput, "grant the token read_api")
 	v, err := rules(t).Evaluate(context.Background(), pr)
 	if err != nil {
 		t.Fatal(err)
@@ -410,8 +410,8 @@ func TestAReasonSharedByRulesIsSaidOnce(t *testing.T) {
 		t.Fatalf("verdict %s %q, want %q", v.State, v.Description, want)
 	}
 	pr.Unread = nil
-	pr.MarkUnread(subject.CommitsInput, "GitLab answered 403")
-	pr.MarkUnread(subject.PathsInput, "GitLab cuts the diff at 1,000 files")
+	pr.MarkUnread(change.CommitsInput, "GitLab answered 403")
+	pr.MarkUnread(change.PathsInput, "GitLab cuts the diff at 1,000 files")
 	v, _ = rules(t).Evaluate(context.Background(), pr)
 	want = "failed: pull request title; commit messages (could not be read: GitLab answered 403); changed paths (could not be read: GitLab cuts the diff at 1,000 files)"
 	if v.Description != want {

@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/functions/change"
 )
 
 // HTTP posts the subject as JSON to an operator's URL and reads a verdict back. The request is
@@ -30,7 +30,7 @@ type HTTP struct {
 // Evaluate implements Evaluator. A 2xx answer with {"state": "success"|"failure"|"error",
 // "description": "..."} is the verdict; anything else is an error (retried), a redirect
 // included: it is never followed.
-func (e *HTTP) Evaluate(ctx context.Context, s subject.Subject) (Verdict, error) {
+func (e *HTTP) Evaluate(ctx context.Context, s change.Change) (Verdict, error) {
 	body, err := json.Marshal(s)
 	if err != nil {
 		return Verdict{}, err

@@ -27,11 +27,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/secrets"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -131,7 +131,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 
 	subj, err := provider.Extract(route.Provider, header, body)
 	switch {
-	case errors.Is(err, subject.ErrIgnored):
+	case errors.Is(err, change.ErrIgnored):
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
 	case err != nil:
 		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
@@ -146,14 +146,14 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if err := route.Takes(subj.API); err != nil {
 		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: err.Error()})
 	}
-	encoded, err := subj.Marshal(h.Config.Controller.MaxSubjectBytes)
+	encoded, err := subj.Marshal(h.Config.Controller.MaxChangeBytes)
 	if err != nil {
 		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 	}
 
 	d := ledger.Delivery{
 		Binding:    ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: proof.Identity, BodyDigest: ledger.SumBody(body)},
-		Subject:    encoded,
+		Change:     encoded,
 		SignedAt:   proof.SignedAt,
 		MaxAge:     route.MaxAge,
 		BodyAt:     proof.BodyAt,

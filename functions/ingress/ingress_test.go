@@ -149,8 +149,8 @@ func TestAdmitQueueRedeliverDuplicate(t *testing.T) {
 	if err != nil || c.Outcome != ledger.Execute {
 		t.Fatalf("the queued message does not claim its row: %+v %v", c, err)
 	}
-	if !strings.Contains(string(c.Lease.Subject), `"repository":"octo-org/octo-repo"`) {
-		t.Fatalf("subject %s", c.Lease.Subject)
+	if !strings.Contains(string(c.Lease.Change), `"repository":"octo-org/octo-repo"`) {
+		t.Fatalf("subject %s", c.Lease.Change)
 	}
 	s, _ := w.l.Save(context.Background(), *c.Lease, []byte("verdict"))
 	w.l.Complete(context.Background(), s)

@@ -30,7 +30,7 @@ func Inspect(ctx context.Context, l ledger.Ledger, key ledger.Key) (Inspected, e
 
 // WithVerdict fills in the verdict a row froze, or says where to find it.
 func WithVerdict(ctx context.Context, l ledger.Ledger, row ledger.Row) Inspected {
-	out := Inspected{Row: row, Subject: subjectJSON(row.Subject)}
+	out := Inspected{Row: row, Subject: subjectJSON(row.Change)}
 	if row.Report.IsZero() {
 		return out
 	}

@@ -37,7 +37,7 @@ func newWorld(t *testing.T) *world {
 func (w *world) row(t *testing.T, i int, state ledger.State) ledger.Key {
 	t.Helper()
 	ctx := context.Background()
-	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: fmt.Sprint(i)}, Subject: []byte(`{}`)}
+	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: fmt.Sprint(i)}, Change: []byte(`{}`)}
 	if _, err := w.l.Admit(ctx, d); err != nil {
 		t.Fatal(err)
 	}

@@ -13,13 +13,13 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
 )
 
@@ -50,7 +50,7 @@ type Provider struct {
 	// sends no webhooks amiss receives (a route's provider cannot name it).
 	Schemes []string
 	// Format is how the subject is read from its webhooks.
-	Format subject.Format
+	Format change.Format
 	// Publisher builds its commit-status publisher; nil: a route cannot publish to it.
 	Publisher func(Target) publish.Publisher
 	// Remote says the publisher posts to the provider's API, at the route's publish.base_url
@@ -80,7 +80,7 @@ func (p *Provider) Receives(api string) bool {
 
 // Reader reads a subject's inputs from a provider's API (the runner's InputReader).
 type Reader interface {
-	Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error)
+	Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error)
 }
 
 // Target is where and as whom a publisher posts.
@@ -100,7 +100,7 @@ type Target struct {
 
 // table lists the providers, in the order messages list them.
 var table = []Provider{
-	{Name: GitHub, Schemes: []string{webhook.SchemeGitHub}, Format: subject.GitHubFormat, Remote: true, API: GitHub,
+	{Name: GitHub, Schemes: []string{webhook.SchemeGitHub}, Format: change.GitHubFormat, Remote: true, API: GitHub,
 		Publisher: func(t Target) publish.Publisher {
 			if t.Tokens != nil {
 				return publish.NewGitHubApp(t.BaseURL, t.Tokens, t.Client)
@@ -115,20 +115,20 @@ var table = []Provider{
 		}},
 	{Name: GitHubChecks, Remote: true, API: GitHub,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitHubChecks(t.BaseURL, t.Tokens, t.Client) }},
-	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: subject.GiteaFormat, Remote: true, API: Gitea,
+	{Name: Gitea, Schemes: []string{webhook.SchemeGitea}, Format: change.GiteaFormat, Remote: true, API: Gitea,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitea(t.BaseURL, t.Token, t.Client) },
 		Reader:    giteaReader},
 	// Forgejo's webhooks are received under their own name; its API is Gitea's, so a route
 	// publishes to a Forgejo server with publish.provider gitea, and reads it as Gitea.
-	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: subject.ForgejoFormat, API: Gitea,
+	{Name: Forgejo, Schemes: []string{webhook.SchemeForgejo, webhook.SchemeGitea}, Format: change.ForgejoFormat, API: Gitea,
 		Reader: giteaReader},
-	{Name: GitLab, Schemes: []string{webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken}, Format: subject.GitLabFormat, Remote: true, API: GitLab,
+	{Name: GitLab, Schemes: []string{webhook.SchemeGitLabSigning, webhook.SchemeGitLabToken}, Format: change.GitLabFormat, Remote: true, API: GitLab,
 		Publisher: func(t Target) publish.Publisher { return publish.NewGitLab(t.BaseURL, t.Token, t.Client) },
 		Reader:    func(t Target) Reader { return gitlab.NewClient(t.BaseURL, t.Token, t.Client) }},
 	// Bitbucket's webhooks come from Bitbucket Cloud and from Data Center servers; its own
 	// publisher posts to Bitbucket Cloud, and bitbucket-datacenter's to a Data Center server.
 	// Its reader reads the API its target speaks, and refuses a subject of the other.
-	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: subject.BitbucketFormat, Remote: true, API: Bitbucket,
+	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: change.BitbucketFormat, Remote: true, API: Bitbucket,
 		SenderAPIs: []string{Bitbucket, BitbucketDataCenter},
 		Publisher:  func(t Target) publish.Publisher { return publish.NewBitbucket(t.BaseURL, t.Token, t.Client) },
 		Reader: func(t Target) Reader {
@@ -139,7 +139,7 @@ var table = []Provider{
 		}},
 	{Name: BitbucketDataCenter, Remote: true, API: BitbucketDataCenter,
 		Publisher: func(t Target) publish.Publisher { return publish.NewBitbucketDataCenter(t.BaseURL, t.Token, t.Client) }},
-	{Name: StandardWebhooks, Schemes: []string{webhook.SchemeStandardWebhooks}, Format: subject.StandardWebhooksFormat},
+	{Name: StandardWebhooks, Schemes: []string{webhook.SchemeStandardWebhooks}, Format: change.StandardWebhooksFormat},
 	{Name: Log, Publisher: func(t Target) publish.Publisher { return publish.Log{Logger: t.Log} }},
 }
 
@@ -192,10 +192,10 @@ func names(keep func(*Provider) bool) []string {
 }
 
 // Extract reads the subject of a webhook the provider called name sent (see subject.Extract).
-func Extract(name string, h http.Header, body []byte) (subject.Subject, error) {
+func Extract(name string, h http.Header, body []byte) (change.Change, error) {
 	p, ok := Sender(name)
 	if !ok {
-		return subject.Subject{}, fmt.Errorf("subject: unknown provider %q", name)
+		return change.Change{}, fmt.Errorf("change: unknown provider %q", name)
 	}
-	return subject.Extract(p.Name, p.Format, h, body)
+	return change.Extract(p.Name, p.Format, h, body)
 }

@@ -5,10 +5,10 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/webhook"
 )
 
@@ -53,7 +53,7 @@ func TestTheTableIsWhole(t *testing.T) {
 // and its reader reads the one its target speaks.
 func TestBitbucketWebhooksComeFromCloudAndDataCenter(t *testing.T) {
 	bb, _ := provider.Sender(provider.Bitbucket)
-	for _, api := range []string{subject.BitbucketCloud, subject.BitbucketDataCenter} {
+	for _, api := range []string{change.BitbucketCloud, change.BitbucketDataCenter} {
 		p, ok := provider.Lookup(api)
 		if !ok || p.API != api || p.Publisher == nil || !bb.Receives(api) {
 			t.Errorf("the API %q is no publisher's that bitbucket receives from", api)

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
 func TestFailedEvaluationsBecomeAnErrorVerdict(t *testing.T) {
 	w := newWorld(t)
-	failing := evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	failing := evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		return evaluate.Verdict{}, errors.New("evaluator endpoint unreachable")
 	})
 	r := w.runner("a", failing)
@@ -59,7 +59,7 @@ func TestOneTransientFailureAfterLostAttemptsFreezesNoErrorVerdict(t *testing.T)
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
 			calls := 0
-			r := w.runner("a", evalFunc(func(ectx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+			r := w.runner("a", evalFunc(func(ectx context.Context, _ change.Change) (evaluate.Verdict, error) {
 				calls++
 				switch {
 				case calls <= 3 && !tc.viaSave: // a slow evaluation, cut by a shutdown
@@ -143,7 +143,7 @@ func TestAPausedLastAttemptFreezesNoErrorVerdict(t *testing.T) {
 	var mu sync.Mutex
 	calls := 0
 	entered, release := make(chan struct{}), make(chan struct{})
-	ev := evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	ev := evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		mu.Lock()
 		calls++
 		n := calls
@@ -239,7 +239,7 @@ func TestShutdownsWhoseHandBackFailsFreezeNoErrorVerdict(t *testing.T) {
 func TestACrashLoopingEvaluationEndsInAnErrorVerdict(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		calls++
 		panic("evaluator: the process dies here")
 	}))

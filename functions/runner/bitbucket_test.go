@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
@@ -21,7 +22,6 @@ import (
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -207,7 +207,7 @@ func (w *bitbucketWorld) deliver(event string, at time.Time, edit func(string) s
 	w.t.Helper()
 	file := map[string]string{"repo:push": "bitbucket-cloud/push.json", "pullrequest:created": "bitbucket-cloud/pullrequest_created.json",
 		"repo:refs_changed": "bitbucket-dc/refs_changed.json", "pr:opened": "bitbucket-dc/pr_opened.json", "pr:modified": "bitbucket-dc/pr_opened.json"}[event]
-	b, err := os.ReadFile(filepath.Join("..", "subject", "testdata", file))
+	b, err := os.ReadFile(filepath.Join("..", "change", "testdata", file))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -221,12 +221,12 @@ func (w *bitbucketWorld) deliver(event string, at time.Time, edit func(string) s
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	if len(s.Paths) != 0 || s.Whole.Has(subject.PathsInput) {
+	if len(s.Paths) != 0 || s.Whole.Has(change.PathsInput) {
 		w.t.Fatalf("the %s webhook lists paths: %+v", event, s)
 	}
 	encoded, _ := json.Marshal(s)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "bitbucket-sha256", Identity: ledger.SumBody([]byte(body)).String(),
-		BodyDigest: ledger.SumBody([]byte(body))}, Subject: encoded, BodyAt: at}
+		BodyDigest: ledger.SumBody([]byte(body))}, Change: encoded, BodyAt: at}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		w.t.Fatalf("admit %s: %+v %v", event, a, err)
 	}

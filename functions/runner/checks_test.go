@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
@@ -18,7 +19,6 @@ import (
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -69,11 +69,11 @@ func (w *checksWorld) checksRunner(owner string, ev evaluate.Evaluator, timeout 
 
 // admitSubject admits s (from an App's installation) with the body time at (zero: none, as
 // for a re-run) and returns its queue message.
-func (w *checksWorld) admitSubject(s subject.Subject, body string, at time.Time) queue.Message {
+func (w *checksWorld) admitSubject(s change.Change, body string, at time.Time) queue.Message {
 	w.t.Helper()
 	b, _ := json.Marshal(s)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody([]byte(body)).String(),
-		BodyDigest: ledger.SumBody([]byte(body))}, Subject: b, BodyAt: at}
+		BodyDigest: ledger.SumBody([]byte(body))}, Change: b, BodyAt: at}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		w.t.Fatalf("admit: %+v %v", a, err)
 	}
@@ -81,8 +81,8 @@ func (w *checksWorld) admitSubject(s subject.Subject, body string, at time.Time)
 }
 
 func (w *checksWorld) pullRequestFromApp(title string, updatedAt time.Time) queue.Message {
-	return w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Installation: appInstallation}, title, updatedAt)
+	return w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+		Pull: &change.Pull{Number: 7, Title: title, TargetBranch: "main"}, Installation: appInstallation}, title, updatedAt)
 }
 
 // checkRuns checks what a user sees on the commit: the latest check run of the context, whose
@@ -176,25 +176,25 @@ func TestASlowChecksAPICreatesOneCheckRunPerVerdict(t *testing.T) {
 // without a body time, so it is ordered by its admission, after the push. It is evaluated
 // again and gets a check run of its own, which stands; the push's stays, one each.
 func TestARerunLeadsToANewCheckRunForTheSameCommit(t *testing.T) {
-	body, err := os.ReadFile(filepath.Join("..", "subject", "testdata", "github", "check_run_rerequested.json"))
+	body, err := os.ReadFile(filepath.Join("..", "change", "testdata", "github", "check_run_rerequested.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := http.Header{}
 	h.Set("X-GitHub-Event", "check_run")
 	rerunSubject, err := provider.Extract("github", h, body)
-	if err != nil || rerunSubject.Event != subject.Rerun || rerunSubject.Installation != appInstallation {
+	if err != nil || rerunSubject.Event != change.Rerun || rerunSubject.Installation != appInstallation {
 		t.Fatalf("re-run subject %+v %v", rerunSubject, err)
 	}
 	rerunSubject.Repository, rerunSubject.SHA = commitRepo, headSHA
 	w := newChecksWorld(t, githubtest.New(nil))
-	push := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.Push,
+	push := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.Push,
 		Installation: appInstallation}, "push", epoch.Add(-2*time.Minute))
 	// The evaluator's outside dependency failed for the push, and works for the re-run.
 	calls := 0
-	flaky := evalFunc(func(_ context.Context, s subject.Subject) (evaluate.Verdict, error) {
+	flaky := evalFunc(func(_ context.Context, s change.Change) (evaluate.Verdict, error) {
 		calls++
-		if s.Event == subject.Rerun {
+		if s.Event == change.Rerun {
 			return evaluate.Verdict{State: "success", Description: "all rules hold"}, nil
 		}
 		return evaluate.Verdict{State: "failure", Description: "failed: the licence server did not answer"}, nil

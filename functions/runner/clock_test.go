@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -36,7 +36,7 @@ func TestARunnerClockOffDecidesNoRetryTime(t *testing.T) {
 			{"failed evaluation", 20 * time.Second, func(w *world, r *runner.Runner) {
 				r.RetryDelay = 20 * time.Second
 				r.Routes = func(context.Context, string) (*runner.Route, error) {
-					return &runner.Route{Evaluator: evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+					return &runner.Route{Evaluator: evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 						return evaluate.Verdict{}, errors.New("evaluator down")
 					}), Publisher: w.pub, Context: "amiss/verdict"}, nil
 				}
@@ -94,7 +94,7 @@ func TestALostRenewalAnswerDoesNotMoveTheRetryTime(t *testing.T) {
 	r.Jitter = func() float64 { return 0.999 }
 	r.PublishRetry = 30 * time.Second
 	r.Routes = func(context.Context, string) (*runner.Route, error) {
-		return &runner.Route{Evaluator: evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+		return &runner.Route{Evaluator: evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 			lr.lose.Store(true)
 			w.clock.Advance(20 * time.Second)
 			// Renewals land, their answers are lost: two of them, however late the keeper runs.
@@ -148,7 +148,7 @@ func TestAWaitForAnotherLeaseIsTimedOnTheLedgersClock(t *testing.T) {
 			r := w.runner("skewed", nil)
 			r.Now = func() time.Time { return w.clock.Now().Add(skew) }
 			r.Routes = func(context.Context, string) (*runner.Route, error) {
-				return &runner.Route{Evaluator: evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+				return &runner.Route{Evaluator: evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 					// The lease runs out while the evaluation is stalled; another runner takes it.
 					w.clock.Advance(31 * time.Second)
 					c, err := w.l.Claim(context.Background(), w.msg.Key, w.msg.Binding, "other", time.Minute)

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -24,7 +24,7 @@ import (
 
 // titledRule describes each verdict by the title it judged, so that every verdict's status
 // differs from every other's.
-var titledRule = evalFunc(func(_ context.Context, s subject.Subject) (evaluate.Verdict, error) {
+var titledRule = evalFunc(func(_ context.Context, s change.Change) (evaluate.Verdict, error) {
 	state := "failure"
 	if strings.HasPrefix(s.Pull.Title, "feat:") {
 		state = "success"

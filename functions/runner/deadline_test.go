@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -20,7 +20,7 @@ import (
 // the row being released for ever (each invocation cut, no verdict, the commit waiting).
 func TestAnEvaluationOutOfTimeIsAFailedAttempt(t *testing.T) {
 	w := newWorld(t)
-	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		<-ctx.Done()
 		return evaluate.Verdict{}, ctx.Err()
 	}))
@@ -53,7 +53,7 @@ func TestAnEvaluationOutOfTimeIsAFailedAttempt(t *testing.T) {
 // runner's own scheduling.
 func TestAnAttemptGivenNoTimeToEvaluateFreezesNoErrorVerdict(t *testing.T) {
 	w := newWorld(t)
-	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		select {
 		case <-time.After(300 * time.Millisecond): // a healthy evaluator
 			return evaluate.Verdict{State: evaluate.Success, Description: "all rules hold"}, nil
@@ -118,7 +118,7 @@ func (s slowClaims) Claim(ctx context.Context, key ledger.Key, b ledger.Digest, 
 func TestASlowClaimDoesNotMakeTheFirstMessageUnfair(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		calls++
 		<-ctx.Done() // never answers
 		return evaluate.Verdict{}, ctx.Err()
@@ -163,7 +163,7 @@ func TestASlowRouteBuildDoesNotCountTheCutEvaluation(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
 	r := w.runner("a", nil)
-	ev := evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	ev := evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		calls++
 		select {
 		case <-time.After(30 * time.Millisecond): // a healthy evaluator

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/functions/secrets"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -48,11 +48,11 @@ func spelledRoute(name, baseURL string) string {
 // pullRequestOn admits a pull request event of title on route, signed at updatedAt.
 func (w *commitWorld) pullRequestOn(route, title string, updatedAt time.Time) queue.Message {
 	w.t.Helper()
-	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: subject.TitleInput | subject.PullInput})
+	s, _ := json.Marshal(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+		Pull: &change.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: change.TitleInput | change.PullInput})
 	body := []byte(route + title)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: route, Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
-		BodyDigest: ledger.SumBody(body)}, Subject: s, BodyAt: updatedAt}
+		BodyDigest: ledger.SumBody(body)}, Change: s, BodyAt: updatedAt}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		w.t.Fatalf("admit %q: %+v %v", title, a, err)
 	}

@@ -9,8 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -58,8 +58,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, t
 		return r.follow(ctx, log, lc, d, fmt.Errorf("runner: building the route: %w", err))
 	}
 	routeBuild := time.Since(built)
-	var s subject.Subject
-	if err := json.Unmarshal(l.Subject, &s); err != nil {
+	var s change.Change
+	if err := json.Unmarshal(l.Change, &s); err != nil {
 		// A subject the ingress wrote and cannot be read back: give it an error verdict.
 		d := p.decide(attempt{event: subjectUnreadable, lease: l})
 		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text}, ledger.Tie{})
@@ -116,13 +116,13 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, t
 // nothing. A re-run whose webhook names no pull request is first matched to the delivery its
 // check run was published for (s.RerunOf), whose subject names it. An error is the provider's
 // transient failure.
-func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s subject.Subject) (subject.Subject, error) {
+func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s change.Change) (change.Change, error) {
 	n, ok := route.Evaluator.(evaluate.Needer)
 	if !ok {
 		return s, nil
 	}
 	need := n.Needs(s) &^ s.Whole
-	if need.Has(subject.PullInput) && s.RerunOf != "" {
+	if need.Has(change.PullInput) && s.RerunOf != "" {
 		s = r.rerunOf(ctx, log, s)
 		need = n.Needs(s) &^ s.Whole
 	}
@@ -150,7 +150,7 @@ func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s
 // re-run takes the push's range, and its commits and paths as far as the push held them
 // whole). Otherwise s is returned as it is, and its reader must find the pull request, or the
 // rules that need it fail closed.
-func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s subject.Subject) subject.Subject {
+func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s change.Change) change.Change {
 	return r.rerunOfDepth(ctx, log, s, s.RerunOf, 0)
 }
 
@@ -158,7 +158,7 @@ func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s subject.Subjec
 // (each Re-run's check run names the re-run delivery that published it).
 const maxRerunChain = 8
 
-func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s subject.Subject, of string, depth int) subject.Subject {
+func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Change, of string, depth int) change.Change {
 	key, err := ledger.ParseKey(of)
 	if err != nil || depth >= maxRerunChain {
 		return s
@@ -168,29 +168,29 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s subject.S
 		log.Info("the delivery a re-run's check run was published for is not in the ledger", "rerun_of", of, "err", err)
 		return s
 	}
-	var was subject.Subject
-	if err := json.Unmarshal(row.Subject, &was); err != nil || was.Repository != s.Repository || was.SHA != s.SHA ||
+	var was change.Change
+	if err := json.Unmarshal(row.Change, &was); err != nil || was.Repository != s.Repository || was.SHA != s.SHA ||
 		was.Provider != s.Provider {
 		return s
 	}
 	switch was.Event {
-	case subject.PullRequest:
+	case change.PullRequest:
 		if was.Pull == nil {
 			return s
 		}
 		p := *was.Pull
 		p.Title = "" // the title is read as it is now
 		s.Pull = &p
-	case subject.Push:
+	case change.Push:
 		// The push's commits and paths are fixed by the push: the re-run sees them as the
 		// push's verdict did, those its webhook held whole without a read, the others read
 		// from the push's own range.
 		s.Pull = nil
 		s.Before, s.Ref = was.Before, was.Ref
 		s.Commits, s.Paths = was.Commits, was.Paths
-		s.Whole = s.Whole&^(subject.CommitsInput|subject.PathsInput) | was.Whole&(subject.CommitsInput|subject.PathsInput)
-	case subject.Rerun:
-		if was.Whole.Has(subject.PullInput) {
+		s.Whole = s.Whole&^(change.CommitsInput|change.PathsInput) | was.Whole&(change.CommitsInput|change.PathsInput)
+	case change.Rerun:
+		if was.Whole.Has(change.PullInput) {
 			if was.Pull != nil {
 				p := *was.Pull
 				p.Title = ""
@@ -205,7 +205,7 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s subject.S
 	default:
 		return s
 	}
-	s.Whole |= subject.PullInput
+	s.Whole |= change.PullInput
 	return s
 }
 

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -30,7 +30,7 @@ func forbidding(t *testing.T) evaluate.Evaluator {
 // pushChanging is a push subject from a GitHub App's installation changing n files under
 // secrets/, each path padded to pad bytes.
 func pushChanging(n, pad int) []byte {
-	s := subject.Subject{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Event: "push",
+	s := change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Event: "push",
 		Installation: 42}
 	for i := range n {
 		s.Paths = append(s.Paths, fmt.Sprintf("secrets/%04d-%s.pem", i, strings.Repeat("k", pad)))
@@ -74,7 +74,7 @@ func TestFilesOverTheReportCeilingAreCutBeforeTheVerdict(t *testing.T) {
 	}
 	t.Cleanup(func() { l.Close() })
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: "i", BodyDigest: ledger.SumBody([]byte("b"))},
-		Subject: pushChanging(200, 40)}
+		Change: pushChanging(200, 40)}
 	if a, err := l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		t.Fatalf("admit: %+v %v", a, err)
 	}

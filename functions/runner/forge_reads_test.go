@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab/gitlabtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/functions/wiring"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
@@ -236,7 +236,7 @@ routes:
 
 // deliver reads a webhook's body as the ingress does, admits it on route r and processes it
 // until it is done.
-func (w *forgeWorld) deliver(h http.Header, body []byte) subject.Subject {
+func (w *forgeWorld) deliver(h http.Header, body []byte) change.Change {
 	w.t.Helper()
 	s, err := provider.Extract(w.kind.name, h, body)
 	if err != nil {
@@ -244,7 +244,7 @@ func (w *forgeWorld) deliver(h http.Header, body []byte) subject.Subject {
 	}
 	b, _ := json.Marshal(s)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "forge", Identity: fmt.Sprint(w.seq.Add(1)),
-		BodyDigest: ledger.SumBody(body)}, Subject: b}
+		BodyDigest: ledger.SumBody(body)}, Change: b}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		w.t.Fatalf("admit: %+v %v", a, err)
 	}
@@ -302,7 +302,7 @@ func TestForgePushesAddingAForbiddenFileFail(t *testing.T) {
 			t.Fatalf("a push listing the file: %s %q", state, desc)
 		}
 		s := w.deliver(kind.push(0, 30, 5, capitalised, files)) // the webhook lists 26..30
-		if s.Whole.Has(subject.PathsInput) {
+		if s.Whole.Has(change.PathsInput) {
 			t.Fatal("the webhook's subject holds the paths whole: the test's premise is gone")
 		}
 		if state, desc := w.verdict(30); state != kind.failed || !strings.Contains(desc, "forbidden path secrets/prod.env") {

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -28,7 +28,7 @@ type fakeReader struct {
 	mu    sync.Mutex
 	reads []fakeRead
 	// pulls are the pull requests by number: title, commits, files.
-	pulls map[int]subject.Subject
+	pulls map[int]change.Change
 	// fail, while above zero, answers that many reads with the provider's outage.
 	fail int
 	// refuse marks every read unread with this reason (a permission the credential lacks).
@@ -36,11 +36,11 @@ type fakeReader struct {
 }
 
 type fakeRead struct {
-	s    subject.Subject
-	need subject.Inputs
+	s    change.Change
+	need change.Inputs
 }
 
-func (f *fakeReader) Read(_ context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+func (f *fakeReader) Read(_ context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reads = append(f.reads, fakeRead{s: s, need: need})
@@ -62,7 +62,7 @@ func (f *fakeReader) Read(_ context.Context, s subject.Subject, need subject.Inp
 		return s, nil
 	}
 	p := *s.Pull
-	if need.Has(subject.TitleInput) { // a title the webhook carried is the event's
+	if need.Has(change.TitleInput) { // a title the webhook carried is the event's
 		p.Title = pr.Pull.Title
 	}
 	s.Pull = &p
@@ -104,11 +104,11 @@ func (w *world) inputsRunner(ev evaluate.Evaluator, reader runner.InputReader) *
 
 // admit admits another delivery of s on the world's route (body names it) and returns its
 // message.
-func (w *world) admit(t *testing.T, s subject.Subject, body string) queue.Message {
+func (w *world) admit(t *testing.T, s change.Change, body string) queue.Message {
 	t.Helper()
 	b, _ := json.Marshal(s)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: body,
-		BodyDigest: ledger.SumBody([]byte(body))}, Subject: b}
+		BodyDigest: ledger.SumBody([]byte(body))}, Change: b}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		t.Fatalf("admit: %+v %v", a, err)
 	}
@@ -122,10 +122,10 @@ func pullRequestWorld(t *testing.T) *world {
 	return newWorldWithSubject(t, s)
 }
 
-func pullRequest5() subject.Subject {
-	return subject.Subject{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
-		Event: subject.PullRequest, Pull: &subject.Pull{Number: 5, Title: "feat: add it", TargetBranch: "main"},
-		Whole: subject.TitleInput | subject.PullInput}
+func pullRequest5() change.Change {
+	return change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
+		Event: change.PullRequest, Pull: &change.Pull{Number: 5, Title: "feat: add it", TargetBranch: "main"},
+		Whole: change.TitleInput | change.PullInput}
 }
 
 // posted is the one status the world's publisher holds.
@@ -143,7 +143,7 @@ func (w *world) posted(t *testing.T) publish.Status {
 // says what was read.
 func TestAPullRequestAddingAForbiddenFileFails(t *testing.T) {
 	w := pullRequestWorld(t)
-	reader := &fakeReader{pulls: map[int]subject.Subject{5: {Pull: &subject.Pull{Title: "feat: add it"},
+	reader := &fakeReader{pulls: map[int]change.Change{5: {Pull: &change.Pull{Title: "feat: add it"},
 		Paths: []string{"src/a.go", "secrets/prod.env"}}}}
 	r := w.inputsRunner(prRules(t, config.Rules{ForbiddenPaths: []string{"secrets/**"}}), reader)
 	saves := &savedReports{Ledger: w.l}
@@ -153,7 +153,7 @@ func TestAPullRequestAddingAForbiddenFileFails(t *testing.T) {
 		t.Fatalf("posted %+v", got)
 	}
 	reads := reader.all()
-	if len(reads) != 1 || reads[0].need != subject.PathsInput {
+	if len(reads) != 1 || reads[0].need != change.PathsInput {
 		t.Fatalf("reads %+v, want one of the paths alone", reads)
 	}
 	var rep runner.Report
@@ -188,8 +188,8 @@ func TestRulesThatNeedNothingTheWebhookLacksReadNothing(t *testing.T) {
 	if got := w.posted(t); got.State != evaluate.Success {
 		t.Fatalf("posted %+v", got)
 	}
-	push := subject.Subject{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
-		Event: subject.Push, Whole: subject.AllInputs, Paths: []string{"a.go"}, Commits: []subject.Commit{{ID: "c1", Message: "Fine"}}}
+	push := change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
+		Event: change.Push, Whole: change.AllInputs, Paths: []string{"a.go"}, Commits: []change.Commit{{ID: "c1", Message: "Fine"}}}
 	b, _ := json.Marshal(push)
 	w = newWorldWithSubject(t, b)
 	drive(t, w, w.inputsRunner(prRules(t, config.Rules{PullRequestTitle: "^feat: ", CommitMessage: "^[A-Z]",
@@ -230,7 +230,7 @@ func TestARefusedReadFailsClosedNamingWhatToGrant(t *testing.T) {
 // one the inputs give once they can be read.
 func TestAnOutageWhileReadingIsRetriedNeverAVerdict(t *testing.T) {
 	w := pullRequestWorld(t)
-	reader := &fakeReader{fail: 7, pulls: map[int]subject.Subject{5: {Pull: &subject.Pull{Title: "feat: add it"}, Paths: []string{"a.go"}}}}
+	reader := &fakeReader{fail: 7, pulls: map[int]change.Change{5: {Pull: &change.Pull{Title: "feat: add it"}, Paths: []string{"a.go"}}}}
 	r := w.inputsRunner(prRules(t, config.Rules{ForbiddenPaths: []string{"secrets/**"}}), reader)
 	r.MaxAttempts = 3
 	start := w.clock.Now()
@@ -264,8 +264,8 @@ func TestAnOutageOutlastingThePublishBudgetEndsInAnErrorVerdict(t *testing.T) {
 // through a re-run of that re-run, and the verdict is the one the pull request got.
 func TestAForkRerunIsEvaluatedAsItsPullRequest(t *testing.T) {
 	w := pullRequestWorld(t)
-	reader := &fakeReader{pulls: map[int]subject.Subject{5: {Pull: &subject.Pull{Title: pullRequest5().Pull.Title},
-		Paths: []string{"a.go", "secrets/prod.env"}, Commits: []subject.Commit{{ID: "c1", Message: "Fine"}}}}}
+	reader := &fakeReader{pulls: map[int]change.Change{5: {Pull: &change.Pull{Title: pullRequest5().Pull.Title},
+		Paths: []string{"a.go", "secrets/prod.env"}, Commits: []change.Commit{{ID: "c1", Message: "Fine"}}}}}
 	ev := prRules(t, config.Rules{PullRequestTitle: "^feat: ", ForbiddenPaths: []string{"secrets/**"}})
 	r := w.inputsRunner(ev, reader)
 	drive(t, w, r, 5)
@@ -273,11 +273,11 @@ func TestAForkRerunIsEvaluatedAsItsPullRequest(t *testing.T) {
 	if first.State != evaluate.Failure || !strings.Contains(first.Description, "forbidden path secrets/prod.env") {
 		t.Fatalf("the pull request's verdict %+v", first)
 	}
-	fork := subject.Subject{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: subject.Rerun,
+	fork := change.Change{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: change.Rerun,
 		RerunOf: w.msg.Key.String()}
 	w.clock.Advance(time.Minute) // a user presses Re-run later: the re-runs are the newer verdicts
 	again := w.admit(t, fork, "rerun-1")
-	second := subject.Subject{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: subject.Rerun,
+	second := change.Change{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: change.Rerun,
 		RerunOf: again.Key.String()}
 	w.clock.Advance(time.Minute)
 	twice := w.admit(t, second, "rerun-2")
@@ -304,7 +304,7 @@ func TestAForkRerunIsEvaluatedAsItsPullRequest(t *testing.T) {
 // A re-run whose pull request can be identified neither by its webhook nor by its check run
 // fails the pull-request rules closed.
 func TestARerunWhosePullRequestCannotBeFoundFailsClosed(t *testing.T) {
-	orphan := subject.Subject{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: subject.Rerun,
+	orphan := change.Change{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: change.Rerun,
 		RerunOf: strings.Repeat("ab", 32)}
 	b, _ := json.Marshal(orphan)
 	w := newWorldWithSubject(t, b)

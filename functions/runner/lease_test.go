@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -22,7 +22,7 @@ func TestPausedWorkerLosesItsLease(t *testing.T) {
 		t.Run(fmt.Sprintf("evaluator-ignores-cancel=%v", ignoresCancel), func(t *testing.T) {
 			w := newWorld(t)
 			entered, release := make(chan struct{}), make(chan struct{})
-			slow := evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+			slow := evalFunc(func(ctx context.Context, s change.Change) (evaluate.Verdict, error) {
 				close(entered)
 				if ignoresCancel {
 					<-release // paused: does not notice the cancel
@@ -84,7 +84,7 @@ func TestPausedHolderHandsTheMessageBack(t *testing.T) {
 	w := newWorld(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	calls := 0
-	paused := evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+	paused := evalFunc(func(ctx context.Context, s change.Change) (evaluate.Verdict, error) {
 		calls++
 		if calls == 1 {
 			close(entered)
@@ -251,7 +251,7 @@ func TestLeaseFitsTheDeadline(t *testing.T) {
 	r.Margin = 5 * time.Second
 	block := make(chan struct{})
 	r.Routes = func(context.Context, string) (*runner.Route, error) {
-		return &runner.Route{Evaluator: evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+		return &runner.Route{Evaluator: evalFunc(func(ctx context.Context, s change.Change) (evaluate.Verdict, error) {
 			row, _ := w.l.Inspect(ctx, w.msg.Key)
 			if d := row.LeaseUntil.Sub(w.clock.Now()); d > 15*time.Second {
 				t.Errorf("lease of %s with 20s left and a 5s margin", d)
@@ -285,7 +285,7 @@ func (l *renewLog) Renew(ctx context.Context, ls ledger.Lease, d time.Duration) 
 func TestRenewalsDoNotOutliveTheInvocation(t *testing.T) {
 	w := newWorld(t)
 	rl := &renewLog{Ledger: w.l}
-	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		<-ctx.Done()
 		return evaluate.Verdict{State: evaluate.Success, Description: "late"}, nil
 	}))

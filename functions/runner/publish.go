@@ -9,8 +9,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -52,12 +52,12 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 // lost lease.
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
-	var subj subject.Subject
+	var subj change.Change
 	var a attempt
 	switch {
 	case json.Unmarshal(s.Report, &rep) != nil:
 		a = attempt{event: undecodable, err: errors.New("the saved report does not decode")}
-	case json.Unmarshal(s.Lease.Subject, &subj) != nil || subj.Repository == "":
+	case json.Unmarshal(s.Lease.Change, &subj) != nil || subj.Repository == "":
 		a = attempt{event: undecodable, err: errors.New("the delivery's subject does not decode")}
 	default:
 		tie := rep.Tie
@@ -81,7 +81,7 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 
 // statusOf is what publishing the saved verdict s posts: its frozen report, on its subject's
 // commit, for its webhook's installation, named by its delivery key.
-func statusOf(s ledger.Staged, subj subject.Subject, rep Report) publish.Status {
+func statusOf(s ledger.Staged, subj change.Change, rep Report) publish.Status {
 	st := publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State, Description: rep.Description,
 		Context: rep.Context, TargetURL: rep.TargetURL, Installation: subj.Installation, ExternalID: s.Lease.Key.String(),
 		FilesLeftOut: rep.FilesLeftOut}

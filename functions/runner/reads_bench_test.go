@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
@@ -18,7 +19,6 @@ import (
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab/gitlabtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -50,10 +50,10 @@ func BenchmarkReadsPerDelivery(b *testing.B) {
 				g := benchPull(p.commits, p.perFile)
 				name := fmt.Sprintf("%s/%s/pull-%d-commits-%d-files", rk.name, kind.name, p.commits, p.commits*p.perFile)
 				b.Run(name, func(b *testing.B) {
-					measureReads(b, rk, g, rules, func(head string) subject.Subject {
-						return subject.Subject{Provider: rk.name, Repository: forgeRepo, SHA: head, Event: subject.PullRequest,
-							Ref: "refs/heads/changes", Whole: subject.TitleInput | subject.PullInput,
-							Pull: &subject.Pull{Number: 9, Title: g.title, TargetBranch: "main", SourceBranch: "changes"}}
+					measureReads(b, rk, g, rules, func(head string) change.Change {
+						return change.Change{Provider: rk.name, Repository: forgeRepo, SHA: head, Event: change.PullRequest,
+							Ref: "refs/heads/changes", Whole: change.TitleInput | change.PullInput,
+							Pull: &change.Pull{Number: 9, Title: g.title, TargetBranch: "main", SourceBranch: "changes"}}
 					})
 				})
 			}
@@ -63,15 +63,15 @@ func BenchmarkReadsPerDelivery(b *testing.B) {
 				g := benchPull(n, 1)
 				listed := map[string]int{"github": n, "gitea": min(n, 5), "gitlab": min(n, 20)}[rk.name]
 				b.Run(fmt.Sprintf("%s/%s/push-%d-commits-%d-listed", rk.name, kind.name, n, listed), func(b *testing.B) {
-					measureReads(b, rk, g, rules, func(head string) subject.Subject {
-						s := subject.Subject{Provider: rk.name, Repository: forgeRepo, SHA: head, Event: subject.Push, Ref: "refs/heads/main",
-							Before: forgeCommit(0), Whole: subject.TitleInput | subject.PullInput}
+					measureReads(b, rk, g, rules, func(head string) change.Change {
+						s := change.Change{Provider: rk.name, Repository: forgeRepo, SHA: head, Event: change.Push, Ref: "refs/heads/main",
+							Before: forgeCommit(0), Whole: change.TitleInput | change.PullInput}
 						for i := n - listed; i < n; i++ {
-							s.Commits = append(s.Commits, subject.Commit{ID: forgeCommit(i + 1), Message: g.messages[i]})
+							s.Commits = append(s.Commits, change.Commit{ID: forgeCommit(i + 1), Message: g.messages[i]})
 							s.Paths = append(s.Paths, g.files[i]...)
 						}
 						if listed == n {
-							s.Whole = subject.AllInputs
+							s.Whole = change.AllInputs
 						}
 						return s
 					})
@@ -97,7 +97,7 @@ func benchPull(commits, perFile int) generatedPull {
 
 // measureReads delivers b.N deliveries of the subject at g's head to a runner reading from
 // rk's fake, and reports the reads per delivery.
-func measureReads(b *testing.B, rk readerKind, g generatedPull, rules evaluate.Evaluator, subjectAt func(head string) subject.Subject) {
+func measureReads(b *testing.B, rk readerKind, g generatedPull, rules evaluate.Evaluator, subjectAt func(head string) change.Change) {
 	srv, _ := rk.serve(g)
 	defer srv.Close()
 	p, _ := provider.Sender(rk.name)
@@ -118,7 +118,7 @@ func measureReads(b *testing.B, rk readerKind, g generatedPull, rules evaluate.E
 	before := reads(srv)
 	for i := range b.N {
 		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "bench", Identity: fmt.Sprint(i), BodyDigest: ledger.SumBody([]byte(fmt.Sprint(i)))},
-			Subject: s}
+			Change: s}
 		if a, err := l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 			b.Fatalf("admit: %+v %v", a, err)
 		}

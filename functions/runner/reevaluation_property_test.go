@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab/gitlabtest"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // One commit, one verdict: for every provider whose reader amiss has here (GitHub, Gitea,
@@ -59,15 +59,15 @@ func generatePull(r *rand.Rand) generatedPull {
 }
 
 // whole is the pull request as the rules would see it whole.
-func (g generatedPull) whole(head subject.Subject) subject.Subject {
+func (g generatedPull) whole(head change.Change) change.Change {
 	s := head
-	s.Pull = &subject.Pull{Number: head.Pull.Number, Title: g.title, TargetBranch: "main", SourceBranch: "changes"}
+	s.Pull = &change.Pull{Number: head.Pull.Number, Title: g.title, TargetBranch: "main", SourceBranch: "changes"}
 	s.Commits, s.Paths = nil, nil
 	for n, msg := range g.messages {
-		s.Commits = append(s.Commits, subject.Commit{ID: forgeCommit(n + 1), Message: msg})
+		s.Commits = append(s.Commits, change.Commit{ID: forgeCommit(n + 1), Message: msg})
 		s.Paths = append(s.Paths, g.files[n]...)
 	}
-	s.Whole = subject.AllInputs
+	s.Whole = change.AllInputs
 	return s
 }
 
@@ -78,7 +78,7 @@ type readerKind struct {
 	// serve loads g as pull request 9 of forgeRepo into a new fake, and returns it.
 	serve func(g generatedPull) (srv *httptest.Server, violations func() []string)
 	// rerun is the re-evaluation holding the pull request without its title.
-	rerun func(s subject.Subject) subject.Subject
+	rerun func(s change.Change) change.Change
 }
 
 var readerKinds = []readerKind{
@@ -94,8 +94,8 @@ var readerKinds = []readerKind{
 		f.AddPull(forgeRepo, githubtest.HistoryPull{Number: 9, Title: g.title, Base: "main", Head: "changes", BaseSHA: forgeCommit(0),
 			HeadSHA: forgeCommit(len(g.messages))})
 		return httptest.NewServer(f), f.Violations
-	}, rerun: func(s subject.Subject) subject.Subject {
-		s.Event, s.Whole = subject.Rerun, subject.PullInput
+	}, rerun: func(s change.Change) change.Change {
+		s.Event, s.Whole = change.Rerun, change.PullInput
 		p := *s.Pull
 		p.Title = ""
 		s.Pull = &p
@@ -130,8 +130,8 @@ var readerKinds = []readerKind{
 }
 
 // titleless is the pull request's subject held without its title.
-func titleless(s subject.Subject) subject.Subject {
-	s.Whole = subject.PullInput
+func titleless(s change.Change) change.Change {
+	s.Whole = change.PullInput
 	p := *s.Pull
 	p.Title = ""
 	s.Pull = &p
@@ -151,9 +151,9 @@ func TestAPullRequestAndItsReevaluationsGetOneVerdict(t *testing.T) {
 				srv, violations := kind.serve(g)
 				p, _ := provider.Sender(kind.name)
 				reader := p.Reader(provider.Target{BaseURL: srv.URL, Token: "read-token", Client: srv.Client()})
-				event := subject.Subject{Provider: kind.name, Repository: forgeRepo, SHA: forgeCommit(len(g.messages)), Event: subject.PullRequest,
-					Ref: "refs/heads/changes", Whole: subject.TitleInput | subject.PullInput,
-					Pull: &subject.Pull{Number: 9, Title: g.title, TargetBranch: "main", SourceBranch: "changes"}}
+				event := change.Change{Provider: kind.name, Repository: forgeRepo, SHA: forgeCommit(len(g.messages)), Event: change.PullRequest,
+					Ref: "refs/heads/changes", Whole: change.TitleInput | change.PullInput,
+					Pull: &change.Pull{Number: 9, Title: g.title, TargetBranch: "main", SourceBranch: "changes"}}
 				want, _ := rules.Evaluate(context.Background(), g.whole(event))
 				states[want.State]++
 
@@ -161,7 +161,7 @@ func TestAPullRequestAndItsReevaluationsGetOneVerdict(t *testing.T) {
 				w := newWorldWithSubject(t, b)
 				r := w.inputsRunner(rules, reader)
 				drive(t, w, r, 5)
-				for i, again := range []subject.Subject{event, kind.rerun(event)} {
+				for i, again := range []change.Change{event, kind.rerun(event)} {
 					w.clock.Advance(time.Minute)
 					w.msg = w.admit(t, again, fmt.Sprintf("re-evaluation %d", i))
 					drive(t, w, r, 5)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
@@ -18,7 +19,6 @@ import (
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -79,14 +79,14 @@ func (w *rerunWorld) rerunRunner(ev evaluate.Evaluator) *runner.Runner {
 // read as the ingress reads it, for the world's commit.
 func (w *rerunWorld) rerun(event string) queue.Message {
 	w.t.Helper()
-	body, err := os.ReadFile(filepath.Join("..", "subject", "testdata", "github", event+"_rerequested.json"))
+	body, err := os.ReadFile(filepath.Join("..", "change", "testdata", "github", event+"_rerequested.json"))
 	if err != nil {
 		w.t.Fatal(err)
 	}
 	h := http.Header{}
 	h.Set("X-GitHub-Event", event)
 	s, err := provider.Extract("github", h, body)
-	if err != nil || s.Event != subject.Rerun || s.Before != baseSHA {
+	if err != nil || s.Event != change.Rerun || s.Before != baseSHA {
 		w.t.Fatalf("re-run subject %+v %v", s, err)
 	}
 	s.Repository, s.SHA = commitRepo, headSHA
@@ -221,15 +221,15 @@ func TestAForkRerunOnARouteOfPathsRulesGivesThePullRequestsVerdict(t *testing.T)
 		w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a fork's change", Base: "main", Head: "changes",
 			BaseSHA: baseSHA, HeadSHA: headSHA})
 		r := w.rerunRunner(paths)
-		pr := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-			Pull:  &subject.Pull{Number: 2, Title: "feat: a fork's change", TargetBranch: "main", SourceBranch: "changes"},
-			Whole: subject.TitleInput | subject.PullInput, Installation: appInstallation}, "pull_request", epoch.Add(-time.Minute))
+		pr := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+			Pull:  &change.Pull{Number: 2, Title: "feat: a fork's change", TargetBranch: "main", SourceBranch: "changes"},
+			Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, "pull_request", epoch.Add(-time.Minute))
 		w.process(r, pr)
 		if run := w.latest(pr, "failure"); !strings.Contains(run.Summary, "secrets/key.pem") {
 			t.Fatalf("the pull request's check run %+v", run)
 		}
 		w.clock.Advance(time.Minute) // a user presses Re-run on it
-		fork := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.Rerun,
+		fork := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.Rerun,
 			Before: before, RerunOf: pr.Key.String(), Installation: appInstallation}, "rerun "+before, time.Time{})
 		w.process(r, fork)
 		if v := w.history.Violations(); len(v) > 0 {
@@ -256,14 +256,14 @@ func TestARerunOfAPushsCheckRunSeesThePushsInputs(t *testing.T) {
 		Files: []githubtest.ChangedFile{{Filename: "README.md", Status: "modified"}}})
 	w.history.SetBranch(commitRepo, "main", headSHA)
 	r := w.rerunRunner(paths)
-	push := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main", Event: subject.Push,
-		Commits: []subject.Commit{{ID: firstSHA, Message: "Add the key"}, {ID: headSHA, Message: "Edit the README"}},
-		Paths:   []string{"secrets/key.pem", "README.md"}, Whole: subject.AllInputs, Installation: appInstallation}, "push", epoch.Add(-time.Minute))
+	push := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main", Event: change.Push,
+		Commits: []change.Commit{{ID: firstSHA, Message: "Add the key"}, {ID: headSHA, Message: "Edit the README"}},
+		Paths:   []string{"secrets/key.pem", "README.md"}, Whole: change.AllInputs, Installation: appInstallation}, "push", epoch.Add(-time.Minute))
 	w.process(r, push)
 	first := w.latest(push, "failure")
 	w.clock.Advance(time.Minute) // a user presses Re-run on its check run
-	rerun := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main",
-		Event: subject.Rerun, RerunOf: push.Key.String(), Installation: appInstallation}, "rerun", time.Time{})
+	rerun := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main",
+		Event: change.Rerun, RerunOf: push.Key.String(), Installation: appInstallation}, "rerun", time.Time{})
 	w.process(r, rerun)
 	w.checkRuns("failure", rerun, 2)
 	again, _ := w.checks.LatestRun(commitRepo, headSHA, statusCtx)
@@ -285,9 +285,9 @@ func TestAPullRequestsEventIsEvaluatedOnItsOwnTitle(t *testing.T) {
 	w := newRerunWorld(t)
 	w.pullRequest("feat: add the thing", "src/thing.go")
 	r := w.rerunRunner(forbiddenPaths(t))
-	edit := w.admitSubject(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull:  &subject.Pull{Number: 2, Title: "WIP: add the thing", TargetBranch: "main", SourceBranch: "changes"},
-		Whole: subject.TitleInput | subject.PullInput, Installation: appInstallation}, "edited", epoch.Add(-time.Minute))
+	edit := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+		Pull:  &change.Pull{Number: 2, Title: "WIP: add the thing", TargetBranch: "main", SourceBranch: "changes"},
+		Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, "edited", epoch.Add(-time.Minute))
 	w.process(r, edit)
 	if run := w.latest(edit, "failure"); !strings.Contains(run.Summary, "pull request title") {
 		t.Fatalf("check run %+v", run)

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -76,11 +76,11 @@ func (w *commitWorld) wantState(m queue.Message, want ledger.State) {
 // time).
 func (w *commitWorld) timeless(title string) queue.Message {
 	w.t.Helper()
-	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: subject.TitleInput | subject.PullInput})
+	s, _ := json.Marshal(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+		Pull: &change.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: change.TitleInput | change.PullInput})
 	body := []byte(fmt.Sprintf(`{"action":"edited","title":%q}`, title))
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "token", Identity: ledger.SumBody(body).String(),
-		BodyDigest: ledger.SumBody(body)}, Subject: s}
+		BodyDigest: ledger.SumBody(body)}, Change: s}
 	a, err := w.l.Admit(context.Background(), d)
 	if err != nil || a.Outcome != ledger.Admitted {
 		w.t.Fatalf("admit %q: %+v %v", title, a, err)

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -175,7 +175,7 @@ func flakyRoutes(r *runner.Runner, n int) *int {
 func TestRouteFailuresPastTheBudgetAreNotCountedAsFailedEvaluations(t *testing.T) {
 	w := newWorld(t)
 	evals := 0
-	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		evals++
 		if evals == 1 {
 			return evaluate.Verdict{}, errors.New("evaluator endpoint: 503")
@@ -206,7 +206,7 @@ func TestRouteFailuresPastTheBudgetAreNotCountedAsFailedEvaluations(t *testing.T
 func TestEarlierEvaluationFailuresDoNotShortenTheRouteBudget(t *testing.T) {
 	w := newWorld(t)
 	evals := 0
-	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		evals++
 		if evals <= 2 {
 			return evaluate.Verdict{}, errors.New("evaluator endpoint: 503")

@@ -26,10 +26,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -57,7 +57,7 @@ type Route struct {
 	// subject's and freezes the answer with the verdict: it orders two verdicts of the commit
 	// whose events carry the same time (ledger.Tie). An error is logged and orders nothing;
 	// it never fails the evaluation. Nil: not read.
-	PullNow func(ctx context.Context, s subject.Subject) (subject.PullState, error)
+	PullNow func(ctx context.Context, s change.Change) (change.PullState, error)
 	// Inputs, when set, reads from the provider's API the inputs the route's rules need and
 	// the subject does not hold whole (a pull request's files and commits, a push's commits
 	// beyond what its webhook lists, a re-run's everything), under the delivery's lease, before
@@ -74,7 +74,7 @@ type InputReader interface {
 	// is a transient failure (the provider's outage, a timeout, a rate limit: publish.ClassOf
 	// Transient, with publish.RetryAfterOf): the attempt is handed back and retried, never
 	// turned into a verdict early.
-	Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error)
+	Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error)
 }
 
 // Runner processes queue messages. It is safe for concurrent use.

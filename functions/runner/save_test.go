@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -88,7 +88,7 @@ func (s *busySave) Save(ctx context.Context, l ledger.Lease, report []byte) (led
 func TestATransientSaveFailureIsNoFailedEvaluation(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		calls++
 		return evaluate.Verdict{State: evaluate.Success, Description: "all rules hold"}, nil
 	}))
@@ -129,7 +129,7 @@ func TestAShutdownAfterTheAnswerKeepsTheVerdict(t *testing.T) {
 	w := newWorld(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		cancel() // the shutdown lands as the evaluator answers
 		return evaluate.Verdict{State: evaluate.Failure, Description: "failed: pull request title"}, nil
 	}))

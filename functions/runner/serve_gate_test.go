@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -158,10 +158,10 @@ func TestADeliveryToAnotherAPIIsPublishedWhileOneAPIHangs(t *testing.T) {
 	w.admitPushes(q, "acme/slower", 3)
 	waitFor(t, "the hanging API's POSTs held", func() bool { return heldNow() >= 3 })
 
-	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: "acme/app", SHA: headSHA, Event: subject.Push})
+	s, _ := json.Marshal(change.Change{Provider: "github", Repository: "acme/app", SHA: headSHA, Event: change.Push})
 	body := []byte("a push to another API")
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "other", Scheme: "github-sha256", Identity: string(body),
-		BodyDigest: ledger.SumBody(body)}, Subject: s}
+		BodyDigest: ledger.SumBody(body)}, Change: s}
 	if _, err := w.l.Admit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}

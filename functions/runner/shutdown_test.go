@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -23,7 +23,7 @@ func TestCancelledEvaluationReleasesTheLease(t *testing.T) {
 	w := newWorld(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	entered := make(chan struct{})
-	blocking := evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+	blocking := evalFunc(func(ctx context.Context, s change.Change) (evaluate.Verdict, error) {
 		close(entered)
 		<-ctx.Done()
 		return evaluate.Verdict{}, ctx.Err()
@@ -52,7 +52,7 @@ func TestShutdownsDoNotSpendTheEvaluationAttempts(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	calls := 0
-	ev := evalFunc(func(ectx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+	ev := evalFunc(func(ectx context.Context, s change.Change) (evaluate.Verdict, error) {
 		calls++
 		switch {
 		case calls <= 3: // a slow evaluation, cut by a shutdown
@@ -113,7 +113,7 @@ func TestAShutdownOnTheLastAttemptFreezesNoVerdict(t *testing.T) {
 					}
 				}
 				pctx, cancel := context.WithCancel(ctx)
-				r := w.runner("a", evalFunc(func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+				r := w.runner("a", evalFunc(func(ctx context.Context, s change.Change) (evaluate.Verdict, error) {
 					cancel() // the Lambda shuts down
 					<-ctx.Done()
 					return evaluate.Verdict{}, ctx.Err()

@@ -10,10 +10,10 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // deadlineVisibility records, for each visibility change, whether the invocation's context had
@@ -53,7 +53,7 @@ func TestAFullBatchCutByTheDeadlineHandsEveryRecordBackInTime(t *testing.T) {
 	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
 		rt, err := routes(ctx, name)
 		if rt != nil {
-			rt.Evaluator = evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+			rt.Evaluator = evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 				<-ctx.Done() // an endpoint that accepts and never answers
 				return evaluate.Verdict{}, ctx.Err()
 			})

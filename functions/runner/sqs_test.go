@@ -15,12 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -86,7 +86,7 @@ func TestSQSVisibilityCarriesThePublishSchedule(t *testing.T) {
 func TestTwoCopiesOfAMessageInOneBatchPublishOnce(t *testing.T) {
 	w := newWorld(t)
 	w.clock.Set(time.Now())
-	r := w.runner("a", evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		time.Sleep(50 * time.Millisecond) // the other copy arrives meanwhile
 		return evaluate.Verdict{State: evaluate.Success, Description: "x"}, nil
 	}))
@@ -146,7 +146,7 @@ func TestTwoCopiesOfAMessageInOneBatchPublishOnce(t *testing.T) {
 func TestAnEvaluationCutLateInABatchIsHandedBack(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		calls++
 		select {
 		case <-time.After(900 * time.Millisecond): // a healthy, slow evaluator (90 s scaled)
@@ -204,7 +204,7 @@ func TestAnEvaluationCutLateInABatchIsHandedBack(t *testing.T) {
 func TestAHangingEvaluatorBehindAnAcknowledgedRecordIsCounted(t *testing.T) {
 	w := newWorld(t)
 	calls := 0
-	r := w.runner("a", evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	r := w.runner("a", evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		calls++
 		<-ctx.Done() // hangs until cut
 		return evaluate.Verdict{}, ctx.Err()

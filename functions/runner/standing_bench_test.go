@@ -15,11 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -70,11 +70,11 @@ func (w *benchWorld) runner(owner string, l ledger.Ledger, timeout time.Duration
 // pullRequest admits a pull request event of title, signed at updatedAt.
 func (w *benchWorld) pullRequest(title string, updatedAt time.Time) queue.Message {
 	w.tb.Helper()
-	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: subject.TitleInput | subject.PullInput})
+	s, _ := json.Marshal(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+		Pull: &change.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: change.TitleInput | change.PullInput})
 	body := []byte(fmt.Sprintf(`{"action":%q,"n":%d}`, title, time.Now().UnixNano()))
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
-		BodyDigest: ledger.SumBody(body)}, Subject: s, BodyAt: updatedAt}
+		BodyDigest: ledger.SumBody(body)}, Change: s, BodyAt: updatedAt}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		w.tb.Fatalf("admit %q: %+v %v", title, a, err)
 	}

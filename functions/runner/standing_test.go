@@ -13,12 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -72,7 +72,7 @@ func (w *commitWorld) open() ledger.Ledger {
 }
 
 // titleRule is the route's evaluator: a pull request title must start with "feat:".
-var titleRule = evalFunc(func(_ context.Context, s subject.Subject) (evaluate.Verdict, error) {
+var titleRule = evalFunc(func(_ context.Context, s change.Change) (evaluate.Verdict, error) {
 	if s.Pull != nil && strings.HasPrefix(s.Pull.Title, "feat:") {
 		return evaluate.Verdict{State: "success", Description: "title follows the rule"}, nil
 	}
@@ -100,11 +100,11 @@ func (w *commitWorld) runner(owner string, l ledger.Ledger, timeout time.Duratio
 // updatedAt (pull_request.updated_at), and returns its queue message.
 func (w *commitWorld) pullRequest(title string, updatedAt time.Time) queue.Message {
 	w.t.Helper()
-	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: subject.PullRequest,
-		Pull: &subject.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: subject.TitleInput | subject.PullInput})
+	s, _ := json.Marshal(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+		Pull: &change.Pull{Number: 7, Title: title, TargetBranch: "main"}, Whole: change.TitleInput | change.PullInput})
 	body := []byte(fmt.Sprintf(`{"action":%q,"title":%q}`, title, title))
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
-		BodyDigest: ledger.SumBody(body)}, Subject: s, BodyAt: updatedAt}
+		BodyDigest: ledger.SumBody(body)}, Change: s, BodyAt: updatedAt}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		w.t.Fatalf("admit %q: %+v %v", title, a, err)
 	}
@@ -154,10 +154,10 @@ func (w *commitWorld) admitPushes(q *queue.Local, repo string, n int) []queue.Me
 	w.t.Helper()
 	var out []queue.Message
 	for i := range n {
-		s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: repo, SHA: fmt.Sprintf("%040x", i+1), Event: subject.Push})
+		s, _ := json.Marshal(change.Change{Provider: "github", Repository: repo, SHA: fmt.Sprintf("%040x", i+1), Event: change.Push})
 		body := []byte(repo + fmt.Sprint(i))
 		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: string(body),
-			BodyDigest: ledger.SumBody(body)}, Subject: s}
+			BodyDigest: ledger.SumBody(body)}, Change: s}
 		if _, err := w.l.Admit(context.Background(), d); err != nil {
 			w.t.Fatal(err)
 		}

@@ -6,7 +6,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 
-	"github.com/amiss-ci/amiss/functions/subject"
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -20,7 +20,7 @@ import (
 // changed). The tie is frozen with the verdict, so every runner orders it alike.
 
 // tieOf is the tie of a verdict evaluated on s, the provider having shown seen.
-func tieOf(s subject.Subject, seen ledger.Seen) ledger.Tie {
+func tieOf(s change.Change, seen ledger.Seen) ledger.Tie {
 	if s.Pull == nil {
 		return ledger.Tie{}
 	}
@@ -33,7 +33,7 @@ func tieOf(s subject.Subject, seen ledger.Seen) ledger.Tie {
 
 // inputsDigest names a pull request's inputs on s's commit: a SHA-256 of the parts, each
 // framed by its length.
-func inputsDigest(s subject.Subject, title, target string) ledger.Digest {
+func inputsDigest(s change.Change, title, target string) ledger.Digest {
 	h := sha256.New()
 	for _, p := range []string{"amiss/tie/v1", s.Provider, s.Repository, s.SHA, title, target} {
 		binary.Write(h, binary.BigEndian, uint64(len(p)))
@@ -46,7 +46,7 @@ func inputsDigest(s subject.Subject, title, target string) ledger.Digest {
 // (Route.PullNow), and answers whether it shows s's inputs. Without a reader, for a subject
 // that is no pull request, or when the read fails, it answers SeenNothing: the tie is then
 // decided by the payload or by admission, and the evaluation is not failed for it.
-func (r *Runner) seen(ctx context.Context, log *slog.Logger, route *Route, s subject.Subject) ledger.Seen {
+func (r *Runner) seen(ctx context.Context, log *slog.Logger, route *Route, s change.Change) ledger.Seen {
 	if route.PullNow == nil || s.Pull == nil {
 		return ledger.SeenNothing
 	}
@@ -55,7 +55,7 @@ func (r *Runner) seen(ctx context.Context, log *slog.Logger, route *Route, s sub
 		log.Info("the pull request could not be read at evaluation; a verdict of the same second is ordered without it", "err", err)
 		return ledger.SeenNothing
 	}
-	shown := subject.Subject{Pull: &subject.Pull{Title: now.Title}}
+	shown := change.Change{Pull: &change.Pull{Title: now.Title}}
 	shown.Bound() // the title cut as the subject's is
 	if shown.Pull.Title == s.Pull.Title && now.TargetBranch == s.Pull.TargetBranch {
 		return ledger.SeenCurrent

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 )
 
@@ -40,7 +40,7 @@ func githubPull(action, title, from string) []byte {
 func (w *commitWorld) admitWebhook(body []byte, at time.Time) queue.Message {
 	w.t.Helper()
 	h := http.Header{"X-Github-Event": {"pull_request"}}
-	s, err := subject.Extract("github", subject.GitHubFormat, h, body)
+	s, err := change.Extract("github", change.GitHubFormat, h, body)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func (w *commitWorld) admitWebhook(body []byte, at time.Time) queue.Message {
 		w.t.Fatal(err)
 	}
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody(body).String(),
-		BodyDigest: ledger.SumBody(body)}, Subject: b, BodyAt: at}
+		BodyDigest: ledger.SumBody(body)}, Change: b, BodyAt: at}
 	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		w.t.Fatalf("admit: %+v %v", a, err)
 	}
@@ -99,12 +99,12 @@ func TestWhatTheProviderShowsAtEvaluationOrdersVerdictsOfOneSecond(t *testing.T)
 		r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
 			rt, err := routes(ctx, name)
 			if rt != nil {
-				rt.PullNow = func(_ context.Context, s subject.Subject) (subject.PullState, error) {
+				rt.PullNow = func(_ context.Context, s change.Change) (change.PullState, error) {
 					reads++
 					if failing {
-						return subject.PullState{}, errors.New("GET /repos/acme/app/pulls/7 answered 502")
+						return change.PullState{}, errors.New("GET /repos/acme/app/pulls/7 answered 502")
 					}
-					return subject.PullState{Title: goodTitle, TargetBranch: "main"}, nil
+					return change.PullState{Title: goodTitle, TargetBranch: "main"}, nil
 				}
 			}
 			return rt, err

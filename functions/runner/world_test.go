@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/functions/subject"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
@@ -50,7 +50,7 @@ func (w *world) state(t *testing.T) ledger.State {
 // route "r", with a recording publisher.
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	s, _ := json.Marshal(subject.Subject{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
+	s, _ := json.Marshal(change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
 		Event: "push"})
 	return newWorldWithSubject(t, s)
 }
@@ -67,7 +67,7 @@ func newWorldWithSubject(t *testing.T, subj []byte) *world {
 	}
 	t.Cleanup(func() { l.Close() })
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: "i", BodyDigest: ledger.SumBody([]byte("b"))},
-		Subject: subj}
+		Change: subj}
 	if a, err := l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		t.Fatalf("admit: %+v %v", a, err)
 	}
@@ -122,14 +122,14 @@ func (p *recorder) all() []publish.Status {
 }
 
 // evalFunc adapts a function to an Evaluator.
-type evalFunc func(ctx context.Context, s subject.Subject) (evaluate.Verdict, error)
+type evalFunc func(ctx context.Context, s change.Change) (evaluate.Verdict, error)
 
-func (f evalFunc) Evaluate(ctx context.Context, s subject.Subject) (evaluate.Verdict, error) {
+func (f evalFunc) Evaluate(ctx context.Context, s change.Change) (evaluate.Verdict, error) {
 	return f(ctx, s)
 }
 
 func verdict(state, desc string) evaluate.Evaluator {
-	return evalFunc(func(context.Context, subject.Subject) (evaluate.Verdict, error) {
+	return evalFunc(func(context.Context, change.Change) (evaluate.Verdict, error) {
 		return evaluate.Verdict{State: state, Description: desc}, nil
 	})
 }
@@ -267,7 +267,7 @@ func shutDown(w *world, r *runner.Runner, n int) {
 // slowAtFirst is an evaluator that runs until its context ends for its first n calls (slow
 // evaluations a shutdown cuts) and answers success after; *calls counts the calls.
 func slowAtFirst(n int, calls *int) evaluate.Evaluator {
-	return evalFunc(func(ctx context.Context, _ subject.Subject) (evaluate.Verdict, error) {
+	return evalFunc(func(ctx context.Context, _ change.Change) (evaluate.Verdict, error) {
 		*calls++
 		if *calls <= n {
 			<-ctx.Done()

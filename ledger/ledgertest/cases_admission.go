@@ -110,7 +110,7 @@ func caseInvariant11FullOnlyWhenTheWholeCapIsUsed(e *env) {
 
 func caseInvariant13OversizedStateOrReportIsRefusedWhole(e *env) {
 	d := e.delivery(time.Time{})
-	d.Subject = make([]byte, e.limits.MaxSubjectBytes+1)
+	d.Change = make([]byte, e.limits.MaxChangeBytes+1)
 	_, err := e.l.Admit(e.ctx, d)
 	wantErr(e.t, "admit of an oversized subject", err, ledger.ErrTooLarge)
 	if !e.gone(d) {
@@ -119,7 +119,7 @@ func caseInvariant13OversizedStateOrReportIsRefusedWhole(e *env) {
 	if st := e.stats(); st.CapacityUsed != 0 {
 		e.t.Fatalf("oversized admission took capacity: %d", st.CapacityUsed)
 	}
-	d.Subject = make([]byte, e.limits.MaxSubjectBytes)
+	d.Change = make([]byte, e.limits.MaxChangeBytes)
 	e.admit(d, ledger.Admitted)
 	c := e.claim(d, "w", ledger.Execute)
 	_, err = e.l.Save(e.ctx, *c.Lease, make([]byte, e.limits.MaxReportBytes+1))

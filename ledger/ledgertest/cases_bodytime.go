@@ -18,7 +18,7 @@ func (e *env) bodyDelivery(bodyAt time.Time) ledger.Delivery {
 	digest := ledger.SumBody(body)
 	return ledger.Delivery{
 		Binding: ledger.Binding{Route: "main", Scheme: "github-sha256", Identity: digest.String(), BodyDigest: digest},
-		Subject: []byte(fmt.Sprintf(`{"repo":"acme/app","sha":"%040d"}`, e.seq)),
+		Change:  []byte(fmt.Sprintf(`{"repo":"acme/app","sha":"%040d"}`, e.seq)),
 		BodyAt:  bodyAt,
 	}
 }

@@ -34,7 +34,7 @@ func faultDelivery(signedAt time.Time) ledger.Delivery {
 	return ledger.Delivery{
 		Binding: ledger.Binding{Route: "faults", Scheme: scheme, Identity: fmt.Sprintf("fault-%d-%d", n, time.Now().UnixNano()),
 			BodyDigest: ledger.SumBody(body)},
-		Subject:  body,
+		Change:   body,
 		SignedAt: signedAt,
 	}
 }

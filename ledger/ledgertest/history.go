@@ -113,7 +113,7 @@ func (s HistoryStats) String() string {
 // few minutes of clock see rows admitted, finished, forgotten and admitted again.
 func HistoryLimits() ledger.Limits {
 	return ledger.Limits{RecordCap: 10_000, SignedAgeCeiling: 20 * time.Second, QueueCeiling: 10 * time.Second,
-		FutureSkew: 5 * time.Second, MaxSubjectBytes: 4 << 10, MaxReportBytes: 8 << 10}
+		FutureSkew: 5 * time.Second, MaxChangeBytes: 4 << 10, MaxReportBytes: 8 << 10}
 }
 
 const historyLease = 10 * time.Second
@@ -543,7 +543,7 @@ func (env *HistoryEnv) jumpWanted() bool {
 // real time. A post and a read-back are atomic with their place in the history's order.
 type provider struct {
 	mu     sync.Mutex
-	stands map[ledger.SubjectKey]ledger.Verdict
+	stands map[ledger.SubjectKey]ledger.VerdictID
 }
 
 // post carries out the post a grant g to verdict v allows, at the history's next instant (at),
@@ -553,7 +553,7 @@ type provider struct {
 //
 // The instant is taken before live is asked, so that whoever takes the grant over (at a ledger
 // time past its end, which some clock read first) posts later.
-func (p *provider) post(w HistoryWorld, subject ledger.SubjectKey, v ledger.Verdict, g ledger.SubjectGrant, live func() bool) (post ledger.PostOutcome, posted bool, at int64) {
+func (p *provider) post(w HistoryWorld, subject ledger.SubjectKey, v ledger.VerdictID, g ledger.SubjectGrant, live func() bool) (post ledger.PostOutcome, posted bool, at int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	at = w.Tick()
@@ -561,7 +561,7 @@ func (p *provider) post(w HistoryWorld, subject ledger.SubjectKey, v ledger.Verd
 		return ledger.PostRefused, false, at // too late to send: nothing posted
 	}
 	if p.stands == nil {
-		p.stands = map[ledger.SubjectKey]ledger.Verdict{}
+		p.stands = map[ledger.SubjectKey]ledger.VerdictID{}
 	}
 	st, ok := p.stands[subject]
 	if g.ReadBack {
@@ -689,7 +689,7 @@ func (c *caller) reopen(ctx context.Context) error {
 func historyDelivery(id int, signedAt time.Time) ledger.Delivery {
 	body := fmt.Appendf(nil, `{"history":%d}`, id)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "history", Scheme: "standard-webhooks", Identity: fmt.Sprintf("h-%d", id),
-		BodyDigest: ledger.SumBody(body)}, Subject: body, SignedAt: signedAt}
+		BodyDigest: ledger.SumBody(body)}, Change: body, SignedAt: signedAt}
 	if id%7 == 0 {
 		d.Binding.Scheme, d.SignedAt = "github-sha256", time.Time{}
 	}
@@ -1088,7 +1088,7 @@ func (k *worker) publishInOrder(ctx context.Context, id int, s *ledger.Staged) e
 		var posted bool
 		var at int64
 		live := func() bool { return c.maxNow() < g.Decided.Add(q.HoldFor).UnixNano() }
-		post, posted, at = c.env.provider.post(c.env.World, q.Subject.Key(), ledger.Verdict{Key: q.Order.Key, Evaluation: q.EvaluationID}, g, live)
+		post, posted, at = c.env.provider.post(c.env.World, q.Subject.Key(), ledger.VerdictID{Key: q.Order.Key, Evaluation: q.EvaluationID}, g, live)
 		if !posted {
 			break
 		}

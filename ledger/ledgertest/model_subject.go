@@ -19,9 +19,9 @@ type subjectModel struct {
 	NewestKey          ledger.Key
 	NewestAt, NewestIn int64 // the newest verdict's order: its time, and its admission
 	Fence              uint64
-	Holder             ledger.Verdict
+	Holder             ledger.VerdictID
 	HolderLo, HolderHi int64
-	Stands             ledger.Verdict
+	Stands             ledger.VerdictID
 	// Floor is the earliest now any later call can decide at, once a grant was ended as
 	// lapsed: the record was then written at a now past the grant's end (at least HolderLo),
 	// and every later decision is made no earlier than the record's last write.
@@ -29,7 +29,7 @@ type subjectModel struct {
 }
 
 // verdict is the verdict a subject call is for: its key and its evaluation.
-func (o Op) verdict() ledger.Verdict { return ledger.Verdict{Key: o.Key, Evaluation: o.Eval} }
+func (o Op) verdict() ledger.VerdictID { return ledger.VerdictID{Key: o.Key, Evaluation: o.Eval} }
 
 func (s subjectModel) String() string {
 	return fmt.Sprintf("newest %s fence %d holder %s stands %s", s.NewestKey.Short(), s.Fence, s.Holder.Key.Short(), s.Stands.Key.Short())
@@ -71,7 +71,7 @@ func (s subjectModel) granted(o Op, fence uint64, lo, hi int64) subjectModel {
 	s = s.recorded(o)
 	s.Fence, s.Holder, s.HolderLo, s.HolderHi = fence, o.verdict(), lo, hi
 	if s.Stands != o.verdict() {
-		s.Stands = ledger.Verdict{}
+		s.Stands = ledger.VerdictID{}
 	}
 	return s
 }
@@ -91,7 +91,7 @@ func (s subjectModel) lapsed(o Op) []subjectModel {
 	if s.Holder == o.verdict() && !s.surelyHeld(o) {
 		n := s
 		n.Floor = max(n.Floor, s.HolderLo)
-		n.Holder, n.HolderLo, n.HolderHi = ledger.Verdict{}, 0, 0
+		n.Holder, n.HolderLo, n.HolderHi = ledger.VerdictID{}, 0, 0
 		out = append(out, n)
 	}
 	return out
@@ -136,7 +136,7 @@ func (m model) stepSubjectOn(s subjectModel, o Op) []subjectModel {
 		case OpReportSubject:
 			if s.Fence == o.Fence && s.Holder == o.verdict() {
 				n := s
-				n.Holder, n.HolderLo, n.HolderHi = ledger.Verdict{}, 0, 0
+				n.Holder, n.HolderLo, n.HolderHi = ledger.VerdictID{}, 0, 0
 				out = append(out, n)
 				if o.Post == ledger.PostApplied.String() {
 					n.Stands = o.verdict()
@@ -179,7 +179,7 @@ func (m model) stepSubjectOn(s subjectModel, o Op) []subjectModel {
 			return nil
 		}
 		n := s
-		n.Holder, n.HolderLo, n.HolderHi = ledger.Verdict{}, 0, 0
+		n.Holder, n.HolderLo, n.HolderHi = ledger.VerdictID{}, 0, 0
 		switch o.Outcome {
 		case ledger.SubjectStanding.String():
 			if o.Post != ledger.PostApplied.String() {

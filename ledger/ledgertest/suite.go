@@ -23,7 +23,7 @@ func Limits() ledger.Limits {
 		SignedAgeCeiling: 5 * time.Minute,
 		QueueCeiling:     time.Hour,
 		FutureSkew:       time.Minute,
-		MaxSubjectBytes:  4 << 10,
+		MaxChangeBytes:   4 << 10,
 		MaxReportBytes:   8 << 10,
 		BodyAgeCeiling:   4 * time.Hour,
 	}
@@ -107,7 +107,7 @@ func (e *env) delivery(signedAt time.Time) ledger.Delivery {
 	return ledger.Delivery{
 		Binding: ledger.Binding{Route: "main", Scheme: scheme, Identity: fmt.Sprintf("id-%d", e.seq),
 			BodyDigest: ledger.SumBody(body)},
-		Subject:  []byte(fmt.Sprintf(`{"repo":"acme/app","sha":"%040d"}`, e.seq)),
+		Change:   []byte(fmt.Sprintf(`{"repo":"acme/app","sha":"%040d"}`, e.seq)),
 		SignedAt: signedAt,
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // Reads of what Bitbucket Cloud's webhooks leave out: a pull request, its changed paths (its
@@ -193,8 +193,8 @@ func (c *Client) MainBranch(ctx context.Context, repo string) (string, error) {
 // read is one Read in progress: the subject being completed and the requests made.
 type read struct {
 	c        *Client
-	s        *subject.Subject
-	need     subject.Inputs
+	s        *change.Change
+	need     change.Inputs
 	repo     string
 	requests int
 }
@@ -221,21 +221,21 @@ type read struct {
 // A transient failure (Bitbucket's outage, a timeout, a rate limit) is returned as an error of
 // class Transient: the attempt is retried. Any other failure (a scope the token lacks: 401,
 // 403 or 404) is not an error: the inputs in need are marked unread, naming what to grant.
-func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	if need == 0 {
 		return s, nil
 	}
-	if s.API != "" && s.API != subject.BitbucketCloud {
+	if s.API != "" && s.API != change.BitbucketCloud {
 		s.MarkUnread(need, "this delivery came from a Bitbucket Data Center server, and the route reads Bitbucket Cloud's API: "+
 			"publish with publish.provider bitbucket-datacenter (or read with read.provider bitbucket-datacenter) at the server's base URL")
 		return s, nil
 	}
 	f := s
-	f.Unread = append([]subject.Unread(nil), s.Unread...)
-	if need.Has(subject.CommitsInput) {
+	f.Unread = append([]change.Unread(nil), s.Unread...)
+	if need.Has(change.CommitsInput) {
 		f.Commits = nil
 	}
-	if need.Has(subject.PathsInput) {
+	if need.Has(change.PathsInput) {
 		f.Paths = nil
 	}
 	if f.Pull != nil {
@@ -285,7 +285,7 @@ func (rd *read) fill(ctx context.Context) error {
 		}
 		base = destination
 	}
-	if !rd.need.Has(subject.CommitsInput) && !rd.need.Has(subject.PathsInput) {
+	if !rd.need.Has(change.CommitsInput) && !rd.need.Has(change.PathsInput) {
 		return nil
 	}
 	if base == "" {
@@ -295,7 +295,7 @@ func (rd *read) fill(ctx context.Context) error {
 			return err
 		}
 		if s.Ref == "refs/heads/"+main {
-			s.MarkUnread(rd.need&(subject.CommitsInput|subject.PathsInput), errNoBase.Error())
+			s.MarkUnread(rd.need&(change.CommitsInput|change.PathsInput), errNoBase.Error())
 			return nil
 		}
 		base = main
@@ -304,14 +304,14 @@ func (rd *read) fill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if rd.need.Has(subject.PathsInput) {
+	if rd.need.Has(change.PathsInput) {
 		what := fmt.Sprintf("the diffstat of %s..%s", s.SHA, base)
 		u := fmt.Sprintf("%s/diffstat/%s?topic=true&pagelen=%d&fields=%s", rp, url.PathEscape(s.SHA+".."+base), pageLength, url.QueryEscape(diffStatFields))
 		if err := rd.paths(ctx, u, what, RepositoryScope); err != nil {
 			return err
 		}
 	}
-	if rd.need.Has(subject.CommitsInput) {
+	if rd.need.Has(change.CommitsInput) {
 		what := fmt.Sprintf("the commits of %s not on %s", s.SHA, base)
 		u := fmt.Sprintf("%s/commits/%s?exclude=%s&pagelen=%d&fields=%s", rp, url.PathEscape(s.SHA), url.QueryEscape(base), pageLength,
 			url.QueryEscape(commitFields))
@@ -352,7 +352,7 @@ func (rd *read) pull(ctx context.Context) (current bool, destination string, err
 	var stats []DiffStat
 	var commits []Commit
 	var pathsCut, commitsCut bool
-	if rd.need.Has(subject.PathsInput) {
+	if rd.need.Has(change.PathsInput) {
 		u := fmt.Sprintf("%s/diffstat?pagelen=%d&fields=%s", prp, pageLength, url.QueryEscape(diffStatFields))
 		var at *url.URL
 		stats, pathsCut, at, err = list[DiffStat](ctx, rd.c, u, "the pull request's diffstat", PullRequestScope, MaxReadPaths, &rd.requests)
@@ -363,7 +363,7 @@ func (rd *read) pull(ctx context.Context) (current bool, destination string, err
 			return moved()
 		}
 	}
-	if rd.need.Has(subject.CommitsInput) {
+	if rd.need.Has(change.CommitsInput) {
 		u := fmt.Sprintf("%s/commits?pagelen=%d&fields=%s", prp, pageLength, url.QueryEscape(commitFields))
 		commits, commitsCut, _, err = list[Commit](ctx, rd.c, u, "the pull request's commits", PullRequestScope, MaxReadCommits, &rd.requests)
 		if err != nil {
@@ -373,10 +373,10 @@ func (rd *read) pull(ctx context.Context) (current bool, destination string, err
 			return moved()
 		}
 	}
-	if rd.need.Has(subject.PathsInput) {
+	if rd.need.Has(change.PathsInput) {
 		rd.addPaths(stats, pathsCut, "the pull request's diffstat")
 	}
-	if rd.need.Has(subject.CommitsInput) {
+	if rd.need.Has(change.CommitsInput) {
 		rd.addCommits(commits, commitsCut, "the pull request's commits")
 	}
 	return true, "", nil
@@ -392,7 +392,7 @@ func namesOtherCommit(at *url.URL, commit string) bool {
 	}
 	named := false
 	for _, run := range strings.FieldsFunc(spec, func(r rune) bool { return !strings.ContainsRune("0123456789abcdefABCDEF", r) }) {
-		if len(run) < subject.MinAbbreviatedSHA {
+		if len(run) < change.MinAbbreviatedSHA {
 			continue
 		}
 		if sameCommit(run, commit) {
@@ -430,7 +430,7 @@ func (rd *read) addPaths(entries []DiffStat, cut bool, what string) {
 		}
 	}
 	if cut {
-		rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("%s lists more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
+		rd.s.MarkUnread(change.PathsInput, fmt.Sprintf("%s lists more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
 	}
 }
 
@@ -448,16 +448,16 @@ func (rd *read) commits(ctx context.Context, u, what, scope string) error {
 // addCommits adds commits, listed newest first, to the subject's, oldest first.
 func (rd *read) addCommits(commits []Commit, cut bool, what string) {
 	for _, c := range slices.Backward(commits) {
-		rd.s.Commits = append(rd.s.Commits, subject.Commit{ID: c.Hash, Message: c.Message})
+		rd.s.Commits = append(rd.s.Commits, change.Commit{ID: c.Hash, Message: c.Message})
 	}
 	if cut {
-		rd.s.MarkUnread(subject.CommitsInput, fmt.Sprintf("%s are more than %d; amiss reads the newest %d", what, MaxReadCommits, MaxReadCommits))
+		rd.s.MarkUnread(change.CommitsInput, fmt.Sprintf("%s are more than %d; amiss reads the newest %d", what, MaxReadCommits, MaxReadCommits))
 	}
 }
 
 // sameCommit reports whether two hashes, either abbreviated, name one commit.
 func sameCommit(a, b string) bool {
-	if len(a) < subject.MinAbbreviatedSHA || len(b) < subject.MinAbbreviatedSHA {
+	if len(a) < change.MinAbbreviatedSHA || len(b) < change.MinAbbreviatedSHA {
 		return false
 	}
 	a, b = strings.ToLower(a), strings.ToLower(b)

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket/bitbuckettest"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // What Bitbucket Cloud's webhooks lack is read from a fake of its API that checks every
@@ -70,20 +70,20 @@ func (w *readWorld) pull(head int) {
 }
 
 // pullEvent is the pull request's webhook as the ingress reads it: an abbreviated head.
-func pullEvent(head int) subject.Subject {
-	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketCloud, Repository: repo, SHA: hash(head)[:12], Event: subject.PullRequest,
-		Ref: "refs/heads/feature", Pull: &subject.Pull{Number: 7, Title: "feat: add a", TargetBranch: "main", SourceBranch: "feature"},
-		Whole: subject.TitleInput | subject.PullInput}
+func pullEvent(head int) change.Change {
+	return change.Change{Provider: "bitbucket", API: change.BitbucketCloud, Repository: repo, SHA: hash(head)[:12], Event: change.PullRequest,
+		Ref: "refs/heads/feature", Pull: &change.Pull{Number: 7, Title: "feat: add a", TargetBranch: "main", SourceBranch: "feature"},
+		Whole: change.TitleInput | change.PullInput}
 }
 
 // pushEvent is a push of feature from before to commit head, listing no paths and, truncated,
 // not every commit.
-func pushEvent(head int, before string) subject.Subject {
-	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketCloud, Repository: repo, SHA: hash(head), Event: subject.Push,
-		Ref: "refs/heads/feature", Before: before, Whole: subject.TitleInput | subject.PullInput}
+func pushEvent(head int, before string) change.Change {
+	return change.Change{Provider: "bitbucket", API: change.BitbucketCloud, Repository: repo, SHA: hash(head), Event: change.Push,
+		Ref: "refs/heads/feature", Before: before, Whole: change.TitleInput | change.PullInput}
 }
 
-func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject {
+func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
 	got, err := w.client.Read(context.Background(), s, need)
 	if err != nil {
@@ -92,7 +92,7 @@ func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject
 	return got
 }
 
-func messages(s subject.Subject) []string {
+func messages(s change.Change) []string {
 	var out []string
 	for _, c := range s.Commits {
 		out = append(out, strings.TrimSpace(c.Message))
@@ -105,14 +105,14 @@ func messages(s subject.Subject) []string {
 func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(4), subject.PathsInput|subject.CommitsInput)
+	got := w.read(pullEvent(4), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
 	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
 		t.Errorf("commits %q, want %q", messages(got), want)
 	}
-	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Cloud: commits, paths (4 requests)" {
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Cloud: commits, paths (4 requests)" {
 		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
 	}
 	for _, op := range []string{bitbuckettest.OpGetPull, bitbuckettest.OpPullDiffStat, bitbuckettest.OpDiffStat, bitbuckettest.OpPullCommits} {
@@ -127,7 +127,7 @@ func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
 func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(3), subject.PathsInput|subject.CommitsInput)
+	got := w.read(pullEvent(3), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -143,15 +143,15 @@ func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
 // none), its commits only when asked (the webhook's were cut).
 func TestAPushIsReadAsItsRange(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, hash(2)), subject.PathsInput)
+	got := w.read(pushEvent(4, hash(2)), change.PathsInput)
 	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
 	if w.fake.Requests(bitbuckettest.OpCommits) != 0 {
 		t.Error("commits read where the webhook listed them all")
 	}
-	got = w.read(pushEvent(4, hash(2)), subject.CommitsInput)
-	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(subject.CommitsInput) {
+	got = w.read(pushEvent(4, hash(2)), change.CommitsInput)
+	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(change.CommitsInput) {
 		t.Errorf("commits %q (whole %v), want %q", messages(got), got.Whole, want)
 	}
 }
@@ -160,7 +160,7 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // first push of the main branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheMainBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, ""), subject.PathsInput|subject.CommitsInput)
+	got := w.read(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -169,8 +169,8 @@ func TestANewBranchIsReadAgainstTheMainBranch(t *testing.T) {
 	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.read(first, subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "first push of the repository's main branch") {
+	got = w.read(first, change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "first push of the repository's main branch") {
 		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
 	}
 }
@@ -188,14 +188,14 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 		w.commit(n, n-1, "More\n")
 	}
 	head := 5 + bitbucket.MaxReadCommits
-	got := w.read(pushEvent(head, hash(4)), subject.PathsInput|subject.CommitsInput)
-	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != bitbucket.MaxReadPaths ||
-		!strings.Contains(got.UnreadReason(subject.PathsInput), "amiss reads the first 3000") {
-		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(subject.PathsInput))
+	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
+	if got.Whole.Has(change.PathsInput) || len(got.Paths) != bitbucket.MaxReadPaths ||
+		!strings.Contains(got.UnreadReason(change.PathsInput), "amiss reads the first 3000") {
+		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(change.PathsInput))
 	}
-	if got.Whole.Has(subject.CommitsInput) || len(got.Commits) != bitbucket.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
-		!strings.Contains(got.UnreadReason(subject.CommitsInput), "amiss reads the newest 1000") {
-		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(subject.CommitsInput))
+	if got.Whole.Has(change.CommitsInput) || len(got.Commits) != bitbucket.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
+		!strings.Contains(got.UnreadReason(change.CommitsInput), "amiss reads the newest 1000") {
+		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(change.CommitsInput))
 	}
 }
 
@@ -216,8 +216,8 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 		if op == bitbuckettest.OpDiffStat {
 			s = pushEvent(4, hash(1))
 		}
-		got := w.read(s, subject.PathsInput)
-		if why := got.UnreadReason(subject.PathsInput); got.Whole.Has(subject.PathsInput) || !strings.Contains(why, "answered 403") ||
+		got := w.read(s, change.PathsInput)
+		if why := got.UnreadReason(change.PathsInput); got.Whole.Has(change.PathsInput) || !strings.Contains(why, "answered 403") ||
 			!strings.Contains(why, scope) || !strings.Contains(why, "privilege scopes") {
 			t.Errorf("%s refused: whole %v, %q", op, got.Whole, why)
 		}
@@ -230,7 +230,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	w.pull(4)
 	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
 	s := pullEvent(4)
-	got, err := w.client.Read(context.Background(), s, subject.PathsInput)
+	got, err := w.client.Read(context.Background(), s, change.PathsInput)
 	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
 		t.Fatalf("%v (class %v); subject %+v", err, providerapi.ClassOf(err), got)
 	}
@@ -241,9 +241,9 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 func TestADataCenterDeliveryIsNotReadFromCloud(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
-	s.API = subject.BitbucketDataCenter
-	got := w.read(s, subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "bitbucket-datacenter") ||
+	s.API = change.BitbucketDataCenter
+	got := w.read(s, change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "bitbucket-datacenter") ||
 		w.fake.Requests(bitbuckettest.OpDiffStat) != 0 {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
@@ -274,8 +274,8 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.pull(4)
 	s := pullEvent(4)
 	s.Pull.Title, s.Pull.TargetBranch = "WIP: the edited title", "release/1"
-	got := w.read(s, subject.PathsInput|subject.CommitsInput)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(subject.AllInputs) {
+	got := w.read(s, change.PathsInput|change.CommitsInput)
+	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
 		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
 	}
 }
@@ -285,7 +285,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 // begin with it) and are dropped; the webhook's commit is read as its range, and the file it
 // added, gone from the new head, is seen.
 func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
-	for _, need := range []subject.Inputs{subject.PathsInput, subject.CommitsInput, subject.PathsInput | subject.CommitsInput} {
+	for _, need := range []change.Inputs{change.PathsInput, change.CommitsInput, change.PathsInput | change.CommitsInput} {
 		w := newReadWorld(t)
 		w.pull(4)
 		w.commit(5, 3, "Edit the docs\n", bitbuckettest.Change{Path: "docs/new.md", Status: "modified"})
@@ -298,8 +298,8 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			return 0
 		}
 		got := w.read(pullEvent(4), need)
-		if !got.Whole.Has(need) || need.Has(subject.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
-			need.Has(subject.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
+		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
+			need.Has(change.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
 			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))
 		}
 	}
@@ -314,11 +314,11 @@ func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := bitbucket.NewClient(srv.URL, "bb_token", srv.Client())
-	got, err := c.Read(context.Background(), pushEvent(2, hash(1)), subject.PathsInput)
+	got, err := c.Read(context.Background(), pushEvent(2, hash(1)), change.PathsInput)
 	if err != nil {
 		t.Fatalf("read: %v (want the paths unread, not a retry)", err)
 	}
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "longer than the 32 MiB amiss reads") {
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "longer than the 32 MiB amiss reads") {
 		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
 	}
 }

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // Reads of what Bitbucket Data Center's webhooks leave out: a pull request, its changes and
@@ -182,8 +182,8 @@ func (c *Client) DefaultBranch(ctx context.Context, repo string) (string, error)
 // read is one Read in progress: the subject being completed and the requests made.
 type read struct {
 	c        *Client
-	s        *subject.Subject
-	need     subject.Inputs
+	s        *change.Change
+	need     change.Inputs
 	repo     string
 	requests int
 }
@@ -210,21 +210,21 @@ type read struct {
 // A transient failure (the server's outage, a timeout, a rate limit) is returned as an error
 // of class Transient: the attempt is retried. Any other failure (a permission the token lacks:
 // 401, 403 or 404) is not an error: the inputs in need are marked unread, naming what to grant.
-func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	if need == 0 {
 		return s, nil
 	}
-	if s.API != "" && s.API != subject.BitbucketDataCenter {
+	if s.API != "" && s.API != change.BitbucketDataCenter {
 		s.MarkUnread(need, "this delivery came from Bitbucket Cloud, and the route reads a Bitbucket Data Center server's API: "+
 			"publish with publish.provider bitbucket (or read with read.provider bitbucket) at https://api.bitbucket.org")
 		return s, nil
 	}
 	f := s
-	f.Unread = append([]subject.Unread(nil), s.Unread...)
-	if need.Has(subject.CommitsInput) {
+	f.Unread = append([]change.Unread(nil), s.Unread...)
+	if need.Has(change.CommitsInput) {
 		f.Commits = nil
 	}
-	if need.Has(subject.PathsInput) {
+	if need.Has(change.PathsInput) {
 		f.Paths = nil
 	}
 	if f.Pull != nil {
@@ -280,7 +280,7 @@ func (rd *read) fill(ctx context.Context) error {
 			return &providerapi.Error{Class: providerapi.Permanent, Err: errors.New("the pull request names no latest commit of its target")}
 		}
 	}
-	if !rd.need.Has(subject.CommitsInput) && !rd.need.Has(subject.PathsInput) {
+	if !rd.need.Has(change.CommitsInput) && !rd.need.Has(change.PathsInput) {
 		return nil
 	}
 	if base == "" {
@@ -290,7 +290,7 @@ func (rd *read) fill(ctx context.Context) error {
 			return err
 		}
 		if s.Ref == branch {
-			s.MarkUnread(rd.need&(subject.CommitsInput|subject.PathsInput), errNoBase.Error())
+			s.MarkUnread(rd.need&(change.CommitsInput|change.PathsInput), errNoBase.Error())
 			return nil
 		}
 		base = branch
@@ -303,13 +303,13 @@ func (rd *read) fill(ctx context.Context) error {
 	if fromRepo != "" {
 		q.Set("fromRepo", fromRepo)
 	}
-	if rd.need.Has(subject.PathsInput) {
+	if rd.need.Has(change.PathsInput) {
 		q.Set("limit", fmt.Sprint(changesLimit))
 		if err := rd.changes(ctx, rp+"/compare/changes?"+q.Encode(), fmt.Sprintf("the changes of %s not in %s", s.SHA, base)); err != nil {
 			return err
 		}
 	}
-	if rd.need.Has(subject.CommitsInput) {
+	if rd.need.Has(change.CommitsInput) {
 		q.Set("limit", fmt.Sprint(commitsLimit))
 		if err := rd.commits(ctx, rp+"/compare/commits?"+q.Encode(), fmt.Sprintf("the commits of %s not in %s", s.SHA, base)); err != nil {
 			return err
@@ -342,7 +342,7 @@ func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err err
 	var changes changePage
 	var commits []Commit
 	var commitsCut bool
-	if rd.need.Has(subject.PathsInput) {
+	if rd.need.Has(change.PathsInput) {
 		if changes, err = rd.pullChanges(ctx, prp); err != nil {
 			return pr, false, err
 		}
@@ -350,7 +350,7 @@ func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err err
 			return pr, false, nil
 		}
 	}
-	if rd.need.Has(subject.CommitsInput) {
+	if rd.need.Has(change.CommitsInput) {
 		commits, commitsCut, err = list[Commit](ctx, rd.c, fmt.Sprintf("%s/commits?limit=%d", prp, commitsLimit), "the pull request's commits",
 			MaxReadCommits, commitsLimit, &rd.requests)
 		if err != nil {
@@ -360,14 +360,14 @@ func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err err
 			return pr, false, nil
 		}
 	}
-	if rd.need.Has(subject.PathsInput) {
+	if rd.need.Has(change.PathsInput) {
 		rd.addChanges(changes.Values)
 		if !changes.IsLastPage {
-			rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("Bitbucket Data Center lists at most %d changes of a pull request "+
+			rd.s.MarkUnread(change.PathsInput, fmt.Sprintf("Bitbucket Data Center lists at most %d changes of a pull request "+
 				"(amiss asks for %d; the server's page.max.changes may be lower), and this one has more", len(changes.Values), MaxReadPaths))
 		}
 	}
-	if rd.need.Has(subject.CommitsInput) {
+	if rd.need.Has(change.CommitsInput) {
 		rd.addCommits(commits, commitsCut, "the pull request's commits")
 	}
 	return pr, true, nil
@@ -399,7 +399,7 @@ func (rd *read) changes(ctx context.Context, u, what string) error {
 	}
 	rd.addChanges(changes)
 	if cut {
-		rd.s.MarkUnread(subject.PathsInput, fmt.Sprintf("%s are more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
+		rd.s.MarkUnread(change.PathsInput, fmt.Sprintf("%s are more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
 	}
 	return nil
 }
@@ -434,9 +434,9 @@ func (rd *read) commits(ctx context.Context, u, what string) error {
 // addCommits adds commits, listed newest first, to the subject's, oldest first.
 func (rd *read) addCommits(commits []Commit, cut bool, what string) {
 	for _, c := range slices.Backward(commits) {
-		rd.s.Commits = append(rd.s.Commits, subject.Commit{ID: c.ID, Message: c.Message})
+		rd.s.Commits = append(rd.s.Commits, change.Commit{ID: c.ID, Message: c.Message})
 	}
 	if cut {
-		rd.s.MarkUnread(subject.CommitsInput, fmt.Sprintf("%s are more than %d; amiss reads the newest %d", what, MaxReadCommits, MaxReadCommits))
+		rd.s.MarkUnread(change.CommitsInput, fmt.Sprintf("%s are more than %d; amiss reads the newest %d", what, MaxReadCommits, MaxReadCommits))
 	}
 }

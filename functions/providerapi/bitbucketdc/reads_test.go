@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc/bitbucketdctest"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // What Bitbucket Data Center's webhooks lack is read from a fake of its API that checks every
@@ -71,20 +71,20 @@ func (w *readWorld) pull(head int) {
 }
 
 // pullEvent is the pull request's webhook as the ingress reads it.
-func pullEvent(head int) subject.Subject {
-	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketDataCenter, Repository: repo, SHA: hash(head), Event: subject.PullRequest,
-		Ref: "refs/heads/feature", Pull: &subject.Pull{Number: 7, Title: "feat: add a", TargetBranch: "main", SourceBranch: "feature"},
-		Whole: subject.TitleInput | subject.PullInput}
+func pullEvent(head int) change.Change {
+	return change.Change{Provider: "bitbucket", API: change.BitbucketDataCenter, Repository: repo, SHA: hash(head), Event: change.PullRequest,
+		Ref: "refs/heads/feature", Pull: &change.Pull{Number: 7, Title: "feat: add a", TargetBranch: "main", SourceBranch: "feature"},
+		Whole: change.TitleInput | change.PullInput}
 }
 
 // pushEvent is a push of feature from before to commit head: Data Center lists neither its
 // commits nor its paths.
-func pushEvent(head int, before string) subject.Subject {
-	return subject.Subject{Provider: "bitbucket", API: subject.BitbucketDataCenter, Repository: repo, SHA: hash(head), Event: subject.Push,
-		Ref: "refs/heads/feature", Before: before, Whole: subject.TitleInput | subject.PullInput}
+func pushEvent(head int, before string) change.Change {
+	return change.Change{Provider: "bitbucket", API: change.BitbucketDataCenter, Repository: repo, SHA: hash(head), Event: change.Push,
+		Ref: "refs/heads/feature", Before: before, Whole: change.TitleInput | change.PullInput}
 }
 
-func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject {
+func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
 	got, err := w.client.Read(context.Background(), s, need)
 	if err != nil {
@@ -93,7 +93,7 @@ func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject
 	return got
 }
 
-func messages(s subject.Subject) []string {
+func messages(s change.Change) []string {
 	var out []string
 	for _, c := range s.Commits {
 		out = append(out, strings.TrimSpace(c.Message))
@@ -106,14 +106,14 @@ func messages(s subject.Subject) []string {
 func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(4), subject.PathsInput|subject.CommitsInput)
+	got := w.read(pullEvent(4), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
 	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
 		t.Errorf("commits %q, want %q", messages(got), want)
 	}
-	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Data Center: commits, paths (3 requests)" {
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Data Center: commits, paths (3 requests)" {
 		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
 	}
 	for _, op := range []string{bitbucketdctest.OpGetPull, bitbucketdctest.OpPullChanges, bitbucketdctest.OpPullCommits} {
@@ -128,7 +128,7 @@ func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
 func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(3), subject.PathsInput|subject.CommitsInput)
+	got := w.read(pullEvent(3), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -147,8 +147,8 @@ func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.MaxChanges = 2
 	w.pull(4)
-	got := w.read(pullEvent(4), subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "lists at most 2 changes of a pull request") ||
+	got := w.read(pullEvent(4), change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "lists at most 2 changes of a pull request") ||
 		w.fake.Requests(bitbucketdctest.OpPullChanges) != 1 {
 		t.Fatalf("whole %v, unread %+v, %d requests", got.Whole, got.Unread, w.fake.Requests(bitbucketdctest.OpPullChanges))
 	}
@@ -159,11 +159,11 @@ func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
 func TestAPushIsReadAsItsRange(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.MaxLimit = 1 // a page a change, a page a commit
-	got := w.read(pushEvent(4, hash(2)), subject.PathsInput|subject.CommitsInput)
+	got := w.read(pushEvent(4, hash(2)), change.PathsInput|change.CommitsInput)
 	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
-	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(subject.AllInputs) {
+	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(change.AllInputs) {
 		t.Errorf("commits %q (whole %v), want %q", messages(got), got.Whole, want)
 	}
 	if n, m := w.fake.Requests(bitbucketdctest.OpCompareChanges), w.fake.Requests(bitbucketdctest.OpCompareCommits); n != 2 || m != 2 {
@@ -175,7 +175,7 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // The first push of the default branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, ""), subject.PathsInput|subject.CommitsInput)
+	got := w.read(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -184,9 +184,9 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.read(first, subject.PathsInput|subject.CommitsInput)
-	if got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) ||
-		!strings.Contains(got.UnreadReason(subject.CommitsInput), "first push of the repository's default branch") {
+	got = w.read(first, change.PathsInput|change.CommitsInput)
+	if got.Whole.Has(change.PathsInput) || got.Whole.Has(change.CommitsInput) ||
+		!strings.Contains(got.UnreadReason(change.CommitsInput), "first push of the repository's default branch") {
 		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
 	}
 }
@@ -203,14 +203,14 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 		w.commit(n, n-1, "More\n")
 	}
 	head := 5 + bitbucketdc.MaxReadCommits
-	got := w.read(pushEvent(head, hash(4)), subject.PathsInput|subject.CommitsInput)
-	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != bitbucketdc.MaxReadPaths ||
-		!strings.Contains(got.UnreadReason(subject.PathsInput), "amiss reads the first 3000") {
-		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(subject.PathsInput))
+	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
+	if got.Whole.Has(change.PathsInput) || len(got.Paths) != bitbucketdc.MaxReadPaths ||
+		!strings.Contains(got.UnreadReason(change.PathsInput), "amiss reads the first 3000") {
+		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(change.PathsInput))
 	}
-	if got.Whole.Has(subject.CommitsInput) || len(got.Commits) != bitbucketdc.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
-		!strings.Contains(got.UnreadReason(subject.CommitsInput), "amiss reads the newest 1000") {
-		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(subject.CommitsInput))
+	if got.Whole.Has(change.CommitsInput) || len(got.Commits) != bitbucketdc.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
+		!strings.Contains(got.UnreadReason(change.CommitsInput), "amiss reads the newest 1000") {
+		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(change.CommitsInput))
 	}
 }
 
@@ -224,8 +224,8 @@ func TestARefusedReadNamesThePermissionToGrant(t *testing.T) {
 		}
 		return 0
 	}
-	got := w.read(pullEvent(4), subject.CommitsInput)
-	if why := got.UnreadReason(subject.CommitsInput); got.Whole.Has(subject.CommitsInput) || !strings.Contains(why, "answered 401") ||
+	got := w.read(pullEvent(4), change.CommitsInput)
+	if why := got.UnreadReason(change.CommitsInput); got.Whole.Has(change.CommitsInput) || !strings.Contains(why, "answered 401") ||
 		!strings.Contains(why, "REPO_READ") || !strings.Contains(why, "not permitted") {
 		t.Fatalf("whole %v, %q", got.Whole, why)
 	}
@@ -237,7 +237,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
 	s := pushEvent(4, hash(1))
-	got, err := w.client.Read(context.Background(), s, subject.PathsInput)
+	got, err := w.client.Read(context.Background(), s, change.PathsInput)
 	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
 		t.Fatalf("%v (class %v); subject %+v", err, providerapi.ClassOf(err), got)
 	}
@@ -248,9 +248,9 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
-	s.API = subject.BitbucketCloud
-	got := w.read(s, subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "publish.provider bitbucket") ||
+	s.API = change.BitbucketCloud
+	got := w.read(s, change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "publish.provider bitbucket") ||
 		w.fake.Requests(bitbucketdctest.OpCompareChanges) != 0 {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
@@ -264,8 +264,8 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.pull(4)
 	s := pullEvent(4)
 	s.Pull.Title, s.Pull.TargetBranch = "WIP: the edited title", "release/1"
-	got := w.read(s, subject.PathsInput|subject.CommitsInput)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(subject.AllInputs) {
+	got := w.read(s, change.PathsInput|change.CommitsInput)
+	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
 		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
 	}
 }
@@ -275,7 +275,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 // the commits begin with it) and are dropped; the webhook's commit is read as its range, and
 // the file it added, gone from the new head, is seen.
 func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
-	for _, need := range []subject.Inputs{subject.PathsInput, subject.CommitsInput, subject.PathsInput | subject.CommitsInput} {
+	for _, need := range []change.Inputs{change.PathsInput, change.CommitsInput, change.PathsInput | change.CommitsInput} {
 		w := newReadWorld(t)
 		w.pull(4)
 		w.commit(5, 3, "Edit the docs\n", bitbucketdctest.Change{Path: "docs/new.md", Type: "MODIFY"})
@@ -287,8 +287,8 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			return 0
 		}
 		got := w.read(pullEvent(4), need)
-		if !got.Whole.Has(need) || need.Has(subject.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
-			need.Has(subject.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
+		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
+			need.Has(change.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
 			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))
 		}
 	}
@@ -303,11 +303,11 @@ func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := bitbucketdc.NewClient(srv.URL+"/bitbucket", "dc_token", srv.Client())
-	got, err := c.Read(context.Background(), pushEvent(2, hash(1)), subject.PathsInput)
+	got, err := c.Read(context.Background(), pushEvent(2, hash(1)), change.PathsInput)
 	if err != nil {
 		t.Fatalf("read: %v (want the paths unread, not a retry)", err)
 	}
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "longer than the 32 MiB amiss reads") {
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "longer than the 32 MiB amiss reads") {
 		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // Reads of what a webhook leaves out, as Gitea's API serves them (Forgejo's is the same):
@@ -255,16 +255,16 @@ func (c *Client) CheckRead(ctx context.Context, repo string) error {
 // Transient: the attempt is retried. Any other failure (401, 403, 404: a token without the
 // scope, or that cannot see the repository) is not an error: the inputs in need are marked
 // unread, naming what to grant.
-func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	if need == 0 {
 		return s, nil
 	}
 	f := s
-	f.Unread = append([]subject.Unread(nil), s.Unread...)
-	if need.Has(subject.CommitsInput) {
+	f.Unread = append([]change.Unread(nil), s.Unread...)
+	if need.Has(change.CommitsInput) {
 		f.Commits = nil
 	}
-	if need.Has(subject.PathsInput) {
+	if need.Has(change.PathsInput) {
 		f.Paths = nil
 	}
 	if f.Pull != nil {
@@ -316,7 +316,7 @@ func reasonOf(name string, err error) string {
 	return err.Error()
 }
 
-func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inputs) (requests int, err error) {
+func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
 	if s.Pull != nil && s.Pull.Number > 0 {
 		current, n, err := c.fillPull(ctx, s, need)
 		requests += n
@@ -324,7 +324,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 			return requests, err
 		}
 	}
-	if !need.Has(subject.CommitsInput) && !need.Has(subject.PathsInput) {
+	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
 		return requests, nil
 	}
 	base := s.Before
@@ -339,7 +339,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 			return requests, err
 		}
 		if repo.DefaultBranch == "" || "refs/heads/"+repo.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(subject.CommitsInput|subject.PathsInput),
+			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
 				"the push created the repository's default branch: no earlier commit names where its commits begin")
 			return requests, nil
 		}
@@ -355,12 +355,12 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 }
 
 // addComparison adds a comparison's commits (oldest first) and the files they change.
-func addComparison(s *subject.Subject, need subject.Inputs, cmp Comparison) {
+func addComparison(s *change.Change, need change.Inputs, cmp Comparison) {
 	withoutFiles := false
 	var paths []string
 	for i := len(cmp.Commits) - 1; i >= 0; i-- {
 		c := cmp.Commits[i]
-		s.Commits = append(s.Commits, subject.Commit{ID: c.SHA, Message: c.Commit.Message})
+		s.Commits = append(s.Commits, change.Commit{ID: c.SHA, Message: c.Commit.Message})
 		if c.Files == nil {
 			withoutFiles = true
 			continue
@@ -371,10 +371,10 @@ func addComparison(s *subject.Subject, need subject.Inputs, cmp Comparison) {
 	}
 	addPaths(s, paths...)
 	if cmp.TotalCommits > len(cmp.Commits) {
-		s.MarkUnread(need&subject.CommitsInput, fmt.Sprintf("Gitea's comparison lists %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
+		s.MarkUnread(need&change.CommitsInput, fmt.Sprintf("Gitea's comparison lists %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
 	}
 	if withoutFiles || cmp.TotalCommits > len(cmp.Commits) {
-		s.MarkUnread(need&subject.PathsInput, "Gitea's comparison does not list the files of every commit (an older Gitea lists none)")
+		s.MarkUnread(need&change.PathsInput, "Gitea's comparison does not list the files of every commit (an older Gitea lists none)")
 	}
 }
 
@@ -382,7 +382,7 @@ func addComparison(s *subject.Subject, need subject.Inputs, cmp Comparison) {
 // still s's commit (current), its files and commits as need asks. A listing that turns out to
 // describe another head (the pull request moved on while it was read) is dropped: current is
 // false, and s is left as it was but for the title and branches read.
-func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
+func (c *Client) fillPull(ctx context.Context, s *change.Change, need change.Inputs) (current bool, requests int, err error) {
 	pr, err := c.PullRequest(ctx, s.Repository, s.Pull.Number)
 	if err != nil {
 		return false, 1, err
@@ -393,9 +393,9 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 		return false, requests, nil
 	}
 	var paths []string
-	var commits []subject.Commit
-	var cuts []subject.Unread
-	if need.Has(subject.PathsInput) {
+	var commits []change.Commit
+	var cuts []change.Unread
+	if need.Has(change.PathsInput) {
 		files, err := c.pullFiles(ctx, s.Repository, s.Pull.Number, MaxReadFiles)
 		requests += files.pages
 		switch {
@@ -411,10 +411,10 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 			paths = append(paths, f.PreviousFilename, f.Filename)
 		}
 		if files.total > len(files.items) || files.bounded {
-			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: listedOf("files", len(files.items), files.total, MaxReadFiles)})
+			cuts = append(cuts, change.Unread{Input: change.PathsInput, Reason: listedOf("files", len(files.items), files.total, MaxReadFiles)})
 		}
 	}
-	if need.Has(subject.CommitsInput) {
+	if need.Has(change.CommitsInput) {
 		listed, err := c.pullCommits(ctx, s.Repository, s.Pull.Number, MaxReadCommits)
 		requests += listed.pages
 		list := listed.items
@@ -430,10 +430,10 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 			return false, requests, nil
 		}
 		for i := len(list) - 1; i >= 0; i-- {
-			commits = append(commits, subject.Commit{ID: list[i].SHA, Message: list[i].Commit.Message})
+			commits = append(commits, change.Commit{ID: list[i].SHA, Message: list[i].Commit.Message})
 		}
 		if listed.total > len(list) || listed.bounded {
-			cuts = append(cuts, subject.Unread{Input: subject.CommitsInput, Reason: listedOf("commits", len(list), listed.total, MaxReadCommits)})
+			cuts = append(cuts, change.Unread{Input: change.CommitsInput, Reason: listedOf("commits", len(list), listed.total, MaxReadCommits)})
 		}
 	}
 	addPaths(s, paths...)
@@ -466,7 +466,7 @@ func refOf(contents string) string {
 }
 
 // addPaths adds each of ps to s's paths once.
-func addPaths(s *subject.Subject, ps ...string) {
+func addPaths(s *change.Change, ps ...string) {
 	seen := make(map[string]bool, len(s.Paths))
 	for _, p := range s.Paths {
 		seen[p] = true

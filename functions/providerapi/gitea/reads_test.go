@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // What a webhook's missing inputs are read as, from the fake of Gitea, which checks every
@@ -68,7 +68,7 @@ func each(n int) []giteatest.File {
 }
 
 // read reads need of s, failing on an error or a request outside Gitea's description.
-func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject {
+func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
 	got, err := w.reader.Read(context.Background(), s, need)
 	if err != nil {
@@ -80,25 +80,25 @@ func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject
 	return got
 }
 
-func pullOf(head, number int) subject.Subject {
-	return subject.Subject{Provider: "gitea", Repository: readRepo, SHA: commitN(head), Event: subject.PullRequest,
-		Ref: "refs/heads/changes", Whole: subject.TitleInput | subject.PullInput,
-		Pull: &subject.Pull{Number: number, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
+func pullOf(head, number int) change.Change {
+	return change.Change{Provider: "gitea", Repository: readRepo, SHA: commitN(head), Event: change.PullRequest,
+		Ref: "refs/heads/changes", Whole: change.TitleInput | change.PullInput,
+		Pull: &change.Pull{Number: number, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
 }
 
-func pushOf(before, head, listed int) subject.Subject {
-	s := subject.Subject{Provider: "gitea", Repository: readRepo, SHA: commitN(head), Event: subject.Push, Ref: "refs/heads/main",
-		Whole: subject.TitleInput | subject.PullInput}
+func pushOf(before, head, listed int) change.Change {
+	s := change.Change{Provider: "gitea", Repository: readRepo, SHA: commitN(head), Event: change.Push, Ref: "refs/heads/main",
+		Whole: change.TitleInput | change.PullInput}
 	if before >= 0 {
 		s.Before = commitN(before)
 	}
 	for n := head - listed + 1; n <= head; n++ {
-		s.Commits = append(s.Commits, subject.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d", n)})
+		s.Commits = append(s.Commits, change.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d", n)})
 	}
 	return s
 }
 
-func ids(s subject.Subject) []string {
+func ids(s change.Change) []string {
 	var out []string
 	for _, c := range s.Commits {
 		out = append(out, c.ID)
@@ -123,8 +123,8 @@ func TestAPullRequestsFilesAndCommitsAreReadEveryPage(t *testing.T) {
 	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(120), Parent: commitN(119), Message: "Move the key",
 		Files: []giteatest.File{{Filename: "docs/key.md", Status: "renamed", PreviousFilename: "secrets/key.pem"}}})
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: move the key", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(120)})
-	got := w.read(pullOf(120, 4), subject.CommitsInput|subject.PathsInput)
-	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 {
+	got := w.read(pullOf(120, 4), change.CommitsInput|change.PathsInput)
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
 	if !slices.Equal(ids(got), commitsFrom(1, 120)) || got.Commits[119].Message != "Move the key" {
@@ -155,7 +155,7 @@ func TestAServerServingSmallerPagesIsReadToTheEnd(t *testing.T) {
 	w.gitea.MaxItems = 20
 	w.commits(1, 45, each)
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(45)})
-	got := w.read(pullOf(45, 4), subject.CommitsInput|subject.PathsInput)
+	got := w.read(pullOf(45, 4), change.CommitsInput|change.PathsInput)
 	if len(got.Paths) != 45 || len(got.Commits) != 45 || len(got.Unread) != 0 || w.gitea.Requests(giteatest.OpPullFiles) != 3 {
 		t.Fatalf("%d paths, %d commits, unread %+v, %d pages", len(got.Paths), len(got.Commits), got.Unread, w.gitea.Requests(giteatest.OpPullFiles))
 	}
@@ -169,7 +169,7 @@ func TestAPullRequestThatMovedOnIsReadAsItsTargetsComparison(t *testing.T) {
 	w.commits(3, 3, modified("secrets/later.pem"))
 	w.gitea.SetBranch(readRepo, "main", commitN(0))
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(3)})
-	got := w.read(pullOf(2, 4), subject.CommitsInput|subject.PathsInput)
+	got := w.read(pullOf(2, 4), change.CommitsInput|change.PathsInput)
 	if !slices.Equal(ids(got), commitsFrom(1, 2)) || !slices.Equal(got.Paths, []string{"src/a.go"}) || len(got.Unread) != 0 {
 		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
 	}
@@ -192,7 +192,7 @@ func TestAPullRequestMovingOnWhileItsFilesAreReadIsReadAsTheComparison(t *testin
 			w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(61)})
 		}
 	})
-	got := w.read(pullOf(60, 4), subject.PathsInput)
+	got := w.read(pullOf(60, 4), change.PathsInput)
 	if len(got.Paths) != 60 || slices.Contains(got.Paths, "secrets/later.pem") || len(got.Unread) != 0 {
 		t.Fatalf("%d paths (secrets/later.pem: %v), unread %+v", len(got.Paths), slices.Contains(got.Paths, "secrets/later.pem"), got.Unread)
 	}
@@ -208,7 +208,7 @@ func TestAPushIsReadAsItsComparison(t *testing.T) {
 	w.commits(1, 6, each)
 	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(7), Parent: commitN(6), Message: "Move",
 		Files: []giteatest.File{{Filename: "b.go", Status: "renamed", PreviousFilename: "a.go"}}})
-	got := w.read(pushOf(0, 7, 5), subject.CommitsInput|subject.PathsInput)
+	got := w.read(pushOf(0, 7, 5), change.CommitsInput|change.PathsInput)
 	if !slices.Equal(ids(got), commitsFrom(1, 7)) || len(got.Unread) != 0 {
 		t.Fatalf("commits %v, unread %+v", ids(got), got.Unread)
 	}
@@ -227,13 +227,13 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w.gitea.SetBranch(readRepo, "main", commitN(2))
 	s := pushOf(-1, 8, 5)
 	s.Ref = "refs/heads/feature"
-	got := w.read(s, subject.CommitsInput|subject.PathsInput)
+	got := w.read(s, change.CommitsInput|change.PathsInput)
 	if !slices.Equal(ids(got), commitsFrom(3, 8)) || len(got.Paths) != 6 || len(got.Unread) != 0 || w.gitea.Requests(giteatest.OpGetRepo) != 1 {
 		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
 	}
 	s.Ref = "refs/heads/main"
-	got = w.read(s, subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "created the repository's default branch") {
+	got = w.read(s, change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "created the repository's default branch") {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
 }
@@ -244,9 +244,9 @@ func TestAComparisonWithoutFilesLeavesThePathsUnread(t *testing.T) {
 	w := newReadWorld(t)
 	w.gitea.CompareWithoutFiles = true
 	w.commits(1, 7, each)
-	got := w.read(pushOf(0, 7, 5), subject.CommitsInput|subject.PathsInput)
-	if !got.Whole.Has(subject.CommitsInput) || got.Whole.Has(subject.PathsInput) ||
-		!strings.Contains(got.UnreadReason(subject.PathsInput), "does not list the files of every commit") {
+	got := w.read(pushOf(0, 7, 5), change.CommitsInput|change.PathsInput)
+	if !got.Whole.Has(change.CommitsInput) || got.Whole.Has(change.PathsInput) ||
+		!strings.Contains(got.UnreadReason(change.PathsInput), "does not list the files of every commit") {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
 }
@@ -263,9 +263,9 @@ func TestAPullRequestBeyondTheBoundIsNotHeldWhole(t *testing.T) {
 		return out
 	}()})
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(1)})
-	got := w.read(pullOf(1, 4), subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != gitea.MaxReadFiles ||
-		got.UnreadReason(subject.PathsInput) != "the pull request has 3001 files; amiss reads at most 3000" {
+	got := w.read(pullOf(1, 4), change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || len(got.Paths) != gitea.MaxReadFiles ||
+		got.UnreadReason(change.PathsInput) != "the pull request has 3001 files; amiss reads at most 3000" {
 		t.Fatalf("whole %v, %d paths, unread %+v", got.Whole, len(got.Paths), got.Unread)
 	}
 }
@@ -277,9 +277,9 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 		w := newReadWorld(t)
 		w.commits(1, 7, each)
 		w.gitea.Answer = func(string, int) int { return code }
-		got := w.read(pushOf(0, 7, 5), subject.CommitsInput|subject.PathsInput)
+		got := w.read(pushOf(0, 7, 5), change.CommitsInput|change.PathsInput)
 		want := fmt.Sprintf("Gitea answered %d; grant the token the read:repository scope, as a user who can read the repository", code)
-		if got.Whole.Has(subject.CommitsInput) || got.UnreadReason(subject.CommitsInput) != want || got.UnreadReason(subject.PathsInput) != want {
+		if got.Whole.Has(change.CommitsInput) || got.UnreadReason(change.CommitsInput) != want || got.UnreadReason(change.PathsInput) != want {
 			t.Fatalf("%d: whole %v, unread %+v", code, got.Whole, got.Unread)
 		}
 	}
@@ -287,7 +287,7 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 	w.reader = gitea.NewClient(w.srv.URL, "not-the-token", w.srv.Client())
 	s := pushOf(0, 7, 5)
 	s.Provider = "forgejo"
-	if got := w.read(s, subject.PathsInput); !strings.HasPrefix(got.UnreadReason(subject.PathsInput), "Forgejo answered 401; grant the token the read:repository scope") {
+	if got := w.read(s, change.PathsInput); !strings.HasPrefix(got.UnreadReason(change.PathsInput), "Forgejo answered 401; grant the token the read:repository scope") {
 		t.Fatalf("unread %+v", got.Unread)
 	}
 }
@@ -300,7 +300,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 		w.commits(1, 7, each)
 		w.gitea.Answer = func(string, int) int { return code }
 		s := pushOf(0, 7, 5)
-		got, err := w.reader.Read(context.Background(), s, subject.PathsInput)
+		got, err := w.reader.Read(context.Background(), s, change.PathsInput)
 		if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from Gitea") || len(got.Unread) != 0 {
 			t.Fatalf("%d: %v (%v), unread %+v", code, err, providerapi.ClassOf(err), got.Unread)
 		}
@@ -311,12 +311,12 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 func TestATitleIsReadFromThePullRequest(t *testing.T) {
 	w := newReadWorld(t)
 	w.commits(1, 1, each)
-	long := strings.Repeat("t", subject.MaxTitleBytes+10)
+	long := strings.Repeat("t", change.MaxTitleBytes+10)
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: long, Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(1)})
 	s := pullOf(1, 4)
-	s.Whole = subject.PullInput
-	got := w.read(s, subject.TitleInput)
-	if got.Pull.Title != long || !got.Whole.Has(subject.TitleInput) || w.gitea.AllRequests() != 1 {
+	s.Whole = change.PullInput
+	got := w.read(s, change.TitleInput)
+	if got.Pull.Title != long || !got.Whole.Has(change.TitleInput) || w.gitea.AllRequests() != 1 {
 		t.Fatalf("title of %d bytes, whole %v, %d requests", len(got.Pull.Title), got.Whole, w.gitea.AllRequests())
 	}
 }
@@ -347,8 +347,8 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: the title before the edit", Base: "develop", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	got := w.read(pullOf(2, 4), subject.CommitsInput|subject.PathsInput)
-	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(subject.AllInputs) {
+	got := w.read(pullOf(2, 4), change.CommitsInput|change.PathsInput)
+	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(change.AllInputs) {
 		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
 	}
 }
@@ -381,8 +381,8 @@ func TestAListingWhosePagingHeadersAreDroppedIsReadToItsEnd(t *testing.T) {
 	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(120), Parent: commitN(119), Message: "Add the key",
 		Files: []giteatest.File{{Filename: "secrets/key.pem", Status: "added"}}})
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(120)})
-	got := w.read(pullOf(120, 4), subject.CommitsInput|subject.PathsInput)
-	if !got.Whole.Has(subject.AllInputs) || len(got.Paths) != 120 || !slices.Contains(got.Paths, "secrets/key.pem") || len(got.Commits) != 120 {
+	got := w.read(pullOf(120, 4), change.CommitsInput|change.PathsInput)
+	if !got.Whole.Has(change.AllInputs) || len(got.Paths) != 120 || !slices.Contains(got.Paths, "secrets/key.pem") || len(got.Commits) != 120 {
 		t.Fatalf("whole %q, %d paths, %d commits, unread %+v", got.Whole, len(got.Paths), len(got.Commits), got.Unread)
 	}
 
@@ -392,8 +392,8 @@ func TestAListingWhosePagingHeadersAreDroppedIsReadToItsEnd(t *testing.T) {
 	}
 	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(200), Parent: commitN(0), Message: "Many files", Files: many})
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 5, Title: "t", Base: "main", Head: "many", BaseSHA: commitN(0), HeadSHA: commitN(200)})
-	got = w.read(pullOf(200, 5), subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || len(got.Paths) < gitea.MaxReadFiles {
+	got = w.read(pullOf(200, 5), change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || len(got.Paths) < gitea.MaxReadFiles {
 		t.Fatalf("a pull request of more files than amiss reads, counted by nothing: whole %q, %d paths", got.Whole, len(got.Paths))
 	}
 }

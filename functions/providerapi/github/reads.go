@@ -8,8 +8,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // Reads of what a webhook leaves out: a pull request, its files and commits, a comparison of
@@ -282,16 +282,16 @@ func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha 
 // class Transient: the attempt is retried. Any other failure (a permission the credential
 // lacks: 403 or 404; a webhook without an installation) is not an error: the inputs in need
 // are marked unread, naming what to grant.
-func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	if need == 0 {
 		return s, nil
 	}
 	f := s
-	f.Unread = append([]subject.Unread(nil), s.Unread...)
-	if need.Has(subject.CommitsInput) {
+	f.Unread = append([]change.Unread(nil), s.Unread...)
+	if need.Has(change.CommitsInput) {
 		f.Commits = nil
 	}
-	if need.Has(subject.PathsInput) {
+	if need.Has(change.PathsInput) {
 		f.Paths = nil
 	}
 	if f.Pull != nil {
@@ -300,7 +300,7 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 	}
 	f.Whole |= need
 	requests := 0
-	if need.Has(subject.PullInput) && f.Pull == nil {
+	if need.Has(change.PullInput) && f.Pull == nil {
 		// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
 		// and whose check run's delivery did not name one either: it may be a push's, or a
 		// pull request's. It is a push's when its commit is on the branch its check suite
@@ -336,7 +336,7 @@ func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Input
 // onBranch reports whether s's commit is on the branch s names (s.Ref) in s's repository: the
 // comparison of the branch with the commit finds nothing the branch lacks. It costs one request
 // (a comparison of one commit a page); a branch that is not there, or any refusal, is false.
-func (c *Client) onBranch(ctx context.Context, s subject.Subject) (bool, error) {
+func (c *Client) onBranch(ctx context.Context, s change.Change) (bool, error) {
 	branch, ok := strings.CutPrefix(s.Ref, "refs/heads/")
 	if !ok || branch == "" || !isCommit(s.SHA) {
 		return false, nil
@@ -381,7 +381,7 @@ func reasonOf(err error) string {
 }
 
 // cut marks in, read in part, as not held whole: GitHub's listing stops at limit.
-func cut(s *subject.Subject, in subject.Inputs, limit string) {
+func cut(s *change.Change, in change.Inputs, limit string) {
 	s.MarkUnread(in, "GitHub lists "+limit)
 }
 
@@ -389,7 +389,7 @@ func cut(s *subject.Subject, in subject.Inputs, limit string) {
 // then not held whole, and a commit-message rule fails closed).
 const MaxReadCommits = 1000
 
-func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inputs) (requests int, err error) {
+func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
 	if s.Pull != nil && s.Pull.Number > 0 {
 		current, n, err := c.fillPull(ctx, s, need)
 		requests += n
@@ -397,7 +397,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 			return requests, err
 		}
 	}
-	if !need.Has(subject.CommitsInput) && !need.Has(subject.PathsInput) {
+	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
 		return requests, nil
 	}
 	// What s's commit brings: a pull request's, since its target branch (what the pull
@@ -412,7 +412,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 	case s.Ref == "":
 		// A re-run naming neither a pull request, the push before it, nor a branch: it may
 		// be of the push that created the default branch, which no comparison describes.
-		s.MarkUnread(need&(subject.CommitsInput|subject.PathsInput),
+		s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
 			"the Re-run's webhook names neither the push's earlier commit nor its branch: push again")
 		return requests, nil
 	default:
@@ -422,7 +422,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 			return requests, err
 		}
 		if repo.DefaultBranch == "" || "refs/heads/"+repo.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(subject.CommitsInput|subject.PathsInput),
+			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
 				"the push created the repository's default branch: no earlier commit names where its commits begin")
 			return requests, nil
 		}
@@ -436,10 +436,10 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 	addFiles(s, cmp.Files)
 	addCommits(s, cmp.Commits)
 	if len(cmp.Files) >= CompareFilesGiven {
-		cut(s, subject.PathsInput, "at most 300 files of a comparison")
+		cut(s, change.PathsInput, "at most 300 files of a comparison")
 	}
 	if cmp.TotalCommits > len(cmp.Commits) {
-		cut(s, subject.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
+		cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
 	}
 	return requests, nil
 }
@@ -449,7 +449,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 // describe another head (the pull request moved on while it was read: a file's links name
 // another commit, or the commits, listed whole, end with another) is dropped: current is
 // false, and s is left as it was but for the title and branches read.
-func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
+func (c *Client) fillPull(ctx context.Context, s *change.Change, need change.Inputs) (current bool, requests int, err error) {
 	pr, err := c.PullRequest(ctx, s.Installation, s.Repository, s.Pull.Number)
 	if err != nil {
 		return false, 1, err
@@ -461,7 +461,7 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 	}
 	var files []ChangedFile
 	var commits []Commit
-	if need.Has(subject.PathsInput) {
+	if need.Has(change.PathsInput) {
 		files, err = c.PullFiles(ctx, s.Installation, s.Repository, s.Pull.Number, PullFilesListed)
 		requests += 1 + len(files)/perPage
 		if err != nil {
@@ -474,7 +474,7 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 			}
 		}
 	}
-	if need.Has(subject.CommitsInput) {
+	if need.Has(change.CommitsInput) {
 		commits, err = c.PullCommits(ctx, s.Installation, s.Repository, s.Pull.Number)
 		requests += 1 + len(commits)/perPage
 		if err != nil {
@@ -485,16 +485,16 @@ func (c *Client) fillPull(ctx context.Context, s *subject.Subject, need subject.
 			return false, requests, nil
 		}
 	}
-	if need.Has(subject.PathsInput) {
+	if need.Has(change.PathsInput) {
 		addFiles(s, files)
 		if pr.ChangedFiles > len(files) {
-			cut(s, subject.PathsInput, "at most 3,000 files of a pull request")
+			cut(s, change.PathsInput, "at most 3,000 files of a pull request")
 		}
 	}
-	if need.Has(subject.CommitsInput) {
+	if need.Has(change.CommitsInput) {
 		addCommits(s, commits)
 		if pr.Commits > len(commits) {
-			cut(s, subject.CommitsInput, "at most 250 commits of a pull request")
+			cut(s, change.CommitsInput, "at most 250 commits of a pull request")
 		}
 	}
 	return true, requests, nil
@@ -511,7 +511,7 @@ func refOf(contents string) string {
 
 // addFiles adds the paths files change: a renamed file changes its old path too, as a push's
 // removed list would say.
-func addFiles(s *subject.Subject, files []ChangedFile) {
+func addFiles(s *change.Change, files []ChangedFile) {
 	seen := make(map[string]bool, len(s.Paths))
 	for _, p := range s.Paths {
 		seen[p] = true
@@ -526,8 +526,8 @@ func addFiles(s *subject.Subject, files []ChangedFile) {
 	}
 }
 
-func addCommits(s *subject.Subject, commits []Commit) {
+func addCommits(s *change.Change, commits []Commit) {
 	for _, c := range commits {
-		s.Commits = append(s.Commits, subject.Commit{ID: c.SHA, Message: c.Commit.Message})
+		s.Commits = append(s.Commits, change.Commit{ID: c.SHA, Message: c.Commit.Message})
 	}
 }

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // What a re-run's inputs are read as, from a fake of GitHub's pull request and commit reads
@@ -69,9 +69,9 @@ func modified(paths ...string) func(int) []githubtest.ChangedFile {
 }
 
 // fill fills s, failing on an error or a request outside GitHub's description.
-func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
+func (w *rerunWorld) fill(s change.Change) change.Change {
 	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, subject.AllInputs&^s.Whole)
+	got, err := w.reader.Read(context.Background(), s, change.AllInputs&^s.Whole)
 	if err != nil {
 		w.t.Fatalf("fill: %v", err)
 	}
@@ -81,14 +81,14 @@ func (w *rerunWorld) fill(s subject.Subject) subject.Subject {
 	return got
 }
 
-func rerunOf(head int, pull int, before string) subject.Subject {
-	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Event: subject.Rerun,
+func rerunOf(head int, pull int, before string) change.Change {
+	s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Event: change.Rerun,
 		Installation: 2311213, Before: before, Ref: "refs/heads/changes"}
 	// Known to be a pull request's (pull > 0), or a push's (the runner found the delivery its
 	// check run was published for): either way the pull request is held.
-	s.Whole = subject.PullInput
+	s.Whole = change.PullInput
 	if pull > 0 {
-		s.Pull = &subject.Pull{Number: pull, TargetBranch: "main", SourceBranch: "changes"}
+		s.Pull = &change.Pull{Number: pull, TargetBranch: "main", SourceBranch: "changes"}
 	}
 	return s
 }
@@ -104,7 +104,7 @@ func TestARerunNamingNoPullRequestLeavesItsPullRequestCommitsAndPathsUnread(t *t
 	s := rerunOf(2, 0, commitN(1))
 	s.Whole = 0
 	got := w.fill(s)
-	for _, in := range []subject.Inputs{subject.TitleInput, subject.PullInput, subject.CommitsInput, subject.PathsInput} {
+	for _, in := range []change.Inputs{change.TitleInput, change.PullInput, change.CommitsInput, change.PathsInput} {
 		if got.Whole.Has(in) || !strings.Contains(got.UnreadReason(in), "names no pull request") {
 			t.Fatalf("%s: whole %q, unread %+v", in, got.Whole, got.Unread)
 		}
@@ -136,7 +136,7 @@ func TestARerunOfAPushOnItsBranchIsReadAsThePush(t *testing.T) {
 			if got.Pull != nil || len(got.Unread) > 0 {
 				t.Fatalf("pull %+v, unread %+v: want a push's re-run, read whole", got.Pull, got.Unread)
 			}
-			for _, in := range []subject.Inputs{subject.TitleInput, subject.PullInput, subject.CommitsInput, subject.PathsInput} {
+			for _, in := range []change.Inputs{change.TitleInput, change.PullInput, change.CommitsInput, change.PathsInput} {
 				if !got.Whole.Has(in) {
 					t.Fatalf("%s not held whole: whole %q", in, got.Whole)
 				}
@@ -159,12 +159,12 @@ func TestARerunWhoseBranchDoesNotHoldItsCommitStaysUnread(t *testing.T) {
 	s := rerunOf(2, 0, commitN(1))
 	s.Whole = 0
 	got := w.fill(s)
-	if got.Whole.Has(subject.PullInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "names no pull request") {
+	if got.Whole.Has(change.PullInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "names no pull request") {
 		t.Fatalf("whole %q, unread %+v: want the pull request, commits and paths unread", got.Whole, got.Unread)
 	}
 }
 
-func commitIDs(s subject.Subject) []string {
+func commitIDs(s change.Change) []string {
 	var out []string
 	for _, c := range s.Commits {
 		out = append(out, c.ID)
@@ -183,13 +183,13 @@ func TestARerunOfAPullRequestReadsItsTitleFilesAndCommits(t *testing.T) {
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
 	got := w.fill(rerunOf(2, 2, ""))
 	want := rerunOf(2, 2, "")
-	want.Whole = subject.AllInputs
+	want.Whole = change.AllInputs
 	if len(got.Read) != 1 || !strings.HasPrefix(got.Read[0], "GitHub: title, commits, paths (") {
 		t.Fatalf("read %q", got.Read)
 	}
 	want.Read = got.Read
 	want.Pull.Title = "feat: move the key" // the branches are the webhook's, held whole
-	want.Commits = []subject.Commit{{ID: commitN(1), Message: "Commit 1"}, {ID: commitN(2), Message: "Move the key"}}
+	want.Commits = []change.Commit{{ID: commitN(1), Message: "Commit 1"}, {ID: commitN(2), Message: "Move the key"}}
 	want.Paths = []string{"src/a.go", "secrets/key.pem", "docs/key.md"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("filled\n%+v\nwant\n%+v", got, want)
@@ -206,13 +206,13 @@ func TestARerunOfAPushReadsTheComparisonSinceBeforeOrTheDefaultBranch(t *testing
 	w.history.SetBranch(rerunRepo, "main", commitN(1))
 	w.commits(1, 3, func(n int) []githubtest.ChangedFile { return modified(fmt.Sprintf("f%d.go", n), "README.md")(n) })
 	got := w.fill(rerunOf(3, 0, commitN(1)))
-	if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
+	if !got.Whole.Has(change.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
 		!reflect.DeepEqual(commitIDs(got), []string{commitN(2), commitN(3)}) {
 		t.Fatalf("filled from the comparison %+v", got)
 	}
 	for _, before := range []string{strings.Repeat("0", 40), ""} {
 		got = w.fill(rerunOf(3, 0, before))
-		if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
+		if !got.Whole.Has(change.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"f2.go", "README.md", "f3.go"}) ||
 			!reflect.DeepEqual(commitIDs(got), []string{commitN(2), commitN(3)}) {
 			t.Fatalf("filled from the default branch (before %q) %+v", before, got)
 		}
@@ -239,8 +239,8 @@ func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 9, Title: "feat: many", Base: "main", Head: "many",
 		BaseSHA: commitN(0), HeadSHA: commitN(260)})
 	got := w.fill(rerunOf(260, 9, ""))
-	if !got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) || len(got.Paths) != 1200 || len(got.Commits) != 250 ||
-		!strings.Contains(got.UnreadReason(subject.CommitsInput), "250 commits") {
+	if !got.Whole.Has(change.PathsInput) || got.Whole.Has(change.CommitsInput) || len(got.Paths) != 1200 || len(got.Commits) != 250 ||
+		!strings.Contains(got.UnreadReason(change.CommitsInput), "250 commits") {
 		t.Fatalf("a pull request of 1200 files and 260 commits: whole %q, %d paths, %d commits, %v", got.Whole, len(got.Paths), len(got.Commits), got.Unread)
 	}
 	if last := got.Commits[len(got.Commits)-1].ID; last != commitN(250) {
@@ -257,8 +257,8 @@ func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(300), Parent: commitN(299)})
 	got = w.fill(rerunOf(530, 0, commitN(300)))
 	ids := commitIDs(got)
-	if got.Whole.Has(subject.PathsInput) || !got.Whole.Has(subject.CommitsInput) || len(got.Paths) != 300 || len(ids) != 230 ||
-		ids[len(ids)-1] != commitN(530) || ids[0] != commitN(301) || !strings.Contains(got.UnreadReason(subject.PathsInput), "300 files") {
+	if got.Whole.Has(change.PathsInput) || !got.Whole.Has(change.CommitsInput) || len(got.Paths) != 300 || len(ids) != 230 ||
+		ids[len(ids)-1] != commitN(530) || ids[0] != commitN(301) || !strings.Contains(got.UnreadReason(change.PathsInput), "300 files") {
 		t.Fatalf("a comparison of 350 files and 230 commits: whole %q, %d paths, %d commits from %.8s to %.8s", got.Whole,
 			len(got.Paths), len(ids), ids[0], ids[len(ids)-1])
 	}
@@ -266,7 +266,7 @@ func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 	w.history.SetBranch(rerunRepo, "main", commitN(599))
 	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(600), Parent: commitN(599), Message: "Big", Files: many(1100)(600)})
 	got = w.fill(rerunOf(600, 0, ""))
-	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != 300 || !strings.Contains(got.UnreadReason(subject.PathsInput), "300 files") {
+	if got.Whole.Has(change.PathsInput) || len(got.Paths) != 300 || !strings.Contains(got.UnreadReason(change.PathsInput), "300 files") {
 		t.Fatalf("a new branch's commit of 1100 files: whole %q, %d paths", got.Whole, len(got.Paths))
 	}
 }
@@ -277,7 +277,7 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 	for _, c := range []struct {
 		op, permission string
 		code           int
-		s              subject.Subject
+		s              change.Change
 	}{
 		{githubtest.OpCompareCommits, "Contents: read", http.StatusForbidden, rerunOf(2, 0, commitN(1))},
 		{githubtest.OpGetRepo, "Metadata: read", http.StatusNotFound, rerunOf(2, 0, "")},
@@ -293,8 +293,8 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 			return 0
 		}
 		got := w.fill(c.s)
-		why := got.UnreadReason(subject.PathsInput)
-		if got.Whole.Has(subject.PathsInput) || got.Paths != nil || !strings.Contains(why, c.permission) ||
+		why := got.UnreadReason(change.PathsInput)
+		if got.Whole.Has(change.PathsInput) || got.Paths != nil || !strings.Contains(why, c.permission) ||
 			!strings.Contains(why, fmt.Sprint(c.code)) {
 			t.Fatalf("%s answered %d: %+v", c.op, c.code, got)
 		}
@@ -307,8 +307,8 @@ func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
 	w := newRerunWorld(t)
 	w.commits(1, 2, modified("a.go"))
 	w.history.Answer = func(string, int) int { return http.StatusBadGateway }
-	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), subject.AllInputs)
-	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != subject.PullInput || got.Unread != nil {
+	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), change.AllInputs)
+	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != change.PullInput || got.Unread != nil {
 		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, providerapi.ClassOf(err))
 	}
 }
@@ -328,7 +328,7 @@ func TestARerunOfAPullRequestThatMovedOnReadsWhatThePullRequestChangedAtItsCommi
 		BaseSHA: commitN(0), HeadSHA: commitN(3)})
 	// Re-run of the check suite the push of commit 2 made (its before: commit 1).
 	got := w.fill(rerunOf(2, 2, commitN(1)))
-	if !got.Whole.Has(subject.AllInputs) || got.Pull.Title != "feat: three" ||
+	if !got.Whole.Has(change.AllInputs) || got.Pull.Title != "feat: three" ||
 		!reflect.DeepEqual(got.Paths, []string{"secrets/key.pem", "f2.go"}) ||
 		!reflect.DeepEqual(commitIDs(got), []string{commitN(1), commitN(2)}) {
 		t.Fatalf("filled %+v", got)
@@ -349,16 +349,16 @@ func TestAPushCreatingABranchIsReadSinceTheDefaultBranch(t *testing.T) {
 	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "add the key",
 		Files: []githubtest.ChangedFile{{Filename: "secrets/key.pem", Status: "added"}}})
 	w.commits(2, 3, modified("README.md"))
-	push := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(3), Ref: "refs/heads/feature", Event: subject.Push,
-		Installation: 2311213, Whole: subject.TitleInput | subject.PullInput}
+	push := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(3), Ref: "refs/heads/feature", Event: change.Push,
+		Installation: 2311213, Whole: change.TitleInput | change.PullInput}
 	got := w.fill(push)
-	if !got.Whole.Has(subject.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem", "README.md"}) ||
+	if !got.Whole.Has(change.AllInputs) || !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem", "README.md"}) ||
 		!reflect.DeepEqual(commitIDs(got), []string{commitN(1), commitN(2), commitN(3)}) {
 		t.Fatalf("a new branch read as %+v", got)
 	}
 	w.history.SetDefaultBranch(rerunRepo, "feature")
 	got = w.fill(push)
-	for _, in := range []subject.Inputs{subject.CommitsInput, subject.PathsInput} {
+	for _, in := range []change.Inputs{change.CommitsInput, change.PathsInput} {
 		if got.Whole.Has(in) || !strings.Contains(got.UnreadReason(in), "default branch") {
 			t.Fatalf("the default branch's first push: %s whole %q, unread %+v", in, got.Whole, got.Unread)
 		}
@@ -367,7 +367,7 @@ func TestAPushCreatingABranchIsReadSinceTheDefaultBranch(t *testing.T) {
 	rerun := rerunOf(3, 0, "")
 	rerun.Ref = ""
 	got = w.fill(rerun)
-	if got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "branch") {
+	if got.Whole.Has(change.PathsInput) || got.Whole.Has(change.CommitsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "branch") {
 		t.Fatalf("a re-run naming no branch: whole %q, unread %+v", got.Whole, got.Unread)
 	}
 }
@@ -380,11 +380,11 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, modified("a.go"))
 	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: the title before the edit", Base: "main", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: subject.PullRequest, Installation: 2311213,
-		Whole: subject.TitleInput | subject.PullInput,
-		Pull:  &subject.Pull{Number: 2, Title: "WIP: the edited title", TargetBranch: "release/1", SourceBranch: "changes"}}
+	s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: change.PullRequest, Installation: 2311213,
+		Whole: change.TitleInput | change.PullInput,
+		Pull:  &change.Pull{Number: 2, Title: "WIP: the edited title", TargetBranch: "release/1", SourceBranch: "changes"}}
 	got := w.fill(s)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(subject.AllInputs) {
+	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
 		t.Fatalf("the webhook's pull request %+v became %+v", *s.Pull, *got.Pull)
 	}
 }
@@ -394,7 +394,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 // GitHub's files name in their links and its commits end with, and they are dropped; the commit
 // is read as the pull request was at it. Its forbidden file, gone from the new head, is seen.
 func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
-	for _, need := range []subject.Inputs{subject.PathsInput, subject.PathsInput | subject.CommitsInput, subject.CommitsInput} {
+	for _, need := range []change.Inputs{change.PathsInput, change.PathsInput | change.CommitsInput, change.CommitsInput} {
 		w := newRerunWorld(t)
 		w.history.SetBranch(rerunRepo, "main", commitN(0))
 		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root"})
@@ -413,15 +413,15 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			}
 			return 0
 		}
-		s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(1), Event: subject.PullRequest, Installation: 2311213,
-			Whole: subject.TitleInput | subject.PullInput,
-			Pull:  &subject.Pull{Number: 2, Title: "feat: a key", TargetBranch: "main", SourceBranch: "changes"}}
+		s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(1), Event: change.PullRequest, Installation: 2311213,
+			Whole: change.TitleInput | change.PullInput,
+			Pull:  &change.Pull{Number: 2, Title: "feat: a key", TargetBranch: "main", SourceBranch: "changes"}}
 		got, err := w.reader.Read(context.Background(), s, need)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !got.Whole.Has(need) || need.Has(subject.PathsInput) && !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem"}) ||
-			need.Has(subject.CommitsInput) && !reflect.DeepEqual(commitIDs(got), []string{commitN(1)}) {
+		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem"}) ||
+			need.Has(change.CommitsInput) && !reflect.DeepEqual(commitIDs(got), []string{commitN(1)}) {
 			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, commitIDs(got))
 		}
 	}
@@ -436,13 +436,13 @@ func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := github.NewTokenClient(srv.URL, "ghp_token", srv.Client())
-	s := subject.Subject{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: subject.Push,
-		Ref: "refs/heads/main", Before: commitN(1), Whole: subject.TitleInput | subject.PullInput}
-	got, err := c.Read(context.Background(), s, subject.PathsInput)
+	s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: change.Push,
+		Ref: "refs/heads/main", Before: commitN(1), Whole: change.TitleInput | change.PullInput}
+	got, err := c.Read(context.Background(), s, change.PathsInput)
 	if err != nil {
 		t.Fatalf("read: %v (want the paths unread, not a retry)", err)
 	}
-	if got.Whole.Has(subject.PathsInput) || !strings.Contains(got.UnreadReason(subject.PathsInput), "longer than the 32 MiB amiss reads") {
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "longer than the 32 MiB amiss reads") {
 		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
 	}
 }

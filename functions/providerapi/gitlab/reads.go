@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // Reads of what a webhook leaves out, as GitLab's API serves them:
@@ -220,16 +220,16 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 // class Transient: the attempt is retried. Any other failure (401, 403, 404: a token without
 // the scope, or that cannot see the project) is not an error: the inputs in need are marked
 // unread, naming what to grant.
-func (c *Client) Read(ctx context.Context, s subject.Subject, need subject.Inputs) (subject.Subject, error) {
+func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	if need == 0 {
 		return s, nil
 	}
 	f := s
-	f.Unread = append([]subject.Unread(nil), s.Unread...)
-	if need.Has(subject.CommitsInput) {
+	f.Unread = append([]change.Unread(nil), s.Unread...)
+	if need.Has(change.CommitsInput) {
 		f.Commits = nil
 	}
-	if need.Has(subject.PathsInput) {
+	if need.Has(change.PathsInput) {
 		f.Paths = nil
 	}
 	if f.Pull != nil {
@@ -268,7 +268,7 @@ func reasonOf(err error) string {
 	return err.Error()
 }
 
-func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inputs) (requests int, err error) {
+func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
 	if s.Pull != nil && s.Pull.Number > 0 {
 		current, n, err := c.fillMergeRequest(ctx, s, need)
 		requests += n
@@ -276,7 +276,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 			return requests, err
 		}
 	}
-	if !need.Has(subject.CommitsInput) && !need.Has(subject.PathsInput) {
+	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
 		return requests, nil
 	}
 	from := s.Before
@@ -291,7 +291,7 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 			return requests, err
 		}
 		if p.DefaultBranch == "" || "refs/heads/"+p.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(subject.CommitsInput|subject.PathsInput),
+			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
 				"the push created the project's default branch: no earlier commit names where its commits begin")
 			return requests, nil
 		}
@@ -303,11 +303,11 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 		return requests, err
 	}
 	for _, cm := range cmp.Commits {
-		s.Commits = append(s.Commits, subject.Commit{ID: cm.ID, Message: cm.Message})
+		s.Commits = append(s.Commits, change.Commit{ID: cm.ID, Message: cm.Message})
 	}
 	addDiffs(s, cmp.Diffs)
 	if cmp.CompareTimeout {
-		s.MarkUnread(need&subject.PathsInput, fmt.Sprintf("GitLab's comparison overflowed its diff limits (the instance's maximum files or lines in a diff): it lists %d files", len(cmp.Diffs)))
+		s.MarkUnread(need&change.PathsInput, fmt.Sprintf("GitLab's comparison overflowed its diff limits (the instance's maximum files or lines in a diff): it lists %d files", len(cmp.Diffs)))
 	}
 	return requests, nil
 }
@@ -316,9 +316,9 @@ func (c *Client) fill(ctx context.Context, s *subject.Subject, need subject.Inpu
 // (current), its title and branches as need asks, its files and commits. A listing that turns out to describe
 // another head (the merge request moved on while it was read) is dropped: current is false,
 // and s is left as it was but for the title and branches.
-func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need subject.Inputs) (current bool, requests int, err error) {
+func (c *Client) fillMergeRequest(ctx context.Context, s *change.Change, need change.Inputs) (current bool, requests int, err error) {
 	overflow := ""
-	if need&(subject.TitleInput|subject.PullInput|subject.PathsInput) != 0 {
+	if need&(change.TitleInput|change.PullInput|change.PathsInput) != 0 {
 		mr, err := c.MergeRequest(ctx, s.Repository, s.Pull.Number)
 		requests++
 		if err != nil {
@@ -328,7 +328,7 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 		if mr.SHA != s.SHA {
 			return false, requests, nil
 		}
-		if need.Has(subject.PathsInput) && (mr.DiffRefs == nil || mr.ChangesCount == nil) {
+		if need.Has(change.PathsInput) && (mr.DiffRefs == nil || mr.ChangesCount == nil) {
 			// Its diff would list nothing yet: read again after the retry delay.
 			return false, requests, &providerapi.Error{Class: providerapi.Transient,
 				Err: fmt.Errorf("GitLab is still preparing merge request !%d's diff", s.Pull.Number)}
@@ -339,9 +339,9 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 	}
 	base := ProjectPath(s.Repository) + fmt.Sprintf("/merge_requests/%d", s.Pull.Number)
 	var paths []string
-	var commits []subject.Commit
-	var cuts []subject.Unread
-	if need.Has(subject.PathsInput) {
+	var commits []change.Commit
+	var cuts []change.Unread
+	if need.Has(change.PathsInput) {
 		diffs, err := list[Diff](ctx, c, fmt.Sprintf("%s/diffs?per_page=%d&page=1", base, perPage), "the merge request's diffs", MaxReadFiles)
 		requests += diffs.pages
 		switch {
@@ -355,15 +355,15 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 		}
 		switch {
 		case overflow != "":
-			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: fmt.Sprintf(
+			cuts = append(cuts, change.Unread{Input: change.PathsInput, Reason: fmt.Sprintf(
 				"GitLab keeps %s files of the merge request's diff (the instance's maximum files or lines in a diff)", overflow)})
 		case diffs.more:
-			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: fmt.Sprintf("the merge request has more than %d files; amiss reads at most %d", MaxReadFiles, MaxReadFiles)})
+			cuts = append(cuts, change.Unread{Input: change.PathsInput, Reason: fmt.Sprintf("the merge request has more than %d files; amiss reads at most %d", MaxReadFiles, MaxReadFiles)})
 		case diffs.short > 0:
-			cuts = append(cuts, subject.Unread{Input: subject.PathsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d files", len(diffs.items), diffs.short)})
+			cuts = append(cuts, change.Unread{Input: change.PathsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d files", len(diffs.items), diffs.short)})
 		}
 	}
-	if need.Has(subject.PathsInput) && !need.Has(subject.CommitsInput) {
+	if need.Has(change.PathsInput) && !need.Has(change.CommitsInput) {
 		// Diffs name no head, and no commits listed after them tell it: the merge request,
 		// read again, says whether a push landed while they were read.
 		again, err := c.MergeRequest(ctx, s.Repository, s.Pull.Number)
@@ -375,7 +375,7 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 			return false, requests, nil
 		}
 	}
-	if need.Has(subject.CommitsInput) {
+	if need.Has(change.CommitsInput) {
 		listed, err := list[Commit](ctx, c, fmt.Sprintf("%s/commits?per_page=%d&page=1", base, perPage), "the merge request's commits", MaxReadCommits)
 		requests += listed.pages
 		switch {
@@ -388,13 +388,13 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 			return false, requests, nil // GitLab lists the newest first: the head is another commit
 		}
 		for i := len(listed.items) - 1; i >= 0; i-- {
-			commits = append(commits, subject.Commit{ID: listed.items[i].ID, Message: listed.items[i].Message})
+			commits = append(commits, change.Commit{ID: listed.items[i].ID, Message: listed.items[i].Message})
 		}
 		switch {
 		case listed.more:
-			cuts = append(cuts, subject.Unread{Input: subject.CommitsInput, Reason: fmt.Sprintf("the merge request has more than %d commits; amiss reads at most %d", MaxReadCommits, MaxReadCommits)})
+			cuts = append(cuts, change.Unread{Input: change.CommitsInput, Reason: fmt.Sprintf("the merge request has more than %d commits; amiss reads at most %d", MaxReadCommits, MaxReadCommits)})
 		case listed.short > 0:
-			cuts = append(cuts, subject.Unread{Input: subject.CommitsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d commits", len(listed.items), listed.short)})
+			cuts = append(cuts, change.Unread{Input: change.CommitsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d commits", len(listed.items), listed.short)})
 		}
 	}
 	addPaths(s, paths...)
@@ -405,7 +405,7 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *subject.Subject, need 
 	return true, requests, nil
 }
 
-func addDiffs(s *subject.Subject, diffs []Diff) {
+func addDiffs(s *change.Change, diffs []Diff) {
 	var ps []string
 	for _, d := range diffs {
 		ps = append(ps, d.OldPath, d.NewPath)
@@ -414,7 +414,7 @@ func addDiffs(s *subject.Subject, diffs []Diff) {
 }
 
 // addPaths adds each of ps to s's paths once.
-func addPaths(s *subject.Subject, ps ...string) {
+func addPaths(s *change.Change, ps ...string) {
 	seen := make(map[string]bool, len(s.Paths))
 	for _, p := range s.Paths {
 		seen[p] = true

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab/gitlabtest"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // What a webhook's missing inputs are read as, from the fake of GitLab, which checks every
@@ -64,7 +64,7 @@ func modified(paths ...string) func(int) []gitlabtest.File {
 	}
 }
 
-func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject {
+func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
 	got, err := w.reader.Read(context.Background(), s, need)
 	if err != nil {
@@ -76,25 +76,25 @@ func (w *readWorld) read(s subject.Subject, need subject.Inputs) subject.Subject
 	return got
 }
 
-func mergeRequestOf(head, iid int) subject.Subject {
-	return subject.Subject{Provider: "gitlab", Repository: readProject, SHA: commitN(head), Event: subject.PullRequest,
-		Ref: "refs/heads/changes", Whole: subject.TitleInput | subject.PullInput,
-		Pull: &subject.Pull{Number: iid, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
+func mergeRequestOf(head, iid int) change.Change {
+	return change.Change{Provider: "gitlab", Repository: readProject, SHA: commitN(head), Event: change.PullRequest,
+		Ref: "refs/heads/changes", Whole: change.TitleInput | change.PullInput,
+		Pull: &change.Pull{Number: iid, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
 }
 
-func pushOf(before, head, listed int) subject.Subject {
-	s := subject.Subject{Provider: "gitlab", Repository: readProject, SHA: commitN(head), Event: subject.Push, Ref: "refs/heads/main",
-		Whole: subject.TitleInput | subject.PullInput}
+func pushOf(before, head, listed int) change.Change {
+	s := change.Change{Provider: "gitlab", Repository: readProject, SHA: commitN(head), Event: change.Push, Ref: "refs/heads/main",
+		Whole: change.TitleInput | change.PullInput}
 	if before >= 0 {
 		s.Before = commitN(before)
 	}
 	for n := head - listed + 1; n <= head; n++ {
-		s.Commits = append(s.Commits, subject.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d\n\nbody", n)})
+		s.Commits = append(s.Commits, change.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d\n\nbody", n)})
 	}
 	return s
 }
 
-func ids(s subject.Subject) []string {
+func ids(s change.Change) []string {
 	var out []string
 	for _, c := range s.Commits {
 		out = append(out, c.ID)
@@ -120,8 +120,8 @@ func TestAMergeRequestsDiffsAndCommitsAreReadEveryPage(t *testing.T) {
 		Files: []gitlabtest.File{{Path: "docs/key.md", Status: "renamed", OldPath: "secrets/key.pem"}}})
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "feat: move the key", Source: "changes", Target: "main",
 		BaseSHA: commitN(0), HeadSHA: commitN(250)})
-	got := w.read(mergeRequestOf(250, 7), subject.CommitsInput|subject.PathsInput)
-	if !got.Whole.Has(subject.AllInputs) || len(got.Unread) != 0 {
+	got := w.read(mergeRequestOf(250, 7), change.CommitsInput|change.PathsInput)
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
 	if !slices.Equal(ids(got), commitsFrom(1, 250)) || got.Commits[0].Message != "Commit 1\n\nbody" {
@@ -139,7 +139,7 @@ func TestAMergeRequestsDiffsAndCommitsAreReadEveryPage(t *testing.T) {
 		t.Fatalf("requests %v, want %v; read %q", reads, want, got.Read)
 	}
 	before := w.gitlab.AllRequests()
-	if got := w.read(mergeRequestOf(250, 7), subject.CommitsInput); len(got.Commits) != 250 || w.gitlab.AllRequests()-before != 3 {
+	if got := w.read(mergeRequestOf(250, 7), change.CommitsInput); len(got.Commits) != 250 || w.gitlab.AllRequests()-before != 3 {
 		t.Fatalf("commits alone: %d commits in %d requests", len(got.Commits), w.gitlab.AllRequests()-before)
 	}
 }
@@ -151,9 +151,9 @@ func TestAnOverflowingMergeRequestIsNotHeldWhole(t *testing.T) {
 	w.gitlab.DiffMaxFiles = 150
 	w.commits(1, 200, each)
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(200)})
-	got := w.read(mergeRequestOf(200, 7), subject.PathsInput)
-	if got.Whole.Has(subject.PathsInput) || len(got.Paths) != 150 ||
-		got.UnreadReason(subject.PathsInput) != "GitLab keeps 150+ files of the merge request's diff (the instance's maximum files or lines in a diff)" {
+	got := w.read(mergeRequestOf(200, 7), change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || len(got.Paths) != 150 ||
+		got.UnreadReason(change.PathsInput) != "GitLab keeps 150+ files of the merge request's diff (the instance's maximum files or lines in a diff)" {
 		t.Fatalf("whole %v, %d paths, unread %+v", got.Whole, len(got.Paths), got.Unread)
 	}
 }
@@ -167,9 +167,9 @@ func TestAMergeRequestThatMovedOnIsReadAsItsTargetsComparison(t *testing.T) {
 	w.commits(3, 3, modified("secrets/later.pem"))
 	w.gitlab.SetBranch(readProject, "main", commitN(0))
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(3)})
-	for _, need := range []subject.Inputs{subject.PathsInput, subject.CommitsInput} {
+	for _, need := range []change.Inputs{change.PathsInput, change.CommitsInput} {
 		before := w.gitlab.Requests(gitlabtest.OpCompare)
-		got := w.read(mergeRequestOf(2, 7), need|subject.CommitsInput)
+		got := w.read(mergeRequestOf(2, 7), need|change.CommitsInput)
 		if !slices.Equal(ids(got), commitsFrom(1, 2)) || !slices.Equal(got.Paths, []string{"src/a.go"}) || len(got.Unread) != 0 ||
 			w.gitlab.Requests(gitlabtest.OpCompare) != before+1 {
 			t.Fatalf("%v: commits %v, paths %v, unread %+v", need, ids(got), got.Paths, got.Unread)
@@ -184,7 +184,7 @@ func TestAPushIsReadAsItsComparison(t *testing.T) {
 	w.commits(1, 29, each)
 	w.gitlab.AddCommit(readProject, gitlabtest.Commit{SHA: commitN(30), Parent: commitN(29), Message: "Move",
 		Files: []gitlabtest.File{{Path: "b.go", Status: "renamed", OldPath: "a.go"}}})
-	got := w.read(pushOf(0, 30, 20), subject.CommitsInput|subject.PathsInput)
+	got := w.read(pushOf(0, 30, 20), change.CommitsInput|change.PathsInput)
 	if !slices.Equal(ids(got), commitsFrom(1, 30)) || len(got.Unread) != 0 || len(got.Paths) != 31 ||
 		!slices.Contains(got.Paths, "a.go") || w.gitlab.AllRequests() != 1 {
 		t.Fatalf("commits %d, paths %v, unread %+v, %d requests", len(got.Commits), got.Paths, got.Unread, w.gitlab.AllRequests())
@@ -197,9 +197,9 @@ func TestAnOverflowingComparisonLeavesThePathsUnread(t *testing.T) {
 	w := newReadWorld(t)
 	w.gitlab.DiffMaxFiles = 10
 	w.commits(1, 30, each)
-	got := w.read(pushOf(0, 30, 20), subject.CommitsInput|subject.PathsInput)
-	if !got.Whole.Has(subject.CommitsInput) || got.Whole.Has(subject.PathsInput) || len(got.Paths) != 10 ||
-		!strings.HasPrefix(got.UnreadReason(subject.PathsInput), "GitLab's comparison overflowed its diff limits") {
+	got := w.read(pushOf(0, 30, 20), change.CommitsInput|change.PathsInput)
+	if !got.Whole.Has(change.CommitsInput) || got.Whole.Has(change.PathsInput) || len(got.Paths) != 10 ||
+		!strings.HasPrefix(got.UnreadReason(change.PathsInput), "GitLab's comparison overflowed its diff limits") {
 		t.Fatalf("whole %v, %d paths, unread %+v", got.Whole, len(got.Paths), got.Unread)
 	}
 }
@@ -212,13 +212,13 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w.gitlab.SetBranch(readProject, "main", commitN(5))
 	s := pushOf(-1, 30, 20)
 	s.Ref = "refs/heads/feature"
-	got := w.read(s, subject.CommitsInput|subject.PathsInput)
+	got := w.read(s, change.CommitsInput|change.PathsInput)
 	if !slices.Equal(ids(got), commitsFrom(6, 30)) || len(got.Unread) != 0 || w.gitlab.Requests(gitlabtest.OpGetProject) != 1 {
 		t.Fatalf("commits %v, unread %+v", ids(got), got.Unread)
 	}
 	s.Ref = "refs/heads/main"
-	if got := w.read(s, subject.CommitsInput); got.Whole.Has(subject.CommitsInput) ||
-		!strings.Contains(got.UnreadReason(subject.CommitsInput), "created the project's default branch") {
+	if got := w.read(s, change.CommitsInput); got.Whole.Has(change.CommitsInput) ||
+		!strings.Contains(got.UnreadReason(change.CommitsInput), "created the project's default branch") {
 		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
 	}
 }
@@ -231,9 +231,9 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 		w.commits(1, 30, each)
 		w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(30)})
 		w.gitlab.Answer = func(string, int) int { return code }
-		got := w.read(mergeRequestOf(30, 7), subject.CommitsInput|subject.PathsInput)
+		got := w.read(mergeRequestOf(30, 7), change.CommitsInput|change.PathsInput)
 		want := fmt.Sprintf("GitLab answered %d; grant the token the read_api scope, as a member who can read the project's code (Reporter)", code)
-		if got.Whole.Has(subject.PathsInput) || got.UnreadReason(subject.PathsInput) != want || got.UnreadReason(subject.CommitsInput) != want {
+		if got.Whole.Has(change.PathsInput) || got.UnreadReason(change.PathsInput) != want || got.UnreadReason(change.CommitsInput) != want {
 			t.Fatalf("%d: whole %v, unread %+v", code, got.Whole, got.Unread)
 		}
 	}
@@ -246,7 +246,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 		w := newReadWorld(t)
 		w.commits(1, 30, each)
 		w.gitlab.Answer = func(string, int) int { return code }
-		got, err := w.reader.Read(context.Background(), pushOf(0, 30, 20), subject.PathsInput)
+		got, err := w.reader.Read(context.Background(), pushOf(0, 30, 20), change.PathsInput)
 		if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from GitLab") || len(got.Unread) != 0 {
 			t.Fatalf("%d: %v, unread %+v", code, err, got.Unread)
 		}
@@ -285,14 +285,14 @@ func TestAMergeRequestStillBeingPreparedIsReadAgainLater(t *testing.T) {
 	w.commits(1, 3, modified("secrets/key.pem"))
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main",
 		BaseSHA: commitN(0), HeadSHA: commitN(3), Preparing: true})
-	got, err := w.reader.Read(context.Background(), mergeRequestOf(3, 7), subject.PathsInput)
+	got, err := w.reader.Read(context.Background(), mergeRequestOf(3, 7), change.PathsInput)
 	if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "still preparing merge request !7's diff") ||
-		len(got.Unread) != 0 || got.Whole.Has(subject.PathsInput) {
+		len(got.Unread) != 0 || got.Whole.Has(change.PathsInput) {
 		t.Fatalf("%v; whole %v, unread %+v", err, got.Whole, got.Unread)
 	}
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main",
 		BaseSHA: commitN(0), HeadSHA: commitN(3)})
-	if got := w.read(mergeRequestOf(3, 7), subject.PathsInput); !slices.Equal(got.Paths, []string{"secrets/key.pem"}) {
+	if got := w.read(mergeRequestOf(3, 7), change.PathsInput); !slices.Equal(got.Paths, []string{"secrets/key.pem"}) {
 		t.Fatalf("once prepared: %v", got.Paths)
 	}
 }
@@ -305,8 +305,8 @@ func TestReadingAMergeRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "feat: the title before the edit", Source: "changes",
 		Target: "develop", BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	got := w.read(mergeRequestOf(2, 7), subject.CommitsInput|subject.PathsInput)
-	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(subject.AllInputs) {
+	got := w.read(mergeRequestOf(2, 7), change.CommitsInput|change.PathsInput)
+	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(change.AllInputs) {
 		t.Fatalf("the webhook's merge request became %+v", *got.Pull)
 	}
 }
@@ -331,8 +331,8 @@ func TestAMergeRequestMovingOnWhileItsDiffsAreReadIsReadAtItsCommit(t *testing.T
 		}
 		return 0
 	}
-	got := w.read(mergeRequestOf(1, 7), subject.PathsInput)
-	if !got.Whole.Has(subject.PathsInput) || !slices.Equal(got.Paths, []string{"secrets/key.pem"}) {
+	got := w.read(mergeRequestOf(1, 7), change.PathsInput)
+	if !got.Whole.Has(change.PathsInput) || !slices.Equal(got.Paths, []string{"secrets/key.pem"}) {
 		t.Fatalf("whole %q, paths %q, unread %+v", got.Whole, got.Paths, got.Unread)
 	}
 }
@@ -379,13 +379,13 @@ func TestAListingWhosePagingHeadersAreNotGitLabsIsNotHeldWholeAtItsFirstPage(t *
 			Files: []gitlabtest.File{{Path: "secrets/key.pem", Status: "added"}}})
 		w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main",
 			BaseSHA: commitN(0), HeadSHA: commitN(250)})
-		got := w.read(mergeRequestOf(250, 7), subject.PathsInput|subject.CommitsInput)
+		got := w.read(mergeRequestOf(250, 7), change.PathsInput|change.CommitsInput)
 		srv.Close()
 		switch {
-		case c.whole && (!got.Whole.Has(subject.AllInputs) || len(got.Paths) != 250 || len(got.Commits) != 250):
+		case c.whole && (!got.Whole.Has(change.AllInputs) || len(got.Paths) != 250 || len(got.Commits) != 250):
 			t.Errorf("%s: whole %q, %d paths, %d commits, unread %+v", c.name, got.Whole, len(got.Paths), len(got.Commits), got.Unread)
-		case !c.whole && (got.Whole.Has(subject.PathsInput) || got.Whole.Has(subject.CommitsInput) ||
-			!strings.Contains(got.UnreadReason(subject.PathsInput), "250")):
+		case !c.whole && (got.Whole.Has(change.PathsInput) || got.Whole.Has(change.CommitsInput) ||
+			!strings.Contains(got.UnreadReason(change.PathsInput), "250")):
 			t.Errorf("%s: whole %q, %d paths, %d commits, unread %+v", c.name, got.Whole, len(got.Paths), len(got.Commits), got.Unread)
 		}
 	}

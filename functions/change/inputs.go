@@ -1,4 +1,4 @@
-package subject
+package change
 
 import (
 	"encoding/json"
@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// Inputs is a set of the parts of a subject a rule may need and a webhook may not carry whole.
-// A subject says which it holds whole (Subject.Whole); a rule that needs one the subject does
+// Inputs is a set of the parts of a change a rule may need and a webhook may not carry whole.
+// A change says which it holds whole (Change.Whole); a rule that needs one the change does
 // not hold whole, and that the provider's API could not give, fails closed.
 type Inputs uint8
 
@@ -91,7 +91,7 @@ next:
 				continue next
 			}
 		}
-		return fmt.Errorf("subject: unknown input %q", name)
+		return fmt.Errorf("change: unknown input %q", name)
 	}
 	*s = out
 	return nil
@@ -107,7 +107,7 @@ type Unread struct {
 
 // MarkUnread records that the inputs in could not be read, for reason, and drops them from
 // Whole.
-func (s *Subject) MarkUnread(in Inputs, reason string) {
+func (s *Change) MarkUnread(in Inputs, reason string) {
 	in.Each(func(one Inputs) {
 		s.Whole &^= one
 		for i, u := range s.Unread {
@@ -121,7 +121,7 @@ func (s *Subject) MarkUnread(in Inputs, reason string) {
 }
 
 // UnreadReason is why in could not be read, or "" when no read said so.
-func (s *Subject) UnreadReason(in Inputs) string {
+func (s *Change) UnreadReason(in Inputs) string {
 	for _, u := range s.Unread {
 		if u.Input == in {
 			return u.Reason
@@ -134,7 +134,7 @@ func (s *Subject) UnreadReason(in Inputs) string {
 // asks for it: its title (TitleInput) and its branches (PullInput). What s holds whole is its
 // event's, and stays: the API's answer may be older than the event (a replica or cache behind
 // it), and a verdict is evaluated on its own event's inputs.
-func (s *Subject) ReadPull(need Inputs, title, target, source string) {
+func (s *Change) ReadPull(need Inputs, title, target, source string) {
 	if s.Pull == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package subject_test
+package change_test
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/provider"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 // What an edit proves of the pull request before it: GitHub, Gitea and Forgejo name what an
@@ -37,28 +37,28 @@ func TestAnEditProvesThePullRequestBeforeIt(t *testing.T) {
 	cases := []struct {
 		name, provider, header, event string
 		body                          []byte
-		want                          *subject.PullState
+		want                          *change.PullState
 	}{
 		{"github edited title", "github", "X-GitHub-Event", "pull_request", gh("edited", `"changes":{"title":{"from":"add stuff"}},`),
-			&subject.PullState{Title: "add stuff", TargetBranch: "main"}},
+			&change.PullState{Title: "add stuff", TargetBranch: "main"}},
 		{"github edited base", "github", "X-GitHub-Event", "pull_request", gh("edited", `"changes":{"base":{"ref":{"from":"dev"},"sha":{"from":"x"}}},`),
-			&subject.PullState{Title: "feat: new", TargetBranch: "dev"}},
+			&change.PullState{Title: "feat: new", TargetBranch: "dev"}},
 		{"github edited body", "github", "X-GitHub-Event", "pull_request", gh("edited", `"changes":{"body":{"from":"b"}},`),
-			&subject.PullState{Title: "feat: new", TargetBranch: "main"}},
+			&change.PullState{Title: "feat: new", TargetBranch: "main"}},
 		{"github opened", "github", "X-GitHub-Event", "pull_request", gh("opened", ""), nil},
 		{"forgejo edited title", "forgejo", "X-Forgejo-Event", "pull_request", gh("edited", `"changes":{"title":{"from":"add stuff"}},`),
-			&subject.PullState{Title: "add stuff", TargetBranch: "main"}},
+			&change.PullState{Title: "add stuff", TargetBranch: "main"}},
 		// Gitea and Forgejo name a changed target branch changes.ref.from.
 		{"gitea edited target", "gitea", "X-Gitea-Event", "pull_request", gh("edited", `"changes":{"ref":{"from":"dev"}},`),
-			&subject.PullState{Title: "feat: new", TargetBranch: "dev"}},
+			&change.PullState{Title: "feat: new", TargetBranch: "dev"}},
 		{"forgejo edited target", "forgejo", "X-Forgejo-Event", "pull_request", gh("edited", `"changes":{"ref":{"from":"dev"}},`),
-			&subject.PullState{Title: "feat: new", TargetBranch: "dev"}},
+			&change.PullState{Title: "feat: new", TargetBranch: "dev"}},
 		{"gitlab update", "gitlab", "", "", gl("update", `},"changes":{"title":{"previous":"Draft: new","current":"feat: new"}`),
-			&subject.PullState{Title: "Draft: new", TargetBranch: "main"}},
+			&change.PullState{Title: "Draft: new", TargetBranch: "main"}},
 		{"gitlab update by a push", "gitlab", "", "", gl("update", `,"oldrev":"`+strings.Repeat("2", 40)+`"`), nil},
 		{"gitlab open", "gitlab", "", "", gl("open", ""), nil},
 		{"bitbucket data center modified", "bitbucket", "X-Event-Key", "pr:modified", bbd("pr:modified",
-			`,"previousTitle":"WIP","previousTarget":{"id":"refs/heads/dev","displayId":"dev"}`), &subject.PullState{Title: "WIP", TargetBranch: "dev"}},
+			`,"previousTitle":"WIP","previousTarget":{"id":"refs/heads/dev","displayId":"dev"}`), &change.PullState{Title: "WIP", TargetBranch: "dev"}},
 		{"bitbucket data center opened", "bitbucket", "X-Event-Key", "pr:opened", bbd("pr:opened", ""), nil},
 		{"standard webhooks claim", "standard-webhooks", "", "", fmt.Appendf(nil, `{"type":"pull_request","data":{"repository":"acme/app",`+
 			`"sha":"%040d","pull_request":{"number":7,"title":"t","target_branch":"main","was":{"title":"x","target_branch":"main"}}}}`, 1), nil},
@@ -78,7 +78,7 @@ func TestAnEditProvesThePullRequestBeforeIt(t *testing.T) {
 	}
 }
 
-// An event that made the subject's commit the pull request's head (its opening, a push to it)
+// An event that made the change's commit the pull request's head (its opening, a push to it)
 // says so: every edit carrying that head came after it. An edit, a reopening, and a Standard
 // Webhooks sender's claim do not.
 func TestAnEventThatMadeTheHeadSaysSo(t *testing.T) {

@@ -1,4 +1,4 @@
-package subject
+package change
 
 import (
 	"fmt"
@@ -92,7 +92,7 @@ type ghPull struct {
 }
 
 // addCommits records a push's commits and the paths they added, modified or removed.
-func (s *Subject) addCommits(commits []ghCommit) {
+func (s *Change) addCommits(commits []ghCommit) {
 	var lists [][]string
 	for _, c := range commits {
 		s.Commits = append(s.Commits, Commit{ID: c.ID, Message: c.Message})
@@ -109,33 +109,33 @@ const pullWhole = TitleInput | PullInput
 var evaluatedPullActions = map[string]bool{"opened": true, "reopened": true, "synchronize": true, "synchronized": true,
 	"edited": true, "ready_for_review": true}
 
-func fromGitHubFamily(provider, event string, body []byte) (Subject, error) {
+func fromGitHubFamily(provider, event string, body []byte) (Change, error) {
 	s, err := fromGitHubEvent(provider, event, body)
 	if err != nil {
-		return Subject{}, err
+		return Change{}, err
 	}
 	var in ghInstallation
 	if err := decode(body, &in); err != nil {
-		return Subject{}, err
+		return Change{}, err
 	}
 	if in.Installation.ID < 0 {
-		return Subject{}, fmt.Errorf("%w: installation id %d", ErrMalformed, in.Installation.ID)
+		return Change{}, fmt.Errorf("%w: installation id %d", ErrMalformed, in.Installation.ID)
 	}
 	s.Installation = in.Installation.ID
 	return s, nil
 }
 
-func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
+func fromGitHubEvent(provider, event string, body []byte) (Change, error) {
 	switch event {
 	case "push":
 		var p ghPush
 		if err := decode(body, &p); err != nil {
-			return Subject{}, err
+			return Change{}, err
 		}
 		if p.Deleted || zeroSHA(p.After) {
-			return Subject{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
+			return Change{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
 		}
-		s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: p.After, Ref: p.Ref, Before: before(p.Before)}
+		s := Change{Event: Push, Repository: p.Repository.FullName, SHA: p.After, Ref: p.Ref, Before: before(p.Before)}
 		s.addCommits(p.Commits)
 		total := -1 // GitHub lists every commit, up to githubPushCommits
 		if provider != "github" {
@@ -150,12 +150,12 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 	case "pull_request":
 		var p ghPull
 		if err := decode(body, &p); err != nil {
-			return Subject{}, err
+			return Change{}, err
 		}
 		if !evaluatedPullActions[p.Action] {
-			return Subject{}, fmt.Errorf("%w: pull request %s", ErrIgnored, p.Action)
+			return Change{}, fmt.Errorf("%w: pull request %s", ErrIgnored, p.Action)
 		}
-		s := Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: p.PullRequest.Head.SHA,
+		s := Change{Event: PullRequest, Repository: p.Repository.FullName, SHA: p.PullRequest.Head.SHA,
 			Ref: "refs/heads/" + p.PullRequest.Head.Ref, Whole: pullWhole,
 			Pull: &Pull{Number: p.Number, Title: p.PullRequest.Title, TargetBranch: p.PullRequest.Base.Ref,
 				SourceBranch: p.PullRequest.Head.Ref}}
@@ -177,9 +177,9 @@ func fromGitHubEvent(provider, event string, body []byte) (Subject, error) {
 	case "check_run", "check_suite":
 		return fromRerun(event, body)
 	case "":
-		return Subject{}, fmt.Errorf("%w: %s event header missing", ErrMalformed, provider)
+		return Change{}, fmt.Errorf("%w: %s event header missing", ErrMalformed, provider)
 	}
-	return Subject{}, fmt.Errorf("%w: %s event %q", ErrIgnored, provider, event)
+	return Change{}, fmt.Errorf("%w: %s event %q", ErrIgnored, provider, event)
 }
 
 // ghCheck is the check run or check suite of a check_run or check_suite webhook: the commit,
@@ -219,7 +219,7 @@ type ghRerun struct {
 
 // fromRerun reads a check_run or check_suite webhook. Only "rerequested" (a user pressed
 // Re-run) is evaluated: the other actions (created, completed, requested, requested_action)
-// report what GitHub or an App did, and are ignored. The subject is the head commit; it holds no
+// report what GitHub or an App did, and are ignored. The change is the head commit; it holds no
 // commits, changed paths or title whole (the body carries none), and its pull request only
 // when the body names one. RerunOf is the check run's external_id when it is a ledger key (a
 // check run amiss published). A check suite's branch is its head_branch (a check run's, its
@@ -227,22 +227,22 @@ type ghRerun struct {
 // its title, which the body does not carry). Before is the check suite's (a check run's own
 // suite's), when the suite's after is the head commit: the commit the branch was at before
 // the push, from which a re-run of a push reads the commits and paths it lacks.
-func fromRerun(event string, body []byte) (Subject, error) {
+func fromRerun(event string, body []byte) (Change, error) {
 	var p ghRerun
 	if err := decode(body, &p); err != nil {
-		return Subject{}, err
+		return Change{}, err
 	}
 	if p.Action != "rerequested" {
-		return Subject{}, fmt.Errorf("%w: %s %s", ErrIgnored, event, p.Action)
+		return Change{}, fmt.Errorf("%w: %s %s", ErrIgnored, event, p.Action)
 	}
 	c := p.CheckRun
 	if event == "check_suite" {
 		c = p.CheckSuite
 	}
 	if c == nil {
-		return Subject{}, fmt.Errorf("%w: %s payload without its %s", ErrMalformed, event, event)
+		return Change{}, fmt.Errorf("%w: %s payload without its %s", ErrMalformed, event, event)
 	}
-	s := Subject{Event: Rerun, Repository: p.Repository.FullName, SHA: c.HeadSHA}
+	s := Change{Event: Rerun, Repository: p.Repository.FullName, SHA: c.HeadSHA}
 	if event == "check_run" && isSHA(c.ExternalID) && len(c.ExternalID) == 64 {
 		s.RerunOf = c.ExternalID
 	}
@@ -304,21 +304,21 @@ type glPayload struct {
 
 var evaluatedMergeActions = map[string]bool{"open": true, "reopen": true, "update": true}
 
-func fromGitLab(body []byte) (Subject, error) {
+func fromGitLab(body []byte) (Change, error) {
 	var p glPayload
 	if err := decode(body, &p); err != nil {
-		return Subject{}, err
+		return Change{}, err
 	}
 	switch p.ObjectKind {
 	case "push":
 		if zeroSHA(p.After) {
-			return Subject{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
+			return Change{}, fmt.Errorf("%w: %s deleted", ErrIgnored, p.Ref)
 		}
 		sha := p.After
 		if p.Checkout != "" {
 			sha = p.Checkout
 		}
-		s := Subject{Event: Push, Repository: p.Project.Path, SHA: sha, Ref: p.Ref, Before: before(p.Before)}
+		s := Change{Event: Push, Repository: p.Project.Path, SHA: sha, Ref: p.Ref, Before: before(p.Before)}
 		s.addCommits(p.Commits)
 		total := len(p.Commits) + 1 // no count: not known to be whole
 		if p.TotalCommits != nil {
@@ -328,9 +328,9 @@ func fromGitLab(body []byte) (Subject, error) {
 		return s, nil
 	case "merge_request":
 		if !evaluatedMergeActions[p.Attrs.Action] {
-			return Subject{}, fmt.Errorf("%w: merge request %s", ErrIgnored, p.Attrs.Action)
+			return Change{}, fmt.Errorf("%w: merge request %s", ErrIgnored, p.Attrs.Action)
 		}
-		s := Subject{Event: PullRequest, Repository: p.Project.Path, SHA: p.Attrs.LastCommit.ID,
+		s := Change{Event: PullRequest, Repository: p.Project.Path, SHA: p.Attrs.LastCommit.ID,
 			Ref: "refs/heads/" + p.Attrs.SourceBranch, Whole: pullWhole,
 			Pull: &Pull{Number: p.Attrs.IID, Title: p.Attrs.Title, TargetBranch: p.Attrs.TargetBranch,
 				SourceBranch: p.Attrs.SourceBranch}}
@@ -347,9 +347,9 @@ func fromGitLab(body []byte) (Subject, error) {
 		}
 		return s, nil
 	case "":
-		return Subject{}, fmt.Errorf("%w: gitlab payload without object_kind", ErrMalformed)
+		return Change{}, fmt.Errorf("%w: gitlab payload without object_kind", ErrMalformed)
 	}
-	return Subject{}, fmt.Errorf("%w: gitlab %s", ErrIgnored, p.ObjectKind)
+	return Change{}, fmt.Errorf("%w: gitlab %s", ErrIgnored, p.ObjectKind)
 }
 
 // Bitbucket Cloud.
@@ -458,7 +458,7 @@ func (r bbdRepo) name() string {
 
 // fromBitbucket reads a Bitbucket Cloud or Data Center webhook, told apart by its event key, and
 // names the API it came from.
-func fromBitbucket(event string, body []byte) (Subject, error) {
+func fromBitbucket(event string, body []byte) (Change, error) {
 	s, err := fromBitbucketEvent(event, body)
 	if err == nil {
 		s.API = BitbucketCloud
@@ -473,18 +473,18 @@ func fromBitbucket(event string, body []byte) (Subject, error) {
 // (Bitbucket Cloud's are repo:push and pullrequest:*).
 var dataCenterEvents = map[string]bool{"repo:refs_changed": true, "pr:opened": true, "pr:from_ref_updated": true, "pr:modified": true}
 
-func fromBitbucketEvent(event string, body []byte) (Subject, error) {
+func fromBitbucketEvent(event string, body []byte) (Change, error) {
 	switch event {
 	case "repo:push": // Cloud
 		var p bbcPush
 		if err := decode(body, &p); err != nil {
-			return Subject{}, err
+			return Change{}, err
 		}
 		for _, c := range p.Push.Changes {
 			if c.New == nil || c.New.Type != "branch" {
 				continue // a deletion, or a tag
 			}
-			s := Subject{Event: Push, Repository: p.Repository.FullName, SHA: c.New.Target.Hash, Ref: "refs/heads/" + c.New.Name,
+			s := Change{Event: Push, Repository: p.Repository.FullName, SHA: c.New.Target.Hash, Ref: "refs/heads/" + c.New.Name,
 				Whole: TitleInput | PullInput} // Bitbucket Cloud lists no changed paths
 			if c.Old != nil {
 				s.Before = before(c.Old.Target.Hash)
@@ -497,37 +497,37 @@ func fromBitbucketEvent(event string, body []byte) (Subject, error) {
 			}
 			return s, nil
 		}
-		return Subject{}, fmt.Errorf("%w: push without a branch update", ErrIgnored)
+		return Change{}, fmt.Errorf("%w: push without a branch update", ErrIgnored)
 	case "pullrequest:created", "pullrequest:updated":
 		var p bbcPull
 		if err := decode(body, &p); err != nil {
-			return Subject{}, err
+			return Change{}, err
 		}
 		pr := p.PullRequest
-		return Subject{Event: PullRequest, Repository: p.Repository.FullName, SHA: pr.Source.Commit.Hash,
+		return Change{Event: PullRequest, Repository: p.Repository.FullName, SHA: pr.Source.Commit.Hash,
 			Ref: "refs/heads/" + pr.Source.Branch.Name, Whole: pullWhole,
 			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.Destination.Branch.Name, SourceBranch: pr.Source.Branch.Name}}, nil
 	case "repo:refs_changed": // Data Center
 		var p bbdPush
 		if err := decode(body, &p); err != nil {
-			return Subject{}, err
+			return Change{}, err
 		}
 		for _, c := range p.Changes {
 			if c.Ref.Type != "BRANCH" || c.Type == "DELETE" || zeroSHA(c.ToHash) {
 				continue
 			}
 			// Data Center lists neither commits nor changed paths.
-			return Subject{Event: Push, Repository: p.Repository.name(), SHA: c.ToHash, Ref: c.Ref.ID,
+			return Change{Event: Push, Repository: p.Repository.name(), SHA: c.ToHash, Ref: c.Ref.ID,
 				Before: before(c.FromHash), Whole: TitleInput | PullInput}, nil
 		}
-		return Subject{}, fmt.Errorf("%w: refs changed without a branch update", ErrIgnored)
+		return Change{}, fmt.Errorf("%w: refs changed without a branch update", ErrIgnored)
 	case "pr:opened", "pr:from_ref_updated", "pr:modified":
 		var p bbdPull
 		if err := decode(body, &p); err != nil {
-			return Subject{}, err
+			return Change{}, err
 		}
 		pr := p.PullRequest
-		s := Subject{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
+		s := Change{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
 			Ref: pr.FromRef.ID, Whole: pullWhole,
 			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.ToRef.DisplayID, SourceBranch: pr.FromRef.DisplayID}}
 		s.Pull.Starts = event == "pr:opened" || event == "pr:from_ref_updated"
@@ -543,30 +543,30 @@ func fromBitbucketEvent(event string, body []byte) (Subject, error) {
 		}
 		return s, nil
 	case "diagnostics:ping":
-		return Subject{}, fmt.Errorf("%w: ping", ErrIgnored)
+		return Change{}, fmt.Errorf("%w: ping", ErrIgnored)
 	case "":
-		return Subject{}, fmt.Errorf("%w: bitbucket X-Event-Key header missing", ErrMalformed)
+		return Change{}, fmt.Errorf("%w: bitbucket X-Event-Key header missing", ErrMalformed)
 	}
-	return Subject{}, fmt.Errorf("%w: bitbucket %s", ErrIgnored, event)
+	return Change{}, fmt.Errorf("%w: bitbucket %s", ErrIgnored, event)
 }
 
-// Standard Webhooks senders send {"type": "push"|"pull_request", "data": <subject fields>}.
+// Standard Webhooks senders send {"type": "push"|"pull_request", "data": <change fields>}.
 type stdPayload struct {
-	Type string  `json:"type"`
-	Data Subject `json:"data"`
+	Type string `json:"type"`
+	Data Change `json:"data"`
 }
 
-func fromStandard(body []byte) (Subject, error) {
+func fromStandard(body []byte) (Change, error) {
 	var p stdPayload
 	if err := decode(body, &p); err != nil {
-		return Subject{}, err
+		return Change{}, err
 	}
 	switch p.Type {
 	case Push, PullRequest:
 	case "":
-		return Subject{}, fmt.Errorf("%w: payload without a type", ErrMalformed)
+		return Change{}, fmt.Errorf("%w: payload without a type", ErrMalformed)
 	default:
-		return Subject{}, fmt.Errorf("%w: type %q", ErrIgnored, p.Type)
+		return Change{}, fmt.Errorf("%w: type %q", ErrIgnored, p.Type)
 	}
 	s := p.Data
 	s.Event = p.Type
@@ -584,7 +584,7 @@ func fromStandard(body []byte) (Subject, error) {
 	s.RerunOf = ""     // a re-run's
 	s.API = ""         // a Bitbucket webhook's
 	if s.Event == PullRequest && s.Pull == nil {
-		return Subject{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
+		return Change{}, fmt.Errorf("%w: pull_request without pull_request data", ErrMalformed)
 	}
 	if s.Pull != nil {
 		s.Pull.Was, s.Pull.Starts = nil, false // what an event did is the provider's to prove, not a sender's to claim

@@ -1,8 +1,8 @@
-// Package subject extracts the bounded, normalised subject of a webhook: what the runner
+// Package change extracts the bounded, normalised change of a webhook: what the runner
 // evaluates, whatever the provider. It reads push and pull/merge request payloads of GitHub,
 // Gitea/Forgejo, GitLab, Bitbucket Cloud, Bitbucket Data Center and Standard Webhooks senders
 // (whose data amiss defines: see docs/providers/standard-webhooks.md).
-package subject
+package change
 
 import (
 	"encoding/json"
@@ -19,12 +19,12 @@ const (
 	PullRequest = "pull_request"
 	// Rerun is a GitHub user's request to evaluate a commit again (the "Re-run" button of a
 	// check run or a check suite). Its webhook names the commit and its pull requests'
-	// branches, and carries no commits, changed paths or pull request title: the subject
+	// branches, and carries no commits, changed paths or pull request title: the change
 	// holds none of them whole, and the runner reads them from GitHub.
 	Rerun = "rerun"
 )
 
-// Bounds on what a subject keeps.
+// Bounds on what a change keeps.
 const (
 	MaxCommits      = 100
 	MaxMessageBytes = 2 << 10
@@ -32,8 +32,8 @@ const (
 	MaxTitleBytes   = 512
 )
 
-// Subject is what the runner evaluates.
-type Subject struct {
+// Change is what the runner evaluates.
+type Change struct {
 	Provider   string   `json:"provider"`
 	Repository string   `json:"repository"`
 	SHA        string   `json:"sha"`
@@ -42,9 +42,9 @@ type Subject struct {
 	Pull       *Pull    `json:"pull_request,omitempty"`
 	Commits    []Commit `json:"commits,omitempty"`
 	Paths      []string `json:"changed_paths,omitempty"`
-	// Whole says which inputs the subject holds whole, as its webhook (or the provider's API,
+	// Whole says which inputs the change holds whole, as its webhook (or the provider's API,
 	// read by the runner) gave them: the rules that need an input not held whole have it read
-	// from the provider first, and fail closed when it cannot be. A subject stored before amiss
+	// from the provider first, and fail closed when it cannot be. A change stored before amiss
 	// recorded it holds nothing whole.
 	Whole Inputs `json:"whole,omitempty"`
 	// Installation is the GitHub App installation a GitHub webhook came from (installation.id
@@ -58,7 +58,7 @@ type Subject struct {
 	Before string `json:"before,omitempty"`
 	// RerunOf is the delivery a re-run's check run was published for (the check run's
 	// external_id, the ledger key of that delivery; empty for a check suite, or a check run
-	// amiss did not create): its subject names the pull request a fork's re-run lacks.
+	// amiss did not create): its change names the pull request a fork's re-run lacks.
 	RerunOf string `json:"rerun_of,omitempty"`
 	// API names the API the webhook's sender speaks where one provider's webhooks come from
 	// more than one (Bitbucket: BitbucketCloud or BitbucketDataCenter, told apart by the event
@@ -96,7 +96,7 @@ type Pull struct {
 	// proves nothing of what came before. It orders two verdicts whose events carry the same
 	// time: this event came after one evaluated on Was.
 	Was *PullState `json:"was,omitempty"`
-	// Starts says this event made the subject's commit the pull request's head: it opened the
+	// Starts says this event made the change's commit the pull request's head: it opened the
 	// pull request, or pushed the commit to it (GitHub's and Gitea's opened and
 	// synchronize(d), GitLab's open and update by a push, Bitbucket Data Center's pr:opened
 	// and pr:from_ref_updated). Every edit carrying that head came after it (unless the head
@@ -105,7 +105,7 @@ type Pull struct {
 }
 
 // PullState is what a pull request's verdict depends on that an edit changes (the commit is
-// the subject's).
+// the change's).
 type PullState struct {
 	Title        string `json:"title"`
 	TargetBranch string `json:"target_branch"`
@@ -120,32 +120,32 @@ type Commit struct {
 var (
 	// ErrIgnored: the request is a kind amiss does not evaluate (a ping, a closed pull
 	// request, a deleted branch). The ingress answers 204.
-	ErrIgnored = errors.New("subject: event not evaluated")
+	ErrIgnored = errors.New("change: event not evaluated")
 	// ErrMalformed: the payload lacks what its event must carry. The ingress answers 400.
-	ErrMalformed = errors.New("subject: malformed payload")
+	ErrMalformed = errors.New("change: malformed payload")
 )
 
 // A Format is the shape of one family of providers' webhooks: where the event kind is named
 // (a header, or the body) and how each kind's payload reads. The provider table
 // (functions/provider) gives each provider its format.
 type Format struct {
-	read func(provider string, h http.Header, body []byte) (s Subject, abbreviated bool, err error)
+	read func(provider string, h http.Header, body []byte) (s Change, abbreviated bool, err error)
 }
 
 // The formats amiss reads.
 var (
 	// GitHubFormat: the event in X-GitHub-Event.
-	GitHubFormat = Format{func(provider string, h http.Header, body []byte) (Subject, bool, error) {
+	GitHubFormat = Format{func(provider string, h http.Header, body []byte) (Change, bool, error) {
 		s, err := fromGitHubFamily(provider, h.Get("X-GitHub-Event"), body)
 		return s, false, err
 	}}
 	// GiteaFormat: GitHub's payloads, the event in X-Gitea-Event.
-	GiteaFormat = Format{func(provider string, h http.Header, body []byte) (Subject, bool, error) {
+	GiteaFormat = Format{func(provider string, h http.Header, body []byte) (Change, bool, error) {
 		s, err := fromGitHubFamily(provider, h.Get("X-Gitea-Event"), body)
 		return s, false, err
 	}}
 	// ForgejoFormat: GitHub's payloads, the event in X-Forgejo-Event (or X-Gitea-Event).
-	ForgejoFormat = Format{func(provider string, h http.Header, body []byte) (Subject, bool, error) {
+	ForgejoFormat = Format{func(provider string, h http.Header, body []byte) (Change, bool, error) {
 		ev := h.Get("X-Forgejo-Event")
 		if ev == "" {
 			ev = h.Get("X-Gitea-Event")
@@ -154,12 +154,12 @@ var (
 		return s, false, err
 	}}
 	// GitLabFormat: the event in the body's object_kind.
-	GitLabFormat = Format{func(_ string, _ http.Header, body []byte) (Subject, bool, error) {
+	GitLabFormat = Format{func(_ string, _ http.Header, body []byte) (Change, bool, error) {
 		s, err := fromGitLab(body)
 		return s, false, err
 	}}
 	// BitbucketFormat: Bitbucket Cloud and Data Center, the event in X-Event-Key.
-	BitbucketFormat = Format{func(_ string, h http.Header, body []byte) (Subject, bool, error) {
+	BitbucketFormat = Format{func(_ string, h http.Header, body []byte) (Change, bool, error) {
 		ev := h.Get("X-Event-Key")
 		s, err := fromBitbucket(ev, body)
 		// Bitbucket Cloud's pull request payloads abbreviate commit hashes (12 characters
@@ -168,28 +168,28 @@ var (
 	}}
 	// StandardWebhooksFormat: the data amiss defines for Standard Webhooks senders, the event
 	// in the body's type.
-	StandardWebhooksFormat = Format{func(_ string, _ http.Header, body []byte) (Subject, bool, error) {
+	StandardWebhooksFormat = Format{func(_ string, _ http.Header, body []byte) (Change, bool, error) {
 		s, err := fromStandard(body)
 		return s, false, err
 	}}
 )
 
-// Extract reads the subject of a request that provider sent in format f. The event kind comes
+// Extract reads the change of a request that provider sent in format f. The event kind comes
 // from the provider's event header (or, for GitLab and Standard Webhooks, the body). The
-// subject names the provider, always has a repository and a commit sha, and is bounded (see
+// change names the provider, always has a repository and a commit sha, and is bounded (see
 // the bounds above); an event amiss does not evaluate is ErrIgnored, a payload that lacks what
 // its event must carry ErrMalformed.
-func Extract(provider string, f Format, h http.Header, body []byte) (Subject, error) {
+func Extract(provider string, f Format, h http.Header, body []byte) (Change, error) {
 	if f.read == nil {
-		return Subject{}, fmt.Errorf("subject: provider %q sends no webhooks amiss reads", provider)
+		return Change{}, fmt.Errorf("change: provider %q sends no webhooks amiss reads", provider)
 	}
 	s, abbreviated, err := f.read(provider, h, body)
 	if err != nil {
-		return Subject{}, err
+		return Change{}, err
 	}
 	s.Provider = provider
 	if s.Repository == "" || !(isSHA(s.SHA) || abbreviated && isAbbreviatedSHA(s.SHA)) {
-		return Subject{}, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
+		return Change{}, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
 	}
 	s.Bound()
 	return s, nil
@@ -248,7 +248,7 @@ func cut(s string, n int) (string, bool) {
 // Bound applies the bounds (the newest MaxCommits commits, MaxMessageBytes of each message,
 // the first MaxPaths paths, MaxTitleBytes of the title): an input cut by them is no longer
 // held whole.
-func (s *Subject) Bound() {
+func (s *Change) Bound() {
 	if len(s.Commits) > MaxCommits {
 		s.Commits = s.Commits[len(s.Commits)-MaxCommits:]
 		s.Whole &^= CommitsInput
@@ -289,10 +289,10 @@ func paths(lists ...[]string) []string {
 	return out
 }
 
-// Marshal encodes the subject for the ledger, fitting maxBytes: when it is too large, changed
+// Marshal encodes the change for the ledger, fitting maxBytes: when it is too large, changed
 // paths and then the oldest commits are dropped (and no longer held whole: the runner reads
 // them from the provider when a rule needs them).
-func (s Subject) Marshal(maxBytes int) ([]byte, error) {
+func (s Change) Marshal(maxBytes int) ([]byte, error) {
 	for {
 		b, err := json.Marshal(s)
 		if err != nil {
@@ -309,7 +309,7 @@ func (s Subject) Marshal(maxBytes int) ([]byte, error) {
 			s.Commits = s.Commits[1:]
 			s.Whole &^= CommitsInput
 		default:
-			return nil, fmt.Errorf("%w: subject of %d bytes over %d even without commits and paths", ErrMalformed, len(b), maxBytes)
+			return nil, fmt.Errorf("%w: change of %d bytes over %d even without commits and paths", ErrMalformed, len(b), maxBytes)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package subject_test
+package change_test
 
 import (
 	"encoding/json"
@@ -13,8 +13,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/provider"
-	"github.com/amiss-ci/amiss/functions/subject"
 )
 
 func load(t *testing.T, name string) []byte {
@@ -29,72 +29,72 @@ func load(t *testing.T, name string) []byte {
 func TestFixtures(t *testing.T) {
 	cases := []struct {
 		provider, header, event, file string
-		want                          subject.Subject
+		want                          change.Change
 	}{
-		{"github", "X-GitHub-Event", "push", "github/push.json", subject.Subject{Event: "push", Repository: "octo-org/octo-repo",
+		{"github", "X-GitHub-Event", "push", "github/push.json", change.Change{Event: "push", Repository: "octo-org/octo-repo",
 			SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
-			Commits: []subject.Commit{{ID: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Message: "Update README.md\n\nMention the new endpoint."}},
-			Paths:   []string{"docs/endpoint.md", "README.md"}, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", Whole: subject.AllInputs}},
-		{"github", "X-GitHub-Event", "pull_request", "github/pull_request.json", subject.Subject{Event: "pull_request",
+			Commits: []change.Commit{{ID: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Message: "Update README.md\n\nMention the new endpoint."}},
+			Paths:   []string{"docs/endpoint.md", "README.md"}, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", Whole: change.AllInputs}},
+		{"github", "X-GitHub-Event", "pull_request", "github/pull_request.json", change.Change{Event: "pull_request",
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
-			Pull: &subject.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes",
+			Pull: &change.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes",
 				Starts: true},
-			Whole: subject.TitleInput | subject.PullInput}},
-		{"github", "X-GitHub-Event", "check_run", "github/check_run_rerequested.json", subject.Subject{Event: "rerun",
+			Whole: change.TitleInput | change.PullInput}},
+		{"github", "X-GitHub-Event", "check_run", "github/check_run_rerequested.json", change.Change{Event: "rerun",
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
-			Pull: &subject.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}, Whole: subject.PullInput, Installation: 2311213,
+			Pull: &change.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}, Whole: change.PullInput, Installation: 2311213,
 			Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", RerunOf: "3f1b1c1e6a0d4c4f9a8e2b7d5c6e1f00a1b2c3d4e5f60718293a4b5c6d7e8f90"}},
-		{"github", "X-GitHub-Event", "check_suite", "github/check_suite_rerequested.json", subject.Subject{Event: "rerun",
+		{"github", "X-GitHub-Event", "check_suite", "github/check_suite_rerequested.json", change.Change{Event: "rerun",
 			Repository: "octo-org/octo-repo", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
 			Installation: 2311213, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246"}},
-		{"gitea", "X-Gitea-Event", "push", "gitea/push.json", subject.Subject{Event: "push", Repository: "gitea/webhooks",
+		{"gitea", "X-Gitea-Event", "push", "gitea/push.json", change.Change{Event: "push", Repository: "gitea/webhooks",
 			SHA: "bffeb74224043ba2feb48d137756c8a9331c449a", Ref: "refs/heads/develop",
-			Commits: []subject.Commit{{ID: "bffeb74224043ba2feb48d137756c8a9331c449a", Message: "fix: webhooks now sign the body\n"}},
-			Paths:   []string{"main.go", "old/config.pem"}, Before: "28e1879d029cb852e4844d9c718537df08844e03", Whole: subject.AllInputs}},
-		{"forgejo", "X-Forgejo-Event", "pull_request", "gitea/pull_request.json", subject.Subject{Event: "pull_request",
+			Commits: []change.Commit{{ID: "bffeb74224043ba2feb48d137756c8a9331c449a", Message: "fix: webhooks now sign the body\n"}},
+			Paths:   []string{"main.go", "old/config.pem"}, Before: "28e1879d029cb852e4844d9c718537df08844e03", Whole: change.AllInputs}},
+		{"forgejo", "X-Forgejo-Event", "pull_request", "gitea/pull_request.json", change.Change{Event: "pull_request",
 			Repository: "gitea/webhooks", SHA: "8e9a4bd7a4c9f5d8b1a2c3d4e5f60718293a4b5c", Ref: "refs/heads/docs-window",
-			Pull: &subject.Pull{Number: 7, Title: "docs: describe the replay window", TargetBranch: "main", SourceBranch: "docs-window",
+			Pull: &change.Pull{Number: 7, Title: "docs: describe the replay window", TargetBranch: "main", SourceBranch: "docs-window",
 				Starts: true},
-			Whole: subject.TitleInput | subject.PullInput}},
-		{"gitlab", "X-Gitlab-Event", "Push Hook", "gitlab/push.json", subject.Subject{Event: "push", Repository: "mike/diaspora",
+			Whole: change.TitleInput | change.PullInput}},
+		{"gitlab", "X-Gitlab-Event", "Push Hook", "gitlab/push.json", change.Change{Event: "push", Repository: "mike/diaspora",
 			SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/master",
-			Commits: []subject.Commit{{ID: "b6568db1bc1dcd7f8b4d5a946b0b91f9dacd7327", Message: "Update Catalan translation to e38cb41."},
+			Commits: []change.Commit{{ID: "b6568db1bc1dcd7f8b4d5a946b0b91f9dacd7327", Message: "Update Catalan translation to e38cb41."},
 				{ID: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Message: "fixed readme"}},
-			Paths: []string{"CHANGELOG", "app/controller/application.rb"}, Before: "95790bf891e76fee5e1747ab589903a6a1f80f22", Whole: subject.AllInputs}},
-		{"gitlab", "X-Gitlab-Event", "Merge Request Hook", "gitlab/merge_request.json", subject.Subject{Event: "pull_request",
+			Paths: []string{"CHANGELOG", "app/controller/application.rb"}, Before: "95790bf891e76fee5e1747ab589903a6a1f80f22", Whole: change.AllInputs}},
+		{"gitlab", "X-Gitlab-Event", "Merge Request Hook", "gitlab/merge_request.json", change.Change{Event: "pull_request",
 			Repository: "gitlabhq/gitlab-test", SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/ms-viewport",
-			Pull:  &subject.Pull{Number: 1, Title: "MS-Viewport", TargetBranch: "master", SourceBranch: "ms-viewport", Starts: true},
-			Whole: subject.TitleInput | subject.PullInput}},
-		{"bitbucket", "X-Event-Key", "repo:push", "bitbucket-cloud/push.json", subject.Subject{Event: "push", Repository: "team/app",
+			Pull:  &change.Pull{Number: 1, Title: "MS-Viewport", TargetBranch: "master", SourceBranch: "ms-viewport", Starts: true},
+			Whole: change.TitleInput | change.PullInput}},
+		{"bitbucket", "X-Event-Key", "repo:push", "bitbucket-cloud/push.json", change.Change{Event: "push", Repository: "team/app",
 			SHA: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Ref: "refs/heads/main",
-			Commits: []subject.Commit{{ID: "03f4a7270240708834de475bcf21532d6134777e", Message: "Prepare the router\n"},
+			Commits: []change.Commit{{ID: "03f4a7270240708834de475bcf21532d6134777e", Message: "Prepare the router\n"},
 				{ID: "709d658dc5b6d6afcd46049c2f332ee3f515a67d", Message: "Add the health check\n"}},
-			Before: "1e65c05c1d5171631d92438a13901ca7dae9618c", Whole: subject.TitleInput | subject.PullInput | subject.CommitsInput,
-			API: subject.BitbucketCloud}},
-		{"bitbucket", "X-Event-Key", "pullrequest:created", "bitbucket-cloud/pullrequest_created.json", subject.Subject{Event: "pull_request",
+			Before: "1e65c05c1d5171631d92438a13901ca7dae9618c", Whole: change.TitleInput | change.PullInput | change.CommitsInput,
+			API: change.BitbucketCloud}},
+		{"bitbucket", "X-Event-Key", "pullrequest:created", "bitbucket-cloud/pullrequest_created.json", change.Change{Event: "pull_request",
 			Repository: "team/app", SHA: "a3b0c7e1d2f4", Ref: "refs/heads/fix-window",
-			Pull:  &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
-			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketCloud}},
-		{"bitbucket", "X-Event-Key", "pullrequest:updated", "bitbucket-cloud/pullrequest_updated.json", subject.Subject{Event: "pull_request",
+			Pull:  &change.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
+			Whole: change.TitleInput | change.PullInput, API: change.BitbucketCloud}},
+		{"bitbucket", "X-Event-Key", "pullrequest:updated", "bitbucket-cloud/pullrequest_updated.json", change.Change{Event: "pull_request",
 			Repository: "team/app", SHA: "e5f6a7b8c9d0", Ref: "refs/heads/fix-window",
-			Pull:  &subject.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
-			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketCloud}},
-		{"bitbucket", "X-Event-Key", "repo:refs_changed", "bitbucket-dc/refs_changed.json", subject.Subject{Event: "push",
+			Pull:  &change.Pull{Number: 42, Title: "fix: close the replay window", TargetBranch: "main", SourceBranch: "fix-window"},
+			Whole: change.TitleInput | change.PullInput, API: change.BitbucketCloud}},
+		{"bitbucket", "X-Event-Key", "repo:refs_changed", "bitbucket-dc/refs_changed.json", change.Change{Event: "push",
 			Repository: "PROJ/repository", SHA: "178864a7d521b6f5e720b386b2c2b0ef8563e0dc", Ref: "refs/heads/master",
-			Before: "ecddabb624f6f5ba43816f5926e580a5f680a932", Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketDataCenter}},
-		{"bitbucket", "X-Event-Key", "pr:opened", "bitbucket-dc/pr_opened.json", subject.Subject{Event: "pull_request",
+			Before: "ecddabb624f6f5ba43816f5926e580a5f680a932", Whole: change.TitleInput | change.PullInput, API: change.BitbucketDataCenter}},
+		{"bitbucket", "X-Event-Key", "pr:opened", "bitbucket-dc/pr_opened.json", change.Change{Event: "pull_request",
 			Repository: "PROJ/repository", SHA: "ef8755f06ee4b28c96a847a95cb8ec8ed6ddd1ca", Ref: "refs/heads/a-branch",
-			Pull:  &subject.Pull{Number: 1, Title: "feat: a new file added", TargetBranch: "master", SourceBranch: "a-branch", Starts: true},
-			Whole: subject.TitleInput | subject.PullInput, API: subject.BitbucketDataCenter}},
-		{"standard-webhooks", "", "", "standard-webhooks/push.json", subject.Subject{Event: "push", Repository: "acme/app",
+			Pull:  &change.Pull{Number: 1, Title: "feat: a new file added", TargetBranch: "master", SourceBranch: "a-branch", Starts: true},
+			Whole: change.TitleInput | change.PullInput, API: change.BitbucketDataCenter}},
+		{"standard-webhooks", "", "", "standard-webhooks/push.json", change.Change{Event: "push", Repository: "acme/app",
 			SHA: "0123456789abcdef0123456789abcdef01234567", Ref: "refs/heads/main",
-			Commits: []subject.Commit{{ID: "0123456789abcdef0123456789abcdef01234567", Message: "chore: bump"}},
-			Paths:   []string{"go.mod", "go.sum"}, Whole: subject.AllInputs}},
-		{"standard-webhooks", "", "", "standard-webhooks/pull_request.json", subject.Subject{Event: "pull_request", Repository: "acme/app",
+			Commits: []change.Commit{{ID: "0123456789abcdef0123456789abcdef01234567", Message: "chore: bump"}},
+			Paths:   []string{"go.mod", "go.sum"}, Whole: change.AllInputs}},
+		{"standard-webhooks", "", "", "standard-webhooks/pull_request.json", change.Change{Event: "pull_request", Repository: "acme/app",
 			SHA: "89abcdef0123456789abcdef0123456789abcdef", Ref: "refs/heads/feature",
-			Pull:    &subject.Pull{Number: 12, Title: "feat: something", TargetBranch: "main", SourceBranch: "feature"},
-			Commits: []subject.Commit{{ID: "89abcdef0123456789abcdef0123456789abcdef", Message: "Add something"}},
-			Paths:   []string{"src/something.go"}, Whole: subject.AllInputs}},
+			Pull:    &change.Pull{Number: 12, Title: "feat: something", TargetBranch: "main", SourceBranch: "feature"},
+			Commits: []change.Commit{{ID: "89abcdef0123456789abcdef0123456789abcdef", Message: "Add something"}},
+			Paths:   []string{"src/something.go"}, Whole: change.AllInputs}},
 	}
 	for _, c := range cases {
 		h := http.Header{}
@@ -140,7 +140,7 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		if c.h == nil {
 			c.h = http.Header{}
 		}
-		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrIgnored) {
+		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, change.ErrIgnored) {
 			t.Errorf("ignored case %d (%s): %v", i, c.provider, err)
 		}
 	}
@@ -170,7 +170,7 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		if c.h == nil {
 			c.h = http.Header{}
 		}
-		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, subject.ErrMalformed) {
+		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, change.ErrMalformed) {
 			t.Errorf("malformed case %d (%s): %v", i, c.provider, err)
 		}
 	}
@@ -185,19 +185,19 @@ func TestAbbreviatedHashes(t *testing.T) {
 	for hash, ok := range map[string]bool{"a3b0c7e": true, "a3b0c7e1d2f4": true, "a3b0c7e1d2f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8": true,
 		"a3b0c7": false, "A3B0C7E1D2F4": false, "a3b0c7e1d2fz": false, "": false} {
 		_, err := provider.Extract("bitbucket", h, []byte(strings.Replace(pr, `"hash": "a3b0c7e1d2f4"`, `"hash": "`+hash+`"`, 1)))
-		if (err == nil) != ok || (err != nil && !errors.Is(err, subject.ErrMalformed)) {
+		if (err == nil) != ok || (err != nil && !errors.Is(err, change.ErrMalformed)) {
 			t.Errorf("pull request hash %q: %v (accept: %v)", hash, err, ok)
 		}
 	}
 	// Pushes carry full hashes, on Cloud as elsewhere: an abbreviated one stays malformed.
 	push := strings.ReplaceAll(string(load(t, "bitbucket-cloud/push.json")), "709d658dc5b6d6afcd46049c2f332ee3f515a67d", "709d658dc5b6")
 	h.Set("X-Event-Key", "repo:push")
-	if _, err := provider.Extract("bitbucket", h, []byte(push)); !errors.Is(err, subject.ErrMalformed) {
+	if _, err := provider.Extract("bitbucket", h, []byte(push)); !errors.Is(err, change.ErrMalformed) {
 		t.Errorf("abbreviated push hash: %v", err)
 	}
 	gh := http.Header{}
 	gh.Set("X-GitHub-Event", "push")
-	if _, err := provider.Extract("github", gh, []byte(`{"after":"0d1a26e67d8f","repository":{"full_name":"a/b"}}`)); !errors.Is(err, subject.ErrMalformed) {
+	if _, err := provider.Extract("github", gh, []byte(`{"after":"0d1a26e67d8f","repository":{"full_name":"a/b"}}`)); !errors.Is(err, change.ErrMalformed) {
 		t.Errorf("abbreviated GitHub hash: %v", err)
 	}
 }
@@ -215,8 +215,8 @@ func TestBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Whole.Has(subject.CommitsInput) || !s.Whole.Has(subject.PathsInput) || len(s.Commits) != subject.MaxCommits ||
-		len(s.Commits[0].Message) > subject.MaxMessageBytes {
+	if s.Whole.Has(change.CommitsInput) || !s.Whole.Has(change.PathsInput) || len(s.Commits) != change.MaxCommits ||
+		len(s.Commits[0].Message) > change.MaxMessageBytes {
 		t.Fatalf("bounds not applied: %d commits, whole %v", len(s.Commits), s.Whole)
 	}
 	for _, c := range s.Commits {
@@ -228,13 +228,13 @@ func TestBounds(t *testing.T) {
 	if err != nil || len(b) > 16<<10 {
 		t.Fatalf("marshal to fit: %d bytes, %v", len(b), err)
 	}
-	var back subject.Subject
-	if err := json.Unmarshal(b, &back); err != nil || back.Whole.Has(subject.PathsInput) || back.Whole.Has(subject.CommitsInput) || back.SHA != s.SHA {
-		t.Fatalf("fitted subject: %v %+v", err, back)
+	var back change.Change
+	if err := json.Unmarshal(b, &back); err != nil || back.Whole.Has(change.PathsInput) || back.Whole.Has(change.CommitsInput) || back.SHA != s.SHA {
+		t.Fatalf("fitted change: %v %+v", err, back)
 	}
 }
 
-// A GitHub App's webhooks carry the installation in the signed body: the subject keeps it, for
+// A GitHub App's webhooks carry the installation in the signed body: the change keeps it, for
 // every event kind; a repository's own webhook carries none (0). A Standard Webhooks sender's
 // data cannot name one.
 func TestInstallationIsKept(t *testing.T) {
@@ -256,7 +256,7 @@ func TestInstallationIsKept(t *testing.T) {
 	}
 }
 
-// A Bitbucket subject names the API its webhook came from, told apart by the event key, so that
+// A Bitbucket change names the API its webhook came from, told apart by the event key, so that
 // a route of Bitbucket Cloud never takes a Data Center server's delivery for its own (and back);
 // a Standard Webhooks sender's data cannot name one.
 func TestABitbucketSubjectNamesTheAPIItCameFrom(t *testing.T) {
@@ -264,23 +264,23 @@ func TestABitbucketSubjectNamesTheAPIItCameFrom(t *testing.T) {
 		"bitbucket-cloud/pullrequest_updated.json": "pullrequest:updated"} {
 		h := http.Header{}
 		h.Set("X-Event-Key", event)
-		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != subject.BitbucketCloud {
-			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketCloud)
+		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != change.BitbucketCloud {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, change.BitbucketCloud)
 		}
 	}
 	pr := load(t, "bitbucket-dc/pr_opened.json")
 	for file, event := range map[string]string{"bitbucket-dc/refs_changed.json": "repo:refs_changed", "bitbucket-dc/pr_opened.json": "pr:opened"} {
 		h := http.Header{}
 		h.Set("X-Event-Key", event)
-		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != subject.BitbucketDataCenter {
-			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketDataCenter)
+		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != change.BitbucketDataCenter {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, change.BitbucketDataCenter)
 		}
 	}
 	for _, event := range []string{"pr:from_ref_updated", "pr:modified"} {
 		h := http.Header{}
 		h.Set("X-Event-Key", event)
-		if s, err := provider.Extract("bitbucket", h, pr); err != nil || s.API != subject.BitbucketDataCenter {
-			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, subject.BitbucketDataCenter)
+		if s, err := provider.Extract("bitbucket", h, pr); err != nil || s.API != change.BitbucketDataCenter {
+			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, change.BitbucketDataCenter)
 		}
 	}
 	body := `{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","api":"bitbucket-datacenter"}}`
@@ -289,13 +289,13 @@ func TestABitbucketSubjectNamesTheAPIItCameFrom(t *testing.T) {
 	}
 }
 
-// A subject queued or frozen before installations were kept decodes unchanged, and one without
+// A change queued or frozen before installations were kept decodes unchanged, and one without
 // an installation encodes as before (no new key).
 func TestSubjectsWithoutAnInstallationKeepTheirEncoding(t *testing.T) {
 	old := `{"provider":"github","repository":"a/b","sha":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","event":"push","changed_paths":["x"]}`
-	var s subject.Subject
+	var s change.Change
 	if err := json.Unmarshal([]byte(old), &s); err != nil || s.Installation != 0 || s.Paths[0] != "x" {
-		t.Fatalf("old subject: %+v, %v", s, err)
+		t.Fatalf("old change: %+v, %v", s, err)
 	}
 	b, err := s.Marshal(1 << 10)
 	if err != nil || string(b) != old {
@@ -312,12 +312,12 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // from the provider before a rule that needs it is evaluated.
 func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
-	const commitsAndPaths = subject.CommitsInput | subject.PathsInput
+	const commitsAndPaths = change.CommitsInput | change.PathsInput
 	cases := []struct {
 		name, provider string
 		h              http.Header
 		body           string
-		whole          subject.Inputs
+		whole          change.Inputs
 	}{
 		{"gitlab, every commit listed", "gitlab", nil, string(load(t, "gitlab/push.json")), commitsAndPaths},
 		{"gitlab, 21 of 40", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2`, `"total_commits_count": 40`, 1), 0},
@@ -325,7 +325,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 		{"gitea, every commit listed", "gitea", h("X-Gitea-Event", "push"), string(load(t, "gitea/push.json")), commitsAndPaths},
 		{"gitea, 1 of 9", "gitea", h("X-Gitea-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1`, `"total_commits": 9`, 1), 0},
 		{"forgejo, no count", "forgejo", h("X-Forgejo-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1,`, ``, 1), 0},
-		{"bitbucket cloud, every commit", "bitbucket", h("X-Event-Key", "repo:push"), string(load(t, "bitbucket-cloud/push.json")), subject.CommitsInput},
+		{"bitbucket cloud, every commit", "bitbucket", h("X-Event-Key", "repo:push"), string(load(t, "bitbucket-cloud/push.json")), change.CommitsInput},
 		{"bitbucket cloud, truncated", "bitbucket", h("X-Event-Key", "repo:push"), strings.Replace(string(load(t, "bitbucket-cloud/push.json")), `"truncated": false`, `"truncated": true`, 1), 0},
 		{"bitbucket data center", "bitbucket", h("X-Event-Key", "repo:refs_changed"), string(load(t, "bitbucket-dc/refs_changed.json")), 0},
 		{"github", "github", h("X-GitHub-Event", "push"), string(load(t, "github/push.json")), commitsAndPaths},
@@ -341,7 +341,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 		if got := s.Whole & commitsAndPaths; got != c.whole {
 			t.Errorf("%s: holds %q whole, want %q", c.name, got, c.whole)
 		}
-		if !s.Whole.Has(subject.TitleInput | subject.PullInput) {
+		if !s.Whole.Has(change.TitleInput | change.PullInput) {
 			t.Errorf("%s: a push has no pull request, so none is missing: whole %q", c.name, s.Whole)
 		}
 	}
@@ -353,7 +353,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 	body := `{"ref":"refs/heads/main","after":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","repository":{"full_name":"a/b"},"commits":[` +
 		strings.Join(commits, ",") + `]}`
 	s, err := provider.Extract("github", h("X-GitHub-Event", "push"), []byte(body))
-	if err != nil || s.Whole.Has(subject.CommitsInput) || s.Whole.Has(subject.PathsInput) {
+	if err != nil || s.Whole.Has(change.CommitsInput) || s.Whole.Has(change.PathsInput) {
 		t.Fatalf("github push of 2,048 listed commits: whole %q, %v", s.Whole, err)
 	}
 }
@@ -377,22 +377,22 @@ func TestAPullRequestHoldsItsTitleButNotItsFilesOrCommits(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
 		}
-		if s.Whole != subject.TitleInput|subject.PullInput {
+		if s.Whole != change.TitleInput|change.PullInput {
 			t.Errorf("%s: whole %q, want title and pull_request only", c.file, s.Whole)
 		}
 	}
 }
 
-// The inputs a subject holds whole are kept with it in the ledger, by name; an unknown name
+// The inputs a change holds whole are kept with it in the ledger, by name; an unknown name
 // does not decode.
 func TestWholeInputsAreStoredByName(t *testing.T) {
-	s := subject.Subject{Provider: "github", Repository: "a/b", SHA: strings.Repeat("a", 40), Event: "push",
-		Whole: subject.CommitsInput | subject.TitleInput}
+	s := change.Change{Provider: "github", Repository: "a/b", SHA: strings.Repeat("a", 40), Event: "push",
+		Whole: change.CommitsInput | change.TitleInput}
 	b, err := s.Marshal(1 << 10)
 	if err != nil || !strings.Contains(string(b), `"whole":["title","commits"]`) {
 		t.Fatalf("encoded %s, %v", b, err)
 	}
-	var back subject.Subject
+	var back change.Change
 	if err := json.Unmarshal(b, &back); err != nil || back.Whole != s.Whole {
 		t.Fatalf("decoded %q, %v", back.Whole, err)
 	}
@@ -415,7 +415,7 @@ func TestACheckRunsRerunNamesItsSuitesBranch(t *testing.T) {
 	b, _ := json.Marshal(body)
 	hdr := http.Header{}
 	hdr.Set("X-GitHub-Event", "check_run")
-	s, err := subject.Extract("github", subject.GitHubFormat, hdr, b)
+	s, err := change.Extract("github", change.GitHubFormat, hdr, b)
 	if err != nil || s.Pull != nil || s.Ref != "refs/heads/changes" {
 		t.Fatalf("re-run %+v %v, want the suite's branch refs/heads/changes and no pull request", s, err)
 	}
@@ -428,16 +428,16 @@ func TestACheckRunsRerunNamesItsSuitesBranch(t *testing.T) {
 func TestAStandardWebhooksSendersListsAreWholeOnlyWhenSent(t *testing.T) {
 	for _, c := range []struct {
 		body  string
-		whole subject.Inputs
+		whole change.Inputs
 	}{
 		{`{"type":"pull_request","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567",` +
-			`"pull_request":{"number":1,"title":"feat: x","target_branch":"main"}}}`, subject.TitleInput | subject.PullInput},
+			`"pull_request":{"number":1,"title":"feat: x","target_branch":"main"}}}`, change.TitleInput | change.PullInput},
 		{`{"type":"pull_request","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567",` +
-			`"pull_request":{"number":1,"title":"feat: x","target_branch":"main"},"commits":[],"changed_paths":["a.go"]}}`, subject.AllInputs},
+			`"pull_request":{"number":1,"title":"feat: x","target_branch":"main"},"commits":[],"changed_paths":["a.go"]}}`, change.AllInputs},
 		{`{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","commits":[{"id":"c","message":"m"}]}}`,
-			subject.TitleInput | subject.PullInput | subject.CommitsInput},
+			change.TitleInput | change.PullInput | change.CommitsInput},
 		{`{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","changed_paths":null,` +
-			`"whole":["title","pull_request","commits","paths"]}}`, subject.TitleInput | subject.PullInput},
+			`"whole":["title","pull_request","commits","paths"]}}`, change.TitleInput | change.PullInput},
 	} {
 		s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(c.body))
 		if err != nil || s.Whole != c.whole {
