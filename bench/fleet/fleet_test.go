@@ -55,7 +55,7 @@ func admitFor(l *localfs.Ledger, prefix string, writers int, d time.Duration) (i
 				a, err := l.Admit(context.Background(), ledger.Delivery{
 					Binding: ledger.Binding{Route: "fleet", Scheme: "github-sha256", Identity: fmt.Sprintf("%s-%d-%d", prefix, w, i),
 						BodyDigest: ledger.SumBody(body)},
-					Subject: body,
+					Change: body,
 				})
 				if err == nil && a.Outcome != ledger.Admitted {
 					err = fmt.Errorf("admission answered %v", a.Outcome)

@@ -43,7 +43,7 @@ func delivery() ledger.Delivery {
 	return ledger.Delivery{
 		Binding: ledger.Binding{Route: "bench", Scheme: "github-sha256", Identity: fmt.Sprintf("peer-%d-%d", n, time.Now().UnixNano()),
 			BodyDigest: ledger.SumBody(body)},
-		Subject: fmt.Appendf(nil, `{"provider":"github","repository":"acme/app","sha":"%040d","ref":"refs/heads/main","event":"push"}`, n),
+		Change: fmt.Appendf(nil, `{"provider":"github","repository":"acme/app","sha":"%040d","ref":"refs/heads/main","event":"push"}`, n),
 	}
 }
 
@@ -110,9 +110,8 @@ func openLedger(b *testing.B) *localfs.Ledger {
 
 // sqlitePeer is an SQLite database doing an admission's work per transaction.
 type sqlitePeer struct {
-	db      *sql.DB
-	dir     string
-	subject []byte
+	db  *sql.DB
+	dir string
 }
 
 func openSQLite(b *testing.B, conns int) *sqlitePeer {
@@ -135,7 +134,7 @@ func openSQLiteAt(path string, conns int, create bool) (*sqlitePeer, error) {
 	db.SetMaxIdleConns(conns)
 	if create {
 		for _, q := range []string{
-			`CREATE TABLE rows (key BLOB PRIMARY KEY, binding BLOB NOT NULL, state TEXT NOT NULL, subject BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID`,
+			`CREATE TABLE rows (key BLOB PRIMARY KEY, binding BLOB NOT NULL, state TEXT NOT NULL, change BLOB NOT NULL, created INTEGER NOT NULL) WITHOUT ROWID`,
 			`CREATE TABLE capacity (id INTEGER PRIMARY KEY, used INTEGER NOT NULL, cap INTEGER NOT NULL)`,
 			`INSERT INTO capacity VALUES (1, 0, 100000000)`,
 		} {
@@ -169,7 +168,7 @@ func (p *sqlitePeer) admit(d ledger.Delivery) error {
 	}
 	k := d.Key()
 	bd := d.Binding.Digest()
-	if _, err := tx.Exec(`INSERT INTO rows VALUES (?, ?, 'pending', ?, ?)`, k[:], bd[:], d.Subject, time.Now().UnixNano()); err != nil {
+	if _, err := tx.Exec(`INSERT INTO rows VALUES (?, ?, 'pending', ?, ?)`, k[:], bd[:], d.Change, time.Now().UnixNano()); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(`UPDATE capacity SET used = used + 1 WHERE id = 1`); err != nil {
