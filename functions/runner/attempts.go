@@ -44,8 +44,8 @@ const (
 	routeFailed
 	// routeCut: a shutdown cut the route's build for an evaluation.
 	routeCut
-	// subjectUnreadable: the delivery's subject does not decode: nothing can be evaluated.
-	subjectUnreadable
+	// changeUnreadable: the delivery's change does not decode: nothing can be evaluated.
+	changeUnreadable
 	// evalFailed: the evaluator answered an error.
 	evalFailed
 	// evalOutOfTime: the evaluation ran out of the invocation's time (attempt.fair says
@@ -69,7 +69,7 @@ const (
 	// postFailed: the post failed, or the saved verdict's route could not be built
 	// (attempt.err says how: publish.ClassOf, publish.RetryAfterOf).
 	postFailed
-	// undecodable: the saved report or the delivery's subject does not decode, so nothing
+	// undecodable: the saved report or the delivery's change does not decode, so nothing
 	// can ever be posted (attempt.err names which).
 	undecodable
 	// superseded: the subject's record holds a newer verdict (attempt.by; none for a late
@@ -88,7 +88,7 @@ const (
 )
 
 var eventNames = [...]string{noTime: "no time", busy: "busy", ledgerFailed: "ledger failed", claimed: "claimed",
-	leaseLost: "lease lost", routeFailed: "route failed", routeCut: "route cut", subjectUnreadable: "subject unreadable",
+	leaseLost: "lease lost", routeFailed: "route failed", routeCut: "route cut", changeUnreadable: "change unreadable",
 	evalFailed: "evaluation failed", evalOutOfTime: "evaluation out of time", evalCut: "evaluation cut",
 	inputsUnavailable: "inputs unavailable", saveFailed: "save failed", published: "published", postLost: "post lost", postCut: "post cut",
 	postFailed: "post failed", undecodable: "undecodable", superseded: "superseded", subjectBusy: "subject busy",
@@ -300,8 +300,8 @@ func (p policy) decide(a attempt) decision {
 	case routeCut, evalCut, postCut:
 		// A shutdown is no failed attempt: handed back for the next claim at once.
 		return handBack(unclaim, 0)
-	case subjectUnreadable:
-		return decision{act: saveError, text: "amiss could not read the delivery's subject"}
+	case changeUnreadable:
+		return decision{act: saveError, text: "amiss could not read the delivery's change"}
 	case evalOutOfTime:
 		if !a.fair {
 			// Cut by the runner's scheduling (the messages before it took the time), not by

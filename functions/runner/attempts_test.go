@@ -123,9 +123,9 @@ var decisionTable = []struct {
 		decision{act: saveError, text: "amiss could not read the provider's API for the rules' inputs for 72h0m0s: 503 (transient)"}},
 
 	// Evaluating.
-	{"a subject that cannot be read gets an error verdict",
-		with(executing(1, 0, admitted), subjectUnreadable, nil),
-		decision{act: saveError, text: "amiss could not read the delivery's subject"}},
+	{"a change that cannot be read gets an error verdict",
+		with(executing(1, 0, admitted), changeUnreadable, nil),
+		decision{act: saveError, text: "amiss could not read the delivery's change"}},
 	{"a failed evaluation under the limit is released for the retry delay",
 		with(executing(1, 0, admitted), evalFailed, func(a *attempt) { a.err = boom }),
 		decision{act: release, retry: after(30 * time.Second)}},
@@ -194,7 +194,7 @@ var decisionTable = []struct {
 	// The order of the verdicts on a commit.
 	{"a verdict a newer one superseded is ended, never posted",
 		with(publishing(0, 0, 0, nil), superseded, func(a *attempt) { a.by = ledger.Key{7} }), decision{act: supersede}},
-	{"a verdict waiting for another post on its commit comes back when the subject says, uncounted",
+	{"a verdict waiting for another post on its commit comes back when the subject's record says, uncounted",
 		with(publishing(2, 0, 0, nil), subjectBusy, func(a *attempt) { a.retryAt = admitted.Add(time.Minute) }),
 		decision{act: unclaim, retry: onLedger(admitted.Add(time.Minute))}},
 	{"a verdict posted while an older post could land over it comes back to read back, uncounted",

@@ -22,7 +22,7 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// What stands on the commit when verdicts are check runs: the subject rules of the statuses'
+// What stands on the commit when verdicts are check runs: the ordering rules of the statuses'
 // scenarios (standing_test.go) hold for the check-run publisher, and a re-run is a newer
 // verdict with a check run of its own. The provider is a fake of GitHub's checks API that
 // checks every request against GitHub's API description.
@@ -67,9 +67,9 @@ func (w *checksWorld) checksRunner(owner string, ev evaluate.Evaluator, timeout 
 		}}
 }
 
-// admitSubject admits s (from an App's installation) with the body time at (zero: none, as
+// admitChange admits s (from an App's installation) with the body time at (zero: none, as
 // for a re-run) and returns its queue message.
-func (w *checksWorld) admitSubject(s change.Change, body string, at time.Time) queue.Message {
+func (w *checksWorld) admitChange(s change.Change, body string, at time.Time) queue.Message {
 	w.t.Helper()
 	b, _ := json.Marshal(s)
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: ledger.SumBody([]byte(body)).String(),
@@ -81,7 +81,7 @@ func (w *checksWorld) admitSubject(s change.Change, body string, at time.Time) q
 }
 
 func (w *checksWorld) pullRequestFromApp(title string, updatedAt time.Time) queue.Message {
-	return w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+	return w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
 		Pull: &change.Pull{Number: 7, Title: title, TargetBranch: "main"}, Installation: appInstallation}, title, updatedAt)
 }
 
@@ -182,13 +182,13 @@ func TestARerunLeadsToANewCheckRunForTheSameCommit(t *testing.T) {
 	}
 	h := http.Header{}
 	h.Set("X-GitHub-Event", "check_run")
-	rerunSubject, err := provider.Extract("github", h, body)
-	if err != nil || rerunSubject.Event != change.Rerun || rerunSubject.Installation != appInstallation {
-		t.Fatalf("re-run subject %+v %v", rerunSubject, err)
+	rerunChange, err := provider.Extract("github", h, body)
+	if err != nil || rerunChange.Event != change.Rerun || rerunChange.Installation != appInstallation {
+		t.Fatalf("re-run change %+v %v", rerunChange, err)
 	}
-	rerunSubject.Repository, rerunSubject.SHA = commitRepo, headSHA
+	rerunChange.Repository, rerunChange.SHA = commitRepo, headSHA
 	w := newChecksWorld(t, githubtest.New(nil))
-	push := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.Push,
+	push := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.Push,
 		Installation: appInstallation}, "push", epoch.Add(-2*time.Minute))
 	// The evaluator's outside dependency failed for the push, and works for the re-run.
 	calls := 0
@@ -203,7 +203,7 @@ func TestARerunLeadsToANewCheckRunForTheSameCommit(t *testing.T) {
 	w.process(r, push)
 	w.checkRuns("failure", push, 1)
 	w.clock.Advance(time.Minute) // the user reads the check run, and presses Re-run
-	rerun := w.admitSubject(rerunSubject, string(body), time.Time{})
+	rerun := w.admitChange(rerunChange, string(body), time.Time{})
 	w.process(r, rerun)
 	w.checkRuns("success", rerun, 2)
 	if calls != 2 {

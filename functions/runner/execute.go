@@ -15,7 +15,7 @@ import (
 )
 
 // execute runs an attempt under the executing lease lc holds, of a message taken up as taken
-// says: it builds the route, evaluates the subject and saves the verdict, keeping the lease all
+// says: it builds the route, evaluates the change and saves the verdict, keeping the lease all
 // along; every other end of the attempt is the policy's to decide.
 func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, taken takenUp) (Result, error) {
 	l, leaseFor := lc.lease, lc.leaseFor
@@ -60,8 +60,8 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, t
 	routeBuild := time.Since(built)
 	var s change.Change
 	if err := json.Unmarshal(l.Change, &s); err != nil {
-		// A subject the ingress wrote and cannot be read back: give it an error verdict.
-		d := p.decide(attempt{event: subjectUnreadable, lease: l})
+		// A change the ingress wrote and cannot be read back: give it an error verdict.
+		d := p.decide(attempt{event: changeUnreadable, lease: l})
 		return r.saveAndPublish(ctx, wctx, log, lc, route, k, evaluate.Verdict{State: evaluate.Error, Description: d.text}, ledger.Tie{})
 	}
 	if onClaim.act == saveError {
@@ -114,7 +114,7 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, t
 // from the provider's API (route.Inputs), or marked unread, saying why, when they cannot be
 // (the rules then fail closed). A route whose rules need nothing the webhook lacks reads
 // nothing. A re-run whose webhook names no pull request is first matched to the delivery its
-// check run was published for (s.RerunOf), whose subject names it. An error is the provider's
+// check run was published for (s.RerunOf), whose change names it. An error is the provider's
 // transient failure.
 func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s change.Change) (change.Change, error) {
 	n, ok := route.Evaluator.(evaluate.Needer)
@@ -145,7 +145,7 @@ func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s
 }
 
 // rerunOf gives a re-run that names no pull request the one its check run was published for:
-// the subject of the delivery s.RerunOf, when the ledger still holds it and it was for the
+// the change of the delivery s.RerunOf, when the ledger still holds it and it was for the
 // same repository and commit (a pull request's, or a push's: then there is none, and the
 // re-run takes the push's range, and its commits and paths as far as the push held them
 // whole). Otherwise s is returned as it is, and its reader must find the pull request, or the

@@ -27,7 +27,7 @@ func forbidding(t *testing.T) evaluate.Evaluator {
 	return r
 }
 
-// pushChanging is a push subject from a GitHub App's installation changing n files under
+// pushChanging is a push change from a GitHub App's installation changing n files under
 // secrets/, each path padded to pad bytes.
 func pushChanging(n, pad int) []byte {
 	s := change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Event: "push",
@@ -42,7 +42,7 @@ func pushChanging(n, pad int) []byte {
 // The frozen verdict carries every file the rules refused, and the publication carries them
 // with the webhook's installation and the delivery's key (a check run's external_id).
 func TestThePublishedVerdictCarriesTheRefusedFilesTheInstallationAndTheDeliveryKey(t *testing.T) {
-	w := newWorldWithSubject(t, pushChanging(120, 0))
+	w := newWorldWithChange(t, pushChanging(120, 0))
 	r := w.runner("a", forbidding(t))
 	if res, err := r.Process(context.Background(), w.msg); err != nil || !res.Done {
 		t.Fatalf("process: %+v %v", res, err)

@@ -303,7 +303,7 @@ func TestForgePushesAddingAForbiddenFileFail(t *testing.T) {
 		}
 		s := w.deliver(kind.push(0, 30, 5, capitalised, files)) // the webhook lists 26..30
 		if s.Whole.Has(change.PathsInput) {
-			t.Fatal("the webhook's subject holds the paths whole: the test's premise is gone")
+			t.Fatal("the webhook's change holds the paths whole: the test's premise is gone")
 		}
 		if state, desc := w.verdict(30); state != kind.failed || !strings.Contains(desc, "forbidden path secrets/prod.env") {
 			t.Fatalf("a push whose webhook does not list the file: %s %q", state, desc)

@@ -119,7 +119,7 @@ func (w *world) admit(t *testing.T, s change.Change, body string) queue.Message 
 // title and branches, no files, no commits.
 func pullRequestWorld(t *testing.T) *world {
 	s, _ := json.Marshal(pullRequest5())
-	return newWorldWithSubject(t, s)
+	return newWorldWithChange(t, s)
 }
 
 func pullRequest5() change.Change {
@@ -191,7 +191,7 @@ func TestRulesThatNeedNothingTheWebhookLacksReadNothing(t *testing.T) {
 	push := change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
 		Event: change.Push, Whole: change.AllInputs, Paths: []string{"a.go"}, Commits: []change.Commit{{ID: "c1", Message: "Fine"}}}
 	b, _ := json.Marshal(push)
-	w = newWorldWithSubject(t, b)
+	w = newWorldWithChange(t, b)
 	drive(t, w, w.inputsRunner(prRules(t, config.Rules{PullRequestTitle: "^feat: ", CommitMessage: "^[A-Z]",
 		ForbiddenPaths: []string{"secrets/**"}}), reader), 5)
 	if got := w.posted(t); got.State != evaluate.Success {
@@ -307,7 +307,7 @@ func TestARerunWhosePullRequestCannotBeFoundFailsClosed(t *testing.T) {
 	orphan := change.Change{Provider: "github", Repository: "acme/app", SHA: pullRequest5().SHA, Event: change.Rerun,
 		RerunOf: strings.Repeat("ab", 32)}
 	b, _ := json.Marshal(orphan)
-	w := newWorldWithSubject(t, b)
+	w := newWorldWithChange(t, b)
 	reader := &fakeReader{}
 	drive(t, w, w.inputsRunner(prRules(t, config.Rules{PullRequestTitle: "^feat: "}), reader), 5)
 	if got := w.posted(t); got.State != evaluate.Failure ||

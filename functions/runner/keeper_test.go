@@ -202,15 +202,15 @@ func (s *slowAbandon) Abandon(ctx context.Context, st ledger.Staged, reason stri
 	return err
 }
 
-// A row whose subject cannot be read back gets an error verdict, saved and then abandoned (the
-// publication cannot decode the subject either). The keeper runs from the route build on, so it
+// A row whose change cannot be read back gets an error verdict, saved and then abandoned (the
+// publication cannot decode the change either). The keeper runs from the route build on, so it
 // must stop before the ledger hears of the abandonment: a renewal of the publishing lease landing
 // after the Abandon is refused (the row has no owner) and would be counted as a lost lease, with
 // the work's context cancelled, on a clean, finished delivery. The same rule as
 // TestARenewalAfterCompleteCountsNoLostLease.
-func TestAnUndecodableSubjectCountsNoLostLease(t *testing.T) {
-	w := newWorldWithSubject(t, []byte(`[1]`)) // JSON, but not a subject
-	abandonedUnderItsLease(t, w, "a delivery whose subject does not decode")
+func TestAnUndecodableChangeCountsNoLostLease(t *testing.T) {
+	w := newWorldWithChange(t, []byte(`[1]`)) // JSON, but not a change
+	abandonedUnderItsLease(t, w, "a delivery whose change does not decode")
 }
 
 // The same in the publish phase: a saved report that does not decode is abandoned while the keeper

@@ -52,21 +52,21 @@ func (r *Runner) publish(ctx context.Context, log *slog.Logger, s ledger.Staged,
 // lost lease.
 func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s ledger.Staged, route *Route, lc leaseClock, k *keeper) (Result, error) {
 	var rep Report
-	var subj change.Change
+	var c change.Change
 	var a attempt
 	switch {
 	case json.Unmarshal(s.Report, &rep) != nil:
 		a = attempt{event: undecodable, err: errors.New("the saved report does not decode")}
-	case json.Unmarshal(s.Lease.Change, &subj) != nil || subj.Repository == "":
-		a = attempt{event: undecodable, err: errors.New("the delivery's subject does not decode")}
+	case json.Unmarshal(s.Lease.Change, &c) != nil || c.Repository == "":
+		a = attempt{event: undecodable, err: errors.New("the delivery's change does not decode")}
 	default:
 		tie := rep.Tie
 		if tie.IsZero() {
-			// Frozen by a runner that recorded no tie: what the delivery's subject says of the
+			// Frozen by a runner that recorded no tie: what the delivery's change says of the
 			// event's place orders it (the provider was not read for it).
-			tie = tieOf(subj, ledger.SeenNothing)
+			tie = tieOf(c, ledger.SeenNothing)
 		}
-		a = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, subj, rep), tie, k)
+		a = r.postInOrder(ctx, wctx, log, s, route, statusOf(s, c, rep), tie, k)
 		switch a.event {
 		case postLost:
 			log.Warn("lease lost during publication: stopped; the next owner publishes the saved verdict", "err", a.err)
@@ -79,11 +79,11 @@ func (r *Runner) publishStaged(ctx, wctx context.Context, log *slog.Logger, s le
 	return r.carryOut(ctx, log, s, lc, a)
 }
 
-// statusOf is what publishing the saved verdict s posts: its frozen report, on its subject's
-// commit, for its webhook's installation, named by its delivery key.
-func statusOf(s ledger.Staged, subj change.Change, rep Report) publish.Status {
-	st := publish.Status{Repository: subj.Repository, SHA: subj.SHA, State: rep.State, Description: rep.Description,
-		Context: rep.Context, TargetURL: rep.TargetURL, Installation: subj.Installation, ExternalID: s.Lease.Key.String(),
+// statusOf is what publishing the saved verdict s posts: its frozen report, on the commit of
+// its change c, for its webhook's installation, named by its delivery key.
+func statusOf(s ledger.Staged, c change.Change, rep Report) publish.Status {
+	st := publish.Status{Repository: c.Repository, SHA: c.SHA, State: rep.State, Description: rep.Description,
+		Context: rep.Context, TargetURL: rep.TargetURL, Installation: c.Installation, ExternalID: s.Lease.Key.String(),
 		FilesLeftOut: rep.FilesLeftOut}
 	for _, f := range rep.Files {
 		st.Files = append(st.Files, publish.File{Path: f.Path, Rule: f.Rule, Message: f.Message})

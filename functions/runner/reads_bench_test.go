@@ -95,14 +95,14 @@ func benchPull(commits, perFile int) generatedPull {
 	return g
 }
 
-// measureReads delivers b.N deliveries of the subject at g's head to a runner reading from
+// measureReads delivers b.N deliveries of the change at g's head to a runner reading from
 // rk's fake, and reports the reads per delivery.
-func measureReads(b *testing.B, rk readerKind, g generatedPull, rules evaluate.Evaluator, subjectAt func(head string) change.Change) {
+func measureReads(b *testing.B, rk readerKind, g generatedPull, rules evaluate.Evaluator, changeAt func(head string) change.Change) {
 	srv, _ := rk.serve(g)
 	defer srv.Close()
 	p, _ := provider.Sender(rk.name)
 	reader := p.Reader(provider.Target{BaseURL: srv.URL, Token: "read-token", Client: srv.Client()})
-	s, _ := json.Marshal(subjectAt(forgeCommit(len(g.messages))))
+	s, _ := json.Marshal(changeAt(forgeCommit(len(g.messages))))
 	clock := ledger.NewManualClock(epoch)
 	l, err := localfs.Open(context.Background(), filepath.Join(b.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(),
 		Clock: clock, Create: true, FS: unsyncedFS{}})

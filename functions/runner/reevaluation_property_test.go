@@ -22,7 +22,7 @@ import (
 // One commit, one verdict: for every provider whose reader amiss has here (GitHub, Gitea,
 // GitLab), a pull request's event and a re-evaluation of the same pull request give the same
 // verdict, over generated pull requests (their titles, commits and files), and it is the
-// verdict the rules give the pull request seen whole. The re-evaluations are the same subject
+// verdict the rules give the pull request seen whole. The re-evaluations are the same change
 // admitted again, and the pull request held without its title (as a GitHub Re-run holds it,
 // and a title cut by amiss's bound): every input is then read from the provider.
 
@@ -129,7 +129,7 @@ var readerKinds = []readerKind{
 	}, rerun: titleless},
 }
 
-// titleless is the pull request's subject held without its title.
+// titleless is the pull request's change held without its title.
 func titleless(s change.Change) change.Change {
 	s.Whole = change.PullInput
 	p := *s.Pull
@@ -158,7 +158,7 @@ func TestAPullRequestAndItsReevaluationsGetOneVerdict(t *testing.T) {
 				states[want.State]++
 
 				b, _ := json.Marshal(event)
-				w := newWorldWithSubject(t, b)
+				w := newWorldWithChange(t, b)
 				r := w.inputsRunner(rules, reader)
 				drive(t, w, r, 5)
 				for i, again := range []change.Change{event, kind.rerun(event)} {

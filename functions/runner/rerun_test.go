@@ -87,10 +87,10 @@ func (w *rerunWorld) rerun(event string) queue.Message {
 	h.Set("X-GitHub-Event", event)
 	s, err := provider.Extract("github", h, body)
 	if err != nil || s.Event != change.Rerun || s.Before != baseSHA {
-		w.t.Fatalf("re-run subject %+v %v", s, err)
+		w.t.Fatalf("re-run change %+v %v", s, err)
 	}
 	s.Repository, s.SHA = commitRepo, headSHA
-	return w.admitSubject(s, string(body), time.Time{})
+	return w.admitChange(s, string(body), time.Time{})
 }
 
 // pullRequest makes the commit the head of the fixture's pull request #2, changing files.
@@ -221,7 +221,7 @@ func TestAForkRerunOnARouteOfPathsRulesGivesThePullRequestsVerdict(t *testing.T)
 		w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a fork's change", Base: "main", Head: "changes",
 			BaseSHA: baseSHA, HeadSHA: headSHA})
 		r := w.rerunRunner(paths)
-		pr := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+		pr := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
 			Pull:  &change.Pull{Number: 2, Title: "feat: a fork's change", TargetBranch: "main", SourceBranch: "changes"},
 			Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, "pull_request", epoch.Add(-time.Minute))
 		w.process(r, pr)
@@ -229,7 +229,7 @@ func TestAForkRerunOnARouteOfPathsRulesGivesThePullRequestsVerdict(t *testing.T)
 			t.Fatalf("the pull request's check run %+v", run)
 		}
 		w.clock.Advance(time.Minute) // a user presses Re-run on it
-		fork := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.Rerun,
+		fork := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.Rerun,
 			Before: before, RerunOf: pr.Key.String(), Installation: appInstallation}, "rerun "+before, time.Time{})
 		w.process(r, fork)
 		if v := w.history.Violations(); len(v) > 0 {
@@ -256,13 +256,13 @@ func TestARerunOfAPushsCheckRunSeesThePushsInputs(t *testing.T) {
 		Files: []githubtest.ChangedFile{{Filename: "README.md", Status: "modified"}}})
 	w.history.SetBranch(commitRepo, "main", headSHA)
 	r := w.rerunRunner(paths)
-	push := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main", Event: change.Push,
+	push := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main", Event: change.Push,
 		Commits: []change.Commit{{ID: firstSHA, Message: "Add the key"}, {ID: headSHA, Message: "Edit the README"}},
 		Paths:   []string{"secrets/key.pem", "README.md"}, Whole: change.AllInputs, Installation: appInstallation}, "push", epoch.Add(-time.Minute))
 	w.process(r, push)
 	first := w.latest(push, "failure")
 	w.clock.Advance(time.Minute) // a user presses Re-run on its check run
-	rerun := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main",
+	rerun := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Ref: "refs/heads/main",
 		Event: change.Rerun, RerunOf: push.Key.String(), Installation: appInstallation}, "rerun", time.Time{})
 	w.process(r, rerun)
 	w.checkRuns("failure", rerun, 2)
@@ -285,7 +285,7 @@ func TestAPullRequestsEventIsEvaluatedOnItsOwnTitle(t *testing.T) {
 	w := newRerunWorld(t)
 	w.pullRequest("feat: add the thing", "src/thing.go")
 	r := w.rerunRunner(forbiddenPaths(t))
-	edit := w.admitSubject(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+	edit := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
 		Pull:  &change.Pull{Number: 2, Title: "WIP: add the thing", TargetBranch: "main", SourceBranch: "changes"},
 		Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, "edited", epoch.Add(-time.Minute))
 	w.process(r, edit)

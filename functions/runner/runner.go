@@ -52,24 +52,24 @@ type Route struct {
 	// 4; at most half of them, and at least one, for one repository).
 	Timeout, Settle time.Duration
 	Concurrency     int
-	// PullNow, when set, reads what the provider shows now of a pull request subject's pull
+	// PullNow, when set, reads what the provider shows now of a pull request change's pull
 	// request (its title and target branch), at evaluation. The runner compares it with the
-	// subject's and freezes the answer with the verdict: it orders two verdicts of the commit
+	// change's and freezes the answer with the verdict: it orders two verdicts of the commit
 	// whose events carry the same time (ledger.Tie). An error is logged and orders nothing;
 	// it never fails the evaluation. Nil: not read.
 	PullNow func(ctx context.Context, s change.Change) (change.PullState, error)
 	// Inputs, when set, reads from the provider's API the inputs the route's rules need and
-	// the subject does not hold whole (a pull request's files and commits, a push's commits
+	// the change does not hold whole (a pull request's files and commits, a push's commits
 	// beyond what its webhook lists, a re-run's everything), under the delivery's lease, before
 	// evaluation. Nil: the route has no credential to read its provider's API, and the rules
 	// that need such an input fail closed, saying so.
 	Inputs InputReader
 }
 
-// InputReader reads a subject's inputs from its provider's API.
+// InputReader reads a change's inputs from its provider's API.
 type InputReader interface {
 	// Read returns s with each input of need read whole (added to s.Whole, and named in
-	// s.Read), or marked unread with why (subject.MarkUnread: a permission the credential
+	// s.Read), or marked unread with why (change.MarkUnread: a permission the credential
 	// lacks, a list the provider cuts, a pull request that cannot be identified). An error
 	// is a transient failure (the provider's outage, a timeout, a rate limit: publish.ClassOf
 	// Transient, with publish.RetryAfterOf): the attempt is handed back and retried, never

@@ -43,7 +43,7 @@ func inputsDigest(s change.Change, title, target string) ledger.Digest {
 }
 
 // seen reads what the provider shows now of s's pull request, through the route's reader
-// (Route.PullNow), and answers whether it shows s's inputs. Without a reader, for a subject
+// (Route.PullNow), and answers whether it shows s's inputs. Without a reader, for a change
 // that is no pull request, or when the read fails, it answers SeenNothing: the tie is then
 // decided by the payload or by admission, and the evaluation is not failed for it.
 func (r *Runner) seen(ctx context.Context, log *slog.Logger, route *Route, s change.Change) ledger.Seen {
@@ -56,7 +56,7 @@ func (r *Runner) seen(ctx context.Context, log *slog.Logger, route *Route, s cha
 		return ledger.SeenNothing
 	}
 	shown := change.Change{Pull: &change.Pull{Title: now.Title}}
-	shown.Bound() // the title cut as the subject's is
+	shown.Bound() // the title cut as the change's is
 	if shown.Pull.Title == s.Pull.Title && now.TargetBranch == s.Pull.TargetBranch {
 		return ledger.SeenCurrent
 	}

@@ -35,7 +35,7 @@ func githubPull(action, title, from string) []byte {
 		action, changes, commitRepo, appInstallation, title, headSHA)
 }
 
-// admitWebhook admits a GitHub pull_request webhook as the ingress does: its subject read from
+// admitWebhook admits a GitHub pull_request webhook as the ingress does: its change read from
 // the body, its body time at.
 func (w *commitWorld) admitWebhook(body []byte, at time.Time) queue.Message {
 	w.t.Helper()
@@ -125,11 +125,11 @@ func TestWhatTheProviderShowsAtEvaluationOrdersVerdictsOfOneSecond(t *testing.T)
 }
 
 // A verdict frozen by a runner that recorded no tie (saved before the upgrade, published
-// after it) is ordered by what its delivery's subject says of it, as one evaluated now would
+// after it) is ordered by what its delivery's change says of it, as one evaluated now would
 // be: the edit of the same second proves it came after the opening's title, whichever of the
 // two asks the subject's record first. Ordered by admission instead, the opening (delivered
 // last) stood over the edit.
-func TestAVerdictFrozenWithoutATieIsOrderedByItsSubject(t *testing.T) {
+func TestAVerdictFrozenWithoutATieIsOrderedByItsChange(t *testing.T) {
 	for _, openedFirst := range []bool{false, true} {
 		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
 		second := epoch.Add(-time.Minute)

@@ -21,7 +21,7 @@ type Report struct {
 	Files        []evaluate.File `json:"files,omitempty"`
 	FilesLeftOut int             `json:"files_left_out,omitempty"`
 	// Tie is what the evaluation learnt of the event's place (ledger.Tie): a report frozen
-	// without it (by a runner that recorded none) is ordered by what its delivery's subject
+	// without it (by a runner that recorded none) is ordered by what its delivery's change
 	// says, as if the provider had not been read.
 	Tie ledger.Tie `json:"tie,omitzero"`
 	// Read records what the evaluation read from the provider's API (never published: the

@@ -52,12 +52,12 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	s, _ := json.Marshal(change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
 		Event: "push"})
-	return newWorldWithSubject(t, s)
+	return newWorldWithChange(t, s)
 }
 
-// newWorldWithSubject is newWorld with the row's subject given as raw bytes (such as one the
+// newWorldWithChange is newWorld with the row's change given as raw bytes (such as one the
 // ingress wrote and the runner cannot read back).
-func newWorldWithSubject(t *testing.T, subj []byte) *world {
+func newWorldWithChange(t *testing.T, raw []byte) *world {
 	t.Helper()
 	clock := ledger.NewManualClock(epoch)
 	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(),
@@ -67,7 +67,7 @@ func newWorldWithSubject(t *testing.T, subj []byte) *world {
 	}
 	t.Cleanup(func() { l.Close() })
 	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "github-sha256", Identity: "i", BodyDigest: ledger.SumBody([]byte("b"))},
-		Change: subj}
+		Change: raw}
 	if a, err := l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 		t.Fatalf("admit: %+v %v", a, err)
 	}
