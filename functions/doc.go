@@ -3,7 +3,7 @@
 // functions/wiring is the one place that opens a FileLedger or an S3 ledger (see DESIGN.md
 // section 2).
 //
-//   - ingress: authenticates a webhook (webhook), reads its subject (subject, by the provider
+//   - ingress: authenticates a webhook (webhook), reads its change (change, by the provider
 //     table in provider), admits it into the ledger and queues its key (queue); it serves API
 //     Gateway, and plain HTTP for amiss serve.
 //   - runner: claims a queued delivery, evaluates it (evaluate), saves the verdict and

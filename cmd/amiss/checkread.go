@@ -20,7 +20,7 @@ import (
 // commit_message and forbidden_paths (no pull request webhook carries commits or files, and
 // pushes list a bounded number), and, on a route taking GitHub's Re-runs, pull_request_title
 // and target_branches (a Re-run carries no title, and no branch for a fork). None: the route
-// reads nothing (an HTTP evaluator is given the webhook's subject as it is).
+// reads nothing (an HTTP evaluator is given the webhook's change as it is).
 func readNeeds(r *config.Route) []string {
 	if r.Evaluator.URL != "" {
 		return nil

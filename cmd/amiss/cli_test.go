@@ -237,9 +237,9 @@ func TestSignSends(t *testing.T) {
 	}
 }
 
-// inspect shows the row's subject as the JSON it is (not base64); list says so, on stderr,
-// when no row matches, and keeps stdout to one row a line.
-func TestInspectShowsTheSubjectAndListSaysWhenNothingMatches(t *testing.T) {
+// inspect shows the row's change as the JSON it is (not base64), under the key "subject" that
+// scripts read; list says so, on stderr, when no row matches, and keeps stdout to one row a line.
+func TestInspectShowsTheChangeAndListSaysWhenNothingMatches(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "root")
 	var out, errOut bytes.Buffer
 	if err := run(context.Background(), []string{"demo", "-config", exampleConfig, "-root", root}, &out, io.Discard); err != nil {
@@ -258,10 +258,10 @@ func TestInspectShowsTheSubjectAndListSaysWhenNothingMatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	var row struct {
-		Subject map[string]any `json:"subject"`
+		Change map[string]any `json:"subject"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &row); err != nil || row.Subject["repository"] != "acme/app" || row.Subject["event"] != "push" {
-		t.Fatalf("inspect's subject: %v, %+v\n%s", err, row.Subject, out.String())
+	if err := json.Unmarshal(out.Bytes(), &row); err != nil || row.Change["repository"] != "acme/app" || row.Change["event"] != "push" {
+		t.Fatalf("inspect's change: %v, %+v\n%s", err, row.Change, out.String())
 	}
 	out.Reset()
 	if err := run(context.Background(), []string{"ledger", "list", "-root", root, "-state", "abandoned"}, &out, &errOut); err != nil {

@@ -52,12 +52,12 @@ func runDemo(ctx context.Context, args []string, out io.Writer) error {
 
 	now := time.Now()
 	body := fmt.Appendf(nil, `{"ref":"refs/heads/main","after":"%040x"}`, now.UnixNano())
-	subject, _ := json.Marshal(map[string]string{"provider": provider.StandardWebhooks, "repository": "acme/app",
+	encoded, _ := json.Marshal(map[string]string{"provider": provider.StandardWebhooks, "repository": "acme/app",
 		"sha": fmt.Sprintf("%040x", now.UnixNano()), "event": "push"})
 	d := ledger.Delivery{
 		Binding: ledger.Binding{Route: "demo", Scheme: webhook.SchemeStandardWebhooks,
 			Identity: fmt.Sprintf("msg_demo_%d", now.UnixNano()), BodyDigest: ledger.SumBody(body)},
-		Change:   subject,
+		Change:   encoded,
 		SignedAt: now,
 	}
 	step := func(format string, a ...any) { fmt.Fprintf(out, "  "+format+"\n", a...) }

@@ -93,7 +93,7 @@ var ledgerCommands = []ledgerCommand{
 	{"stats", "[-root DIR]", "Counts rows by state and lifetime, the capacity in use, the high-water clock and the limits the root records."},
 	{"list", "[-root DIR] [-state S]", "Lists rows, one a line, tab-separated: the full key (as logs print it and inspect and republish take it),\n" +
 		"the state, the last transition, the route, and an abandoned row's reason."},
-	{"inspect", "[-root DIR] KEY", "Prints one row as JSON, its subject decoded, with the verdict it froze.\n" +
+	{"inspect", "[-root DIR] KEY", "Prints one row as JSON, its change decoded (under the key \"subject\"), with the verdict it froze.\n" +
 		"KEY is the row's full key: 64 hex digits, as logs, answers and amiss ledger list print it."},
 	{"republish", "[-root DIR] [-queue URL] KEY | -abandoned [-since T]", "Revives an abandoned row (KEY), or every one (-abandoned), and queues it: the verdict it froze is\n" +
 		"published again, the same bytes, never evaluated again."},
@@ -293,7 +293,7 @@ func printStats(out io.Writer, st ledger.Stats) {
 			100*st.CapacityUsed/st.Limits.RecordCap)
 	}
 	fmt.Fprintf(out, "high-water %s\n", st.HighWater.Format(time.RFC3339Nano))
-	fmt.Fprintf(out, "limits: signed age %s, queue %s, future skew %s, subject %d B, report %d B\n",
+	fmt.Fprintf(out, "limits: signed age %s, queue %s, future skew %s, change %d B, report %d B\n",
 		st.Limits.SignedAgeCeiling, st.Limits.QueueCeiling, st.Limits.FutureSkew, st.Limits.MaxChangeBytes, st.Limits.MaxReportBytes)
 	switch {
 	case st.Limits.BodyAgeCeiling == 0:

@@ -259,7 +259,7 @@ func TestInstallationIsKept(t *testing.T) {
 // A Bitbucket change names the API its webhook came from, told apart by the event key, so that
 // a route of Bitbucket Cloud never takes a Data Center server's delivery for its own (and back);
 // a Standard Webhooks sender's data cannot name one.
-func TestABitbucketSubjectNamesTheAPIItCameFrom(t *testing.T) {
+func TestABitbucketChangeNamesTheAPIItCameFrom(t *testing.T) {
 	for file, event := range map[string]string{"bitbucket-cloud/push.json": "repo:push", "bitbucket-cloud/pullrequest_created.json": "pullrequest:created",
 		"bitbucket-cloud/pullrequest_updated.json": "pullrequest:updated"} {
 		h := http.Header{}
@@ -291,7 +291,7 @@ func TestABitbucketSubjectNamesTheAPIItCameFrom(t *testing.T) {
 
 // A change queued or frozen before installations were kept decodes unchanged, and one without
 // an installation encodes as before (no new key).
-func TestSubjectsWithoutAnInstallationKeepTheirEncoding(t *testing.T) {
+func TestChangesWithoutAnInstallationKeepTheirEncoding(t *testing.T) {
 	old := `{"provider":"github","repository":"a/b","sha":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","event":"push","changed_paths":["x"]}`
 	var s change.Change
 	if err := json.Unmarshal([]byte(old), &s); err != nil || s.Installation != 0 || s.Paths[0] != "x" {

@@ -60,7 +60,7 @@ func (r *Route) API() string {
 	return ""
 }
 
-// Takes says why the route refuses a webhook that came from api (subject.Subject.API), or nil
+// Takes says why the route refuses a webhook that came from api (change.Change.API), or nil
 // when it takes it: a route bound to one of its provider's APIs (API) takes no webhook of
 // another, whose verdict would be posted to, and whose inputs read from, a server that does not
 // hold its repository.

@@ -1,4 +1,4 @@
-// Package evaluate turns a subject into a verdict: the built-in rules evaluator configured per
+// Package evaluate turns a change into a verdict: the built-in rules evaluator configured per
 // route, and an HTTP evaluator that asks an operator's endpoint.
 package evaluate
 
@@ -43,15 +43,15 @@ type File struct {
 // ForbiddenPathRule is the name of the forbidden-paths rule in File.Rule.
 const ForbiddenPathRule = "forbidden path"
 
-// Evaluator evaluates a subject. An error means the evaluation could not be done (it is retried,
+// Evaluator evaluates a change. An error means the evaluation could not be done (it is retried,
 // and after the configured attempts becomes an error verdict); a failure is a Verdict.
 type Evaluator interface {
 	Evaluate(ctx context.Context, s change.Change) (Verdict, error)
 }
 
-// Needer is an evaluator that says which of a subject's inputs it needs: the runner reads
-// from the provider those the subject does not hold whole before evaluating. An evaluator that
-// is no Needer is given the subject as its webhook carried it (Subject.Whole says what that
+// Needer is an evaluator that says which of a change's inputs it needs: the runner reads
+// from the provider those the change does not hold whole before evaluating. An evaluator that
+// is no Needer is given the change as its webhook carried it (Change.Whole says what that
 // holds whole).
 type Needer interface {
 	Needs(s change.Change) change.Inputs

@@ -70,7 +70,7 @@ func TestRules(t *testing.T) {
 	}
 }
 
-// A rule whose input the subject does not hold whole fails closed, naming what could not be
+// A rule whose input the change does not hold whole fails closed, naming what could not be
 // read and why; a forbidden path among those read still names the path. A rule that holds
 // does not depend on inputs it does not need.
 func TestARuleFailsClosedOnWhatItCouldNotSee(t *testing.T) {
@@ -189,7 +189,7 @@ func TestHTTPEvaluator(t *testing.T) {
 		}
 		var s change.Change
 		if json.Unmarshal(body, &s) != nil || s.Repository != "acme/app" {
-			http.Error(w, "bad subject", http.StatusBadRequest)
+			http.Error(w, "bad change", http.StatusBadRequest)
 			return
 		}
 		if status != 0 {
@@ -222,9 +222,9 @@ func TestHTTPEvaluator(t *testing.T) {
 }
 
 // TestHTTPEvaluatorFollowsNoRedirect: a redirect is never followed. A 307 or 308 would send the
-// signed request (subject and signature, replayable within the timestamp window) to wherever
+// signed request (change and signature, replayable within the timestamp window) to wherever
 // the answer points; a 301, 302 or 303 turns the POST into a GET, whose answer is not an
-// evaluation of the subject even when it reads like a verdict. Either is an error naming
+// evaluation of the change even when it reads like a verdict. Either is an error naming
 // where the redirect pointed, and the other host hears nothing.
 func TestHTTPEvaluatorFollowsNoRedirect(t *testing.T) {
 	var elsewhere atomic.Int32

@@ -16,7 +16,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/change"
 )
 
-// HTTP posts the subject as JSON to an operator's URL and reads a verdict back. The request is
+// HTTP posts the change as JSON to an operator's URL and reads a verdict back. The request is
 // signed like a GitHub webhook (X-Amiss-Signature-256: sha256=<hex HMAC of the body>, with
 // X-Amiss-Timestamp inside the signed content), so the endpoint can tell it comes from amiss.
 type HTTP struct {

@@ -129,24 +129,24 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		log = log.With("delivery_id", proof.DeliveryID, "delivery_id_signed", false)
 	}
 
-	subj, err := provider.Extract(route.Provider, header, body)
+	c, err := provider.Extract(route.Provider, header, body)
 	switch {
 	case errors.Is(err, change.ErrIgnored):
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
 	case err != nil:
 		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
 	}
-	if !route.Accepts(subj.Event) {
-		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", "event "+subj.Event+" not accepted by the route")
+	if !route.Accepts(c.Event) {
+		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", "event "+c.Event+" not accepted by the route")
 	}
-	log = log.With("repository", subj.Repository, "event", subj.Event)
-	if !route.Allows(subj.Repository) {
+	log = log.With("repository", c.Repository, "event", c.Event)
+	if !route.Allows(c.Repository) {
 		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: "the route may not publish for this repository"})
 	}
-	if err := route.Takes(subj.API); err != nil {
+	if err := route.Takes(c.API); err != nil {
 		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: err.Error()})
 	}
-	encoded, err := subj.Marshal(h.Config.Controller.MaxChangeBytes)
+	encoded, err := c.Marshal(h.Config.Controller.MaxChangeBytes)
 	if err != nil {
 		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 	}
@@ -164,7 +164,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	a, err := h.Ledger.Admit(ctx, d)
 	if errors.Is(err, ledger.ErrTooLarge) {
-		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "subject over the ledger's limit"})
+		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "change over the ledger's limit"})
 	}
 	if err != nil {
 		log.Error("admit", "err", err)

@@ -150,7 +150,7 @@ func TestAdmitQueueRedeliverDuplicate(t *testing.T) {
 		t.Fatalf("the queued message does not claim its row: %+v %v", c, err)
 	}
 	if !strings.Contains(string(c.Lease.Change), `"repository":"octo-org/octo-repo"`) {
-		t.Fatalf("subject %s", c.Lease.Change)
+		t.Fatalf("change %s", c.Lease.Change)
 	}
 	s, _ := w.l.Save(context.Background(), *c.Lease, []byte("verdict"))
 	w.l.Complete(context.Background(), s)

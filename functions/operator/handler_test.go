@@ -59,7 +59,7 @@ func TestTheOperatorFunctionReads(t *testing.T) {
 	if err != nil || resp.Row == nil || resp.Row.Key != abandoned[2] || string(resp.Row.Verdict) != `{"state":"failure","description":"verdict 2"}` {
 		t.Fatalf("inspect: %+v %v", resp.Row, err)
 	}
-	// The answer is what aws lambda invoke prints: JSON, the subject as JSON.
+	// The answer is what aws lambda invoke prints: JSON, the change as JSON (under its key "subject").
 	b, _ := json.Marshal(resp)
 	if !strings.Contains(string(b), `"subject":{}`) || !strings.Contains(string(b), `"verdict":{"state":"failure"`) {
 		t.Fatalf("inspect's answer: %s", b)

@@ -9,12 +9,15 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// Inspected is one row as an operator reads it: the row, its subject as the JSON it is stored
+// Inspected is one row as an operator reads it: the row, its change as the JSON it is stored
 // as (rather than the base64 a []byte becomes), and the verdict it froze when it can be read,
 // or why not.
 type Inspected struct {
 	ledger.Row
-	Subject     json.RawMessage `json:"subject,omitempty"`
+	// Change is the row's change (Row.Change, which it stands in for in the output). Its key
+	// is "subject", the row's own name for it on disk: operators' scripts read the change of
+	// `amiss ledger inspect` (and the operator function's inspect) under that key, so it stays.
+	Change      json.RawMessage `json:"subject,omitempty"`
 	Verdict     json.RawMessage `json:"verdict,omitempty"`
 	VerdictNote string          `json:"verdict_note,omitempty"`
 }
@@ -30,7 +33,7 @@ func Inspect(ctx context.Context, l ledger.Ledger, key ledger.Key) (Inspected, e
 
 // WithVerdict fills in the verdict a row froze, or says where to find it.
 func WithVerdict(ctx context.Context, l ledger.Ledger, row ledger.Row) Inspected {
-	out := Inspected{Row: row, Subject: subjectJSON(row.Change)}
+	out := Inspected{Row: row, Change: changeJSON(row.Change)}
 	if row.Report.IsZero() {
 		return out
 	}
@@ -50,9 +53,9 @@ func WithVerdict(ctx context.Context, l ledger.Ledger, row ledger.Row) Inspected
 	return out
 }
 
-// subjectJSON is a stored subject as JSON: itself when it is JSON (as every backend stores it),
+// changeJSON is a stored change as JSON: itself when it is JSON (as every backend stores it),
 // else its bytes as a JSON string, so that a damaged one still shows.
-func subjectJSON(b []byte) json.RawMessage {
+func changeJSON(b []byte) json.RawMessage {
 	if len(b) == 0 || json.Valid(b) {
 		return b
 	}

@@ -1,6 +1,6 @@
 // Package provider is the table of the providers amiss knows. Each row says, for one name a
 // route's provider or publish.provider field may hold: the signature schemes its webhooks
-// carry, how the subject is read from its payloads, and how a verdict is posted back to it as
+// carry, how the change is read from its payloads, and how a verdict is posted back to it as
 // a commit status. Configuration, the ingress and the runner's wiring read providers only
 // through this table, so a new provider, or a new way to authenticate to one (a GitHub App),
 // is one row here.
@@ -49,7 +49,7 @@ type Provider struct {
 	// Schemes are the signature schemes its webhooks may carry, the default first. None: it
 	// sends no webhooks amiss receives (a route's provider cannot name it).
 	Schemes []string
-	// Format is how the subject is read from its webhooks.
+	// Format is how the change is read from its webhooks.
 	Format change.Format
 	// Publisher builds its commit-status publisher; nil: a route cannot publish to it.
 	Publisher func(Target) publish.Publisher
@@ -62,7 +62,7 @@ type Provider struct {
 	API string
 	// SenderAPIs, for a provider whose webhooks come from more than one API, lists them all
 	// (bitbucket: Bitbucket Cloud's and Data Center's, told apart by their event keys; the
-	// subject names which: subject.Subject.API). Empty: its webhooks come from API alone.
+	// change names which: change.Change.API). Empty: its webhooks come from API alone.
 	SenderAPIs []string
 	// Reader builds the reader of what the provider's webhooks lack (a pull request's files and
 	// commits, a push's beyond what its webhook lists) from its API (the target's, for a
@@ -78,7 +78,7 @@ func (p *Provider) Receives(api string) bool {
 	return slices.Contains(p.SenderAPIs, api)
 }
 
-// Reader reads a subject's inputs from a provider's API (the runner's InputReader).
+// Reader reads a change's inputs from a provider's API (the runner's InputReader).
 type Reader interface {
 	Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error)
 }
@@ -127,7 +127,7 @@ var table = []Provider{
 		Reader:    func(t Target) Reader { return gitlab.NewClient(t.BaseURL, t.Token, t.Client) }},
 	// Bitbucket's webhooks come from Bitbucket Cloud and from Data Center servers; its own
 	// publisher posts to Bitbucket Cloud, and bitbucket-datacenter's to a Data Center server.
-	// Its reader reads the API its target speaks, and refuses a subject of the other.
+	// Its reader reads the API its target speaks, and refuses a change of the other.
 	{Name: Bitbucket, Schemes: []string{webhook.SchemeBitbucket}, Format: change.BitbucketFormat, Remote: true, API: Bitbucket,
 		SenderAPIs: []string{Bitbucket, BitbucketDataCenter},
 		Publisher:  func(t Target) publish.Publisher { return publish.NewBitbucket(t.BaseURL, t.Token, t.Client) },
@@ -191,7 +191,7 @@ func names(keep func(*Provider) bool) []string {
 	return out
 }
 
-// Extract reads the subject of a webhook the provider called name sent (see subject.Extract).
+// Extract reads the change of a webhook the provider called name sent (see change.Extract).
 func Extract(name string, h http.Header, body []byte) (change.Change, error) {
 	p, ok := Sender(name)
 	if !ok {

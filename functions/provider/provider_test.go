@@ -49,7 +49,7 @@ func TestTheTableIsWhole(t *testing.T) {
 	}
 }
 
-// Bitbucket's webhooks come from two APIs, each a publisher's: its subjects name one of them,
+// Bitbucket's webhooks come from two APIs, each a publisher's: its changes name one of them,
 // and its reader reads the one its target speaks.
 func TestBitbucketWebhooksComeFromCloudAndDataCenter(t *testing.T) {
 	bb, _ := provider.Sender(provider.Bitbucket)

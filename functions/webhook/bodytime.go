@@ -40,7 +40,7 @@ import (
 
 // bodyTime returns the provider-set time of a body signed under scheme and the field it was
 // read from; the zero time when the body carries none amiss trusts (malformed JSON included:
-// the subject extraction refuses that body anyway).
+// the change extraction refuses that body anyway).
 func bodyTime(scheme string, body []byte) (time.Time, string) {
 	switch scheme {
 	case SchemeGitHub:

@@ -190,7 +190,7 @@ func (c *Client) MainBranch(ctx context.Context, repo string) (string, error) {
 	return r.MainBranch.Name, nil
 }
 
-// read is one Read in progress: the subject being completed and the requests made.
+// read is one Read in progress: the change being completed and the requests made.
 type read struct {
 	c        *Client
 	s        *change.Change
@@ -215,7 +215,7 @@ type read struct {
 //     unread.
 //
 // A range's paths are its three-dot diffstat (topic=true: from the merge base), its commits
-// those of s's commit its base does not have (exclude). A subject from a Bitbucket Data
+// those of s's commit its base does not have (exclude). A change from a Bitbucket Data
 // Center server is not read: its inputs are marked unread, naming the configuration to fix.
 //
 // A transient failure (Bitbucket's outage, a timeout, a rate limit) is returned as an error of
@@ -403,7 +403,7 @@ func namesOtherCommit(at *url.URL, commit string) bool {
 	return named
 }
 
-// paths reads a diffstat into the subject's paths.
+// paths reads a diffstat into the change's paths.
 func (rd *read) paths(ctx context.Context, u, what, scope string) error {
 	entries, cut, _, err := list[DiffStat](ctx, rd.c, u, what, scope, MaxReadPaths, &rd.requests)
 	if err != nil {
@@ -413,7 +413,7 @@ func (rd *read) paths(ctx context.Context, u, what, scope string) error {
 	return nil
 }
 
-// addPaths adds a diffstat's paths to the subject's: a renamed file's old path too.
+// addPaths adds a diffstat's paths to the change's: a renamed file's old path too.
 func (rd *read) addPaths(entries []DiffStat, cut bool, what string) {
 	seen := make(map[string]bool, len(rd.s.Paths))
 	for _, p := range rd.s.Paths {
@@ -435,7 +435,7 @@ func (rd *read) addPaths(entries []DiffStat, cut bool, what string) {
 }
 
 // commits reads a listing of commits (newest first, as Bitbucket lists them) into the
-// subject's commits, oldest first.
+// change's commits, oldest first.
 func (rd *read) commits(ctx context.Context, u, what, scope string) error {
 	commits, cut, _, err := list[Commit](ctx, rd.c, u, what, scope, MaxReadCommits, &rd.requests)
 	if err != nil {
@@ -445,7 +445,7 @@ func (rd *read) commits(ctx context.Context, u, what, scope string) error {
 	return nil
 }
 
-// addCommits adds commits, listed newest first, to the subject's, oldest first.
+// addCommits adds commits, listed newest first, to the change's, oldest first.
 func (rd *read) addCommits(commits []Commit, cut bool, what string) {
 	for _, c := range slices.Backward(commits) {
 		rd.s.Commits = append(rd.s.Commits, change.Commit{ID: c.Hash, Message: c.Message})

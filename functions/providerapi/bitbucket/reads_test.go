@@ -224,7 +224,7 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 	}
 }
 
-// Bitbucket's outage is no verdict: the read returns a transient error, the subject unchanged.
+// Bitbucket's outage is no verdict: the read returns a transient error, the change unchanged.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
@@ -232,7 +232,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	s := pullEvent(4)
 	got, err := w.client.Read(context.Background(), s, change.PathsInput)
 	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
-		t.Fatalf("%v (class %v); subject %+v", err, providerapi.ClassOf(err), got)
+		t.Fatalf("%v (class %v); change %+v", err, providerapi.ClassOf(err), got)
 	}
 }
 

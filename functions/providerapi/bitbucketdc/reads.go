@@ -179,7 +179,7 @@ func (c *Client) DefaultBranch(ctx context.Context, repo string) (string, error)
 	return b.ID, nil
 }
 
-// read is one Read in progress: the subject being completed and the requests made.
+// read is one Read in progress: the change being completed and the requests made.
 type read struct {
 	c        *Client
 	s        *change.Change
@@ -204,7 +204,7 @@ type read struct {
 //     unread.
 //
 // A range's changes and commits are those of s's commit its base does not have (compare). A
-// subject from Bitbucket Cloud is not read: its inputs are marked unread, naming the
+// change from Bitbucket Cloud is not read: its inputs are marked unread, naming the
 // configuration to fix.
 //
 // A transient failure (the server's outage, a timeout, a rate limit) is returned as an error
@@ -391,7 +391,7 @@ func (rd *read) pullChanges(ctx context.Context, prp string) (changePage, error)
 	return page, err
 }
 
-// changes reads a paged listing of changes into the subject's paths.
+// changes reads a paged listing of changes into the change's paths.
 func (rd *read) changes(ctx context.Context, u, what string) error {
 	changes, cut, err := list[Change](ctx, rd.c, u, what, MaxReadPaths, changesLimit, &rd.requests)
 	if err != nil {
@@ -421,7 +421,7 @@ func (rd *read) addChanges(changes []Change) {
 }
 
 // commits reads a listing of commits (newest first, as Data Center lists them) into the
-// subject's commits, oldest first.
+// change's commits, oldest first.
 func (rd *read) commits(ctx context.Context, u, what string) error {
 	commits, cut, err := list[Commit](ctx, rd.c, u, what, MaxReadCommits, commitsLimit, &rd.requests)
 	if err != nil {
@@ -431,7 +431,7 @@ func (rd *read) commits(ctx context.Context, u, what string) error {
 	return nil
 }
 
-// addCommits adds commits, listed newest first, to the subject's, oldest first.
+// addCommits adds commits, listed newest first, to the change's, oldest first.
 func (rd *read) addCommits(commits []Commit, cut bool, what string) {
 	for _, c := range slices.Backward(commits) {
 		rd.s.Commits = append(rd.s.Commits, change.Commit{ID: c.ID, Message: c.Message})

@@ -231,7 +231,7 @@ func TestARefusedReadNamesThePermissionToGrant(t *testing.T) {
 	}
 }
 
-// The server's outage is no verdict: the read returns a transient error, the subject
+// The server's outage is no verdict: the read returns a transient error, the change
 // unchanged.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	w := newReadWorld(t)
@@ -239,7 +239,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	s := pushEvent(4, hash(1))
 	got, err := w.client.Read(context.Background(), s, change.PathsInput)
 	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
-		t.Fatalf("%v (class %v); subject %+v", err, providerapi.ClassOf(err), got)
+		t.Fatalf("%v (class %v); change %+v", err, providerapi.ClassOf(err), got)
 	}
 }
 

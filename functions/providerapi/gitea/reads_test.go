@@ -307,7 +307,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	}
 }
 
-// A title the subject does not hold whole (cut by its bound) is read from the pull request.
+// A title the change does not hold whole (cut by its bound) is read from the pull request.
 func TestATitleIsReadFromThePullRequest(t *testing.T) {
 	w := newReadWorld(t)
 	w.commits(1, 1, each)

@@ -272,7 +272,7 @@ func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 }
 
 // A read the App's permissions do not cover (403 "Resource not accessible by integration",
-// or 404) is no error: the subject comes back unfilled, saying which permission to grant.
+// or 404) is no error: the change comes back unfilled, saying which permission to grant.
 func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 	for _, c := range []struct {
 		op, permission string
@@ -301,7 +301,7 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 	}
 }
 
-// GitHub's outage is an error of class Transient (the attempt is retried), the subject as it
+// GitHub's outage is an error of class Transient (the attempt is retried), the change as it
 // was.
 func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
 	w := newRerunWorld(t)
