@@ -10,7 +10,7 @@ import (
 // process or many, and each one is a single atomic decision: when it returns an error, the
 // store holds either nothing of the operation or its whole effect.
 type Ledger interface {
-	// Admit records an authenticated delivery with its subject. A delivery with a signed
+	// Admit records an authenticated delivery with its change. A delivery with a signed
 	// issue time is checked for freshness against the ledger's effective now in the same
 	// transaction (Stale when too old for the accepted age or too far ahead). Admit answers
 	// Admitted for a new row, Pending for a row not yet finished (re-enqueueing it is safe),
@@ -130,7 +130,7 @@ type Ledger interface {
 type Delivery struct {
 	// Binding fixes what the key is bound to.
 	Binding Binding
-	// Change is the bounded, normalised subject the runner evaluates, opaque to the ledger.
+	// Change is the bounded, normalised change the runner evaluates, opaque to the ledger.
 	Change []byte
 	// SignedAt is the issue time the signature proves. The zero time means the signature
 	// proves none, and the row is permanent.
@@ -364,7 +364,7 @@ type Lease struct {
 	// (Release of an executing lease); attempts handed back (Unclaim) or lost (their holder
 	// died, or lost its lease) are not failures.
 	Failures int
-	// Change is the row's subject, handed to the evaluator and to the publisher.
+	// Change is the row's change, handed to the evaluator and to the publisher.
 	Change []byte
 }
 

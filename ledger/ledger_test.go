@@ -79,7 +79,7 @@ func TestLimitsValidate(t *testing.T) {
 		"zero cap":       func(l *ledger.Limits) { l.RecordCap = 0 },
 		"zero age":       func(l *ledger.Limits) { l.SignedAgeCeiling = 0 },
 		"negative queue": func(l *ledger.Limits) { l.QueueCeiling = -1 },
-		"huge subject":   func(l *ledger.Limits) { l.MaxChangeBytes = 2 << 20 },
+		"huge change":    func(l *ledger.Limits) { l.MaxChangeBytes = 2 << 20 },
 		"zero report":    func(l *ledger.Limits) { l.MaxReportBytes = 0 },
 	} {
 		l := ledger.DefaultLimits()
@@ -97,12 +97,12 @@ func TestCheckDeliveryAndReport(t *testing.T) {
 	l.MaxChangeBytes, l.MaxReportBytes = 8, 4
 	ok := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "s", Identity: "i"}, Change: []byte("12345678")}
 	if err := l.CheckDelivery(ok); err != nil {
-		t.Fatalf("a subject at the ceiling: %v", err)
+		t.Fatalf("a change at the ceiling: %v", err)
 	}
 	over := ok
 	over.Change = []byte("123456789")
 	if err := l.CheckDelivery(over); !errors.Is(err, ledger.ErrTooLarge) {
-		t.Fatalf("a subject over the ceiling: %v", err)
+		t.Fatalf("a change over the ceiling: %v", err)
 	}
 	invalid := ok
 	invalid.Binding.Identity = ""

@@ -18,7 +18,8 @@ type Limits struct {
 	QueueCeiling time.Duration `json:"queue_ceiling"`
 	// FutureSkew is how far ahead of the ledger's now a signed time may be.
 	FutureSkew time.Duration `json:"future_skew"`
-	// MaxChangeBytes bounds a row's subject.
+	// MaxChangeBytes bounds a row's change. Its JSON name is the name roots store it under,
+	// kept as it was written.
 	MaxChangeBytes int `json:"max_subject_bytes"`
 	// MaxReportBytes bounds a saved report.
 	MaxReportBytes int `json:"max_report_bytes"`
@@ -78,7 +79,7 @@ func (l Limits) Validate() error {
 	case l.FutureSkew < 0:
 		return fmt.Errorf("%w: future skew must not be negative, got %s", ErrInvalid, l.FutureSkew)
 	case l.MaxChangeBytes <= 0 || l.MaxChangeBytes > 1<<20:
-		return fmt.Errorf("%w: subject ceiling must be in (0, 1 MiB], got %d", ErrInvalid, l.MaxChangeBytes)
+		return fmt.Errorf("%w: change ceiling must be in (0, 1 MiB], got %d", ErrInvalid, l.MaxChangeBytes)
 	case l.MaxReportBytes <= 0 || l.MaxReportBytes > 4<<20:
 		return fmt.Errorf("%w: report ceiling must be in (0, 4 MiB], got %d", ErrInvalid, l.MaxReportBytes)
 	case l.BodyAgeCeiling < 0 || l.BodyAgeCeiling > MaxBodyAgeCeiling:
@@ -90,15 +91,15 @@ func (l Limits) Validate() error {
 }
 
 // CheckDelivery reports a delivery that no root with these limits stores: one the contract
-// does not allow (ErrInvalid, see Delivery.Validate) or one whose subject is over
-// MaxSubjectBytes (ErrTooLarge). It decides on the delivery alone, never on stored state, so
+// does not allow (ErrInvalid, see Delivery.Validate) or one whose change is over
+// MaxChangeBytes (ErrTooLarge). It decides on the delivery alone, never on stored state, so
 // a backend calls it before it reads or writes anything: a refused delivery leaves no trace.
 func (l Limits) CheckDelivery(d Delivery) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
 	if len(d.Change) > l.MaxChangeBytes {
-		return fmt.Errorf("%w: subject of %d bytes, ceiling %d", ErrTooLarge, len(d.Change), l.MaxChangeBytes)
+		return fmt.Errorf("%w: change of %d bytes, ceiling %d", ErrTooLarge, len(d.Change), l.MaxChangeBytes)
 	}
 	return nil
 }

@@ -14,7 +14,9 @@ type Row struct {
 	Binding      Binding `json:"binding"`
 	EvaluationID string  `json:"evaluation_id"`
 	State        State   `json:"state"`
-	Change       []byte  `json:"subject,omitempty"`
+	// Change is the bounded, normalised change the runner evaluates (Delivery.Change). Its
+	// JSON name "subject" is the stored rows' format, kept as it was written.
+	Change []byte `json:"subject,omitempty"`
 	// Permanent rows have no provable end and are never cleaned.
 	Permanent bool `json:"permanent"`
 	// SignedAt is the latest signed time seen for the identity; RetainUntil follows from it.
@@ -73,7 +75,7 @@ func (r *Row) Now(clock, highWater time.Time) time.Time {
 	return MaxTime(clock, highWater, r.UpdatedAt, r.SeenAt)
 }
 
-// NewRow builds the row Admit creates for a fresh delivery at now. It enforces the subject
+// NewRow builds the row Admit creates for a fresh delivery at now. It enforces the change
 // ceiling and freshness; a refusal is returned as an Admission outcome.
 func NewRow(d Delivery, l Limits, now time.Time, evaluationID string) (Row, AdmitOutcome, error) {
 	if err := l.CheckDelivery(d); err != nil {

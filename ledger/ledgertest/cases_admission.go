@@ -112,7 +112,7 @@ func caseInvariant13OversizedStateOrReportIsRefusedWhole(e *env) {
 	d := e.delivery(time.Time{})
 	d.Change = make([]byte, e.limits.MaxChangeBytes+1)
 	_, err := e.l.Admit(e.ctx, d)
-	wantErr(e.t, "admit of an oversized subject", err, ledger.ErrTooLarge)
+	wantErr(e.t, "admit of an oversized change", err, ledger.ErrTooLarge)
 	if !e.gone(d) {
 		e.t.Fatalf("oversized admission stored a row")
 	}

@@ -26,7 +26,7 @@ func caseLifecycle(e *env) {
 	if c.Lease.Fence == 0 || c.Lease.Attempt != 1 || c.Lease.EvaluationID != a.EvaluationID || c.Lease.Route != d.Binding.Route {
 		e.t.Fatalf("lease %+v", c.Lease)
 	}
-	e.sameBytes("subject", c.Lease.Change, d.Change)
+	e.sameBytes("change", c.Lease.Change, d.Change)
 	if r := e.row(d); r.State != ledger.StateRunning {
 		e.t.Fatalf("state %v, want running", r.State)
 	}
@@ -186,7 +186,7 @@ func caseInvariant5SavedResultIsPublishedWithIdenticalBytes(e *env) {
 		e.reopen()
 		p := e.claim(d, fmt.Sprintf("p%d", i), ledger.Publish)
 		e.sameBytes("staged report", p.Staged.Report, report)
-		e.sameBytes("publishing lease's subject", p.Staged.Lease.Change, d.Change)
+		e.sameBytes("publishing lease's change", p.Staged.Lease.Change, d.Change)
 		if p.EvaluationID != c.Lease.EvaluationID {
 			e.t.Fatalf("evaluation id changed: %s, was %s", p.EvaluationID, c.Lease.EvaluationID)
 		}
