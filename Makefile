@@ -93,9 +93,10 @@ test-prepare:
 	fi
 	@$(MAKE) --no-print-directory rie >/dev/null || echo "*** could not install the runtime interface emulator (make rie): the Lambda tests will be SKIPPED"
 
-## vet: go vet and the gofmt check (make test runs them first)
+## vet: go vet (the product and the bench module, which builds against it) and the gofmt check (make test runs them first)
 vet:
 	$(GO) vet $(PKGS)
+	cd bench && $(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 
 ## build: the amiss binary in bin/
