@@ -219,30 +219,11 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 			"publish with publish.provider bitbucket (or read with read.provider bitbucket) at https://api.bitbucket.org")
 		return s, nil
 	}
-	f := s
-	f.Unread = append([]change.Unread(nil), s.Unread...)
-	if need.Has(change.CommitsInput) {
-		f.Commits = nil
-	}
-	if need.Has(change.PathsInput) {
-		f.Paths = nil
-	}
-	if f.Pull != nil {
-		p := *f.Pull
-		f.Pull = &p
-	}
-	f.Whole |= need
-	rd := &read{c: c, s: &f, need: need, repo: s.Repository}
-	err := rd.fill(ctx)
-	if err == nil {
-		f.Read = append(f.Read, fmt.Sprintf("Bitbucket Data Center: %s (%d requests)", need, rd.requests))
-		return f, nil
-	}
-	if providerapi.ReadAgain(err) {
-		return s, providerapi.Wrap(err, providerapi.Transient, "reading from Bitbucket Data Center")
-	}
-	s.MarkUnread(need, reasonOf(err))
-	return s, nil
+	return providerapi.ReadInputs(s, need, "Bitbucket Data Center", func(f *change.Change) (int, error) {
+		rd := &read{c: c, s: f, need: need, repo: s.Repository}
+		err := rd.fill(ctx)
+		return rd.requests, err
+	}, reasonOf)
 }
 
 // reasonOf says what an operator must do about a read that failed for good: what to grant

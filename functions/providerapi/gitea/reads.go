@@ -52,11 +52,14 @@ type Refused struct{ Err error }
 func (r *Refused) Error() string { return r.Err.Error() }
 func (r *Refused) Unwrap() error { return r.Err }
 
-// cutError is a listing the reader stopped reading at a bound, or an answer past its bound:
-// the input it was for is marked unread, naming the bound.
+// cutError is an answer, or a page of a listing, past the bound amiss reads of one: the input
+// it was for is marked unread, naming the bound.
 type cutError struct{ bound string }
 
 func (e *cutError) Error() string { return e.bound }
+
+// Unwrap makes it ErrAnswerTooLong: asking again gets the same answer.
+func (e *cutError) Unwrap() error { return providerapi.ErrAnswerTooLong }
 
 // get reads one answer into v.
 func (c *Client) get(ctx context.Context, u, what string, v any) error {
@@ -256,38 +259,10 @@ func (c *Client) CheckRead(ctx context.Context, repo string) error {
 // scope, or that cannot see the repository) is not an error: the inputs in need are marked
 // unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
-	if need == 0 {
-		return s, nil
-	}
-	f := s
-	f.Unread = append([]change.Unread(nil), s.Unread...)
-	if need.Has(change.CommitsInput) {
-		f.Commits = nil
-	}
-	if need.Has(change.PathsInput) {
-		f.Paths = nil
-	}
-	if f.Pull != nil {
-		p := *f.Pull
-		f.Pull = &p
-	}
-	f.Whole |= need
-	requests, err := c.fill(ctx, &f, need)
 	name := displayName(s.Provider)
-	if err == nil {
-		f.Read = append(f.Read, fmt.Sprintf("%s: %s (%d requests)", name, need, requests))
-		return f, nil
-	}
-	if providerapi.ClassOf(err) == providerapi.Transient && !isCut(err) {
-		return s, providerapi.Wrap(err, providerapi.Transient, "reading from "+name)
-	}
-	s.MarkUnread(need, reasonOf(name, err))
-	return s, nil
-}
-
-func isCut(err error) bool {
-	var c *cutError
-	return errors.As(err, &c)
+	return providerapi.ReadInputs(s, need, name,
+		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) },
+		func(err error) string { return reasonOf(name, err) })
 }
 
 // displayName is the provider as a verdict names it.

@@ -283,54 +283,31 @@ func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha 
 // lacks: 403 or 404; a webhook without an installation) is not an error: the inputs in need
 // are marked unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
-	if need == 0 {
-		return s, nil
-	}
-	f := s
-	f.Unread = append([]change.Unread(nil), s.Unread...)
-	if need.Has(change.CommitsInput) {
-		f.Commits = nil
-	}
-	if need.Has(change.PathsInput) {
-		f.Paths = nil
-	}
-	if f.Pull != nil {
-		p := *f.Pull
-		f.Pull = &p
-	}
-	f.Whole |= need
-	requests := 0
-	if need.Has(change.PullInput) && f.Pull == nil {
-		// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
-		// and whose check run's delivery did not name one either: it may be a push's, or a
-		// pull request's. It is a push's when its commit is on the branch its check suite
-		// names, in this repository (a fork's pull request's commits are not, until merged).
-		// Otherwise neither the rules that check a pull request nor those that check its
-		// commits and paths (a pull request's are all of its own, a push's those since the
-		// branch's last) can tell which. The push's are still read: a forbidden path among
-		// them fails the rule all the same.
-		pushed, err := c.onBranch(ctx, f)
-		requests++
-		if err != nil {
-			return s, providerapi.Wrap(err, providerapi.Transient, "reading from GitHub")
+	return providerapi.ReadInputs(s, need, "GitHub", func(f *change.Change) (int, error) {
+		requests := 0
+		if need.Has(change.PullInput) && f.Pull == nil {
+			// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
+			// and whose check run's delivery did not name one either: it may be a push's, or a
+			// pull request's. It is a push's when its commit is on the branch its check suite
+			// names, in this repository (a fork's pull request's commits are not, until merged).
+			// Otherwise neither the rules that check a pull request nor those that check its
+			// commits and paths (a pull request's are all of its own, a push's those since the
+			// branch's last) can tell which. The push's are still read: a forbidden path among
+			// them fails the rule all the same.
+			pushed, err := c.onBranch(ctx, *f)
+			requests++
+			if err != nil {
+				return requests, err
+			}
+			if !pushed {
+				f.MarkUnread(need, "the Re-run's webhook names no pull request (a fork's pull request, "+
+					"or Re-run all of a check suite) and the delivery its check run was published for is no longer kept: "+
+					"press Re-run on the check run itself, or push again")
+			}
 		}
-		if !pushed {
-			f.MarkUnread(need, "the Re-run's webhook names no pull request (a fork's pull request, "+
-				"or Re-run all of a check suite) and the delivery its check run was published for is no longer kept: "+
-				"press Re-run on the check run itself, or push again")
-		}
-	}
-	n, err := c.fill(ctx, &f, need)
-	requests += n
-	if err == nil {
-		f.Read = append(f.Read, fmt.Sprintf("GitHub: %s (%d requests)", need, requests))
-		return f, nil
-	}
-	if providerapi.ReadAgain(err) {
-		return s, providerapi.Wrap(err, providerapi.Transient, "reading from GitHub")
-	}
-	s.MarkUnread(need, reasonOf(err))
-	return s, nil
+		n, err := c.fill(ctx, f, need)
+		return requests + n, err
+	}, reasonOf)
 }
 
 // onBranch reports whether s's commit is on the branch s names (s.Ref) in s's repository: the

@@ -52,11 +52,14 @@ type Refused struct{ Err error }
 func (r *Refused) Error() string { return r.Err.Error() }
 func (r *Refused) Unwrap() error { return r.Err }
 
-// cutError is a listing read to a bound, or an answer past its bound: the input it was for is
-// marked unread, naming the bound.
+// cutError is an answer, or a page of a listing, past the bound amiss reads of one: the input
+// it was for is marked unread, naming the bound.
 type cutError struct{ bound string }
 
 func (e *cutError) Error() string { return e.bound }
+
+// Unwrap makes it ErrAnswerTooLong: asking again gets the same answer.
+func (e *cutError) Unwrap() error { return providerapi.ErrAnswerTooLong }
 
 // errMoved: a merge request's listing no longer describes the commit read for.
 var errMoved = errors.New("the merge request moved on while it was read")
@@ -221,33 +224,8 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 // the scope, or that cannot see the project) is not an error: the inputs in need are marked
 // unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
-	if need == 0 {
-		return s, nil
-	}
-	f := s
-	f.Unread = append([]change.Unread(nil), s.Unread...)
-	if need.Has(change.CommitsInput) {
-		f.Commits = nil
-	}
-	if need.Has(change.PathsInput) {
-		f.Paths = nil
-	}
-	if f.Pull != nil {
-		p := *f.Pull
-		f.Pull = &p
-	}
-	f.Whole |= need
-	requests, err := c.fill(ctx, &f, need)
-	if err == nil {
-		f.Read = append(f.Read, fmt.Sprintf("GitLab: %s (%d requests)", need, requests))
-		return f, nil
-	}
-	var cut *cutError
-	if providerapi.ClassOf(err) == providerapi.Transient && !errors.As(err, &cut) {
-		return s, providerapi.Wrap(err, providerapi.Transient, "reading from GitLab")
-	}
-	s.MarkUnread(need, reasonOf(err))
-	return s, nil
+	return providerapi.ReadInputs(s, need, "GitLab",
+		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) }, reasonOf)
 }
 
 // reasonOf says what an operator must do about a read that failed for good.
