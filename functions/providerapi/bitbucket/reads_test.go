@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -18,6 +17,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket/bitbuckettest"
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 )
 
 // What Bitbucket Cloud's webhooks lack is read from a fake of its API that checks every
@@ -305,20 +305,9 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 	}
 }
 
-// An answer longer than amiss reads of one is the same on every attempt: the input it was for
-// is marked unread, naming the bound (its rules fail closed), and the read is not retried.
+// An answer longer than amiss reads of one leaves its input unread, without a retry.
 func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"values":[`+strings.Repeat(" ", 33<<20)+`]}`)
-	}))
-	defer srv.Close()
-	c := bitbucket.NewClient(srv.URL, "bb_token", srv.Client())
-	got, err := c.Read(context.Background(), pushEvent(2, hash(1)), change.PathsInput)
-	if err != nil {
-		t.Fatalf("read: %v (want the paths unread, not a retry)", err)
-	}
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "longer than the 32 MiB amiss reads") {
-		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckAnAnswerPastItsBoundLeavesThePathsUnread(t, func(u string, hc *http.Client) (change.Change, error) {
+		return bitbucket.NewClient(u, "bb_token", hc).Read(context.Background(), pushEvent(2, hash(1)), change.PathsInput)
+	})
 }

@@ -3,7 +3,6 @@ package github_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -15,6 +14,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 )
 
 // What a re-run's inputs are read as, from a fake of GitHub's pull request and commit reads
@@ -427,22 +427,11 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 	}
 }
 
-// An answer longer than amiss reads of one is the same on every attempt: the input it was for
-// is marked unread, naming the bound (its rules fail closed), and the read is not retried.
+// An answer longer than amiss reads of one leaves its input unread, without a retry.
 func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"total_commits":1,"files":[`+strings.Repeat(" ", 33<<20)+`]}`)
-	}))
-	defer srv.Close()
-	c := github.NewTokenClient(srv.URL, "ghp_token", srv.Client())
 	s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: change.Push,
 		Ref: "refs/heads/main", Before: commitN(1), Whole: change.TitleInput | change.PullInput}
-	got, err := c.Read(context.Background(), s, change.PathsInput)
-	if err != nil {
-		t.Fatalf("read: %v (want the paths unread, not a retry)", err)
-	}
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "longer than the 32 MiB amiss reads") {
-		t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckAnAnswerPastItsBoundLeavesThePathsUnread(t, func(u string, hc *http.Client) (change.Change, error) {
+		return github.NewTokenClient(u, "ghp_token", hc).Read(context.Background(), s, change.PathsInput)
+	})
 }
