@@ -111,6 +111,8 @@ func (c *Config) defaults() error {
 
 // Ledger is a handle on an S3 ledger. It is safe for concurrent use.
 type Ledger struct {
+	// Records runs the single-record operations (ledger.Records) over the store.
+	ledger.Records
 	s      store
 	clock  *storeClock
 	cfg    Config
@@ -193,6 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if root.Shards <= 0 || root.Shards > 256 {
 		return nil, fmt.Errorf("%w: %s: %d capacity shards", ledger.ErrCorrupt, l.s.key(rootName), root.Shards)
 	}
+	l.Records = ledger.NewRecords(recordStore{l}, nil, l.cfg.Limits)
 	l.shards = root.Shards
 	l.hw.Store(root.HighWater)
 	l.start = time.Now()

@@ -203,23 +203,6 @@ func (l *Ledger) InspectSubject(ctx context.Context, k ledger.SubjectKey) (ledge
 	return rec, nil
 }
 
-// Supersede implements ledger.Ledger, written as Complete is: a superseded row keeps no report.
-func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
-	return l.update(ctx, "supersede", s.Lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		changed, err := rd.Row.Supersede(s, by, now)
-		if err != nil {
-			return changed && !rd.Row.State.Terminal(), err
-		}
-		if !changed {
-			return false, nil
-		}
-		if err := l.finish(ctx, rd); err != nil {
-			return false, err
-		}
-		return true, nil
-	})
-}
-
 // noteSubject remembers that the verdict of row key asked to be published to subject k: the
 // row names it when it is finished (finish), and cleanup then looks at the record. Bounded as
 // the row cache is: a row this handle forgot names no subject, and its record is found by the
