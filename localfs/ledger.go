@@ -48,7 +48,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	}
 	// Asked once the folder exists: it answers for the file system mounted there.
 	r.sync.writeBack = vfs.FlushCoversWriteBack(r.fs, abs)
-	return &Ledger{Records: ledger.NewRecords(r, nil, r.cfg.Limits), r: r}, nil
+	return &Ledger{Records: ledger.NewRecords(r, r, r.cfg.Limits), r: r}, nil
 }
 
 // Prepare opens the root, checks every capacity shard, finishes an interrupted cleanup batch and

@@ -833,17 +833,6 @@ func (p *pass) keyAgedAt(rd *rowData) time.Time {
 // (see Config.RequestLife, Ledger.quiet).
 const DefaultRequestLife = 31 * time.Minute
 
-// quiet reports whether no write to an object last written at the given times (the store's
-// LastModified of the version judged, and the object's own record of its last write, both on
-// the store's clock) can still land at now: every request that wrote it, or a copy of one held
-// in the network, was signed more than RequestLife ago. Only such an object may be forgotten:
-// once its key is empty, a late copy of its create (If-None-Match: *) would land and bring back
-// a version of it, and copies of the writes that followed it would land over that version
-// (each attempt of a write carries the same bytes, so the same ETag).
-func (l *Ledger) quiet(now time.Time, written ...time.Time) bool {
-	return now.Sub(ledger.MaxTime(written...)) > l.cfg.RequestLife
-}
-
 // lookRow looks at key: a finished row past its retention joins the batch; an unfinished one is
 // tallied (a stranded one reported) and looked at again StrandedAfter later; a reservation is
 // tidied; anything that can still become removable is scheduled for when it can. idx are the
@@ -982,7 +971,7 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 	// known to stand, its row has nothing to post that a record made anew would not let it
 	// (it reads back, and finds itself standing), and is not read.
 	var newest *ledger.Row
-	if rec.Stands != (ledger.Verdict{Key: rec.Newest.Key, Evaluation: rec.NewestEvaluation}) {
+	if rec.NewestMatters() {
 		rd, _, err := l.getRow(ctx, rec.Newest.Key)
 		switch {
 		case err == nil:
@@ -996,7 +985,7 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 		}
 	}
 	horizon := l.cfg.Limits.SubjectHorizon()
-	if rec.Removable(p.now, horizon, newest) && l.quiet(p.now, rec.UpdatedAt, o.modified) {
+	if rec.Forgettable(p.now, horizon, newest, l.cfg.RequestLife, rec.UpdatedAt, o.modified) {
 		p.removals = append(p.removals, removal{name: name, version: o.version, done: func(removed bool) {
 			if removed {
 				p.subjectsRemoved++

@@ -195,7 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if root.Shards <= 0 || root.Shards > 256 {
 		return nil, fmt.Errorf("%w: %s: %d capacity shards", ledger.ErrCorrupt, l.s.key(rootName), root.Shards)
 	}
-	l.Records = ledger.NewRecords(recordStore{l}, nil, l.cfg.Limits)
+	l.Records = ledger.NewRecords(recordStore{l}, recordStore{l}, l.cfg.Limits)
 	l.shards = root.Shards
 	l.hw.Store(root.HighWater)
 	l.start = time.Now()
