@@ -40,7 +40,7 @@
 //	rows.go            row files: read, write, reports
 //	index.go           the end-time index
 //	listing.go         laps over the row folders, cursors
-//	capacity.go        capacity shards: records, settling, the room epoch
+//	capacity.go        capacity shards: records, recounting, the room epoch
 //	maintenance.go     the maintenance state and debris collection
 //	subjects.go        subject records: AcquireSubject, ReportSubject, InspectSubject, their cleanup
 //	cleanup.go         Cleanup: batches, releases, the sweep

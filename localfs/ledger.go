@@ -174,7 +174,7 @@ func (r *root) create(ctx context.Context) error {
 		return err
 	}
 	if err := r.writeShards(func(s int) shardState {
-		return shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)}
+		return shardState{Seq: 1, Shard: s, Quota: r.cfg.Limits.ShardQuota(shardCount, s)}
 	}); err != nil {
 		return err
 	}

@@ -50,7 +50,7 @@ type Config struct {
 	// of deletes; safety never rests on it (deletes name versions), only progress.
 	MaintenanceLease time.Duration
 	// PendingGrace is how old, by the store's clock, an unfinished admission must be before
-	// another one settles it (default 2 minutes). Settling early only makes that admission
+	// another one recounts it (default 2 minutes). Recounting early only makes that admission
 	// retry; it never costs a slot or lets a row in without one.
 	PendingGrace time.Duration
 	// RequestLife is how long after it was signed a request can still land on the store
@@ -241,7 +241,7 @@ func (l *Ledger) reconcile(ctx context.Context, root rootData, tag string) (root
 func (l *Ledger) create(ctx context.Context) error {
 	l.shards = l.cfg.Shards
 	for i := range l.shards {
-		body, token, err := l.encode(kindShard, shardData{Quota: l.quota(i)})
+		body, token, err := l.encode(kindShard, shardData{Quota: l.cfg.Limits.ShardQuota(l.shards, i)})
 		if err != nil {
 			return err
 		}

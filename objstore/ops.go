@@ -145,7 +145,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	// Cleanup's look at the key, a grace from now, before the key can hold a row or this
 	// admission a slot: however the admission ends (a row, a reservation a crash left, a
 	// void), cleanup finds it through this entry alone, without reading every kept row, and
-	// settles the slot's pending entry with the same read (cleanup.go).
+	// recounts the slot's pending entry with the same read (cleanup.go).
 	if err := l.s.putPlain(ctx, dueLookName(reservedAt.Add(l.cfg.PendingGrace), key), nil); err != nil {
 		void()
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
@@ -178,7 +178,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		l.raiseHighWater(now)
 		if row, outcome, err = ledger.NewRow(d, l.cfg.Limits, now, id); err != nil || outcome != ledger.Admitted {
 			void()
-			l.settleShard(ctx, shard, key)
+			l.recountShard(ctx, shard, key)
 			return ledger.Admission{}, fmt.Errorf("admit %s: fresh by every high-water read, %v at their highest: %w (%v)", key.Short(), outcome, ledger.ErrBusy, err)
 		}
 	}
@@ -197,7 +197,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		// The reservation was voided (its slot given back) or taken over by another
 		// admission of the delivery. This admission is over: give its slot back now, so that
 		// Full keeps meaning the whole cap is in use, and let the caller decide again.
-		l.settleShard(ctx, shard, key)
+		l.recountShard(ctx, shard, key)
 		return ledger.Admission{}, err
 	}
 	if err != nil {
@@ -233,7 +233,7 @@ func (l *Ledger) reserveKey(ctx context.Context, d ledger.Delivery, res reservat
 	}
 	// Another admission's reservation: void, abandoned by a crash, or still in flight (the
 	// same delivery admitted twice at once). Take the key over: that admission's row write
-	// (If-Match on its own reservation) can no longer land, and its pending entry is settled
+	// (If-Match on its own reservation) can no longer land, and its pending entry is recounted
 	// as not its row's. Two admissions taking it from each other end when one writes its row.
 	fresh := ks.res.Void && ks.res.NoRowWrite
 	etag, err = l.s.put(ctx, rowName(key), body, token, ks.etag, false)
@@ -256,7 +256,7 @@ func (l *Ledger) finish(ctx context.Context, rd *rowData) error {
 	if rd.Row.Permanent || rd.Due {
 		return nil
 	}
-	return l.s.putPlain(ctx, indexName(&rd.Row), nil)
+	return l.s.putPlain(ctx, endedPrefix+ledger.EndIndexName(&rd.Row), nil)
 }
 
 // Rows implements ledger.Ledger: up to limit rows in key order after cursor.
@@ -293,14 +293,6 @@ func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (led
 		page.Next = ledger.Cursor(strings.TrimPrefix(names[len(names)-1], rowsPrefix))
 	}
 	return page, nil
-}
-
-func indexName(row *ledger.Row) string {
-	end := row.RetainUntil.UnixNano()
-	if end < 0 {
-		end = 0
-	}
-	return fmt.Sprintf("%s%020d-%s", endedPrefix, end, row.Key)
 }
 
 // Stats implements ledger.Ledger. It lists and reads every row.
