@@ -118,7 +118,7 @@ func (l *Ledger) upgradeShards(ctx context.Context) error {
 			if _, err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
 				continue
 			} else if err != nil {
-				return fmt.Errorf("write %s in format %d: %w", l.s.key(shardName(i)), FormatVersion, err)
+				return fmt.Errorf("write %s in format %d: %w", l.s.key(capacityName(i)), FormatVersion, err)
 			}
 			break
 		}
@@ -138,7 +138,7 @@ func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) err
 		}
 		if n > st.data.Used {
 			return fmt.Errorf("%w: %s counts %d slots, batch %d would release %d", ledger.ErrCorrupt,
-				l.s.key(shardName(shard)), st.data.Used, id, n)
+				l.s.key(capacityName(shard)), st.data.Used, id, n)
 		}
 		st.data.Used -= n
 		st.data.AppliedBatch = id
@@ -150,7 +150,8 @@ func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) err
 	return fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, shard)
 }
 
-func shardName(i int) string { return fmt.Sprintf("capacity/%02d.json", i) }
+// capacityName is capacity shard i's object (localfs's shardName is a row folder's name).
+func capacityName(i int) string { return fmt.Sprintf("capacity/%02d.json", i) }
 
 func (l *Ledger) homeShard(k ledger.Key) int { return int(k[1]) % l.shards }
 
@@ -180,19 +181,19 @@ type shardState struct {
 }
 
 func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
-	o, err := l.s.get(ctx, shardName(i))
+	o, err := l.s.get(ctx, capacityName(i))
 	if errors.Is(err, errNotFound) {
-		return shardState{}, fmt.Errorf("%w: %s is missing: capacity cannot be rebuilt by guessing", ledger.ErrRootMismatch, l.s.key(shardName(i)))
+		return shardState{}, fmt.Errorf("%w: %s is missing: capacity cannot be rebuilt by guessing", ledger.ErrRootMismatch, l.s.key(capacityName(i)))
 	}
 	if err != nil {
 		return shardState{}, err
 	}
 	var sd shardData
-	if err := decode(l.s.key(shardName(i)), kindShard, o.body, &sd); err != nil {
+	if err := decode(l.s.key(capacityName(i)), kindShard, o.body, &sd); err != nil {
 		return shardState{}, err
 	}
 	if sd.Used < 0 || sd.Quota != l.cfg.Limits.ShardQuota(l.shards, i) {
-		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(shardName(i)), sd.Used, sd.Quota, l.cfg.Limits.ShardQuota(l.shards, i))
+		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(capacityName(i)), sd.Used, sd.Quota, l.cfg.Limits.ShardQuota(l.shards, i))
 	}
 	st := shardState{data: sd, etag: o.etag, format: formatOf(o.body)}
 	l.rememberShard(i, st)
@@ -205,7 +206,7 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) (string, 
 	if err != nil {
 		return "", err
 	}
-	tag, err := l.s.put(ctx, shardName(i), body, token, st.etag, false)
+	tag, err := l.s.put(ctx, capacityName(i), body, token, st.etag, false)
 	if err == nil {
 		st.etag, st.format = tag, FormatVersion
 		l.rememberShard(i, st)

@@ -245,7 +245,7 @@ func (l *Ledger) create(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if _, err := l.s.put(ctx, shardName(i), body, token, "", true); err != nil && !errors.Is(err, errRaced) {
+		if _, err := l.s.put(ctx, capacityName(i), body, token, "", true); err != nil && !errors.Is(err, errRaced) {
 			return err
 		}
 	}
