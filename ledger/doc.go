@@ -25,8 +25,14 @@
 //
 // The package holds no I/O. Besides the types and the Ledger interface, it holds the state
 // machines themselves (Row and SubjectRecord, with their transition methods), so that every
-// backend makes the same decisions and differs only in how it makes a read-modify-write of one
-// record atomic.
+// backend makes the same decisions, and the procedure around each single-record decision
+// (Records: validation, the decision, how its result must be written), run over a backend's
+// Store, so that every backend differs only in how it makes a read-modify-write of one record
+// atomic and durable (Write says how durable, in words every backend means the same thing by).
+// What every backend computes alike about its records is here too: the end-time index's names
+// (EndIndexName), the records' checksum (Checksum), a capacity shard's quota
+// (Limits.ShardQuota), and the one rule for forgetting a subject record
+// (SubjectRecord.Forgettable). docs/ledger.md says what stays per backend and why.
 //
 // Every decision uses the ledger's effective now: the largest of the injected Clock, the row's
 // own last transition and the high-water the backend persists. A clock that steps back

@@ -613,6 +613,34 @@ func (r *SubjectRecord) Removable(now time.Time, horizon time.Duration, newest *
 	return newest.State == StateDone || newest.State == StateSuperseded
 }
 
+// NewestMatters reports whether Forgettable needs the newest verdict's row: not once that
+// verdict is known to stand, since its row then has nothing to post that a record made anew
+// would not let it (it reads back, and finds itself standing). A backend reads that row only
+// when it matters.
+func (r *SubjectRecord) NewestMatters() bool {
+	return r.Stands.Key != r.Newest.Key || r.Stands.Evaluation != r.NewestEvaluation
+}
+
+// Forgettable is the one rule by which Cleanup forgets a subject record, on every backend: the
+// record is Removable at now (newest is the newest verdict's row as read, nil when forgotten;
+// it is not looked at when NewestMatters says so), and no write to the record can still land.
+// lateWrites is how long after it was sent a write can still land on the backend's storage,
+// and written the times the record was last written, by the clock that dates the storage's
+// writes. On a file system a write lands before its call returns or never (lateWrites zero).
+// On an object store a request held in the network can land up to its signature's life after
+// it was sent, and a held create (If-None-Match) lands on an empty key: a record forgotten
+// sooner would come back as its oldest verdict left it, with copies of the writes that
+// followed it landing over it.
+func (r *SubjectRecord) Forgettable(now time.Time, horizon time.Duration, newest *Row, lateWrites time.Duration, written ...time.Time) bool {
+	if !r.NewestMatters() {
+		newest = nil
+	}
+	if !r.Removable(now, horizon, newest) {
+		return false
+	}
+	return lateWrites <= 0 || now.Sub(MaxTime(written...)) > lateWrites
+}
+
 // Check reports a record whose fields contradict each other.
 func (r *SubjectRecord) Check() error {
 	switch {

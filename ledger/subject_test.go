@@ -464,3 +464,42 @@ func simulateSubject(seed uint64) error {
 	}
 	return nil
 }
+
+func TestASubjectRecordIsForgottenOnlyOnceNoWriteToItCanLand(t *testing.T) {
+	const h = 10 * time.Minute
+	r := NewSubjectRecord(testSubj, subjT0)
+	v := verdict(1, subjT0)
+	g, _, err := r.Acquire(v, h, subjT0)
+	if err != nil || g.Outcome != SubjectPost {
+		t.Fatalf("acquire: %v %v", g.Outcome, err)
+	}
+	report(t, &r, g, PostApplied, subjT0, SubjectStanding)
+	saved := Row{EvaluationID: v.EvaluationID, State: StateSaved}
+	past := subjT0.Add(h + time.Second)
+	if !r.Removable(past, h, nil) {
+		t.Fatal("premise: the record is removable past the horizon")
+	}
+	// A storage whose writes land when answered forgets it as Removable says.
+	if !r.Forgettable(past, h, nil, 0) {
+		t.Fatal("not forgettable where writes cannot land late")
+	}
+	// A storage where a held request can land up to lateWrites after it was sent waits for
+	// that long after the record's last write, by the storage's clock.
+	const late = 15 * time.Minute
+	lastWrite := past.Add(-late)
+	if r.Forgettable(past, h, nil, late, lastWrite) {
+		t.Fatal("forgettable while a write sent at its last write may still land")
+	}
+	if !r.Forgettable(past.Add(time.Second), h, nil, late, lastWrite) {
+		t.Fatal("not forgettable once no write to it can land")
+	}
+	// The newest verdict, known to stand, lets its row's state not matter; a record whose
+	// newest verdict does not stand keeps it while that row can still post.
+	if r.NewestMatters() || !r.Forgettable(past, h, &saved, 0) {
+		t.Fatalf("a standing newest verdict: its row matters %v", r.NewestMatters())
+	}
+	r.Stands.Evaluation = ""
+	if !r.NewestMatters() || r.Forgettable(past, h, &saved, 0) {
+		t.Fatal("a newest verdict not known to stand: forgettable while its row can still post")
+	}
+}

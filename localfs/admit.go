@@ -14,7 +14,7 @@ import (
 // row-shard lock alone. A new key takes a slot in its home capacity shard (capacity.go) under
 // that same lock, or in another shard when that one is full (borrow): the shard record (count
 // plus one, the key pending) and the row are made durable together, the row renamed into place
-// last. A crash in between leaves the count one too high with the key pending, settled by the
+// last. A crash in between leaves the count one too high with the key pending, recounted by the
 // next admission in that shard.
 func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	if err := l.r.begin(); err != nil {
@@ -119,7 +119,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 		return ledger.Admission{}, false, err
 	}
 	used := sh.Used
-	changed, err := r.settle(&sh, true)
+	changed, err := r.recount(&sh, true)
 	if err != nil {
 		return ledger.Admission{}, false, err
 	}
@@ -127,11 +127,11 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	defer r.sync.exit()
 	if len(sh.Pending) >= maxCautiousPending || sh.Used >= sh.Quota && len(sh.Pending) > 0 {
 		// A long pending list, or a full shard that finished admissions' slots might free:
-		// settle in full, from rows made durable first (see settle).
+		// recount in full, from rows made durable first (see recount).
 		if err := r.sync.syncEverything(); err != nil {
 			return ledger.Admission{}, false, fmt.Errorf("admit %s: %w", key.Short(), err)
 		}
-		full, err := r.settle(&sh, false)
+		full, err := r.recount(&sh, false)
 		if err != nil {
 			return ledger.Admission{}, false, err
 		}
@@ -139,8 +139,8 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 	}
 	if sh.Used >= sh.Quota {
 		if changed {
-			// Keep what settling found (slots given back), durably: every borrowing admission
-			// reads a full shard again. What it relied on was made durable first (see settle).
+			// Keep what recounting found (slots given back), durably: every borrowing admission
+			// reads a full shard again. What it relied on was made durable first (see recount).
 			if err := r.writeShard(&sh, used); err != nil {
 				return ledger.Admission{}, false, err
 			}
@@ -173,7 +173,7 @@ func (l *Ledger) admitIn(ctx context.Context, d ledger.Delivery, s, home int) (l
 }
 
 // borrow admits d with a slot of another shard, the home shard being full. It reads every record
-// without locks to find candidates (room, or pending keys settling may free), then tries each
+// without locks to find candidates (room, or pending keys recounting may free), then tries each
 // under its lock and the home shard's, in ascending order; Full when no shard has room.
 func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	r := l.r
@@ -197,7 +197,7 @@ func (l *Ledger) borrow(ctx context.Context, d ledger.Delivery) (ledger.Admissio
 	for s, sh := range states {
 		switch {
 		case slices.ContainsFunc(sh.Pending, func(p pendingSlot) bool { return p.Key == key }):
-			// An interrupted admission of this key took a slot here: settling gives it
+			// An interrupted admission of this key took a slot here: recounting gives it
 			// back, and this admission takes it again.
 			mine = append(mine, s)
 		case sh.Used < sh.Quota:

@@ -103,7 +103,7 @@ func seedRoot(b *testing.B, dir string, limits ledger.Limits, prefix string, n i
 		}
 		perShard[charge]++
 		if !row.Permanent {
-			bucket, name := indexName(&row)
+			bucket, name := hourOf(row.RetainUntil), ledger.EndIndexName(&row)
 			os.MkdirAll(filepath.Join(dir, EndedDir, bucket), 0o700)
 			if err := os.WriteFile(filepath.Join(dir, EndedDir, bucket, name), nil, 0o600); err != nil {
 				b.Fatal(err)

@@ -23,16 +23,7 @@ import (
 //
 // A count may overstate the rows holding its slots, never understate them: the record, with
 // the key pending, is written in place and synced before the row is renamed into place, so a
-// crash leaves the count without the row (settled below), never the row without the count.
-
-// quota is shard s's share of the record cap in a new root; the quotas add up to the cap.
-func quota(recordCap int64, s int) int64 {
-	q := recordCap / shardCount
-	if int64(s) < recordCap%shardCount {
-		q++
-	}
-	return q
-}
+// crash leaves the count without the row (recounted below), never the row without the count.
 
 // readShard reads capacity shard s's record. A read without the shard's lock can see both
 // copies torn by an in-place write in progress, so a record that does not decode is read again
@@ -70,18 +61,18 @@ func (r *root) stageShard(sh *shardState) (*staged, error) {
 	return r.stageAt(r.shardCapPath(sh.Shard), data)
 }
 
-// settle judges the shard's pending slots under the shard's lock (no admission that took one
+// recount judges the shard's pending slots under the shard's lock (no admission that took one
 // is in flight). A pending slot whose row (same evaluation id) holds this shard's slot keeps
 // it; any other gives it back (the admission never finished, was repeated and took another
 // slot, or a later incarnation's row holds a slot of its own), unless an unfinished cleanup
 // batch removed that row (the batch gives it back, once). A row that cannot be read keeps its
 // slot (an overstatement). It reports whether sh changed.
 //
-// A row settling reads may be in the page cache only (its writer died, or its sync failed,
+// A row recounting reads may be in the page cache only (its writer died, or its sync failed,
 // before the folder sync), and a record, once written, can reach the disk at any time (the
 // kernel writes dirty pages back before any sync): a record decided from such a row could reach
 // the disk before it, and a power loss would leave a slot counted that nothing names pending,
-// lost for good. So a settling that decides from a row present (dropped because the row holds
+// lost for good. So a recounting that decides from a row present (dropped because the row holds
 // the slot, or given back because a later incarnation's row is there) either runs after a
 // syncfs (syncEverything: the sweep, an admission whose home shard is full or whose pending
 // list is long) or, in an admission (cautious), decides only from rows this process saw made
@@ -90,7 +81,7 @@ func (r *root) stageShard(sh *shardState) (*staged, error) {
 // a removed one is the batch's. Every record is thus written from durable decisions, so one
 // read from the page cache (its writer died before its sync) is a sound base: at worst its own
 // changes are lost with it.
-func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
+func (r *root) recount(sh *shardState, cautious bool) (changed bool, err error) {
 	if len(sh.Pending) == 0 {
 		return false, nil
 	}
@@ -119,7 +110,7 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 			}
 			if batch != nil && batch.ID > sh.AppliedBatch && batch.has(p, sh.Shard) {
 				// The batch's release gives the slot back, so it stays counted. The entry goes
-				// when settling in full (after a syncfs), so an unreleased batch does not
+				// when recounting in full (after a syncfs), so an unreleased batch does not
 				// lengthen the list; one without an evaluation id stays: the release erases one
 				// entry standing for the removed row, never another admission's in its place.
 				if cautious || p.EvaluationID == "" {
@@ -142,7 +133,7 @@ func (r *root) settle(sh *shardState, cautious bool) (changed bool, err error) {
 }
 
 // maxCautiousPending is how many pending slots an admission's record may hold, its own
-// included, after a cautious settling; a longer list is settled in full after a syncfs. 3
+// included, after a cautious recounting; a longer list is recounted in full after a syncfs. 3
 // entries keep a record within one 512-byte sector (482 bytes with a 9-digit sequence number,
 // 4-digit counts and a 5-digit batch id; about 500 with every number at 10 digits), so each
 // half of the file is written whole or not at all (format.go).
@@ -187,15 +178,15 @@ func (r *root) writeShards(rec func(s int) shardState) error {
 	return r.commitAll(sts)
 }
 
-// settleShards settles the pending keys of the given shards, each under its lock. The sweep calls
+// recountShards recounts the pending keys of the given shards, each under its lock. The sweep calls
 // it for the folders it lists, so a lap gives back every slot an interrupted admission left with
 // no row, even in a shard no admission comes to again; a shard whose pending admissions all
 // finished costs reads only (mayGiveBack), so a lap's syncs do not grow with its shards.
-func (r *root) settleShards(ctx context.Context, shards []int) error {
+func (r *root) recountShards(ctx context.Context, shards []int) error {
 	for _, s := range shards {
 		sh, err := r.readShard(s)
 		if err == nil && r.mayGiveBack(sh) {
-			err = r.settleShard(ctx, s)
+			err = r.recountShard(ctx, s)
 		}
 		if err != nil {
 			return err
@@ -204,9 +195,9 @@ func (r *root) settleShards(ctx context.Context, shards []int) error {
 	return nil
 }
 
-// mayGiveBack reports whether settling sh could give a slot back: some pending slot's row is
+// mayGiveBack reports whether recounting sh could give a slot back: some pending slot's row is
 // not (or not yet) there holding it. It reads without the lock, so a missing row may be an
-// admission in flight: only settling under the lock decides.
+// admission in flight: only recounting under the lock decides.
 func (r *root) mayGiveBack(sh shardState) bool {
 	for _, p := range sh.Pending {
 		row, err := r.readRow(p.Key)
@@ -217,7 +208,7 @@ func (r *root) mayGiveBack(sh shardState) bool {
 	return false
 }
 
-func (r *root) settleShard(ctx context.Context, s int) error {
+func (r *root) recountShard(ctx context.Context, s int) error {
 	unlock, err := r.lockShard(ctx, byte(s))
 	if err != nil {
 		return err
@@ -228,13 +219,13 @@ func (r *root) settleShard(ctx context.Context, s int) error {
 		return err
 	}
 	used := sh.Used
-	changed, err := r.settle(&sh, false)
+	changed, err := r.recount(&sh, false)
 	if err != nil || !changed {
 		return err
 	}
 	r.sync.enter()
 	defer r.sync.exit()
-	if err := r.sync.syncEverything(); err != nil { // see settle
+	if err := r.sync.syncEverything(); err != nil { // see recount
 		return err
 	}
 	return r.writeShard(&sh, used)

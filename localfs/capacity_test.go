@@ -80,7 +80,7 @@ func TestRefusalOfAFullRoot(t *testing.T) {
 
 // TestCleanupGivesBackTheSlotOfACutAdmission: an admission that dies after its slot is
 // durable and before its row is renamed into place holds a slot with no row. With no later
-// admission in that shard to settle it, one cleanup lap must give it back: a slot held for
+// admission in that shard to recount it, one cleanup lap must give it back: a slot held for
 // good shrinks the root until it refuses every delivery.
 func TestCleanupGivesBackTheSlotOfACutAdmission(t *testing.T) {
 	t.Parallel()
@@ -116,8 +116,8 @@ func TestCleanupGivesBackTheSlotOfACutAdmission(t *testing.T) {
 // it releases the slot; the same key is admitted again (a new signature, the row forgotten)
 // and that admission dies after taking its slot, before its row exists. Finishing the batch
 // must give back the removed row's slot only: the new admission's pending slot, which it never
-// used, must stay pending until settled, not be erased as if it were the removed row's. Else
-// that slot is held for good with no row and no pending key to settle.
+// used, must stay pending until recounted, not be erased as if it were the removed row's. Else
+// that slot is held for good with no row and no pending key to recount.
 func TestReleaseLeavesALaterAdmissionsPendingSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -232,9 +232,9 @@ func TestAFullProofTakenWhileRoomIsBeingMadeIsVoid(t *testing.T) {
 	ledgertest.MustComplete(t, l, ledgertest.MustSave(t, l, *ledgertest.MustClaim(t, l, first, ledger.Execute).Lease, "r"))
 	cleanupLap(t, l)
 	// Every shard full and none pending: a borrower has no candidate to lock, so it scans and
-	// proves Full (an admission leaves its own key pending, which a lap does not settle while
+	// proves Full (an admission leaves its own key pending, which a lap does not recount while
 	// its row is there).
-	if err := localfs.SettleAllForTest(ctx, l); err != nil {
+	if err := localfs.RecountAllForTest(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 
@@ -276,7 +276,7 @@ func TestAFullProofTakenWhileRoomIsBeingMadeIsVoid(t *testing.T) {
 
 // TestALockFreeReaderOfAShardBeingWrittenSeesNoDamage: a capacity shard's record is written in
 // place (both copies in one write) under the shard's lock, but several readers take no lock: the
-// borrowing scan, Stats and Cleanup's capacity figures, the sweep's settling pre-read, Prepare's
+// borrowing scan, Stats and Cleanup's capacity figures, the sweep's recounting pre-read, Prepare's
 // check. A read racing the write can see both copies torn, and the reader then reports the record
 // as damaged ("neither copy of the record is valid": restore from a backup) although nothing is
 // damaged: a borrowing admission, a Stats, a Cleanup or a Prepare fails closed for no reason. Only
@@ -290,7 +290,7 @@ func TestALockFreeReaderOfAShardBeingWrittenSeesNoDamage(t *testing.T) {
 	clock := ledger.NewManualClock(epoch)
 	openRoot(t, dir, localfs.Config{Limits: limits, Clock: clock}).Close()
 	// Every admission fails at its row's rename, after its slot was written in place (the next
-	// one in the shard settles it): records are rewritten again and again, and no row is made.
+	// one in the shard recounts it): records are rewritten again and again, and no row is made.
 	noRow := func(op faultfs.Op, p string) faultfs.Action {
 		if op == faultfs.OpRename && filepath.Ext(p) == ".state" && filepath.Base(p) != localfs.ShardCapacityFile {
 			return faultfs.FailBefore

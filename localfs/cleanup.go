@@ -112,7 +112,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 		return rep, fmt.Errorf("cleanup: subjects: %w", err)
 	}
 	rep.Subjects, rep.RemovedSubjects = subjects.kept, subjects.removed
-	if err := r.settleShards(ctx, sweep.shards); err != nil {
+	if err := r.recountShards(ctx, sweep.shards); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 	// Capacity after the pass, for the operator's metrics (256 small reads, no lock).
@@ -263,9 +263,9 @@ func (r *root) release(ctx context.Context, id uint64, released map[int][]batchE
 			continue
 		}
 		rows := released[s]
-		// A removed row still pending (no admission in the shard settled it) is released here,
-		// once, not again by settling. Only its entry goes: a later admission of the same key
-		// keeps its own (another evaluation id) until settled.
+		// A removed row still pending (no admission in the shard recounted it) is released here,
+		// once, not again by recounting. Only its entry goes: a later admission of the same key
+		// keeps its own (another evaluation id) until recounted.
 		sh.Pending = deletePending(sh.Pending, rows)
 		n := int64(len(rows))
 		if n > sh.Used {

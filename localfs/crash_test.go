@@ -111,7 +111,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 }
 
 // TestCleanupCrashAfterRemovingThePendingRow covers the pending key's row being removed by a
-// cleanup that dies before its count write: the open and the admission that settle the pending
+// cleanup that dies before its count write: the open and the admission that recount the pending
 // key afterwards must not give its slot back a second time.
 func TestCleanupCrashAfterRemovingThePendingRow(t *testing.T) {
 	t.Parallel()
@@ -135,7 +135,7 @@ func TestCleanupCrashAfterRemovingThePendingRow(t *testing.T) {
 		if err == nil {
 			break
 		}
-		// A new process opens (settling the pending key) and admits (settling it again).
+		// A new process opens (recounting the pending key) and admits (recounting it again).
 		l = openRoot(t, dir, localfs.Config{Clock: clock})
 		ledgertest.MustAdmit(t, l, newDelivery(time.Time{}))
 		for cur := ledger.Cursor(""); ; {
@@ -283,7 +283,7 @@ func TestAReadmissionCutDuringABatchLeaksNoSlot(t *testing.T) {
 	}
 	admitter.Close()
 
-	cleanupLap(t, l) // finishes the batch, then settles every shard
+	cleanupLap(t, l) // finishes the batch, then recounts every shard
 	cleanupLap(t, l)
 	st, err := l.Stats(ctx)
 	if err != nil {

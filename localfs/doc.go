@@ -40,15 +40,32 @@
 //	rows.go            row files: read, write, reports
 //	index.go           the end-time index
 //	listing.go         laps over the row folders, cursors
-//	capacity.go        capacity shards: records, settling, the room epoch
+//	capacity.go        capacity shards: records, recounting, the room epoch
 //	maintenance.go     the maintenance state and debris collection
-//	subjects.go        subject records: AcquireSubject, ReportSubject, InspectSubject, their cleanup
+//	subjects.go        subject records: their reads and writes (ledger.SubjectStore), their cleanup
 //	cleanup.go         Cleanup: batches, releases, the sweep
 //	admit.go           Admit: a new key's slot, borrowing, refusal
-//	ops.go             the other row operations (Supersede among them), Report, Rows, Inspect, Stats
+//	ops.go             a row's read and read-modify-write (ledger.RowStore), Rows, Stats
 //	migrate.go         format 2 to format 4
 //	verify.go          ReadLimits and Verify
 //	ledger.go          Open, Prepare, Session, Close: creating and loading a root
+//
+// The single-record operations (Claim, Renew, Save, Complete, Abandon, Supersede, Revive,
+// Release, Unclaim, Report, Inspect and the subject operations) are ledger.Records', written once
+// for every backend and embedded in Ledger; this package provides their storage
+// (ledger.Store): a record read, and one decision run under the record's row-shard lock and
+// written with the durability its ledger.Write asks (ops.go says what each one syncs and why).
+// Admission, capacity, cleanup and the listings stay here because they rest on what only a file
+// system gives: one lock per shard held across several writes, in-place records, a folder
+// listing, a file system sync (docs/ledger.md).
+//
+// Some unexported names are defined by objstore too, meaning the same thing in its format: the
+// record kinds (kindRoot, kindRow, kindBatch, kindShard, kindSweep, kindSubject, kindState: a
+// byte in a frame here), the readers and writers of each kind (readRoot, readShard, writeShard,
+// readBatch, readSweep, writeSweep, readRow, decodeRow, readSubject, decodeSubject, namedState,
+// shardState, batchEntry, indexEntry), the capacity recount (recount, recountShard, release,
+// maxPending), cleanup's steps (listEnded, applyBatch, removeRow, countSubjects) and the
+// handle's setup and admission (create, defaults, highWater, admitNew).
 //
 // Test harnesses live in internal/faultfs (counting and injected failures) and
 // internal/powerfs (a file system in memory that models what a power loss keeps).

@@ -89,10 +89,6 @@ const (
 	durableData durability = iota + 1
 	// durableFull: the data, then the folder entry, are synced before the answer.
 	durableFull
-	// asRead: nothing is written, but the row's folder is synced before the answer repeats the
-	// row as read: another process (or an earlier call whose folder sync failed) may have
-	// renamed it into place and never made the name durable.
-	asRead
 )
 
 // replace writes data to path by atomic replacement with the given durability.

@@ -125,11 +125,11 @@ func ReleaseWithoutShowingForTest(ctx context.Context, l *Ledger, key ledger.Key
 	return r.commitAll([]*staged{st})
 }
 
-// SettleAllForTest settles every capacity shard's pending slots, as admissions into each shard
+// RecountAllForTest recounts every capacity shard's pending slots, as admissions into each shard
 // would: the records then name none of the rows that exist as pending.
-func SettleAllForTest(ctx context.Context, l *Ledger) error {
+func RecountAllForTest(ctx context.Context, l *Ledger) error {
 	for s := range shardCount {
-		if err := l.r.settleShard(ctx, s); err != nil {
+		if err := l.r.recountShard(ctx, s); err != nil {
 			return err
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -66,8 +65,6 @@ func (k kind) String() string {
 	return fmt.Sprintf("kind %q", byte(k))
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 func encodeFrame(k kind, payload []byte) []byte { return encodeFrameVersion(k, FormatVersion, payload) }
 
 func encodeFrameVersion(k kind, version uint16, payload []byte) []byte {
@@ -77,7 +74,7 @@ func encodeFrameVersion(k kind, version uint16, payload []byte) []byte {
 	out = binary.BigEndian.AppendUint16(out, version)
 	out = binary.BigEndian.AppendUint32(out, uint32(len(payload)))
 	out = append(out, payload...)
-	return binary.BigEndian.AppendUint32(out, crc32.Checksum(out, castagnoli))
+	return binary.BigEndian.AppendUint32(out, ledger.Checksum(out))
 }
 
 // decodeFrame checks a frame of the given kind and returns its version and payload. Every
@@ -98,7 +95,7 @@ func decodeFrame(k kind, data []byte, maxPayload int) (uint16, []byte, error) {
 		return 0, nil, fmt.Errorf("%w: %v payload of %d bytes, ceiling %d", ledger.ErrCorrupt, k, n, maxPayload)
 	case len(data) != frameOverhead+int(n):
 		return 0, nil, fmt.Errorf("%w: %v is %d bytes, header says %d", ledger.ErrCorrupt, k, len(data), frameOverhead+int(n))
-	case crc32.Checksum(data[:end], castagnoli) != binary.BigEndian.Uint32(data[end:]):
+	case ledger.Checksum(data[:end]) != binary.BigEndian.Uint32(data[end:]):
 		return 0, nil, fmt.Errorf("%w: %v checksum mismatch", ledger.ErrCorrupt, k)
 	case retired:
 		return 0, nil, fmt.Errorf("%w: %v written by format %d, %s; this build reads formats 2 and 4: "+
@@ -156,7 +153,7 @@ type rootState struct {
 // no new file, no rename, no folder sync. The record read is the valid half with the higher
 // Seq. A crash mid-write (not synced, so its admission has renamed no row yet) leaves halves
 // old, new or torn: either record is safe (the new one overstates, its key pending, and is
-// settled). Once synced, both halves hold it: one damaged half loses nothing; both fail closed.
+// recounted). Once synced, both halves hold it: one damaged half loses nothing; both fail closed.
 type shardState struct {
 	Seq          uint64        `json:"seq"`
 	Shard        int           `json:"shard"`
@@ -217,7 +214,7 @@ const (
 	maxRootPayload  = 4 << 10
 	maxBatchEntries = 10_000
 	maxBatchPayload = maxBatchEntries*256 + 1024
-	// maxPending bounds a shard's pending keys. An admission settles those it can judge from
+	// maxPending bounds a shard's pending keys. An admission recounts those it can judge from
 	// durable rows before adding its own, and all of them once the list reaches
 	// maxCautiousPending (3), so more than 3 means unreadable rows (kept until judged).
 	maxPending      = 32

@@ -6,31 +6,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// The end-time index: ended/<hour>/<end>-<key>, an empty file for each finished row with a
+// The end-time index: ended/<hour>/<end>-<key> (ledger.EndIndexName), an empty file for each finished row with a
 // retention end, which cleanup lists up to its now instead of reading every row.
 
-// indexName is the end-time index entry of a row: ended/<hour>/<end nanos>-<key>.
-func indexName(row *ledger.Row) (bucket, name string) {
-	end := max(row.RetainUntil.UnixNano(), 0)
-	return fmt.Sprintf("%012d", end/int64(time.Hour)), fmt.Sprintf("%020d-%s", end, row.Key)
-}
+// hourOf is the folder of the end-time index that holds the entries ending in t's hour.
+func hourOf(t time.Time) string { return fmt.Sprintf("%012d", max(t.UnixNano(), 0)/int64(time.Hour)) }
 
 // addIndex creates the row's entry in the end-time index (an empty file), not synced (see
 // Complete); a new hour's folder is made durable, so later entries are not lost with it.
 func (r *root) addIndex(row *ledger.Row) error {
-	bucket, name := indexName(row)
-	dir := filepath.Join(r.dir, EndedDir, bucket)
+	dir := filepath.Join(r.dir, EndedDir, hourOf(row.RetainUntil))
 	if err := r.mkdirDurable(dir, false); err != nil {
 		return err
 	}
-	p := filepath.Join(dir, name)
+	p := filepath.Join(dir, ledger.EndIndexName(row))
 	f, err := r.fs.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return unavailable(err, "create", p)
@@ -75,16 +69,6 @@ type indexEntry struct {
 	key          ledger.Key
 }
 
-func parseIndexName(bucket, name string) (indexEntry, bool) {
-	endS, keyS, ok := strings.Cut(name, "-")
-	end, err1 := strconv.ParseInt(endS, 10, 64)
-	key, err2 := ledger.ParseKey(keyS)
-	if !ok || err1 != nil || err2 != nil {
-		return indexEntry{}, false
-	}
-	return indexEntry{bucket: bucket, name: name, end: time.Unix(0, end).UTC(), key: key}, true
-}
-
 // listEnded lists up to limit index entries whose end is before now, oldest first.
 func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 	dir := filepath.Join(r.dir, EndedDir)
@@ -95,7 +79,7 @@ func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 	if err != nil {
 		return nil, unavailable(err, "list", dir)
 	}
-	nowBucket := fmt.Sprintf("%012d", now.UnixNano()/int64(time.Hour))
+	nowBucket := hourOf(now)
 	var out []indexEntry
 	for _, b := range buckets {
 		if !b.IsDir() || b.Name() > nowBucket {
@@ -106,11 +90,11 @@ func (r *root) listEnded(now time.Time, limit int) ([]indexEntry, error) {
 			return nil, unavailable(err, "list", filepath.Join(dir, b.Name()))
 		}
 		for _, n := range names {
-			e, ok := parseIndexName(b.Name(), n.Name())
-			if !ok || !now.After(e.end) {
+			end, key, ok := ledger.ParseEndIndexName(n.Name())
+			if !ok || !now.After(end) {
 				continue
 			}
-			out = append(out, e)
+			out = append(out, indexEntry{bucket: b.Name(), name: n.Name(), end: end, key: key})
 			if len(out) >= limit {
 				return out, nil
 			}

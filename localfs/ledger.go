@@ -48,7 +48,7 @@ func Open(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 	}
 	// Asked once the folder exists: it answers for the file system mounted there.
 	r.sync.writeBack = vfs.FlushCoversWriteBack(r.fs, abs)
-	return &Ledger{r: r}, nil
+	return &Ledger{Records: ledger.NewRecords(r, r, r.cfg.Limits), r: r}, nil
 }
 
 // Prepare opens the root, checks every capacity shard, finishes an interrupted cleanup batch and
@@ -76,7 +76,7 @@ func Prepare(ctx context.Context, dir string, cfg Config) (*Ledger, error) {
 
 // Session returns a handle sharing this one's root, locks and settings, with no I/O. Closing a
 // session leaves the root open; closing the handle that opened the root ends every session.
-func (l *Ledger) Session() *Ledger { return &Ledger{r: l.r, session: true} }
+func (l *Ledger) Session() *Ledger { return &Ledger{Records: l.Records, r: l.r, session: true} }
 
 // Dir returns the root folder.
 func (l *Ledger) Dir() string { return l.r.dir }
@@ -174,7 +174,7 @@ func (r *root) create(ctx context.Context) error {
 		return err
 	}
 	if err := r.writeShards(func(s int) shardState {
-		return shardState{Seq: 1, Shard: s, Quota: quota(r.cfg.Limits.RecordCap, s)}
+		return shardState{Seq: 1, Shard: s, Quota: r.cfg.Limits.ShardQuota(shardCount, s)}
 	}); err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/amiss-ci/amiss/localfs/vfs"
 )
 
-// Power cuts around capacity: borrowing admissions, settling pending slots from rows and records
+// Power cuts around capacity: borrowing admissions, recounting pending slots from rows and records
 // that may be in the page cache only, the one-flush round, a cleanup's release, and the bound on a
 // record's pending list. After each reboot no slot is held for good: the prepared root counts
 // exactly its rows.
@@ -103,17 +103,17 @@ func TestPowerCutInABorrowingAdmission(t *testing.T) {
 	t.Logf("%d power cuts over %d steps", points, len(steps))
 }
 
-// TestPowerCutAfterAProcessCrashSettlingLeaksNoSlot: an admission's process dies after renaming its
+// TestPowerCutAfterAProcessCrashRecountingLeaksNoSlot: an admission's process dies after renaming its
 // row into place and before syncing the row's folder; the capacity record (count plus one, the key
-// pending) was synced before the rename. A live process then settles the shard (another admission
-// in the same shard, which finds it full and every other shard full: Full): settling reads the row
+// pending) was synced before the rename. A live process then recounts the shard (another admission
+// in the same shard, which finds it full and every other shard full: Full): recounting reads the row
 // from the page cache, finds it there holding the slot, and drops the pending entry, writing the
 // record (data synced in place) and syncing no folder. The power goes: the row is lost with its
 // folder's unsynced rename, the record keeps the count and no longer names the key pending, so
 // nothing ever gives the slot back. The prepared root counts a slot no row holds (file-ledger.md:
 // after Prepare, capacity used == rows); on a busy root each such crash loses one slot for good.
-// Settling must decide only from rows made durable, so the prepared root counts exactly its rows.
-func TestPowerCutAfterAProcessCrashSettlingLeaksNoSlot(t *testing.T) {
+// Recounting must decide only from rows made durable, so the prepared root counts exactly its rows.
+func TestPowerCutAfterAProcessCrashRecountingLeaksNoSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	limits := testLimits()
@@ -140,7 +140,7 @@ func TestPowerCutAfterAProcessCrashSettlingLeaksNoSlot(t *testing.T) {
 		t.Fatal("the admission was answered although its process died before the folder sync")
 	}
 	first.Close()
-	// A live process admits another key of shard 00: it settles shard 00 (k's row is there,
+	// A live process admits another key of shard 00: it recounts shard 00 (k's row is there,
 	// in the page cache) and finds the root full.
 	second := openPoweredWith(t, fsys, clock, limits, false)
 	a, err := second.Admit(ctx, deliveryInShard(0))
@@ -165,14 +165,14 @@ func TestPowerCutAfterAProcessCrashSettlingLeaksNoSlot(t *testing.T) {
 }
 
 // TestPowerCutAfterTwoProcessCrashesTheSweepLeaksNoSlot: the slot leak of
-// TestPowerCutAfterAProcessCrashSettlingLeaksNoSlot on a root with room, through the cleanup sweep.
+// TestPowerCutAfterAProcessCrashRecountingLeaksNoSlot on a root with room, through the cleanup sweep.
 // An admission of k1 dies before its folder sync (k1's row in the page cache only, its slot pending
-// in the synced record); an admission of k0 in the same shard settles k1 out of the pending list
+// in the synced record); an admission of k0 in the same shard recounts k1 out of the pending list
 // (its row is there, in the page cache) and dies at the syncfs that would have made everything
-// durable (its record in the page cache: k0 pending, no row). The cleanup sweep then settles the
+// durable (its record in the page cache: k0 pending, no row). The cleanup sweep then recounts the
 // shard: k0's slot is given back (no row) and the record is written, k1 no longer pending, with its
 // data synced and no folder synced. The power goes: k1's row is lost, its slot counted forever. The
-// sweep's settling must sync the file system first, so the prepared root counts exactly its rows.
+// sweep's recounting must sync the file system first, so the prepared root counts exactly its rows.
 func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksNoSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -205,19 +205,19 @@ func TestPowerCutAfterTwoProcessCrashesTheSweepLeaksNoSlot(t *testing.T) {
 	}
 }
 
-// TestPowerCutOneFlushAdmissionOverALaunderedRecordLeaksNoSlot: settle's unsure only looks at the
+// TestPowerCutOneFlushAdmissionOverALaunderedRecordLeaksNoSlot: recount's unsure only looks at the
 // rows it reads, not at the record it reads, which may itself be in the page cache only. An
 // admission of k1 dies before its folder sync (k1's row renamed into place, in the page cache only;
 // its slot pending in the synced record). An admission of k0 in the same shard, in another process,
-// settles k1 out of the pending list (unsure: its row is not one this process saw durable, so its
+// recounts k1 out of the pending list (unsure: its row is not one this process saw durable, so its
 // round is a syncfs) and dies at that syncfs: the record in the page cache now counts k1's slot and
-// no longer names it. A third process admits k2 in the shard: settling gives k0's slot back (no
+// no longer names it. A third process admits k2 in the shard: recounting gives k0's slot back (no
 // row: not unsure) and the round is the one-flush round, whose flush makes the laundered record
 // durable (k2 pending, k1 not) without k1's rename. The process dies at its row folder sync, and
 // the power goes: k1's row is lost (it was never answered) and its slot is counted forever with
 // nothing naming it pending. Before
 // 3d09eba the round was a syncfs, which made k1's rename durable with the record. A record
-// whose settling relied on what this process did not see made durable must follow a syncfs, so the
+// whose recounting relied on what this process did not see made durable must follow a syncfs, so the
 // prepared root counts exactly its rows.
 func TestPowerCutOneFlushAdmissionOverALaunderedRecordLeaksNoSlot(t *testing.T) {
 	t.Parallel()
@@ -293,9 +293,9 @@ func (f *flakySyncs) SyncFS(name string) error {
 // TestPowerCutOneFlushAdmissionAfterTwoFailedSyncsLeaksNoSlot: the leak of
 // TestPowerCutOneFlushAdmissionOverALaunderedRecordLeaksNoSlot in one live process, with no crash,
 // only two transient I/O errors. k1's admission fails at its row folder's sync (k1's row renamed,
-// in the page cache only; not madeDurable). k0's admission settles k1 out of the pending list
+// in the page cache only; not madeDurable). k0's admission recounts k1 out of the pending list
 // (unsure: a syncfs round) and that syncfs fails: the record in the page cache counts k1's slot and
-// no longer names it. k2's admission settles k0 (no row: not unsure) and takes the one-flush round,
+// no longer names it. k2's admission recounts k0 (no row: not unsure) and takes the one-flush round,
 // which makes that record durable without k1's rename; the power goes at k2's folder sync. k1's
 // slot is counted with no row and no pending entry naming it, unless the record follows a syncfs,
 // as it must.
@@ -355,7 +355,7 @@ func (f *hookFS) SyncFS(name string) error {
 // instead (not by the one-flush round: this is older than 3d09eba). A cleanup removes a finished
 // row r of shard 42 and makes the removals durable with its syncfs; then, before it releases r's
 // slot, an admission of k1 in shard 42 dies before its folder sync (k1's row in the page cache
-// only) and an admission of k0 settles k1 out of the pending list and dies at its syncfs (the
+// only) and an admission of k0 recounts k1 out of the pending list and dies at its syncfs (the
 // record in the page cache counts k1's slot and no longer names it). The release reads that record,
 // gives r's slot back and fsyncs the record alone: durable, without k1's rename. The power goes
 // before the next sync: k1's slot is counted for good, unless the release syncs the file system
@@ -419,7 +419,7 @@ func TestPowerCutCleanupReleaseOverALaunderedRecordLeaksNoSlot(t *testing.T) {
 // TestAdmissionsFromManyProcessesKeepThePendingListShort: an admission leaves pending the
 // slots whose rows it has not seen made durable (another process's), so admissions from many
 // processes into one shard would grow the list; at maxCautiousPending (3, one 512-byte sector)
-// the admission syncs the file system and settles in full. Five processes take turns in one
+// the admission syncs the file system and recounts in full. Five processes take turns in one
 // shard; the list never exceeds 3, every admission is answered, and after the power goes
 // every answered row is there and every slot is accounted for.
 func TestAdmissionsFromManyProcessesKeepThePendingListShort(t *testing.T) {
@@ -466,14 +466,14 @@ func TestAdmissionsFromManyProcessesKeepThePendingListShort(t *testing.T) {
 }
 
 // TestThePendingListStaysWithinOneSectorWhileABatchIsUnreleased: the bound of 3 pending slots per
-// admission's record (482 bytes, one sector) assumes that the full settling after a syncfs keeps
+// admission's record (482 bytes, one sector) assumes that the full recounting after a syncfs keeps
 // only unreadable rows. It also keeps every entry a cleanup batch removed and has not released yet
-// (settle: "the batch releases it"). Three processes admit one key each in shard
+// (recount: "the batch releases it"). Three processes admit one key each in shard
 // 0x42 (3 pending: none saw the others' rows durable), the rows finish and a cleanup batch
-// removes them; before its release an admission in the shard finds 3 pending, syncs, settles in
+// removes them; before its release an admission in the shard finds 3 pending, syncs, recounts in
 // full, keeps all 3 (the batch's) and adds its own: 4 entries, a record over 512 bytes. The power
 // goes before that record is synced: a sector-torn write can spoil both copies (the first sector
-// new, the second old), and the shard cannot be read after the reboot. The full settling must drop
+// new, the second old), and the shard cannot be read after the reboot. The full recounting must drop
 // the batch's entries (their slots stay counted until the release), so that the record stays within
 // one sector.
 func TestThePendingListStaysWithinOneSectorWhileABatchIsUnreleased(t *testing.T) {

@@ -65,9 +65,9 @@ func TestPowerCutCleanupBatchAcrossShards(t *testing.T) {
 			removable = append(removable, d)
 		}
 	}
-	// Settled, as a busy root's records are: a slot still pending is given back by settling
+	// Recounted, as a busy root's records are: a slot still pending is given back by recounting
 	// whenever its row is missing, which would hide a removal whose release was lost.
-	if err := localfs.SettleAllForTest(ctx, l); err != nil {
+	if err := localfs.RecountAllForTest(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 	// One slot per shard: all but one row of each crowded folder hold a borrowed slot.

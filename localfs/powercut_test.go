@@ -216,8 +216,8 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 		fsys := base.Clone()
 		healthy := openPowered(t, fsys, clock, false)
 		d, run := op.Prep(t, healthy, clock)
-		// Another admission in the row's folder settles its slot (the record no longer names
-		// it pending), as a busy root's would: a slot still pending is given back by settling
+		// Another admission in the row's folder recounts its slot (the record no longer names
+		// it pending), as a busy root's would: a slot still pending is given back by recounting
 		// whenever its row is missing, which would hide a removal whose release was lost.
 		ledgertest.MustAdmit(t, healthy, deliveryInShard(d.Key()[0]))
 		_, before := ledgertest.RowState(t, healthy, d)
@@ -359,7 +359,7 @@ func openPoweredWith(t testing.TB, fsys *powerfs.FS, clock *ledger.ManualClock, 
 }
 
 // checkPreparedRootWith is checkPreparedRoot for a root of the given limits; it also runs a
-// cleanup lap first when lap is set (a lap settles what interrupted admissions left pending).
+// cleanup lap first when lap is set (a lap recounts what interrupted admissions left pending).
 func checkPreparedRootWith(t *testing.T, fsys *powerfs.FS, clock *ledger.ManualClock, limits ledger.Limits, lap bool, what string) {
 	t.Helper()
 	ctx := context.Background()

@@ -108,6 +108,8 @@ type root struct {
 
 // Ledger is a handle on a FileLedger root. It is safe for concurrent use.
 type Ledger struct {
+	// Records runs the single-record operations (ledger.Records) over the root.
+	ledger.Records
 	r       *root
 	session bool
 }

@@ -53,85 +53,53 @@ func (r *root) writeSubject(rec *ledger.SubjectRecord, d durability) error {
 	return r.replace(r.subjectPath(rec.Key), data, d)
 }
 
-// withSubject runs fn on k's subject record (made by fn when exists is false) under its row-shard
-// lock, at the record's effective now, and writes it as fn says.
-func withSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey,
-	fn func(rec *ledger.SubjectRecord, exists bool, now time.Time) (T, durability, error)) (T, error) {
-	var zero T
-	r := l.r
-	return operation(r, op+" "+k.Short(), func() (T, error) {
-		unlock, err := r.lockShard(ctx, k[0])
-		if err != nil {
-			return zero, err
-		}
-		defer unlock()
-		rec, exists, err := r.readSubject(k)
-		if err != nil {
-			return zero, err
-		}
-		now, err := r.now(nil)
-		if err != nil {
-			return zero, err
-		}
-		now = rec.Now(now, time.Time{})
-		out, write, err := fn(&rec, exists, now)
-		if err == nil && write != 0 {
-			err = r.writeSubject(&rec, write)
-		}
-		return out, err
-	})
-}
-
-// AcquireSubject implements ledger.Ledger.
-func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (ledger.SubjectGrant, error) {
-	if err := q.Validate(); err != nil {
-		return ledger.SubjectGrant{}, fmt.Errorf("acquire subject: %w", err)
+// ReadSubject implements ledger.SubjectStore. It reads without locking, as ReadRow does.
+func (r *root) ReadSubject(ctx context.Context, k ledger.SubjectKey) (ledger.SubjectRecord, bool, error) {
+	if err := r.begin(); err != nil {
+		return ledger.SubjectRecord{}, false, err
 	}
-	horizon := l.r.cfg.Limits.SubjectHorizon()
-	return withSubject(ctx, l, "acquire subject", q.Subject.Key(), func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, durability, error) {
-		if !exists {
-			*rec = ledger.NewSubjectRecord(q.Subject, now)
-		}
-		g, changed, err := rec.Acquire(q, horizon, now)
-		switch {
-		case err != nil || !changed:
-			return g, 0, err
-		case g.Outcome == ledger.SubjectPost:
-			return g, durableFull, nil
-		}
-		return g, durableData, nil
-	})
+	defer r.end()
+	return r.readSubject(k)
 }
 
-// ReportSubject implements ledger.Ledger.
-func (l *Ledger) ReportSubject(ctx context.Context, g ledger.SubjectGrant, o ledger.PostOutcome) (ledger.SubjectGrant, error) {
-	return withSubject(ctx, l, "report subject", g.Subject, func(rec *ledger.SubjectRecord, exists bool, now time.Time) (ledger.SubjectGrant, durability, error) {
-		if !exists {
-			return ledger.SubjectGrant{}, 0, fmt.Errorf("%w: the subject's record is gone", ledger.ErrLeaseLost)
-		}
-		a, err := rec.Report(g, o, now)
-		if err != nil {
-			return a, 0, err
-		}
-		return a, durableData, nil
-	})
-}
-
-// InspectSubject implements ledger.Ledger. It reads without locking, as Inspect does.
-func (l *Ledger) InspectSubject(ctx context.Context, k ledger.SubjectKey) (ledger.SubjectRecord, error) {
-	if err := l.r.begin(); err != nil {
-		return ledger.SubjectRecord{}, err
+// UpdateSubject implements ledger.SubjectStore: it runs decide on k's subject record under its
+// row-shard lock, at the record's effective now, and writes the record as the decision asks:
+// ledger.WriteDurable with its folder synced (a grant to post), ledger.WriteLossy with its data
+// synced (every other change). No version's landing time is known (landed is zero).
+func (r *root) UpdateSubject(ctx context.Context, k ledger.SubjectKey, _ bool,
+	decide func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (ledger.Write, error)) error {
+	if err := r.begin(); err != nil {
+		return err
 	}
-	defer l.r.end()
-	rec, exists, err := l.r.readSubject(k)
+	defer r.end()
+	unlock, err := r.lockShard(ctx, k[0])
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, exists, err := r.readSubject(k)
+	if err != nil {
+		return err
+	}
+	now, err := r.now(nil)
+	if err != nil {
+		return err
+	}
+	write, err := decide(&rec, exists, time.Time{}, rec.Now(now, time.Time{}))
 	switch {
-	case err != nil:
-		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), err)
-	case !exists:
-		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), ledger.ErrUnknownSubject)
+	case err != nil || write == ledger.WriteNothing:
+		return err
+	case write == ledger.WriteLossy:
+		return r.writeSubject(&rec, durableData)
+	case write == ledger.WriteDurable:
+		return r.writeSubject(&rec, durableFull)
 	}
-	return rec, nil
+	return fmt.Errorf("%w: unknown write %d of a subject record", ledger.ErrInvalid, write)
 }
+
+// SubjectAsked implements ledger.SubjectStore: nothing to remember (cleanup lists every subject
+// folder it sweeps).
+func (r *root) SubjectAsked(ledger.Key, ledger.SubjectKey) {}
 
 // subjectShard is what a cleanup pass found in one shard's subject folder.
 type subjectShard struct {
@@ -171,14 +139,18 @@ func (r *root) cleanSubjects(ctx context.Context, listed subjectListing, now tim
 		if err != nil || !exists {
 			return false, err
 		}
-		row, err := r.readRow(rec.Newest.Key)
-		switch {
-		case errors.Is(err, ledger.ErrUnknownDelivery):
-			return rec.Removable(now, horizon, nil), nil
-		case err != nil:
-			return false, nil // the newest verdict's row cannot be read: kept, and the row reported by the sweep
+		var newest *ledger.Row
+		if rec.NewestMatters() {
+			row, err := r.readRow(rec.Newest.Key)
+			switch {
+			case err == nil:
+				newest = &row.Row
+			case !errors.Is(err, ledger.ErrUnknownDelivery):
+				return false, nil // the newest verdict's row cannot be read: kept, and the row reported by the sweep
+			}
 		}
-		return rec.Removable(now, horizon, &row.Row), nil
+		// A write to a file lands before its call returns, or never: no late write to wait for.
+		return rec.Forgettable(now, horizon, newest, 0), nil
 	}
 	for s, found := range listed {
 		if err := r.collectDebris(ctx, s, r.subjectDirOf(s), found.debris); err != nil {

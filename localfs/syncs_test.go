@@ -187,11 +187,11 @@ func mustInspect(t testing.TB, l ledger.Ledger, d ledger.Delivery) ledger.Row {
 	return row
 }
 
-// TestSweepSettlesWithoutSyncing: after 600 admissions every shard holds a pending key whose
-// row exists; a cleanup lap that lists every folder settles nothing and writes nothing for
+// TestSweepRecountsWithoutSyncing: after 600 admissions every shard holds a pending key whose
+// row exists; a cleanup lap that lists every folder recounts nothing and writes nothing for
 // them (its syncs do not grow with the shards it lists), while a slot an admission left with
 // no row is still given back by the same kind of lap (TestCleanupGivesBackTheSlotOfACutAdmission).
-func TestSweepSettlesWithoutSyncing(t *testing.T) {
+func TestSweepRecountsWithoutSyncing(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "root")
 	clock := ledger.NewManualClock(epoch)

@@ -309,7 +309,7 @@ func TestAnAbortedJournalFailsTheOperation(t *testing.T) {
 // combination of a failed early write-out (OpWriteStart), capacity record write-back (OpWriteOut)
 // and row fsync (OpSync), failed before or after its effect, fails the admission with
 // ErrUnavailable, leaves no row, lets the delivery be admitted again, and leaks no slot once the
-// shard is settled.
+// shard is recounted.
 func TestOneFlushRoundFailureCombinations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -348,7 +348,7 @@ func TestOneFlushRoundFailureCombinations(t *testing.T) {
 			ledgertest.MustAdmit(t, l, d)
 		}
 	}
-	if err := localfs.SettleAllForTest(ctx, l); err != nil {
+	if err := localfs.RecountAllForTest(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 	st, err := l.Stats(ctx)
@@ -356,7 +356,7 @@ func TestOneFlushRoundFailureCombinations(t *testing.T) {
 		t.Fatal(err)
 	}
 	if st.CapacityUsed != st.Rows {
-		t.Fatalf("after settling: %d slots used for %d rows", st.CapacityUsed, st.Rows)
+		t.Fatalf("after recounting: %d slots used for %d rows", st.CapacityUsed, st.Rows)
 	}
 }
 
@@ -408,7 +408,7 @@ func TestConcurrentOneFlushAdmissions(t *testing.T) {
 	} else {
 		t.Logf("%d one-flush rounds", n)
 	}
-	if err := localfs.SettleAllForTest(ctx, l); err != nil {
+	if err := localfs.RecountAllForTest(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := l.Stats(ctx); err != nil || st.Rows != admitted || st.CapacityUsed != st.Rows {

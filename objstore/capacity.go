@@ -11,18 +11,18 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// settleAll settles every shard's pending entries and returns the keys still pending
+// recountAll recounts every shard's pending entries and returns the keys still pending
 // (admissions that may still create their row), the slots the shards count, and the shards as
-// it left them. A shard is written only when settling changed it. It judges an entry whose key
+// it left them. A shard is written only when recounting changed it. It judges an entry whose key
 // known holds (read by the pass: an admission's look comes a grace after its reservation, so
 // every entry of an admission that ended is judged by then without a read of its own), and an
 // entry whose look should have come by now (lookLate past the grace: a format 5 admission,
 // which asked for none), by reading its key; a younger one is an admission in flight, or one
 // whose look is still to come.
 //
-// only, when not nil, names the shards to settle (the others are not read: their states are
+// only, when not nil, names the shards to recount (the others are not read: their states are
 // left zero, and their pending entries are not answered).
-func (l *Ledger) settleAll(ctx context.Context, now time.Time, known map[ledger.Key]keyState, only map[int]bool) (map[ledger.Key]bool, int64, []shardState, error) {
+func (l *Ledger) recountAll(ctx context.Context, now time.Time, known map[ledger.Key]keyState, only map[int]bool) (map[ledger.Key]bool, int64, []shardState, error) {
 	pending := map[ledger.Key]bool{}
 	if known == nil {
 		known = map[ledger.Key]keyState{}
@@ -41,7 +41,7 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time, known map[ledger.
 			if err != nil {
 				return nil, 0, nil, err
 			}
-			changed, err := l.settleWith(ctx, &st.data, now, settleCleanup, ledger.Key{}, known)
+			changed, err := l.recountWith(ctx, &st.data, now, recountCleanup, ledger.Key{}, known)
 			if err != nil {
 				return nil, 0, nil, err
 			}
@@ -67,7 +67,7 @@ func (l *Ledger) settleAll(ctx context.Context, now time.Time, known map[ledger.
 
 // raiseShards persists now as the high-water of every capacity shard whose high-water is lower
 // (an admission reads it with its shard and refuses what it makes stale): cleanup does it
-// before it deletes a row. known are the shards as settleAll left them: each is written over
+// before it deletes a row. known are the shards as recountAll left them: each is written over
 // that version, and read again only if it changed since.
 func (l *Ledger) raiseShards(ctx context.Context, now time.Time, known []shardState) error {
 	for i := range l.shards {
@@ -118,7 +118,7 @@ func (l *Ledger) upgradeShards(ctx context.Context) error {
 			if _, err := l.writeShard(ctx, i, st); errors.Is(err, errRaced) {
 				continue
 			} else if err != nil {
-				return fmt.Errorf("write %s in format %d: %w", l.s.key(shardName(i)), FormatVersion, err)
+				return fmt.Errorf("write %s in format %d: %w", l.s.key(capacityName(i)), FormatVersion, err)
 			}
 			break
 		}
@@ -138,7 +138,7 @@ func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) err
 		}
 		if n > st.data.Used {
 			return fmt.Errorf("%w: %s counts %d slots, batch %d would release %d", ledger.ErrCorrupt,
-				l.s.key(shardName(shard)), st.data.Used, id, n)
+				l.s.key(capacityName(shard)), st.data.Used, id, n)
 		}
 		st.data.Used -= n
 		st.data.AppliedBatch = id
@@ -150,28 +150,20 @@ func (l *Ledger) release(ctx context.Context, shard int, n int64, id uint64) err
 	return fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, shard)
 }
 
-func shardName(i int) string { return fmt.Sprintf("capacity/%02d.json", i) }
+// capacityName is capacity shard i's object (localfs's shardName is a row folder's name).
+func capacityName(i int) string { return fmt.Sprintf("capacity/%02d.json", i) }
 
 func (l *Ledger) homeShard(k ledger.Key) int { return int(k[1]) % l.shards }
 
-func (l *Ledger) quota(i int) int64 {
-	c := l.cfg.Limits.RecordCap
-	q := c / int64(l.shards)
-	if int64(i) < c%int64(l.shards) {
-		q++
-	}
-	return q
-}
-
-// settleShard settles the entries of focus in shard i, best effort (a failure leaves them to
-// the next settlement).
-func (l *Ledger) settleShard(ctx context.Context, i int, focus ledger.Key) {
+// recountShard recounts the entries of focus in shard i, best effort (a failure leaves them to
+// the next recount).
+func (l *Ledger) recountShard(ctx context.Context, i int, focus ledger.Key) {
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		st, err := l.readShard(ctx, i)
 		if err != nil {
 			return
 		}
-		changed, err := l.settle(ctx, &st.data, l.nowFor(nil), settleFocus, focus)
+		changed, err := l.recount(ctx, &st.data, l.nowFor(nil), recountFocus, focus)
 		if err != nil || !changed {
 			return
 		}
@@ -189,19 +181,19 @@ type shardState struct {
 }
 
 func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
-	o, err := l.s.get(ctx, shardName(i))
+	o, err := l.s.get(ctx, capacityName(i))
 	if errors.Is(err, errNotFound) {
-		return shardState{}, fmt.Errorf("%w: %s is missing: capacity cannot be rebuilt by guessing", ledger.ErrRootMismatch, l.s.key(shardName(i)))
+		return shardState{}, fmt.Errorf("%w: %s is missing: capacity cannot be rebuilt by guessing", ledger.ErrRootMismatch, l.s.key(capacityName(i)))
 	}
 	if err != nil {
 		return shardState{}, err
 	}
 	var sd shardData
-	if err := decode(l.s.key(shardName(i)), kindShard, o.body, &sd); err != nil {
+	if err := decode(l.s.key(capacityName(i)), kindShard, o.body, &sd); err != nil {
 		return shardState{}, err
 	}
-	if sd.Used < 0 || sd.Quota != l.quota(i) {
-		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(shardName(i)), sd.Used, sd.Quota, l.quota(i))
+	if sd.Used < 0 || sd.Quota != l.cfg.Limits.ShardQuota(l.shards, i) {
+		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(capacityName(i)), sd.Used, sd.Quota, l.cfg.Limits.ShardQuota(l.shards, i))
 	}
 	st := shardState{data: sd, etag: o.etag, format: formatOf(o.body)}
 	l.rememberShard(i, st)
@@ -214,7 +206,7 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) (string, 
 	if err != nil {
 		return "", err
 	}
-	tag, err := l.s.put(ctx, shardName(i), body, token, st.etag, false)
+	tag, err := l.s.put(ctx, capacityName(i), body, token, st.etag, false)
 	if err == nil {
 		st.etag, st.format = tag, FormatVersion
 		l.rememberShard(i, st)
@@ -254,7 +246,7 @@ var errStale = errors.New("stale by the shard's high-water")
 func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationData, now time.Time, stale func(time.Time) bool) (int, bool, error) {
 	home := l.homeShard(key)
 	order := append([]int{home}, rand.Perm(l.shards)...)
-	for _, mode := range []settleMode{settleBudgeted, settleOld} {
+	for _, mode := range []recountMode{recountBudgeted, recountOld} {
 		tried := map[int]bool{}
 		for _, i := range order {
 			if tried[i] {
@@ -274,7 +266,7 @@ func (l *Ledger) reserve(ctx context.Context, key ledger.Key, res reservationDat
 // only a successful write (If-Match on that version) makes the decision count, and any other
 // outcome reads the shard again. A warm ingress alone on its shards thus takes a slot in one
 // request.
-func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode settleMode, stale func(time.Time) bool) (bool, error) {
+func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reservationData, now time.Time, mode recountMode, stale func(time.Time) bool) (bool, error) {
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		st, cached := l.cachedShard(i)
 		if attempt > 0 || !cached {
@@ -291,7 +283,7 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reser
 		if stale != nil && stale(time.Unix(0, st.data.HighWater)) {
 			return false, errStale
 		}
-		changed, err := l.settle(ctx, &st.data, now, mode, key)
+		changed, err := l.recount(ctx, &st.data, now, mode, key)
 		if err != nil {
 			return false, err
 		}
@@ -317,39 +309,39 @@ func (l *Ledger) reserveIn(ctx context.Context, i int, key ledger.Key, res reser
 	return false, fmt.Errorf("%w: capacity shard %d contended", ledger.ErrBusy, i)
 }
 
-// settleMode says which pending entries a settlement judges.
-type settleMode int
+// recountMode says which pending entries a recount judges.
+type recountMode int
 
 const (
-	// settleBudgeted (an admission): entries older than the grace (or any entry, once the
-	// shard holds more than pendingSoftCap), at most settleBudget of them, oldest first, so
+	// recountBudgeted (an admission): entries older than the grace (or any entry, once the
+	// shard holds more than pendingSoftCap), at most recountBudget of them, oldest first, so
 	// that an admission's requests stay bounded whatever the recent traffic; and every entry
 	// of the focus key.
-	settleBudgeted settleMode = iota
-	// settleFocus: only the entries of the focus key.
-	settleFocus
-	// settleOld (before answering Full): every entry older than the grace, and the entries of
+	recountBudgeted recountMode = iota
+	// recountFocus: only the entries of the focus key.
+	recountFocus
+	// recountOld (before answering Full): every entry older than the grace, and the entries of
 	// the focus key, besides the budget of younger ones when the shard is crowded.
-	settleOld
-	// settleCleanup (cleanup): the entries whose key the pass read (no read of their own),
+	recountOld
+	// recountCleanup (cleanup): the entries whose key the pass read (no read of their own),
 	// and every entry older than the grace and lookLate; an admission still in flight keeps
 	// its entry.
-	settleCleanup
+	recountCleanup
 )
 
 // lookLate is how long past the grace an admission's look at its key (due/, cleanup.go) may
 // come: an entry still pending then is judged by a read of its own.
 const lookLate = 2 * lookEvery
 
-// settleBudget bounds the entries one admission judges (one read of a key each); past
+// recountBudget bounds the entries one admission judges (one read of a key each); past
 // pendingSoftCap entries, young ones are judged too (those whose row exists are dropped), so
 // the list stays short under any admission rate.
 const (
-	settleBudget   = 4
+	recountBudget  = 4
 	pendingSoftCap = 64
 )
 
-// settle drops the pending entries whose admission is over, giving back the slot of each that
+// recount drops the pending entries whose admission is over, giving back the slot of each that
 // made no row. An entry is judged by what its key holds: its own row keeps the slot; anything
 // else (nothing, another reservation, a row made over another reservation) gives it back; its
 // own reservation, still there and older than the grace (by the store's time), is first voided
@@ -357,30 +349,30 @@ const (
 // afterwards. Which entries are judged depends on mode; focus is the key an admission has
 // just reserved (an earlier, interrupted or outrun admission of the same delivery left its
 // entry). It reports whether the shard changed.
-func (l *Ledger) settle(ctx context.Context, sd *shardData, now time.Time, mode settleMode, focus ledger.Key) (bool, error) {
-	return l.settleWith(ctx, sd, now, mode, focus, nil)
+func (l *Ledger) recount(ctx context.Context, sd *shardData, now time.Time, mode recountMode, focus ledger.Key) (bool, error) {
+	return l.recountWith(ctx, sd, now, mode, focus, nil)
 }
 
-// settleWith is settle, judging the entries of the keys known holds (as read just before)
+// recountWith is recount, judging the entries of the keys known holds (as read just before)
 // without reading them again.
-func (l *Ledger) settleWith(ctx context.Context, sd *shardData, now time.Time, mode settleMode, focus ledger.Key, known map[ledger.Key]keyState) (bool, error) {
+func (l *Ledger) recountWith(ctx context.Context, sd *shardData, now time.Time, mode recountMode, focus ledger.Key, known map[ledger.Key]keyState) (bool, error) {
 	keep := sd.Pending[:0:0]
-	budget := settleBudget
+	budget := recountBudget
 	crowded := len(sd.Pending) > pendingSoftCap
 	for _, p := range sd.Pending {
 		old := now.Sub(time.Unix(0, p.At)) > l.cfg.PendingGrace
 		judge := p.Key == focus
 		seen, isKnown := known[p.Key]
 		switch mode {
-		case settleCleanup:
+		case recountCleanup:
 			judge = isKnown || now.Sub(time.Unix(0, p.At)) > l.cfg.PendingGrace+lookLate
-		case settleOld:
+		case recountOld:
 			if !judge && old {
 				judge = true
 				break
 			}
 			fallthrough
-		case settleBudgeted:
+		case recountBudgeted:
 			if !judge && (old || crowded) && budget > 0 {
 				judge = true
 				budget--

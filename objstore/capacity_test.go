@@ -16,7 +16,7 @@ import (
 
 // TestAdmissionOutrunByItsRetryGivesItsSlotBack: two admissions of one delivery (a
 // sender's retry) race; the loser's pending entry is written after the winner took its key
-// over, and nobody settles it until the grace is over. Interleaving (cap 2, one shard):
+// over, and nobody recounts it until the grace is over. Interleaving (cap 2, one shard):
 //
 //	ingress-slow: reservation R1 at K; its read of the capacity shard is held
 //	ingress-fast: takes K over (R2), takes a slot, creates the row: Admitted
@@ -100,7 +100,7 @@ func TestSlotIsReleasedOnceForTwoIndexEntries(t *testing.T) {
 }
 
 // TestAdmissionRequestsStayBoundedAfterABurst: a successful admission leaves its
-// pending entry in the shard; nobody settles it until it is past the grace, and then the next
+// pending entry in the shard; nobody recounts it until it is past the grace, and then the next
 // admission that touches the shard judges every such entry, one GET of its key each (up to
 // maxPending, 512, per shard). The requests of one admission then grow with the number of
 // admissions of the last minutes, not bounded by a constant (invariant 10: admission issues a
@@ -123,7 +123,7 @@ func TestAdmissionRequestsStayBoundedAfterABurst(t *testing.T) {
 
 // TestFullAnswerReadsABoundedNumberOfPendingEntries: docs/s3-ledger.md: "An admission judges at most
 // four pending entries of others (one read each), so its requests stay bounded under any
-// traffic". An admission that finds every shard full settles every shard thoroughly before it
+// traffic". An admission that finds every shard full recounts every shard thoroughly before it
 // answers Full: it reads the key of every pending entry of every shard, that is of every
 // admission of the last minutes (up to maxPending, 512, per shard). Here a burst of 64
 // admissions fills a cap of 64 (4 shards) and the next admission makes one GET per admission

@@ -20,7 +20,7 @@ import (
 //	due/<time>-r<key>   a look at a row's key, written by the admission that reserved the key
 //	                    (before its slot and its row), for PendingGrace later: is the row
 //	                    finished (or when will it be), a reservation to tidy? The same read
-//	                    settles the admission's pending capacity entry.
+//	                    recounts the admission's pending capacity entry.
 //	due/<time>-p<id>    a part of cleanup's own schedule (kindSchedule): keys and subject
 //	                    records to look at again, all due by the part's time: a finished row at
 //	                    the end of its retention, an unfinished one StrandedAfter later, a void
@@ -84,7 +84,7 @@ func parseDueName(name string) (at time.Time, kind byte, rest string, ok bool) {
 //  3. lists what is due (due/, and the end-time index ended/ of rows written by format 5) and,
 //     while a lap of the safety net is under way, the next page of rows and of subject
 //     records; if any page fails, the pass removes nothing;
-//  4. settles every capacity shard (writing only those that change);
+//  4. recounts every capacity shard (writing only those that change);
 //  5. looks at what is due: rows finished past their retention (and key age) join a batch;
 //     unfinished rows are tallied (stranded ones reported) and looked at again later; voids
 //     past their life and subject records nothing can land on are removed by the version read;
@@ -238,9 +238,9 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 			}
 		}
 	}
-	// Every pass settles every shard, judging the admissions whose keys it read without
+	// Every pass recounts every shard, judging the admissions whose keys it read without
 	// reading them again; then what waited on it is decided.
-	if err := p.settle(ctx); err != nil {
+	if err := p.recount(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 
@@ -479,16 +479,6 @@ type endedGroup struct {
 	entries []indexEntry
 }
 
-func parseIndexName(name string) (time.Time, ledger.Key, bool) {
-	endS, keyS, ok := strings.Cut(strings.TrimPrefix(name, endedPrefix), "-")
-	end, err1 := strconv.ParseInt(endS, 10, 64)
-	key, err2 := ledger.ParseKey(keyS)
-	if !ok || err1 != nil || err2 != nil {
-		return time.Time{}, ledger.Key{}, false
-	}
-	return time.Unix(0, end).UTC(), key, true
-}
-
 // listEnded lists the end-time index entries (rows finished by format 5) whose end is before
 // now, oldest first, up to the batch size, grouped by key (a row indexed twice, by a Complete
 // repeated after its retention was lengthened, is one group).
@@ -500,7 +490,7 @@ func (l *Ledger) listEnded(ctx context.Context, now time.Time) ([]endedGroup, er
 	var out []endedGroup
 	at := map[ledger.Key]int{}
 	for _, e := range entries {
-		end, key, ok := parseIndexName(e.name)
+		end, key, ok := ledger.ParseEndIndexName(strings.TrimPrefix(e.name, endedPrefix))
 		if !ok {
 			continue
 		}
@@ -524,12 +514,12 @@ type pass struct {
 	tally   *ledger.Tally
 	batch   batchData
 	chosen  map[ledger.Key]bool
-	pending map[ledger.Key]bool // keys whose admission is not settled
-	used    int64               // slots the shards counted when they were all settled (counted)
+	pending map[ledger.Key]bool // keys whose admission the recount left pending
+	used    int64               // slots the shards counted when they were all recounted (counted)
 	counted bool
-	shards  []shardState // the shards as they were settled
+	shards  []shardState // the shards as they were recounted
 	// states are the keys read by the pass's looks; removable are the rows found removable and
-	// voidable the reservations found abandoned, decided once the shards are settled.
+	// voidable the reservations found abandoned, decided once the shards are recounted.
 	states    map[ledger.Key]keyState
 	removable []candidate
 	voidable  []ledger.Key
@@ -671,18 +661,18 @@ type candidate struct {
 	idx     []indexEntry
 }
 
-// settle settles every shard (judging the admissions whose keys the pass read from what it
+// recount recounts every shard (judging the admissions whose keys the pass read from what it
 // read), then decides what waited on it: a removable row joins the batch unless an admission of
-// its key is not settled (its slot is settlement's to give back: a slot is released by the
-// batch or by settlement, never by both), and a reservation found abandoned is voided unless
+// its key is not recounted (its slot is recount's to give back: a slot is released by the
+// batch or by recount, never by both), and a reservation found abandoned is voided unless
 // its admission is still pending.
-func (p *pass) settle(ctx context.Context) error {
+func (p *pass) recount(ctx context.Context) error {
 	l := p.l
 	removable := p.removable
 	// Before a row is removed or a reservation voided, whether an admission of the key is
 	// pending is known from every shard. Otherwise only the shards of the keys the pass read
-	// are settled (an admission's entry is in its key's home shard unless that one was full; an
-	// entry elsewhere is settled by the next full settlement, or by admissions).
+	// are recounted (an admission's entry is in its key's home shard unless that one was full; an
+	// entry elsewhere is recounted by the next full recount, or by admissions).
 	var only map[int]bool
 	if len(removable) == 0 && len(p.voidable) == 0 {
 		only = map[int]bool{}
@@ -691,7 +681,7 @@ func (p *pass) settle(ctx context.Context) error {
 		}
 	}
 	if only == nil || len(only) > 0 {
-		pend, used, shards, err := l.settleAll(ctx, p.now, p.states, only)
+		pend, used, shards, err := l.recountAll(ctx, p.now, p.states, only)
 		if err != nil {
 			return err
 		}
@@ -833,17 +823,6 @@ func (p *pass) keyAgedAt(rd *rowData) time.Time {
 // (see Config.RequestLife, Ledger.quiet).
 const DefaultRequestLife = 31 * time.Minute
 
-// quiet reports whether no write to an object last written at the given times (the store's
-// LastModified of the version judged, and the object's own record of its last write, both on
-// the store's clock) can still land at now: every request that wrote it, or a copy of one held
-// in the network, was signed more than RequestLife ago. Only such an object may be forgotten:
-// once its key is empty, a late copy of its create (If-None-Match: *) would land and bring back
-// a version of it, and copies of the writes that followed it would land over that version
-// (each attempt of a write carries the same bytes, so the same ETag).
-func (l *Ledger) quiet(now time.Time, written ...time.Time) bool {
-	return now.Sub(ledger.MaxTime(written...)) > l.cfg.RequestLife
-}
-
 // lookRow looks at key: a finished row past its retention joins the batch; an unfinished one is
 // tallied (a stranded one reported) and looked at again StrandedAfter later; a reservation is
 // tidied; anything that can still become removable is scheduled for when it can. idx are the
@@ -923,7 +902,7 @@ func (p *pass) lookRow(ctx context.Context, kind string, key ledger.Key, idx []i
 			Version: ks.version, Evaluation: row.EvaluationID, Shard: rd.Shard, End: row.RetainUntil.UnixNano()})
 		return nil
 	}
-	chosen = true // its entries go with it, into the batch or back to dropEnded (settle)
+	chosen = true // its entries go with it, into the batch or back to dropEnded (recount)
 	p.removable = append(p.removable, candidate{key: key, version: ks.version, eval: row.EvaluationID, shard: rd.Shard,
 		end: row.RetainUntil, idx: idx})
 	return nil
@@ -942,7 +921,7 @@ func (p *pass) reservation(ctx context.Context, key ledger.Key, ks keyState) err
 			p.later("look", key.String(), grace.Add(time.Second))
 			return nil
 		}
-		p.voidable = append(p.voidable, key) // unless its admission is pending (settle)
+		p.voidable = append(p.voidable, key) // unless its admission is pending (recount)
 		return nil
 	}
 	if end := ledger.MaxTime(time.Unix(0, res.VoidedAt), ks.modified).Add(voidLife); !res.NoRowWrite && !p.now.After(end) {
@@ -982,7 +961,7 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 	// known to stand, its row has nothing to post that a record made anew would not let it
 	// (it reads back, and finds itself standing), and is not read.
 	var newest *ledger.Row
-	if rec.Stands != (ledger.VerdictID{Key: rec.Newest.Key, Evaluation: rec.NewestEvaluation}) {
+	if rec.NewestMatters() {
 		rd, _, err := l.getRow(ctx, rec.Newest.Key)
 		switch {
 		case err == nil:
@@ -996,7 +975,7 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 		}
 	}
 	horizon := l.cfg.Limits.SubjectHorizon()
-	if rec.Removable(p.now, horizon, newest) && l.quiet(p.now, rec.UpdatedAt, o.modified) {
+	if rec.Forgettable(p.now, horizon, newest, l.cfg.RequestLife, rec.UpdatedAt, o.modified) {
 		p.removals = append(p.removals, removal{name: name, version: o.version, done: func(removed bool) {
 			if removed {
 				p.subjectsRemoved++

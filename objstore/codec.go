@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -40,14 +39,12 @@ type envelope struct {
 	Sum     uint32          `json:"crc32c"`
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 func encode(kind, token string, data any) ([]byte, error) {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return nil, fmt.Errorf("objstore: encode %s: %w", kind, err)
 	}
-	return json.Marshal(envelope{Kind: kind, Version: FormatVersion, Token: token, Data: raw, Sum: crc32.Checksum(raw, castagnoli)})
+	return json.Marshal(envelope{Kind: kind, Version: FormatVersion, Token: token, Data: raw, Sum: ledger.Checksum(raw)})
 }
 
 // decode checks an object's envelope and decodes its data strictly. Failures wrap
@@ -64,7 +61,7 @@ func decode(name, kind string, body []byte, v any) error {
 		return fmt.Errorf("%w: %s: written by format %d, this build reads up to %d", ledger.ErrRootMismatch, name, env.Version, FormatVersion)
 	case env.Version < 1:
 		return fmt.Errorf("%w: %s: format version %d", ledger.ErrCorrupt, name, env.Version)
-	case crc32.Checksum(env.Data, castagnoli) != env.Sum:
+	case ledger.Checksum(env.Data) != env.Sum:
 		return fmt.Errorf("%w: %s: checksum mismatch", ledger.ErrCorrupt, name)
 	}
 	dec := json.NewDecoder(bytes.NewReader(env.Data))
@@ -126,7 +123,7 @@ type shardData struct {
 	Used         int64          `json:"used"`
 	Pending      []pendingEntry `json:"pending,omitempty"`
 	AppliedBatch uint64         `json:"applied_batch"`
-	// HighWater is the high-water of the last cleanup that settled the shard: an admission
+	// HighWater is the high-water of the last cleanup that recounted the shard: an admission
 	// reads it with the shard and refuses a request it makes stale, so a clock that steps back
 	// cannot let a replay in through a handle's copy of the root, however old.
 	HighWater int64 `json:"high_water_unix_nano,omitempty"`
@@ -161,7 +158,7 @@ type rowData struct {
 }
 
 // reservationData is what an admission writes at a new key before it takes a slot: the row is
-// then created only over this very object (If-Match on its ETag). Settling a pending entry
+// then created only over this very object (If-Match on its ETag). Recounting a pending entry
 // whose admission is over marks the reservation void (If-Match again), so a row write held in
 // flight can never land after its slot was given back.
 //

@@ -37,12 +37,31 @@
 // then the judged version by its version id, never by key. A write that landed after the
 // judgement is a newer version and survives any late DELETE. The bucket must keep versions
 // (checked at every start and every cleanup pass); a lifecycle rule expires the noncurrent
-// ones. Nothing is forgotten while a write to it can still land (Ledger.quiet). A cleanup pass
+// ones. Nothing is forgotten while a write to it can still land (a row's key: keyAged; a subject
+// record: ledger.SubjectRecord.Forgettable, given RequestLife). A cleanup pass
 // reads what is due, through an index by time, never every kept object.
 //
 // Capacity is exact: an admission writes a reservation at its key, takes a slot naming that
-// reservation, and creates the row only over the reservation (If-Match). Settling an entry
+// reservation, and creates the row only over the reservation (If-Match). Recounting an entry
 // whose admission is over voids the reservation first, and the void stays at the key until a
 // later admission takes it over, so a row write held in flight can never land once its slot
 // was given back, however late it lands and whatever the clocks say.
+//
+// The single-record operations (Claim, Renew, Save, Complete, Abandon, Supersede, Revive,
+// Release, Unclaim, Report, Inspect and the subject operations) are ledger.Records', written
+// once for every backend and embedded in Ledger; this package provides their storage
+// (ledger.Store, recordStore in rows.go and subjects.go): a fresh read, and one decision run as
+// an optimistic transaction (decided on this handle's cached copy of its own last write first,
+// answered only after a successful conditional write, decided again on a fresh read otherwise),
+// every ledger.Write that changes a record being one conditional write. Admission, capacity,
+// cleanup and the listings stay here because they rest on what only an object store gives and
+// lacks: no lock, a request that can land late, versions a DELETE can name (docs/ledger.md).
+//
+// Some unexported names are defined by localfs too, meaning the same thing in its format: the
+// record kinds (kindRoot, kindRow, kindBatch, kindShard, kindSweep, kindSubject, kindState: an
+// envelope's kind here), the readers and writers of each kind (readRoot, readShard, writeShard,
+// readBatch, readSweep, writeSweep, readRow, decodeRow, readSubject, decodeSubject, namedState,
+// shardState, batchEntry, indexEntry), the capacity recount (recount, recountShard, release,
+// maxPending), cleanup's steps (listEnded, applyBatch, removeRow, countSubjects) and the
+// handle's setup and admission (create, defaults, highWater, admitNew).
 package objstore

@@ -140,7 +140,7 @@ func (w *world) dupHandle(name string, adjust func(*objstore.Config)) (*objstore
 //	         -> errRaced -> reserveIn reads the shard again, finds its own entry (K/R, young,
 //	         R in place: "in flight", kept) and adds a second one: {used 2, pending K/R, K/R}
 //	ingress: the row over R lands: Admitted
-//	settlement: both entries name R and K holds R's row: both "the row's": used stays 2
+//	recount: both entries name R and K holds R's row: both "the row's": used stays 2
 //	another delivery: Full, with one row under a cap of 2, for good (cleanup never gives
 //	         the second slot back; invariant 11, and "slots used equal to rows").
 //
@@ -177,7 +177,7 @@ func TestDuplicatedShardWriteHoldsNoSecondSlot(t *testing.T) {
 			other := w.delivery(time.Time{})
 			b, berr := cleaner.Admit(w.ctx, other)
 			if st.CapacityUsed != st.Rows || berr != nil || b.Outcome != ledger.Admitted {
-				t.Fatalf("after one admission whose shard write was duplicated, and settlement and cleanup: %d row(s), "+
+				t.Fatalf("after one admission whose shard write was duplicated, and recount and cleanup: %d row(s), "+
 					"capacity records %d; another delivery under a cap of %d is answered %v %v",
 					st.Rows, st.CapacityUsed, w.limits.RecordCap, b.Outcome, berr)
 			}
@@ -187,7 +187,7 @@ func TestDuplicatedShardWriteHoldsNoSecondSlot(t *testing.T) {
 
 // TestDuplicatedRowCreateAnswersAdmitted: the same premise on the row write
 // of an admission. The copy of the row PUT (If-Match on the reservation) lands first, the
-// original is answered 412 -> errRaced -> settleShard finds the row and keeps the slot, the
+// original is answered 412 -> errRaced -> recountShard finds the row and keeps the slot, the
 // admission decides again, finds a row (its own) and answers Pending. A new delivery is answered
 // as if someone had admitted it before (the model refuses this history: Pending for a key no
 // call admitted), the same defect reliability.md lists as found and fixed for the SDK's retry.
@@ -278,7 +278,7 @@ func TestRetriedWriteIsNotALostRaceWithoutReadingBack(t *testing.T) {
 
 // TestIfMatchOnARemovedRowIsALostRace: a handle holds a cached copy of a row that another
 // handle completed and cleanup removed. Its next write (If-Match on a key that is gone, which
-// MinIO answers 404, not 412) must be settled as a lost race: the row is unknown now.
+// MinIO answers 404, not 412) must be recounted as a lost race: the row is unknown now.
 func TestIfMatchOnARemovedRowIsALostRace(t *testing.T) {
 	w := newWorld(t)
 	stale, _ := w.handle("stale", 0, nil)
@@ -379,7 +379,7 @@ func (w *world) captureHandle(name string, adjust func(*objstore.Config)) (*objs
 
 // TestReplayedReservationLetsNoHeldRowWriteLandWithoutASlot: an ETag names bytes, not a
 // write. The reservation body is the same in every attempt of its PUT, so a first attempt
-// delivered late re-creates, on a key that settlement voided and cleanup emptied, an object
+// delivered late re-creates, on a key that recount voided and cleanup emptied, an object
 // with the very ETag the admission's row write is conditioned on. Interleaving (cap 1):
 //
 //	ingress: reservation PUT attempt 1 is held in the network; the SDK's attempt 2 creates
@@ -444,7 +444,7 @@ func TestReplayedReservationLetsNoHeldRowWriteLandWithoutASlot(t *testing.T) {
 	if after.Rows > after.CapacityUsed || st.Rows > st.CapacityUsed {
 		other := w.delivery(time.Time{})
 		a, aerr := cleaner.Admit(w.ctx, other)
-		t.Fatalf("a row no slot counts: %d row(s), capacity records %d (after settlement and cleanup: %d rows, %d slots); "+
+		t.Fatalf("a row no slot counts: %d row(s), capacity records %d (after recount and cleanup: %d rows, %d slots); "+
 			"another delivery under a cap of 1 is then answered %v %v", st.Rows, st.CapacityUsed, after.Rows, after.CapacityUsed, a.Outcome, aerr)
 	}
 }

@@ -50,9 +50,9 @@ func v1Row(t *testing.T, row ledger.Row) []byte {
 // TestFormatOnePendingEntryHoldsNoSecondSlot: a format 1 admission took a slot
 // (its pending entry names no reservation) and died before creating its row; the ledger is
 // upgraded, and the sender's retry of the same delivery is admitted by format 2 code within
-// the grace. Settlement judges the format 1 entry "its row exists" (any row at the key) and
+// the grace. The recount judges the format 1 entry "its row exists" (any row at the key) and
 // keeps its slot, besides the slot the format 2 admission took: one row, two slots, for good.
-// After settlement and cleanup the capacity record must count the rows exactly.
+// After recount and cleanup the capacity record must count the rows exactly.
 func TestFormatOnePendingEntryHoldsNoSecondSlot(t *testing.T) {
 	w := newWorld(t)
 	w.shards = 1
@@ -68,7 +68,7 @@ func TestFormatOnePendingEntryHoldsNoSecondSlot(t *testing.T) {
 	}
 	w.store.Advance(30 * time.Second)
 	w.admit(l, d, ledger.Admitted)
-	w.store.Advance(10 * time.Minute) // every pending entry is settled from here on
+	w.store.Advance(10 * time.Minute) // every pending entry is recounted from here on
 	w.cleanLap(cleaner)
 	w.exact(cleaner)
 }

@@ -85,7 +85,7 @@ func TestDeleteRacingRetentionExtensionLetsNoReplayIn(t *testing.T) {
 }
 
 // TestHeldAdmissionCannotCreateARowWithoutASlot: an admission's row write is held past the
-// pending grace; another admission settles its pending entry; then the held write lands. No
+// pending grace; another admission recounts its pending entry; then the held write lands. No
 // row may exist that no slot counts: with a cap of 2, never 3 rows.
 func TestHeldAdmissionCannotCreateARowWithoutASlot(t *testing.T) {
 	w := newWorld(t)

@@ -50,7 +50,7 @@ type Config struct {
 	// of deletes; safety never rests on it (deletes name versions), only progress.
 	MaintenanceLease time.Duration
 	// PendingGrace is how old, by the store's clock, an unfinished admission must be before
-	// another one settles it (default 2 minutes). Settling early only makes that admission
+	// another one recounts it (default 2 minutes). Recounting early only makes that admission
 	// retry; it never costs a slot or lets a row in without one.
 	PendingGrace time.Duration
 	// RequestLife is how long after it was signed a request can still land on the store
@@ -111,6 +111,8 @@ func (c *Config) defaults() error {
 
 // Ledger is a handle on an S3 ledger. It is safe for concurrent use.
 type Ledger struct {
+	// Records runs the single-record operations (ledger.Records) over the store.
+	ledger.Records
 	s      store
 	clock  *storeClock
 	cfg    Config
@@ -193,6 +195,7 @@ func Open(ctx context.Context, cfg Config) (*Ledger, error) {
 	if root.Shards <= 0 || root.Shards > 256 {
 		return nil, fmt.Errorf("%w: %s: %d capacity shards", ledger.ErrCorrupt, l.s.key(rootName), root.Shards)
 	}
+	l.Records = ledger.NewRecords(recordStore{l}, recordStore{l}, l.cfg.Limits)
 	l.shards = root.Shards
 	l.hw.Store(root.HighWater)
 	l.start = time.Now()
@@ -238,11 +241,11 @@ func (l *Ledger) reconcile(ctx context.Context, root rootData, tag string) (root
 func (l *Ledger) create(ctx context.Context) error {
 	l.shards = l.cfg.Shards
 	for i := range l.shards {
-		body, token, err := l.encode(kindShard, shardData{Quota: l.quota(i)})
+		body, token, err := l.encode(kindShard, shardData{Quota: l.cfg.Limits.ShardQuota(l.shards, i)})
 		if err != nil {
 			return err
 		}
-		if _, err := l.s.put(ctx, shardName(i), body, token, "", true); err != nil && !errors.Is(err, errRaced) {
+		if _, err := l.s.put(ctx, capacityName(i), body, token, "", true); err != nil && !errors.Is(err, errRaced) {
 			return err
 		}
 	}

@@ -59,13 +59,16 @@ func (l *Ledger) readmit(ctx context.Context, d ledger.Delivery) (ledger.Admissi
 		l.raiseHighWater(time.Unix(0, st.data.HighWater))
 	}
 	var out ledger.Admission
-	err := l.update(ctx, "admit", d.Key(), func(rd *rowData, now time.Time) (bool, error) {
-		o, changed := rd.Row.Readmit(d, l.cfg.Limits, now)
-		out = rd.Row.Admission(o)
-		return changed, nil
+	err := recordStore{l}.UpdateRow(ctx, d.Key(), false, func(row *ledger.StoredRow, now time.Time) (ledger.Write, error) {
+		o, changed := row.Row.Readmit(d, l.cfg.Limits, now)
+		out = row.Row.Admission(o)
+		if changed {
+			return ledger.WriteLossy, nil
+		}
+		return ledger.WriteNothing, nil
 	})
 	if err != nil {
-		return ledger.Admission{}, err
+		return ledger.Admission{}, fmt.Errorf("admit %s: %w", d.Key().Short(), err)
 	}
 	return out, nil
 }
@@ -142,7 +145,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 	// Cleanup's look at the key, a grace from now, before the key can hold a row or this
 	// admission a slot: however the admission ends (a row, a reservation a crash left, a
 	// void), cleanup finds it through this entry alone, without reading every kept row, and
-	// settles the slot's pending entry with the same read (cleanup.go).
+	// recounts the slot's pending entry with the same read (cleanup.go).
 	if err := l.s.putPlain(ctx, dueLookName(reservedAt.Add(l.cfg.PendingGrace), key), nil); err != nil {
 		void()
 		return ledger.Admission{}, fmt.Errorf("admit %s: %w", key.Short(), err)
@@ -175,7 +178,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		l.raiseHighWater(now)
 		if row, outcome, err = ledger.NewRow(d, l.cfg.Limits, now, id); err != nil || outcome != ledger.Admitted {
 			void()
-			l.settleShard(ctx, shard, key)
+			l.recountShard(ctx, shard, key)
 			return ledger.Admission{}, fmt.Errorf("admit %s: fresh by every high-water read, %v at their highest: %w (%v)", key.Short(), outcome, ledger.ErrBusy, err)
 		}
 	}
@@ -194,7 +197,7 @@ func (l *Ledger) admitNew(ctx context.Context, d ledger.Delivery) (ledger.Admiss
 		// The reservation was voided (its slot given back) or taken over by another
 		// admission of the delivery. This admission is over: give its slot back now, so that
 		// Full keeps meaning the whole cap is in use, and let the caller decide again.
-		l.settleShard(ctx, shard, key)
+		l.recountShard(ctx, shard, key)
 		return ledger.Admission{}, err
 	}
 	if err != nil {
@@ -230,7 +233,7 @@ func (l *Ledger) reserveKey(ctx context.Context, d ledger.Delivery, res reservat
 	}
 	// Another admission's reservation: void, abandoned by a crash, or still in flight (the
 	// same delivery admitted twice at once). Take the key over: that admission's row write
-	// (If-Match on its own reservation) can no longer land, and its pending entry is settled
+	// (If-Match on its own reservation) can no longer land, and its pending entry is recounted
 	// as not its row's. Two admissions taking it from each other end when one writes its row.
 	fresh := ks.res.Void && ks.res.NoRowWrite
 	etag, err = l.s.put(ctx, rowName(key), body, token, ks.etag, false)
@@ -240,96 +243,11 @@ func (l *Ledger) reserveKey(ctx context.Context, d ledger.Delivery, res reservat
 	return etag, fresh, err
 }
 
-// Claim implements ledger.Ledger.
-func (l *Ledger) Claim(ctx context.Context, key ledger.Key, bindingDigest ledger.Digest, owner string, leaseFor time.Duration) (ledger.Claim, error) {
-	var out ledger.Claim
-	err := l.update(ctx, "claim", key, func(rd *rowData, now time.Time) (bool, error) {
-		c, err := rd.Row.Claim(bindingDigest, owner, leaseFor, now)
-		if err != nil {
-			return false, err
-		}
-		if c.Outcome == ledger.Publish {
-			c.Staged.Report = append([]byte(nil), rd.Report...)
-		}
-		out = c
-		return c.Outcome == ledger.Execute || c.Outcome == ledger.Publish, nil
-	})
-	return out, err
-}
-
-// Renew implements ledger.Ledger.
-func (l *Ledger) Renew(ctx context.Context, lease ledger.Lease, leaseFor time.Duration) (ledger.Lease, error) {
-	var out ledger.Lease
-	err := l.update(ctx, "renew", lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		nl, changed, err := rd.Row.Renew(lease, leaseFor, now)
-		out = nl
-		return changed, err
-	})
-	return out, err
-}
-
-// Save implements ledger.Ledger: the report is written inside the row, in one conditional
-// write.
-func (l *Ledger) Save(ctx context.Context, lease ledger.Lease, report []byte) (ledger.Staged, error) {
-	if err := l.cfg.Limits.CheckReport(report); err != nil {
-		return ledger.Staged{}, fmt.Errorf("save %s: %w", lease.Key.Short(), err)
-	}
-	var out ledger.Staged
-	err := l.update(ctx, "save", lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		pl, changed, err := rd.Row.Save(lease, ledger.ReportRef{Digest: ledger.SumBody(report), Size: len(report)}, now)
-		if err != nil {
-			return changed, err
-		}
-		if changed {
-			rd.Report = append([]byte(nil), report...)
-		}
-		out = ledger.Staged{Lease: pl, Report: append([]byte(nil), report...)}
-		return changed, nil
-	})
-	return out, err
-}
-
-// Complete implements ledger.Ledger. A row with a retention end gets its index entry before
-// the done state.
-func (l *Ledger) Complete(ctx context.Context, s ledger.Staged) error {
-	return l.update(ctx, "complete", s.Lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		changed, err := rd.Row.Complete(s, now)
-		if err != nil || !changed {
-			return false, err
-		}
-		if err := l.finish(ctx, rd); err != nil {
-			return false, err
-		}
-		return true, nil
-	})
-}
-
-// Abandon implements ledger.Ledger.
-func (l *Ledger) Abandon(ctx context.Context, s ledger.Staged, reason string) error {
-	return l.update(ctx, "abandon", s.Lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		changed, err := rd.Row.Abandon(s, reason, now)
-		if err != nil {
-			return changed && !rd.Row.State.Terminal(), err
-		}
-		if !changed {
-			return false, nil
-		}
-		if err := l.finish(ctx, rd); err != nil {
-			return false, err
-		}
-		return true, nil
-	})
-}
-
-// finish prepares a row that just became done, abandoned or superseded: the report of a done or
-// superseded row is dropped (an abandoned row keeps its report, so that Revive can publish it
-// again), and the row names the subject records this handle asked for it, so that cleanup
-// looks at them once the row is finished. A row its admission did not index in due/ (format 5)
-// gets its end-time entry (before the row, by the caller's write).
+// finish prepares a row that just became done, abandoned or superseded (ledger.WriteEnd): the
+// row names the subject records this handle asked for it, so that cleanup looks at them once
+// the row is finished. A row its admission did not index in due/ (format 5) gets its end-time
+// entry (before the row, by the caller's write).
 func (l *Ledger) finish(ctx context.Context, rd *rowData) error {
-	if rd.Row.State == ledger.StateDone || rd.Row.State == ledger.StateSuperseded {
-		rd.Report = nil
-	}
 	for _, s := range l.subjectsOf(rd.Row.Key) {
 		if !slices.Contains(rd.Subjects, s) {
 			rd.Subjects = append(rd.Subjects, s)
@@ -338,57 +256,7 @@ func (l *Ledger) finish(ctx context.Context, rd *rowData) error {
 	if rd.Row.Permanent || rd.Due {
 		return nil
 	}
-	return l.s.putPlain(ctx, indexName(&rd.Row), nil)
-}
-
-// Release implements ledger.Ledger.
-func (l *Ledger) Release(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
-	return l.giveBack(ctx, "release", lease, notBefore, (*ledger.Row).Release)
-}
-
-// Unclaim implements ledger.Ledger, written as Release is.
-func (l *Ledger) Unclaim(ctx context.Context, lease ledger.Lease, notBefore time.Time) error {
-	return l.giveBack(ctx, "unclaim", lease, notBefore, (*ledger.Row).Unclaim)
-}
-
-func (l *Ledger) giveBack(ctx context.Context, op string, lease ledger.Lease, notBefore time.Time,
-	fn func(*ledger.Row, ledger.Lease, time.Time, time.Time) error) error {
-	return l.update(ctx, op, lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		if err := fn(&rd.Row, lease, notBefore, now); err != nil {
-			return false, err
-		}
-		return true, nil
-	})
-}
-
-// Revive implements ledger.Ledger. The row must still hold the report it froze.
-func (l *Ledger) Revive(ctx context.Context, key ledger.Key, evaluationID string) (ledger.Row, error) {
-	var out ledger.Row
-	err := l.update(ctx, "revive", key, func(rd *rowData, now time.Time) (bool, error) {
-		if rd.Row.State == ledger.StateAbandoned && len(rd.Report) == 0 {
-			return false, fmt.Errorf("%w: the abandoned row does not hold its report (abandoned by an older version)", ledger.ErrInvalid)
-		}
-		changed, err := rd.Row.Revive(evaluationID, now)
-		out = rd.Row
-		return changed, err
-	})
-	return out, err
-}
-
-// Report implements ledger.Ledger.
-func (l *Ledger) Report(ctx context.Context, key ledger.Key) ([]byte, error) {
-	rd, _, err := l.getRow(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("report %s: %w", key.Short(), err)
-	}
-	st := rd.Row.State
-	switch {
-	case (st != ledger.StateSaved && st != ledger.StateAbandoned) || rd.Row.Report.IsZero():
-		return nil, fmt.Errorf("report %s: %w: a %v row keeps no report", key.Short(), ledger.ErrInvalid, st)
-	case len(rd.Report) == 0:
-		return nil, fmt.Errorf("report %s: %w: abandoned by a version that did not keep its report", key.Short(), ledger.ErrInvalid)
-	}
-	return rd.Report, nil
+	return l.s.putPlain(ctx, endedPrefix+ledger.EndIndexName(&rd.Row), nil)
 }
 
 // Rows implements ledger.Ledger: up to limit rows in key order after cursor.
@@ -425,23 +293,6 @@ func (l *Ledger) Rows(ctx context.Context, cursor ledger.Cursor, limit int) (led
 		page.Next = ledger.Cursor(strings.TrimPrefix(names[len(names)-1], rowsPrefix))
 	}
 	return page, nil
-}
-
-// Inspect implements ledger.Ledger.
-func (l *Ledger) Inspect(ctx context.Context, key ledger.Key) (ledger.Row, error) {
-	rd, _, err := l.getRow(ctx, key)
-	if err != nil {
-		return ledger.Row{}, fmt.Errorf("inspect %s: %w", key.Short(), err)
-	}
-	return rd.Row, nil
-}
-
-func indexName(row *ledger.Row) string {
-	end := row.RetainUntil.UnixNano()
-	if end < 0 {
-		end = 0
-	}
-	return fmt.Sprintf("%s%020d-%s", endedPrefix, end, row.Key)
 }
 
 // Stats implements ledger.Ledger. It lists and reads every row.

@@ -129,23 +129,36 @@ func (l *Ledger) putRow(ctx context.Context, rd rowData, etag string) error {
 	return nil
 }
 
-// step is one decision on a row: it changes rd in place and says whether to write it; err is
-// the answer when the decision refuses.
-type step func(rd *rowData, now time.Time) (write bool, err error)
+// recordStore is the ledger.Store of a Ledger: ledger.Records runs the single-record
+// operations over it.
+type recordStore struct{ l *Ledger }
 
-// update runs a decision as an optimistic transaction: read (from this handle's cache when it
-// has the row: the version its own last write or read returned), decide, write with If-Match.
-// A write that loses, or any answer decided on cached data that is not a successful write, is
-// decided again on a fresh read, so no answer ever rests on a stale copy. A runner's steps on
-// one row (claim, save, complete) thus read only once, and again only after a conflict.
+// ReadRow implements ledger.RowStore with a fresh read.
+func (s recordStore) ReadRow(ctx context.Context, key ledger.Key) (ledger.StoredRow, error) {
+	rd, _, err := s.l.getRow(ctx, key)
+	if err != nil {
+		return ledger.StoredRow{}, err
+	}
+	return ledger.StoredRow{Row: rd.Row, Report: rd.Report}, nil
+}
+
+// UpdateRow implements ledger.RowStore as an optimistic transaction: read (from this handle's
+// cache when it has the row: the version its own last write or read returned), decide, write
+// with If-Match. Every ledger.Write that changes the row (WriteLossy, WriteDurable, WriteEnd)
+// is one conditional write, durable when answered; WriteNothing and ReadDurable write nothing
+// (what was read is already durable). A write that loses, or any answer decided on cached data
+// that is not a successful write, is decided again on a fresh read, so no answer ever rests on
+// a stale copy. A runner's steps on one row (claim, save, complete) thus read only once, and
+// again only after a conflict.
 //
-// A decision that depends on time (all but complete and release) is made on the cached copy
-// only while the store-clock estimate is steady (storeClock.Steady): a host that was suspended
-// since the store's last answer (whose clock for elapsed time stopped) would find an ended
-// lease live, or grant a lease that ends sooner than it says, so it decides on a fresh read,
-// at the store's time of its answer.
-func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step) error {
-	fresh := op != "complete" && op != "release" && !l.clock.Steady()
+// A decision that depends on time (all but the timeless ones: complete and release) is made on
+// the cached copy only while the store-clock estimate is steady (storeClock.Steady): a host
+// that was suspended since the store's last answer (whose clock for elapsed time stopped) would
+// find an ended lease live, or grant a lease that ends sooner than it says, so it decides on a
+// fresh read, at the store's time of its answer.
+func (s recordStore) UpdateRow(ctx context.Context, key ledger.Key, timeless bool, decide func(*ledger.StoredRow, time.Time) (ledger.Write, error)) error {
+	l := s.l
+	fresh := !timeless && !l.clock.Steady()
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		var rd rowData
 		var etag string
@@ -154,36 +167,37 @@ func (l *Ledger) update(ctx context.Context, op string, key ledger.Key, fn step)
 		} else {
 			var err error
 			if rd, etag, err = l.getRow(ctx, key); err != nil {
-				return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+				return err
 			}
 			fresh = true
 		}
-		now := l.nowFor(&rd.Row)
-		write, ferr := fn(&rd, now)
+		sr := ledger.StoredRow{Row: rd.Row, Report: rd.Report}
+		w, ferr := decide(&sr, l.nowFor(&rd.Row))
+		rd.Row, rd.Report = sr.Row, sr.Report
+		write := w == ledger.WriteLossy || w == ledger.WriteDurable || w == ledger.WriteEnd
+		if w == ledger.WriteEnd {
+			if err := l.finish(ctx, &rd); err != nil {
+				write, ferr = false, err
+			}
+		}
 		if !write {
 			if !fresh {
 				fresh = true
 				continue
 			}
-			if ferr != nil {
-				return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
-			}
-			return nil
+			return ferr
 		}
 		if err := l.putRow(ctx, rd, etag); err != nil {
 			if errors.Is(err, errRaced) {
 				fresh = true
 				continue
 			}
-			return fmt.Errorf("%s %s: %w", op, key.Short(), err)
+			return err
 		}
 		// The write's If-Match proves the data decided on was current, cached or not.
-		if ferr != nil {
-			return fmt.Errorf("%s %s: %w", op, key.Short(), ferr)
-		}
-		return nil
+		return ferr
 	}
-	return fmt.Errorf("%s %s: %w: %d conflicting writers in a row", op, key.Short(), ledger.ErrBusy, maxRetries)
+	return fmt.Errorf("%w: %d conflicting writers in a row", ledger.ErrBusy, maxRetries)
 }
 
 func cloneRow(rd rowData) rowData {

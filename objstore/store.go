@@ -23,10 +23,10 @@ import (
 	"github.com/amiss-ci/amiss/ledger"
 )
 
-// store is the handful of S3 calls the ledger makes, with the ambiguity of each settled. Every
+// store is the handful of S3 calls the ledger makes, with the ambiguity of each resolved. Every
 // answer's Date is handed to the store clock.
 
-// store is the handful of S3 calls the ledger makes, with the ambiguity of each settled. Every
+// store is the handful of S3 calls the ledger makes, with the ambiguity of each resolved. Every
 // answer's Date is handed to the store clock.
 type store struct {
 	client *s3.Client
@@ -110,7 +110,7 @@ func isNotFound(err error) bool {
 // putAttempts bounds the attempts of one conditional write.
 const putAttempts = 4
 
-// noRetries makes one call a single attempt: put settles what each attempt did before it sends
+// noRetries makes one call a single attempt: put resolves what each attempt did before it sends
 // another.
 func noRetries(o *s3.Options) { o.RetryMaxAttempts = 1 }
 

@@ -114,7 +114,7 @@ func TestClientClocksDecideNothing(t *testing.T) {
 //	        published twice. A handle opened after the cleanup answers Stale.
 //
 // Needs the store's clock to step back by more than the queue ceiling; no held request.
-// Fixed: each capacity shard carries the high-water of the last cleanup that settled it, and
+// Fixed: each capacity shard carries the high-water of the last cleanup that recounted it, and
 // an admission refuses there what it makes stale.
 func TestWarmHandleRefusesAReplayAfterTheStoreClockStepsBack(t *testing.T) {
 	w := newWorld(t)

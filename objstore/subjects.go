@@ -58,20 +58,29 @@ func (l *Ledger) decodeSubject(k ledger.SubjectKey, o object) (rec ledger.Subjec
 	return rec, o, true, nil
 }
 
-// updateSubject runs fn on the subject record of k as an optimistic transaction: decide, write
-// with If-None-Match (a new record) or If-Match (the version decided on); a write that loses is
-// decided again on a fresh read. fn is told when the version landed, by the store's clock (its
-// LastModified).
+// ReadSubject implements ledger.SubjectStore with a fresh read.
+func (s recordStore) ReadSubject(ctx context.Context, k ledger.SubjectKey) (ledger.SubjectRecord, bool, error) {
+	rec, _, exists, err := s.l.readSubject(ctx, k)
+	return rec, exists, err
+}
+
+// SubjectAsked implements ledger.SubjectStore: the row's verdict asked for k (noteSubject).
+func (s recordStore) SubjectAsked(row ledger.Key, k ledger.SubjectKey) { s.l.noteSubject(row, k) }
+
+// UpdateSubject implements ledger.SubjectStore as an optimistic transaction: decide, write with
+// If-None-Match (a new record) or If-Match (the version decided on), one conditional write for
+// every ledger.Write that changes the record; a write that loses is decided again on a fresh
+// read. The decision is told when the version landed, by the store's clock (its LastModified).
 //
 // While the store-clock estimate is steady (storeClock.Steady) the first decision is made
 // without a read: on the version this handle's own last write returned (a report follows its
-// grant), or, with absentFirst and no such version, on no record at all (a verdict of a commit
+// grant), or, with create and no such version, on no record at all (a verdict of a commit
 // nothing was published to yet creates the record). Only a successful write makes such a
 // decision an answer; anything else is decided again on a fresh read, at the store's time of
 // its answer.
-func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.SubjectKey, absentFirst bool,
-	fn func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (T, bool, error)) (T, error) {
-	var zero T
+func (s recordStore) UpdateSubject(ctx context.Context, k ledger.SubjectKey, create bool,
+	decide func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (ledger.Write, error)) error {
+	l := s.l
 	var back *object // what a lost write read back: the record as the store holds it
 	for attempt := 0; attempt < maxRetries; attempt++ {
 		var rec ledger.SubjectRecord
@@ -81,31 +90,28 @@ func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.Su
 		switch c, ok := l.cachedSubject(k); {
 		case back != nil:
 			if rec, o, exists, err = l.decodeSubject(k, *back); err != nil {
-				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+				return err
 			}
 			fresh, back = true, nil
 		case attempt == 0 && ok && l.clock.Steady():
 			rec, o, exists = c.rec, object{etag: c.etag, modified: c.landed}, true
-		case attempt > 0 || !absentFirst || !l.clock.Steady():
+		case attempt > 0 || !create || !l.clock.Steady():
 			if rec, o, exists, err = l.readSubject(ctx, k); err != nil {
-				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+				return err
 			}
 			fresh = true
 		}
 		now := rec.Now(l.nowFor(nil), time.Time{})
-		out, write, err := fn(&rec, exists, o.modified, now)
-		if err != nil || !write {
+		w, err := decide(&rec, exists, o.modified, now)
+		if err != nil || (w != ledger.WriteLossy && w != ledger.WriteDurable) {
 			if !fresh {
 				continue // decided on a copy: only a fresh read may answer
 			}
-			if err != nil {
-				return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
-			}
-			return out, nil
+			return err
 		}
 		body, token, err := l.encode(kindSubject, rec)
 		if err != nil {
-			return zero, err
+			return err
 		}
 		tag, got, err := l.s.putBack(ctx, subjectName(k), body, token, o.etag, !exists)
 		if err != nil {
@@ -114,12 +120,12 @@ func updateSubject[T any](ctx context.Context, l *Ledger, op string, k ledger.Su
 				back = &got // decided again on what it read back (no ETag: no record)
 				continue
 			}
-			return zero, fmt.Errorf("%s %s: %w", op, k.Short(), err)
+			return err
 		}
 		l.rememberSubject(k, tag, rec, l.nowFor(nil))
-		return out, nil
+		return nil
 	}
-	return zero, fmt.Errorf("%s %s: %w: %d conflicting writers in a row", op, k.Short(), ledger.ErrBusy, maxRetries)
+	return fmt.Errorf("%w: %d conflicting writers in a row", ledger.ErrBusy, maxRetries)
 }
 
 // cachedSubject is a subject record as this handle's last write of it left it.
@@ -155,69 +161,6 @@ func (l *Ledger) cachedSubject(k ledger.SubjectKey) (cachedSubject, bool) {
 	defer l.mu.Unlock()
 	c, ok := l.subjectCache[k]
 	return c, ok
-}
-
-// AcquireSubject implements ledger.Ledger.
-func (l *Ledger) AcquireSubject(ctx context.Context, q ledger.SubjectRequest) (ledger.SubjectGrant, error) {
-	if err := q.Validate(); err != nil {
-		return ledger.SubjectGrant{}, fmt.Errorf("acquire subject: %w", err)
-	}
-	horizon := l.cfg.Limits.SubjectHorizon()
-	l.noteSubject(q.Order.Key, q.Subject.Key())
-	return updateSubject(ctx, l, "acquire subject", q.Subject.Key(), true, func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (ledger.SubjectGrant, bool, error) {
-		switch {
-		case !exists:
-			*rec = ledger.NewSubjectRecord(q.Subject, now)
-		case rec.Blind:
-			// A record that knows nothing of what stands was made no earlier than its version
-			// landed: a create decided long before it was signed (its host suspended between
-			// its read and its signature) can land on a key emptied meanwhile, and its own
-			// CreatedAt would then hide that a verdict is older than the horizon.
-			rec.CreatedAt = ledger.MaxTime(rec.CreatedAt, landed)
-		}
-		g, changed, err := rec.Acquire(q, horizon, now)
-		return g, changed && err == nil, err
-	})
-}
-
-// ReportSubject implements ledger.Ledger.
-func (l *Ledger) ReportSubject(ctx context.Context, g ledger.SubjectGrant, o ledger.PostOutcome) (ledger.SubjectGrant, error) {
-	return updateSubject(ctx, l, "report subject", g.Subject, false, func(rec *ledger.SubjectRecord, exists bool, _, now time.Time) (ledger.SubjectGrant, bool, error) {
-		if !exists {
-			return ledger.SubjectGrant{}, false, fmt.Errorf("%w: the subject's record is gone", ledger.ErrLeaseLost)
-		}
-		a, err := rec.Report(g, o, now)
-		return a, err == nil, err
-	})
-}
-
-// InspectSubject implements ledger.Ledger.
-func (l *Ledger) InspectSubject(ctx context.Context, k ledger.SubjectKey) (ledger.SubjectRecord, error) {
-	rec, _, exists, err := l.readSubject(ctx, k)
-	switch {
-	case err != nil:
-		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), err)
-	case !exists:
-		return rec, fmt.Errorf("inspect subject %s: %w", k.Short(), ledger.ErrUnknownSubject)
-	}
-	return rec, nil
-}
-
-// Supersede implements ledger.Ledger, written as Complete is: a superseded row keeps no report.
-func (l *Ledger) Supersede(ctx context.Context, s ledger.Staged, by ledger.Key) error {
-	return l.update(ctx, "supersede", s.Lease.Key, func(rd *rowData, now time.Time) (bool, error) {
-		changed, err := rd.Row.Supersede(s, by, now)
-		if err != nil {
-			return changed && !rd.Row.State.Terminal(), err
-		}
-		if !changed {
-			return false, nil
-		}
-		if err := l.finish(ctx, rd); err != nil {
-			return false, err
-		}
-		return true, nil
-	})
 }
 
 // noteSubject remembers that the verdict of row key asked to be published to subject k: the

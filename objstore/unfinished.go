@@ -51,7 +51,7 @@ func (p *pass) refreshUnfinished(ctx context.Context, known []unfinishedRow) ([]
 	}
 	known = slices.Clone(known)
 	sortUnfinished(known)
-	settled := false // a row read unfinished is older than every row of known left
+	passedOldest := false // a row read unfinished is older than every row of known left
 	for _, c := range known {
 		key, err := ledger.ParseKey(c.Key)
 		if err != nil {
@@ -61,10 +61,10 @@ func (p *pass) refreshUnfinished(ctx context.Context, known []unfinishedRow) ([]
 			continue // read by a look in this pass
 		}
 		at := time.Unix(0, c.AdmittedAt).UTC()
-		if !settled && !oldest.IsZero() && !at.Before(oldest) {
-			settled = true
+		if !passedOldest && !oldest.IsZero() && !at.Before(oldest) {
+			passedOldest = true
 		}
-		if settled {
+		if passedOldest {
 			found[key] = at // kept unread: younger than a row known unfinished
 			continue
 		}

@@ -85,7 +85,7 @@ func TestTakeoverOfAVoidWhoseRowWriteIsHeldNeverEmptiesTheKey(t *testing.T) {
 	w.store.Advance(3 * time.Minute)
 	w.cleanLap(cleaner)
 	if !isVoid(w.rowObject(d)) {
-		t.Fatalf("settlement did not void the reservation: %s", w.rowObject(d))
+		t.Fatalf("the recount did not void the reservation: %s", w.rowObject(d))
 	}
 	w.admit(retry, w.delivery(time.Time{}), ledger.Admitted)
 	w.admit(retry, d, ledger.Full)
