@@ -150,6 +150,11 @@ func (rs Records) end(ctx context.Context, op string, key Key, timeless bool, fi
 	})
 }
 
+// keepsReport reports whether the row keeps the report it froze: the bytes kept are the ones
+// its digest names. An abandoned row written by a version that did not keep its report holds
+// none; an empty report is kept as one (its digest names no bytes).
+func (row *StoredRow) keepsReport() bool { return SumBody(row.Report) == row.Row.Report.Digest }
+
 // Revive implements Ledger.Revive. The row goes back to saved only with its report kept (a row
 // abandoned by a version that did not keep it cannot be revived). The revival is durable before
 // the answer (an operator's act); a row already revived is answered as read, made durable first
@@ -157,7 +162,7 @@ func (rs Records) end(ctx context.Context, op string, key Key, timeless bool, fi
 func (rs Records) Revive(ctx context.Context, key Key, evaluationID string) (Row, error) {
 	var out Row
 	err := rs.updateRow(ctx, "revive", key, false, func(row *StoredRow, now time.Time) (Write, error) {
-		if row.Row.State == StateAbandoned && len(row.Report) == 0 {
+		if row.Row.State == StateAbandoned && !row.keepsReport() {
 			return WriteNothing, fmt.Errorf("%w: the abandoned row does not keep its report (abandoned by an older version)", ErrInvalid)
 		}
 		changed, err := row.Row.Revive(evaluationID, now)
@@ -213,7 +218,7 @@ func (rs Records) Report(ctx context.Context, key Key) ([]byte, error) {
 	case err != nil:
 	case (st != StateSaved && st != StateAbandoned) || row.Row.Report.IsZero():
 		err = fmt.Errorf("%w: a %v row keeps no report", ErrInvalid, st)
-	case st == StateAbandoned && len(row.Report) == 0:
+	case st == StateAbandoned && !row.keepsReport():
 		err = fmt.Errorf("%w: abandoned by a version that did not keep its report", ErrInvalid)
 	}
 	if err != nil {

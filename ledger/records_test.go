@@ -3,6 +3,7 @@ package ledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -172,4 +173,98 @@ func TestAnAbandonedRowWithoutItsReportIsNotRevived(t *testing.T) {
 	if _, err := rs.Report(context.Background(), row.Key); !errors.Is(err, ledger.ErrInvalid) {
 		t.Fatalf("report: %v, want ErrInvalid", err)
 	}
+}
+
+// staleFirstStore is memStore run as a backend that decides on a copy first (an object store's
+// cached copy): every decision runs first on the row as it was before the last write, its
+// result thrown away, then on the row as it is. The Store contract says only the last run
+// answers.
+type staleFirstStore struct {
+	memStore
+	prev *ledger.StoredRow
+}
+
+func (m *staleFirstStore) UpdateRow(ctx context.Context, key ledger.Key, timeless bool, decide func(*ledger.StoredRow, time.Time) (ledger.Write, error)) error {
+	if m.prev != nil {
+		stale := *m.prev
+		stale.Report = append([]byte(nil), m.prev.Report...)
+		decide(&stale, m.now) // a decision on a copy whose write would lose: decided again
+	}
+	was := m.row
+	n := len(m.writes)
+	err := m.memStore.UpdateRow(ctx, key, timeless, decide)
+	if w := m.writes[n]; w != ledger.WriteNothing && w != ledger.ReadDurable {
+		m.prev = &was
+	}
+	return err
+}
+
+// TestOnlyTheLastRunOfADecisionAnswers: a backend may run a decision more than once (on a
+// copy, then on a fresh read); every operation answers what its last run decided, as if it had
+// run once on the row as it is.
+func TestOnlyTheLastRunOfADecisionAnswers(t *testing.T) {
+	row, _ := rowIn(t, "pending")
+	run := func(s interface {
+		ledger.RowStore
+		ledger.SubjectStore
+	}) []string {
+		ctx := context.Background()
+		rs := ledger.NewRecords(s, s, ledger.DefaultLimits())
+		digest := row.Binding.Digest()
+		var out []string
+		note := func(v any, err error) {
+			if c, ok := v.(ledger.Claim); ok { // the answer, not where it is held
+				lease, staged := ptr(c.Lease), ptr(c.Staged)
+				c.Lease, c.Staged = nil, nil
+				v = fmt.Sprintf("%+v lease %+v staged %+v", c, lease, staged)
+			}
+			out = append(out, fmt.Sprintf("%+v / %v", v, err))
+		}
+		c, err := rs.Claim(ctx, row.Key, digest, "w", leaseFor)
+		note(c, err)
+		if err != nil || c.Lease == nil {
+			t.Fatalf("claim: %v", err)
+		}
+		note(rs.Claim(ctx, row.Key, digest, "v", leaseFor))
+		lease, err := rs.Renew(ctx, *c.Lease, leaseFor)
+		note(lease, err)
+		staged, err := rs.Save(ctx, lease, []byte("the report"))
+		note(staged, err)
+		note(rs.Save(ctx, lease, []byte("the report")))
+		note(nil, rs.Release(ctx, staged.Lease, time.Time{}))
+		p, err := rs.Claim(ctx, row.Key, digest, "x", leaseFor)
+		note(p, err)
+		if p.Staged == nil {
+			t.Fatalf("publish claim: %v %v", p.Outcome, err)
+		}
+		note(*p.Staged, nil)
+		note(nil, rs.Abandon(ctx, *p.Staged, "refused"))
+		note(rs.Report(ctx, row.Key))
+		note(rs.Revive(ctx, row.Key, ""))
+		q, err := rs.Claim(ctx, row.Key, digest, "y", leaseFor)
+		note(q, err)
+		if q.Staged == nil {
+			t.Fatalf("publish claim after the revive: %v %v", q.Outcome, err)
+		}
+		note(*q.Staged, nil)
+		note(nil, rs.Complete(ctx, *q.Staged))
+		note(rs.Report(ctx, row.Key))
+		note(rs.Inspect(ctx, row.Key))
+		return out
+	}
+	once := run(&memStore{row: ledger.StoredRow{Row: row}, now: t0})
+	twice := run(&staleFirstStore{memStore: memStore{row: ledger.StoredRow{Row: row}, now: t0}})
+	for i := range once {
+		if once[i] != twice[i] {
+			t.Errorf("answer %d decided once:\n  %s\ndecided on a stale copy first:\n  %s", i, once[i], twice[i])
+		}
+	}
+}
+
+// ptr is what p points to, or nil.
+func ptr[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }

@@ -820,7 +820,7 @@ func (p *pass) keyAgedAt(rd *rowData) time.Time {
 // minutes ahead since can sign a request the store still takes 15 minutes later: 30 minutes,
 // and a minute of margin for the store's nodes' disagreement (which the ledger assumes within
 // 10 seconds: docs/s3-ledger.md). Nothing is forgotten sooner than that after a write to it
-// (see Config.RequestLife, Ledger.quiet).
+// (see Config.RequestLife, ledger.SubjectRecord.Forgettable).
 const DefaultRequestLife = 31 * time.Minute
 
 // lookRow looks at key: a finished row past its retention joins the batch; an unfinished one is

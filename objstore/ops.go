@@ -16,12 +16,6 @@ import (
 // slot in a capacity shard whose pending entry names that reservation (its home shard; only
 // when that one is full are the others read), and the row, created over the reservation
 // (If-Match). Admission issues no listing. A key that has a row is answered from it.
-
-// Admit implements ledger.Ledger. A new key is admitted in three conditional writes: a
-// reservation at the row's key (If-None-Match, or If-Match over a void or abandoned one), a
-// slot in a capacity shard whose pending entry names that reservation (its home shard; only
-// when that one is full are the others read), and the row, created over the reservation
-// (If-Match). Admission issues no listing. A key that has a row is answered from it.
 func (l *Ledger) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
 	key := d.Key()
 	if err := l.cfg.Limits.CheckDelivery(d); err != nil {

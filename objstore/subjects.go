@@ -16,9 +16,9 @@ import (
 // to recognise a write whose answer was lost.
 //
 // A request held in flight cannot bring a forgotten record back: cleanup forgets a record only
-// when no verdict can land on it any more (ledger.SubjectRecord.Removable) and no write to it
-// can land either: its last write, by the store's clock (the version's LastModified and the
-// record's own UpdatedAt), is more than RequestLife old (Ledger.quiet). The horizon alone is
+// when no verdict can land on it any more and no write to it can land either
+// (ledger.SubjectRecord.Forgettable): its last write, by the store's clock (the version's
+// LastModified and the record's own UpdatedAt), is more than RequestLife old. The horizon alone is
 // not enough: a record made for verdicts published late (after an outage, or revived) is past
 // it the moment it is made, and a copy of its create (If-None-Match, landing on the empty key)
 // would restore it as its oldest verdict left it, with copies of the writes that followed it

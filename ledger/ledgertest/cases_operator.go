@@ -182,3 +182,37 @@ func caseRowsListsEveryRowOnceAndNamesTheDamaged(e *env) {
 	_, err := e.l.Rows(e.ctx, "", 0)
 	wantErr(e.t, "rows with limit 0", err, ledger.ErrInvalid)
 }
+
+// caseAnEmptyReportIsKeptLikeAnyOther: an empty report is a report (Save takes any bytes
+// under the ceiling): it is answered by Report, published again by a later publish claim, kept
+// by Abandon and published again after a Revive, never taken for a report that was not kept.
+func caseAnEmptyReportIsKeptLikeAnyOther(e *env) {
+	d := e.delivery(time.Time{})
+	e.admit(d, ledger.Admitted)
+	s := e.save(*e.claim(d, "w", ledger.Execute).Lease, "")
+	e.report(d, "")
+	// The first publication gives up its lease: the next publish claim carries the same bytes.
+	if err := e.l.Release(e.ctx, s.Lease, time.Time{}); err != nil {
+		e.t.Fatalf("release of the publishing lease: %v", err)
+	}
+	p := e.claim(d, "w2", ledger.Publish)
+	e.sameBytes("published report", p.Staged.Report, nil)
+	if err := e.l.Abandon(e.ctx, *p.Staged, "provider answered 422"); err != nil {
+		e.t.Fatalf("abandon: %v", err)
+	}
+	e.report(d, "")
+	e.reopen()
+	e.report(d, "")
+	r, err := e.l.Revive(e.ctx, d.Key(), s.Lease.EvaluationID)
+	if err != nil {
+		e.t.Fatalf("revive of an abandoned row that froze an empty report: %v", err)
+	}
+	if r.State != ledger.StateSaved {
+		e.t.Fatalf("revived row is %v, want saved", r.State)
+	}
+	again := e.claim(d, "w3", ledger.Publish)
+	e.sameBytes("report published after the revive", again.Staged.Report, nil)
+	e.complete(*again.Staged)
+	_, err = e.l.Report(e.ctx, d.Key())
+	wantErr(e.t, "report of a done row", err, ledger.ErrInvalid)
+}

@@ -301,6 +301,7 @@ var cases = []testCase{
 	// cases_operator.go
 	{"RevivedVerdictIsPublishedWithTheSameBytes", 0, caseRevivedVerdictIsPublishedWithTheSameBytes},
 	{"OnlyAnAbandonedRowCanBeRevived", 0, caseOnlyAnAbandonedRowCanBeRevived},
+	{"AnEmptyReportIsKeptLikeAnyOther", 0, caseAnEmptyReportIsKeptLikeAnyOther},
 	{"RowsListsEveryRowOnceAndNamesTheDamaged", 0, caseRowsListsEveryRowOnceAndNamesTheDamaged},
 	// cases_subject.go
 	{"Subject_OlderVerdictIsSupersededByANewerOne", 0, caseSubjectOlderVerdictIsSupersededByANewerOne},
