@@ -226,7 +226,7 @@ const (
 // \u003c for '<', \u0001 for a control character) and fixed fields.
 const maxSubjectPayload = ledger.MaxSubjectName*6 + 4<<10
 
-// maxRowPayload is the ceiling of a row's JSON: the subject and the report (base64) plus
+// maxRowPayload is the ceiling of a row's JSON: the change and the report (base64) plus
 // fixed fields.
 func maxRowPayload(l ledger.Limits) int {
 	return (l.MaxChangeBytes+2)/3*4 + (l.MaxReportBytes+2)/3*4 + 8<<10
@@ -333,7 +333,7 @@ func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {
 	keeps := s.State == ledger.StateSaved || (s.State == ledger.StateAbandoned && len(s.Frozen) > 0)
 	switch {
 	case len(s.Change) > l.MaxChangeBytes:
-		return storedRow{}, fmt.Errorf("%w: row subject of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Change), l.MaxChangeBytes)
+		return storedRow{}, fmt.Errorf("%w: row change of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Change), l.MaxChangeBytes)
 	case s.Shard < 0 || s.Shard >= shardCount:
 		return storedRow{}, fmt.Errorf("%w: row names capacity shard %d", ledger.ErrCorrupt, s.Shard)
 	case len(s.Frozen) > l.MaxReportBytes:

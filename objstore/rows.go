@@ -174,6 +174,11 @@ func (s recordStore) UpdateRow(ctx context.Context, key ledger.Key, timeless boo
 		sr := ledger.StoredRow{Row: rd.Row, Report: rd.Report}
 		w, ferr := decide(&sr, l.nowFor(&rd.Row))
 		rd.Row, rd.Report = sr.Row, sr.Report
+		switch w {
+		case ledger.WriteNothing, ledger.ReadDurable, ledger.WriteLossy, ledger.WriteDurable, ledger.WriteEnd:
+		default: // a decision this store does not know how to write: nothing is answered as written
+			return errors.Join(ferr, fmt.Errorf("%w: unknown write %d of a row", ledger.ErrInvalid, w))
+		}
 		write := w == ledger.WriteLossy || w == ledger.WriteDurable || w == ledger.WriteEnd
 		if w == ledger.WriteEnd {
 			if err := l.finish(ctx, &rd); err != nil {

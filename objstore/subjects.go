@@ -103,7 +103,10 @@ func (s recordStore) UpdateSubject(ctx context.Context, k ledger.SubjectKey, cre
 		}
 		now := rec.Now(l.nowFor(nil), time.Time{})
 		w, err := decide(&rec, exists, o.modified, now)
-		if err != nil || (w != ledger.WriteLossy && w != ledger.WriteDurable) {
+		if w != ledger.WriteNothing && w != ledger.WriteLossy && w != ledger.WriteDurable {
+			return errors.Join(err, fmt.Errorf("%w: unknown write %d of a subject record", ledger.ErrInvalid, w))
+		}
+		if err != nil || w == ledger.WriteNothing {
 			if !fresh {
 				continue // decided on a copy: only a fresh read may answer
 			}
