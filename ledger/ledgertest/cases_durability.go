@@ -70,7 +70,7 @@ func caseInvariant14UnreadableRowFailsClosed(e *env) {
 	}
 }
 
-func caseInterruptedAdmissionIsSettled(e *env) {
+func caseInterruptedAdmissionIsRecounted(e *env) {
 	e.finish(time.Time{})
 	crashes := 0
 	for step := 0; step < 50; step++ {

@@ -296,7 +296,7 @@ var cases = []testCase{
 	// cases_durability.go
 	{"DamagedRowIsSkippedAndReported", 0, caseDamagedRowIsSkippedAndReported},
 	{"Invariant14_UnreadableRowFailsClosed", 0, caseInvariant14UnreadableRowFailsClosed},
-	{"InterruptedAdmissionIsSettled", 0, caseInterruptedAdmissionIsSettled},
+	{"InterruptedAdmissionIsRecounted", 0, caseInterruptedAdmissionIsRecounted},
 	{"CrashAtEveryStepLeavesEveryOperationLegible", 10000, caseCrashAtEveryStepLeavesEveryOperationLegible},
 	// cases_operator.go
 	{"RevivedVerdictIsPublishedWithTheSameBytes", 0, caseRevivedVerdictIsPublishedWithTheSameBytes},
