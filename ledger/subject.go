@@ -626,7 +626,7 @@ func (r *SubjectRecord) NewestMatters() bool {
 // it is not looked at when NewestMatters says so), and no write to the record can still land.
 // lateWrites is how long after it was sent a write can still land on the backend's storage,
 // and written the times the record was last written, by the clock that dates the storage's
-// writes. On a file system a write lands before its call returns or never (lateWrites zero).
+// writes (none given where lateWrites is positive: the record is kept). On a file system a write lands before its call returns or never (lateWrites zero).
 // On an object store a request held in the network can land up to its signature's life after
 // it was sent, and a held create (If-None-Match) lands on an empty key: a record forgotten
 // sooner would come back as its oldest verdict left it, with copies of the writes that
@@ -638,7 +638,11 @@ func (r *SubjectRecord) Forgettable(now time.Time, horizon time.Duration, newest
 	if !r.Removable(now, horizon, newest) {
 		return false
 	}
-	return lateWrites <= 0 || now.Sub(MaxTime(written...)) > lateWrites
+	if lateWrites <= 0 {
+		return true
+	}
+	// Without a time of the last write, no wait can be judged over: the record is kept.
+	return len(written) > 0 && now.Sub(MaxTime(written...)) > lateWrites
 }
 
 // Check reports a record whose fields contradict each other.

@@ -493,6 +493,11 @@ func TestASubjectRecordIsForgottenOnlyOnceNoWriteToItCanLand(t *testing.T) {
 	if !r.Forgettable(past.Add(time.Second), h, nil, late, lastWrite) {
 		t.Fatal("not forgettable once no write to it can land")
 	}
+	// Without a time of its last write, such a storage cannot tell that no write can land: the
+	// record is kept.
+	if r.Forgettable(past.Add(time.Second), h, nil, late) {
+		t.Fatal("forgettable on a storage where writes land late, knowing no time of its last write")
+	}
 	// The newest verdict, known to stand, lets its row's state not matter; a record whose
 	// newest verdict does not stand keeps it while that row can still post.
 	if r.NewestMatters() || !r.Forgettable(past, h, &saved, 0) {
