@@ -626,11 +626,12 @@ func (r *SubjectRecord) NewestMatters() bool {
 // it is not looked at when NewestMatters says so), and no write to the record can still land.
 // lateWrites is how long after it was sent a write can still land on the backend's storage,
 // and written the times the record was last written, by the clock that dates the storage's
-// writes (none given where lateWrites is positive: the record is kept). On a file system a write lands before its call returns or never (lateWrites zero).
-// On an object store a request held in the network can land up to its signature's life after
-// it was sent, and a held create (If-None-Match) lands on an empty key: a record forgotten
-// sooner would come back as its oldest verdict left it, with copies of the writes that
-// followed it landing over it.
+// writes (with lateWrites positive and no time given, the record is kept). On a file system
+// a write lands before its call returns or never (lateWrites zero). On an object store a
+// request held in the network can land up to its signature's life after it was sent, and a
+// held create (If-None-Match) lands on an empty key: a record forgotten sooner would come
+// back as its oldest verdict left it, with copies of the writes that followed it landing
+// over it.
 func (r *SubjectRecord) Forgettable(now time.Time, horizon time.Duration, newest *Row, lateWrites time.Duration, written ...time.Time) bool {
 	if !r.NewestMatters() {
 		newest = nil
