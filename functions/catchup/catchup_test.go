@@ -4,31 +4,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/catchup"
-	"github.com/amiss-ci/amiss/functions/config"
-	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
-	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/queue"
-	"github.com/amiss-ci/amiss/functions/runner"
 	"github.com/amiss-ci/amiss/ledger"
-	"github.com/amiss-ci/amiss/localfs"
 )
 
 const (
@@ -42,154 +31,45 @@ var (
 	repoHook = githubtest.Hook{Repo: "acme/app", ID: 7}
 )
 
-type secretsMap map[string]string
-
-func (s secretsMap) Get(_ context.Context, ref string) (string, error) {
-	if v, ok := s[strings.TrimPrefix(ref, "env:")]; ok {
-		return v, nil
-	}
-	return "", fmt.Errorf("no secret %s", ref)
-}
-
-// ingressMode is how the ingress endpoint answers: up, down (503, as a throttled stage or a
-// broken release), hung (no answer until the sender gives up), admitting and then failing
-// (the ledger has the delivery; its sender saw a 502), or unreachable (the connection is
-// closed without an answer).
-type ingressMode int32
-
-const (
-	up ingressMode = iota
-	down
-	hung
-	admitThenFail
-	unreachable
-)
-
 // world is GitHub (an App's webhook and a repository's, the statuses API) in front of the real
 // ingress, queue and runner over a FileLedger, and catch-up over that ledger.
 type world struct {
-	t      *testing.T
-	clock  *ledger.ManualClock
-	gh     *githubtest.GitHub
-	api    *httptest.Server
-	cfg    *config.Config
-	ledger *localfs.Ledger
-	q      *queue.Local
-	mode   atomic.Int32
-	logs   *syncBuffer
-	gauges *gauges
-	app    *github.App
-	n      int
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type gauges struct {
-	mu sync.Mutex
-	m  map[string]float64
-}
-
-func (g *gauges) Gauge(name string, v float64, _ string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.m[name] += v
-}
-
-func (g *gauges) get(name string) float64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.m[name]
+	base
+	gh  *githubtest.GitHub
+	api *httptest.Server
+	app *github.App
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	clock := ledger.NewManualClock(time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC))
 	key, pemKey := githubtest.GenerateKey()
 	gh := githubtest.NewApp(appID, &key.PublicKey)
 	gh.Authorize = githubtest.Token(hookToken)
-	gh.Now = clock.Now
 	gh.DeliveryTimeout = deliveryTimeout
 	api := httptest.NewServer(gh)
 	t.Cleanup(api.Close)
-	cfg, err := config.Parse([]byte(`
+	w := &world{gh: gh, api: api}
+	ingress := newBase(t, &w.base, `
 routes:
   gh:
     provider: github
     secrets: [{id: k, from: "env:HOOK"}]
     repositories: ["acme/*"]
     rules: {commit_message: '^[A-Z]'}
-    publish: {provider: github, base_url: "` + api.URL + `", token: {from: "env:TOKEN"}, context: amiss/verdict}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: cfg.Limits(), Clock: clock, Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	app, err := github.NewApp(github.AppConfig{BaseURL: api.URL, AppID: fmt.Sprint(appID), PrivateKey: pemKey, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &world{t: t, clock: clock, gh: gh, api: api, cfg: cfg, ledger: l, q: queue.NewLocalOn(clock), logs: &syncBuffer{},
-		gauges: &gauges{m: map[string]float64{}}, app: app}
-	in := &ingress.Handler{Config: cfg, Ledger: l, Queue: w.q, Secrets: secretsMap{"HOOK": hookSecret}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hooks/{route}", func(rw http.ResponseWriter, r *http.Request) {
-		serveIn(t, in, ingressMode(w.mode.Load()), rw, r)
+    publish: {provider: github, base_url: "`+api.URL+`", token: {from: "env:TOKEN"}, context: amiss/verdict}
+`, secretsMap{"HOOK": hookSecret}, func(baseURL string) publish.Publisher {
+		return publish.NewGitHub(baseURL, hookToken, api.Client())
 	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	gh.AddHook(appHook, srv.URL+"/hooks/gh", hookSecret)
-	gh.AddHook(repoHook, srv.URL+"/hooks/gh", hookSecret)
+	gh.Now = w.clock.Now
+	app, err := github.NewApp(github.AppConfig{BaseURL: api.URL, AppID: fmt.Sprint(appID), PrivateKey: pemKey, Now: w.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.app = app
+	gh.AddHook(appHook, ingress+"/hooks/gh", hookSecret)
+	gh.AddHook(repoHook, ingress+"/hooks/gh", hookSecret)
 	return w
 }
-
-// serveIn answers a webhook as the ingress in mode does.
-func serveIn(t *testing.T, in http.Handler, mode ingressMode, rw http.ResponseWriter, r *http.Request) {
-	switch mode {
-	case down:
-		http.Error(rw, "stage throttled", http.StatusServiceUnavailable)
-	case hung:
-		io.Copy(io.Discard, r.Body) // the server notices the sender leave only once the body is read
-		<-r.Context().Done()        // the sender gives up first
-	case unreachable:
-		providerapitest.Cut(rw)
-	case admitThenFail:
-		rec := httptest.NewRecorder()
-		in.ServeHTTP(rec, r)
-		if rec.Code != http.StatusAccepted {
-			t.Errorf("the ingress answered %d %s", rec.Code, rec.Body)
-		}
-		http.Error(rw, "bad gateway", http.StatusBadGateway)
-	default:
-		in.ServeHTTP(rw, r)
-	}
-}
-
-// deliveryTimeout is how long the fakes' attempts wait for the ingress: long enough for any
-// answer on a loaded machine; hungTimeout is theirs while the ingress hangs, which they wait
-// out.
-const (
-	deliveryTimeout = 30 * time.Second
-	hungTimeout     = 2 * time.Second
-)
 
 // push delivers a push of a new commit through hook while the ingress is in mode, and
 // returns the commit and the attempt.
@@ -208,11 +88,6 @@ func (w *world) push(hook githubtest.Hook, mode ingressMode) (string, githubtest
 	return sha, d
 }
 
-func (w *world) runner() *catchup.Runner {
-	return &catchup.Runner{State: w.ledger, Now: w.clock.Now, Metrics: w.gauges,
-		Log: slog.New(slog.NewTextHandler(w.logs, nil))}
-}
-
 func (w *world) sources() []catchup.Source {
 	return []catchup.Source{
 		&catchup.GitHub{Route: "gh", Hook: github.Hook{App: true}, Client: github.NewAppClient(w.app)},
@@ -222,42 +97,7 @@ func (w *world) sources() []catchup.Source {
 
 func (w *world) catchUp(r *catchup.Runner) []catchup.Report {
 	w.t.Helper()
-	var out []catchup.Report
-	for _, s := range w.sources() {
-		rep, err := r.Run(context.Background(), s)
-		if err != nil {
-			w.t.Fatalf("catch-up of %s: %v", s.Describe(), err)
-		}
-		out = append(out, rep)
-	}
-	return out
-}
-
-// drain runs the runner over every queued message.
-func (w *world) drain() {
-	w.t.Helper()
-	r := &runner.Runner{Ledger: w.ledger, Owner: "r", Lease: 30 * time.Second, RenewEvery: time.Hour, RetryDelay: time.Second, Now: w.clock.Now,
-		Routes: func(_ context.Context, name string) (*runner.Route, error) {
-			rt := w.cfg.Route(name)
-			ev, err := evaluate.NewRules(rt.Rules)
-			if err != nil {
-				return nil, err
-			}
-			return &runner.Route{Evaluator: ev, Publisher: publish.NewGitHub(rt.Publish.BaseURL, hookToken, w.api.Client()),
-				Context: rt.Publish.Context}, nil
-		}}
-	for i := 0; w.q.Len() > 0; i++ {
-		if i > 200 {
-			w.t.Fatal("the queue never drained")
-		}
-		res, err := (&runner.Local{Runner: r, Queue: w.q}).Next(context.Background())
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if !res.Done && res.RetryAt.After(w.clock.Now()) {
-			w.clock.Set(res.RetryAt)
-		}
-	}
+	return w.runAll(r, w.sources())
 }
 
 // verdicts checks that each commit has exactly one status posted.
@@ -273,17 +113,7 @@ func (w *world) verdicts(shas ...string) {
 // asked checks the redeliveries GitHub accepted per delivery of hook.
 func (w *world) asked(hook githubtest.Hook, want map[string]int) {
 	w.t.Helper()
-	got := w.gh.RedeliveriesAsked(hook)
-	for guid, n := range want {
-		if got[guid] != n {
-			w.t.Errorf("%+v: delivery %s redelivered %d times, want %d", hook, guid, got[guid], n)
-		}
-	}
-	for guid, n := range got {
-		if _, ok := want[guid]; !ok {
-			w.t.Errorf("%+v: delivery %s redelivered %d times, want none", hook, guid, n)
-		}
-	}
+	checkAsked(w.t, hook, w.gh.RedeliveriesAsked(hook), want)
 }
 
 func (w *world) noViolations() {
@@ -524,13 +354,7 @@ func TestDeliveriesStillFailingWhenTheWindowClosesAreReportedLost(t *testing.T) 
 	if got := w.gauges.get("catchup_given_up"); got != 1 {
 		t.Errorf("catchup_given_up %v, want 1", got)
 	}
-	logs := w.logs.String()
-	line := ""
-	for _, l := range strings.Split(logs, "\n") {
-		if strings.Contains(l, "gave up a delivery") {
-			line = l
-		}
-	}
+	line := w.gaveUpLine()
 	for _, want := range []string{"delivery=" + d.GUID, "event=push", "repository=acme/app", "hook=\"route gh: GitHub webhook 7 of acme/app\""} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the log line of the lost delivery %q lacks %q", line, want)

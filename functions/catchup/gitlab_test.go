@@ -4,27 +4,16 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/catchup"
-	"github.com/amiss-ci/amiss/functions/config"
-	"github.com/amiss-ci/amiss/functions/evaluate"
-	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab/gitlabtest"
 	"github.com/amiss-ci/amiss/functions/publish"
-	"github.com/amiss-ci/amiss/functions/queue"
-	"github.com/amiss-ci/amiss/functions/runner"
-	"github.com/amiss-ci/amiss/ledger"
-	"github.com/amiss-ci/amiss/localfs"
 )
 
 const (
@@ -46,63 +35,40 @@ var (
 // glWorld is GitLab (a project's webhook and a group's, the commit statuses API) in front of
 // the real ingress, queue and runner over a FileLedger, and catch-up over that ledger.
 type glWorld struct {
-	t        *testing.T
-	clock    *ledger.ManualClock
+	base
 	statuses *gitlabtest.GitLab
 	hooks    *gitlabtest.Hooks
 	api      *httptest.Server
-	cfg      *config.Config
-	ledger   *localfs.Ledger
-	q        *queue.Local
-	mode     atomic.Int32
-	logs     *syncBuffer
-	gauges   *gauges
-	n        int
 }
 
 func newGitLabWorld(t *testing.T) *glWorld {
 	t.Helper()
-	clock := ledger.NewManualClock(time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC))
 	statuses := gitlabtest.New(func(tok string) bool { return tok == glToken })
-	hooks := &gitlabtest.Hooks{Authorize: func(tok string) bool { return tok == glToken }, Now: clock.Now,
-		DeliveryTimeout: deliveryTimeout, Next: statuses}
+	hooks := &gitlabtest.Hooks{Authorize: func(tok string) bool { return tok == glToken }, DeliveryTimeout: deliveryTimeout, Next: statuses}
 	api := httptest.NewServer(hooks)
 	t.Cleanup(api.Close)
-	cfg, err := config.Parse([]byte(`
+	w := &glWorld{statuses: statuses, hooks: hooks, api: api}
+	ingress := newBase(t, &w.base, `
 routes:
   gl:
     provider: gitlab
     secrets: [{id: k, from: "env:GLSIGN"}]
     repositories: ["acme/*"]
     rules: {commit_message: '^[A-Z]'}
-    publish: {provider: gitlab, base_url: "` + api.URL + `", token: {from: "env:TOKEN"}, context: ` + glStatusName + `}
+    publish: {provider: gitlab, base_url: "`+api.URL+`", token: {from: "env:TOKEN"}, context: `+glStatusName+`}
   glt:
     provider: gitlab
     scheme: gitlab-token
     secrets: [{id: k, from: "env:GLTOKEN"}]
     repositories: ["acme/*"]
     rules: {commit_message: '^[A-Z]'}
-    publish: {provider: gitlab, base_url: "` + api.URL + `", token: {from: "env:TOKEN"}, context: ` + glStatusName + `}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: cfg.Limits(), Clock: clock, Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	w := &glWorld{t: t, clock: clock, statuses: statuses, hooks: hooks, api: api, cfg: cfg, ledger: l, q: queue.NewLocalOn(clock),
-		logs: &syncBuffer{}, gauges: &gauges{m: map[string]float64{}}}
-	in := &ingress.Handler{Config: cfg, Ledger: l, Queue: w.q, Secrets: secretsMap{"GLSIGN": glSigning, "GLTOKEN": glSecret}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /hooks/{route}", func(rw http.ResponseWriter, r *http.Request) {
-		serveIn(t, in, ingressMode(w.mode.Load()), rw, r)
+    publish: {provider: gitlab, base_url: "`+api.URL+`", token: {from: "env:TOKEN"}, context: `+glStatusName+`}
+`, secretsMap{"GLSIGN": glSigning, "GLTOKEN": glSecret}, func(baseURL string) publish.Publisher {
+		return publish.NewGitLab(baseURL, glToken, api.Client())
 	})
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	hooks.AddHook(projectHook, gitlabtest.HookConfig{URL: srv.URL + "/hooks/gl", SigningToken: glSigning})
-	hooks.AddHook(groupHook, gitlabtest.HookConfig{URL: srv.URL + "/hooks/glt", Token: glSecret})
+	hooks.Now = w.clock.Now
+	hooks.AddHook(projectHook, gitlabtest.HookConfig{URL: ingress + "/hooks/gl", SigningToken: glSigning})
+	hooks.AddHook(groupHook, gitlabtest.HookConfig{URL: ingress + "/hooks/glt", Token: glSecret})
 	return w
 }
 
@@ -123,10 +89,6 @@ func (w *glWorld) push(hook gitlabtest.Hook, mode ingressMode) (string, gitlabte
 	return sha, w.hooks.Trigger(hook, gitlabtest.Event{Trigger: "push_hooks", Body: []byte(body)})
 }
 
-func (w *glWorld) runner() *catchup.Runner {
-	return &catchup.Runner{State: w.ledger, Now: w.clock.Now, Metrics: w.gauges, Log: slog.New(slog.NewTextHandler(w.logs, nil))}
-}
-
 func (w *glWorld) sources() []catchup.Source {
 	return []catchup.Source{
 		&catchup.GitLab{Route: "gl", Hook: projectOfAPI, Client: gitlab.NewClient(w.api.URL, glToken, nil)},
@@ -136,42 +98,7 @@ func (w *glWorld) sources() []catchup.Source {
 
 func (w *glWorld) catchUp(r *catchup.Runner) []catchup.Report {
 	w.t.Helper()
-	var out []catchup.Report
-	for _, s := range w.sources() {
-		rep, err := r.Run(context.Background(), s)
-		if err != nil {
-			w.t.Fatalf("catch-up of %s: %v", s.Describe(), err)
-		}
-		out = append(out, rep)
-	}
-	return out
-}
-
-// drain runs the runner over every queued message.
-func (w *glWorld) drain() {
-	w.t.Helper()
-	r := &runner.Runner{Ledger: w.ledger, Owner: "r", Lease: 30 * time.Second, RenewEvery: time.Hour, RetryDelay: time.Second, Now: w.clock.Now,
-		Routes: func(_ context.Context, name string) (*runner.Route, error) {
-			rt := w.cfg.Route(name)
-			ev, err := evaluate.NewRules(rt.Rules)
-			if err != nil {
-				return nil, err
-			}
-			return &runner.Route{Evaluator: ev, Publisher: publish.NewGitLab(rt.Publish.BaseURL, glToken, w.api.Client()),
-				Context: rt.Publish.Context}, nil
-		}}
-	for i := 0; w.q.Len() > 0; i++ {
-		if i > 200 {
-			w.t.Fatal("the queue never drained")
-		}
-		res, err := (&runner.Local{Runner: r, Queue: w.q}).Next(context.Background())
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		if !res.Done && res.RetryAt.After(w.clock.Now()) {
-			w.clock.Set(res.RetryAt)
-		}
-	}
+	return w.runAll(r, w.sources())
 }
 
 // verdicts checks that each commit has exactly one status posted.
@@ -187,17 +114,7 @@ func (w *glWorld) verdicts(shas ...string) {
 // asked checks the resends GitLab carried out per event (Idempotency-Key) of hook.
 func (w *glWorld) asked(hook gitlabtest.Hook, want map[string]int) {
 	w.t.Helper()
-	got := w.hooks.Resends(hook)
-	for key, n := range want {
-		if got[key] != n {
-			w.t.Errorf("%+v: event %s resent %d times, want %d", hook, key, got[key], n)
-		}
-	}
-	for key, n := range got {
-		if _, ok := want[key]; !ok {
-			w.t.Errorf("%+v: event %s resent %d times, want none", hook, key, n)
-		}
-	}
+	checkAsked(w.t, hook, w.hooks.Resends(hook), want)
 }
 
 func (w *glWorld) noViolations() {
@@ -346,12 +263,7 @@ func TestGitLabEventsStillFailingWhenTheWindowClosesAreReportedLost(t *testing.T
 	if got := w.gauges.get("catchup_given_up"); got != 1 {
 		t.Errorf("catchup_given_up %v, want 1", got)
 	}
-	line := ""
-	for _, l := range strings.Split(w.logs.String(), "\n") {
-		if strings.Contains(l, "gave up a delivery") {
-			line = l
-		}
-	}
+	line := w.gaveUpLine()
 	for _, want := range []string{"delivery=" + e.IdempotencyKey, "event=push_hooks", "repository=acme/app", `hook="route glt: GitLab webhook 9 of group acme"`} {
 		if !strings.Contains(line, want) {
 			t.Errorf("the log line of the lost event %q lacks %q", line, want)
