@@ -288,6 +288,36 @@ func TestAReadShowingNeitherTitleOfTheSecondLeavesTheLaterEditStanding(t *testin
 	}
 }
 
+// A read made late, after the pull request was edited again in later seconds whose deliveries
+// have not come yet, compares with the pull request as it is then: the verdict whose title it
+// shows is called current and left standing, though its edit was the earlier of its second;
+// what the commit shows is the verdict of the title the pull request has. The later edit is
+// newer by its time, and its verdict stands once it comes.
+func TestALateReadLeavesTheVerdictOfWhatThePullRequestShowsNow(t *testing.T) {
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+	w.gh.AddPull(commitRepo, githubtest.HistoryPull{Number: 7, Title: badTitle, Base: "main", Head: "feature", HeadSHA: headSHA})
+	second := epoch.Add(-time.Minute)
+	edited := w.admitWebhook(githubPull("edited", badTitle, goodTitle), second)
+	w.clock.Advance(time.Second) // delivered in order
+	reverted := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
+	r := w.wiredRunner()
+	w.process(r, edited)
+	w.wantSeen(edited, ledger.SeenCurrent)
+	w.process(r, reverted)
+	w.wantSuperseded(reverted, edited)
+	if got, _ := w.gh.Latest(commitRepo, headSHA, statusCtx); got.State != "failure" {
+		t.Fatalf("the commit shows %q, want the verdict of the title the pull request shows now", got.State)
+	}
+	// The pull request was edited to another title and back to badTitle since.
+	w.clock.Advance(time.Second)
+	again := w.admitWebhook(githubPull("edited", badTitle, "wip: the thing"), second.Add(5*time.Second))
+	w.process(r, again)
+	w.wantSeen(again, ledger.SeenCurrent)
+	if got, _ := w.gh.Latest(commitRepo, headSHA, statusCtx); got.State != "failure" {
+		t.Fatalf("the commit shows %q, want the later edit's verdict", got.State)
+	}
+}
+
 // wiredRunner is a runner whose routes are built from the configuration by functions/wiring, as
 // the functions and amiss serve build them: route "r" publishes to the fake GitHub with a token
 // and reads it with the same token.
