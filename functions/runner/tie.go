@@ -43,9 +43,17 @@ func inputsDigest(s change.Change, title, target string) ledger.Digest {
 }
 
 // seen reads what the provider shows now of s's pull request, through the route's reader
-// (Route.PullNow), and answers whether it shows s's inputs. Without a reader, for a change
-// that is no pull request, or when the read fails, it answers SeenNothing: the tie is then
-// decided by the payload or by admission, and the evaluation is not failed for it.
+// (Route.PullNow: the routes built from the configuration read with the route's reading
+// credential), and answers whether it shows s's inputs. Without a reader, for a change that is
+// no pull request, or when the read fails, it answers SeenNothing: the tie is then decided by
+// the payload or by admission, and the evaluation is not failed for it.
+//
+// The read is compared with the pull request as it is when read, never as it was: a read made
+// late calls current the verdict whose inputs the pull request has now (what changed them
+// since is a later event, ordered by its own time), and one that shows neither of two
+// verdicts' inputs freezes both stale, which orders nothing. A read served before the
+// provider has applied the event's own write shows the pull request as it was before it, and
+// may order the two verdicts of one second the wrong way round (docs/runner.md says when).
 func (r *Runner) seen(ctx context.Context, log *slog.Logger, route *Route, s change.Change) ledger.Seen {
 	if route.PullNow == nil || s.Pull == nil {
 		return ledger.SeenNothing

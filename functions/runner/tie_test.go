@@ -205,3 +205,138 @@ func TestAPullRequestOpenedAndEditedTwiceInOneSecondLeavesTheLastEditStanding(t 
 		w.wantSuperseded(started, last)
 	}
 }
+
+// The routes built from the configuration read what the provider shows of the pull request at
+// evaluation (Route.PullNow), with the route's reading credential. A title edited and changed
+// back within one second gives two edits that each prove the other came first (each names the
+// title the other set): nothing in the payloads orders them. Delivered newest first, admission
+// would put the first edit's verdict over the revert's, though the pull request shows the
+// revert's title; what GitHub shows at evaluation orders them, in either order of evaluation.
+func TestAnEditChangedBackInOneSecondLeavesTheVerdictOfWhatThePullRequestShows(t *testing.T) {
+	for _, revertFirst := range []bool{true, false} {
+		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+		w.gh.AddPull(commitRepo, githubtest.HistoryPull{Number: 7, Title: goodTitle, Base: "main", Head: "feature", HeadSHA: headSHA})
+		second := epoch.Add(-time.Minute)
+		reverted := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
+		w.clock.Advance(time.Second) // delivered newest first
+		edited := w.admitWebhook(githubPull("edited", badTitle, goodTitle), second)
+		r := w.wiredRunner()
+		if revertFirst {
+			w.process(r, reverted)
+			w.wantSeen(reverted, ledger.SeenCurrent)
+			w.process(r, edited)
+		} else {
+			w.process(r, edited)
+			w.wantSeen(edited, ledger.SeenStale)
+			w.process(r, reverted)
+			w.wantSeen(reverted, ledger.SeenCurrent)
+		}
+		if got, ok := w.gh.Latest(commitRepo, headSHA, statusCtx); !ok || got.State != "success" {
+			t.Fatalf("revert evaluated first %v: the commit shows %q, want the revert's verdict (the title the pull request shows)",
+				revertFirst, got.State)
+		}
+		if n := w.gh.Requests(githubtest.OpGetPull); n != 2 {
+			t.Fatalf("the pull request was read %d times, want once per evaluation", n)
+		}
+		if revertFirst {
+			w.standing("success", 1)
+			w.wantSuperseded(edited, reverted)
+			continue
+		}
+		w.standing("success", 2)
+	}
+}
+
+// A read that shows neither title of the second (the pull request edited again since, in a
+// later second, or read late) freezes both verdicts as stale: the tie tells nothing, and
+// admission orders them. The later edit is newer by its time, and its verdict is the one left
+// standing, whichever of the three was delivered first.
+func TestAReadShowingNeitherTitleOfTheSecondLeavesTheLaterEditStanding(t *testing.T) {
+	const laterTitle = "feat: the thing, renamed"
+	for _, laterFirst := range []bool{true, false} {
+		w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+		w.gh.AddPull(commitRepo, githubtest.HistoryPull{Number: 7, Title: laterTitle, Base: "main", Head: "feature", HeadSHA: headSHA})
+		second := epoch.Add(-time.Minute)
+		later := w.admitWebhook(githubPull("edited", laterTitle, goodTitle), second.Add(time.Second))
+		w.clock.Advance(time.Second)
+		reverted := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
+		w.clock.Advance(time.Second)
+		edited := w.admitWebhook(githubPull("edited", badTitle, goodTitle), second)
+		r := w.wiredRunner()
+		if laterFirst {
+			// Newer by its time: the verdicts of the second are superseded, whatever their tie.
+			w.process(r, later)
+			w.wantSeen(later, ledger.SeenCurrent)
+			w.process(r, reverted)
+			w.process(r, edited)
+			w.standing("success", 1)
+			w.wantSuperseded(reverted, later)
+			w.wantSuperseded(edited, later)
+			continue
+		}
+		w.process(r, reverted)
+		w.wantSeen(reverted, ledger.SeenStale)
+		w.process(r, edited)
+		w.wantSeen(edited, ledger.SeenStale)
+		// The tie told nothing: the edit admitted last was posted over the revert.
+		if got, _ := w.gh.Latest(commitRepo, headSHA, statusCtx); got.State != "failure" {
+			t.Fatalf("both stale: the commit shows %q, want the verdict admitted last (admission decides)", got.State)
+		}
+		w.process(r, later)
+		w.wantSeen(later, ledger.SeenCurrent)
+		w.standing("success", 3)
+	}
+}
+
+// A read made late, after the pull request was edited again in later seconds whose deliveries
+// have not come yet, compares with the pull request as it is then: the verdict whose title it
+// shows is called current and left standing, though its edit was the earlier of its second;
+// what the commit shows is the verdict of the title the pull request has. The later edit is
+// newer by its time, and its verdict stands once it comes.
+func TestALateReadLeavesTheVerdictOfWhatThePullRequestShowsNow(t *testing.T) {
+	w := newCommitWorld(t, githubtest.New(githubtest.Token(ghToken)))
+	w.gh.AddPull(commitRepo, githubtest.HistoryPull{Number: 7, Title: badTitle, Base: "main", Head: "feature", HeadSHA: headSHA})
+	second := epoch.Add(-time.Minute)
+	edited := w.admitWebhook(githubPull("edited", badTitle, goodTitle), second)
+	w.clock.Advance(time.Second) // delivered in order
+	reverted := w.admitWebhook(githubPull("edited", goodTitle, badTitle), second)
+	r := w.wiredRunner()
+	w.process(r, edited)
+	w.wantSeen(edited, ledger.SeenCurrent)
+	w.process(r, reverted)
+	w.wantSuperseded(reverted, edited)
+	if got, _ := w.gh.Latest(commitRepo, headSHA, statusCtx); got.State != "failure" {
+		t.Fatalf("the commit shows %q, want the verdict of the title the pull request shows now", got.State)
+	}
+	// The pull request was edited to another title and back to badTitle since.
+	w.clock.Advance(time.Second)
+	again := w.admitWebhook(githubPull("edited", badTitle, "wip: the thing"), second.Add(5*time.Second))
+	w.process(r, again)
+	w.wantSeen(again, ledger.SeenCurrent)
+	if got, _ := w.gh.Latest(commitRepo, headSHA, statusCtx); got.State != "failure" {
+		t.Fatalf("the commit shows %q, want the later edit's verdict", got.State)
+	}
+}
+
+// wiredRunner is a runner whose routes are built from the configuration by functions/wiring, as
+// the functions and amiss serve build them: route "r" publishes to the fake GitHub with a token
+// and reads it with the same token.
+func (w *commitWorld) wiredRunner() *runner.Runner {
+	r := w.runner("a", nil, 5*time.Second)
+	r.Routes = routesOf(w.t, "routes:"+spelledRoute("r", w.srv.URL))
+	return r
+}
+
+// wantSeen checks that m's verdict, just processed, is the newest its subject's record holds,
+// with what the read at its evaluation found.
+func (w *commitWorld) wantSeen(m queue.Message, want ledger.Seen) {
+	w.t.Helper()
+	rec, err := w.l.InspectSubject(context.Background(), ledger.Subject{Publisher: "github " + w.srv.URL,
+		Repository: commitRepo, SHA: headSHA, Context: statusCtx}.Key())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if rec.Newest.Key != m.Key || rec.Newest.Tie.Seen != want {
+		w.t.Fatalf("the newest verdict is %s, seen %d; want %s, seen %d", rec.Newest.Key.Short(), rec.Newest.Tie.Seen, m.Key.Short(), want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
 	"github.com/amiss-ci/amiss/functions/provider"
@@ -15,8 +16,11 @@ import (
 )
 
 // Routes returns the runner's route lookup: each call builds the route's evaluator and
-// publisher, reading their secrets through the resolver (which caches them briefly), so a
-// rotated token is used without a redeploy. The lookup's ctx bounds those reads: the runner
+// publisher, and, where the route has a credential to read its provider's API, the reader of
+// what its webhooks lack (Inputs) and of what the provider shows now of a pull request
+// (PullNow), reading their secrets through the resolver (which caches them briefly), so a
+// rotated token is used without a redeploy. Every request to the provider, reads included, is
+// bounded by the route's publish timeout. The lookup's ctx bounds those reads: the runner
 // passes its invocation's, so a read that hangs ends before the deadline.
 func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *slog.Logger) func(context.Context, string) (*runner.Route, error) {
 	if hc == nil {
@@ -72,9 +76,22 @@ func Routes(cfg *config.Config, secrets secrets.Source, hc *http.Client, log *sl
 		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", name, err)
 		}
-		route.Inputs = reader
+		if reader != nil {
+			route.Inputs = reader
+			// What the provider shows now of a pull request, read with the reader's
+			// credential: it orders two verdicts of one second (runner.Route.PullNow).
+			if pn, ok := reader.(pullReader); ok {
+				route.PullNow = pn.PullNow
+			}
+		}
 		return route, nil
 	}
+}
+
+// pullReader reads what a provider shows now of a pull request (every provider client that
+// reads what a webhook lacks does).
+type pullReader interface {
+	PullNow(ctx context.Context, s change.Change) (change.PullState, error)
 }
 
 // readerFor builds the reader of what r's webhooks lack from its provider's API (nil when the

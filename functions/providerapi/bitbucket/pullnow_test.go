@@ -1,0 +1,83 @@
+package bitbucket_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
+	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket/bitbuckettest"
+)
+
+// What Bitbucket Cloud shows now of a pull request: its title and destination branch, in one
+// request.
+
+func pullChange(n int) change.Change {
+	return change.Change{Provider: "bitbucket", API: change.BitbucketCloud, Repository: repo, SHA: hash(4)[:12], Event: change.PullRequest,
+		Pull: &change.Pull{Number: n, Title: "as the webhook had it", TargetBranch: "main"}}
+}
+
+func TestPullNowReadsTheTitleAndDestinationBitbucketCloudShows(t *testing.T) {
+	w := newReadWorld(t)
+	w.fake.AddPull(repo, bitbuckettest.Pull{ID: 7, Title: "feat: as it is now", Source: "feature", Destination: "release/2",
+		SourceCommit: hash(4), DestinationCommit: hash(1)})
+	got, err := w.client.PullNow(context.Background(), pullChange(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (change.PullState{Title: "feat: as it is now", TargetBranch: "release/2"}); got != want {
+		t.Fatalf("PullNow = %+v, want %+v", got, want)
+	}
+	if n := w.fake.Requests(bitbuckettest.OpGetPull); n != 1 {
+		t.Fatalf("%d reads of the pull request, want 1", n)
+	}
+}
+
+// A refused read, an outage, a pull request Bitbucket does not know, a change naming none or a
+// Data Center server's change answer an error and no state; an outage is not retried within
+// the call.
+func TestAPullNowThatFailsAnswersAnErrorAndNoState(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		answer, number int
+		api            string
+		refused        bool
+		reads          int
+	}{
+		{name: "forbidden", answer: http.StatusForbidden, number: 7, refused: true, reads: 1},
+		{name: "outage", answer: http.StatusServiceUnavailable, number: 7, reads: 1},
+		{name: "unknown pull request", number: 8, refused: true, reads: 1},
+		{name: "no pull request"},
+		{name: "a Data Center server's", number: 7, api: change.BitbucketDataCenter},
+	} {
+		w := newReadWorld(t)
+		w.fake.AddPull(repo, bitbuckettest.Pull{ID: 7, Title: "feat: x", Source: "feature", Destination: "main", SourceCommit: hash(4),
+			DestinationCommit: hash(1)})
+		w.fake.Answer = func(op string, _ int) int {
+			if op == bitbuckettest.OpGetPull {
+				return c.answer
+			}
+			return 0
+		}
+		s := pullChange(c.number)
+		if c.number == 0 {
+			s.Pull = nil
+		}
+		if c.api != "" {
+			s.API = c.api
+		}
+		got, err := w.client.PullNow(context.Background(), s)
+		if err == nil || got != (change.PullState{}) {
+			t.Fatalf("%s: PullNow = %+v, %v; want an error and no state", c.name, got, err)
+		}
+		var refused *bitbucket.Refused
+		if errors.As(err, &refused) != c.refused {
+			t.Fatalf("%s: %v: refused %v, want %v", c.name, err, !c.refused, c.refused)
+		}
+		if n := w.fake.Requests(bitbuckettest.OpGetPull); n != c.reads {
+			t.Fatalf("%s: %d reads of the pull request, want %d", c.name, n, c.reads)
+		}
+	}
+}

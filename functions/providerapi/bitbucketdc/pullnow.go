@@ -1,0 +1,38 @@
+package bitbucketdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/amiss-ci/amiss/functions/change"
+)
+
+// errNoPull: PullNow was asked of a change that names no pull request.
+var errNoPull = errors.New("the change names no pull request")
+
+// PullNow reads what the Data Center server shows now of s's pull request: its title and
+// target branch (the runner's Route.PullNow, which orders two verdicts of one second by it).
+// It costs one GET of pull-requests/{id}, with the token and the permission of the reads of
+// what a webhook lacks (REPO_READ), sent once: the runner takes a failure for nothing read and
+// goes on, so it is not worth a retry's wait; the client's timeout bounds it. A change naming
+// no pull request or coming from Bitbucket Cloud, a refusal, an outage, or an answer without a
+// title or target is an error, never a state made up.
+func (c *Client) PullNow(ctx context.Context, s change.Change) (change.PullState, error) {
+	if s.Pull == nil || s.Pull.Number <= 0 {
+		return change.PullState{}, errNoPull
+	}
+	if s.API != "" && s.API != change.BitbucketDataCenter {
+		return change.PullState{}, errors.New("the change came from Bitbucket Cloud, and the route reads a Bitbucket Data Center server's API")
+	}
+	once := *c
+	once.MaxAttempts = 1
+	pr, err := once.PullRequest(ctx, s.Repository, s.Pull.Number)
+	if err == nil && (pr.Title == "" || pr.ToRef.DisplayID == "") {
+		err = errors.New("the answer names no title or target branch")
+	}
+	if err != nil {
+		return change.PullState{}, fmt.Errorf("reading pull request %d of %s as Bitbucket Data Center shows it now: %w", s.Pull.Number, s.Repository, err)
+	}
+	return change.PullState{Title: pr.Title, TargetBranch: pr.ToRef.DisplayID}, nil
+}
