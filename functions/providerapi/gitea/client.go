@@ -47,27 +47,7 @@ func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.An
 // visit stops at an empty page), at most maxPages (0: providerapi.DefaultMaxPages). visit
 // reads each page and says whether to read on. A listing with more pages is a Transient error.
 func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(*providerapi.Answer) (more bool, err error)) error {
-	if maxPages <= 0 {
-		maxPages = providerapi.DefaultMaxPages
-	}
-	for page := 1; ; page++ {
-		a, err := c.Do(ctx, r)
-		if err != nil {
-			return err
-		}
-		more, err := visit(a)
-		if err != nil || !more {
-			return err
-		}
-		next := nextPage(a)
-		if next == "" {
-			return nil
-		}
-		if page >= maxPages {
-			return &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s lists more than %d pages", a.URL.EscapedPath(), maxPages)}
-		}
-		r.URL = next
-	}
+	return providerapi.Pages(ctx, c.Do, r, maxPages, func(a *providerapi.Answer) (string, error) { return nextPage(a), nil }, visit)
 }
 
 // nextPage is the URL of the page after a, or "".

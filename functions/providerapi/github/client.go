@@ -221,32 +221,13 @@ func withHeader(h http.Header, authorization string) http.Header {
 // visit reads each page and says whether to read on. A listing with more pages than that is a
 // Transient error: never a list taken as whole.
 func (c *Client) Pages(ctx context.Context, installation int64, r providerapi.Request, maxPages int, visit func(page *providerapi.Answer) (more bool, err error)) error {
-	if maxPages <= 0 {
-		maxPages = providerapi.DefaultMaxPages
+	send := func(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
+		return c.Do(ctx, installation, r)
 	}
-	for page := 1; ; page++ {
-		a, err := c.Do(ctx, installation, r)
-		if err != nil {
-			return err
-		}
-		more, err := visit(a)
-		if err != nil || !more {
-			return err
-		}
+	return providerapi.Pages(ctx, send, r, maxPages, func(a *providerapi.Answer) (string, error) {
 		next, _ := providerapi.NextLink(a.Header)
-		if next == "" {
-			return nil
-		}
-		if page >= maxPages {
-			return &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s lists more than %d pages", pathOf(r.URL), maxPages)}
-		}
-		r.URL = next
-	}
-}
-
-func pathOf(ref string) string {
-	p, _, _ := strings.Cut(ref, "?")
-	return p
+		return next, nil
+	}, visit)
 }
 
 // classify is GitHub's table of answers: providerapi.Classify's, and GitHub's rate limits,
