@@ -1,6 +1,7 @@
 package providerapi
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/amiss-ci/amiss/functions/change"
@@ -15,10 +16,12 @@ import (
 //   - fill fails in a way asking again may mend (ReadAgain: an outage, a timeout, a rate
 //     limit): s is answered unchanged with a Transient error, and the attempt is retried.
 //   - fill fails for good (a credential without the scope, a repository it cannot see, an
-//     answer past its bound): s is answered with the inputs in need marked unread, naming
-//     reason(err), so that a rule needing them fails closed. That is no error.
+//     answer past its bound): s is answered with the inputs in need marked unread, so that a
+//     rule needing them fails closed. That is no error. The reason names refusal(err) when the
+//     provider words the failure itself (a refusal, naming what to grant), and otherwise
+//     UnreadReason(err).
 func ReadInputs(s change.Change, need change.Inputs, name string, fill func(f *change.Change) (requests int, err error),
-	reason func(error) string) (change.Change, error) {
+	refusal func(error) string) (change.Change, error) {
 	if need == 0 {
 		return s, nil
 	}
@@ -43,6 +46,37 @@ func ReadInputs(s change.Change, need change.Inputs, name string, fill func(f *c
 	if ReadAgain(err) {
 		return s, Wrap(err, Transient, "reading from "+name)
 	}
-	s.MarkUnread(need, reason(err))
+	reason := refusal(err)
+	if reason == "" {
+		reason = UnreadReason(err)
+	}
+	s.MarkUnread(need, reason)
 	return s, nil
 }
+
+// UnreadReason words a read that failed for good as the reason its inputs are unread: the
+// bound an answer went past (TooLong), or else what failed, without the class an *Error's text
+// ends with.
+func UnreadReason(err error) string {
+	var long *tooLong
+	if errors.As(err, &long) {
+		return long.bound
+	}
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// TooLong is the error of an answer, or a page of a listing, that what names, longer than
+// maxBytes, the bound a reader reads of one: ReadInputs marks the input it was for unread,
+// naming the bound. It is ErrAnswerTooLong: asking again gets the same answer.
+func TooLong(what string, maxBytes int64) error {
+	return &tooLong{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, maxBytes>>20)}
+}
+
+type tooLong struct{ bound string }
+
+func (e *tooLong) Error() string { return e.bound }
+func (e *tooLong) Unwrap() error { return ErrAnswerTooLong }

@@ -234,23 +234,20 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 		rd := &read{c: c, s: f, need: need, repo: s.Repository}
 		err := rd.fill(ctx)
 		return rd.requests, err
-	}, reasonOf)
+	}, refusalOf)
 }
 
-// reasonOf says what an operator must do about a read that failed for good: what to grant
-// first, since a status's description may be cut.
-func reasonOf(err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant
+// first, since a status's description may be cut; "" for any other failure, which ReadInputs
+// words.
+func refusalOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		msg := providerapi.StatusMessage(err)
 		return fmt.Sprintf("grant the token the %s scope (Bitbucket Cloud answered %d for %s: %s)",
 			r.Scope, providerapi.StatusOf(err), r.What, msg)
 	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 // errNoBase is a push that names no commit to compare with: the first push of the main branch.

@@ -52,15 +52,6 @@ type Refused struct{ Err error }
 func (r *Refused) Error() string { return r.Err.Error() }
 func (r *Refused) Unwrap() error { return r.Err }
 
-// cutError is an answer, or a page of a listing, past the bound amiss reads of one: the input
-// it was for is marked unread, naming the bound.
-type cutError struct{ bound string }
-
-func (e *cutError) Error() string { return e.bound }
-
-// Unwrap makes it ErrAnswerTooLong: asking again gets the same answer.
-func (e *cutError) Unwrap() error { return providerapi.ErrAnswerTooLong }
-
 // get reads one answer into v.
 func (c *Client) get(ctx context.Context, u, what string, v any) error {
 	a, err := c.Do(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes})
@@ -68,7 +59,7 @@ func (c *Client) get(ctx context.Context, u, what string, v any) error {
 		return refusedFor(err)
 	}
 	if a.Cut {
-		return &cutError{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, maxListingBytes>>20)}
+		return providerapi.TooLong(what, maxListingBytes)
 	}
 	return a.Decode(what, v)
 }
@@ -102,7 +93,7 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 		func(a *providerapi.Answer) (bool, error) {
 			page++
 			if a.Cut {
-				return false, &cutError{fmt.Sprintf("page %d of %s is longer than the %d MiB amiss reads of an answer", page, what, maxListingBytes>>20)}
+				return false, providerapi.TooLong(fmt.Sprintf("page %d of %s", page, what), maxListingBytes)
 			}
 			var items []T
 			if err := a.Decode(fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
@@ -262,7 +253,7 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 	name := displayName(s.Provider)
 	return providerapi.ReadInputs(s, need, name,
 		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) },
-		func(err error) string { return reasonOf(name, err) })
+		func(err error) string { return refusalOf(name, err) })
 }
 
 // displayName is the provider as a verdict names it.
@@ -273,22 +264,15 @@ func displayName(provider string) string {
 	return "Gitea"
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
-func reasonOf(name string, err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant;
+// "" for any other failure, which ReadInputs words.
+func refusalOf(name string, err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("%s answered %d; grant the token the %s scope, as a user who can read the repository",
 			name, providerapi.StatusOf(err), ReadScope)
 	}
-	var cut *cutError
-	if errors.As(err, &cut) {
-		return cut.bound
-	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {

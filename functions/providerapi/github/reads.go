@@ -307,7 +307,7 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 		}
 		n, err := c.fill(ctx, f, need)
 		return requests + n, err
-	}, reasonOf)
+	}, refusalOf)
 }
 
 // onBranch reports whether s's commit is on the branch s names (s.Ref) in s's repository: the
@@ -343,18 +343,15 @@ func isCommit(sha string) bool {
 	return strings.Trim(strings.ToLower(sha), "0123456789abcdef") == ""
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
-func reasonOf(err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant;
+// "" for any other failure, which ReadInputs words.
+func refusalOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("GitHub answered %d; grant the credential the %s permission (a GitHub App's, or a token's repo scope)",
 			providerapi.StatusOf(err), r.Permission)
 	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 // cut marks in, read in part, as not held whole: GitHub's listing stops at limit.

@@ -52,15 +52,6 @@ type Refused struct{ Err error }
 func (r *Refused) Error() string { return r.Err.Error() }
 func (r *Refused) Unwrap() error { return r.Err }
 
-// cutError is an answer, or a page of a listing, past the bound amiss reads of one: the input
-// it was for is marked unread, naming the bound.
-type cutError struct{ bound string }
-
-func (e *cutError) Error() string { return e.bound }
-
-// Unwrap makes it ErrAnswerTooLong: asking again gets the same answer.
-func (e *cutError) Unwrap() error { return providerapi.ErrAnswerTooLong }
-
 // errMoved: a merge request's listing no longer describes the commit read for.
 var errMoved = errors.New("the merge request moved on while it was read")
 
@@ -81,7 +72,7 @@ func (c *Client) get(ctx context.Context, u, what string, v any) error {
 		return refusedFor(err)
 	}
 	if a.Cut {
-		return &cutError{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, maxListingBytes>>20)}
+		return providerapi.TooLong(what, maxListingBytes)
 	}
 	return a.Decode(what, v)
 }
@@ -105,7 +96,7 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 		func(a *providerapi.Answer) (bool, error) {
 			out.pages++
 			if a.Cut {
-				return false, &cutError{fmt.Sprintf("page %d of %s is longer than the %d MiB amiss reads of an answer", out.pages, what, maxListingBytes>>20)}
+				return false, providerapi.TooLong(fmt.Sprintf("page %d of %s", out.pages, what), maxListingBytes)
 			}
 			var items []T
 			if err := a.Decode(fmt.Sprintf("page %d of %s", out.pages, what), &items); err != nil {
@@ -225,25 +216,18 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 // unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	return providerapi.ReadInputs(s, need, "GitLab",
-		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) }, reasonOf)
+		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) }, refusalOf)
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
-func reasonOf(err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant;
+// "" for any other failure, which ReadInputs words.
+func refusalOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("GitLab answered %d; grant the token the %s scope, as a member who can read the project's code (Reporter)",
 			providerapi.StatusOf(err), ReadScope)
 	}
-	var cut *cutError
-	if errors.As(err, &cut) {
-		return cut.bound
-	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
