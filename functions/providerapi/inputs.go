@@ -80,3 +80,31 @@ type tooLong struct{ bound string }
 
 func (e *tooLong) Error() string { return e.bound }
 func (e *tooLong) Unwrap() error { return ErrAnswerTooLong }
+
+// ReadRange reads into s what s's commit brings since base (the commit its branch was at
+// before a push, or the target a pull request's commit is compared with), as far as need asks
+// for commits or paths: compare is the provider's comparison of a base with s's commit, which
+// adds what need asks to s. A new branch names no base (""): its range begins at the
+// repository's default branch, which defaultBranch reads, as a ref (refs/heads/...) and as the
+// base compare takes. The push that created the default branch itself (s.Ref is that ref, or
+// the repository names no default branch) has nothing to compare with: the commits and paths in
+// need are marked unread, naming created. An error of defaultBranch or compare is returned as
+// it is; each counts its own requests.
+func ReadRange(s *change.Change, need change.Inputs, base string, defaultBranch func() (ref, base string, err error),
+	created string, compare func(base string) error) error {
+	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
+		return nil
+	}
+	if base == "" {
+		ref, branch, err := defaultBranch()
+		if err != nil {
+			return err
+		}
+		if branch == "" || ref == s.Ref {
+			s.MarkUnread(need&(change.CommitsInput|change.PathsInput), created)
+			return nil
+		}
+		base = branch
+	}
+	return compare(base)
+}

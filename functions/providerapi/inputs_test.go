@@ -66,3 +66,53 @@ func TestAReadThatFailsForGoodNamesWhy(t *testing.T) {
 		}
 	}
 }
+
+// A range is read from the base the webhook named; a new branch's from the repository's
+// default branch; the push that created the default branch, or one in a repository that names
+// none, is marked unread with nothing compared; and nothing is read unless commits or paths are
+// needed.
+func TestARangeBeginsAtItsBaseOrTheDefaultBranch(t *testing.T) {
+	const created = "the push created the default branch"
+	for _, c := range []struct {
+		name     string
+		ref      string
+		base     string
+		need     change.Inputs
+		branch   string
+		reads    int    // of the default branch
+		compared string // the base compared with, "" for none
+		unread   string
+	}{
+		{"a push", "refs/heads/topic", "0123abc", change.CommitsInput | change.PathsInput, "main", 0, "0123abc", ""},
+		{"a new branch", "refs/heads/topic", "", change.PathsInput, "main", 1, "main", ""},
+		{"the default branch's first push", "refs/heads/main", "", change.CommitsInput, "main", 1, "", created},
+		{"a repository without a default branch", "refs/heads/topic", "", change.CommitsInput, "", 1, "", created},
+		{"a title alone", "refs/heads/topic", "", change.TitleInput, "main", 0, "", ""},
+	} {
+		s := change.Change{Ref: c.ref, SHA: "4567def"}
+		reads, compared := 0, ""
+		err := providerapi.ReadRange(&s, c.need, c.base, func() (string, string, error) {
+			reads++
+			return "refs/heads/" + c.branch, c.branch, nil
+		}, created, func(base string) error {
+			compared = base
+			return nil
+		})
+		if err != nil || reads != c.reads || compared != c.compared {
+			t.Errorf("%s: %v, %d reads of the default branch, compared with %q; want %d, %q", c.name, err, reads, compared, c.reads, c.compared)
+		}
+		c.need.Each(func(in change.Inputs) {
+			if got := s.UnreadReason(in); got != c.unread {
+				t.Errorf("%s: %v unread for %q, want %q", c.name, in, got, c.unread)
+			}
+		})
+	}
+
+	s := change.Change{Ref: "refs/heads/topic"}
+	gone := &providerapi.Error{Class: providerapi.Operator, Status: 404, Err: errors.New("no repository")}
+	err := providerapi.ReadRange(&s, change.PathsInput, "", func() (string, string, error) { return "refs/heads/", "", gone }, created,
+		func(string) error { t.Error("compared after the default branch's read failed"); return nil })
+	if err != gone || len(s.Unread) != 0 {
+		t.Errorf("a failed read of the default branch: %v, %+v", err, s.Unread)
+	}
+}

@@ -263,21 +263,16 @@ func (rd *read) fill(ctx context.Context) error {
 		}
 		base = destination
 	}
-	if !rd.need.Has(change.CommitsInput) && !rd.need.Has(change.PathsInput) {
-		return nil
-	}
-	if base == "" {
+	return providerapi.ReadRange(s, rd.need, base, func() (string, string, error) {
 		main, err := rd.c.MainBranch(ctx, rd.repo)
 		rd.requests++
-		if err != nil {
-			return err
-		}
-		if s.Ref == "refs/heads/"+main {
-			s.MarkUnread(rd.need&(change.CommitsInput|change.PathsInput), errNoBase.Error())
-			return nil
-		}
-		base = main
-	}
+		return "refs/heads/" + main, main, err
+	}, errNoBase.Error(), func(base string) error { return rd.rangeOf(ctx, base) })
+}
+
+// rangeOf reads the range from s's commit to base: its paths and commits as need asks.
+func (rd *read) rangeOf(ctx context.Context, base string) error {
+	s := rd.s
 	rp, err := RepoPath(rd.repo)
 	if err != nil {
 		return err

@@ -258,21 +258,17 @@ func (rd *read) fill(ctx context.Context) error {
 			return &providerapi.Error{Class: providerapi.Permanent, Err: errors.New("the pull request names no latest commit of its target")}
 		}
 	}
-	if !rd.need.Has(change.CommitsInput) && !rd.need.Has(change.PathsInput) {
-		return nil
-	}
-	if base == "" {
+	return providerapi.ReadRange(s, rd.need, base, func() (string, string, error) {
 		branch, err := rd.c.DefaultBranch(ctx, rd.repo)
 		rd.requests++
-		if err != nil {
-			return err
-		}
-		if s.Ref == branch {
-			s.MarkUnread(rd.need&(change.CommitsInput|change.PathsInput), errNoBase.Error())
-			return nil
-		}
-		base = branch
-	}
+		return branch, branch, err
+	}, errNoBase.Error(), func(base string) error { return rd.rangeOf(ctx, base, fromRepo) })
+}
+
+// rangeOf reads the range from s's commit to base (in fromRepo, a fork, when it is not ""):
+// its changes and commits as need asks.
+func (rd *read) rangeOf(ctx context.Context, base, fromRepo string) error {
+	s := rd.s
 	rp, err := RepoPath(rd.repo)
 	if err != nil {
 		return err

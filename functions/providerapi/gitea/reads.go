@@ -283,35 +283,28 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			return requests, err
 		}
 	}
-	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
-		return requests, nil
-	}
 	base := s.Before
 	if base == "" && s.Pull != nil {
 		base = s.Pull.TargetBranch
 	}
-	if base == "" {
-		// A new branch: what it adds to the repository's default branch.
+	err = providerapi.ReadRange(s, need, base, func() (string, string, error) {
 		repo, err := c.GetRepository(ctx, s.Repository)
 		requests++
+		return "refs/heads/" + repo.DefaultBranch, repo.DefaultBranch, err
+	}, createdDefault, func(base string) error {
+		cmp, err := c.Compare(ctx, s.Repository, base, s.SHA)
+		requests++
 		if err != nil {
-			return requests, err
+			return err
 		}
-		if repo.DefaultBranch == "" || "refs/heads/"+repo.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
-				"the push created the repository's default branch: no earlier commit names where its commits begin")
-			return requests, nil
-		}
-		base = repo.DefaultBranch
-	}
-	cmp, err := c.Compare(ctx, s.Repository, base, s.SHA)
-	requests++
-	if err != nil {
-		return requests, err
-	}
-	addComparison(s, need, cmp)
-	return requests, nil
+		addComparison(s, need, cmp)
+		return nil
+	})
+	return requests, err
 }
+
+// createdDefault is why the push that created the default branch is not read.
+const createdDefault = "the push created the repository's default branch: no earlier commit names where its commits begin"
 
 // addComparison adds a comparison's commits (oldest first) and the files they change.
 func addComparison(s *change.Change, need change.Inputs, cmp Comparison) {

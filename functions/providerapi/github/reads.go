@@ -371,9 +371,6 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			return requests, err
 		}
 	}
-	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
-		return requests, nil
-	}
 	// What s's commit brings: a pull request's, since its target branch (what the pull
 	// request changed at that commit, as its event read it then); a push's, since the commit
 	// the branch was at before; a new branch's, since the repository's default branch.
@@ -389,33 +386,28 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
 			"the Re-run's webhook names neither the push's earlier commit nor its branch: push again")
 		return requests, nil
-	default:
+	}
+	err = providerapi.ReadRange(s, need, base, func() (string, string, error) {
 		repo, err := c.GetRepository(ctx, s.Installation, s.Repository)
 		requests++
+		return "refs/heads/" + repo.DefaultBranch, repo.DefaultBranch, err
+	}, "the push created the repository's default branch: no earlier commit names where its commits begin", func(base string) error {
+		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
+		requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
 		if err != nil {
-			return requests, err
+			return err
 		}
-		if repo.DefaultBranch == "" || "refs/heads/"+repo.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
-				"the push created the repository's default branch: no earlier commit names where its commits begin")
-			return requests, nil
+		addFiles(s, cmp.Files)
+		addCommits(s, cmp.Commits)
+		if len(cmp.Files) >= CompareFilesGiven {
+			cut(s, change.PathsInput, "at most 300 files of a comparison")
 		}
-		base = repo.DefaultBranch
-	}
-	cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
-	requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
-	if err != nil {
-		return requests, err
-	}
-	addFiles(s, cmp.Files)
-	addCommits(s, cmp.Commits)
-	if len(cmp.Files) >= CompareFilesGiven {
-		cut(s, change.PathsInput, "at most 300 files of a comparison")
-	}
-	if cmp.TotalCommits > len(cmp.Commits) {
-		cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
-	}
-	return requests, nil
+		if cmp.TotalCommits > len(cmp.Commits) {
+			cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
+		}
+		return nil
+	})
+	return requests, err
 }
 
 // fillPull reads the pull request: its title and branches as need asks, and, when its head is

@@ -238,41 +238,34 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			return requests, err
 		}
 	}
-	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
-		return requests, nil
-	}
 	from := s.Before
 	if from == "" && s.Pull != nil {
 		from = s.Pull.TargetBranch
 	}
-	if from == "" {
-		// A new branch: what it adds to the project's default branch.
+	err = providerapi.ReadRange(s, need, from, func() (string, string, error) {
 		p, err := c.GetProject(ctx, s.Repository)
 		requests++
+		return "refs/heads/" + p.DefaultBranch, p.DefaultBranch, err
+	}, createdDefault, func(from string) error {
+		cmp, err := c.Compare(ctx, s.Repository, from, s.SHA)
+		requests++
 		if err != nil {
-			return requests, err
+			return err
 		}
-		if p.DefaultBranch == "" || "refs/heads/"+p.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
-				"the push created the project's default branch: no earlier commit names where its commits begin")
-			return requests, nil
+		for _, cm := range cmp.Commits {
+			s.Commits = append(s.Commits, change.Commit{ID: cm.ID, Message: cm.Message})
 		}
-		from = p.DefaultBranch
-	}
-	cmp, err := c.Compare(ctx, s.Repository, from, s.SHA)
-	requests++
-	if err != nil {
-		return requests, err
-	}
-	for _, cm := range cmp.Commits {
-		s.Commits = append(s.Commits, change.Commit{ID: cm.ID, Message: cm.Message})
-	}
-	addDiffs(s, cmp.Diffs)
-	if cmp.CompareTimeout {
-		s.MarkUnread(need&change.PathsInput, fmt.Sprintf("GitLab's comparison overflowed its diff limits (the instance's maximum files or lines in a diff): it lists %d files", len(cmp.Diffs)))
-	}
-	return requests, nil
+		addDiffs(s, cmp.Diffs)
+		if cmp.CompareTimeout {
+			s.MarkUnread(need&change.PathsInput, fmt.Sprintf("GitLab's comparison overflowed its diff limits (the instance's maximum files or lines in a diff): it lists %d files", len(cmp.Diffs)))
+		}
+		return nil
+	})
+	return requests, err
 }
+
+// createdDefault is why the push that created the default branch is not read.
+const createdDefault = "the push created the project's default branch: no earlier commit names where its commits begin"
 
 // fillMergeRequest reads the merge request as need asks: when its head is still s's commit
 // (current), its title and branches as need asks, its files and commits. A listing that turns out to describe
