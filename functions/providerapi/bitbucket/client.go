@@ -68,13 +68,7 @@ const maxRedirects = 3
 // times; a redirect elsewhere, or of any other request, is the operator's error, as
 // providerapi.Classify says.
 func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
-	h := r.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Set("Authorization", "Bearer "+c.token)
-	h.Set("Accept", "application/json")
-	r.Header = h
+	r = r.WithHeader(http.Header{"Authorization": {"Bearer " + c.token}, "Accept": {"application/json"}})
 	for hops := 0; ; hops++ {
 		a, err := c.Client.Do(ctx, r)
 		var re *redirected

@@ -52,14 +52,7 @@ func classify(resp *http.Response, body []byte, now time.Time) *providerapi.Erro
 
 // Do sends r (its URL under /rest) with the token.
 func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
-	h := r.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Set("Authorization", "Bearer "+c.token)
-	h.Set("Accept", "application/json")
-	r.Header = h
-	return c.Client.Do(ctx, r)
+	return c.Client.Do(ctx, r.WithHeader(http.Header{"Authorization": {"Bearer " + c.token}, "Accept": {"application/json"}}))
 }
 
 // Page is the envelope of a page of a listing.

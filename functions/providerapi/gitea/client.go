@@ -31,14 +31,7 @@ func NewClient(baseURL, token string, hc *http.Client) *Client {
 
 // Do sends r (its URL under /api/v1, or a link the API gave) with the token.
 func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
-	h := r.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Set("Authorization", "token "+c.token)
-	h.Set("Accept", "application/json")
-	r.Header = h
-	return c.Client.Do(ctx, r)
+	return c.Client.Do(ctx, r.WithHeader(http.Header{"Authorization": {"token " + c.token}, "Accept": {"application/json"}}))
 }
 
 // Pages reads a listing: r, then the next page while there is one (the Link header's

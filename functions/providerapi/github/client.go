@@ -162,7 +162,7 @@ func (c *Client) Do(ctx context.Context, installation int64, r providerapi.Reque
 	renewed, reclocked := false, false
 	waits := 0
 	for {
-		r.Header = withHeader(r.Header, cred.authorization)
+		r = r.WithHeader(Header(cred.authorization))
 		a, err := c.Client.Do(ctx, r)
 		if providerapi.StatusOf(err) != http.StatusUnauthorized {
 			return a, err
@@ -204,16 +204,6 @@ func (c *Client) now() time.Time {
 		return c.Now()
 	}
 	return time.Now()
-}
-
-func withHeader(h http.Header, authorization string) http.Header {
-	out := Header(authorization)
-	for k, vs := range h {
-		if _, set := out[http.CanonicalHeaderKey(k)]; !set {
-			out[http.CanonicalHeaderKey(k)] = vs
-		}
-	}
-	return out
 }
 
 // Pages reads a listing: r, then each page the answer's Link header names rel="next" (GitHub's

@@ -53,13 +53,7 @@ func classify(resp *http.Response, body []byte, now time.Time) *providerapi.Erro
 
 // Do sends r (its URL under /api/v4, or a link the API gave) with the token.
 func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
-	h := r.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Set("PRIVATE-TOKEN", c.token)
-	r.Header = h
-	return c.Client.Do(ctx, r)
+	return c.Client.Do(ctx, r.WithHeader(http.Header{"PRIVATE-TOKEN": {c.token}}))
 }
 
 // Pages reads a listing: r, then the next page while GitLab names one (X-Next-Page, or the
