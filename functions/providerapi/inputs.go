@@ -108,3 +108,17 @@ func ReadRange(s *change.Change, need change.Inputs, base string, defaultBranch 
 	}
 	return compare(base)
 }
+
+// AddPaths adds to s's paths each of ps it does not hold yet, in order ("" names no path).
+func AddPaths(s *change.Change, ps ...string) {
+	seen := make(map[string]bool, len(s.Paths))
+	for _, p := range s.Paths {
+		seen[p] = true
+	}
+	for _, p := range ps {
+		if p != "" && !seen[p] {
+			seen[p] = true
+			s.Paths = append(s.Paths, p)
+		}
+	}
+}

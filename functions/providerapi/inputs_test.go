@@ -116,3 +116,12 @@ func TestARangeBeginsAtItsBaseOrTheDefaultBranch(t *testing.T) {
 		t.Errorf("a failed read of the default branch: %v, %+v", err, s.Unread)
 	}
 }
+
+// Paths read are added once each, in the order read, after those the change holds.
+func TestPathsReadAreAddedOnce(t *testing.T) {
+	s := change.Change{Paths: []string{"a", "b"}}
+	providerapi.AddPaths(&s, "old/c", "c", "", "b", "c", "d")
+	if got := fmt.Sprint(s.Paths); got != "[a b old/c c d]" {
+		t.Errorf("paths %s, want [a b old/c c d]", got)
+	}
+}

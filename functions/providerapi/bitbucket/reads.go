@@ -388,20 +388,17 @@ func (rd *read) paths(ctx context.Context, u, what, scope string) error {
 
 // addPaths adds a diffstat's paths to the change's: a renamed file's old path too.
 func (rd *read) addPaths(entries []DiffStat, cut bool, what string) {
-	seen := make(map[string]bool, len(rd.s.Paths))
-	for _, p := range rd.s.Paths {
-		seen[p] = true
-	}
+	paths := make([]string, 0, 2*len(entries))
 	for _, e := range entries {
 		for _, side := range []*struct {
 			Path string `json:"path"`
 		}{e.Old, e.New} {
-			if side != nil && side.Path != "" && !seen[side.Path] {
-				seen[side.Path] = true
-				rd.s.Paths = append(rd.s.Paths, side.Path)
+			if side != nil {
+				paths = append(paths, side.Path)
 			}
 		}
 	}
+	providerapi.AddPaths(rd.s, paths...)
 	if cut {
 		rd.s.MarkUnread(change.PathsInput, fmt.Sprintf("%s lists more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
 	}

@@ -380,18 +380,11 @@ func (rd *read) changes(ctx context.Context, u, what string) error {
 
 // addChanges adds the paths changes name: a moved or copied file's old path too.
 func (rd *read) addChanges(changes []Change) {
-	seen := make(map[string]bool, len(rd.s.Paths))
-	for _, p := range rd.s.Paths {
-		seen[p] = true
-	}
+	paths := make([]string, 0, 2*len(changes))
 	for _, c := range changes {
-		for _, p := range []string{c.SrcPath.path(), c.Path.path()} {
-			if p != "" && !seen[p] {
-				seen[p] = true
-				rd.s.Paths = append(rd.s.Paths, p)
-			}
-		}
+		paths = append(paths, c.SrcPath.path(), c.Path.path())
 	}
+	providerapi.AddPaths(rd.s, paths...)
 }
 
 // commits reads a listing of commits (newest first, as Data Center lists them) into the

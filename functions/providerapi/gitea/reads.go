@@ -321,7 +321,7 @@ func addComparison(s *change.Change, need change.Inputs, cmp Comparison) {
 			paths = append(paths, f.Filename)
 		}
 	}
-	addPaths(s, paths...)
+	providerapi.AddPaths(s, paths...)
 	if cmp.TotalCommits > len(cmp.Commits) {
 		s.MarkUnread(need&change.CommitsInput, fmt.Sprintf("Gitea's comparison lists %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
 	}
@@ -388,7 +388,7 @@ func (c *Client) fillPull(ctx context.Context, s *change.Change, need change.Inp
 			cuts = append(cuts, change.Unread{Input: change.CommitsInput, Reason: listedOf("commits", len(list), listed.total, MaxReadCommits)})
 		}
 	}
-	addPaths(s, paths...)
+	providerapi.AddPaths(s, paths...)
 	s.Commits = append(s.Commits, commits...)
 	for _, u := range cuts {
 		s.MarkUnread(u.Input, u.Reason)
@@ -415,18 +415,4 @@ func refOf(contents string) string {
 		return ""
 	}
 	return u.Query().Get("ref")
-}
-
-// addPaths adds each of ps to s's paths once.
-func addPaths(s *change.Change, ps ...string) {
-	seen := make(map[string]bool, len(s.Paths))
-	for _, p := range s.Paths {
-		seen[p] = true
-	}
-	for _, p := range ps {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			s.Paths = append(s.Paths, p)
-		}
-	}
 }

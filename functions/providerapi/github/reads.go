@@ -478,18 +478,11 @@ func refOf(contents string) string {
 // addFiles adds the paths files change: a renamed file changes its old path too, as a push's
 // removed list would say.
 func addFiles(s *change.Change, files []ChangedFile) {
-	seen := make(map[string]bool, len(s.Paths))
-	for _, p := range s.Paths {
-		seen[p] = true
-	}
+	paths := make([]string, 0, 2*len(files))
 	for _, f := range files {
-		for _, p := range []string{f.PreviousFilename, f.Filename} {
-			if p != "" && !seen[p] {
-				seen[p] = true
-				s.Paths = append(s.Paths, p)
-			}
-		}
+		paths = append(paths, f.PreviousFilename, f.Filename)
 	}
+	providerapi.AddPaths(s, paths...)
 }
 
 func addCommits(s *change.Change, commits []Commit) {

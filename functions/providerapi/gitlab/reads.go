@@ -352,7 +352,7 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *change.Change, need ch
 			cuts = append(cuts, change.Unread{Input: change.CommitsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d commits", len(listed.items), listed.short)})
 		}
 	}
-	addPaths(s, paths...)
+	providerapi.AddPaths(s, paths...)
 	s.Commits = append(s.Commits, commits...)
 	for _, u := range cuts {
 		s.MarkUnread(u.Input, u.Reason)
@@ -365,19 +365,5 @@ func addDiffs(s *change.Change, diffs []Diff) {
 	for _, d := range diffs {
 		ps = append(ps, d.OldPath, d.NewPath)
 	}
-	addPaths(s, ps...)
-}
-
-// addPaths adds each of ps to s's paths once.
-func addPaths(s *change.Change, ps ...string) {
-	seen := make(map[string]bool, len(s.Paths))
-	for _, p := range s.Paths {
-		seen[p] = true
-	}
-	for _, p := range ps {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			s.Paths = append(s.Paths, p)
-		}
-	}
+	providerapi.AddPaths(s, ps...)
 }
