@@ -55,7 +55,7 @@ func ReadInputs(s change.Change, need change.Inputs, name string, fill func(f *c
 }
 
 // UnreadReason words a read that failed for good as the reason its inputs are unread: the
-// bound an answer went past (TooLong), or else what failed, without the class an *Error's text
+// bound an answer went past (DecodeWithin), or else what failed, without the class an *Error's text
 // ends with.
 func UnreadReason(err error) string {
 	var long *tooLong
@@ -69,14 +69,20 @@ func UnreadReason(err error) string {
 	return err.Error()
 }
 
-// TooLong is the error of an answer, or a page of a listing, that what names, longer than
-// maxBytes, the bound a reader reads of one: ReadInputs marks the input it was for unread,
-// naming the bound. It is ErrAnswerTooLong: asking again gets the same answer.
-func TooLong(what string, maxBytes int64) error {
-	return &tooLong{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, maxBytes>>20)}
-}
-
+// tooLong is the error of an answer, or a page of a listing, longer than the bound a reader
+// reads of one: ReadInputs marks the input it was for unread, naming the bound. It is
+// ErrAnswerTooLong: asking again gets the same answer.
 type tooLong struct{ bound string }
+
+// DecodeWithin reads the answer's JSON into v for a reader of what a webhook lacks: an answer
+// cut at the bound its request named is TooLong, naming what and the bound, so that the input
+// it was for is marked unread for that reason.
+func (a *Answer) DecodeWithin(what string, v any) error {
+	if a.Cut {
+		return &tooLong{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, len(a.Body)>>20)}
+	}
+	return a.Decode(what, v)
+}
 
 func (e *tooLong) Error() string { return e.bound }
 func (e *tooLong) Unwrap() error { return ErrAnswerTooLong }

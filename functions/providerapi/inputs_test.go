@@ -3,6 +3,7 @@ package providerapi_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/amiss-ci/amiss/functions/change"
@@ -22,16 +23,17 @@ func TestAReadThatFailsForGoodNamesWhy(t *testing.T) {
 		return ""
 	}
 	need := change.CommitsInput | change.PathsInput
+	cut := &providerapi.Answer{Status: 200, Body: []byte(`[` + strings.Repeat(`"a",`, 1<<19)), Cut: true} // 2 MiB, the bound asked
 	for _, c := range []struct {
 		name string
 		err  error
 		want string
 	}{
 		{"a refusal", &providerapi.Error{Class: providerapi.Operator, Status: 403, Err: refused}, "grant the token the read scope"},
-		{"an answer past its bound", providerapi.TooLong("page 2 of the files", 32<<20),
-			"page 2 of the files is longer than the 32 MiB amiss reads of an answer"},
-		{"a bound wrapped by the provider's client", providerapi.Wrap(providerapi.TooLong("the comparison", 8<<20), providerapi.Transient, "reading"),
-			"the comparison is longer than the 8 MiB amiss reads of an answer"},
+		{"an answer past its bound", cut.DecodeWithin("page 2 of the files", &[]string{}),
+			"page 2 of the files is longer than the 2 MiB amiss reads of an answer"},
+		{"a bound wrapped by the provider's client", providerapi.Wrap(cut.DecodeWithin("the comparison", &[]string{}), providerapi.Transient, "reading"),
+			"the comparison is longer than the 2 MiB amiss reads of an answer"},
 		{"a permanent refusal", &providerapi.Error{Class: providerapi.Permanent, Err: errors.New("the pull request names no destination commit")},
 			"the pull request names no destination commit"},
 		{"a refusal no client classified", fmt.Errorf("no branch: %w", providerapi.ErrPermanent), "no branch: refused for good"},

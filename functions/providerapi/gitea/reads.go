@@ -58,10 +58,7 @@ func (c *Client) get(ctx context.Context, u, what string, v any) error {
 	if err != nil {
 		return refusedFor(err)
 	}
-	if a.Cut {
-		return providerapi.TooLong(what, maxListingBytes)
-	}
-	return a.Decode(what, v)
+	return a.DecodeWithin(what, v)
 }
 
 func refusedFor(err error) error {
@@ -92,11 +89,8 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 	err := c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max+1,
 		func(a *providerapi.Answer) (bool, error) {
 			page++
-			if a.Cut {
-				return false, providerapi.TooLong(fmt.Sprintf("page %d of %s", page, what), maxListingBytes)
-			}
 			var items []T
-			if err := a.Decode(fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
+			if err := a.DecodeWithin(fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
 				return false, err
 			}
 			if n, err := strconv.Atoi(a.Header.Get("X-Total-Count")); err == nil && n >= 0 {

@@ -71,10 +71,7 @@ func (c *Client) get(ctx context.Context, u, what string, v any) error {
 	if err != nil {
 		return refusedFor(err)
 	}
-	if a.Cut {
-		return providerapi.TooLong(what, maxListingBytes)
-	}
-	return a.Decode(what, v)
+	return a.DecodeWithin(what, v)
 }
 
 // listing is what list read: the entries, the pages read, whether GitLab named a page after
@@ -95,11 +92,8 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 	err := c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max+1,
 		func(a *providerapi.Answer) (bool, error) {
 			out.pages++
-			if a.Cut {
-				return false, providerapi.TooLong(fmt.Sprintf("page %d of %s", out.pages, what), maxListingBytes)
-			}
 			var items []T
-			if err := a.Decode(fmt.Sprintf("page %d of %s", out.pages, what), &items); err != nil {
+			if err := a.DecodeWithin(fmt.Sprintf("page %d of %s", out.pages, what), &items); err != nil {
 				return false, err
 			}
 			if t := a.Header.Get("X-Total"); t != "" {
