@@ -23,9 +23,9 @@
 // The readers of what a webhook leaves out follow one procedure (ReadInputs): the provider's
 // requests fill a copy of the change; a failure that asking again may mend is retried, and any
 // other leaves the inputs unread, naming the provider's words for its own refusal (what to
-// grant), or else the bound an answer went past or what failed (UnreadReason). A push's range is
-// read alike by every provider (ReadRange): from the commit the webhook names as its base, or,
-// for a new branch, from the repository's default branch, with the provider's own comparison.
+// grant), or else the bound an answer went past or what failed. A push's range is read alike by
+// every provider (ReadRange): from the commit the webhook names as its base, or, for a new
+// branch, from the repository's default branch, with the provider's own comparison.
 //
 // The shared core holds no provider's rule: a new provider is a package of its own over it,
 // and a rule one provider documents (GitHub's 403 rate limit, GitLab's busy 409) stays in that

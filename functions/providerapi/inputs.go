@@ -18,8 +18,8 @@ import (
 //   - fill fails for good (a credential without the scope, a repository it cannot see, an
 //     answer past its bound): s is answered with the inputs in need marked unread, so that a
 //     rule needing them fails closed. That is no error. The reason names refusal(err) when the
-//     provider words the failure itself (a refusal, naming what to grant), and otherwise
-//     UnreadReason(err).
+//     provider words the failure itself (a refusal, naming what to grant); otherwise the bound
+//     an answer went past (DecodeWithin), or what failed.
 func ReadInputs(s change.Change, need change.Inputs, name string, fill func(f *change.Change) (requests int, err error),
 	refusal func(error) string) (change.Change, error) {
 	if need == 0 {
@@ -48,16 +48,16 @@ func ReadInputs(s change.Change, need change.Inputs, name string, fill func(f *c
 	}
 	reason := refusal(err)
 	if reason == "" {
-		reason = UnreadReason(err)
+		reason = unreadReason(err)
 	}
 	s.MarkUnread(need, reason)
 	return s, nil
 }
 
-// UnreadReason words a read that failed for good as the reason its inputs are unread: the
-// bound an answer went past (DecodeWithin), or else what failed, without the class an *Error's text
-// ends with.
-func UnreadReason(err error) string {
+// unreadReason words a read that failed for good as the reason its inputs are unread: the
+// bound an answer went past (DecodeWithin), or else what failed, without the class an *Error's
+// text ends with.
+func unreadReason(err error) string {
 	var long *tooLong
 	if errors.As(err, &long) {
 		return long.bound
@@ -74,18 +74,18 @@ func UnreadReason(err error) string {
 // ErrAnswerTooLong: asking again gets the same answer.
 type tooLong struct{ bound string }
 
+func (e *tooLong) Error() string { return e.bound }
+func (e *tooLong) Unwrap() error { return ErrAnswerTooLong }
+
 // DecodeWithin reads the answer's JSON into v for a reader of what a webhook lacks: an answer
-// cut at the bound its request named is TooLong, naming what and the bound, so that the input
-// it was for is marked unread for that reason.
+// cut at the bound its request named is an error naming what and the bound, which ReadInputs
+// gives as the reason the input it was for is unread (it is ErrAnswerTooLong: never read again).
 func (a *Answer) DecodeWithin(what string, v any) error {
 	if a.Cut {
 		return &tooLong{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, len(a.Body)>>20)}
 	}
 	return a.Decode(what, v)
 }
-
-func (e *tooLong) Error() string { return e.bound }
-func (e *tooLong) Unwrap() error { return ErrAnswerTooLong }
 
 // ReadRange reads into s what s's commit brings since base (the commit its branch was at
 // before a push, or the target a pull request's commit is compared with), as far as need asks
