@@ -67,6 +67,20 @@ type Request struct {
 	MaxBytes int64
 }
 
+// WithHeader returns r with each field of h set over r's own (a credential, a media type), its
+// keys canonical. r's Header is copied, never changed.
+func (r Request) WithHeader(h http.Header) Request {
+	out := make(http.Header, len(r.Header)+len(h))
+	for k, vs := range r.Header {
+		out[http.CanonicalHeaderKey(k)] = vs
+	}
+	for k, vs := range h {
+		out[http.CanonicalHeaderKey(k)] = vs
+	}
+	r.Header = out
+	return r
+}
+
 // Answer is a provider's 2xx answer.
 type Answer struct {
 	Status int

@@ -1,6 +1,8 @@
 package providerapi
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
 )
@@ -56,4 +58,35 @@ func splitLinks(v string) []string {
 		}
 	}
 	return append(out, v[from:])
+}
+
+// Pages reads a listing as a provider pages it: it sends r with send (the provider's client,
+// which adds its credential), gives each answer to visit, which reads the page and says whether
+// to read on, and asks next for the URL of the page after it (the provider's own paging rule;
+// "" when the listing ends there). It reads at most maxPages pages (0: DefaultMaxPages): a
+// listing with more is a Transient error naming the listing's path, never a list taken as
+// whole. An error of send, visit or next is returned as it is.
+func Pages(ctx context.Context, send func(context.Context, Request) (*Answer, error), r Request, maxPages int,
+	next func(*Answer) (string, error), visit func(*Answer) (more bool, err error)) error {
+	if maxPages <= 0 {
+		maxPages = DefaultMaxPages
+	}
+	for page := 1; ; page++ {
+		a, err := send(ctx, r)
+		if err != nil {
+			return err
+		}
+		more, err := visit(a)
+		if err != nil || !more {
+			return err
+		}
+		u, err := next(a)
+		if err != nil || u == "" {
+			return err
+		}
+		if page >= maxPages {
+			return &Error{Class: Transient, Err: fmt.Errorf("%s lists more than %d pages", a.URL.EscapedPath(), maxPages)}
+		}
+		r.URL = u
+	}
 }

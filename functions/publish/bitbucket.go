@@ -85,16 +85,11 @@ func (b *Bitbucket) Resolve(ctx context.Context, s Status) (Status, error) {
 
 // body is the build status Publish posts for s on the commit sha.
 func (b *Bitbucket) body(sha string, s Status) map[string]string {
-	state := "FAILED"
-	if s.State == "success" {
-		state = "SUCCESSFUL"
-	}
 	target := s.TargetURL
 	if target == "" {
 		target = fmt.Sprintf("https://bitbucket.org/%s/commits/%s", s.Repository, sha)
 	}
-	return map[string]string{"key": BitbucketKey(s.Context), "state": state, "name": s.Context, "url": target,
-		"description": cutRunes(s.Description, otherDescription)}
+	return buildStatus(s, BitbucketKey(s.Context), target)
 }
 
 // Publish implements Publisher.
@@ -116,22 +111,6 @@ func (b *Bitbucket) Standing(ctx context.Context, s Status) (Standing, error) {
 	if err != nil {
 		return 0, err
 	}
-	a, err := b.Do(ctx, providerapi.Request{Method: http.MethodGet, URL: fmt.Sprintf("%s/commit/%s/statuses/build/%s", repo,
-		url.PathEscape(sha), url.PathEscape(BitbucketKey(s.Context)))})
-	if StatusOf(err) == http.StatusNotFound {
-		return StandingNone, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	var st struct {
-		State       string `json:"state"`
-		Description string `json:"description"`
-		URL         string `json:"url"`
-	}
-	if err := a.Decode("the commit's build status", &st); err != nil {
-		return 0, err
-	}
-	want := b.body(sha, s)
-	return standingOf(true, st.State == want["state"] && st.Description == want["description"] && st.URL == want["url"]), nil
+	path := fmt.Sprintf("%s/commit/%s/statuses/build/%s", repo, url.PathEscape(sha), url.PathEscape(BitbucketKey(s.Context)))
+	return buildStanding(ctx, b.Do, path, b.body(sha, s))
 }

@@ -36,10 +36,6 @@ const BitbucketDataCenterMaxURL = 450
 
 // body is the build status Publish posts for s.
 func (b *BitbucketDataCenter) body(s Status) map[string]string {
-	state := "FAILED"
-	if s.State == "success" {
-		state = "SUCCESSFUL"
-	}
 	target := s.TargetURL
 	if target == "" || utf8.RuneCountInString(target) > BitbucketDataCenterMaxURL {
 		// The configuration refuses a longer one; one frozen under an earlier configuration
@@ -47,8 +43,7 @@ func (b *BitbucketDataCenter) body(s Status) map[string]string {
 		project, slug, _ := strings.Cut(s.Repository, "/")
 		target = fmt.Sprintf("%s/projects/%s/repos/%s/commits/%s", b.BaseURL, url.PathEscape(project), url.PathEscape(slug), url.PathEscape(s.SHA))
 	}
-	return map[string]string{"key": s.Context, "state": state, "name": s.Context, "url": target,
-		"description": cutRunes(s.Description, otherDescription)}
+	return buildStatus(s, s.Context, target)
 }
 
 // builds is the path of s's commit's build statuses.
@@ -78,21 +73,5 @@ func (b *BitbucketDataCenter) Standing(ctx context.Context, s Status) (Standing,
 	if err != nil {
 		return 0, err
 	}
-	a, err := b.Do(ctx, providerapi.Request{Method: http.MethodGet, URL: path + "?key=" + url.QueryEscape(s.Context)})
-	if StatusOf(err) == http.StatusNotFound {
-		return StandingNone, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	var st struct {
-		State       string `json:"state"`
-		Description string `json:"description"`
-		URL         string `json:"url"`
-	}
-	if err := a.Decode("the commit's build status", &st); err != nil {
-		return 0, err
-	}
-	want := b.body(s)
-	return standingOf(true, st.State == want["state"] && st.Description == want["description"] && st.URL == want["url"]), nil
+	return buildStanding(ctx, b.Do, path+"?key="+url.QueryEscape(s.Context), b.body(s))
 }

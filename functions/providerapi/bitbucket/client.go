@@ -68,13 +68,7 @@ const maxRedirects = 3
 // times; a redirect elsewhere, or of any other request, is the operator's error, as
 // providerapi.Classify says.
 func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
-	h := r.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Set("Authorization", "Bearer "+c.token)
-	h.Set("Accept", "application/json")
-	r.Header = h
+	r = r.WithHeader(http.Header{"Authorization": {"Bearer " + c.token}, "Accept": {"application/json"}})
 	for hops := 0; ; hops++ {
 		a, err := c.Client.Do(ctx, r)
 		var re *redirected
@@ -109,29 +103,17 @@ func (r *redirected) Unwrap() error { return r.err }
 // providerapi.DefaultMaxPages). visit reads each page and says whether to read on. A listing
 // with more pages is a Transient error.
 func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(*providerapi.Answer) (more bool, err error)) error {
-	if maxPages <= 0 {
-		maxPages = providerapi.DefaultMaxPages
-	}
-	for page := 1; ; page++ {
-		a, err := c.Do(ctx, r)
-		if err != nil {
-			return err
-		}
-		more, err := visit(a)
-		if err != nil || !more {
-			return err
-		}
+	page := 0
+	return providerapi.Pages(ctx, c.Do, r, maxPages, func(a *providerapi.Answer) (string, error) {
 		var p struct {
 			Next string `json:"next"`
 		}
-		if err := a.Decode(fmt.Sprintf("page %d of %s", page, a.URL.EscapedPath()), &p); err != nil || p.Next == "" {
-			return err
-		}
-		if page >= maxPages {
-			return &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s lists more than %d pages", a.URL.EscapedPath(), maxPages)}
-		}
-		r.URL = p.Next
-	}
+		err := a.Decode(fmt.Sprintf("page %d of %s", page, a.URL.EscapedPath()), &p)
+		return p.Next, err
+	}, func(a *providerapi.Answer) (bool, error) {
+		page++
+		return visit(a)
+	})
 }
 
 // RepoPath is /2.0/repositories/{workspace}/{repo_slug} of repo (workspace/slug), escaped.

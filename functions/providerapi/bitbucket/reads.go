@@ -234,23 +234,20 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 		rd := &read{c: c, s: f, need: need, repo: s.Repository}
 		err := rd.fill(ctx)
 		return rd.requests, err
-	}, reasonOf)
+	}, refusalOf)
 }
 
-// reasonOf says what an operator must do about a read that failed for good: what to grant
-// first, since a status's description may be cut.
-func reasonOf(err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant
+// first, since a status's description may be cut; "" for any other failure, which ReadInputs
+// words.
+func refusalOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		msg := providerapi.StatusMessage(err)
 		return fmt.Sprintf("grant the token the %s scope (Bitbucket Cloud answered %d for %s: %s)",
 			r.Scope, providerapi.StatusOf(err), r.What, msg)
 	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 // errNoBase is a push that names no commit to compare with: the first push of the main branch.
@@ -266,21 +263,16 @@ func (rd *read) fill(ctx context.Context) error {
 		}
 		base = destination
 	}
-	if !rd.need.Has(change.CommitsInput) && !rd.need.Has(change.PathsInput) {
-		return nil
-	}
-	if base == "" {
+	return providerapi.ReadRange(s, rd.need, base, func() (string, string, error) {
 		main, err := rd.c.MainBranch(ctx, rd.repo)
 		rd.requests++
-		if err != nil {
-			return err
-		}
-		if s.Ref == "refs/heads/"+main {
-			s.MarkUnread(rd.need&(change.CommitsInput|change.PathsInput), errNoBase.Error())
-			return nil
-		}
-		base = main
-	}
+		return "refs/heads/" + main, main, err
+	}, errNoBase.Error(), func(base string) error { return rd.rangeOf(ctx, base) })
+}
+
+// rangeOf reads the range from s's commit to base: its paths and commits as need asks.
+func (rd *read) rangeOf(ctx context.Context, base string) error {
+	s := rd.s
 	rp, err := RepoPath(rd.repo)
 	if err != nil {
 		return err
@@ -396,20 +388,17 @@ func (rd *read) paths(ctx context.Context, u, what, scope string) error {
 
 // addPaths adds a diffstat's paths to the change's: a renamed file's old path too.
 func (rd *read) addPaths(entries []DiffStat, cut bool, what string) {
-	seen := make(map[string]bool, len(rd.s.Paths))
-	for _, p := range rd.s.Paths {
-		seen[p] = true
-	}
+	paths := make([]string, 0, 2*len(entries))
 	for _, e := range entries {
 		for _, side := range []*struct {
 			Path string `json:"path"`
 		}{e.Old, e.New} {
-			if side != nil && side.Path != "" && !seen[side.Path] {
-				seen[side.Path] = true
-				rd.s.Paths = append(rd.s.Paths, side.Path)
+			if side != nil {
+				paths = append(paths, side.Path)
 			}
 		}
 	}
+	providerapi.AddPaths(rd.s, paths...)
 	if cut {
 		rd.s.MarkUnread(change.PathsInput, fmt.Sprintf("%s lists more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
 	}

@@ -52,14 +52,7 @@ func classify(resp *http.Response, body []byte, now time.Time) *providerapi.Erro
 
 // Do sends r (its URL under /rest) with the token.
 func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
-	h := r.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Set("Authorization", "Bearer "+c.token)
-	h.Set("Accept", "application/json")
-	r.Header = h
-	return c.Client.Do(ctx, r)
+	return c.Client.Do(ctx, r.WithHeader(http.Header{"Authorization": {"Bearer " + c.token}, "Accept": {"application/json"}}))
 }
 
 // Page is the envelope of a page of a listing.
@@ -74,37 +67,26 @@ type Page struct {
 // providerapi.DefaultMaxPages). visit reads each page's values and says whether to read on. A
 // listing with more pages is a Transient error.
 func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(values json.RawMessage) (more bool, err error)) error {
-	if maxPages <= 0 {
-		maxPages = providerapi.DefaultMaxPages
-	}
-	for page := 1; ; page++ {
-		a, err := c.Do(ctx, r)
-		if err != nil {
-			return err
-		}
-		var p Page
-		if err := a.Decode(fmt.Sprintf("page %d of %s", page, a.URL.EscapedPath()), &p); err != nil {
-			return err
-		}
-		more, err := visit(p.Values)
-		if err != nil || !more || p.IsLastPage {
-			return err
-		}
+	var p Page
+	page := 0
+	return providerapi.Pages(ctx, c.Do, r, maxPages, func(a *providerapi.Answer) (string, error) {
 		if p.NextPageStart == nil {
-			return &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s: a page that is not the last names no nextPageStart", a.URL.EscapedPath())}
+			return "", &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s: a page that is not the last names no nextPageStart", a.URL.EscapedPath())}
 		}
-		if page >= maxPages {
-			return &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s lists more than %d pages", a.URL.EscapedPath(), maxPages)}
-		}
-		u, err := c.URL(r.URL)
-		if err != nil {
-			return &providerapi.Error{Class: providerapi.Operator, Err: err}
-		}
+		u := *a.URL
 		q := u.Query()
 		q.Set("start", strconv.Itoa(*p.NextPageStart))
 		u.RawQuery = q.Encode()
-		r.URL = u.String()
-	}
+		return u.String(), nil
+	}, func(a *providerapi.Answer) (bool, error) {
+		page++
+		p = Page{}
+		if err := a.Decode(fmt.Sprintf("page %d of %s", page, a.URL.EscapedPath()), &p); err != nil {
+			return false, err
+		}
+		more, err := visit(p.Values)
+		return more && !p.IsLastPage, err
+	})
 }
 
 // RepoPath is /rest/api/latest/projects/{projectKey}/repos/{repositorySlug} of repo

@@ -223,22 +223,19 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 		rd := &read{c: c, s: f, need: need, repo: s.Repository}
 		err := rd.fill(ctx)
 		return rd.requests, err
-	}, reasonOf)
+	}, refusalOf)
 }
 
-// reasonOf says what an operator must do about a read that failed for good: what to grant
-// first, since a status's description may be cut.
-func reasonOf(err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant
+// first, since a status's description may be cut; "" for any other failure, which ReadInputs
+// words.
+func refusalOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("grant the token %s on the repository (Bitbucket Data Center answered %d for %s: %s)",
 			Permission, providerapi.StatusOf(err), r.What, providerapi.StatusMessage(err))
 	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 // errNoBase is a push that names no commit to compare with: the first push of the default
@@ -261,21 +258,17 @@ func (rd *read) fill(ctx context.Context) error {
 			return &providerapi.Error{Class: providerapi.Permanent, Err: errors.New("the pull request names no latest commit of its target")}
 		}
 	}
-	if !rd.need.Has(change.CommitsInput) && !rd.need.Has(change.PathsInput) {
-		return nil
-	}
-	if base == "" {
+	return providerapi.ReadRange(s, rd.need, base, func() (string, string, error) {
 		branch, err := rd.c.DefaultBranch(ctx, rd.repo)
 		rd.requests++
-		if err != nil {
-			return err
-		}
-		if s.Ref == branch {
-			s.MarkUnread(rd.need&(change.CommitsInput|change.PathsInput), errNoBase.Error())
-			return nil
-		}
-		base = branch
-	}
+		return branch, branch, err
+	}, errNoBase.Error(), func(base string) error { return rd.rangeOf(ctx, base, fromRepo) })
+}
+
+// rangeOf reads the range from s's commit to base (in fromRepo, a fork, when it is not ""):
+// its changes and commits as need asks.
+func (rd *read) rangeOf(ctx context.Context, base, fromRepo string) error {
+	s := rd.s
 	rp, err := RepoPath(rd.repo)
 	if err != nil {
 		return err
@@ -387,18 +380,11 @@ func (rd *read) changes(ctx context.Context, u, what string) error {
 
 // addChanges adds the paths changes name: a moved or copied file's old path too.
 func (rd *read) addChanges(changes []Change) {
-	seen := make(map[string]bool, len(rd.s.Paths))
-	for _, p := range rd.s.Paths {
-		seen[p] = true
-	}
+	paths := make([]string, 0, 2*len(changes))
 	for _, c := range changes {
-		for _, p := range []string{c.SrcPath.path(), c.Path.path()} {
-			if p != "" && !seen[p] {
-				seen[p] = true
-				rd.s.Paths = append(rd.s.Paths, p)
-			}
-		}
+		paths = append(paths, c.SrcPath.path(), c.Path.path())
 	}
+	providerapi.AddPaths(rd.s, paths...)
 }
 
 // commits reads a listing of commits (newest first, as Data Center lists them) into the

@@ -52,25 +52,13 @@ type Refused struct{ Err error }
 func (r *Refused) Error() string { return r.Err.Error() }
 func (r *Refused) Unwrap() error { return r.Err }
 
-// cutError is an answer, or a page of a listing, past the bound amiss reads of one: the input
-// it was for is marked unread, naming the bound.
-type cutError struct{ bound string }
-
-func (e *cutError) Error() string { return e.bound }
-
-// Unwrap makes it ErrAnswerTooLong: asking again gets the same answer.
-func (e *cutError) Unwrap() error { return providerapi.ErrAnswerTooLong }
-
 // get reads one answer into v.
 func (c *Client) get(ctx context.Context, u, what string, v any) error {
 	a, err := c.Do(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes})
 	if err != nil {
 		return refusedFor(err)
 	}
-	if a.Cut {
-		return &cutError{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, maxListingBytes>>20)}
-	}
-	return a.Decode(what, v)
+	return a.DecodeWithin(what, v)
 }
 
 func refusedFor(err error) error {
@@ -101,11 +89,8 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 	err := c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max+1,
 		func(a *providerapi.Answer) (bool, error) {
 			page++
-			if a.Cut {
-				return false, &cutError{fmt.Sprintf("page %d of %s is longer than the %d MiB amiss reads of an answer", page, what, maxListingBytes>>20)}
-			}
 			var items []T
-			if err := a.Decode(fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
+			if err := a.DecodeWithin(fmt.Sprintf("page %d of %s", page, what), &items); err != nil {
 				return false, err
 			}
 			if n, err := strconv.Atoi(a.Header.Get("X-Total-Count")); err == nil && n >= 0 {
@@ -262,7 +247,7 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 	name := displayName(s.Provider)
 	return providerapi.ReadInputs(s, need, name,
 		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) },
-		func(err error) string { return reasonOf(name, err) })
+		func(err error) string { return refusalOf(name, err) })
 }
 
 // displayName is the provider as a verdict names it.
@@ -273,22 +258,15 @@ func displayName(provider string) string {
 	return "Gitea"
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
-func reasonOf(name string, err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant;
+// "" for any other failure, which ReadInputs words.
+func refusalOf(name string, err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("%s answered %d; grant the token the %s scope, as a user who can read the repository",
 			name, providerapi.StatusOf(err), ReadScope)
 	}
-	var cut *cutError
-	if errors.As(err, &cut) {
-		return cut.bound
-	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
@@ -299,35 +277,28 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			return requests, err
 		}
 	}
-	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
-		return requests, nil
-	}
 	base := s.Before
 	if base == "" && s.Pull != nil {
 		base = s.Pull.TargetBranch
 	}
-	if base == "" {
-		// A new branch: what it adds to the repository's default branch.
+	err = providerapi.ReadRange(s, need, base, func() (string, string, error) {
 		repo, err := c.GetRepository(ctx, s.Repository)
 		requests++
+		return "refs/heads/" + repo.DefaultBranch, repo.DefaultBranch, err
+	}, createdDefault, func(base string) error {
+		cmp, err := c.Compare(ctx, s.Repository, base, s.SHA)
+		requests++
 		if err != nil {
-			return requests, err
+			return err
 		}
-		if repo.DefaultBranch == "" || "refs/heads/"+repo.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
-				"the push created the repository's default branch: no earlier commit names where its commits begin")
-			return requests, nil
-		}
-		base = repo.DefaultBranch
-	}
-	cmp, err := c.Compare(ctx, s.Repository, base, s.SHA)
-	requests++
-	if err != nil {
-		return requests, err
-	}
-	addComparison(s, need, cmp)
-	return requests, nil
+		addComparison(s, need, cmp)
+		return nil
+	})
+	return requests, err
 }
+
+// createdDefault is why the push that created the default branch is not read.
+const createdDefault = "the push created the repository's default branch: no earlier commit names where its commits begin"
 
 // addComparison adds a comparison's commits (oldest first) and the files they change.
 func addComparison(s *change.Change, need change.Inputs, cmp Comparison) {
@@ -344,7 +315,7 @@ func addComparison(s *change.Change, need change.Inputs, cmp Comparison) {
 			paths = append(paths, f.Filename)
 		}
 	}
-	addPaths(s, paths...)
+	providerapi.AddPaths(s, paths...)
 	if cmp.TotalCommits > len(cmp.Commits) {
 		s.MarkUnread(need&change.CommitsInput, fmt.Sprintf("Gitea's comparison lists %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
 	}
@@ -411,7 +382,7 @@ func (c *Client) fillPull(ctx context.Context, s *change.Change, need change.Inp
 			cuts = append(cuts, change.Unread{Input: change.CommitsInput, Reason: listedOf("commits", len(list), listed.total, MaxReadCommits)})
 		}
 	}
-	addPaths(s, paths...)
+	providerapi.AddPaths(s, paths...)
 	s.Commits = append(s.Commits, commits...)
 	for _, u := range cuts {
 		s.MarkUnread(u.Input, u.Reason)
@@ -438,18 +409,4 @@ func refOf(contents string) string {
 		return ""
 	}
 	return u.Query().Get("ref")
-}
-
-// addPaths adds each of ps to s's paths once.
-func addPaths(s *change.Change, ps ...string) {
-	seen := make(map[string]bool, len(s.Paths))
-	for _, p := range s.Paths {
-		seen[p] = true
-	}
-	for _, p := range ps {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			s.Paths = append(s.Paths, p)
-		}
-	}
 }

@@ -162,7 +162,7 @@ func (c *Client) Do(ctx context.Context, installation int64, r providerapi.Reque
 	renewed, reclocked := false, false
 	waits := 0
 	for {
-		r.Header = withHeader(r.Header, cred.authorization)
+		r = r.WithHeader(Header(cred.authorization))
 		a, err := c.Client.Do(ctx, r)
 		if providerapi.StatusOf(err) != http.StatusUnauthorized {
 			return a, err
@@ -206,47 +206,18 @@ func (c *Client) now() time.Time {
 	return time.Now()
 }
 
-func withHeader(h http.Header, authorization string) http.Header {
-	out := Header(authorization)
-	for k, vs := range h {
-		if _, set := out[http.CanonicalHeaderKey(k)]; !set {
-			out[http.CanonicalHeaderKey(k)] = vs
-		}
-	}
-	return out
-}
-
 // Pages reads a listing: r, then each page the answer's Link header names rel="next" (GitHub's
 // paging; the link keeps r's per_page), at most maxPages pages (0: providerapi.DefaultMaxPages).
 // visit reads each page and says whether to read on. A listing with more pages than that is a
 // Transient error: never a list taken as whole.
 func (c *Client) Pages(ctx context.Context, installation int64, r providerapi.Request, maxPages int, visit func(page *providerapi.Answer) (more bool, err error)) error {
-	if maxPages <= 0 {
-		maxPages = providerapi.DefaultMaxPages
+	send := func(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
+		return c.Do(ctx, installation, r)
 	}
-	for page := 1; ; page++ {
-		a, err := c.Do(ctx, installation, r)
-		if err != nil {
-			return err
-		}
-		more, err := visit(a)
-		if err != nil || !more {
-			return err
-		}
+	return providerapi.Pages(ctx, send, r, maxPages, func(a *providerapi.Answer) (string, error) {
 		next, _ := providerapi.NextLink(a.Header)
-		if next == "" {
-			return nil
-		}
-		if page >= maxPages {
-			return &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s lists more than %d pages", pathOf(r.URL), maxPages)}
-		}
-		r.URL = next
-	}
-}
-
-func pathOf(ref string) string {
-	p, _, _ := strings.Cut(ref, "?")
-	return p
+		return next, nil
+	}, visit)
 }
 
 // classify is GitHub's table of answers: providerapi.Classify's, and GitHub's rate limits,

@@ -307,7 +307,7 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 		}
 		n, err := c.fill(ctx, f, need)
 		return requests + n, err
-	}, reasonOf)
+	}, refusalOf)
 }
 
 // onBranch reports whether s's commit is on the branch s names (s.Ref) in s's repository: the
@@ -343,18 +343,15 @@ func isCommit(sha string) bool {
 	return strings.Trim(strings.ToLower(sha), "0123456789abcdef") == ""
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
-func reasonOf(err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant;
+// "" for any other failure, which ReadInputs words.
+func refusalOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("GitHub answered %d; grant the credential the %s permission (a GitHub App's, or a token's repo scope)",
 			providerapi.StatusOf(err), r.Permission)
 	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 // cut marks in, read in part, as not held whole: GitHub's listing stops at limit.
@@ -374,9 +371,6 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			return requests, err
 		}
 	}
-	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
-		return requests, nil
-	}
 	// What s's commit brings: a pull request's, since its target branch (what the pull
 	// request changed at that commit, as its event read it then); a push's, since the commit
 	// the branch was at before; a new branch's, since the repository's default branch.
@@ -392,33 +386,28 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
 			"the Re-run's webhook names neither the push's earlier commit nor its branch: push again")
 		return requests, nil
-	default:
+	}
+	err = providerapi.ReadRange(s, need, base, func() (string, string, error) {
 		repo, err := c.GetRepository(ctx, s.Installation, s.Repository)
 		requests++
+		return "refs/heads/" + repo.DefaultBranch, repo.DefaultBranch, err
+	}, "the push created the repository's default branch: no earlier commit names where its commits begin", func(base string) error {
+		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
+		requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
 		if err != nil {
-			return requests, err
+			return err
 		}
-		if repo.DefaultBranch == "" || "refs/heads/"+repo.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
-				"the push created the repository's default branch: no earlier commit names where its commits begin")
-			return requests, nil
+		addFiles(s, cmp.Files)
+		addCommits(s, cmp.Commits)
+		if len(cmp.Files) >= CompareFilesGiven {
+			cut(s, change.PathsInput, "at most 300 files of a comparison")
 		}
-		base = repo.DefaultBranch
-	}
-	cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
-	requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
-	if err != nil {
-		return requests, err
-	}
-	addFiles(s, cmp.Files)
-	addCommits(s, cmp.Commits)
-	if len(cmp.Files) >= CompareFilesGiven {
-		cut(s, change.PathsInput, "at most 300 files of a comparison")
-	}
-	if cmp.TotalCommits > len(cmp.Commits) {
-		cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
-	}
-	return requests, nil
+		if cmp.TotalCommits > len(cmp.Commits) {
+			cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
+		}
+		return nil
+	})
+	return requests, err
 }
 
 // fillPull reads the pull request: its title and branches as need asks, and, when its head is
@@ -489,18 +478,11 @@ func refOf(contents string) string {
 // addFiles adds the paths files change: a renamed file changes its old path too, as a push's
 // removed list would say.
 func addFiles(s *change.Change, files []ChangedFile) {
-	seen := make(map[string]bool, len(s.Paths))
-	for _, p := range s.Paths {
-		seen[p] = true
-	}
+	paths := make([]string, 0, 2*len(files))
 	for _, f := range files {
-		for _, p := range []string{f.PreviousFilename, f.Filename} {
-			if p != "" && !seen[p] {
-				seen[p] = true
-				s.Paths = append(s.Paths, p)
-			}
-		}
+		paths = append(paths, f.PreviousFilename, f.Filename)
 	}
+	providerapi.AddPaths(s, paths...)
 }
 
 func addCommits(s *change.Change, commits []Commit) {

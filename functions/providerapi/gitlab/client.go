@@ -9,7 +9,6 @@ package gitlab
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -54,13 +53,7 @@ func classify(resp *http.Response, body []byte, now time.Time) *providerapi.Erro
 
 // Do sends r (its URL under /api/v4, or a link the API gave) with the token.
 func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.Answer, error) {
-	h := r.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Set("PRIVATE-TOKEN", c.token)
-	r.Header = h
-	return c.Client.Do(ctx, r)
+	return c.Client.Do(ctx, r.WithHeader(http.Header{"PRIVATE-TOKEN": {c.token}}))
 }
 
 // Pages reads a listing: r, then the next page while GitLab names one (X-Next-Page, or the
@@ -70,27 +63,7 @@ func (c *Client) Do(ctx context.Context, r providerapi.Request) (*providerapi.An
 // providerapi.DefaultMaxPages). visit reads each page and says whether to read on. A listing
 // with more pages is a Transient error.
 func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(*providerapi.Answer) (more bool, err error)) error {
-	if maxPages <= 0 {
-		maxPages = providerapi.DefaultMaxPages
-	}
-	for page := 1; ; page++ {
-		a, err := c.Do(ctx, r)
-		if err != nil {
-			return err
-		}
-		more, err := visit(a)
-		if err != nil || !more {
-			return err
-		}
-		next := nextPage(a)
-		if next == "" {
-			return nil
-		}
-		if page >= maxPages {
-			return &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("%s lists more than %d pages", a.URL.EscapedPath(), maxPages)}
-		}
-		r.URL = next
-	}
+	return providerapi.Pages(ctx, c.Do, r, maxPages, func(a *providerapi.Answer) (string, error) { return nextPage(a), nil }, visit)
 }
 
 // nextPage is the URL of the page after a, or "".

@@ -52,15 +52,6 @@ type Refused struct{ Err error }
 func (r *Refused) Error() string { return r.Err.Error() }
 func (r *Refused) Unwrap() error { return r.Err }
 
-// cutError is an answer, or a page of a listing, past the bound amiss reads of one: the input
-// it was for is marked unread, naming the bound.
-type cutError struct{ bound string }
-
-func (e *cutError) Error() string { return e.bound }
-
-// Unwrap makes it ErrAnswerTooLong: asking again gets the same answer.
-func (e *cutError) Unwrap() error { return providerapi.ErrAnswerTooLong }
-
 // errMoved: a merge request's listing no longer describes the commit read for.
 var errMoved = errors.New("the merge request moved on while it was read")
 
@@ -80,10 +71,7 @@ func (c *Client) get(ctx context.Context, u, what string, v any) error {
 	if err != nil {
 		return refusedFor(err)
 	}
-	if a.Cut {
-		return &cutError{fmt.Sprintf("%s is longer than the %d MiB amiss reads of an answer", what, maxListingBytes>>20)}
-	}
-	return a.Decode(what, v)
+	return a.DecodeWithin(what, v)
 }
 
 // listing is what list read: the entries, the pages read, whether GitLab named a page after
@@ -104,11 +92,8 @@ func list[T any](ctx context.Context, c *Client, u, what string, max int) (listi
 	err := c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max+1,
 		func(a *providerapi.Answer) (bool, error) {
 			out.pages++
-			if a.Cut {
-				return false, &cutError{fmt.Sprintf("page %d of %s is longer than the %d MiB amiss reads of an answer", out.pages, what, maxListingBytes>>20)}
-			}
 			var items []T
-			if err := a.Decode(fmt.Sprintf("page %d of %s", out.pages, what), &items); err != nil {
+			if err := a.DecodeWithin(fmt.Sprintf("page %d of %s", out.pages, what), &items); err != nil {
 				return false, err
 			}
 			if t := a.Header.Get("X-Total"); t != "" {
@@ -225,25 +210,18 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 // unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	return providerapi.ReadInputs(s, need, "GitLab",
-		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) }, reasonOf)
+		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) }, refusalOf)
 }
 
-// reasonOf says what an operator must do about a read that failed for good.
-func reasonOf(err error) string {
+// refusalOf says what an operator must do about a read the provider refused: what to grant;
+// "" for any other failure, which ReadInputs words.
+func refusalOf(err error) string {
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("GitLab answered %d; grant the token the %s scope, as a member who can read the project's code (Reporter)",
 			providerapi.StatusOf(err), ReadScope)
 	}
-	var cut *cutError
-	if errors.As(err, &cut) {
-		return cut.bound
-	}
-	var pe *providerapi.Error
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
+	return ""
 }
 
 func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
@@ -254,41 +232,34 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			return requests, err
 		}
 	}
-	if !need.Has(change.CommitsInput) && !need.Has(change.PathsInput) {
-		return requests, nil
-	}
 	from := s.Before
 	if from == "" && s.Pull != nil {
 		from = s.Pull.TargetBranch
 	}
-	if from == "" {
-		// A new branch: what it adds to the project's default branch.
+	err = providerapi.ReadRange(s, need, from, func() (string, string, error) {
 		p, err := c.GetProject(ctx, s.Repository)
 		requests++
+		return "refs/heads/" + p.DefaultBranch, p.DefaultBranch, err
+	}, createdDefault, func(from string) error {
+		cmp, err := c.Compare(ctx, s.Repository, from, s.SHA)
+		requests++
 		if err != nil {
-			return requests, err
+			return err
 		}
-		if p.DefaultBranch == "" || "refs/heads/"+p.DefaultBranch == s.Ref {
-			s.MarkUnread(need&(change.CommitsInput|change.PathsInput),
-				"the push created the project's default branch: no earlier commit names where its commits begin")
-			return requests, nil
+		for _, cm := range cmp.Commits {
+			s.Commits = append(s.Commits, change.Commit{ID: cm.ID, Message: cm.Message})
 		}
-		from = p.DefaultBranch
-	}
-	cmp, err := c.Compare(ctx, s.Repository, from, s.SHA)
-	requests++
-	if err != nil {
-		return requests, err
-	}
-	for _, cm := range cmp.Commits {
-		s.Commits = append(s.Commits, change.Commit{ID: cm.ID, Message: cm.Message})
-	}
-	addDiffs(s, cmp.Diffs)
-	if cmp.CompareTimeout {
-		s.MarkUnread(need&change.PathsInput, fmt.Sprintf("GitLab's comparison overflowed its diff limits (the instance's maximum files or lines in a diff): it lists %d files", len(cmp.Diffs)))
-	}
-	return requests, nil
+		addDiffs(s, cmp.Diffs)
+		if cmp.CompareTimeout {
+			s.MarkUnread(need&change.PathsInput, fmt.Sprintf("GitLab's comparison overflowed its diff limits (the instance's maximum files or lines in a diff): it lists %d files", len(cmp.Diffs)))
+		}
+		return nil
+	})
+	return requests, err
 }
+
+// createdDefault is why the push that created the default branch is not read.
+const createdDefault = "the push created the project's default branch: no earlier commit names where its commits begin"
 
 // fillMergeRequest reads the merge request as need asks: when its head is still s's commit
 // (current), its title and branches as need asks, its files and commits. A listing that turns out to describe
@@ -375,7 +346,7 @@ func (c *Client) fillMergeRequest(ctx context.Context, s *change.Change, need ch
 			cuts = append(cuts, change.Unread{Input: change.CommitsInput, Reason: fmt.Sprintf("GitLab listed %d of the merge request's %d commits", len(listed.items), listed.short)})
 		}
 	}
-	addPaths(s, paths...)
+	providerapi.AddPaths(s, paths...)
 	s.Commits = append(s.Commits, commits...)
 	for _, u := range cuts {
 		s.MarkUnread(u.Input, u.Reason)
@@ -388,19 +359,5 @@ func addDiffs(s *change.Change, diffs []Diff) {
 	for _, d := range diffs {
 		ps = append(ps, d.OldPath, d.NewPath)
 	}
-	addPaths(s, ps...)
-}
-
-// addPaths adds each of ps to s's paths once.
-func addPaths(s *change.Change, ps ...string) {
-	seen := make(map[string]bool, len(s.Paths))
-	for _, p := range s.Paths {
-		seen[p] = true
-	}
-	for _, p := range ps {
-		if p != "" && !seen[p] {
-			seen[p] = true
-			s.Paths = append(s.Paths, p)
-		}
-	}
+	providerapi.AddPaths(s, ps...)
 }
