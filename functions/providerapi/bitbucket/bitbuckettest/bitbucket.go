@@ -35,7 +35,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,21 +106,19 @@ type Bitbucket struct {
 	// Bitbucket's error body (403: the token lacks a scope).
 	Answer func(op string, n int) int
 
-	mu           sync.Mutex
-	posts        int
-	unauthorized int
-	requests     map[string]int
-	repos        map[string]*repository
-	seq          int
-	statuses     []Status
-	violations   []string
+	// Record counts the valid reads of each operation (Requests), the requests refused for
+	// their token (Unauthorized) and the violations.
+	providerapitest.Record
+
+	mu       sync.Mutex
+	posts    int
+	history  *providerapitest.History[Commit]
+	repos    map[string]*repository
+	statuses []Status
 }
 
 type repository struct {
-	commits    map[string]Commit
-	order      map[string]int // a commit's place in the order it was added: later is newer
 	pulls      map[int]Pull
-	branches   map[string]string
 	mainBranch string
 }
 
@@ -130,7 +127,8 @@ func New(authorize func(string) bool) *Bitbucket {
 	if err := bitbucketspec.Cloud.Load(); err != nil {
 		panic(err)
 	}
-	return &Bitbucket{Authorize: authorize}
+	return &Bitbucket{Authorize: authorize, history: providerapitest.NewHistory(func(c Commit) string { return c.Hash },
+		func(c Commit) []string { return c.Parents })}
 }
 
 // repo returns repository name (workspace/slug), made when absent. b.mu is held.
@@ -140,8 +138,7 @@ func (b *Bitbucket) repo(name string) *repository {
 	}
 	r := b.repos[name]
 	if r == nil {
-		r = &repository{commits: map[string]Commit{}, order: map[string]int{}, pulls: map[int]Pull{}, branches: map[string]string{},
-			mainBranch: "main"}
+		r = &repository{pulls: map[int]Pull{}, mainBranch: "main"}
 		b.repos[name] = r
 	}
 	return r
@@ -154,10 +151,8 @@ func (b *Bitbucket) AddCommit(repo, sha string) { b.AddHistory(repo, Commit{Hash
 func (b *Bitbucket) AddHistory(repo string, c Commit) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r := b.repo(repo)
-	b.seq++
-	r.commits[c.Hash] = c
-	r.order[c.Hash] = b.seq
+	b.repo(repo)
+	b.history.Add(repo, c)
 }
 
 // AddPull adds (or replaces) pull request p of repo.
@@ -171,7 +166,8 @@ func (b *Bitbucket) AddPull(repo string, p Pull) {
 func (b *Bitbucket) SetBranch(repo, name, head string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo).branches[name] = head
+	b.repo(repo)
+	b.history.SetBranch(repo, name, head)
 }
 
 // SetMainBranch makes the branch name repo's main branch (main unless set).
@@ -184,23 +180,13 @@ func (b *Bitbucket) SetMainBranch(repo, name string) {
 // resolve is the full hash of ref in repo: a full hash, an abbreviation of one (at least 7
 // characters), or a branch; "" when none. b.mu is held.
 func (b *Bitbucket) resolve(repo, ref string) string {
-	r := b.repos[repo]
-	if r == nil {
-		return ""
-	}
-	if head, ok := r.branches[ref]; ok {
+	if head, ok := b.history.Branch(repo, ref); ok {
 		return head
 	}
 	if len(ref) < minShortHash {
 		return ""
 	}
-	ref = strings.ToLower(ref)
-	for sha := range r.commits {
-		if strings.HasPrefix(sha, ref) {
-			return sha
-		}
-	}
-	return ""
+	return b.history.Expand(repo, strings.ToLower(ref))
 }
 
 func (b *Bitbucket) answer(w http.ResponseWriter, code int, v any) {
@@ -217,9 +203,7 @@ func (b *Bitbucket) refuse(w http.ResponseWriter, code int) {
 
 func (b *Bitbucket) violate(w http.ResponseWriter, code int, format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
-	b.mu.Lock()
-	b.violations = append(b.violations, msg)
-	b.mu.Unlock()
+	b.Violate(msg)
 	b.answer(w, code, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
 }
 
@@ -241,9 +225,7 @@ func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Authorize != nil && !b.Authorize(token) {
-		b.mu.Lock()
-		b.unauthorized++
-		b.mu.Unlock()
+		b.Refused()
 		b.refuse(w, http.StatusUnauthorized)
 		return
 	}
@@ -264,13 +246,7 @@ func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.create(w, r, body, repo, sha)
 		return
 	}
-	b.mu.Lock()
-	if b.requests == nil {
-		b.requests = map[string]int{}
-	}
-	b.requests[op]++
-	n := b.requests[op]
-	b.mu.Unlock()
+	n := b.Count(op)
 	if b.Answer != nil {
 		if code := b.Answer(op, n); code != 0 {
 			b.refuse(w, code)
@@ -363,7 +339,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 			return
 		}
 		if op == OpGetCommit {
-			c := rp.commits[sha]
+			c, _ := b.history.Commit(repo, sha)
 			b.answer(w, http.StatusOK, partial(map[string]any{"type": "commit", "hash": sha, "message": c.Message,
 				"summary": map[string]any{"raw": c.Message, "markup": "markdown", "html": "<p>" + c.Message + "</p>"}}, fields))
 			return
@@ -405,7 +381,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 				RawQuery: to.Encode()}).String())
 			w.WriteHeader(http.StatusFound)
 		case OpPullCommits:
-			b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.between(rp, p.SourceCommit, p.DestinationCommit)), page, pagelen), fields))
+			b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.history.Between(repo, p.SourceCommit, p.DestinationCommit)), page, pagelen), fields))
 		}
 	case OpDiffStat:
 		from, to, ranged := strings.Cut(parts[4], "..")
@@ -414,14 +390,16 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 		switch {
 		case ranged:
 			base = b.resolve(repo, to)
-		case head != "" && len(rp.commits[head].Parents) > 0:
-			base = rp.commits[head].Parents[0] // a single commit: against its first parent
+		case head != "":
+			if c, _ := b.history.Commit(repo, head); len(c.Parents) > 0 {
+				base = c.Parents[0] // a single commit: against its first parent
+			}
 		}
 		if head == "" || ranged && base == "" {
 			b.refuse(w, http.StatusNotFound)
 			return
 		}
-		b.answer(w, http.StatusOK, partial(pageOf(r, diffStatJSON(changesOf(b.between(rp, head, base))), page, pagelen), fields))
+		b.answer(w, http.StatusOK, partial(pageOf(r, diffStatJSON(changesOf(b.history.Between(repo, head, base))), page, pagelen), fields))
 	case OpCommits:
 		head := b.resolve(repo, parts[4])
 		if head == "" {
@@ -429,7 +407,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 			return
 		}
 		if len(q["include"]) > 0 || len(q["exclude"]) > 1 {
-			b.violations = append(b.violations, "the fake serves one revision and at most one exclude")
+			b.Violate("the fake serves one revision and at most one exclude")
 			b.refuse(w, http.StatusBadRequest)
 			return
 		}
@@ -440,7 +418,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 				return
 			}
 		}
-		b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.between(rp, head, base)), page, pagelen), fields))
+		b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.history.Between(repo, head, base)), page, pagelen), fields))
 	}
 }
 
@@ -455,7 +433,7 @@ func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || name == "pagelen" && n > maxPageLen {
 			msg := fmt.Sprintf("%s %q: want a number from 1 (pagelen: to %d)", name, s, maxPageLen)
-			b.violations = append(b.violations, msg)
+			b.Violate(msg)
 			b.answer(w, http.StatusBadRequest, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
 			return 0, 0, false
 		}
@@ -464,58 +442,11 @@ func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int
 	return page, pagelen, true
 }
 
-// between lists the commits reachable from head and not from base ("": none excluded),
-// newest first. b.mu is held.
-func (b *Bitbucket) between(r *repository, head, base string) []Commit {
-	excluded := map[string]bool{}
-	if base != "" {
-		reach(r, base, excluded)
-	}
-	included := map[string]bool{}
-	reach(r, head, included)
-	var out []Commit
-	for sha := range included {
-		if !excluded[sha] {
-			out = append(out, r.commits[sha])
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return r.order[out[i].Hash] > r.order[out[j].Hash] })
-	return out
-}
-
-// reach adds every commit reachable from sha (itself included) to seen.
-func reach(r *repository, sha string, seen map[string]bool) {
-	for stack := []string{sha}; len(stack) > 0; {
-		c := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if seen[c] {
-			continue
-		}
-		commit, ok := r.commits[c]
-		if !ok {
-			continue
-		}
-		seen[c] = true
-		stack = append(stack, commit.Parents...)
-	}
-}
-
 // changesOf is what commits (newest first) change together: each path once, with its newest
 // change.
 func changesOf(commits []Commit) []Change {
-	at := map[string]int{}
-	var out []Change
-	for i := len(commits) - 1; i >= 0; i-- {
-		for _, c := range commits[i].Changes {
-			if j, ok := at[c.Path]; ok {
-				out[j] = c
-				continue
-			}
-			at[c.Path] = len(out)
-			out = append(out, c)
-		}
-	}
-	return out
+	return providerapitest.Changed(providerapitest.Reversed(commits), func(c Commit) []Change { return c.Changes },
+		func(c Change) string { return c.Path })
 }
 
 func diffStatJSON(changes []Change) []map[string]any {
@@ -617,30 +548,9 @@ func (b *Bitbucket) Status(repo, sha, key string) (Status, bool) {
 	return Status{}, false
 }
 
-// Requests counts the valid requests of the read op.
-func (b *Bitbucket) Requests(op string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.requests[op]
-}
-
 // Posts counts the valid POSTs.
 func (b *Bitbucket) Posts() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.posts
-}
-
-// Unauthorized counts the requests refused for their token.
-func (b *Bitbucket) Unauthorized() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (b *Bitbucket) Violations() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.violations...)
 }

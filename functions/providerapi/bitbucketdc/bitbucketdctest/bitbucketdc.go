@@ -33,7 +33,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,21 +112,19 @@ type BitbucketDC struct {
 	// changes a pull request's changes answer lists (0: DefaultMaxChanges).
 	MaxLimit, MaxChanges int
 
-	mu           sync.Mutex
-	posts        int
-	unauthorized int
-	requests     map[string]int
-	repos        map[string]*repository
-	seq          int
-	statuses     []Status
-	violations   []string
+	// Record counts the valid reads of each operation (Requests), the requests refused for
+	// their token (Unauthorized) and the violations.
+	providerapitest.Record
+
+	mu       sync.Mutex
+	posts    int
+	history  *providerapitest.History[Commit]
+	repos    map[string]*repository
+	statuses []Status
 }
 
 type repository struct {
-	commits       map[string]Commit
-	order         map[string]int // a commit's place in the order it was added: later is newer
 	pulls         map[int]Pull
-	branches      map[string]string // name: head commit
 	defaultBranch string
 }
 
@@ -136,7 +133,8 @@ func New(authorize func(string) bool) *BitbucketDC {
 	if err := bitbucketspec.DataCenter.Load(); err != nil {
 		panic(err)
 	}
-	return &BitbucketDC{Authorize: authorize}
+	return &BitbucketDC{Authorize: authorize, history: providerapitest.NewHistory(func(c Commit) string { return c.ID },
+		func(c Commit) []string { return c.Parents })}
 }
 
 // repo returns repository name (PROJECT/slug), made when absent. b.mu is held.
@@ -146,8 +144,7 @@ func (b *BitbucketDC) repo(name string) *repository {
 	}
 	r := b.repos[name]
 	if r == nil {
-		r = &repository{commits: map[string]Commit{}, order: map[string]int{}, pulls: map[int]Pull{}, branches: map[string]string{},
-			defaultBranch: "main"}
+		r = &repository{pulls: map[int]Pull{}, defaultBranch: "main"}
 		b.repos[name] = r
 	}
 	return r
@@ -157,10 +154,8 @@ func (b *BitbucketDC) repo(name string) *repository {
 func (b *BitbucketDC) AddCommit(repo string, c Commit) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r := b.repo(repo)
-	b.seq++
-	r.commits[c.ID] = c
-	r.order[c.ID] = b.seq
+	b.repo(repo)
+	b.history.Add(repo, c)
 }
 
 // AddPull adds (or replaces) pull request p of repo.
@@ -174,7 +169,8 @@ func (b *BitbucketDC) AddPull(repo string, p Pull) {
 func (b *BitbucketDC) SetBranch(repo, name, head string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo).branches[name] = head
+	b.repo(repo)
+	b.history.SetBranch(repo, name, head)
 }
 
 // SetDefaultBranch makes the branch name repo's default branch (main unless set).
@@ -184,32 +180,11 @@ func (b *BitbucketDC) SetDefaultBranch(repo, name string) {
 	b.repo(repo).defaultBranch = name
 }
 
-// Requests counts the valid requests of op.
-func (b *BitbucketDC) Requests(op string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.requests[op]
-}
-
 // Posts counts the valid build status POSTs.
 func (b *BitbucketDC) Posts() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.posts
-}
-
-// Unauthorized counts the requests refused for their token.
-func (b *BitbucketDC) Unauthorized() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (b *BitbucketDC) Violations() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.violations...)
 }
 
 // Status returns the build status of key on a commit.
@@ -270,9 +245,7 @@ func (b *BitbucketDC) refuse(w http.ResponseWriter, code int, message string) {
 
 func (b *BitbucketDC) violate(w http.ResponseWriter, code int, format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
-	b.mu.Lock()
-	b.violations = append(b.violations, msg)
-	b.mu.Unlock()
+	b.Violate(msg)
 	b.refuse(w, code, msg)
 }
 
@@ -294,9 +267,7 @@ func (b *BitbucketDC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Authorize != nil && !b.Authorize(token) {
-		b.mu.Lock()
-		b.unauthorized++
-		b.mu.Unlock()
+		b.Refused()
 		b.refuse(w, http.StatusUnauthorized, "Authentication failed. Please check your credentials and try again.")
 		return
 	}
@@ -309,13 +280,7 @@ func (b *BitbucketDC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.addBuild(w, r, body, repo, parts[7])
 		return
 	}
-	b.mu.Lock()
-	if b.requests == nil {
-		b.requests = map[string]int{}
-	}
-	b.requests[op]++
-	n := b.requests[op]
-	b.mu.Unlock()
+	n := b.Count(op)
 	if b.Answer != nil {
 		if code := b.Answer(op, n); code != 0 {
 			msg := http.StatusText(code)
@@ -368,28 +333,18 @@ func (b *BitbucketDC) addBuild(w http.ResponseWriter, r *http.Request, body []by
 
 // resolve is the full id of a commit named by its id or a prefix of it. b.mu is held.
 func (b *BitbucketDC) resolve(repo, id string) (string, bool) {
-	r := b.repos[repo]
-	if r == nil || len(id) < minPartialCommitID {
+	if len(id) < minPartialCommitID {
 		return "", false
 	}
-	if _, ok := r.commits[id]; ok {
-		return id, true
-	}
-	for full := range r.commits {
-		if strings.HasPrefix(full, id) {
-			return full, true
-		}
-	}
-	return "", false
+	full := b.history.Expand(repo, id)
+	return full, full != ""
 }
 
 // ref resolves a branch (by its name, or refs/heads/ and its name) to its head, or else a
 // commit id or a prefix of one. b.mu is held.
 func (b *BitbucketDC) ref(repo, name string) (string, bool) {
-	if r := b.repos[repo]; r != nil {
-		if head, ok := r.branches[strings.TrimPrefix(name, "refs/heads/")]; ok {
-			return head, true
-		}
+	if head, ok := b.history.Branch(repo, strings.TrimPrefix(name, "refs/heads/")); ok {
+		return head, true
 	}
 	return b.resolve(repo, name)
 }
@@ -419,7 +374,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 		b.answer(w, http.StatusOK, map[string]any{"key": s.Key, "state": s.State, "name": s.Name, "url": s.URL,
 			"description": s.Description, "createdDate": s.At.UnixMilli(), "updatedDate": s.At.UnixMilli(), "ref": nil})
 	case OpDefaultBranch:
-		if _, ok := rp.branches[rp.defaultBranch]; !ok {
+		if _, ok := b.history.Branch(repo, rp.defaultBranch); !ok {
 			b.refuse(w, http.StatusNotFound, "Repository "+repo+" has no default branch.")
 			return
 		}
@@ -432,7 +387,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 			b.refuse(w, http.StatusNotFound, "Pull request "+parts[7]+" does not exist in "+repo+".")
 			return
 		}
-		commits := b.between(rp, p.FromCommit, p.ToCommit)
+		commits := b.history.Between(repo, p.FromCommit, p.ToCommit)
 		switch op {
 		case OpGetPull:
 			ref := func(branch, commit string) map[string]any {
@@ -470,7 +425,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 			b.refuse(w, http.StatusNotFound, "Commit '"+to+"' does not exist in repository '"+repo+"'.")
 			return
 		}
-		commits := b.between(rp, from, toID)
+		commits := b.history.Between(repo, from, toID)
 		if op == OpCompareChanges {
 			b.answer(w, http.StatusOK, pageOf(changesJSON(changesOf(commits)), start, limit))
 			return
@@ -493,7 +448,7 @@ func (b *BitbucketDC) page(w http.ResponseWriter, q map[string][]string) (start,
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 			start = n
 		} else {
-			b.violations = append(b.violations, "start "+v)
+			b.Violate("start " + v)
 			b.refuse(w, http.StatusBadRequest, "start "+v)
 			return 0, 0, false
 		}
@@ -501,7 +456,7 @@ func (b *BitbucketDC) page(w http.ResponseWriter, q map[string][]string) (start,
 	if v := first(q["limit"]); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			b.violations = append(b.violations, "limit "+v)
+			b.Violate("limit " + v)
 			b.refuse(w, http.StatusBadRequest, "limit "+v)
 			return 0, 0, false
 		}
@@ -521,55 +476,11 @@ func first(v []string) string {
 	return v[0]
 }
 
-// between lists the commits reachable from from and not from to, newest first. b.mu is held.
-func (b *BitbucketDC) between(r *repository, from, to string) []Commit {
-	excluded := map[string]bool{}
-	reach(r, to, excluded)
-	included := map[string]bool{}
-	reach(r, from, included)
-	var out []Commit
-	for id := range included {
-		if !excluded[id] {
-			out = append(out, r.commits[id])
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return r.order[out[i].ID] > r.order[out[j].ID] })
-	return out
-}
-
-// reach adds every commit reachable from id (itself included) to seen.
-func reach(r *repository, id string, seen map[string]bool) {
-	for stack := []string{id}; len(stack) > 0; {
-		c := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if seen[c] {
-			continue
-		}
-		commit, ok := r.commits[c]
-		if !ok {
-			continue
-		}
-		seen[c] = true
-		stack = append(stack, commit.Parents...)
-	}
-}
-
 // changesOf is what commits (newest first) change together: each path once, with its newest
 // change.
 func changesOf(commits []Commit) []Change {
-	at := map[string]int{}
-	var out []Change
-	for i := len(commits) - 1; i >= 0; i-- {
-		for _, c := range commits[i].Changes {
-			if j, ok := at[c.Path]; ok {
-				out[j] = c
-				continue
-			}
-			at[c.Path] = len(out)
-			out = append(out, c)
-		}
-	}
-	return out
+	return providerapitest.Changed(providerapitest.Reversed(commits), func(c Commit) []Change { return c.Changes },
+		func(c Change) string { return c.Path })
 }
 
 func pathJSON(p string) map[string]any {
