@@ -216,3 +216,24 @@ func Reversed[T any](s []T) []T {
 	}
 	return out
 }
+
+// Pulls is a fake's pull requests (merge requests), by repository and number. It takes no
+// lock: a fake holds its own around every call.
+type Pulls[P any] map[string]map[int]P
+
+// Put adds (or replaces) pull request number of repo.
+func (ps *Pulls[P]) Put(repo string, number int, p P) {
+	if *ps == nil {
+		*ps = Pulls[P]{}
+	}
+	if (*ps)[repo] == nil {
+		(*ps)[repo] = map[int]P{}
+	}
+	(*ps)[repo][number] = p
+}
+
+// Get is pull request number of repo.
+func (ps Pulls[P]) Get(repo string, number int) (P, bool) {
+	p, ok := ps[repo][number]
+	return p, ok
+}

@@ -15,8 +15,8 @@ type Record struct {
 	violations   []string
 }
 
-// Count counts a valid request of op, and returns its number among op's (from 1).
-func (r *Record) Count(op string) int {
+// Tally counts a valid request of op, and returns its number among op's (from 1).
+func (r *Record) Tally(op string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.requests == nil {

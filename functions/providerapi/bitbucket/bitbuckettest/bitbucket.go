@@ -246,7 +246,7 @@ func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.create(w, r, body, repo, sha)
 		return
 	}
-	n := b.Count(op)
+	n := b.Tally(op)
 	if b.Answer != nil {
 		if code := b.Answer(op, n); code != 0 {
 			b.refuse(w, code)

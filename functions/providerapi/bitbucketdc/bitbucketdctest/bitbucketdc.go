@@ -280,7 +280,7 @@ func (b *BitbucketDC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.addBuild(w, r, body, repo, parts[7])
 		return
 	}
-	n := b.Count(op)
+	n := b.Tally(op)
 	if b.Answer != nil {
 		if code := b.Answer(op, n); code != 0 {
 			msg := http.StatusText(code)

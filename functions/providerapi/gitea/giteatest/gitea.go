@@ -64,22 +64,22 @@ type Gitea struct {
 	// MaxResponseItems, Gitea's default; a server may set less).
 	MaxItems int
 
-	mu           sync.Mutex
-	posts        int
-	unauthorized int
-	created      []Status
-	violations   []string
+	// Record counts the valid requests of each operation (Requests, AllRequests), the
+	// requests refused for their token (Unauthorized) and the violations.
+	providerapitest.Record
+
+	mu      sync.Mutex
+	posts   int
+	created []Status
 	// reads
-	commits  map[string]map[string]Commit
-	pulls    map[string]map[int]Pull
-	branches map[string]map[string]string
-	requests map[string]int
+	history *providerapitest.History[Commit]
+	pulls   providerapitest.Pulls[Pull]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
 func New(authorize func(string) bool) *Gitea {
 	giteaspec.Load() // its error is every request's (ServeHTTP)
-	return &Gitea{Authorize: authorize}
+	return &Gitea{Authorize: authorize, history: providerapitest.NewHistory(func(c Commit) string { return c.SHA }, parentOf)}
 }
 
 func (g *Gitea) answer(w http.ResponseWriter, code int, v any) {
@@ -92,9 +92,7 @@ func (g *Gitea) refuse(w http.ResponseWriter, code int) {
 
 func (g *Gitea) violate(w http.ResponseWriter, code int, format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
-	g.mu.Lock()
-	g.violations = append(g.violations, msg)
-	g.mu.Unlock()
+	g.Violate(msg)
 	g.answer(w, code, map[string]string{"message": msg})
 }
 
@@ -109,9 +107,7 @@ func (g *Gitea) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.Authorize != nil && !g.Authorize(token) {
-		g.mu.Lock()
-		g.unauthorized++
-		g.mu.Unlock()
+		g.Refused()
 		g.refuse(w, http.StatusUnauthorized)
 		return
 	}
@@ -124,13 +120,7 @@ func (g *Gitea) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.violate(w, http.StatusUnprocessableEntity, "%v", err)
 		return
 	}
-	g.mu.Lock()
-	if g.requests == nil {
-		g.requests = map[string]int{}
-	}
-	g.requests[op]++
-	n := g.requests[op]
-	g.mu.Unlock()
+	n := g.Tally(op)
 	repo := parts[3] + "/" + parts[4]
 	switch op {
 	case OpCreateStatus:
@@ -261,18 +251,4 @@ func (g *Gitea) Statuses(repo, sha string) []Status {
 		}
 	}
 	return out
-}
-
-// Unauthorized counts the requests refused for their token.
-func (g *Gitea) Unauthorized() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (g *Gitea) Violations() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.violations...)
 }

@@ -79,22 +79,22 @@ type GitLab struct {
 	// DefaultBranch is every project's default branch (default main).
 	DefaultBranch string
 
+	// Record counts the valid requests of each operation (Requests, AllRequests), the
+	// requests refused for their token (Unauthorized) and the violations.
+	providerapitest.Record
+
 	mu           sync.Mutex
 	posts, lists int
-	unauthorized int
 	held         []Status
-	violations   []string
 	// reads
-	commits  map[string]map[string]Commit
-	mrs      map[string]map[int]MergeRequest
-	branches map[string]map[string]string
-	requests map[string]int
+	history *providerapitest.History[Commit]
+	mrs     providerapitest.Pulls[MergeRequest]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
 func New(authorize func(string) bool) *GitLab {
 	gitlabspec.Load() // its error is every request's (ServeHTTP)
-	return &GitLab{Authorize: authorize}
+	return &GitLab{Authorize: authorize, history: providerapitest.NewHistory(func(c Commit) string { return c.SHA }, parentOf)}
 }
 
 func (g *GitLab) answer(w http.ResponseWriter, code int, v any) {
@@ -107,9 +107,7 @@ func (g *GitLab) refuse(w http.ResponseWriter, code int) {
 
 func (g *GitLab) violate(w http.ResponseWriter, code int, format string, a ...any) {
 	msg := fmt.Sprintf(format, a...)
-	g.mu.Lock()
-	g.violations = append(g.violations, msg)
-	g.mu.Unlock()
+	g.Violate(msg)
 	g.answer(w, code, map[string]string{"message": msg})
 }
 
@@ -122,9 +120,7 @@ func (g *GitLab) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.Authorize != nil && !g.Authorize(token) {
-		g.mu.Lock()
-		g.unauthorized++
-		g.mu.Unlock()
+		g.Refused()
 		g.answer(w, http.StatusUnauthorized, map[string]string{"message": "401 Unauthorized"})
 		return
 	}
@@ -150,13 +146,7 @@ func (g *GitLab) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	g.mu.Lock()
-	if g.requests == nil {
-		g.requests = map[string]int{}
-	}
-	g.requests[op]++
-	n := g.requests[op]
-	g.mu.Unlock()
+	n := g.Tally(op)
 	switch op {
 	case OpCreateStatus:
 		g.create(w, r, body, project, parts[5])
@@ -372,18 +362,4 @@ func (g *GitLab) Lists() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.lists
-}
-
-// Unauthorized counts the requests refused for their token.
-func (g *GitLab) Unauthorized() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (g *GitLab) Violations() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.violations...)
 }
