@@ -85,20 +85,19 @@ func pushEvent(head int, before string) change.Change {
 
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.client.Read(context.Background(), s, need)
+	got, err := w.readInputs(s, need)
 	if err != nil {
 		w.t.Fatalf("read: %v", err)
 	}
 	return got
 }
 
-func messages(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, strings.TrimSpace(c.Message))
-	}
-	return out
+// readInputs is the client's Read, as the shared checks take it.
+func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
+	return w.client.Read(context.Background(), s, need)
 }
+
+var messages = providerapitest.Messages
 
 // A pull request is read as Bitbucket lists it: its diffstat (through Bitbucket's redirect to
 // the repository's diffstat) with a renamed file's old path too, and its commits, oldest first.
@@ -189,14 +188,7 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 	}
 	head := 5 + bitbucket.MaxReadCommits
 	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
-	if got.Whole.Has(change.PathsInput) || len(got.Paths) != bitbucket.MaxReadPaths ||
-		!strings.Contains(got.UnreadReason(change.PathsInput), "amiss reads the first 3000") {
-		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(change.PathsInput))
-	}
-	if got.Whole.Has(change.CommitsInput) || len(got.Commits) != bitbucket.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "amiss reads the newest 1000") {
-		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(change.CommitsInput))
-	}
+	providerapitest.CheckAListPastTheBoundsIsNotHeldWhole(t, got, bitbucket.MaxReadPaths, bitbucket.MaxReadCommits, hash(head))
 }
 
 // A read Bitbucket refuses fails the inputs closed, naming the scope to grant: a pull
@@ -204,36 +196,29 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 	for op, scope := range map[string]string{bitbuckettest.OpPullDiffStat: "pullrequest (Pull requests: Read)",
 		bitbuckettest.OpDiffStat: "repository (Repositories: Read)"} {
-		w := newReadWorld(t)
-		w.pull(4)
-		w.fake.Answer = func(o string, _ int) int {
-			if o == op {
-				return http.StatusForbidden
+		providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusForbidden}, change.PathsInput, func(code int) (change.Change, error) {
+			w := newReadWorld(t)
+			w.pull(4)
+			w.fake.Answer = providerapitest.Refuse(code, op)
+			s := pullEvent(4)
+			if op == bitbuckettest.OpDiffStat {
+				s = pushEvent(4, hash(1))
 			}
-			return 0
-		}
-		s := pullEvent(4)
-		if op == bitbuckettest.OpDiffStat {
-			s = pushEvent(4, hash(1))
-		}
-		got := w.read(s, change.PathsInput)
-		if why := got.UnreadReason(change.PathsInput); got.Whole.Has(change.PathsInput) || !strings.Contains(why, "answered 403") ||
-			!strings.Contains(why, scope) || !strings.Contains(why, "privilege scopes") {
-			t.Errorf("%s refused: whole %v, %q", op, got.Whole, why)
-		}
+			return w.client.Read(context.Background(), s, change.PathsInput)
+		}, func(code int, why string) bool {
+			return strings.Contains(why, fmt.Sprintf("answered %d", code)) && strings.Contains(why, scope) && strings.Contains(why, "privilege scopes")
+		})
 	}
 }
 
 // Bitbucket's outage is no verdict: the read returns a transient error, the change unchanged.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	w := newReadWorld(t)
-	w.pull(4)
-	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
-	s := pullEvent(4)
-	got, err := w.client.Read(context.Background(), s, change.PathsInput)
-	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
-		t.Fatalf("%v (class %v); change %+v", err, providerapi.ClassOf(err), got)
-	}
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "Bitbucket Cloud", pullEvent(4), func(code int, s change.Change) (change.Change, error) {
+		w := newReadWorld(t)
+		w.pull(4)
+		w.fake.Answer = providerapitest.Refuse(code)
+		return w.client.Read(context.Background(), s, change.PathsInput)
+	})
 }
 
 // A Data Center server's delivery is not read from Bitbucket Cloud: nothing is asked, and its
@@ -242,11 +227,7 @@ func TestADataCenterDeliveryIsNotReadFromCloud(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
 	s.API = change.BitbucketDataCenter
-	got := w.read(s, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "bitbucket-datacenter") ||
-		w.fake.Requests(bitbuckettest.OpDiffStat) != 0 {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.readInputs, w.fake.AllRequests, "bitbucket-datacenter")
 }
 
 // A read's redirect is followed only within the base URL: one elsewhere would carry the token
@@ -272,12 +253,7 @@ func TestARedirectOutsideTheBaseURLIsNotFollowed(t *testing.T) {
 func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	s := pullEvent(4)
-	s.Pull.Title, s.Pull.TargetBranch = "WIP: the edited title", "release/1"
-	got := w.read(s, change.PathsInput|change.CommitsInput)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.readInputs)
 }
 
 // A pull request force-pushed while its diffstat and commits are read (after the pull request's

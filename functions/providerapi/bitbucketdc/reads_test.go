@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/change"
-	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc/bitbucketdctest"
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
@@ -86,20 +85,19 @@ func pushEvent(head int, before string) change.Change {
 
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.client.Read(context.Background(), s, need)
+	got, err := w.readInputs(s, need)
 	if err != nil {
 		w.t.Fatalf("read: %v", err)
 	}
 	return got
 }
 
-func messages(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, strings.TrimSpace(c.Message))
-	}
-	return out
+// readInputs is the client's Read, as the shared checks take it.
+func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
+	return w.client.Read(context.Background(), s, need)
 }
+
+var messages = providerapitest.Messages
 
 // A pull request is read as Data Center lists it: its changes, with a moved file's old path
 // too, and its commits, oldest first.
@@ -204,43 +202,29 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 	}
 	head := 5 + bitbucketdc.MaxReadCommits
 	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
-	if got.Whole.Has(change.PathsInput) || len(got.Paths) != bitbucketdc.MaxReadPaths ||
-		!strings.Contains(got.UnreadReason(change.PathsInput), "amiss reads the first 3000") {
-		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(change.PathsInput))
-	}
-	if got.Whole.Has(change.CommitsInput) || len(got.Commits) != bitbucketdc.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "amiss reads the newest 1000") {
-		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(change.CommitsInput))
-	}
+	providerapitest.CheckAListPastTheBoundsIsNotHeldWhole(t, got, bitbucketdc.MaxReadPaths, bitbucketdc.MaxReadCommits, hash(head))
 }
 
 // A read the server refuses fails the inputs closed, naming the permission to grant.
 func TestARefusedReadNamesThePermissionToGrant(t *testing.T) {
-	w := newReadWorld(t)
-	w.pull(4)
-	w.fake.Answer = func(op string, _ int) int {
-		if op == bitbucketdctest.OpPullCommits {
-			return http.StatusUnauthorized
-		}
-		return 0
-	}
-	got := w.read(pullEvent(4), change.CommitsInput)
-	if why := got.UnreadReason(change.CommitsInput); got.Whole.Has(change.CommitsInput) || !strings.Contains(why, "answered 401") ||
-		!strings.Contains(why, "REPO_READ") || !strings.Contains(why, "not permitted") {
-		t.Fatalf("whole %v, %q", got.Whole, why)
-	}
+	providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusUnauthorized}, change.CommitsInput, func(code int) (change.Change, error) {
+		w := newReadWorld(t)
+		w.pull(4)
+		w.fake.Answer = providerapitest.Refuse(code, bitbucketdctest.OpPullCommits)
+		return w.readInputs(pullEvent(4), change.CommitsInput)
+	}, func(code int, why string) bool {
+		return strings.Contains(why, fmt.Sprintf("answered %d", code)) && strings.Contains(why, "REPO_READ") && strings.Contains(why, "not permitted")
+	})
 }
 
 // The server's outage is no verdict: the read returns a transient error, the change
 // unchanged.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	w := newReadWorld(t)
-	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
-	s := pushEvent(4, hash(1))
-	got, err := w.client.Read(context.Background(), s, change.PathsInput)
-	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
-		t.Fatalf("%v (class %v); change %+v", err, providerapi.ClassOf(err), got)
-	}
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "Bitbucket Data Center", pushEvent(4, hash(1)), func(code int, s change.Change) (change.Change, error) {
+		w := newReadWorld(t)
+		w.fake.Answer = providerapitest.Refuse(code)
+		return w.readInputs(s, change.PathsInput)
+	})
 }
 
 // Bitbucket Cloud's delivery is not read from a Data Center server: nothing is asked, and its
@@ -249,11 +233,7 @@ func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
 	s.API = change.BitbucketCloud
-	got := w.read(s, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "publish.provider bitbucket") ||
-		w.fake.Requests(bitbucketdctest.OpCompareChanges) != 0 {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.readInputs, w.fake.AllRequests, "publish.provider bitbucket")
 }
 
 // The title and branches a pull request's webhook carried whole are the event's: a read of its
@@ -262,12 +242,7 @@ func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	s := pullEvent(4)
-	s.Pull.Title, s.Pull.TargetBranch = "WIP: the edited title", "release/1"
-	got := w.read(s, change.PathsInput|change.CommitsInput)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.readInputs)
 }
 
 // A pull request force-pushed while its changes and commits are read (after the pull request's

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/change"
-	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
@@ -71,14 +70,21 @@ func each(n int) []giteatest.File {
 // read reads need of s, failing on an error or a request outside Gitea's description.
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, need)
+	got, err := w.readInputs(s, need)
 	if err != nil {
 		w.t.Fatalf("read: %v", err)
 	}
+	return got
+}
+
+// readInputs reads need of s, failing on a request outside Gitea's description.
+func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
+	w.t.Helper()
+	got, err := w.reader.Read(context.Background(), s, need)
 	if v := w.gitea.Violations(); len(v) > 0 {
 		w.t.Fatalf("requests outside Gitea's API description: %v", v)
 	}
-	return got
+	return got, err
 }
 
 func pullOf(head, number int) change.Change {
@@ -99,13 +105,7 @@ func pushOf(before, head, listed int) change.Change {
 	return s
 }
 
-func ids(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, c.ID)
-	}
-	return out
-}
+var ids = providerapitest.IDs
 
 func commitsFrom(from, to int) []string {
 	var out []string
@@ -274,16 +274,16 @@ func TestAPullRequestBeyondTheBoundIsNotHeldWhole(t *testing.T) {
 // A read Gitea refuses (a token without read:repository: 403; a repository it cannot see:
 // 404; a token it does not know: 401) marks the inputs unread, naming the scope to grant.
 func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
-	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound} {
-		w := newReadWorld(t)
-		w.commits(1, 7, each)
-		w.gitea.Answer = func(string, int) int { return code }
-		got := w.read(pushOf(0, 7, 5), change.CommitsInput|change.PathsInput)
-		want := fmt.Sprintf("Gitea answered %d; grant the token the read:repository scope, as a user who can read the repository", code)
-		if got.Whole.Has(change.CommitsInput) || got.UnreadReason(change.CommitsInput) != want || got.UnreadReason(change.PathsInput) != want {
-			t.Fatalf("%d: whole %v, unread %+v", code, got.Whole, got.Unread)
-		}
-	}
+	need := change.CommitsInput | change.PathsInput
+	providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound}, need,
+		func(code int) (change.Change, error) {
+			w := newReadWorld(t)
+			w.commits(1, 7, each)
+			w.gitea.Answer = providerapitest.Refuse(code)
+			return w.readInputs(pushOf(0, 7, 5), need)
+		}, func(code int, why string) bool {
+			return why == fmt.Sprintf("Gitea answered %d; grant the token the read:repository scope, as a user who can read the repository", code)
+		})
 	w := newReadWorld(t)
 	w.reader = gitea.NewClient(w.srv.URL, "not-the-token", w.srv.Client())
 	s := pushOf(0, 7, 5)
@@ -296,16 +296,12 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 // Gitea's outage (a 502, a 503, a 429) while reading is Transient: the attempt is retried, and
 // nothing is marked unread.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	for _, code := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "Gitea", pushOf(0, 7, 5), func(code int, s change.Change) (change.Change, error) {
 		w := newReadWorld(t)
 		w.commits(1, 7, each)
-		w.gitea.Answer = func(string, int) int { return code }
-		s := pushOf(0, 7, 5)
-		got, err := w.reader.Read(context.Background(), s, change.PathsInput)
-		if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from Gitea") || len(got.Unread) != 0 {
-			t.Fatalf("%d: %v (%v), unread %+v", code, err, providerapi.ClassOf(err), got.Unread)
-		}
-	}
+		w.gitea.Answer = providerapitest.Refuse(code)
+		return w.readInputs(s, change.PathsInput)
+	})
 }
 
 // A title the change does not hold whole (cut by its bound) is read from the pull request.
@@ -348,10 +344,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: the title before the edit", Base: "develop", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	got := w.read(pullOf(2, 4), change.CommitsInput|change.PathsInput)
-	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullOf(2, 4), w.readInputs)
 }
 
 // stripped serves h through a proxy that drops the named headers from every answer.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/change"
-	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
@@ -71,14 +70,21 @@ func modified(paths ...string) func(int) []githubtest.ChangedFile {
 // fill fills s, failing on an error or a request outside GitHub's description.
 func (w *rerunWorld) fill(s change.Change) change.Change {
 	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, change.AllInputs&^s.Whole)
+	got, err := w.readInputs(s, change.AllInputs&^s.Whole)
 	if err != nil {
 		w.t.Fatalf("fill: %v", err)
 	}
+	return got
+}
+
+// readInputs reads need of s, failing on a request outside GitHub's description.
+func (w *rerunWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
+	w.t.Helper()
+	got, err := w.reader.Read(context.Background(), s, need)
 	if v := w.history.Violations(); len(v) > 0 {
 		w.t.Fatalf("requests outside GitHub's API description: %v", v)
 	}
-	return got
+	return got, err
 }
 
 func rerunOf(head int, pull int, before string) change.Change {
@@ -304,13 +310,12 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 // GitHub's outage is an error of class Transient (the attempt is retried), the change as it
 // was.
 func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
-	w := newRerunWorld(t)
-	w.commits(1, 2, modified("a.go"))
-	w.history.Answer = func(string, int) int { return http.StatusBadGateway }
-	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), change.AllInputs)
-	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != change.PullInput || got.Unread != nil {
-		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, providerapi.ClassOf(err))
-	}
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "GitHub", rerunOf(2, 0, commitN(1)), func(code int, s change.Change) (change.Change, error) {
+		w := newRerunWorld(t)
+		w.commits(1, 2, modified("a.go"))
+		w.history.Answer = providerapitest.Refuse(code)
+		return w.readInputs(s, change.AllInputs)
+	})
 }
 
 // A pull request that has moved on since the re-run's commit: the commit is read as the pull
@@ -382,11 +387,8 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
 	s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: change.PullRequest, Installation: 2311213,
 		Whole: change.TitleInput | change.PullInput,
-		Pull:  &change.Pull{Number: 2, Title: "WIP: the edited title", TargetBranch: "release/1", SourceBranch: "changes"}}
-	got := w.fill(s)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request %+v became %+v", *s.Pull, *got.Pull)
-	}
+		Pull:  &change.Pull{Number: 2, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, s, w.readInputs)
 }
 
 // A pull request whose head moves on while its files and commits are read (a force push landing

@@ -67,14 +67,21 @@ func modified(paths ...string) func(int) []gitlabtest.File {
 
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, need)
+	got, err := w.readInputs(s, need)
 	if err != nil {
 		w.t.Fatalf("read: %v", err)
 	}
+	return got
+}
+
+// readInputs reads need of s, failing on a request outside GitLab's description.
+func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
+	w.t.Helper()
+	got, err := w.reader.Read(context.Background(), s, need)
 	if v := w.gitlab.Violations(); len(v) > 0 {
 		w.t.Fatalf("requests outside GitLab's API description: %v", v)
 	}
-	return got
+	return got, err
 }
 
 func mergeRequestOf(head, iid int) change.Change {
@@ -95,13 +102,7 @@ func pushOf(before, head, listed int) change.Change {
 	return s
 }
 
-func ids(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, c.ID)
-	}
-	return out
-}
+var ids = providerapitest.IDs
 
 func commitsFrom(from, to int) []string {
 	var out []string
@@ -227,31 +228,28 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 // A read GitLab refuses (401, 403 insufficient_scope, 404) marks the inputs unread, naming the
 // scope to grant.
 func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
-	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound} {
-		w := newReadWorld(t)
-		w.commits(1, 30, each)
-		w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(30)})
-		w.gitlab.Answer = func(string, int) int { return code }
-		got := w.read(mergeRequestOf(30, 7), change.CommitsInput|change.PathsInput)
-		want := fmt.Sprintf("GitLab answered %d; grant the token the read_api scope, as a member who can read the project's code (Reporter)", code)
-		if got.Whole.Has(change.PathsInput) || got.UnreadReason(change.PathsInput) != want || got.UnreadReason(change.CommitsInput) != want {
-			t.Fatalf("%d: whole %v, unread %+v", code, got.Whole, got.Unread)
-		}
-	}
+	need := change.CommitsInput | change.PathsInput
+	providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound}, need,
+		func(code int) (change.Change, error) {
+			w := newReadWorld(t)
+			w.commits(1, 30, each)
+			w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(30)})
+			w.gitlab.Answer = providerapitest.Refuse(code)
+			return w.readInputs(mergeRequestOf(30, 7), need)
+		}, func(code int, why string) bool {
+			return why == fmt.Sprintf("GitLab answered %d; grant the token the read_api scope, as a member who can read the project's code (Reporter)", code)
+		})
 }
 
 // GitLab's outage (502, 503) or rate limit (429) while reading is Transient: retried, nothing
 // marked unread.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	for _, code := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "GitLab", pushOf(0, 30, 20), func(code int, s change.Change) (change.Change, error) {
 		w := newReadWorld(t)
 		w.commits(1, 30, each)
-		w.gitlab.Answer = func(string, int) int { return code }
-		got, err := w.reader.Read(context.Background(), pushOf(0, 30, 20), change.PathsInput)
-		if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from GitLab") || len(got.Unread) != 0 {
-			t.Fatalf("%d: %v, unread %+v", code, err, got.Unread)
-		}
-	}
+		w.gitlab.Answer = providerapitest.Refuse(code)
+		return w.readInputs(s, change.PathsInput)
+	})
 }
 
 // CheckRead reads the project and its code (a comparison of its default branch with itself),
@@ -306,10 +304,7 @@ func TestReadingAMergeRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "feat: the title before the edit", Source: "changes",
 		Target: "develop", BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	got := w.read(mergeRequestOf(2, 7), change.CommitsInput|change.PathsInput)
-	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's merge request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, mergeRequestOf(2, 7), w.readInputs)
 }
 
 // A merge request force-pushed while its diffs are read (after the merge request's own read):

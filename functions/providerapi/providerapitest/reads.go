@@ -1,0 +1,135 @@
+package providerapitest
+
+import (
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/providerapi"
+)
+
+// The checks below are what every provider's reader promises of a read of what a webhook
+// lacks, each run by the provider's reader test against its own fake: the test gives the
+// read, the check asserts the promise.
+
+// Read is a reader's Read of the inputs need of in.
+type Read func(in change.Change, need change.Inputs) (change.Change, error)
+
+// CheckReadingAPullRequestKeepsWhatItsWebhookCarried reads the commits and paths of in, a
+// pull request's webhook (its title and pull request held whole), whose title and target
+// branch the check edits to ones the provider does not hold (as after an edit the webhook
+// reports): the read fills the commits and paths whole and keeps the webhook's title and
+// branches, never replacing them with what the API answers (which may be older than the event,
+// or newer: another event's, whose own verdict follows).
+func CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T, in change.Change, read Read) {
+	t.Helper()
+	pull := *in.Pull
+	pull.Title, pull.TargetBranch = "WIP: the edited title", "release/1"
+	in.Pull = &pull
+	got, err := read(in, change.CommitsInput|change.PathsInput)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if got.Pull == nil || !reflect.DeepEqual(*got.Pull, pull) || !got.Whole.Has(change.AllInputs) {
+		t.Fatalf("the webhook's pull request %+v became %+v (whole %q, unread %+v)", pull, got.Pull, got.Whole, got.Unread)
+	}
+}
+
+// OutageCodes are the answers of a provider that cannot answer now: a gateway's 502, an
+// outage's 503, a rate limit's 429.
+var OutageCodes = []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests}
+
+// CheckAnOutageWhileReadingIsTransient runs read (a reader's Read of in's paths against a
+// provider answering code to every request) for each of OutageCodes: an outage is no verdict,
+// so the read is an error of class Transient naming the provider ("reading from " and name),
+// to be retried, and the change comes back as it was, nothing marked read or unread.
+func CheckAnOutageWhileReadingIsTransient(t *testing.T, name string, in change.Change, read func(code int, in change.Change) (change.Change, error)) {
+	t.Helper()
+	for _, code := range OutageCodes {
+		got, err := read(code, in)
+		if err == nil || providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from "+name) {
+			t.Fatalf("%d: %v (class %v), want a Transient error reading from %s", code, err, providerapi.ClassOf(err), name)
+		}
+		if !reflect.DeepEqual(got, in) {
+			t.Fatalf("%d: the change became %+v, want it as it was: %+v", code, got, in)
+		}
+	}
+}
+
+// CheckARefusedReadFailsItsInputsClosed runs read (a reader's Read of need against a provider
+// refusing it with code) for each of codes: a refusal stands until the operator grants the
+// token more, so the read is no error and no retry; every input of need is left unread, none
+// of its paths held, each with a reason names accepts (the provider's answer and what to
+// grant).
+func CheckARefusedReadFailsItsInputsClosed(t *testing.T, codes []int, need change.Inputs, read func(code int) (change.Change, error),
+	names func(code int, why string) bool) {
+	t.Helper()
+	for _, code := range codes {
+		got, err := read(code)
+		if err != nil {
+			t.Fatalf("%d: %v, want the inputs unread, not an error", code, err)
+		}
+		for _, in := range []change.Inputs{change.TitleInput, change.PullInput, change.CommitsInput, change.PathsInput} {
+			if !need.Has(in) {
+				continue
+			}
+			if why := got.UnreadReason(in); got.Whole.Has(in) || !names(code, why) {
+				t.Fatalf("%d: %s whole %q, unread %q", code, in, got.Whole, why)
+			}
+		}
+		if need.Has(change.PathsInput) && got.Paths != nil {
+			t.Fatalf("%d: paths %q held from a refused read", code, got.Paths)
+		}
+	}
+}
+
+// CheckAListPastTheBoundsIsNotHeldWhole asserts what a read of a push past amiss's bounds
+// gave: its first maxPaths paths and its newest maxCommits commits (the newest, head, last),
+// neither held whole, each naming the bound, so that the rules needing them fail closed.
+func CheckAListPastTheBoundsIsNotHeldWhole(t *testing.T, got change.Change, maxPaths, maxCommits int, head string) {
+	t.Helper()
+	if got.Whole.Has(change.PathsInput) || len(got.Paths) != maxPaths ||
+		!strings.Contains(got.UnreadReason(change.PathsInput), "amiss reads the first 3000") {
+		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(change.PathsInput))
+	}
+	if got.Whole.Has(change.CommitsInput) || len(got.Commits) != maxCommits || got.Commits[len(got.Commits)-1].ID != head ||
+		!strings.Contains(got.UnreadReason(change.CommitsInput), "amiss reads the newest 1000") {
+		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(change.CommitsInput))
+	}
+}
+
+// CheckADeliveryOfAnotherAPIIsNotRead reads the paths of in, a delivery of another API than
+// the reader's (a Data Center server's given to Bitbucket Cloud's reader, or the reverse):
+// nothing is asked of the provider (asked counts its requests), and the paths fail closed
+// naming the configuration to fix (fix).
+func CheckADeliveryOfAnotherAPIIsNotRead(t *testing.T, in change.Change, read Read, asked func() int, fix string) {
+	t.Helper()
+	got, err := read(in, change.PathsInput)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), fix) || asked() != 0 {
+		t.Fatalf("whole %v, unread %+v, %d requests", got.Whole, got.Unread, asked())
+	}
+}
+
+// Messages is the messages of c's commits, oldest first, without their surrounding space.
+func Messages(c change.Change) []string {
+	var out []string
+	for _, m := range c.Commits {
+		out = append(out, strings.TrimSpace(m.Message))
+	}
+	return out
+}
+
+// IDs is the ids of c's commits, oldest first.
+func IDs(c change.Change) []string {
+	var out []string
+	for _, m := range c.Commits {
+		out = append(out, m.ID)
+	}
+	return out
+}
+
