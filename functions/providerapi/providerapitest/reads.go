@@ -132,4 +132,3 @@ func IDs(c change.Change) []string {
 	}
 	return out
 }
-
