@@ -9,7 +9,7 @@ import (
 // each by its id, with its parents (the first parent first), in the order they were added
 // (later is newer), and each repository's branches (a name and the commit it is at). It is
 // what every fake's reads answer from: a pull request's commits, a comparison, a push's range.
-// It takes no lock: a fake holds its own around every call.
+// A repository's default branch is main unless set. It takes no lock: a fake holds its own around every call.
 type History[C any] struct {
 	id      func(C) string
 	parents func(C) []string
@@ -18,9 +18,10 @@ type History[C any] struct {
 }
 
 type historyRepo[C any] struct {
-	commits  map[string]C
-	order    map[string]int // a commit's place in the order it was added
-	branches map[string]string
+	commits       map[string]C
+	order         map[string]int // a commit's place in the order it was added
+	branches      map[string]string
+	defaultBranch string
 }
 
 // NewHistory returns an empty history of commits whose id and parents (the first parent
@@ -48,6 +49,21 @@ func (h *History[C]) Add(repo string, c C) {
 
 // SetBranch points repo's branch name at the commit head.
 func (h *History[C]) SetBranch(repo, name, head string) { h.repo(repo).branches[name] = head }
+
+// SetDefaultBranch makes the branch name repo's default branch.
+func (h *History[C]) SetDefaultBranch(repo, name string) { h.repo(repo).defaultBranch = name }
+
+// DefaultBranch is the name of repo's default branch (main unless set to another).
+func (h *History[C]) DefaultBranch(repo string) string {
+	if r := h.repos[repo]; r != nil && r.defaultBranch != "" {
+		return r.defaultBranch
+	}
+	return "main"
+}
+
+// Known says whether repo was named to the history (a commit or a branch added, its default
+// branch set).
+func (h *History[C]) Known(repo string) bool { return h.repos[repo] != nil }
 
 // Has says whether repo holds a commit or a branch.
 func (h *History[C]) Has(repo string) bool {

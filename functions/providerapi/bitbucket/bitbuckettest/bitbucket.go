@@ -113,13 +113,8 @@ type Bitbucket struct {
 	mu       sync.Mutex
 	posts    int
 	history  *providerapitest.History[Commit]
-	repos    map[string]*repository
+	pulls    providerapitest.Pulls[Pull]
 	statuses []Status
-}
-
-type repository struct {
-	pulls      map[int]Pull
-	mainBranch string
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
@@ -131,19 +126,6 @@ func New(authorize func(string) bool) *Bitbucket {
 		func(c Commit) []string { return c.Parents })}
 }
 
-// repo returns repository name (workspace/slug), made when absent. b.mu is held.
-func (b *Bitbucket) repo(name string) *repository {
-	if b.repos == nil {
-		b.repos = map[string]*repository{}
-	}
-	r := b.repos[name]
-	if r == nil {
-		r = &repository{pulls: map[int]Pull{}, mainBranch: "main"}
-		b.repos[name] = r
-	}
-	return r
-}
-
 // AddCommit makes repo (workspace/slug) hold the commit of the full hash sha.
 func (b *Bitbucket) AddCommit(repo, sha string) { b.AddHistory(repo, Commit{Hash: sha}) }
 
@@ -151,7 +133,6 @@ func (b *Bitbucket) AddCommit(repo, sha string) { b.AddHistory(repo, Commit{Hash
 func (b *Bitbucket) AddHistory(repo string, c Commit) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo)
 	b.history.Add(repo, c)
 }
 
@@ -159,14 +140,13 @@ func (b *Bitbucket) AddHistory(repo string, c Commit) {
 func (b *Bitbucket) AddPull(repo string, p Pull) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo).pulls[p.ID] = p
+	b.pulls.Put(repo, p.ID, p)
 }
 
 // SetBranch points repo's branch name at the commit head.
 func (b *Bitbucket) SetBranch(repo, name, head string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo)
 	b.history.SetBranch(repo, name, head)
 }
 
@@ -174,7 +154,7 @@ func (b *Bitbucket) SetBranch(repo, name, head string) {
 func (b *Bitbucket) SetMainBranch(repo, name string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo).mainBranch = name
+	b.history.SetDefaultBranch(repo, name)
 }
 
 // resolve is the full hash of ref in repo: a full hash, an abbreviation of one (at least 7
@@ -321,8 +301,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 	q := r.URL.Query()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	rp := b.repos[repo]
-	if rp == nil {
+	if !b.history.Known(repo) && len(b.pulls[repo]) == 0 {
 		b.refuse(w, http.StatusNotFound)
 		return
 	}
@@ -351,10 +330,10 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 		b.refuse(w, http.StatusNotFound)
 	case OpGetRepository:
 		b.answer(w, http.StatusOK, partial(map[string]any{"type": "repository", "full_name": repo, "is_private": true,
-			"mainbranch": map[string]any{"type": "branch", "name": rp.mainBranch}}, fields))
+			"mainbranch": map[string]any{"type": "branch", "name": b.history.DefaultBranch(repo)}}, fields))
 	case OpGetPull, OpPullDiffStat, OpPullCommits:
 		id, err := strconv.Atoi(parts[4])
-		p, found := rp.pulls[id]
+		p, found := b.pulls.Get(repo, id)
 		if err != nil || !found {
 			b.refuse(w, http.StatusNotFound)
 			return

@@ -119,13 +119,8 @@ type BitbucketDC struct {
 	mu       sync.Mutex
 	posts    int
 	history  *providerapitest.History[Commit]
-	repos    map[string]*repository
+	pulls    providerapitest.Pulls[Pull]
 	statuses []Status
-}
-
-type repository struct {
-	pulls         map[int]Pull
-	defaultBranch string
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
@@ -137,24 +132,10 @@ func New(authorize func(string) bool) *BitbucketDC {
 		func(c Commit) []string { return c.Parents })}
 }
 
-// repo returns repository name (PROJECT/slug), made when absent. b.mu is held.
-func (b *BitbucketDC) repo(name string) *repository {
-	if b.repos == nil {
-		b.repos = map[string]*repository{}
-	}
-	r := b.repos[name]
-	if r == nil {
-		r = &repository{pulls: map[int]Pull{}, defaultBranch: "main"}
-		b.repos[name] = r
-	}
-	return r
-}
-
 // AddCommit adds c to repo (PROJECT/slug); commits added later are newer.
 func (b *BitbucketDC) AddCommit(repo string, c Commit) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo)
 	b.history.Add(repo, c)
 }
 
@@ -162,14 +143,13 @@ func (b *BitbucketDC) AddCommit(repo string, c Commit) {
 func (b *BitbucketDC) AddPull(repo string, p Pull) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo).pulls[p.ID] = p
+	b.pulls.Put(repo, p.ID, p)
 }
 
 // SetBranch points repo's branch name (like main) at the commit head.
 func (b *BitbucketDC) SetBranch(repo, name, head string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo)
 	b.history.SetBranch(repo, name, head)
 }
 
@@ -177,7 +157,7 @@ func (b *BitbucketDC) SetBranch(repo, name, head string) {
 func (b *BitbucketDC) SetDefaultBranch(repo, name string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.repo(repo).defaultBranch = name
+	b.history.SetDefaultBranch(repo, name)
 }
 
 // Posts counts the valid build status POSTs.
@@ -353,8 +333,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 	q := r.URL.Query()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	rp := b.repos[repo]
-	if rp == nil {
+	if !b.history.Known(repo) && len(b.pulls[repo]) == 0 {
 		b.refuse(w, http.StatusNotFound, "Repository "+repo+" does not exist.")
 		return
 	}
@@ -374,15 +353,15 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 		b.answer(w, http.StatusOK, map[string]any{"key": s.Key, "state": s.State, "name": s.Name, "url": s.URL,
 			"description": s.Description, "createdDate": s.At.UnixMilli(), "updatedDate": s.At.UnixMilli(), "ref": nil})
 	case OpDefaultBranch:
-		if _, ok := b.history.Branch(repo, rp.defaultBranch); !ok {
+		if _, ok := b.history.Branch(repo, b.history.DefaultBranch(repo)); !ok {
 			b.refuse(w, http.StatusNotFound, "Repository "+repo+" has no default branch.")
 			return
 		}
-		b.answer(w, http.StatusOK, map[string]any{"id": "refs/heads/" + rp.defaultBranch, "displayId": rp.defaultBranch,
+		b.answer(w, http.StatusOK, map[string]any{"id": "refs/heads/" + b.history.DefaultBranch(repo), "displayId": b.history.DefaultBranch(repo),
 			"type": "BRANCH", "isDefault": true})
 	case OpGetPull, OpPullChanges, OpPullCommits:
 		id, err := strconv.Atoi(parts[7])
-		p, found := rp.pulls[id]
+		p, found := b.pulls.Get(repo, id)
 		if err != nil || !found {
 			b.refuse(w, http.StatusNotFound, "Pull request "+parts[7]+" does not exist in "+repo+".")
 			return
@@ -418,7 +397,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 		}
 		to := q.Get("to")
 		if to == "" {
-			to = rp.defaultBranch
+			to = b.history.DefaultBranch(repo)
 		}
 		toID, ok := b.ref(repo, to)
 		if !ok {

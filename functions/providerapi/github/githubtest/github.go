@@ -114,9 +114,8 @@ type GitHub struct {
 	runs             []CheckRun
 	// reads: each repository's commits and branches, its pull requests, and its default
 	// branch's name ("main" unless set)
-	history  *providerapitest.History[HistoryCommit]
-	pulls    providerapitest.Pulls[HistoryPull]
-	defaults map[string]string
+	history *providerapitest.History[HistoryCommit]
+	pulls   providerapitest.Pulls[HistoryPull]
 	// webhooks
 	hooks        map[Hook]*hook
 	deliveryID   int64

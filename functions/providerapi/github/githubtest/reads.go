@@ -76,10 +76,7 @@ func (g *GitHub) SetBranch(repo, name, sha string) {
 func (g *GitHub) SetDefaultBranch(repo, name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.defaults == nil {
-		g.defaults = map[string]string{}
-	}
-	g.defaults[repo] = name
+	g.history.SetDefaultBranch(repo, name)
 }
 
 // read answers a read op (pulls/get, pulls/list-files, pulls/list-commits,
@@ -139,11 +136,7 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 			g.answer(w, http.StatusOK, commitsJSON(pageOf(listed, page, perPage)))
 		}
 	case OpGetRepo:
-		def := g.defaults[repo]
-		if def == "" {
-			def = "main"
-		}
-		g.answer(w, http.StatusOK, map[string]any{"id": 1, "name": parts[2], "full_name": repo, "default_branch": def})
+		g.answer(w, http.StatusOK, map[string]any{"id": 1, "name": parts[2], "full_name": repo, "default_branch": g.history.DefaultBranch(repo)})
 	case OpCompareCommits:
 		// BASE...HEAD: the commits of HEAD since its merge base with BASE (each a branch or a
 		// commit), and what they change.
