@@ -3,18 +3,23 @@ package providerapitest
 import (
 	"sort"
 	"strings"
+	"sync"
 )
 
 // History is the commits a fake's repositories hold, in the provider's own commit type C:
 // each by its id, with its parents (the first parent first), in the order they were added
-// (later is newer), and each repository's branches (a name and the commit it is at). It is
-// what every fake's reads answer from: a pull request's commits, a comparison, a push's range.
-// A repository's default branch is main unless set. It takes no lock: a fake holds its own around every call.
+// (later is newer), and each repository's branches (a name and the commit it is at) and
+// default branch (main unless set). It is what every fake's reads answer from: a pull
+// request's commits, a comparison, a push's range. Its methods are safe for concurrent use
+// and take no lock of the fake's: a fake may call them holding its own. A read made of
+// several calls may see a commit or a branch added between two of them, as a provider's may.
 type History[C any] struct {
 	id      func(C) string
 	parents func(C) []string
-	repos   map[string]*historyRepo[C]
-	seq     int
+
+	mu    sync.Mutex
+	repos map[string]*historyRepo[C]
+	seq   int
 }
 
 type historyRepo[C any] struct {
@@ -30,6 +35,7 @@ func NewHistory[C any](id func(C) string, parents func(C) []string) *History[C] 
 	return &History[C]{id: id, parents: parents, repos: map[string]*historyRepo[C]{}}
 }
 
+// repo is repository name, made when absent. h.mu is held.
 func (h *History[C]) repo(name string) *historyRepo[C] {
 	r := h.repos[name]
 	if r == nil {
@@ -41,6 +47,8 @@ func (h *History[C]) repo(name string) *historyRepo[C] {
 
 // Add adds (or replaces) commit c of repo; it is newer than every commit added before.
 func (h *History[C]) Add(repo string, c C) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	r := h.repo(repo)
 	h.seq++
 	r.commits[h.id(c)] = c
@@ -48,13 +56,23 @@ func (h *History[C]) Add(repo string, c C) {
 }
 
 // SetBranch points repo's branch name at the commit head.
-func (h *History[C]) SetBranch(repo, name, head string) { h.repo(repo).branches[name] = head }
+func (h *History[C]) SetBranch(repo, name, head string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.repo(repo).branches[name] = head
+}
 
 // SetDefaultBranch makes the branch name repo's default branch.
-func (h *History[C]) SetDefaultBranch(repo, name string) { h.repo(repo).defaultBranch = name }
+func (h *History[C]) SetDefaultBranch(repo, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.repo(repo).defaultBranch = name
+}
 
 // DefaultBranch is the name of repo's default branch (main unless set to another).
 func (h *History[C]) DefaultBranch(repo string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if r := h.repos[repo]; r != nil && r.defaultBranch != "" {
 		return r.defaultBranch
 	}
@@ -63,22 +81,37 @@ func (h *History[C]) DefaultBranch(repo string) string {
 
 // Known says whether repo was named to the history (a commit or a branch added, its default
 // branch set).
-func (h *History[C]) Known(repo string) bool { return h.repos[repo] != nil }
+func (h *History[C]) Known(repo string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.repos[repo] != nil
+}
 
 // Has says whether repo holds a commit or a branch.
 func (h *History[C]) Has(repo string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	r := h.repos[repo]
 	return r != nil && (len(r.commits) > 0 || len(r.branches) > 0)
 }
 
 // HasCommits says whether repo holds a commit.
 func (h *History[C]) HasCommits(repo string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	r := h.repos[repo]
 	return r != nil && len(r.commits) > 0
 }
 
 // Commit is the commit id of repo.
 func (h *History[C]) Commit(repo, id string) (C, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.commit(repo, id)
+}
+
+// commit is Commit, h.mu held.
+func (h *History[C]) commit(repo, id string) (C, bool) {
 	var c C
 	r := h.repos[repo]
 	if r == nil {
@@ -90,6 +123,8 @@ func (h *History[C]) Commit(repo, id string) (C, bool) {
 
 // Branch is the commit repo's branch name is at.
 func (h *History[C]) Branch(repo, name string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	r := h.repos[repo]
 	if r == nil {
 		return "", false
@@ -108,6 +143,8 @@ func (h *History[C]) Resolve(repo, ref string) string {
 
 // Expand is the id of repo's commit named by its id or by a prefix of it ("" when none).
 func (h *History[C]) Expand(repo, prefix string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	r := h.repos[repo]
 	if r == nil {
 		return ""
@@ -126,8 +163,10 @@ func (h *History[C]) Expand(repo, prefix string) string {
 // Line is the commits from base (excluded) to head along first parents, oldest first; found
 // is false when a commit on the way is not held (head unknown, or base never reached).
 func (h *History[C]) Line(repo, base, head string) (commits []C, found bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	for id := head; id != base; {
-		c, ok := h.Commit(repo, id)
+		c, ok := h.commit(repo, id)
 		if !ok {
 			return nil, false
 		}
@@ -141,17 +180,19 @@ func (h *History[C]) Line(repo, base, head string) (commits []C, found bool) {
 // head's first-parent line that base's has: base itself, or one of its ancestors), oldest
 // first; found is false when head is not known or the two lines share no commit.
 func (h *History[C]) SinceMergeBase(repo, base, head string) (commits []C, found bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	ancestors := map[string]bool{}
 	for id := base; id != "" && !ancestors[id]; {
 		ancestors[id] = true
-		c, ok := h.Commit(repo, id)
+		c, ok := h.commit(repo, id)
 		if !ok {
 			break
 		}
 		id = h.first(c)
 	}
 	for id := head; !ancestors[id]; {
-		c, ok := h.Commit(repo, id)
+		c, ok := h.commit(repo, id)
 		if !ok {
 			return nil, false
 		}
@@ -164,6 +205,8 @@ func (h *History[C]) SinceMergeBase(repo, base, head string) (commits []C, found
 // Between is the commits reachable from head and not from base ("": none excluded), through
 // every parent, newest first (in the order they were added).
 func (h *History[C]) Between(repo, head, base string) []C {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	r := h.repos[repo]
 	if r == nil {
 		return nil
@@ -179,7 +222,7 @@ func (h *History[C]) Between(repo, head, base string) []C {
 	return out
 }
 
-// reach is every commit reachable from id, itself included ("": none).
+// reach is every commit reachable from id, itself included ("": none). h.mu is held.
 func (h *History[C]) reach(r *historyRepo[C], id string) map[string]bool {
 	seen := map[string]bool{}
 	for stack := []string{id}; len(stack) > 0; {
@@ -233,23 +276,37 @@ func Reversed[T any](s []T) []T {
 	return out
 }
 
-// Pulls is a fake's pull requests (merge requests), by repository and number. It takes no
-// lock: a fake holds its own around every call.
-type Pulls[P any] map[string]map[int]P
+// Pulls is a fake's pull requests (merge requests), by repository and number. Its methods
+// are safe for concurrent use and take no lock of the fake's.
+type Pulls[P any] struct {
+	mu    sync.Mutex
+	pulls map[string]map[int]P
+}
 
 // Put adds (or replaces) pull request number of repo.
 func (ps *Pulls[P]) Put(repo string, number int, p P) {
-	if *ps == nil {
-		*ps = Pulls[P]{}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.pulls == nil {
+		ps.pulls = map[string]map[int]P{}
 	}
-	if (*ps)[repo] == nil {
-		(*ps)[repo] = map[int]P{}
+	if ps.pulls[repo] == nil {
+		ps.pulls[repo] = map[int]P{}
 	}
-	(*ps)[repo][number] = p
+	ps.pulls[repo][number] = p
 }
 
 // Get is pull request number of repo.
-func (ps Pulls[P]) Get(repo string, number int) (P, bool) {
-	p, ok := ps[repo][number]
+func (ps *Pulls[P]) Get(repo string, number int) (P, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p, ok := ps.pulls[repo][number]
 	return p, ok
+}
+
+// Has says whether repo holds a pull request.
+func (ps *Pulls[P]) Has(repo string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return len(ps.pulls[repo]) > 0
 }

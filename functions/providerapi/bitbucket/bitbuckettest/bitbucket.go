@@ -130,32 +130,16 @@ func New(authorize func(string) bool) *Bitbucket {
 func (b *Bitbucket) AddCommit(repo, sha string) { b.AddHistory(repo, Commit{Hash: sha}) }
 
 // AddHistory adds c to repo; commits added later are newer.
-func (b *Bitbucket) AddHistory(repo string, c Commit) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.history.Add(repo, c)
-}
+func (b *Bitbucket) AddHistory(repo string, c Commit) { b.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
-func (b *Bitbucket) AddPull(repo string, p Pull) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.pulls.Put(repo, p.ID, p)
-}
+func (b *Bitbucket) AddPull(repo string, p Pull) { b.pulls.Put(repo, p.ID, p) }
 
 // SetBranch points repo's branch name at the commit head.
-func (b *Bitbucket) SetBranch(repo, name, head string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.history.SetBranch(repo, name, head)
-}
+func (b *Bitbucket) SetBranch(repo, name, head string) { b.history.SetBranch(repo, name, head) }
 
 // SetMainBranch makes the branch name repo's main branch (main unless set).
-func (b *Bitbucket) SetMainBranch(repo, name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.history.SetDefaultBranch(repo, name)
-}
+func (b *Bitbucket) SetMainBranch(repo, name string) { b.history.SetDefaultBranch(repo, name) }
 
 // resolve is the full hash of ref in repo: a full hash, an abbreviation of one (at least 7
 // characters), or a branch; "" when none. b.mu is held.
@@ -301,7 +285,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 	q := r.URL.Query()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.history.Known(repo) && len(b.pulls[repo]) == 0 {
+	if !b.history.Known(repo) && !b.pulls.Has(repo) {
 		b.refuse(w, http.StatusNotFound)
 		return
 	}

@@ -133,32 +133,16 @@ func New(authorize func(string) bool) *BitbucketDC {
 }
 
 // AddCommit adds c to repo (PROJECT/slug); commits added later are newer.
-func (b *BitbucketDC) AddCommit(repo string, c Commit) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.history.Add(repo, c)
-}
+func (b *BitbucketDC) AddCommit(repo string, c Commit) { b.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
-func (b *BitbucketDC) AddPull(repo string, p Pull) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.pulls.Put(repo, p.ID, p)
-}
+func (b *BitbucketDC) AddPull(repo string, p Pull) { b.pulls.Put(repo, p.ID, p) }
 
 // SetBranch points repo's branch name (like main) at the commit head.
-func (b *BitbucketDC) SetBranch(repo, name, head string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.history.SetBranch(repo, name, head)
-}
+func (b *BitbucketDC) SetBranch(repo, name, head string) { b.history.SetBranch(repo, name, head) }
 
 // SetDefaultBranch makes the branch name repo's default branch (main unless set).
-func (b *BitbucketDC) SetDefaultBranch(repo, name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.history.SetDefaultBranch(repo, name)
-}
+func (b *BitbucketDC) SetDefaultBranch(repo, name string) { b.history.SetDefaultBranch(repo, name) }
 
 // Posts counts the valid build status POSTs.
 func (b *BitbucketDC) Posts() int {
@@ -333,7 +317,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 	q := r.URL.Query()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.history.Known(repo) && len(b.pulls[repo]) == 0 {
+	if !b.history.Known(repo) && !b.pulls.Has(repo) {
 		b.refuse(w, http.StatusNotFound, "Repository "+repo+" does not exist.")
 		return
 	}

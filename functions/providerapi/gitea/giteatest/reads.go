@@ -60,25 +60,13 @@ func parentOf(c Commit) []string {
 }
 
 // AddCommit adds c to repo.
-func (g *Gitea) AddCommit(repo string, c Commit) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.history.Add(repo, c)
-}
+func (g *Gitea) AddCommit(repo string, c Commit) { g.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
-func (g *Gitea) AddPull(repo string, p Pull) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.pulls.Put(repo, p.Number, p)
-}
+func (g *Gitea) AddPull(repo string, p Pull) { g.pulls.Put(repo, p.Number, p) }
 
 // SetBranch points branch of repo at sha (a comparison may name a branch).
-func (g *Gitea) SetBranch(repo, branch, sha string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.history.SetBranch(repo, branch, sha)
-}
+func (g *Gitea) SetBranch(repo, branch, sha string) { g.history.SetBranch(repo, branch, sha) }
 
 // read answers a read (repoGet, repoGetPullRequest, repoGetPullRequestFiles,
 // repoGetPullRequestCommits, repoCompareDiff) as Gitea's handlers do: a pull request's files

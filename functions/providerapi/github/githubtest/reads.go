@@ -49,11 +49,7 @@ func parentOf(c HistoryCommit) []string {
 }
 
 // AddCommit adds c to repo.
-func (g *GitHub) AddCommit(repo string, c HistoryCommit) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.history.Add(repo, c)
-}
+func (g *GitHub) AddCommit(repo string, c HistoryCommit) { g.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
 func (g *GitHub) AddPull(repo string, p HistoryPull) {
@@ -66,18 +62,10 @@ func (g *GitHub) AddPull(repo string, p HistoryPull) {
 }
 
 // SetBranch points repo's branch name at commit sha (a comparison names a branch or a commit).
-func (g *GitHub) SetBranch(repo, name, sha string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.history.SetBranch(repo, name, sha)
-}
+func (g *GitHub) SetBranch(repo, name, sha string) { g.history.SetBranch(repo, name, sha) }
 
 // SetDefaultBranch names repo's default branch ("main" unless set).
-func (g *GitHub) SetDefaultBranch(repo, name string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.history.SetDefaultBranch(repo, name)
-}
+func (g *GitHub) SetDefaultBranch(repo, name string) { g.history.SetDefaultBranch(repo, name) }
 
 // read answers a read op (pulls/get, pulls/list-files, pulls/list-commits,
 // repos/compare-commits, repos/get-commit) with GitHub's documented limits: a pull request's

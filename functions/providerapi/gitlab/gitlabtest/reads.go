@@ -57,11 +57,7 @@ func parentOf(c Commit) []string {
 }
 
 // AddCommit adds c to project.
-func (g *GitLab) AddCommit(project string, c Commit) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.history.Add(project, c)
-}
+func (g *GitLab) AddCommit(project string, c Commit) { g.history.Add(project, c) }
 
 // AddMergeRequest adds (or replaces) merge request m of project.
 func (g *GitLab) AddMergeRequest(project string, m MergeRequest) {
@@ -71,11 +67,7 @@ func (g *GitLab) AddMergeRequest(project string, m MergeRequest) {
 }
 
 // SetBranch points branch of project at sha (a comparison may name a branch).
-func (g *GitLab) SetBranch(project, branch, sha string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.history.SetBranch(project, branch, sha)
-}
+func (g *GitLab) SetBranch(project, branch, sha string) { g.history.SetBranch(project, branch, sha) }
 
 // read answers a read (getApiV4ProjectsId, the merge request, its diffs and commits, a
 // comparison) as GitLab's API does: a merge request's diffs are those of its latest version,
