@@ -114,7 +114,7 @@ type Bitbucket struct {
 	posts    int
 	history  *providerapitest.History[Commit]
 	pulls    providerapitest.Pulls[Pull]
-	statuses []Status
+	statuses *providerapitest.Statuses[Status]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
@@ -122,7 +122,9 @@ func New(authorize func(string) bool) *Bitbucket {
 	if err := bitbucketspec.Cloud.Load(); err != nil {
 		panic(err)
 	}
-	return &Bitbucket{Authorize: authorize, history: providerapitest.NewHistory(func(c Commit) string { return c.Hash },
+	return &Bitbucket{Authorize: authorize, statuses: providerapitest.NewStatuses(func(s Status) (string, string, string) {
+		return s.Repository, s.SHA, s.Key
+	}), history: providerapitest.NewHistory(func(c Commit) string { return c.Hash },
 		func(c Commit) []string { return c.Parents })}
 }
 
@@ -263,7 +265,7 @@ func (b *Bitbucket) create(w http.ResponseWriter, r *http.Request, body []byte, 
 	b.mu.Lock()
 	b.posts++
 	n := b.posts
-	_, existed := b.find(repo, sha, s.Key)
+	_, existed := b.statuses.Latest(repo, sha, s.Key)
 	b.mu.Unlock()
 	be := providerapitest.Behavior{}
 	if b.Post != nil {
@@ -307,8 +309,8 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 				"summary": map[string]any{"raw": c.Message, "markup": "markdown", "html": "<p>" + c.Message + "</p>"}}, fields))
 			return
 		}
-		if i, ok := b.find(repo, sha, parts[7]); ok {
-			b.answer(w, http.StatusOK, statusJSON(b.statuses[i]))
+		if s, ok := b.statuses.Latest(repo, sha, parts[7]); ok {
+			b.answer(w, http.StatusOK, statusJSON(s))
 			return
 		}
 		b.refuse(w, http.StatusNotFound)
@@ -477,38 +479,17 @@ func partial(v map[string]any, fields string) map[string]any {
 	return out
 }
 
-// find is the index of the status of key on a commit, b.mu held.
-func (b *Bitbucket) find(repo, sha, key string) (int, bool) {
-	for i, s := range b.statuses {
-		if s.Repository == repo && s.SHA == sha && s.Key == key {
-			return i, true
-		}
-	}
-	return -1, false
-}
-
 // Put sets the status of s's key on its commit (as if posted), and returns it.
 func (b *Bitbucket) Put(s Status) Status {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s.At = time.Now()
-	if i, ok := b.find(s.Repository, s.SHA, s.Key); ok {
-		s.Updates = b.statuses[i].Updates + 1
-		b.statuses[i] = s
+	return b.statuses.Add(s, func(s Status, _, updates int) Status {
+		s.At, s.Updates = time.Now(), updates
 		return s
-	}
-	b.statuses = append(b.statuses, s)
-	return s
+	})
 }
 
 // Status returns the status of key on a commit.
 func (b *Bitbucket) Status(repo, sha, key string) (Status, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i, ok := b.find(repo, sha, key); ok {
-		return b.statuses[i], true
-	}
-	return Status{}, false
+	return b.statuses.Latest(repo, sha, key)
 }
 
 // Posts counts the valid POSTs.

@@ -120,7 +120,7 @@ type BitbucketDC struct {
 	posts    int
 	history  *providerapitest.History[Commit]
 	pulls    providerapitest.Pulls[Pull]
-	statuses []Status
+	statuses *providerapitest.Statuses[Status]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
@@ -128,7 +128,9 @@ func New(authorize func(string) bool) *BitbucketDC {
 	if err := bitbucketspec.DataCenter.Load(); err != nil {
 		panic(err)
 	}
-	return &BitbucketDC{Authorize: authorize, history: providerapitest.NewHistory(func(c Commit) string { return c.ID },
+	return &BitbucketDC{Authorize: authorize, statuses: providerapitest.NewStatuses(func(s Status) (string, string, string) {
+		return s.Repository, s.Commit, s.Key
+	}), history: providerapitest.NewHistory(func(c Commit) string { return c.ID },
 		func(c Commit) []string { return c.Parents })}
 }
 
@@ -153,49 +155,18 @@ func (b *BitbucketDC) Posts() int {
 
 // Status returns the build status of key on a commit.
 func (b *BitbucketDC) Status(repo, commit, key string) (Status, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i, ok := b.find(repo, commit, key); ok {
-		return b.statuses[i], true
-	}
-	return Status{}, false
+	return b.statuses.Latest(repo, commit, key)
 }
 
 // Statuses lists the build statuses of a commit, in the order their keys were first posted.
-func (b *BitbucketDC) Statuses(repo, commit string) []Status {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []Status
-	for _, s := range b.statuses {
-		if s.Repository == repo && s.Commit == commit {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+func (b *BitbucketDC) Statuses(repo, commit string) []Status { return b.statuses.Current(repo, commit) }
 
 // Put sets the build status of s's key on its commit (as if posted), and returns it.
 func (b *BitbucketDC) Put(s Status) Status {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s.At = time.Now()
-	if i, ok := b.find(s.Repository, s.Commit, s.Key); ok {
-		s.Updates = b.statuses[i].Updates + 1
-		b.statuses[i] = s
+	return b.statuses.Add(s, func(s Status, _, updates int) Status {
+		s.At, s.Updates = time.Now(), updates
 		return s
-	}
-	b.statuses = append(b.statuses, s)
-	return s
-}
-
-// find is the index of the status of key on a commit. b.mu is held.
-func (b *BitbucketDC) find(repo, commit, key string) (int, bool) {
-	for i, s := range b.statuses {
-		if s.Repository == repo && s.Commit == commit && s.Key == key {
-			return i, true
-		}
-	}
-	return -1, false
+	})
 }
 
 func (b *BitbucketDC) answer(w http.ResponseWriter, code int, v any) {
@@ -328,12 +299,11 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 	switch op {
 	case OpGetBuild:
 		id, known := b.resolve(repo, parts[7])
-		i, found := b.find(repo, id, q.Get("key"))
+		s, found := b.statuses.Latest(repo, id, q.Get("key"))
 		if !known || !found {
 			b.refuse(w, http.StatusNotFound, "No build status with key "+q.Get("key"))
 			return
 		}
-		s := b.statuses[i]
 		b.answer(w, http.StatusOK, map[string]any{"key": s.Key, "state": s.State, "name": s.Name, "url": s.URL,
 			"description": s.Description, "createdDate": s.At.UnixMilli(), "updatedDate": s.At.UnixMilli(), "ref": nil})
 	case OpDefaultBranch:

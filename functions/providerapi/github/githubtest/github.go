@@ -108,7 +108,7 @@ type GitHub struct {
 	failures      []int
 	// statuses
 	posts   int
-	created []Created
+	created *providerapitest.Statuses[Created]
 	// check runs
 	creates, updates int
 	runs             []CheckRun
@@ -127,6 +127,7 @@ type GitHub struct {
 func New(authorize func(token string) bool) *GitHub {
 	githubspec.Load() // its error is every request's (ServeHTTP)
 	return &GitHub{Authorize: authorize, Slug: "amiss-test", Name: "amiss test",
+		created: providerapitest.NewStatuses(func(s Created) (string, string, string) { return s.Repository, s.SHA, s.Context }),
 		history: providerapitest.NewHistory(func(c HistoryCommit) string { return c.SHA }, parentOf)}
 }
 
