@@ -2,13 +2,11 @@ package bitbucket_test
 
 import (
 	"context"
-	"crypto/sha1"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +24,7 @@ import (
 const repo = "team/app"
 
 // hash is a made-up commit hash numbered n.
-func hash(n int) string { return fmt.Sprintf("%x", sha1.Sum([]byte(strconv.Itoa(n)))) }
+var hash = providerapitest.Hash
 
 // readWorld is a fake Bitbucket Cloud holding a repository's history: main at commit 1, a
 // branch "feature" of commits 2 (adds src/a.go), 3 (renames docs/old.md to docs/new.md) and 4
@@ -35,6 +33,7 @@ type readWorld struct {
 	t      *testing.T
 	fake   *bitbuckettest.Bitbucket
 	client *bitbucket.Client
+	r      providerapitest.Reader
 }
 
 func newReadWorld(t *testing.T) *readWorld {
@@ -50,6 +49,7 @@ func newReadWorld(t *testing.T) *readWorld {
 	t.Cleanup(srv.Close)
 	w.client = bitbucket.NewClient(srv.URL, "bb_token", srv.Client())
 	w.client.Sleep = func(context.Context, time.Duration) error { return nil }
+	w.r = providerapitest.Reader{T: t, Read: w.client.Read, Violations: w.fake.Violations, API: "Bitbucket Cloud's API description"}
 	t.Cleanup(func() {
 		if v := w.fake.Violations(); len(v) > 0 {
 			t.Errorf("requests Bitbucket Cloud refuses: %q", v)
@@ -83,20 +83,6 @@ func pushEvent(head int, before string) change.Change {
 		Ref: "refs/heads/feature", Before: before, Whole: change.TitleInput | change.PullInput}
 }
 
-func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
-	w.t.Helper()
-	got, err := w.readInputs(s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	return got
-}
-
-// readInputs is the client's Read, as the shared checks take it.
-func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
-	return w.client.Read(context.Background(), s, need)
-}
-
 var messages = providerapitest.Messages
 
 // A pull request is read as Bitbucket lists it: its diffstat (through Bitbucket's redirect to
@@ -104,7 +90,7 @@ var messages = providerapitest.Messages
 func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(4), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pullEvent(4), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -126,30 +112,24 @@ func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
 func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(3), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if want := []string{"Add a", "Move the docs"}; !reflect.DeepEqual(messages(got), want) {
-		t.Errorf("commits %q, want %q", messages(got), want)
-	}
-	if w.fake.Requests(bitbuckettest.OpPullDiffStat) != 0 || w.fake.Requests(bitbuckettest.OpPullCommits) != 0 {
-		t.Error("the pull request's own listings were read, which describe another commit")
-	}
+	providerapitest.CheckAPullRequestThatMovedOnIsReadAtItsCommit(t, pullEvent(3), w.r.Inputs, []string{"src/a.go", "docs/old.md", "docs/new.md"},
+		[]string{"Add a", "Move the docs"}, messages, func() int {
+			return w.fake.Requests(bitbuckettest.OpPullDiffStat) + w.fake.Requests(bitbuckettest.OpPullCommits)
+		})
 }
 
 // A push is read as its range, from the commit before it: its paths always (the webhook lists
 // none), its commits only when asked (the webhook's were cut).
 func TestAPushIsReadAsItsRange(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, hash(2)), change.PathsInput)
+	got := w.r.Must(pushEvent(4, hash(2)), change.PathsInput)
 	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
 	if w.fake.Requests(bitbuckettest.OpCommits) != 0 {
 		t.Error("commits read where the webhook listed them all")
 	}
-	got = w.read(pushEvent(4, hash(2)), change.CommitsInput)
+	got = w.r.Must(pushEvent(4, hash(2)), change.CommitsInput)
 	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(change.CommitsInput) {
 		t.Errorf("commits %q (whole %v), want %q", messages(got), got.Whole, want)
 	}
@@ -159,7 +139,7 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // first push of the main branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheMainBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -168,7 +148,7 @@ func TestANewBranchIsReadAgainstTheMainBranch(t *testing.T) {
 	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.read(first, change.PathsInput)
+	got = w.r.Must(first, change.PathsInput)
 	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "first push of the repository's main branch") {
 		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
 	}
@@ -187,7 +167,7 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 		w.commit(n, n-1, "More\n")
 	}
 	head := 5 + bitbucket.MaxReadCommits
-	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
 	providerapitest.CheckAListPastTheBoundsIsNotHeldWhole(t, got, bitbucket.MaxReadPaths, bitbucket.MaxReadCommits, hash(head))
 }
 
@@ -227,7 +207,7 @@ func TestADataCenterDeliveryIsNotReadFromCloud(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
 	s.API = change.BitbucketDataCenter
-	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.readInputs, w.fake.AllRequests, "bitbucket-datacenter")
+	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.r.Inputs, w.fake.AllRequests, "bitbucket-datacenter")
 }
 
 // A read's redirect is followed only within the base URL: one elsewhere would carry the token
@@ -253,7 +233,7 @@ func TestARedirectOutsideTheBaseURLIsNotFollowed(t *testing.T) {
 func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.readInputs)
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.r.Inputs)
 }
 
 // A pull request force-pushed while its diffstat and commits are read (after the pull request's
@@ -273,7 +253,7 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			}
 			return 0
 		}
-		got := w.read(pullEvent(4), need)
+		got := w.r.Must(pullEvent(4), need)
 		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
 			need.Has(change.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
 			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))

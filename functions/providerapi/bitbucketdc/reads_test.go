@@ -2,13 +2,11 @@ package bitbucketdc_test
 
 import (
 	"context"
-	"crypto/sha1"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +23,7 @@ import (
 const repo = "PROJ/app"
 
 // hash is a made-up commit hash numbered n.
-func hash(n int) string { return fmt.Sprintf("%x", sha1.Sum([]byte(strconv.Itoa(n)))) }
+var hash = providerapitest.Hash
 
 // readWorld is a fake Data Center server, under a context path, holding a repository's
 // history: main at commit 1, a branch "feature" of commits 2 (adds src/a.go), 3 (moves
@@ -34,6 +32,7 @@ type readWorld struct {
 	t      *testing.T
 	fake   *bitbucketdctest.BitbucketDC
 	client *bitbucketdc.Client
+	r      providerapitest.Reader
 }
 
 func newReadWorld(t *testing.T) *readWorld {
@@ -50,6 +49,7 @@ func newReadWorld(t *testing.T) *readWorld {
 	t.Cleanup(srv.Close)
 	w.client = bitbucketdc.NewClient(srv.URL+"/bitbucket", "dc_token", srv.Client())
 	w.client.Sleep = func(context.Context, time.Duration) error { return nil }
+	w.r = providerapitest.Reader{T: t, Read: w.client.Read, Violations: w.fake.Violations, API: "Bitbucket Data Center's API description"}
 	t.Cleanup(func() {
 		if v := w.fake.Violations(); len(v) > 0 {
 			t.Errorf("requests Bitbucket Data Center refuses: %q", v)
@@ -83,20 +83,6 @@ func pushEvent(head int, before string) change.Change {
 		Ref: "refs/heads/feature", Before: before, Whole: change.TitleInput | change.PullInput}
 }
 
-func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
-	w.t.Helper()
-	got, err := w.readInputs(s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	return got
-}
-
-// readInputs is the client's Read, as the shared checks take it.
-func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
-	return w.client.Read(context.Background(), s, need)
-}
-
 var messages = providerapitest.Messages
 
 // A pull request is read as Data Center lists it: its changes, with a moved file's old path
@@ -104,7 +90,7 @@ var messages = providerapitest.Messages
 func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(4), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pullEvent(4), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -126,16 +112,10 @@ func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
 func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(3), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if want := []string{"Add a", "Move the docs"}; !reflect.DeepEqual(messages(got), want) {
-		t.Errorf("commits %q, want %q", messages(got), want)
-	}
-	if w.fake.Requests(bitbucketdctest.OpPullChanges) != 0 || w.fake.Requests(bitbucketdctest.OpPullCommits) != 0 {
-		t.Error("the pull request's own listings were read, which describe another commit")
-	}
+	providerapitest.CheckAPullRequestThatMovedOnIsReadAtItsCommit(t, pullEvent(3), w.r.Inputs, []string{"src/a.go", "docs/old.md", "docs/new.md"},
+		[]string{"Add a", "Move the docs"}, messages, func() int {
+			return w.fake.Requests(bitbucketdctest.OpPullChanges) + w.fake.Requests(bitbucketdctest.OpPullCommits)
+		})
 }
 
 // A pull request's changes are one page: Data Center cuts them at its page.max.changes, saying
@@ -145,7 +125,7 @@ func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.MaxChanges = 2
 	w.pull(4)
-	got := w.read(pullEvent(4), change.PathsInput)
+	got := w.r.Must(pullEvent(4), change.PathsInput)
 	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "lists at most 2 changes of a pull request") ||
 		w.fake.Requests(bitbucketdctest.OpPullChanges) != 1 {
 		t.Fatalf("whole %v, unread %+v, %d requests", got.Whole, got.Unread, w.fake.Requests(bitbucketdctest.OpPullChanges))
@@ -157,7 +137,7 @@ func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
 func TestAPushIsReadAsItsRange(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.MaxLimit = 1 // a page a change, a page a commit
-	got := w.read(pushEvent(4, hash(2)), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pushEvent(4, hash(2)), change.PathsInput|change.CommitsInput)
 	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -173,7 +153,7 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // The first push of the default branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
 	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -182,7 +162,7 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.read(first, change.PathsInput|change.CommitsInput)
+	got = w.r.Must(first, change.PathsInput|change.CommitsInput)
 	if got.Whole.Has(change.PathsInput) || got.Whole.Has(change.CommitsInput) ||
 		!strings.Contains(got.UnreadReason(change.CommitsInput), "first push of the repository's default branch") {
 		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
@@ -201,7 +181,7 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 		w.commit(n, n-1, "More\n")
 	}
 	head := 5 + bitbucketdc.MaxReadCommits
-	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
 	providerapitest.CheckAListPastTheBoundsIsNotHeldWhole(t, got, bitbucketdc.MaxReadPaths, bitbucketdc.MaxReadCommits, hash(head))
 }
 
@@ -211,7 +191,7 @@ func TestARefusedReadNamesThePermissionToGrant(t *testing.T) {
 		w := newReadWorld(t)
 		w.pull(4)
 		w.fake.Answer = providerapitest.Refuse(code, bitbucketdctest.OpPullCommits)
-		return w.readInputs(pullEvent(4), change.CommitsInput)
+		return w.r.Inputs(pullEvent(4), change.CommitsInput)
 	}, func(code int, why string) bool {
 		return strings.Contains(why, fmt.Sprintf("answered %d", code)) && strings.Contains(why, "REPO_READ") && strings.Contains(why, "not permitted")
 	})
@@ -223,7 +203,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "Bitbucket Data Center", pushEvent(4, hash(1)), func(code int, s change.Change) (change.Change, error) {
 		w := newReadWorld(t)
 		w.fake.Answer = providerapitest.Refuse(code)
-		return w.readInputs(s, change.PathsInput)
+		return w.r.Inputs(s, change.PathsInput)
 	})
 }
 
@@ -233,7 +213,7 @@ func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
 	s.API = change.BitbucketCloud
-	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.readInputs, w.fake.AllRequests, "publish.provider bitbucket")
+	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.r.Inputs, w.fake.AllRequests, "publish.provider bitbucket")
 }
 
 // The title and branches a pull request's webhook carried whole are the event's: a read of its
@@ -242,7 +222,7 @@ func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.readInputs)
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.r.Inputs)
 }
 
 // A pull request force-pushed while its changes and commits are read (after the pull request's
@@ -261,7 +241,7 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			}
 			return 0
 		}
-		got := w.read(pullEvent(4), need)
+		got := w.r.Must(pullEvent(4), need)
 		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
 			need.Has(change.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
 			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))

@@ -24,7 +24,7 @@ import (
 const readRepo = "acme/app"
 
 // commitN is a made-up commit hash numbered n.
-func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+var commitN = providerapitest.CommitN
 
 // readWorld is a fake Gitea holding a repository's history, and a client reading from it.
 type readWorld struct {
@@ -70,21 +70,12 @@ func each(n int) []giteatest.File {
 // read reads need of s, failing on an error or a request outside Gitea's description.
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.readInputs(s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	return got
+	return w.reads().Must(s, need)
 }
 
-// readInputs reads need of s, failing on a request outside Gitea's description.
-func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
-	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, need)
-	if v := w.gitea.Violations(); len(v) > 0 {
-		w.t.Fatalf("requests outside Gitea's API description: %v", v)
-	}
-	return got, err
+// reads is the client reading from the fake, failing on a request outside Gitea's API description.
+func (w *readWorld) reads() providerapitest.Reader {
+	return providerapitest.Reader{T: w.t, Read: w.reader.Read, Violations: w.gitea.Violations, API: "Gitea's API description"}
 }
 
 func pullOf(head, number int) change.Change {
@@ -107,13 +98,7 @@ func pushOf(before, head, listed int) change.Change {
 
 var ids = providerapitest.IDs
 
-func commitsFrom(from, to int) []string {
-	var out []string
-	for n := from; n <= to; n++ {
-		out = append(out, commitN(n))
-	}
-	return out
-}
+var commitsFrom = providerapitest.CommitsFrom
 
 // A pull request's files and commits are read whole, every page (Gitea serves 50 a page),
 // commits oldest first, a renamed file's old path too; the pull request itself is read first,
@@ -170,12 +155,10 @@ func TestAPullRequestThatMovedOnIsReadAsItsTargetsComparison(t *testing.T) {
 	w.commits(3, 3, modified("secrets/later.pem"))
 	w.gitea.SetBranch(readRepo, "main", commitN(0))
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(3)})
-	got := w.read(pullOf(2, 4), change.CommitsInput|change.PathsInput)
-	if !slices.Equal(ids(got), commitsFrom(1, 2)) || !slices.Equal(got.Paths, []string{"src/a.go"}) || len(got.Unread) != 0 {
-		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
-	}
-	if w.gitea.Requests(giteatest.OpPullFiles) != 0 || w.gitea.Requests(giteatest.OpCompare) != 1 {
-		t.Fatalf("%d file listings, %d comparisons", w.gitea.Requests(giteatest.OpPullFiles), w.gitea.Requests(giteatest.OpCompare))
+	providerapitest.CheckAPullRequestThatMovedOnIsReadAtItsCommit(t, pullOf(2, 4), w.reads().Inputs, []string{"src/a.go"}, commitsFrom(1, 2), ids,
+		func() int { return w.gitea.Requests(giteatest.OpPullFiles) + w.gitea.Requests(giteatest.OpPullCommits) })
+	if n := w.gitea.Requests(giteatest.OpCompare); n != 1 {
+		t.Fatalf("%d comparisons, want 1", n)
 	}
 }
 
@@ -280,7 +263,7 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 			w := newReadWorld(t)
 			w.commits(1, 7, each)
 			w.gitea.Answer = providerapitest.Refuse(code)
-			return w.readInputs(pushOf(0, 7, 5), need)
+			return w.reads().Inputs(pushOf(0, 7, 5), need)
 		}, func(code int, why string) bool {
 			return why == fmt.Sprintf("Gitea answered %d; grant the token the read:repository scope, as a user who can read the repository", code)
 		})
@@ -300,7 +283,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 		w := newReadWorld(t)
 		w.commits(1, 7, each)
 		w.gitea.Answer = providerapitest.Refuse(code)
-		return w.readInputs(s, change.PathsInput)
+		return w.reads().Inputs(s, change.PathsInput)
 	})
 }
 
@@ -344,7 +327,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: the title before the edit", Base: "develop", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullOf(2, 4), w.readInputs)
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullOf(2, 4), w.reads().Inputs)
 }
 
 // stripped serves h through a proxy that drops the named headers from every answer.

@@ -22,7 +22,7 @@ import (
 const rerunRepo = "octo-org/octo-repo"
 
 // commitN is a made-up commit hash numbered n.
-func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+var commitN = providerapitest.CommitN
 
 // rerunWorld is a fake GitHub holding a repository's history, and a client reading re-runs'
 // inputs from it with the App's installation tokens.
@@ -70,21 +70,12 @@ func modified(paths ...string) func(int) []githubtest.ChangedFile {
 // fill fills s, failing on an error or a request outside GitHub's description.
 func (w *rerunWorld) fill(s change.Change) change.Change {
 	w.t.Helper()
-	got, err := w.readInputs(s, change.AllInputs&^s.Whole)
-	if err != nil {
-		w.t.Fatalf("fill: %v", err)
-	}
-	return got
+	return w.reads().Must(s, change.AllInputs&^s.Whole)
 }
 
-// readInputs reads need of s, failing on a request outside GitHub's description.
-func (w *rerunWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
-	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, need)
-	if v := w.history.Violations(); len(v) > 0 {
-		w.t.Fatalf("requests outside GitHub's API description: %v", v)
-	}
-	return got, err
+// reads is the client reading from the fake, failing on a request outside GitHub's description.
+func (w *rerunWorld) reads() providerapitest.Reader {
+	return providerapitest.Reader{T: w.t, Read: w.reader.Read, Violations: w.history.Violations, API: "GitHub's API description"}
 }
 
 func rerunOf(head int, pull int, before string) change.Change {
@@ -170,13 +161,7 @@ func TestARerunWhoseBranchDoesNotHoldItsCommitStaysUnread(t *testing.T) {
 	}
 }
 
-func commitIDs(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, c.ID)
-	}
-	return out
-}
+var commitIDs = providerapitest.IDs
 
 // A re-run of a pull request's head reads the pull request: its title and branches, its
 // files (a renamed file's old path too) and its commits' messages.
@@ -314,7 +299,7 @@ func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
 		w := newRerunWorld(t)
 		w.commits(1, 2, modified("a.go"))
 		w.history.Answer = providerapitest.Refuse(code)
-		return w.readInputs(s, change.AllInputs)
+		return w.reads().Inputs(s, change.AllInputs)
 	})
 }
 
@@ -388,7 +373,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: change.PullRequest, Installation: 2311213,
 		Whole: change.TitleInput | change.PullInput,
 		Pull:  &change.Pull{Number: 2, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
-	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, s, w.readInputs)
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, s, w.reads().Inputs)
 }
 
 // A pull request whose head moves on while its files and commits are read (a force push landing

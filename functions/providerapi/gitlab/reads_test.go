@@ -25,7 +25,7 @@ import (
 const readProject = "group/sub/app"
 
 // commitN is a made-up commit hash numbered n.
-func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+var commitN = providerapitest.CommitN
 
 type readWorld struct {
 	t      *testing.T
@@ -67,21 +67,12 @@ func modified(paths ...string) func(int) []gitlabtest.File {
 
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.readInputs(s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	return got
+	return w.reads().Must(s, need)
 }
 
-// readInputs reads need of s, failing on a request outside GitLab's description.
-func (w *readWorld) readInputs(s change.Change, need change.Inputs) (change.Change, error) {
-	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, need)
-	if v := w.gitlab.Violations(); len(v) > 0 {
-		w.t.Fatalf("requests outside GitLab's API description: %v", v)
-	}
-	return got, err
+// reads is the client reading from the fake, failing on a request outside GitLab's API description.
+func (w *readWorld) reads() providerapitest.Reader {
+	return providerapitest.Reader{T: w.t, Read: w.reader.Read, Violations: w.gitlab.Violations, API: "GitLab's API description"}
 }
 
 func mergeRequestOf(head, iid int) change.Change {
@@ -104,13 +95,7 @@ func pushOf(before, head, listed int) change.Change {
 
 var ids = providerapitest.IDs
 
-func commitsFrom(from, to int) []string {
-	var out []string
-	for n := from; n <= to; n++ {
-		out = append(out, commitN(n))
-	}
-	return out
-}
+var commitsFrom = providerapitest.CommitsFrom
 
 // A merge request's diffs and commits are read whole, every page (100 a page), commits oldest
 // first with their whole messages, a renamed file's old path too; the merge request is read
@@ -235,7 +220,7 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 			w.commits(1, 30, each)
 			w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(30)})
 			w.gitlab.Answer = providerapitest.Refuse(code)
-			return w.readInputs(mergeRequestOf(30, 7), need)
+			return w.reads().Inputs(mergeRequestOf(30, 7), need)
 		}, func(code int, why string) bool {
 			return why == fmt.Sprintf("GitLab answered %d; grant the token the read_api scope, as a member who can read the project's code (Reporter)", code)
 		})
@@ -248,7 +233,7 @@ func TestAnOutageWhileReadingIsTransient(t *testing.T) {
 		w := newReadWorld(t)
 		w.commits(1, 30, each)
 		w.gitlab.Answer = providerapitest.Refuse(code)
-		return w.readInputs(s, change.PathsInput)
+		return w.reads().Inputs(s, change.PathsInput)
 	})
 }
 
@@ -304,7 +289,7 @@ func TestReadingAMergeRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "feat: the title before the edit", Source: "changes",
 		Target: "develop", BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, mergeRequestOf(2, 7), w.readInputs)
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, mergeRequestOf(2, 7), w.reads().Inputs)
 }
 
 // A merge request force-pushed while its diffs are read (after the merge request's own read):

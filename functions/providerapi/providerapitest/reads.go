@@ -1,8 +1,12 @@
 package providerapitest
 
 import (
+	"context"
+	"crypto/sha1"
+	"fmt"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -131,4 +135,73 @@ func IDs(c change.Change) []string {
 		out = append(out, m.ID)
 	}
 	return out
+}
+
+// CommitN is a made-up commit id numbered n (40 hexadecimal digits).
+func CommitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+
+// CommitsFrom is CommitN of from to to.
+func CommitsFrom(from, to int) []string {
+	var out []string
+	for n := from; n <= to; n++ {
+		out = append(out, CommitN(n))
+	}
+	return out
+}
+
+// Hash is a made-up commit hash numbered n (a SHA-1's 40 hexadecimal digits, unlike any other
+// n's in its first 12).
+func Hash(n int) string { return fmt.Sprintf("%x", sha1.Sum([]byte(strconv.Itoa(n)))) }
+
+// Reader is a provider's reader under test, reading from its fake.
+type Reader struct {
+	T *testing.T
+	// Read is the reader's Read.
+	Read func(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error)
+	// Violations lists the requests the fake recorded as breaking the provider's API; API names
+	// it in a failure ("GitLab's API description").
+	Violations func() []string
+	API        string
+}
+
+// Inputs is Read's answer to need of s, failing T on a request that broke the API.
+func (r Reader) Inputs(s change.Change, need change.Inputs) (change.Change, error) {
+	r.T.Helper()
+	got, err := r.Read(context.Background(), s, need)
+	if v := r.Violations(); len(v) > 0 {
+		r.T.Fatalf("requests outside %s: %q", r.API, v)
+	}
+	return got, err
+}
+
+// Must is Inputs, failing T on an error as well.
+func (r Reader) Must(s change.Change, need change.Inputs) change.Change {
+	r.T.Helper()
+	got, err := r.Inputs(s, need)
+	if err != nil {
+		r.T.Fatalf("read: %v", err)
+	}
+	return got
+}
+
+// CheckAPullRequestThatMovedOnIsReadAtItsCommit reads the commits and paths of in, the webhook
+// of a pull request whose head has moved on since: the pull request is read as it was at the
+// webhook's commit, its paths and its commits (as commits gives their names, oldest first) as
+// want says, whole, nothing unread; never from the pull request's own listings of files and
+// commits (listings counts their requests), which describe another commit.
+func CheckAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T, in change.Change, read Read, wantPaths, wantCommits []string,
+	commits func(change.Change) []string, listings func() int) {
+	t.Helper()
+	got, err := read(in, change.CommitsInput|change.PathsInput)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if !reflect.DeepEqual(got.Paths, wantPaths) || !reflect.DeepEqual(commits(got), wantCommits) || !got.Whole.Has(change.AllInputs) ||
+		len(got.Unread) != 0 {
+		t.Fatalf("paths %q, commits %q, whole %q, unread %+v; want paths %q, commits %q", got.Paths, commits(got), got.Whole, got.Unread,
+			wantPaths, wantCommits)
+	}
+	if n := listings(); n != 0 {
+		t.Fatalf("%d requests of the pull request's own listings, which describe another commit", n)
+	}
 }
