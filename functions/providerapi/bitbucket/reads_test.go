@@ -90,21 +90,10 @@ var messages = providerapitest.Messages
 func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.r.Must(pullEvent(4), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
-		t.Errorf("commits %q, want %q", messages(got), want)
-	}
-	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Cloud: commits, paths (4 requests)" {
-		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
-	}
-	for _, op := range []string{bitbuckettest.OpGetPull, bitbuckettest.OpPullDiffStat, bitbuckettest.OpDiffStat, bitbuckettest.OpPullCommits} {
-		if w.fake.Requests(op) != 1 {
-			t.Errorf("%s: %d requests, want 1", op, w.fake.Requests(op))
-		}
-	}
+	providerapitest.CheckAPullRequestIsReadWhole(t, pullEvent(4), w.r.Inputs, []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"},
+		[]string{"Add a", "Move the docs", "add the key"}, messages, "Bitbucket Cloud: commits, paths (4 requests)",
+		map[string]int{bitbuckettest.OpGetPull: 1, bitbuckettest.OpPullDiffStat: 1, bitbuckettest.OpDiffStat: 1, bitbuckettest.OpPullCommits: 1},
+		w.fake.Requests)
 }
 
 // A pull request whose head has moved on since its webhook is read at the webhook's commit:

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -109,29 +108,19 @@ func TestAPullRequestsFilesAndCommitsAreReadEveryPage(t *testing.T) {
 	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(120), Parent: commitN(119), Message: "Move the key",
 		Files: []giteatest.File{{Filename: "docs/key.md", Status: "renamed", PreviousFilename: "secrets/key.pem"}}})
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: move the key", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(120)})
-	got := w.read(pullOf(120, 4), change.CommitsInput|change.PathsInput)
-	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	var paths []string
+	for n := 1; n <= 119; n++ {
+		paths = append(paths, fmt.Sprintf("f%d.go", n))
 	}
-	if !slices.Equal(ids(got), commitsFrom(1, 120)) || got.Commits[119].Message != "Move the key" {
+	paths = append(paths, "secrets/key.pem", "docs/key.md")
+	got := providerapitest.CheckAPullRequestIsReadWhole(t, pullOf(120, 4), w.reads().Inputs, paths, commitsFrom(1, 120), ids,
+		"Gitea: commits, paths (7 requests)", map[string]int{giteatest.OpGetPull: 1, giteatest.OpPullFiles: 3, giteatest.OpPullCommits: 3,
+			giteatest.OpCompare: 0, giteatest.OpGetRepo: 0}, w.gitea.Requests)
+	if len(got.Commits) != 120 || got.Commits[119].Message != "Move the key" {
 		t.Fatalf("commits %v", ids(got))
-	}
-	if len(got.Paths) != 121 || !slices.Contains(got.Paths, "secrets/key.pem") || !slices.Contains(got.Paths, "docs/key.md") {
-		t.Fatalf("%d paths: %v", len(got.Paths), got.Paths)
 	}
 	if got.Pull.Title != "feat: the webhook's title" {
 		t.Fatalf("title %q, want the webhook's, held whole", got.Pull.Title)
-	}
-	reads := map[string]int{}
-	for _, op := range []string{giteatest.OpGetPull, giteatest.OpPullFiles, giteatest.OpPullCommits, giteatest.OpCompare, giteatest.OpGetRepo} {
-		reads[op] = w.gitea.Requests(op)
-	}
-	want := map[string]int{giteatest.OpGetPull: 1, giteatest.OpPullFiles: 3, giteatest.OpPullCommits: 3, giteatest.OpCompare: 0, giteatest.OpGetRepo: 0}
-	if !reflect.DeepEqual(reads, want) {
-		t.Fatalf("requests %v, want %v", reads, want)
-	}
-	if len(got.Read) != 1 || got.Read[0] != "Gitea: commits, paths (7 requests)" {
-		t.Fatalf("read %q", got.Read)
 	}
 }
 

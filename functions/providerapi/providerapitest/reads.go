@@ -205,3 +205,33 @@ func CheckAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T, in change.Chang
 		t.Fatalf("%d requests of the pull request's own listings, which describe another commit", n)
 	}
 }
+
+// CheckAPullRequestIsReadWhole reads the commits and paths of in, a pull request's webhook at
+// the pull request's head: its paths (a renamed file's old path too) and its commits (as
+// commits gives their names, oldest first) as want says, every input whole and nothing
+// unread, the read noted once as note (the provider, the inputs read and the requests they
+// took), and each operation of the provider's asked as often as asked says (requests counts
+// an operation's). It returns what was read, for the provider's own checks.
+func CheckAPullRequestIsReadWhole(t *testing.T, in change.Change, read Read, wantPaths, wantCommits []string,
+	commits func(change.Change) []string, note string, asked map[string]int, requests func(op string) int) change.Change {
+	t.Helper()
+	got, err := read(in, change.CommitsInput|change.PathsInput)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if !reflect.DeepEqual(got.Paths, wantPaths) {
+		t.Errorf("paths %q, want %q", got.Paths, wantPaths)
+	}
+	if !reflect.DeepEqual(commits(got), wantCommits) {
+		t.Errorf("commits %q, want %q", commits(got), wantCommits)
+	}
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || !reflect.DeepEqual(got.Read, []string{note}) {
+		t.Errorf("whole %q, unread %+v, read %q; want all whole, the read noted as %q", got.Whole, got.Unread, got.Read, note)
+	}
+	for op, want := range asked {
+		if n := requests(op); n != want {
+			t.Errorf("%s: %d requests, want %d", op, n, want)
+		}
+	}
+	return got
+}
