@@ -87,3 +87,12 @@ func Refuse(code int, ops ...string) func(op string, n int) int {
 		return 0
 	}
 }
+
+// Refusal is what answer (a fake's Answer; nil: serve every request) says of the n-th valid
+// request of op (from 1, as Tally numbers it): 0 to serve it, or the status to refuse it with.
+func Refusal(answer func(op string, n int) int, op string, n int) int {
+	if answer == nil {
+		return 0
+	}
+	return answer(op, n)
+}

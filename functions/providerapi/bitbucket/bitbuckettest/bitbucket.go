@@ -212,12 +212,9 @@ func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.create(w, r, body, repo, sha)
 		return
 	}
-	n := b.Tally(op)
-	if b.Answer != nil {
-		if code := b.Answer(op, n); code != 0 {
-			b.refuse(w, code)
-			return
-		}
+	if code := providerapitest.Refusal(b.Answer, op, b.Tally(op)); code != 0 {
+		b.refuse(w, code)
+		return
 	}
 	b.read(w, r, op, repo, parts)
 }

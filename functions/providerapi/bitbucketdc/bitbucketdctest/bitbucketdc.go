@@ -215,16 +215,13 @@ func (b *BitbucketDC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.addBuild(w, r, body, repo, parts[7])
 		return
 	}
-	n := b.Tally(op)
-	if b.Answer != nil {
-		if code := b.Answer(op, n); code != 0 {
-			msg := http.StatusText(code)
-			if code == http.StatusUnauthorized {
-				msg = "You are not permitted to access this resource"
-			}
-			b.refuse(w, code, msg)
-			return
+	if code := providerapitest.Refusal(b.Answer, op, b.Tally(op)); code != 0 {
+		msg := http.StatusText(code)
+		if code == http.StatusUnauthorized {
+			msg = "You are not permitted to access this resource"
 		}
+		b.refuse(w, code, msg)
+		return
 	}
 	b.read(w, r, op, repo, parts)
 }

@@ -76,11 +76,9 @@ func (g *Gitea) SetBranch(repo, branch, sha string) { g.history.SetBranch(repo, 
 // files=false; a comparison lists every commit of base...head, newest first, each with its
 // files (none when CompareWithoutFiles), unpaged.
 func (g *Gitea) read(w http.ResponseWriter, r *http.Request, op, repo string, parts []string, n int) {
-	if g.Answer != nil {
-		if code := g.Answer(op, n); code != 0 {
-			g.refuseRead(w, code)
-			return
-		}
+	if code := providerapitest.Refusal(g.Answer, op, n); code != 0 {
+		g.refuseRead(w, code)
+		return
 	}
 	q := r.URL.Query()
 	page, limit := 1, DefaultPagingNum

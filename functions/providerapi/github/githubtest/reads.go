@@ -86,16 +86,13 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 	if !ok {
 		return
 	}
-	n := g.Tally(op)
-	if g.Answer != nil {
-		if code := g.Answer(op, n); code != 0 {
-			msg := http.StatusText(code)
-			if code == http.StatusForbidden {
-				msg = "Resource not accessible by integration"
-			}
-			g.refuse(w, code, msg)
-			return
+	if code := providerapitest.Refusal(g.Answer, op, g.Tally(op)); code != 0 {
+		msg := http.StatusText(code)
+		if code == http.StatusForbidden {
+			msg = "Resource not accessible by integration"
 		}
+		g.refuse(w, code, msg)
+		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -77,11 +77,9 @@ func (g *GitLab) SetBranch(project, branch, sha string) { g.history.SetBranch(pr
 // straight=true) lists every commit, oldest first, and the diff, overflowing past maxFiles
 // (compare_timeout true, the files past it left out), unpaged.
 func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string, parts []string, n int) {
-	if g.Answer != nil {
-		if code := g.Answer(op, n); code != 0 {
-			g.refuseRead(w, code)
-			return
-		}
+	if code := providerapitest.Refusal(g.Answer, op, n); code != 0 {
+		g.refuseRead(w, code)
+		return
 	}
 	q := r.URL.Query()
 	page, perPage := 1, 20
