@@ -298,7 +298,7 @@ func TestCheckReadReadsTheRepository(t *testing.T) {
 	if err := w.reader.CheckRead(context.Background(), readRepo); err != nil {
 		t.Fatal(err)
 	}
-	w.gitea.Answer = func(string, int) int { return http.StatusForbidden }
+	w.gitea.Answer = providerapitest.Refuse(http.StatusForbidden)
 	var refused *gitea.Refused
 	if err := w.reader.CheckRead(context.Background(), readRepo); err == nil || !errors.As(err, &refused) {
 		t.Fatalf("a token without the scope: %v", err)

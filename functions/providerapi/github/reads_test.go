@@ -277,12 +277,7 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 		w := newRerunWorld(t)
 		w.commits(1, 2, modified("a.go"))
 		w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a", Base: "main", Head: "a", BaseSHA: commitN(0), HeadSHA: commitN(2)})
-		w.history.Answer = func(op string, _ int) int {
-			if op == c.op {
-				return c.code
-			}
-			return 0
-		}
+		w.history.Answer = providerapitest.Refuse(c.code, c.op)
 		got := w.fill(c.s)
 		why := got.UnreadReason(change.PathsInput)
 		if got.Whole.Has(change.PathsInput) || got.Paths != nil || !strings.Contains(why, c.permission) ||
@@ -381,7 +376,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 // GitHub's files name in their links and its commits end with, and they are dropped; the commit
 // is read as the pull request was at it. Its forbidden file, gone from the new head, is seen.
 func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
-	for _, need := range []change.Inputs{change.PathsInput, change.PathsInput | change.CommitsInput, change.CommitsInput} {
+	providerapitest.CheckAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t, func(need change.Inputs) (change.Change, error) {
 		w := newRerunWorld(t)
 		w.history.SetBranch(rerunRepo, "main", commitN(0))
 		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root"})
@@ -403,15 +398,8 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 		s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(1), Event: change.PullRequest, Installation: 2311213,
 			Whole: change.TitleInput | change.PullInput,
 			Pull:  &change.Pull{Number: 2, Title: "feat: a key", TargetBranch: "main", SourceBranch: "changes"}}
-		got, err := w.reader.Read(context.Background(), s, need)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem"}) ||
-			need.Has(change.CommitsInput) && !reflect.DeepEqual(commitIDs(got), []string{commitN(1)}) {
-			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, commitIDs(got))
-		}
-	}
+		return w.reads().Inputs(s, need)
+	}, []string{"secrets/key.pem"}, []string{commitN(1)}, commitIDs)
 }
 
 // An answer longer than amiss reads of one leaves its input unread, without a retry.

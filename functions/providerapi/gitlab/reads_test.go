@@ -238,12 +238,7 @@ func TestCheckReadReadsTheProjectsCode(t *testing.T) {
 	if err := w.reader.CheckRead(context.Background(), readProject); err != nil || w.gitlab.Requests(gitlabtest.OpCompare) != 1 {
 		t.Fatalf("%v; %d comparisons", err, w.gitlab.Requests(gitlabtest.OpCompare))
 	}
-	w.gitlab.Answer = func(op string, _ int) int {
-		if op == gitlabtest.OpCompare {
-			return http.StatusForbidden // a Guest of a private project
-		}
-		return 0
-	}
+	w.gitlab.Answer = providerapitest.Refuse(http.StatusForbidden, gitlabtest.OpCompare) // a Guest of a private project
 	var refused *gitlab.Refused
 	if err := w.reader.CheckRead(context.Background(), readProject); !errors.As(err, &refused) {
 		t.Fatalf("a token that cannot read the code: %v", err)

@@ -235,3 +235,26 @@ func CheckAPullRequestIsReadWhole(t *testing.T, in change.Change, read Read, wan
 	}
 	return got
 }
+
+// CheckAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit reads, for each of paths,
+// commits and both, the webhook of a pull request a force push moves on while its listings
+// are read (read makes a fake that moves the pull request's head once its first listing is
+// asked, and reads need from it): the listings describe the new head and are dropped, and the
+// webhook's commit is read as the pull request was at it, need whole, its paths and its
+// commits (as commits gives their names, oldest first) as want says: a file the webhook's
+// commit added, gone from the new head, is seen.
+func CheckAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T, read func(need change.Inputs) (change.Change, error),
+	wantPaths, wantCommits []string, commits func(change.Change) []string) {
+	t.Helper()
+	for _, need := range []change.Inputs{change.PathsInput, change.CommitsInput, change.PathsInput | change.CommitsInput} {
+		got, err := read(need)
+		if err != nil {
+			t.Fatalf("need %q: %v", need, err)
+		}
+		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !reflect.DeepEqual(got.Paths, wantPaths) ||
+			need.Has(change.CommitsInput) && !reflect.DeepEqual(commits(got), wantCommits) {
+			t.Fatalf("need %q: whole %q, paths %q, commits %q; want paths %q, commits %q", need, got.Whole, got.Paths, commits(got),
+				wantPaths, wantCommits)
+		}
+	}
+}
