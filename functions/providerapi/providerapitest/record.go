@@ -1,6 +1,9 @@
 package providerapitest
 
-import "sync"
+import (
+	"fmt"
+	"sync"
+)
 
 // Record is what a fake keeps of the requests it served: the valid requests of each operation
 // (numbered from 1, so that a fake's Answer can refuse the n-th), the requests refused for
@@ -58,11 +61,14 @@ func (r *Record) Unauthorized() int {
 	return r.unauthorized
 }
 
-// Violate records a request that broke the API, as msg says.
-func (r *Record) Violate(msg string) {
+// Violate records a request that broke the API, as format and a say, and returns what it
+// recorded (for the fake's answer).
+func (r *Record) Violate(format string, a ...any) string {
+	msg := fmt.Sprintf(format, a...)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.violations = append(r.violations, msg)
+	return msg
 }
 
 // Violations lists the requests that broke the API, in order.

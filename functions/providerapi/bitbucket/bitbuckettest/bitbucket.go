@@ -168,8 +168,7 @@ func (b *Bitbucket) refuse(w http.ResponseWriter, code int) {
 }
 
 func (b *Bitbucket) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	b.Violate(msg)
+	msg := b.Violate(format, a...)
 	b.answer(w, code, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
 }
 
@@ -395,7 +394,7 @@ func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || name == "pagelen" && n > maxPageLen {
 			msg := fmt.Sprintf("%s %q: want a number from 1 (pagelen: to %d)", name, s, maxPageLen)
-			b.Violate(msg)
+			b.Violate("%s", msg)
 			b.answer(w, http.StatusBadRequest, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
 			return 0, 0, false
 		}

@@ -29,7 +29,6 @@ package bitbucketdctest
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -179,8 +178,7 @@ func (b *BitbucketDC) refuse(w http.ResponseWriter, code int, message string) {
 }
 
 func (b *BitbucketDC) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	b.Violate(msg)
+	msg := b.Violate(format, a...)
 	b.refuse(w, code, msg)
 }
 
@@ -378,7 +376,7 @@ func (b *BitbucketDC) page(w http.ResponseWriter, q map[string][]string) (start,
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 			start = n
 		} else {
-			b.Violate("start " + v)
+			b.Violate("start %s", v)
 			b.refuse(w, http.StatusBadRequest, "start "+v)
 			return 0, 0, false
 		}
@@ -386,7 +384,7 @@ func (b *BitbucketDC) page(w http.ResponseWriter, q map[string][]string) (start,
 	if v := first(q["limit"]); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			b.Violate("limit " + v)
+			b.Violate("limit %s", v)
 			b.refuse(w, http.StatusBadRequest, "limit "+v)
 			return 0, 0, false
 		}

@@ -24,7 +24,6 @@ package giteatest
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -93,8 +92,7 @@ func (g *Gitea) refuse(w http.ResponseWriter, code int) {
 }
 
 func (g *Gitea) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	g.Violate(msg)
+	msg := g.Violate(format, a...)
 	g.answer(w, code, map[string]string{"message": msg})
 }
 

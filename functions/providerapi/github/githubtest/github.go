@@ -33,7 +33,6 @@ package githubtest
 
 import (
 	"crypto/rsa"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -159,8 +158,7 @@ func (g *GitHub) ClockRefusals() int {
 
 // violate records a violation and answers it as GitHub would.
 func (g *GitHub) violate(w http.ResponseWriter, code int, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	g.Violate(msg)
+	msg := g.Violate(format, args...)
 	g.answer(w, code, map[string]string{"message": msg, "documentation_url": "https://docs.github.com/rest"})
 }
 

@@ -108,8 +108,7 @@ func (g *GitLab) refuse(w http.ResponseWriter, code int) {
 }
 
 func (g *GitLab) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	g.Violate(msg)
+	msg := g.Violate(format, a...)
 	g.answer(w, code, map[string]string{"message": msg})
 }
 
