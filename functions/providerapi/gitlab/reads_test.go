@@ -81,15 +81,7 @@ func mergeRequestOf(head, iid int) change.Change {
 }
 
 func pushOf(before, head, listed int) change.Change {
-	s := change.Change{Provider: "gitlab", Repository: readProject, SHA: commitN(head), Event: change.Push, Ref: "refs/heads/main",
-		Whole: change.TitleInput | change.PullInput}
-	if before >= 0 {
-		s.Before = commitN(before)
-	}
-	for n := head - listed + 1; n <= head; n++ {
-		s.Commits = append(s.Commits, change.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d\n\nbody", n)})
-	}
-	return s
+	return providerapitest.PushOf("gitlab", readProject, before, head, listed, func(n int) string { return fmt.Sprintf("Commit %d\n\nbody", n) })
 }
 
 var ids = providerapitest.IDs

@@ -258,3 +258,19 @@ func CheckAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testin
 		}
 	}
 }
+
+// PushOf is the webhook of a push to provider's repository repo's main branch, from
+// CommitN(before) (none when before is negative: the branch is new) to CommitN(head), listing
+// its last listed commits (their messages as message gives them) and no paths; its title and
+// pull request are whole (a push has none).
+func PushOf(provider, repo string, before, head, listed int, message func(n int) string) change.Change {
+	s := change.Change{Provider: provider, Repository: repo, SHA: CommitN(head), Event: change.Push, Ref: "refs/heads/main",
+		Whole: change.TitleInput | change.PullInput}
+	if before >= 0 {
+		s.Before = CommitN(before)
+	}
+	for n := head - listed + 1; n <= head; n++ {
+		s.Commits = append(s.Commits, change.Commit{ID: CommitN(n), Message: message(n)})
+	}
+	return s
+}
