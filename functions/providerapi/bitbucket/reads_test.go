@@ -127,19 +127,11 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // first push of the main branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheMainBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.r.Must(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if len(got.Commits) != 3 || w.fake.Requests(bitbuckettest.OpGetRepository) != 1 {
-		t.Errorf("commits %q, %d repository reads", messages(got), w.fake.Requests(bitbuckettest.OpGetRepository))
-	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.r.Must(first, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "first push of the repository's main branch") {
-		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.r.Inputs, pushEvent(4, ""),
+		[]string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}, []string{"Add a", "Move the docs", "add the key"}, messages,
+		func() int { return w.fake.Requests(bitbuckettest.OpGetRepository) }, first, change.PathsInput, "first push of the repository's main branch")
 }
 
 // Past amiss's bounds, a list is read in part and not held whole, naming the bound: the

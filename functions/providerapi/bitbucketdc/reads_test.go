@@ -140,20 +140,12 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // The first push of the default branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.r.Must(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if len(got.Commits) != 3 || w.fake.Requests(bitbucketdctest.OpDefaultBranch) != 1 {
-		t.Errorf("commits %q, %d default branch reads", messages(got), w.fake.Requests(bitbucketdctest.OpDefaultBranch))
-	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.r.Must(first, change.PathsInput|change.CommitsInput)
-	if got.Whole.Has(change.PathsInput) || got.Whole.Has(change.CommitsInput) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "first push of the repository's default branch") {
-		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.r.Inputs, pushEvent(4, ""),
+		[]string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}, []string{"Add a", "Move the docs", "add the key"}, messages,
+		func() int { return w.fake.Requests(bitbucketdctest.OpDefaultBranch) }, first, change.PathsInput|change.CommitsInput,
+		"first push of the repository's default branch")
 }
 
 // Past amiss's bounds, a list is read in part and not held whole, naming the bound.

@@ -192,15 +192,11 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w.gitea.SetBranch(readRepo, "main", commitN(2))
 	s := pushOf(-1, 8, 5)
 	s.Ref = "refs/heads/feature"
-	got := w.read(s, change.CommitsInput|change.PathsInput)
-	if !slices.Equal(ids(got), commitsFrom(3, 8)) || len(got.Paths) != 6 || len(got.Unread) != 0 || w.gitea.Requests(giteatest.OpGetRepo) != 1 {
-		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
-	}
-	s.Ref = "refs/heads/main"
-	got = w.read(s, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "created the repository's default branch") {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	first := s
+	first.Ref = "refs/heads/main"
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.reads().Inputs, s,
+		[]string{"f3.go", "f4.go", "f5.go", "f6.go", "f7.go", "f8.go"}, commitsFrom(3, 8), ids,
+		func() int { return w.gitea.Requests(giteatest.OpGetRepo) }, first, change.PathsInput, "created the repository's default branch")
 }
 
 // A comparison from a Gitea that lists no files of its commits gives the commits whole and

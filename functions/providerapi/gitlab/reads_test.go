@@ -183,15 +183,14 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w.gitlab.SetBranch(readProject, "main", commitN(5))
 	s := pushOf(-1, 30, 20)
 	s.Ref = "refs/heads/feature"
-	got := w.read(s, change.CommitsInput|change.PathsInput)
-	if !slices.Equal(ids(got), commitsFrom(6, 30)) || len(got.Unread) != 0 || w.gitlab.Requests(gitlabtest.OpGetProject) != 1 {
-		t.Fatalf("commits %v, unread %+v", ids(got), got.Unread)
+	first := s
+	first.Ref = "refs/heads/main"
+	var paths []string
+	for n := 6; n <= 30; n++ {
+		paths = append(paths, fmt.Sprintf("f%d.go", n))
 	}
-	s.Ref = "refs/heads/main"
-	if got := w.read(s, change.CommitsInput); got.Whole.Has(change.CommitsInput) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "created the project's default branch") {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.reads().Inputs, s, paths, commitsFrom(6, 30), ids,
+		func() int { return w.gitlab.Requests(gitlabtest.OpGetProject) }, first, change.CommitsInput, "created the project's default branch")
 }
 
 // A read GitLab refuses (401, 403 insufficient_scope, 404) marks the inputs unread, naming the

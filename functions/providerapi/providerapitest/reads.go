@@ -274,3 +274,33 @@ func PushOf(provider, repo string, before, head, listed int, message func(n int)
 	}
 	return s
 }
+
+// CheckANewBranchIsReadAgainstTheDefaultBranch reads newBranch, the webhook of a push that
+// created a branch (it names no commit before it): it is read as what the branch brings to
+// the repository's default branch, its paths and its commits (as commits names them, oldest
+// first) as want says, whole, nothing unread, the default branch asked for once (defaultReads
+// counts those requests). It then reads need of first, the push that created the default
+// branch itself, which names nothing to compare with: every input of need is left unread, its
+// reason holding why, so that the rules needing it fail closed.
+func CheckANewBranchIsReadAgainstTheDefaultBranch(t *testing.T, read Read, newBranch change.Change, wantPaths, wantCommits []string,
+	commits func(change.Change) []string, defaultReads func() int, first change.Change, need change.Inputs, why string) {
+	t.Helper()
+	got, err := read(newBranch, change.CommitsInput|change.PathsInput)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if !reflect.DeepEqual(got.Paths, wantPaths) || !reflect.DeepEqual(commits(got), wantCommits) || !got.Whole.Has(change.AllInputs) ||
+		len(got.Unread) != 0 || defaultReads() != 1 {
+		t.Fatalf("a new branch: paths %q, commits %q, whole %q, unread %+v, %d reads of the default branch; want paths %q, commits %q",
+			got.Paths, commits(got), got.Whole, got.Unread, defaultReads(), wantPaths, wantCommits)
+	}
+	got, err = read(first, need)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	for _, in := range []change.Inputs{change.CommitsInput, change.PathsInput} {
+		if need.Has(in) && (got.Whole.Has(in) || !strings.Contains(got.UnreadReason(in), why)) {
+			t.Fatalf("the default branch's first push: %s whole %q, unread %+v; want it unread, saying %q", in, got.Whole, got.Unread, why)
+		}
+	}
+}
