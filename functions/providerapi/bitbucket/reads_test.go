@@ -2,13 +2,10 @@ package bitbucket_test
 
 import (
 	"context"
-	"crypto/sha1"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +23,7 @@ import (
 const repo = "team/app"
 
 // hash is a made-up commit hash numbered n.
-func hash(n int) string { return fmt.Sprintf("%x", sha1.Sum([]byte(strconv.Itoa(n)))) }
+var hash = providerapitest.Hash
 
 // readWorld is a fake Bitbucket Cloud holding a repository's history: main at commit 1, a
 // branch "feature" of commits 2 (adds src/a.go), 3 (renames docs/old.md to docs/new.md) and 4
@@ -35,6 +32,7 @@ type readWorld struct {
 	t      *testing.T
 	fake   *bitbuckettest.Bitbucket
 	client *bitbucket.Client
+	r      providerapitest.Reader
 }
 
 func newReadWorld(t *testing.T) *readWorld {
@@ -50,6 +48,7 @@ func newReadWorld(t *testing.T) *readWorld {
 	t.Cleanup(srv.Close)
 	w.client = bitbucket.NewClient(srv.URL, "bb_token", srv.Client())
 	w.client.Sleep = func(context.Context, time.Duration) error { return nil }
+	w.r = providerapitest.Reader{T: t, Read: w.client.Read, Violations: w.fake.Violations, API: "Bitbucket Cloud's API description"}
 	t.Cleanup(func() {
 		if v := w.fake.Violations(); len(v) > 0 {
 			t.Errorf("requests Bitbucket Cloud refuses: %q", v)
@@ -83,43 +82,17 @@ func pushEvent(head int, before string) change.Change {
 		Ref: "refs/heads/feature", Before: before, Whole: change.TitleInput | change.PullInput}
 }
 
-func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
-	w.t.Helper()
-	got, err := w.client.Read(context.Background(), s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	return got
-}
-
-func messages(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, strings.TrimSpace(c.Message))
-	}
-	return out
-}
+var messages = providerapitest.Messages
 
 // A pull request is read as Bitbucket lists it: its diffstat (through Bitbucket's redirect to
 // the repository's diffstat) with a renamed file's old path too, and its commits, oldest first.
 func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(4), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
-		t.Errorf("commits %q, want %q", messages(got), want)
-	}
-	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Cloud: commits, paths (4 requests)" {
-		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
-	}
-	for _, op := range []string{bitbuckettest.OpGetPull, bitbuckettest.OpPullDiffStat, bitbuckettest.OpDiffStat, bitbuckettest.OpPullCommits} {
-		if w.fake.Requests(op) != 1 {
-			t.Errorf("%s: %d requests, want 1", op, w.fake.Requests(op))
-		}
-	}
+	providerapitest.CheckAPullRequestIsReadWhole(t, pullEvent(4), w.r.Inputs, []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"},
+		[]string{"Add a", "Move the docs", "add the key"}, messages, "Bitbucket Cloud: commits, paths (4 requests)",
+		map[string]int{bitbuckettest.OpGetPull: 1, bitbuckettest.OpPullDiffStat: 1, bitbuckettest.OpDiffStat: 1, bitbuckettest.OpPullCommits: 1},
+		w.fake.Requests)
 }
 
 // A pull request whose head has moved on since its webhook is read at the webhook's commit:
@@ -127,30 +100,24 @@ func TestAPullRequestIsReadAsItsDiffStatAndCommits(t *testing.T) {
 func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(3), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if want := []string{"Add a", "Move the docs"}; !reflect.DeepEqual(messages(got), want) {
-		t.Errorf("commits %q, want %q", messages(got), want)
-	}
-	if w.fake.Requests(bitbuckettest.OpPullDiffStat) != 0 || w.fake.Requests(bitbuckettest.OpPullCommits) != 0 {
-		t.Error("the pull request's own listings were read, which describe another commit")
-	}
+	providerapitest.CheckAPullRequestThatMovedOnIsReadAtItsCommit(t, pullEvent(3), w.r.Inputs, []string{"src/a.go", "docs/old.md", "docs/new.md"},
+		[]string{"Add a", "Move the docs"}, messages, func() int {
+			return w.fake.Requests(bitbuckettest.OpPullDiffStat) + w.fake.Requests(bitbuckettest.OpPullCommits)
+		})
 }
 
 // A push is read as its range, from the commit before it: its paths always (the webhook lists
 // none), its commits only when asked (the webhook's were cut).
 func TestAPushIsReadAsItsRange(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, hash(2)), change.PathsInput)
+	got := w.r.Must(pushEvent(4, hash(2)), change.PathsInput)
 	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
 	if w.fake.Requests(bitbuckettest.OpCommits) != 0 {
 		t.Error("commits read where the webhook listed them all")
 	}
-	got = w.read(pushEvent(4, hash(2)), change.CommitsInput)
+	got = w.r.Must(pushEvent(4, hash(2)), change.CommitsInput)
 	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(change.CommitsInput) {
 		t.Errorf("commits %q (whole %v), want %q", messages(got), got.Whole, want)
 	}
@@ -160,19 +127,11 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // first push of the main branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheMainBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if len(got.Commits) != 3 || w.fake.Requests(bitbuckettest.OpGetRepository) != 1 {
-		t.Errorf("commits %q, %d repository reads", messages(got), w.fake.Requests(bitbuckettest.OpGetRepository))
-	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.read(first, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "first push of the repository's main branch") {
-		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.r.Inputs, pushEvent(4, ""),
+		[]string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}, []string{"Add a", "Move the docs", "add the key"}, messages,
+		func() int { return w.fake.Requests(bitbuckettest.OpGetRepository) }, first, change.PathsInput, "first push of the repository's main branch")
 }
 
 // Past amiss's bounds, a list is read in part and not held whole, naming the bound: the
@@ -188,15 +147,8 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 		w.commit(n, n-1, "More\n")
 	}
 	head := 5 + bitbucket.MaxReadCommits
-	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
-	if got.Whole.Has(change.PathsInput) || len(got.Paths) != bitbucket.MaxReadPaths ||
-		!strings.Contains(got.UnreadReason(change.PathsInput), "amiss reads the first 3000") {
-		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(change.PathsInput))
-	}
-	if got.Whole.Has(change.CommitsInput) || len(got.Commits) != bitbucket.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "amiss reads the newest 1000") {
-		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(change.CommitsInput))
-	}
+	got := w.r.Must(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
+	providerapitest.CheckAListPastTheBoundsIsNotHeldWhole(t, got, bitbucket.MaxReadPaths, bitbucket.MaxReadCommits, hash(head))
 }
 
 // A read Bitbucket refuses fails the inputs closed, naming the scope to grant: a pull
@@ -204,36 +156,29 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 	for op, scope := range map[string]string{bitbuckettest.OpPullDiffStat: "pullrequest (Pull requests: Read)",
 		bitbuckettest.OpDiffStat: "repository (Repositories: Read)"} {
-		w := newReadWorld(t)
-		w.pull(4)
-		w.fake.Answer = func(o string, _ int) int {
-			if o == op {
-				return http.StatusForbidden
+		providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusForbidden}, change.PathsInput, func(code int) (change.Change, error) {
+			w := newReadWorld(t)
+			w.pull(4)
+			w.fake.Answer = providerapitest.Refuse(code, op)
+			s := pullEvent(4)
+			if op == bitbuckettest.OpDiffStat {
+				s = pushEvent(4, hash(1))
 			}
-			return 0
-		}
-		s := pullEvent(4)
-		if op == bitbuckettest.OpDiffStat {
-			s = pushEvent(4, hash(1))
-		}
-		got := w.read(s, change.PathsInput)
-		if why := got.UnreadReason(change.PathsInput); got.Whole.Has(change.PathsInput) || !strings.Contains(why, "answered 403") ||
-			!strings.Contains(why, scope) || !strings.Contains(why, "privilege scopes") {
-			t.Errorf("%s refused: whole %v, %q", op, got.Whole, why)
-		}
+			return w.client.Read(context.Background(), s, change.PathsInput)
+		}, func(code int, why string) bool {
+			return strings.Contains(why, fmt.Sprintf("answered %d", code)) && strings.Contains(why, scope) && strings.Contains(why, "privilege scopes")
+		})
 	}
 }
 
 // Bitbucket's outage is no verdict: the read returns a transient error, the change unchanged.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	w := newReadWorld(t)
-	w.pull(4)
-	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
-	s := pullEvent(4)
-	got, err := w.client.Read(context.Background(), s, change.PathsInput)
-	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
-		t.Fatalf("%v (class %v); change %+v", err, providerapi.ClassOf(err), got)
-	}
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "Bitbucket Cloud", pullEvent(4), func(code int, s change.Change) (change.Change, error) {
+		w := newReadWorld(t)
+		w.pull(4)
+		w.fake.Answer = providerapitest.Refuse(code)
+		return w.client.Read(context.Background(), s, change.PathsInput)
+	})
 }
 
 // A Data Center server's delivery is not read from Bitbucket Cloud: nothing is asked, and its
@@ -242,11 +187,7 @@ func TestADataCenterDeliveryIsNotReadFromCloud(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
 	s.API = change.BitbucketDataCenter
-	got := w.read(s, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "bitbucket-datacenter") ||
-		w.fake.Requests(bitbuckettest.OpDiffStat) != 0 {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.r.Inputs, w.fake.AllRequests, "bitbucket-datacenter")
 }
 
 // A read's redirect is followed only within the base URL: one elsewhere would carry the token
@@ -272,12 +213,7 @@ func TestARedirectOutsideTheBaseURLIsNotFollowed(t *testing.T) {
 func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	s := pullEvent(4)
-	s.Pull.Title, s.Pull.TargetBranch = "WIP: the edited title", "release/1"
-	got := w.read(s, change.PathsInput|change.CommitsInput)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.r.Inputs)
 }
 
 // A pull request force-pushed while its diffstat and commits are read (after the pull request's
@@ -285,7 +221,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 // begin with it) and are dropped; the webhook's commit is read as its range, and the file it
 // added, gone from the new head, is seen.
 func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
-	for _, need := range []change.Inputs{change.PathsInput, change.CommitsInput, change.PathsInput | change.CommitsInput} {
+	providerapitest.CheckAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t, func(need change.Inputs) (change.Change, error) {
 		w := newReadWorld(t)
 		w.pull(4)
 		w.commit(5, 3, "Edit the docs\n", bitbuckettest.Change{Path: "docs/new.md", Status: "modified"})
@@ -297,12 +233,8 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			}
 			return 0
 		}
-		got := w.read(pullEvent(4), need)
-		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
-			need.Has(change.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
-			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))
-		}
-	}
+		return w.r.Inputs(pullEvent(4), need)
+	}, []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}, []string{"Add a", "Move the docs", "add the key"}, messages)
 }
 
 // An answer longer than amiss reads of one leaves its input unread, without a retry.

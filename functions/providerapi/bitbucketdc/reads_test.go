@@ -2,19 +2,15 @@ package bitbucketdc_test
 
 import (
 	"context"
-	"crypto/sha1"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/change"
-	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc/bitbucketdctest"
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
@@ -26,7 +22,7 @@ import (
 const repo = "PROJ/app"
 
 // hash is a made-up commit hash numbered n.
-func hash(n int) string { return fmt.Sprintf("%x", sha1.Sum([]byte(strconv.Itoa(n)))) }
+var hash = providerapitest.Hash
 
 // readWorld is a fake Data Center server, under a context path, holding a repository's
 // history: main at commit 1, a branch "feature" of commits 2 (adds src/a.go), 3 (moves
@@ -35,6 +31,7 @@ type readWorld struct {
 	t      *testing.T
 	fake   *bitbucketdctest.BitbucketDC
 	client *bitbucketdc.Client
+	r      providerapitest.Reader
 }
 
 func newReadWorld(t *testing.T) *readWorld {
@@ -51,6 +48,7 @@ func newReadWorld(t *testing.T) *readWorld {
 	t.Cleanup(srv.Close)
 	w.client = bitbucketdc.NewClient(srv.URL+"/bitbucket", "dc_token", srv.Client())
 	w.client.Sleep = func(context.Context, time.Duration) error { return nil }
+	w.r = providerapitest.Reader{T: t, Read: w.client.Read, Violations: w.fake.Violations, API: "Bitbucket Data Center's API description"}
 	t.Cleanup(func() {
 		if v := w.fake.Violations(); len(v) > 0 {
 			t.Errorf("requests Bitbucket Data Center refuses: %q", v)
@@ -84,43 +82,16 @@ func pushEvent(head int, before string) change.Change {
 		Ref: "refs/heads/feature", Before: before, Whole: change.TitleInput | change.PullInput}
 }
 
-func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
-	w.t.Helper()
-	got, err := w.client.Read(context.Background(), s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	return got
-}
-
-func messages(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, strings.TrimSpace(c.Message))
-	}
-	return out
-}
+var messages = providerapitest.Messages
 
 // A pull request is read as Data Center lists it: its changes, with a moved file's old path
 // too, and its commits, oldest first.
 func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(4), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if want := []string{"Add a", "Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) {
-		t.Errorf("commits %q, want %q", messages(got), want)
-	}
-	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || len(got.Read) != 1 || got.Read[0] != "Bitbucket Data Center: commits, paths (3 requests)" {
-		t.Errorf("whole %v, unread %+v, read %q", got.Whole, got.Unread, got.Read)
-	}
-	for _, op := range []string{bitbucketdctest.OpGetPull, bitbucketdctest.OpPullChanges, bitbucketdctest.OpPullCommits} {
-		if w.fake.Requests(op) != 1 {
-			t.Errorf("%s: %d requests, want 1", op, w.fake.Requests(op))
-		}
-	}
+	providerapitest.CheckAPullRequestIsReadWhole(t, pullEvent(4), w.r.Inputs, []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"},
+		[]string{"Add a", "Move the docs", "add the key"}, messages, "Bitbucket Data Center: commits, paths (3 requests)",
+		map[string]int{bitbucketdctest.OpGetPull: 1, bitbucketdctest.OpPullChanges: 1, bitbucketdctest.OpPullCommits: 1}, w.fake.Requests)
 }
 
 // A pull request whose head has moved on since its webhook is read at the webhook's commit:
@@ -128,16 +99,10 @@ func TestAPullRequestIsReadAsItsChangesAndCommits(t *testing.T) {
 func TestAPullRequestThatMovedOnIsReadAtItsCommit(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	got := w.read(pullEvent(3), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if want := []string{"Add a", "Move the docs"}; !reflect.DeepEqual(messages(got), want) {
-		t.Errorf("commits %q, want %q", messages(got), want)
-	}
-	if w.fake.Requests(bitbucketdctest.OpPullChanges) != 0 || w.fake.Requests(bitbucketdctest.OpPullCommits) != 0 {
-		t.Error("the pull request's own listings were read, which describe another commit")
-	}
+	providerapitest.CheckAPullRequestThatMovedOnIsReadAtItsCommit(t, pullEvent(3), w.r.Inputs, []string{"src/a.go", "docs/old.md", "docs/new.md"},
+		[]string{"Add a", "Move the docs"}, messages, func() int {
+			return w.fake.Requests(bitbucketdctest.OpPullChanges) + w.fake.Requests(bitbucketdctest.OpPullCommits)
+		})
 }
 
 // A pull request's changes are one page: Data Center cuts them at its page.max.changes, saying
@@ -147,7 +112,7 @@ func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.MaxChanges = 2
 	w.pull(4)
-	got := w.read(pullEvent(4), change.PathsInput)
+	got := w.r.Must(pullEvent(4), change.PathsInput)
 	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "lists at most 2 changes of a pull request") ||
 		w.fake.Requests(bitbucketdctest.OpPullChanges) != 1 {
 		t.Fatalf("whole %v, unread %+v, %d requests", got.Whole, got.Unread, w.fake.Requests(bitbucketdctest.OpPullChanges))
@@ -159,7 +124,7 @@ func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
 func TestAPushIsReadAsItsRange(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.MaxLimit = 1 // a page a change, a page a commit
-	got := w.read(pushEvent(4, hash(2)), change.PathsInput|change.CommitsInput)
+	got := w.r.Must(pushEvent(4, hash(2)), change.PathsInput|change.CommitsInput)
 	if want := []string{"docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
 		t.Errorf("paths %q, want %q", got.Paths, want)
 	}
@@ -175,20 +140,12 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 // The first push of the default branch itself names nothing to compare with, and fails closed.
 func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w := newReadWorld(t)
-	got := w.read(pushEvent(4, ""), change.PathsInput|change.CommitsInput)
-	if want := []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}; !reflect.DeepEqual(got.Paths, want) {
-		t.Errorf("paths %q, want %q", got.Paths, want)
-	}
-	if len(got.Commits) != 3 || w.fake.Requests(bitbucketdctest.OpDefaultBranch) != 1 {
-		t.Errorf("commits %q, %d default branch reads", messages(got), w.fake.Requests(bitbucketdctest.OpDefaultBranch))
-	}
 	first := pushEvent(1, "")
 	first.Ref = "refs/heads/main"
-	got = w.read(first, change.PathsInput|change.CommitsInput)
-	if got.Whole.Has(change.PathsInput) || got.Whole.Has(change.CommitsInput) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "first push of the repository's default branch") {
-		t.Errorf("the first push of main: whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.r.Inputs, pushEvent(4, ""),
+		[]string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}, []string{"Add a", "Move the docs", "add the key"}, messages,
+		func() int { return w.fake.Requests(bitbucketdctest.OpDefaultBranch) }, first, change.PathsInput|change.CommitsInput,
+		"first push of the repository's default branch")
 }
 
 // Past amiss's bounds, a list is read in part and not held whole, naming the bound.
@@ -203,44 +160,30 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 		w.commit(n, n-1, "More\n")
 	}
 	head := 5 + bitbucketdc.MaxReadCommits
-	got := w.read(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
-	if got.Whole.Has(change.PathsInput) || len(got.Paths) != bitbucketdc.MaxReadPaths ||
-		!strings.Contains(got.UnreadReason(change.PathsInput), "amiss reads the first 3000") {
-		t.Errorf("paths: %d read, whole %v, %q", len(got.Paths), got.Whole, got.UnreadReason(change.PathsInput))
-	}
-	if got.Whole.Has(change.CommitsInput) || len(got.Commits) != bitbucketdc.MaxReadCommits || got.Commits[len(got.Commits)-1].ID != hash(head) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "amiss reads the newest 1000") {
-		t.Errorf("commits: %d read, whole %v, %q", len(got.Commits), got.Whole, got.UnreadReason(change.CommitsInput))
-	}
+	got := w.r.Must(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
+	providerapitest.CheckAListPastTheBoundsIsNotHeldWhole(t, got, bitbucketdc.MaxReadPaths, bitbucketdc.MaxReadCommits, hash(head))
 }
 
 // A read the server refuses fails the inputs closed, naming the permission to grant.
 func TestARefusedReadNamesThePermissionToGrant(t *testing.T) {
-	w := newReadWorld(t)
-	w.pull(4)
-	w.fake.Answer = func(op string, _ int) int {
-		if op == bitbucketdctest.OpPullCommits {
-			return http.StatusUnauthorized
-		}
-		return 0
-	}
-	got := w.read(pullEvent(4), change.CommitsInput)
-	if why := got.UnreadReason(change.CommitsInput); got.Whole.Has(change.CommitsInput) || !strings.Contains(why, "answered 401") ||
-		!strings.Contains(why, "REPO_READ") || !strings.Contains(why, "not permitted") {
-		t.Fatalf("whole %v, %q", got.Whole, why)
-	}
+	providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusUnauthorized}, change.CommitsInput, func(code int) (change.Change, error) {
+		w := newReadWorld(t)
+		w.pull(4)
+		w.fake.Answer = providerapitest.Refuse(code, bitbucketdctest.OpPullCommits)
+		return w.r.Inputs(pullEvent(4), change.CommitsInput)
+	}, func(code int, why string) bool {
+		return strings.Contains(why, fmt.Sprintf("answered %d", code)) && strings.Contains(why, "REPO_READ") && strings.Contains(why, "not permitted")
+	})
 }
 
 // The server's outage is no verdict: the read returns a transient error, the change
 // unchanged.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	w := newReadWorld(t)
-	w.fake.Answer = func(string, int) int { return http.StatusServiceUnavailable }
-	s := pushEvent(4, hash(1))
-	got, err := w.client.Read(context.Background(), s, change.PathsInput)
-	if providerapi.ClassOf(err) != providerapi.Transient || !reflect.DeepEqual(got, s) {
-		t.Fatalf("%v (class %v); change %+v", err, providerapi.ClassOf(err), got)
-	}
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "Bitbucket Data Center", pushEvent(4, hash(1)), func(code int, s change.Change) (change.Change, error) {
+		w := newReadWorld(t)
+		w.fake.Answer = providerapitest.Refuse(code)
+		return w.r.Inputs(s, change.PathsInput)
+	})
 }
 
 // Bitbucket Cloud's delivery is not read from a Data Center server: nothing is asked, and its
@@ -249,11 +192,7 @@ func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 	w := newReadWorld(t)
 	s := pushEvent(4, hash(1))
 	s.API = change.BitbucketCloud
-	got := w.read(s, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "publish.provider bitbucket") ||
-		w.fake.Requests(bitbucketdctest.OpCompareChanges) != 0 {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckADeliveryOfAnotherAPIIsNotRead(t, s, w.r.Inputs, w.fake.AllRequests, "publish.provider bitbucket")
 }
 
 // The title and branches a pull request's webhook carried whole are the event's: a read of its
@@ -262,12 +201,7 @@ func TestACloudDeliveryIsNotReadFromDataCenter(t *testing.T) {
 func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w := newReadWorld(t)
 	w.pull(4)
-	s := pullEvent(4)
-	s.Pull.Title, s.Pull.TargetBranch = "WIP: the edited title", "release/1"
-	got := w.read(s, change.PathsInput|change.CommitsInput)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullEvent(4), w.r.Inputs)
 }
 
 // A pull request force-pushed while its changes and commits are read (after the pull request's
@@ -275,7 +209,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 // the commits begin with it) and are dropped; the webhook's commit is read as its range, and
 // the file it added, gone from the new head, is seen.
 func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
-	for _, need := range []change.Inputs{change.PathsInput, change.CommitsInput, change.PathsInput | change.CommitsInput} {
+	providerapitest.CheckAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t, func(need change.Inputs) (change.Change, error) {
 		w := newReadWorld(t)
 		w.pull(4)
 		w.commit(5, 3, "Edit the docs\n", bitbucketdctest.Change{Path: "docs/new.md", Type: "MODIFY"})
@@ -286,12 +220,8 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 			}
 			return 0
 		}
-		got := w.read(pullEvent(4), need)
-		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !slices.Contains(got.Paths, "secrets/prod.env") ||
-			need.Has(change.CommitsInput) && !reflect.DeepEqual(messages(got), []string{"Add a", "Move the docs", "add the key"}) {
-			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, messages(got))
-		}
-	}
+		return w.r.Inputs(pullEvent(4), need)
+	}, []string{"src/a.go", "docs/old.md", "docs/new.md", "secrets/prod.env"}, []string{"Add a", "Move the docs", "add the key"}, messages)
 }
 
 // An answer longer than amiss reads of one leaves its input unread, without a retry.

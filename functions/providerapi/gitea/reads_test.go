@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/change"
-	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
@@ -25,7 +23,7 @@ import (
 const readRepo = "acme/app"
 
 // commitN is a made-up commit hash numbered n.
-func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+var commitN = providerapitest.CommitN
 
 // readWorld is a fake Gitea holding a repository's history, and a client reading from it.
 type readWorld struct {
@@ -71,14 +69,12 @@ func each(n int) []giteatest.File {
 // read reads need of s, failing on an error or a request outside Gitea's description.
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	if v := w.gitea.Violations(); len(v) > 0 {
-		w.t.Fatalf("requests outside Gitea's API description: %v", v)
-	}
-	return got
+	return w.reads().Must(s, need)
+}
+
+// reads is the client reading from the fake, failing on a request outside Gitea's API description.
+func (w *readWorld) reads() providerapitest.Reader {
+	return providerapitest.Reader{T: w.t, Read: w.reader.Read, Violations: w.gitea.Violations, API: "Gitea's API description"}
 }
 
 func pullOf(head, number int) change.Change {
@@ -88,32 +84,12 @@ func pullOf(head, number int) change.Change {
 }
 
 func pushOf(before, head, listed int) change.Change {
-	s := change.Change{Provider: "gitea", Repository: readRepo, SHA: commitN(head), Event: change.Push, Ref: "refs/heads/main",
-		Whole: change.TitleInput | change.PullInput}
-	if before >= 0 {
-		s.Before = commitN(before)
-	}
-	for n := head - listed + 1; n <= head; n++ {
-		s.Commits = append(s.Commits, change.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d", n)})
-	}
-	return s
+	return providerapitest.PushOf("gitea", readRepo, before, head, listed, func(n int) string { return fmt.Sprintf("Commit %d", n) })
 }
 
-func ids(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, c.ID)
-	}
-	return out
-}
+var ids = providerapitest.IDs
 
-func commitsFrom(from, to int) []string {
-	var out []string
-	for n := from; n <= to; n++ {
-		out = append(out, commitN(n))
-	}
-	return out
-}
+var commitsFrom = providerapitest.CommitsFrom
 
 // A pull request's files and commits are read whole, every page (Gitea serves 50 a page),
 // commits oldest first, a renamed file's old path too; the pull request itself is read first,
@@ -124,29 +100,19 @@ func TestAPullRequestsFilesAndCommitsAreReadEveryPage(t *testing.T) {
 	w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(120), Parent: commitN(119), Message: "Move the key",
 		Files: []giteatest.File{{Filename: "docs/key.md", Status: "renamed", PreviousFilename: "secrets/key.pem"}}})
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: move the key", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(120)})
-	got := w.read(pullOf(120, 4), change.CommitsInput|change.PathsInput)
-	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	var paths []string
+	for n := 1; n <= 119; n++ {
+		paths = append(paths, fmt.Sprintf("f%d.go", n))
 	}
-	if !slices.Equal(ids(got), commitsFrom(1, 120)) || got.Commits[119].Message != "Move the key" {
+	paths = append(paths, "secrets/key.pem", "docs/key.md")
+	got := providerapitest.CheckAPullRequestIsReadWhole(t, pullOf(120, 4), w.reads().Inputs, paths, commitsFrom(1, 120), ids,
+		"Gitea: commits, paths (7 requests)", map[string]int{giteatest.OpGetPull: 1, giteatest.OpPullFiles: 3, giteatest.OpPullCommits: 3,
+			giteatest.OpCompare: 0, giteatest.OpGetRepo: 0}, w.gitea.Requests)
+	if len(got.Commits) != 120 || got.Commits[119].Message != "Move the key" {
 		t.Fatalf("commits %v", ids(got))
-	}
-	if len(got.Paths) != 121 || !slices.Contains(got.Paths, "secrets/key.pem") || !slices.Contains(got.Paths, "docs/key.md") {
-		t.Fatalf("%d paths: %v", len(got.Paths), got.Paths)
 	}
 	if got.Pull.Title != "feat: the webhook's title" {
 		t.Fatalf("title %q, want the webhook's, held whole", got.Pull.Title)
-	}
-	reads := map[string]int{}
-	for _, op := range []string{giteatest.OpGetPull, giteatest.OpPullFiles, giteatest.OpPullCommits, giteatest.OpCompare, giteatest.OpGetRepo} {
-		reads[op] = w.gitea.Requests(op)
-	}
-	want := map[string]int{giteatest.OpGetPull: 1, giteatest.OpPullFiles: 3, giteatest.OpPullCommits: 3, giteatest.OpCompare: 0, giteatest.OpGetRepo: 0}
-	if !reflect.DeepEqual(reads, want) {
-		t.Fatalf("requests %v, want %v", reads, want)
-	}
-	if len(got.Read) != 1 || got.Read[0] != "Gitea: commits, paths (7 requests)" {
-		t.Fatalf("read %q", got.Read)
 	}
 }
 
@@ -170,12 +136,10 @@ func TestAPullRequestThatMovedOnIsReadAsItsTargetsComparison(t *testing.T) {
 	w.commits(3, 3, modified("secrets/later.pem"))
 	w.gitea.SetBranch(readRepo, "main", commitN(0))
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "t", Base: "main", Head: "changes", BaseSHA: commitN(0), HeadSHA: commitN(3)})
-	got := w.read(pullOf(2, 4), change.CommitsInput|change.PathsInput)
-	if !slices.Equal(ids(got), commitsFrom(1, 2)) || !slices.Equal(got.Paths, []string{"src/a.go"}) || len(got.Unread) != 0 {
-		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
-	}
-	if w.gitea.Requests(giteatest.OpPullFiles) != 0 || w.gitea.Requests(giteatest.OpCompare) != 1 {
-		t.Fatalf("%d file listings, %d comparisons", w.gitea.Requests(giteatest.OpPullFiles), w.gitea.Requests(giteatest.OpCompare))
+	providerapitest.CheckAPullRequestThatMovedOnIsReadAtItsCommit(t, pullOf(2, 4), w.reads().Inputs, []string{"src/a.go"}, commitsFrom(1, 2), ids,
+		func() int { return w.gitea.Requests(giteatest.OpPullFiles) + w.gitea.Requests(giteatest.OpPullCommits) })
+	if n := w.gitea.Requests(giteatest.OpCompare); n != 1 {
+		t.Fatalf("%d comparisons, want 1", n)
 	}
 }
 
@@ -228,15 +192,11 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w.gitea.SetBranch(readRepo, "main", commitN(2))
 	s := pushOf(-1, 8, 5)
 	s.Ref = "refs/heads/feature"
-	got := w.read(s, change.CommitsInput|change.PathsInput)
-	if !slices.Equal(ids(got), commitsFrom(3, 8)) || len(got.Paths) != 6 || len(got.Unread) != 0 || w.gitea.Requests(giteatest.OpGetRepo) != 1 {
-		t.Fatalf("commits %v, paths %v, unread %+v", ids(got), got.Paths, got.Unread)
-	}
-	s.Ref = "refs/heads/main"
-	got = w.read(s, change.PathsInput)
-	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "created the repository's default branch") {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	first := s
+	first.Ref = "refs/heads/main"
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.reads().Inputs, s,
+		[]string{"f3.go", "f4.go", "f5.go", "f6.go", "f7.go", "f8.go"}, commitsFrom(3, 8), ids,
+		func() int { return w.gitea.Requests(giteatest.OpGetRepo) }, first, change.PathsInput, "created the repository's default branch")
 }
 
 // A comparison from a Gitea that lists no files of its commits gives the commits whole and
@@ -274,16 +234,16 @@ func TestAPullRequestBeyondTheBoundIsNotHeldWhole(t *testing.T) {
 // A read Gitea refuses (a token without read:repository: 403; a repository it cannot see:
 // 404; a token it does not know: 401) marks the inputs unread, naming the scope to grant.
 func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
-	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound} {
-		w := newReadWorld(t)
-		w.commits(1, 7, each)
-		w.gitea.Answer = func(string, int) int { return code }
-		got := w.read(pushOf(0, 7, 5), change.CommitsInput|change.PathsInput)
-		want := fmt.Sprintf("Gitea answered %d; grant the token the read:repository scope, as a user who can read the repository", code)
-		if got.Whole.Has(change.CommitsInput) || got.UnreadReason(change.CommitsInput) != want || got.UnreadReason(change.PathsInput) != want {
-			t.Fatalf("%d: whole %v, unread %+v", code, got.Whole, got.Unread)
-		}
-	}
+	need := change.CommitsInput | change.PathsInput
+	providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound}, need,
+		func(code int) (change.Change, error) {
+			w := newReadWorld(t)
+			w.commits(1, 7, each)
+			w.gitea.Answer = providerapitest.Refuse(code)
+			return w.reads().Inputs(pushOf(0, 7, 5), need)
+		}, func(code int, why string) bool {
+			return why == fmt.Sprintf("Gitea answered %d; grant the token the read:repository scope, as a user who can read the repository", code)
+		})
 	w := newReadWorld(t)
 	w.reader = gitea.NewClient(w.srv.URL, "not-the-token", w.srv.Client())
 	s := pushOf(0, 7, 5)
@@ -296,16 +256,12 @@ func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
 // Gitea's outage (a 502, a 503, a 429) while reading is Transient: the attempt is retried, and
 // nothing is marked unread.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	for _, code := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "Gitea", pushOf(0, 7, 5), func(code int, s change.Change) (change.Change, error) {
 		w := newReadWorld(t)
 		w.commits(1, 7, each)
-		w.gitea.Answer = func(string, int) int { return code }
-		s := pushOf(0, 7, 5)
-		got, err := w.reader.Read(context.Background(), s, change.PathsInput)
-		if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from Gitea") || len(got.Unread) != 0 {
-			t.Fatalf("%d: %v (%v), unread %+v", code, err, providerapi.ClassOf(err), got.Unread)
-		}
-	}
+		w.gitea.Answer = providerapitest.Refuse(code)
+		return w.reads().Inputs(s, change.PathsInput)
+	})
 }
 
 // A title the change does not hold whole (cut by its bound) is read from the pull request.
@@ -330,7 +286,7 @@ func TestCheckReadReadsTheRepository(t *testing.T) {
 	if err := w.reader.CheckRead(context.Background(), readRepo); err != nil {
 		t.Fatal(err)
 	}
-	w.gitea.Answer = func(string, int) int { return http.StatusForbidden }
+	w.gitea.Answer = providerapitest.Refuse(http.StatusForbidden)
 	var refused *gitea.Refused
 	if err := w.reader.CheckRead(context.Background(), readRepo); err == nil || !errors.As(err, &refused) {
 		t.Fatalf("a token without the scope: %v", err)
@@ -348,10 +304,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 4, Title: "feat: the title before the edit", Base: "develop", Head: "changes",
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	got := w.read(pullOf(2, 4), change.CommitsInput|change.PathsInput)
-	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, pullOf(2, 4), w.reads().Inputs)
 }
 
 // stripped serves h through a proxy that drops the named headers from every answer.

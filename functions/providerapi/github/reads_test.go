@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/change"
-	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
@@ -23,7 +22,7 @@ import (
 const rerunRepo = "octo-org/octo-repo"
 
 // commitN is a made-up commit hash numbered n.
-func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+var commitN = providerapitest.CommitN
 
 // rerunWorld is a fake GitHub holding a repository's history, and a client reading re-runs'
 // inputs from it with the App's installation tokens.
@@ -71,14 +70,12 @@ func modified(paths ...string) func(int) []githubtest.ChangedFile {
 // fill fills s, failing on an error or a request outside GitHub's description.
 func (w *rerunWorld) fill(s change.Change) change.Change {
 	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, change.AllInputs&^s.Whole)
-	if err != nil {
-		w.t.Fatalf("fill: %v", err)
-	}
-	if v := w.history.Violations(); len(v) > 0 {
-		w.t.Fatalf("requests outside GitHub's API description: %v", v)
-	}
-	return got
+	return w.reads().Must(s, change.AllInputs&^s.Whole)
+}
+
+// reads is the client reading from the fake, failing on a request outside GitHub's description.
+func (w *rerunWorld) reads() providerapitest.Reader {
+	return providerapitest.Reader{T: w.t, Read: w.reader.Read, Violations: w.history.Violations, API: "GitHub's API description"}
 }
 
 func rerunOf(head int, pull int, before string) change.Change {
@@ -164,13 +161,7 @@ func TestARerunWhoseBranchDoesNotHoldItsCommitStaysUnread(t *testing.T) {
 	}
 }
 
-func commitIDs(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, c.ID)
-	}
-	return out
-}
+var commitIDs = providerapitest.IDs
 
 // A re-run of a pull request's head reads the pull request: its title and branches, its
 // files (a renamed file's old path too) and its commits' messages.
@@ -286,12 +277,7 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 		w := newRerunWorld(t)
 		w.commits(1, 2, modified("a.go"))
 		w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a", Base: "main", Head: "a", BaseSHA: commitN(0), HeadSHA: commitN(2)})
-		w.history.Answer = func(op string, _ int) int {
-			if op == c.op {
-				return c.code
-			}
-			return 0
-		}
+		w.history.Answer = providerapitest.Refuse(c.code, c.op)
 		got := w.fill(c.s)
 		why := got.UnreadReason(change.PathsInput)
 		if got.Whole.Has(change.PathsInput) || got.Paths != nil || !strings.Contains(why, c.permission) ||
@@ -304,13 +290,12 @@ func TestARerunTheAppMayNotReadNamesThePermission(t *testing.T) {
 // GitHub's outage is an error of class Transient (the attempt is retried), the change as it
 // was.
 func TestARerunReadDuringGitHubsOutageIsTransient(t *testing.T) {
-	w := newRerunWorld(t)
-	w.commits(1, 2, modified("a.go"))
-	w.history.Answer = func(string, int) int { return http.StatusBadGateway }
-	got, err := w.reader.Read(context.Background(), rerunOf(2, 0, commitN(1)), change.AllInputs)
-	if err == nil || providerapi.ClassOf(err) != providerapi.Transient || got.Whole != change.PullInput || got.Unread != nil {
-		t.Fatalf("fill during an outage: %+v %v (class %v)", got, err, providerapi.ClassOf(err))
-	}
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "GitHub", rerunOf(2, 0, commitN(1)), func(code int, s change.Change) (change.Change, error) {
+		w := newRerunWorld(t)
+		w.commits(1, 2, modified("a.go"))
+		w.history.Answer = providerapitest.Refuse(code)
+		return w.reads().Inputs(s, change.AllInputs)
+	})
 }
 
 // A pull request that has moved on since the re-run's commit: the commit is read as the pull
@@ -382,11 +367,8 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 		BaseSHA: commitN(0), HeadSHA: commitN(2)})
 	s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(2), Event: change.PullRequest, Installation: 2311213,
 		Whole: change.TitleInput | change.PullInput,
-		Pull:  &change.Pull{Number: 2, Title: "WIP: the edited title", TargetBranch: "release/1", SourceBranch: "changes"}}
-	got := w.fill(s)
-	if got.Pull.Title != "WIP: the edited title" || got.Pull.TargetBranch != "release/1" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's pull request %+v became %+v", *s.Pull, *got.Pull)
-	}
+		Pull:  &change.Pull{Number: 2, Title: "feat: the webhook's title", TargetBranch: "main", SourceBranch: "changes"}}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, s, w.reads().Inputs)
 }
 
 // A pull request whose head moves on while its files and commits are read (a force push landing
@@ -394,7 +376,7 @@ func TestReadingAPullRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 // GitHub's files name in their links and its commits end with, and they are dropped; the commit
 // is read as the pull request was at it. Its forbidden file, gone from the new head, is seen.
 func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing.T) {
-	for _, need := range []change.Inputs{change.PathsInput, change.PathsInput | change.CommitsInput, change.CommitsInput} {
+	providerapitest.CheckAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t, func(need change.Inputs) (change.Change, error) {
 		w := newRerunWorld(t)
 		w.history.SetBranch(rerunRepo, "main", commitN(0))
 		w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root"})
@@ -416,15 +398,8 @@ func TestAPullRequestMovingOnWhileItsListingsAreReadIsReadAtItsCommit(t *testing
 		s := change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(1), Event: change.PullRequest, Installation: 2311213,
 			Whole: change.TitleInput | change.PullInput,
 			Pull:  &change.Pull{Number: 2, Title: "feat: a key", TargetBranch: "main", SourceBranch: "changes"}}
-		got, err := w.reader.Read(context.Background(), s, need)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !got.Whole.Has(need) || need.Has(change.PathsInput) && !reflect.DeepEqual(got.Paths, []string{"secrets/key.pem"}) ||
-			need.Has(change.CommitsInput) && !reflect.DeepEqual(commitIDs(got), []string{commitN(1)}) {
-			t.Fatalf("need %q: whole %q, paths %q, commits %q", need, got.Whole, got.Paths, commitIDs(got))
-		}
-	}
+		return w.reads().Inputs(s, need)
+	}, []string{"secrets/key.pem"}, []string{commitN(1)}, commitIDs)
 }
 
 // An answer longer than amiss reads of one leaves its input unread, without a retry.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -25,7 +24,7 @@ import (
 const readProject = "group/sub/app"
 
 // commitN is a made-up commit hash numbered n.
-func commitN(n int) string { return fmt.Sprintf("%040x", n+1) }
+var commitN = providerapitest.CommitN
 
 type readWorld struct {
 	t      *testing.T
@@ -67,14 +66,12 @@ func modified(paths ...string) func(int) []gitlabtest.File {
 
 func (w *readWorld) read(s change.Change, need change.Inputs) change.Change {
 	w.t.Helper()
-	got, err := w.reader.Read(context.Background(), s, need)
-	if err != nil {
-		w.t.Fatalf("read: %v", err)
-	}
-	if v := w.gitlab.Violations(); len(v) > 0 {
-		w.t.Fatalf("requests outside GitLab's API description: %v", v)
-	}
-	return got
+	return w.reads().Must(s, need)
+}
+
+// reads is the client reading from the fake, failing on a request outside GitLab's API description.
+func (w *readWorld) reads() providerapitest.Reader {
+	return providerapitest.Reader{T: w.t, Read: w.reader.Read, Violations: w.gitlab.Violations, API: "GitLab's API description"}
 }
 
 func mergeRequestOf(head, iid int) change.Change {
@@ -84,32 +81,12 @@ func mergeRequestOf(head, iid int) change.Change {
 }
 
 func pushOf(before, head, listed int) change.Change {
-	s := change.Change{Provider: "gitlab", Repository: readProject, SHA: commitN(head), Event: change.Push, Ref: "refs/heads/main",
-		Whole: change.TitleInput | change.PullInput}
-	if before >= 0 {
-		s.Before = commitN(before)
-	}
-	for n := head - listed + 1; n <= head; n++ {
-		s.Commits = append(s.Commits, change.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d\n\nbody", n)})
-	}
-	return s
+	return providerapitest.PushOf("gitlab", readProject, before, head, listed, func(n int) string { return fmt.Sprintf("Commit %d\n\nbody", n) })
 }
 
-func ids(s change.Change) []string {
-	var out []string
-	for _, c := range s.Commits {
-		out = append(out, c.ID)
-	}
-	return out
-}
+var ids = providerapitest.IDs
 
-func commitsFrom(from, to int) []string {
-	var out []string
-	for n := from; n <= to; n++ {
-		out = append(out, commitN(n))
-	}
-	return out
-}
+var commitsFrom = providerapitest.CommitsFrom
 
 // A merge request's diffs and commits are read whole, every page (100 a page), commits oldest
 // first with their whole messages, a renamed file's old path too; the merge request is read
@@ -121,23 +98,16 @@ func TestAMergeRequestsDiffsAndCommitsAreReadEveryPage(t *testing.T) {
 		Files: []gitlabtest.File{{Path: "docs/key.md", Status: "renamed", OldPath: "secrets/key.pem"}}})
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "feat: move the key", Source: "changes", Target: "main",
 		BaseSHA: commitN(0), HeadSHA: commitN(250)})
-	got := w.read(mergeRequestOf(250, 7), change.CommitsInput|change.PathsInput)
-	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
+	var paths []string
+	for n := 1; n <= 249; n++ {
+		paths = append(paths, fmt.Sprintf("f%d.go", n))
 	}
-	if !slices.Equal(ids(got), commitsFrom(1, 250)) || got.Commits[0].Message != "Commit 1\n\nbody" {
+	paths = append(paths, "secrets/key.pem", "docs/key.md")
+	got := providerapitest.CheckAPullRequestIsReadWhole(t, mergeRequestOf(250, 7), w.reads().Inputs, paths, commitsFrom(1, 250), ids,
+		"GitLab: commits, paths (7 requests)", map[string]int{gitlabtest.OpGetMR: 1, gitlabtest.OpMRDiffs: 3, gitlabtest.OpMRCommits: 3,
+			gitlabtest.OpCompare: 0, gitlabtest.OpGetProject: 0}, w.gitlab.Requests)
+	if len(got.Commits) != 250 || got.Commits[0].Message != "Commit 1\n\nbody" {
 		t.Fatalf("commits %v", ids(got)[:3])
-	}
-	if len(got.Paths) != 251 || !slices.Contains(got.Paths, "secrets/key.pem") || !slices.Contains(got.Paths, "docs/key.md") {
-		t.Fatalf("%d paths", len(got.Paths))
-	}
-	reads := map[string]int{}
-	for _, op := range []string{gitlabtest.OpGetMR, gitlabtest.OpMRDiffs, gitlabtest.OpMRCommits, gitlabtest.OpCompare, gitlabtest.OpGetProject} {
-		reads[op] = w.gitlab.Requests(op)
-	}
-	want := map[string]int{gitlabtest.OpGetMR: 1, gitlabtest.OpMRDiffs: 3, gitlabtest.OpMRCommits: 3, gitlabtest.OpCompare: 0, gitlabtest.OpGetProject: 0}
-	if !reflect.DeepEqual(reads, want) || got.Read[0] != "GitLab: commits, paths (7 requests)" {
-		t.Fatalf("requests %v, want %v; read %q", reads, want, got.Read)
 	}
 	before := w.gitlab.AllRequests()
 	if got := w.read(mergeRequestOf(250, 7), change.CommitsInput); len(got.Commits) != 250 || w.gitlab.AllRequests()-before != 3 {
@@ -213,45 +183,41 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 	w.gitlab.SetBranch(readProject, "main", commitN(5))
 	s := pushOf(-1, 30, 20)
 	s.Ref = "refs/heads/feature"
-	got := w.read(s, change.CommitsInput|change.PathsInput)
-	if !slices.Equal(ids(got), commitsFrom(6, 30)) || len(got.Unread) != 0 || w.gitlab.Requests(gitlabtest.OpGetProject) != 1 {
-		t.Fatalf("commits %v, unread %+v", ids(got), got.Unread)
+	first := s
+	first.Ref = "refs/heads/main"
+	var paths []string
+	for n := 6; n <= 30; n++ {
+		paths = append(paths, fmt.Sprintf("f%d.go", n))
 	}
-	s.Ref = "refs/heads/main"
-	if got := w.read(s, change.CommitsInput); got.Whole.Has(change.CommitsInput) ||
-		!strings.Contains(got.UnreadReason(change.CommitsInput), "created the project's default branch") {
-		t.Fatalf("whole %v, unread %+v", got.Whole, got.Unread)
-	}
+	providerapitest.CheckANewBranchIsReadAgainstTheDefaultBranch(t, w.reads().Inputs, s, paths, commitsFrom(6, 30), ids,
+		func() int { return w.gitlab.Requests(gitlabtest.OpGetProject) }, first, change.CommitsInput, "created the project's default branch")
 }
 
 // A read GitLab refuses (401, 403 insufficient_scope, 404) marks the inputs unread, naming the
 // scope to grant.
 func TestARefusedReadNamesTheScopeToGrant(t *testing.T) {
-	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound} {
-		w := newReadWorld(t)
-		w.commits(1, 30, each)
-		w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(30)})
-		w.gitlab.Answer = func(string, int) int { return code }
-		got := w.read(mergeRequestOf(30, 7), change.CommitsInput|change.PathsInput)
-		want := fmt.Sprintf("GitLab answered %d; grant the token the read_api scope, as a member who can read the project's code (Reporter)", code)
-		if got.Whole.Has(change.PathsInput) || got.UnreadReason(change.PathsInput) != want || got.UnreadReason(change.CommitsInput) != want {
-			t.Fatalf("%d: whole %v, unread %+v", code, got.Whole, got.Unread)
-		}
-	}
+	need := change.CommitsInput | change.PathsInput
+	providerapitest.CheckARefusedReadFailsItsInputsClosed(t, []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound}, need,
+		func(code int) (change.Change, error) {
+			w := newReadWorld(t)
+			w.commits(1, 30, each)
+			w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "t", Source: "changes", Target: "main", BaseSHA: commitN(0), HeadSHA: commitN(30)})
+			w.gitlab.Answer = providerapitest.Refuse(code)
+			return w.reads().Inputs(mergeRequestOf(30, 7), need)
+		}, func(code int, why string) bool {
+			return why == fmt.Sprintf("GitLab answered %d; grant the token the read_api scope, as a member who can read the project's code (Reporter)", code)
+		})
 }
 
 // GitLab's outage (502, 503) or rate limit (429) while reading is Transient: retried, nothing
 // marked unread.
 func TestAnOutageWhileReadingIsTransient(t *testing.T) {
-	for _, code := range []int{http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusTooManyRequests} {
+	providerapitest.CheckAnOutageWhileReadingIsTransient(t, "GitLab", pushOf(0, 30, 20), func(code int, s change.Change) (change.Change, error) {
 		w := newReadWorld(t)
 		w.commits(1, 30, each)
-		w.gitlab.Answer = func(string, int) int { return code }
-		got, err := w.reader.Read(context.Background(), pushOf(0, 30, 20), change.PathsInput)
-		if providerapi.ClassOf(err) != providerapi.Transient || !strings.Contains(err.Error(), "reading from GitLab") || len(got.Unread) != 0 {
-			t.Fatalf("%d: %v, unread %+v", code, err, got.Unread)
-		}
-	}
+		w.gitlab.Answer = providerapitest.Refuse(code)
+		return w.reads().Inputs(s, change.PathsInput)
+	})
 }
 
 // CheckRead reads the project and its code (a comparison of its default branch with itself),
@@ -263,12 +229,7 @@ func TestCheckReadReadsTheProjectsCode(t *testing.T) {
 	if err := w.reader.CheckRead(context.Background(), readProject); err != nil || w.gitlab.Requests(gitlabtest.OpCompare) != 1 {
 		t.Fatalf("%v; %d comparisons", err, w.gitlab.Requests(gitlabtest.OpCompare))
 	}
-	w.gitlab.Answer = func(op string, _ int) int {
-		if op == gitlabtest.OpCompare {
-			return http.StatusForbidden // a Guest of a private project
-		}
-		return 0
-	}
+	w.gitlab.Answer = providerapitest.Refuse(http.StatusForbidden, gitlabtest.OpCompare) // a Guest of a private project
 	var refused *gitlab.Refused
 	if err := w.reader.CheckRead(context.Background(), readProject); !errors.As(err, &refused) {
 		t.Fatalf("a token that cannot read the code: %v", err)
@@ -306,10 +267,7 @@ func TestReadingAMergeRequestKeepsWhatItsWebhookCarried(t *testing.T) {
 	w.commits(1, 2, each)
 	w.gitlab.AddMergeRequest(readProject, gitlabtest.MergeRequest{IID: 7, Title: "feat: the title before the edit", Source: "changes",
 		Target: "develop", BaseSHA: commitN(0), HeadSHA: commitN(2)})
-	got := w.read(mergeRequestOf(2, 7), change.CommitsInput|change.PathsInput)
-	if got.Pull.Title != "feat: the webhook's title" || got.Pull.TargetBranch != "main" || !got.Whole.Has(change.AllInputs) {
-		t.Fatalf("the webhook's merge request became %+v", *got.Pull)
-	}
+	providerapitest.CheckReadingAPullRequestKeepsWhatItsWebhookCarried(t, mergeRequestOf(2, 7), w.reads().Inputs)
 }
 
 // A merge request force-pushed while its diffs are read (after the merge request's own read):

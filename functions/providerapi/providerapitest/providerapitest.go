@@ -1,6 +1,9 @@
 // Package providerapitest holds what the fakes of the provider APIs share (githubtest,
-// giteatest, gitlabtest, bitbuckettest): how a fake answers a write a test wants to go wrong,
-// and a next-page link as the providers write one.
+// giteatest, gitlabtest, bitbuckettest, bitbucketdctest): how a fake answers a write a test
+// wants to go wrong, what it records of the requests it served (Record), the repositories'
+// history its reads answer from (History, Pulls), a page and a next-page link as the
+// providers write them; and the checks every provider's reader test runs against its fake.
+// Each fake keeps its provider's own wire format and rules.
 package providerapitest
 
 import (

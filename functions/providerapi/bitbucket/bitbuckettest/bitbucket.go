@@ -35,7 +35,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,22 +106,15 @@ type Bitbucket struct {
 	// Bitbucket's error body (403: the token lacks a scope).
 	Answer func(op string, n int) int
 
-	mu           sync.Mutex
-	posts        int
-	unauthorized int
-	requests     map[string]int
-	repos        map[string]*repository
-	seq          int
-	statuses     []Status
-	violations   []string
-}
+	// Record counts the valid reads of each operation (Requests), the requests refused for
+	// their token (Unauthorized) and the violations.
+	providerapitest.Record
 
-type repository struct {
-	commits    map[string]Commit
-	order      map[string]int // a commit's place in the order it was added: later is newer
-	pulls      map[int]Pull
-	branches   map[string]string
-	mainBranch string
+	mu       sync.Mutex
+	posts    int
+	history  *providerapitest.History[Commit]
+	pulls    providerapitest.Pulls[Pull]
+	statuses *providerapitest.Statuses[Status]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
@@ -130,77 +122,37 @@ func New(authorize func(string) bool) *Bitbucket {
 	if err := bitbucketspec.Cloud.Load(); err != nil {
 		panic(err)
 	}
-	return &Bitbucket{Authorize: authorize}
-}
-
-// repo returns repository name (workspace/slug), made when absent. b.mu is held.
-func (b *Bitbucket) repo(name string) *repository {
-	if b.repos == nil {
-		b.repos = map[string]*repository{}
-	}
-	r := b.repos[name]
-	if r == nil {
-		r = &repository{commits: map[string]Commit{}, order: map[string]int{}, pulls: map[int]Pull{}, branches: map[string]string{},
-			mainBranch: "main"}
-		b.repos[name] = r
-	}
-	return r
+	return &Bitbucket{Authorize: authorize, statuses: providerapitest.NewStatuses(func(s Status) (string, string, string) {
+		return s.Repository, s.SHA, s.Key
+	}), history: providerapitest.NewHistory(func(c Commit) string { return c.Hash },
+		func(c Commit) []string { return c.Parents })}
 }
 
 // AddCommit makes repo (workspace/slug) hold the commit of the full hash sha.
 func (b *Bitbucket) AddCommit(repo, sha string) { b.AddHistory(repo, Commit{Hash: sha}) }
 
 // AddHistory adds c to repo; commits added later are newer.
-func (b *Bitbucket) AddHistory(repo string, c Commit) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.repo(repo)
-	b.seq++
-	r.commits[c.Hash] = c
-	r.order[c.Hash] = b.seq
-}
+func (b *Bitbucket) AddHistory(repo string, c Commit) { b.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
-func (b *Bitbucket) AddPull(repo string, p Pull) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.repo(repo).pulls[p.ID] = p
-}
+func (b *Bitbucket) AddPull(repo string, p Pull) { b.pulls.Put(repo, p.ID, p) }
 
 // SetBranch points repo's branch name at the commit head.
-func (b *Bitbucket) SetBranch(repo, name, head string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.repo(repo).branches[name] = head
-}
+func (b *Bitbucket) SetBranch(repo, name, head string) { b.history.SetBranch(repo, name, head) }
 
 // SetMainBranch makes the branch name repo's main branch (main unless set).
-func (b *Bitbucket) SetMainBranch(repo, name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.repo(repo).mainBranch = name
-}
+func (b *Bitbucket) SetMainBranch(repo, name string) { b.history.SetDefaultBranch(repo, name) }
 
 // resolve is the full hash of ref in repo: a full hash, an abbreviation of one (at least 7
 // characters), or a branch; "" when none. b.mu is held.
 func (b *Bitbucket) resolve(repo, ref string) string {
-	r := b.repos[repo]
-	if r == nil {
-		return ""
-	}
-	if head, ok := r.branches[ref]; ok {
+	if head, ok := b.history.Branch(repo, ref); ok {
 		return head
 	}
 	if len(ref) < minShortHash {
 		return ""
 	}
-	ref = strings.ToLower(ref)
-	for sha := range r.commits {
-		if strings.HasPrefix(sha, ref) {
-			return sha
-		}
-	}
-	return ""
+	return b.history.Expand(repo, strings.ToLower(ref))
 }
 
 func (b *Bitbucket) answer(w http.ResponseWriter, code int, v any) {
@@ -216,10 +168,7 @@ func (b *Bitbucket) refuse(w http.ResponseWriter, code int) {
 }
 
 func (b *Bitbucket) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	b.mu.Lock()
-	b.violations = append(b.violations, msg)
-	b.mu.Unlock()
+	msg := b.Violate(format, a...)
 	b.answer(w, code, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
 }
 
@@ -241,9 +190,7 @@ func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Authorize != nil && !b.Authorize(token) {
-		b.mu.Lock()
-		b.unauthorized++
-		b.mu.Unlock()
+		b.Refused()
 		b.refuse(w, http.StatusUnauthorized)
 		return
 	}
@@ -264,18 +211,9 @@ func (b *Bitbucket) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.create(w, r, body, repo, sha)
 		return
 	}
-	b.mu.Lock()
-	if b.requests == nil {
-		b.requests = map[string]int{}
-	}
-	b.requests[op]++
-	n := b.requests[op]
-	b.mu.Unlock()
-	if b.Answer != nil {
-		if code := b.Answer(op, n); code != 0 {
-			b.refuse(w, code)
-			return
-		}
+	if code := providerapitest.Refusal(b.Answer, op, b.Tally(op)); code != 0 {
+		b.refuse(w, code)
+		return
 	}
 	b.read(w, r, op, repo, parts)
 }
@@ -323,7 +261,7 @@ func (b *Bitbucket) create(w http.ResponseWriter, r *http.Request, body []byte, 
 	b.mu.Lock()
 	b.posts++
 	n := b.posts
-	_, existed := b.find(repo, sha, s.Key)
+	_, existed := b.statuses.Latest(repo, sha, s.Key)
 	b.mu.Unlock()
 	be := providerapitest.Behavior{}
 	if b.Post != nil {
@@ -345,8 +283,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 	q := r.URL.Query()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	rp := b.repos[repo]
-	if rp == nil {
+	if !b.history.Known(repo) && !b.pulls.Has(repo) {
 		b.refuse(w, http.StatusNotFound)
 		return
 	}
@@ -363,22 +300,22 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 			return
 		}
 		if op == OpGetCommit {
-			c := rp.commits[sha]
+			c, _ := b.history.Commit(repo, sha)
 			b.answer(w, http.StatusOK, partial(map[string]any{"type": "commit", "hash": sha, "message": c.Message,
 				"summary": map[string]any{"raw": c.Message, "markup": "markdown", "html": "<p>" + c.Message + "</p>"}}, fields))
 			return
 		}
-		if i, ok := b.find(repo, sha, parts[7]); ok {
-			b.answer(w, http.StatusOK, statusJSON(b.statuses[i]))
+		if s, ok := b.statuses.Latest(repo, sha, parts[7]); ok {
+			b.answer(w, http.StatusOK, statusJSON(s))
 			return
 		}
 		b.refuse(w, http.StatusNotFound)
 	case OpGetRepository:
 		b.answer(w, http.StatusOK, partial(map[string]any{"type": "repository", "full_name": repo, "is_private": true,
-			"mainbranch": map[string]any{"type": "branch", "name": rp.mainBranch}}, fields))
+			"mainbranch": map[string]any{"type": "branch", "name": b.history.DefaultBranch(repo)}}, fields))
 	case OpGetPull, OpPullDiffStat, OpPullCommits:
 		id, err := strconv.Atoi(parts[4])
-		p, found := rp.pulls[id]
+		p, found := b.pulls.Get(repo, id)
 		if err != nil || !found {
 			b.refuse(w, http.StatusNotFound)
 			return
@@ -405,7 +342,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 				RawQuery: to.Encode()}).String())
 			w.WriteHeader(http.StatusFound)
 		case OpPullCommits:
-			b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.between(rp, p.SourceCommit, p.DestinationCommit)), page, pagelen), fields))
+			b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.history.Between(repo, p.SourceCommit, p.DestinationCommit)), page, pagelen), fields))
 		}
 	case OpDiffStat:
 		from, to, ranged := strings.Cut(parts[4], "..")
@@ -414,14 +351,16 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 		switch {
 		case ranged:
 			base = b.resolve(repo, to)
-		case head != "" && len(rp.commits[head].Parents) > 0:
-			base = rp.commits[head].Parents[0] // a single commit: against its first parent
+		case head != "":
+			if c, _ := b.history.Commit(repo, head); len(c.Parents) > 0 {
+				base = c.Parents[0] // a single commit: against its first parent
+			}
 		}
 		if head == "" || ranged && base == "" {
 			b.refuse(w, http.StatusNotFound)
 			return
 		}
-		b.answer(w, http.StatusOK, partial(pageOf(r, diffStatJSON(changesOf(b.between(rp, head, base))), page, pagelen), fields))
+		b.answer(w, http.StatusOK, partial(pageOf(r, diffStatJSON(changesOf(b.history.Between(repo, head, base))), page, pagelen), fields))
 	case OpCommits:
 		head := b.resolve(repo, parts[4])
 		if head == "" {
@@ -429,7 +368,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 			return
 		}
 		if len(q["include"]) > 0 || len(q["exclude"]) > 1 {
-			b.violations = append(b.violations, "the fake serves one revision and at most one exclude")
+			b.Violate("the fake serves one revision and at most one exclude")
 			b.refuse(w, http.StatusBadRequest)
 			return
 		}
@@ -440,7 +379,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 				return
 			}
 		}
-		b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.between(rp, head, base)), page, pagelen), fields))
+		b.answer(w, http.StatusOK, partial(pageOf(r, commitsJSON(b.history.Between(repo, head, base)), page, pagelen), fields))
 	}
 }
 
@@ -455,7 +394,7 @@ func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || name == "pagelen" && n > maxPageLen {
 			msg := fmt.Sprintf("%s %q: want a number from 1 (pagelen: to %d)", name, s, maxPageLen)
-			b.violations = append(b.violations, msg)
+			b.Violate("%s", msg)
 			b.answer(w, http.StatusBadRequest, map[string]any{"type": "error", "error": map[string]string{"message": msg}})
 			return 0, 0, false
 		}
@@ -464,58 +403,11 @@ func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int
 	return page, pagelen, true
 }
 
-// between lists the commits reachable from head and not from base ("": none excluded),
-// newest first. b.mu is held.
-func (b *Bitbucket) between(r *repository, head, base string) []Commit {
-	excluded := map[string]bool{}
-	if base != "" {
-		reach(r, base, excluded)
-	}
-	included := map[string]bool{}
-	reach(r, head, included)
-	var out []Commit
-	for sha := range included {
-		if !excluded[sha] {
-			out = append(out, r.commits[sha])
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return r.order[out[i].Hash] > r.order[out[j].Hash] })
-	return out
-}
-
-// reach adds every commit reachable from sha (itself included) to seen.
-func reach(r *repository, sha string, seen map[string]bool) {
-	for stack := []string{sha}; len(stack) > 0; {
-		c := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if seen[c] {
-			continue
-		}
-		commit, ok := r.commits[c]
-		if !ok {
-			continue
-		}
-		seen[c] = true
-		stack = append(stack, commit.Parents...)
-	}
-}
-
 // changesOf is what commits (newest first) change together: each path once, with its newest
 // change.
 func changesOf(commits []Commit) []Change {
-	at := map[string]int{}
-	var out []Change
-	for i := len(commits) - 1; i >= 0; i-- {
-		for _, c := range commits[i].Changes {
-			if j, ok := at[c.Path]; ok {
-				out[j] = c
-				continue
-			}
-			at[c.Path] = len(out)
-			out = append(out, c)
-		}
-	}
-	return out
+	return providerapitest.Changed(providerapitest.Reversed(commits), func(c Commit) []Change { return c.Changes },
+		func(c Change) string { return c.Path })
 }
 
 func diffStatJSON(changes []Change) []map[string]any {
@@ -583,45 +475,17 @@ func partial(v map[string]any, fields string) map[string]any {
 	return out
 }
 
-// find is the index of the status of key on a commit, b.mu held.
-func (b *Bitbucket) find(repo, sha, key string) (int, bool) {
-	for i, s := range b.statuses {
-		if s.Repository == repo && s.SHA == sha && s.Key == key {
-			return i, true
-		}
-	}
-	return -1, false
-}
-
 // Put sets the status of s's key on its commit (as if posted), and returns it.
 func (b *Bitbucket) Put(s Status) Status {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s.At = time.Now()
-	if i, ok := b.find(s.Repository, s.SHA, s.Key); ok {
-		s.Updates = b.statuses[i].Updates + 1
-		b.statuses[i] = s
+	return b.statuses.Add(s, func(s Status, _, updates int) Status {
+		s.At, s.Updates = time.Now(), updates
 		return s
-	}
-	b.statuses = append(b.statuses, s)
-	return s
+	})
 }
 
 // Status returns the status of key on a commit.
 func (b *Bitbucket) Status(repo, sha, key string) (Status, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i, ok := b.find(repo, sha, key); ok {
-		return b.statuses[i], true
-	}
-	return Status{}, false
-}
-
-// Requests counts the valid requests of the read op.
-func (b *Bitbucket) Requests(op string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.requests[op]
+	return b.statuses.Latest(repo, sha, key)
 }
 
 // Posts counts the valid POSTs.
@@ -629,18 +493,4 @@ func (b *Bitbucket) Posts() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.posts
-}
-
-// Unauthorized counts the requests refused for their token.
-func (b *Bitbucket) Unauthorized() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (b *Bitbucket) Violations() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.violations...)
 }

@@ -29,11 +29,9 @@ package bitbucketdctest
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,22 +111,15 @@ type BitbucketDC struct {
 	// changes a pull request's changes answer lists (0: DefaultMaxChanges).
 	MaxLimit, MaxChanges int
 
-	mu           sync.Mutex
-	posts        int
-	unauthorized int
-	requests     map[string]int
-	repos        map[string]*repository
-	seq          int
-	statuses     []Status
-	violations   []string
-}
+	// Record counts the valid reads of each operation (Requests), the requests refused for
+	// their token (Unauthorized) and the violations.
+	providerapitest.Record
 
-type repository struct {
-	commits       map[string]Commit
-	order         map[string]int // a commit's place in the order it was added: later is newer
-	pulls         map[int]Pull
-	branches      map[string]string // name: head commit
-	defaultBranch string
+	mu       sync.Mutex
+	posts    int
+	history  *providerapitest.History[Commit]
+	pulls    providerapitest.Pulls[Pull]
+	statuses *providerapitest.Statuses[Status]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
@@ -136,60 +127,23 @@ func New(authorize func(string) bool) *BitbucketDC {
 	if err := bitbucketspec.DataCenter.Load(); err != nil {
 		panic(err)
 	}
-	return &BitbucketDC{Authorize: authorize}
-}
-
-// repo returns repository name (PROJECT/slug), made when absent. b.mu is held.
-func (b *BitbucketDC) repo(name string) *repository {
-	if b.repos == nil {
-		b.repos = map[string]*repository{}
-	}
-	r := b.repos[name]
-	if r == nil {
-		r = &repository{commits: map[string]Commit{}, order: map[string]int{}, pulls: map[int]Pull{}, branches: map[string]string{},
-			defaultBranch: "main"}
-		b.repos[name] = r
-	}
-	return r
+	return &BitbucketDC{Authorize: authorize, statuses: providerapitest.NewStatuses(func(s Status) (string, string, string) {
+		return s.Repository, s.Commit, s.Key
+	}), history: providerapitest.NewHistory(func(c Commit) string { return c.ID },
+		func(c Commit) []string { return c.Parents })}
 }
 
 // AddCommit adds c to repo (PROJECT/slug); commits added later are newer.
-func (b *BitbucketDC) AddCommit(repo string, c Commit) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	r := b.repo(repo)
-	b.seq++
-	r.commits[c.ID] = c
-	r.order[c.ID] = b.seq
-}
+func (b *BitbucketDC) AddCommit(repo string, c Commit) { b.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
-func (b *BitbucketDC) AddPull(repo string, p Pull) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.repo(repo).pulls[p.ID] = p
-}
+func (b *BitbucketDC) AddPull(repo string, p Pull) { b.pulls.Put(repo, p.ID, p) }
 
 // SetBranch points repo's branch name (like main) at the commit head.
-func (b *BitbucketDC) SetBranch(repo, name, head string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.repo(repo).branches[name] = head
-}
+func (b *BitbucketDC) SetBranch(repo, name, head string) { b.history.SetBranch(repo, name, head) }
 
 // SetDefaultBranch makes the branch name repo's default branch (main unless set).
-func (b *BitbucketDC) SetDefaultBranch(repo, name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.repo(repo).defaultBranch = name
-}
-
-// Requests counts the valid requests of op.
-func (b *BitbucketDC) Requests(op string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.requests[op]
-}
+func (b *BitbucketDC) SetDefaultBranch(repo, name string) { b.history.SetDefaultBranch(repo, name) }
 
 // Posts counts the valid build status POSTs.
 func (b *BitbucketDC) Posts() int {
@@ -198,65 +152,20 @@ func (b *BitbucketDC) Posts() int {
 	return b.posts
 }
 
-// Unauthorized counts the requests refused for their token.
-func (b *BitbucketDC) Unauthorized() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (b *BitbucketDC) Violations() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.violations...)
-}
-
 // Status returns the build status of key on a commit.
 func (b *BitbucketDC) Status(repo, commit, key string) (Status, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i, ok := b.find(repo, commit, key); ok {
-		return b.statuses[i], true
-	}
-	return Status{}, false
+	return b.statuses.Latest(repo, commit, key)
 }
 
 // Statuses lists the build statuses of a commit, in the order their keys were first posted.
-func (b *BitbucketDC) Statuses(repo, commit string) []Status {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []Status
-	for _, s := range b.statuses {
-		if s.Repository == repo && s.Commit == commit {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+func (b *BitbucketDC) Statuses(repo, commit string) []Status { return b.statuses.Current(repo, commit) }
 
 // Put sets the build status of s's key on its commit (as if posted), and returns it.
 func (b *BitbucketDC) Put(s Status) Status {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s.At = time.Now()
-	if i, ok := b.find(s.Repository, s.Commit, s.Key); ok {
-		s.Updates = b.statuses[i].Updates + 1
-		b.statuses[i] = s
+	return b.statuses.Add(s, func(s Status, _, updates int) Status {
+		s.At, s.Updates = time.Now(), updates
 		return s
-	}
-	b.statuses = append(b.statuses, s)
-	return s
-}
-
-// find is the index of the status of key on a commit. b.mu is held.
-func (b *BitbucketDC) find(repo, commit, key string) (int, bool) {
-	for i, s := range b.statuses {
-		if s.Repository == repo && s.Commit == commit && s.Key == key {
-			return i, true
-		}
-	}
-	return -1, false
+	})
 }
 
 func (b *BitbucketDC) answer(w http.ResponseWriter, code int, v any) {
@@ -269,10 +178,7 @@ func (b *BitbucketDC) refuse(w http.ResponseWriter, code int, message string) {
 }
 
 func (b *BitbucketDC) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	b.mu.Lock()
-	b.violations = append(b.violations, msg)
-	b.mu.Unlock()
+	msg := b.Violate(format, a...)
 	b.refuse(w, code, msg)
 }
 
@@ -294,9 +200,7 @@ func (b *BitbucketDC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.Authorize != nil && !b.Authorize(token) {
-		b.mu.Lock()
-		b.unauthorized++
-		b.mu.Unlock()
+		b.Refused()
 		b.refuse(w, http.StatusUnauthorized, "Authentication failed. Please check your credentials and try again.")
 		return
 	}
@@ -309,22 +213,13 @@ func (b *BitbucketDC) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.addBuild(w, r, body, repo, parts[7])
 		return
 	}
-	b.mu.Lock()
-	if b.requests == nil {
-		b.requests = map[string]int{}
-	}
-	b.requests[op]++
-	n := b.requests[op]
-	b.mu.Unlock()
-	if b.Answer != nil {
-		if code := b.Answer(op, n); code != 0 {
-			msg := http.StatusText(code)
-			if code == http.StatusUnauthorized {
-				msg = "You are not permitted to access this resource"
-			}
-			b.refuse(w, code, msg)
-			return
+	if code := providerapitest.Refusal(b.Answer, op, b.Tally(op)); code != 0 {
+		msg := http.StatusText(code)
+		if code == http.StatusUnauthorized {
+			msg = "You are not permitted to access this resource"
 		}
+		b.refuse(w, code, msg)
+		return
 	}
 	b.read(w, r, op, repo, parts)
 }
@@ -368,28 +263,18 @@ func (b *BitbucketDC) addBuild(w http.ResponseWriter, r *http.Request, body []by
 
 // resolve is the full id of a commit named by its id or a prefix of it. b.mu is held.
 func (b *BitbucketDC) resolve(repo, id string) (string, bool) {
-	r := b.repos[repo]
-	if r == nil || len(id) < minPartialCommitID {
+	if len(id) < minPartialCommitID {
 		return "", false
 	}
-	if _, ok := r.commits[id]; ok {
-		return id, true
-	}
-	for full := range r.commits {
-		if strings.HasPrefix(full, id) {
-			return full, true
-		}
-	}
-	return "", false
+	full := b.history.Expand(repo, id)
+	return full, full != ""
 }
 
 // ref resolves a branch (by its name, or refs/heads/ and its name) to its head, or else a
 // commit id or a prefix of one. b.mu is held.
 func (b *BitbucketDC) ref(repo, name string) (string, bool) {
-	if r := b.repos[repo]; r != nil {
-		if head, ok := r.branches[strings.TrimPrefix(name, "refs/heads/")]; ok {
-			return head, true
-		}
+	if head, ok := b.history.Branch(repo, strings.TrimPrefix(name, "refs/heads/")); ok {
+		return head, true
 	}
 	return b.resolve(repo, name)
 }
@@ -398,8 +283,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 	q := r.URL.Query()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	rp := b.repos[repo]
-	if rp == nil {
+	if !b.history.Known(repo) && !b.pulls.Has(repo) {
 		b.refuse(w, http.StatusNotFound, "Repository "+repo+" does not exist.")
 		return
 	}
@@ -410,29 +294,28 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 	switch op {
 	case OpGetBuild:
 		id, known := b.resolve(repo, parts[7])
-		i, found := b.find(repo, id, q.Get("key"))
+		s, found := b.statuses.Latest(repo, id, q.Get("key"))
 		if !known || !found {
 			b.refuse(w, http.StatusNotFound, "No build status with key "+q.Get("key"))
 			return
 		}
-		s := b.statuses[i]
 		b.answer(w, http.StatusOK, map[string]any{"key": s.Key, "state": s.State, "name": s.Name, "url": s.URL,
 			"description": s.Description, "createdDate": s.At.UnixMilli(), "updatedDate": s.At.UnixMilli(), "ref": nil})
 	case OpDefaultBranch:
-		if _, ok := rp.branches[rp.defaultBranch]; !ok {
+		if _, ok := b.history.Branch(repo, b.history.DefaultBranch(repo)); !ok {
 			b.refuse(w, http.StatusNotFound, "Repository "+repo+" has no default branch.")
 			return
 		}
-		b.answer(w, http.StatusOK, map[string]any{"id": "refs/heads/" + rp.defaultBranch, "displayId": rp.defaultBranch,
+		b.answer(w, http.StatusOK, map[string]any{"id": "refs/heads/" + b.history.DefaultBranch(repo), "displayId": b.history.DefaultBranch(repo),
 			"type": "BRANCH", "isDefault": true})
 	case OpGetPull, OpPullChanges, OpPullCommits:
 		id, err := strconv.Atoi(parts[7])
-		p, found := rp.pulls[id]
+		p, found := b.pulls.Get(repo, id)
 		if err != nil || !found {
 			b.refuse(w, http.StatusNotFound, "Pull request "+parts[7]+" does not exist in "+repo+".")
 			return
 		}
-		commits := b.between(rp, p.FromCommit, p.ToCommit)
+		commits := b.history.Between(repo, p.FromCommit, p.ToCommit)
 		switch op {
 		case OpGetPull:
 			ref := func(branch, commit string) map[string]any {
@@ -463,14 +346,14 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 		}
 		to := q.Get("to")
 		if to == "" {
-			to = rp.defaultBranch
+			to = b.history.DefaultBranch(repo)
 		}
 		toID, ok := b.ref(repo, to)
 		if !ok {
 			b.refuse(w, http.StatusNotFound, "Commit '"+to+"' does not exist in repository '"+repo+"'.")
 			return
 		}
-		commits := b.between(rp, from, toID)
+		commits := b.history.Between(repo, from, toID)
 		if op == OpCompareChanges {
 			b.answer(w, http.StatusOK, pageOf(changesJSON(changesOf(commits)), start, limit))
 			return
@@ -493,7 +376,7 @@ func (b *BitbucketDC) page(w http.ResponseWriter, q map[string][]string) (start,
 		if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 			start = n
 		} else {
-			b.violations = append(b.violations, "start "+v)
+			b.Violate("start %s", v)
 			b.refuse(w, http.StatusBadRequest, "start "+v)
 			return 0, 0, false
 		}
@@ -501,7 +384,7 @@ func (b *BitbucketDC) page(w http.ResponseWriter, q map[string][]string) (start,
 	if v := first(q["limit"]); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			b.violations = append(b.violations, "limit "+v)
+			b.Violate("limit %s", v)
 			b.refuse(w, http.StatusBadRequest, "limit "+v)
 			return 0, 0, false
 		}
@@ -521,55 +404,11 @@ func first(v []string) string {
 	return v[0]
 }
 
-// between lists the commits reachable from from and not from to, newest first. b.mu is held.
-func (b *BitbucketDC) between(r *repository, from, to string) []Commit {
-	excluded := map[string]bool{}
-	reach(r, to, excluded)
-	included := map[string]bool{}
-	reach(r, from, included)
-	var out []Commit
-	for id := range included {
-		if !excluded[id] {
-			out = append(out, r.commits[id])
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return r.order[out[i].ID] > r.order[out[j].ID] })
-	return out
-}
-
-// reach adds every commit reachable from id (itself included) to seen.
-func reach(r *repository, id string, seen map[string]bool) {
-	for stack := []string{id}; len(stack) > 0; {
-		c := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if seen[c] {
-			continue
-		}
-		commit, ok := r.commits[c]
-		if !ok {
-			continue
-		}
-		seen[c] = true
-		stack = append(stack, commit.Parents...)
-	}
-}
-
 // changesOf is what commits (newest first) change together: each path once, with its newest
 // change.
 func changesOf(commits []Commit) []Change {
-	at := map[string]int{}
-	var out []Change
-	for i := len(commits) - 1; i >= 0; i-- {
-		for _, c := range commits[i].Changes {
-			if j, ok := at[c.Path]; ok {
-				out[j] = c
-				continue
-			}
-			at[c.Path] = len(out)
-			out = append(out, c)
-		}
-	}
-	return out
+	return providerapitest.Changed(providerapitest.Reversed(commits), func(c Commit) []Change { return c.Changes },
+		func(c Change) string { return c.Path })
 }
 
 func pathJSON(p string) map[string]any {

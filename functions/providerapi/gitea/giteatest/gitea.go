@@ -24,7 +24,6 @@ package giteatest
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -64,22 +63,24 @@ type Gitea struct {
 	// MaxResponseItems, Gitea's default; a server may set less).
 	MaxItems int
 
-	mu           sync.Mutex
-	posts        int
-	unauthorized int
-	created      []Status
-	violations   []string
+	// Record counts the valid requests of each operation (Requests, AllRequests), the
+	// requests refused for their token (Unauthorized) and the violations.
+	providerapitest.Record
+
+	mu      sync.Mutex
+	posts   int
+	created *providerapitest.Statuses[Status]
 	// reads
-	commits  map[string]map[string]Commit
-	pulls    map[string]map[int]Pull
-	branches map[string]map[string]string
-	requests map[string]int
+	history *providerapitest.History[Commit]
+	pulls   providerapitest.Pulls[Pull]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
 func New(authorize func(string) bool) *Gitea {
 	giteaspec.Load() // its error is every request's (ServeHTTP)
-	return &Gitea{Authorize: authorize}
+	return &Gitea{Authorize: authorize, created: providerapitest.NewStatuses(func(s Status) (string, string, string) {
+		return s.Repository, s.SHA, s.Context
+	}), history: providerapitest.NewHistory(func(c Commit) string { return c.SHA }, parentOf)}
 }
 
 func (g *Gitea) answer(w http.ResponseWriter, code int, v any) {
@@ -91,10 +92,7 @@ func (g *Gitea) refuse(w http.ResponseWriter, code int) {
 }
 
 func (g *Gitea) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	g.mu.Lock()
-	g.violations = append(g.violations, msg)
-	g.mu.Unlock()
+	msg := g.Violate(format, a...)
 	g.answer(w, code, map[string]string{"message": msg})
 }
 
@@ -109,9 +107,7 @@ func (g *Gitea) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.Authorize != nil && !g.Authorize(token) {
-		g.mu.Lock()
-		g.unauthorized++
-		g.mu.Unlock()
+		g.Refused()
 		g.refuse(w, http.StatusUnauthorized)
 		return
 	}
@@ -124,13 +120,7 @@ func (g *Gitea) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.violate(w, http.StatusUnprocessableEntity, "%v", err)
 		return
 	}
-	g.mu.Lock()
-	if g.requests == nil {
-		g.requests = map[string]int{}
-	}
-	g.requests[op]++
-	n := g.requests[op]
-	g.mu.Unlock()
+	n := g.Tally(op)
 	repo := parts[3] + "/" + parts[4]
 	switch op {
 	case OpCreateStatus:
@@ -196,11 +186,10 @@ func statusJSON(s Status) map[string]any {
 
 // Add adds a status as if posted (its ID and time set), and returns it.
 func (g *Gitea) Add(s Status) Status {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s.ID, s.At = int64(len(g.created)+1), time.Now()
-	g.created = append(g.created, s)
-	return s
+	return g.created.Add(s, func(s Status, held, _ int) Status {
+		s.ID, s.At = int64(held+1), time.Now()
+		return s
+	})
 }
 
 func (g *Gitea) combined(w http.ResponseWriter, r *http.Request, repo, ref string) {
@@ -217,62 +206,19 @@ func (g *Gitea) combined(w http.ResponseWriter, r *http.Request, repo, ref strin
 		}
 	}
 	limit = min(limit, 50)
-	g.mu.Lock()
-	latest := map[string]Status{}
-	var order []string
-	for _, s := range g.created {
-		if s.Repository != repo || s.SHA != ref {
-			continue
-		}
-		if _, ok := latest[s.Context]; !ok {
-			order = append(order, s.Context)
-		}
-		latest[s.Context] = s
-	}
-	g.mu.Unlock()
+	current := g.created.Current(repo, ref)
 	statuses := []map[string]any{}
-	for _, c := range providerapitest.PageOf(order, page, limit) {
-		statuses = append(statuses, statusJSON(latest[c]))
+	for _, s := range providerapitest.PageOf(current, page, limit) {
+		statuses = append(statuses, statusJSON(s))
 	}
-	w.Header().Set("X-Total-Count", strconv.Itoa(len(order)))
+	w.Header().Set("X-Total-Count", strconv.Itoa(len(current)))
 	g.answer(w, http.StatusOK, map[string]any{"state": "pending", "sha": ref, "total_count": len(statuses), "statuses": statuses})
 }
 
 // Latest returns the status a user sees for a commit and context: the last one created.
 func (g *Gitea) Latest(repo, sha, context string) (Status, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for i := len(g.created) - 1; i >= 0; i-- {
-		if s := g.created[i]; s.Repository == repo && s.SHA == sha && s.Context == context {
-			return s, true
-		}
-	}
-	return Status{}, false
+	return g.created.Latest(repo, sha, context)
 }
 
 // Statuses returns the statuses created for a commit, oldest first.
-func (g *Gitea) Statuses(repo, sha string) []Status {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []Status
-	for _, s := range g.created {
-		if s.Repository == repo && s.SHA == sha {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// Unauthorized counts the requests refused for their token.
-func (g *Gitea) Unauthorized() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (g *Gitea) Violations() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.violations...)
-}
+func (g *Gitea) Statuses(repo, sha string) []Status { return g.created.Of(repo, sha) }

@@ -51,62 +51,22 @@ type Pull struct {
 	BaseSHA, HeadSHA  string
 }
 
-// AddCommit adds c to repo.
-func (g *Gitea) AddCommit(repo string, c Commit) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.commits == nil {
-		g.commits = map[string]map[string]Commit{}
+// parentOf is c's parent, as History reads it.
+func parentOf(c Commit) []string {
+	if c.Parent == "" {
+		return nil
 	}
-	if g.commits[repo] == nil {
-		g.commits[repo] = map[string]Commit{}
-	}
-	g.commits[repo][c.SHA] = c
+	return []string{c.Parent}
 }
+
+// AddCommit adds c to repo.
+func (g *Gitea) AddCommit(repo string, c Commit) { g.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
-func (g *Gitea) AddPull(repo string, p Pull) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.pulls == nil {
-		g.pulls = map[string]map[int]Pull{}
-	}
-	if g.pulls[repo] == nil {
-		g.pulls[repo] = map[int]Pull{}
-	}
-	g.pulls[repo][p.Number] = p
-}
+func (g *Gitea) AddPull(repo string, p Pull) { g.pulls.Put(repo, p.Number, p) }
 
 // SetBranch points branch of repo at sha (a comparison may name a branch).
-func (g *Gitea) SetBranch(repo, branch, sha string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.branches == nil {
-		g.branches = map[string]map[string]string{}
-	}
-	if g.branches[repo] == nil {
-		g.branches[repo] = map[string]string{}
-	}
-	g.branches[repo][branch] = sha
-}
-
-// Requests returns how many valid requests of the operation op were made.
-func (g *Gitea) Requests(op string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.requests[op]
-}
-
-// AllRequests returns how many valid requests were made, of every operation.
-func (g *Gitea) AllRequests() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for _, c := range g.requests {
-		n += c
-	}
-	return n
-}
+func (g *Gitea) SetBranch(repo, branch, sha string) { g.history.SetBranch(repo, branch, sha) }
 
 // read answers a read (repoGet, repoGetPullRequest, repoGetPullRequestFiles,
 // repoGetPullRequestCommits, repoCompareDiff) as Gitea's handlers do: a pull request's files
@@ -116,11 +76,9 @@ func (g *Gitea) AllRequests() int {
 // files=false; a comparison lists every commit of base...head, newest first, each with its
 // files (none when CompareWithoutFiles), unpaged.
 func (g *Gitea) read(w http.ResponseWriter, r *http.Request, op, repo string, parts []string, n int) {
-	if g.Answer != nil {
-		if code := g.Answer(op, n); code != 0 {
-			g.refuseRead(w, code)
-			return
-		}
+	if code := providerapitest.Refusal(g.Answer, op, n); code != 0 {
+		g.refuseRead(w, code)
+		return
 	}
 	q := r.URL.Query()
 	page, limit := 1, DefaultPagingNum
@@ -139,7 +97,7 @@ func (g *Gitea) read(w http.ResponseWriter, r *http.Request, op, repo string, pa
 	defer g.mu.Unlock()
 	switch op {
 	case OpGetRepo:
-		if !g.hasRepo(repo) {
+		if !g.history.Has(repo) {
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
@@ -147,12 +105,12 @@ func (g *Gitea) read(w http.ResponseWriter, r *http.Request, op, repo string, pa
 			"default_branch": g.defaultBranch(repo), "private": true, "permissions": map[string]any{"admin": false, "push": true, "pull": true}})
 	case OpGetPull, OpPullFiles, OpPullCommits:
 		number, _ := strconv.Atoi(parts[6])
-		p, found := g.pulls[repo][number]
+		p, found := g.pulls.Get(repo, number)
 		if !found {
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
-		commits, _ := g.chain(repo, p.BaseSHA, p.HeadSHA)
+		commits, _ := g.history.Line(repo, p.BaseSHA, p.HeadSHA)
 		switch op {
 		case OpGetPull:
 			g.answer(w, http.StatusOK, map[string]any{"id": 1000 + p.Number, "number": p.Number, "title": p.Title, "state": "open",
@@ -167,7 +125,7 @@ func (g *Gitea) read(w http.ResponseWriter, r *http.Request, op, repo string, pa
 			pageHeaders(w, r, page, limit, len(files))
 			g.answer(w, http.StatusOK, out)
 		case OpPullCommits:
-			newest := reversed(commits)
+			newest := providerapitest.Reversed(commits)
 			out := []map[string]any{}
 			for _, c := range providerapitest.PageOf(newest, page, limit) {
 				out = append(out, commitJSON(r, repo, c, q.Get("files") != "false"))
@@ -182,13 +140,13 @@ func (g *Gitea) read(w http.ResponseWriter, r *http.Request, op, repo string, pa
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
-		commits, found := g.chain(repo, g.resolve(repo, base), g.resolve(repo, head))
+		commits, found := g.history.Line(repo, g.history.Resolve(repo, base), g.history.Resolve(repo, head))
 		if !found {
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
 		out := []map[string]any{}
-		for _, c := range reversed(commits) {
+		for _, c := range providerapitest.Reversed(commits) {
 			out = append(out, commitJSON(r, repo, c, !g.CompareWithoutFiles))
 		}
 		g.answer(w, http.StatusOK, map[string]any{"total_commits": len(out), "commits": out})
@@ -208,12 +166,6 @@ func (g *Gitea) refuseRead(w http.ResponseWriter, code int) {
 	g.answer(w, code, map[string]any{"message": msg, "url": "https://gitea.example.com/api/swagger", "errors": []string{}})
 }
 
-func (g *Gitea) hasRepo(repo string) bool {
-	_, commits := g.commits[repo]
-	_, branches := g.branches[repo]
-	return commits || branches
-}
-
 // defaultBranch is the repository's default branch: DefaultBranch, or main.
 func (g *Gitea) defaultBranch(string) string {
 	if g.DefaultBranch != "" {
@@ -222,52 +174,10 @@ func (g *Gitea) defaultBranch(string) string {
 	return "main"
 }
 
-// resolve is the commit a branch name names, or ref itself.
-func (g *Gitea) resolve(repo, ref string) string {
-	if sha, ok := g.branches[repo][ref]; ok {
-		return sha
-	}
-	return ref
-}
-
-// chain returns the commits from base (excluded) to head along first parents, oldest first;
-// found is false when head is not known or base is not reached.
-func (g *Gitea) chain(repo, base, head string) ([]Commit, bool) {
-	var out []Commit
-	for sha := head; sha != base; {
-		c, ok := g.commits[repo][sha]
-		if !ok {
-			return nil, false
-		}
-		out = append([]Commit{c}, out...)
-		sha = c.Parent
-	}
-	return out, true
-}
-
-func reversed(commits []Commit) []Commit {
-	out := make([]Commit, len(commits))
-	for i, c := range commits {
-		out[len(commits)-1-i] = c
-	}
-	return out
-}
-
-// changedFiles is what commits change together: each path once, with its last status.
+// changedFiles is what commits (oldest first) change together: each path once, with its last
+// status.
 func changedFiles(commits []Commit) []File {
-	at := map[string]int{}
-	var out []File
-	for _, c := range commits {
-		for _, f := range c.Files {
-			if i, ok := at[f.Filename]; ok {
-				out[i] = f
-				continue
-			}
-			at[f.Filename] = len(out)
-			out = append(out, f)
-		}
-	}
-	return out
+	return providerapitest.Changed(commits, func(c Commit) []File { return c.Files }, func(f File) string { return f.Filename })
 }
 
 // changedFileJSON is a pull request's changed file as Gitea's convert.ToChangedFile writes it:

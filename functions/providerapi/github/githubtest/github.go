@@ -33,7 +33,6 @@ package githubtest
 
 import (
 	"crypto/rsa"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -95,9 +94,11 @@ type GitHub struct {
 	// GitHub's).
 	DeliveryTimeout time.Duration
 
+	// Record counts the valid reads of each operation (Requests), the requests refused for
+	// their bearer token (Unauthorized: not those with an App JWT) and the violations.
+	providerapitest.Record
+
 	mu            sync.Mutex
-	violations    []string
-	unauthorized  int
 	clockRefusals int
 	// the App
 	installations map[int64]*installation
@@ -106,18 +107,14 @@ type GitHub struct {
 	failures      []int
 	// statuses
 	posts   int
-	created []Created
+	created *providerapitest.Statuses[Created]
 	// check runs
 	creates, updates int
 	runs             []CheckRun
-	// reads
-	commits map[string]map[string]HistoryCommit
-	pulls   map[string]map[int]HistoryPull
-	// branches are each repository's branches (name to head commit); defaults their default
-	// branch's name ("main" unless set).
-	branches map[string]map[string]string
-	defaults map[string]string
-	requests map[string]int
+	// reads: each repository's commits and branches, its pull requests, and its default
+	// branch's name ("main" unless set)
+	history *providerapitest.History[HistoryCommit]
+	pulls   providerapitest.Pulls[HistoryPull]
 	// webhooks
 	hooks        map[Hook]*hook
 	deliveryID   int64
@@ -128,7 +125,9 @@ type GitHub struct {
 // installation tokens it issues.
 func New(authorize func(token string) bool) *GitHub {
 	githubspec.Load() // its error is every request's (ServeHTTP)
-	return &GitHub{Authorize: authorize, Slug: "amiss-test", Name: "amiss test"}
+	return &GitHub{Authorize: authorize, Slug: "amiss-test", Name: "amiss test",
+		created: providerapitest.NewStatuses(func(s Created) (string, string, string) { return s.Repository, s.SHA, s.Context }),
+		history: providerapitest.NewHistory(func(c HistoryCommit) string { return c.SHA }, parentOf)}
 }
 
 // NewApp returns a fake of App id whose keys' public halves are keys, accepting only the
@@ -149,21 +148,6 @@ func (g *GitHub) now() time.Time {
 	return time.Now()
 }
 
-// Violations lists the requests that broke GitHub's description or rules, in order.
-func (g *GitHub) Violations() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.violations...)
-}
-
-// Unauthorized counts the requests answered 401 for a bearer token that is not valid (not
-// those with an App JWT).
-func (g *GitHub) Unauthorized() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.unauthorized
-}
-
 // ClockRefusals counts the App JWTs refused for their times (iat ahead of GitHub's clock, or
 // expired): a client whose host clock is off sends them, and GitHub refuses them 401.
 func (g *GitHub) ClockRefusals() int {
@@ -174,10 +158,7 @@ func (g *GitHub) ClockRefusals() int {
 
 // violate records a violation and answers it as GitHub would.
 func (g *GitHub) violate(w http.ResponseWriter, code int, format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	g.mu.Lock()
-	g.violations = append(g.violations, msg)
-	g.mu.Unlock()
+	msg := g.Violate(format, args...)
 	g.answer(w, code, map[string]string{"message": msg, "documentation_url": "https://docs.github.com/rest"})
 }
 
@@ -280,9 +261,7 @@ func (g *GitHub) hookAuthorized(w http.ResponseWriter, r *http.Request) bool {
 		g.refuse(w, http.StatusForbidden, "Resource not accessible by integration")
 		return false
 	case g.Authorize != nil && !g.Authorize(token):
-		g.mu.Lock()
-		g.unauthorized++
-		g.mu.Unlock()
+		g.Refused()
 		g.refuse(w, http.StatusUnauthorized, "Bad credentials")
 		return false
 	}
@@ -320,9 +299,7 @@ func (g *GitHub) authorized(w http.ResponseWriter, r *http.Request, repo string)
 		valid = true
 	}
 	if !valid {
-		g.mu.Lock()
-		g.unauthorized++
-		g.mu.Unlock()
+		g.Refused()
 		g.refuse(w, http.StatusUnauthorized, "Bad credentials")
 	}
 	return valid

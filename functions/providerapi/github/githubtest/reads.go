@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 )
 
 // The reads the fake serves, by their operationId in GitHub's OpenAPI description.
@@ -38,64 +40,32 @@ type HistoryPull struct {
 	State             string // "open" unless set
 }
 
-// AddCommit adds c to repo.
-func (g *GitHub) AddCommit(repo string, c HistoryCommit) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.commits == nil {
-		g.commits = map[string]map[string]HistoryCommit{}
+// parentOf is c's parent, as History reads it.
+func parentOf(c HistoryCommit) []string {
+	if c.Parent == "" {
+		return nil
 	}
-	if g.commits[repo] == nil {
-		g.commits[repo] = map[string]HistoryCommit{}
-	}
-	g.commits[repo][c.SHA] = c
+	return []string{c.Parent}
 }
+
+// AddCommit adds c to repo.
+func (g *GitHub) AddCommit(repo string, c HistoryCommit) { g.history.Add(repo, c) }
 
 // AddPull adds (or replaces) pull request p of repo.
 func (g *GitHub) AddPull(repo string, p HistoryPull) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.pulls == nil {
-		g.pulls = map[string]map[int]HistoryPull{}
-	}
-	if g.pulls[repo] == nil {
-		g.pulls[repo] = map[int]HistoryPull{}
-	}
 	if p.State == "" {
 		p.State = "open"
 	}
-	g.pulls[repo][p.Number] = p
+	g.pulls.Put(repo, p.Number, p)
 }
 
 // SetBranch points repo's branch name at commit sha (a comparison names a branch or a commit).
-func (g *GitHub) SetBranch(repo, name, sha string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.branches == nil {
-		g.branches = map[string]map[string]string{}
-	}
-	if g.branches[repo] == nil {
-		g.branches[repo] = map[string]string{}
-	}
-	g.branches[repo][name] = sha
-}
+func (g *GitHub) SetBranch(repo, name, sha string) { g.history.SetBranch(repo, name, sha) }
 
 // SetDefaultBranch names repo's default branch ("main" unless set).
-func (g *GitHub) SetDefaultBranch(repo, name string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.defaults == nil {
-		g.defaults = map[string]string{}
-	}
-	g.defaults[repo] = name
-}
-
-// Requests returns how many valid requests of the read op were made.
-func (g *GitHub) Requests(op string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.requests[op]
-}
+func (g *GitHub) SetDefaultBranch(repo, name string) { g.history.SetDefaultBranch(repo, name) }
 
 // read answers a read op (pulls/get, pulls/list-files, pulls/list-commits,
 // repos/compare-commits, repos/get-commit) with GitHub's documented limits: a pull request's
@@ -116,34 +86,25 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 	if !ok {
 		return
 	}
-	g.mu.Lock()
-	if g.requests == nil {
-		g.requests = map[string]int{}
-	}
-	g.requests[op]++
-	n := g.requests[op]
-	g.mu.Unlock()
-	if g.Answer != nil {
-		if code := g.Answer(op, n); code != 0 {
-			msg := http.StatusText(code)
-			if code == http.StatusForbidden {
-				msg = "Resource not accessible by integration"
-			}
-			g.refuse(w, code, msg)
-			return
+	if code := providerapitest.Refusal(g.Answer, op, g.Tally(op)); code != 0 {
+		msg := http.StatusText(code)
+		if code == http.StatusForbidden {
+			msg = "Resource not accessible by integration"
 		}
+		g.refuse(w, code, msg)
+		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch op {
 	case OpGetPull, OpListPullFiles, OpListPullCommits:
 		number, err := strconv.Atoi(parts[4])
-		p, found := g.pulls[repo][number]
+		p, found := g.pulls.Get(repo, number)
 		if err != nil || !found {
 			g.refuse(w, http.StatusNotFound, "Not Found")
 			return
 		}
-		commits, _ := g.chain(repo, p.BaseSHA, p.HeadSHA)
+		commits, _ := g.history.Line(repo, p.BaseSHA, p.HeadSHA)
 		files := changedFiles(commits)
 		switch op {
 		case OpGetPull:
@@ -160,16 +121,12 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 			g.answer(w, http.StatusOK, commitsJSON(pageOf(listed, page, perPage)))
 		}
 	case OpGetRepo:
-		def := g.defaults[repo]
-		if def == "" {
-			def = "main"
-		}
-		g.answer(w, http.StatusOK, map[string]any{"id": 1, "name": parts[2], "full_name": repo, "default_branch": def})
+		g.answer(w, http.StatusOK, map[string]any{"id": 1, "name": parts[2], "full_name": repo, "default_branch": g.history.DefaultBranch(repo)})
 	case OpCompareCommits:
 		// BASE...HEAD: the commits of HEAD since its merge base with BASE (each a branch or a
 		// commit), and what they change.
 		base, head, ok := strings.Cut(strings.Join(parts[4:], "/"), "...")
-		commits, found := g.sinceMergeBase(repo, g.resolve(repo, base), g.resolve(repo, head))
+		commits, found := g.history.SinceMergeBase(repo, g.history.Resolve(repo, base), g.history.Resolve(repo, head))
 		if !ok || !found {
 			g.refuse(w, http.StatusNotFound, "Not Found")
 			return
@@ -178,12 +135,12 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 		answer := map[string]any{"status": "ahead", "ahead_by": len(commits), "behind_by": 0, "total_commits": len(commits),
 			"commits": commitsJSON(pageOf(commits, page, perPage)), "files": []any{}}
 		if page == 1 {
-			answer["files"] = filesJSON(files[:min(len(files), 300)], g.resolve(repo, head))
+			answer["files"] = filesJSON(files[:min(len(files), 300)], g.history.Resolve(repo, head))
 		}
 		link(w, r, page, perPage, len(commits))
 		g.answer(w, http.StatusOK, answer)
 	case OpGetCommit:
-		c, found := g.commits[repo][parts[4]]
+		c, found := g.history.Commit(repo, parts[4])
 		if !found {
 			g.refuse(w, http.StatusNotFound, "No commit found for SHA: "+parts[4])
 			return
@@ -196,69 +153,11 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 	}
 }
 
-// chain returns the commits from base (excluded) to head along parents, oldest first; found
-// is false when head is not known or base is not reached.
-func (g *GitHub) chain(repo, base, head string) ([]HistoryCommit, bool) {
-	var out []HistoryCommit
-	for sha := head; sha != base; {
-		c, ok := g.commits[repo][sha]
-		if !ok {
-			return nil, false
-		}
-		out = append([]HistoryCommit{c}, out...)
-		sha = c.Parent
-	}
-	return out, true
-}
-
-// resolve is the commit a branch of repo points at, or ref itself (a commit).
-func (g *GitHub) resolve(repo, ref string) string {
-	if sha, ok := g.branches[repo][ref]; ok {
-		return sha
-	}
-	return ref
-}
-
-// sinceMergeBase returns the commits of head since its merge base with base (the first of
-// head's line that base has: base itself, or one of its ancestors), oldest first; found is
-// false when head is not known or the two share no commit.
-func (g *GitHub) sinceMergeBase(repo, base, head string) ([]HistoryCommit, bool) {
-	ancestors := map[string]bool{}
-	for sha := base; sha != "" && !ancestors[sha]; {
-		ancestors[sha] = true
-		c, ok := g.commits[repo][sha]
-		if !ok {
-			break
-		}
-		sha = c.Parent
-	}
-	var out []HistoryCommit
-	for sha := head; !ancestors[sha]; {
-		c, ok := g.commits[repo][sha]
-		if !ok {
-			return nil, false
-		}
-		out = append([]HistoryCommit{c}, out...)
-		sha = c.Parent
-	}
-	return out, true
-}
-
-// changedFiles is what commits change together: each path once, with its last status.
+// changedFiles is what commits (oldest first) change together: each path once, with its last
+// status.
 func changedFiles(commits []HistoryCommit) []ChangedFile {
-	at := map[string]int{}
-	var out []ChangedFile
-	for _, c := range commits {
-		for _, f := range c.Files {
-			if i, ok := at[f.Filename]; ok {
-				out[i] = f
-				continue
-			}
-			at[f.Filename] = len(out)
-			out = append(out, f)
-		}
-	}
-	return out
+	return providerapitest.Changed(commits, func(c HistoryCommit) []ChangedFile { return c.Files },
+		func(f ChangedFile) string { return f.Filename })
 }
 
 // filesJSON is a listing of files as GitHub answers it at commit ref: each file's links name

@@ -104,11 +104,10 @@ func statusJSON(s Created) map[string]any {
 
 // AddStatus adds a commit status as if posted (its ID and time set), and returns it.
 func (g *GitHub) AddStatus(s Created) Created {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s.ID, s.At = int64(len(g.created)+1), g.now()
-	g.created = append(g.created, s)
-	return s
+	return g.created.Add(s, func(s Created, held, _ int) Created {
+		s.ID, s.At = int64(held+1), g.now()
+		return s
+	})
 }
 
 // combined answers repos/get-combined-status-for-ref: the latest status of each context, in
@@ -118,49 +117,21 @@ func (g *GitHub) combined(w http.ResponseWriter, r *http.Request, repo, ref stri
 	if !ok {
 		return
 	}
-	g.mu.Lock()
-	latest := map[string]Created{}
-	var order []string
-	for _, s := range g.created {
-		if s.Repository != repo || s.SHA != ref {
-			continue
-		}
-		if _, ok := latest[s.Context]; !ok {
-			order = append(order, s.Context)
-		}
-		latest[s.Context] = s
-	}
-	g.mu.Unlock()
+	current := g.created.Current(repo, ref)
 	statuses := []map[string]any{}
-	for _, c := range pageOf(order, page, perPage) {
-		statuses = append(statuses, statusJSON(latest[c]))
+	for _, s := range pageOf(current, page, perPage) {
+		statuses = append(statuses, statusJSON(s))
 	}
-	link(w, r, page, perPage, len(order))
-	g.answer(w, http.StatusOK, map[string]any{"state": "pending", "sha": ref, "total_count": len(order), "statuses": statuses})
+	link(w, r, page, perPage, len(current))
+	g.answer(w, http.StatusOK, map[string]any{"state": "pending", "sha": ref, "total_count": len(current), "statuses": statuses})
 }
 
 // Created returns every status created for the commit, oldest first.
-func (g *GitHub) Created(repo, sha string) []Created {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []Created
-	for _, s := range g.created {
-		if s.Repository == repo && s.SHA == sha {
-			out = append(out, s)
-		}
-	}
-	return out
-}
+func (g *GitHub) Created(repo, sha string) []Created { return g.created.Of(repo, sha) }
 
 // Latest returns the status a user sees for a commit and context: the last one created.
 func (g *GitHub) Latest(repo, sha, context string) (Created, bool) {
-	all := g.Created(repo, sha)
-	for i := len(all) - 1; i >= 0; i-- {
-		if all[i].Context == context {
-			return all[i], true
-		}
-	}
-	return Created{}, false
+	return g.created.Latest(repo, sha, context)
 }
 
 // Posts counts the status POSTs received (those that passed validation).

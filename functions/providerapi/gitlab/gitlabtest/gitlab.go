@@ -79,22 +79,24 @@ type GitLab struct {
 	// DefaultBranch is every project's default branch (default main).
 	DefaultBranch string
 
+	// Record counts the valid requests of each operation (Requests, AllRequests), the
+	// requests refused for their token (Unauthorized) and the violations.
+	providerapitest.Record
+
 	mu           sync.Mutex
 	posts, lists int
-	unauthorized int
-	held         []Status
-	violations   []string
+	held         *providerapitest.Statuses[Status]
 	// reads
-	commits  map[string]map[string]Commit
-	mrs      map[string]map[int]MergeRequest
-	branches map[string]map[string]string
-	requests map[string]int
+	history *providerapitest.History[Commit]
+	mrs     providerapitest.Pulls[MergeRequest]
 }
 
 // New returns a fake accepting the tokens authorize accepts (nil: any).
 func New(authorize func(string) bool) *GitLab {
 	gitlabspec.Load() // its error is every request's (ServeHTTP)
-	return &GitLab{Authorize: authorize}
+	return &GitLab{Authorize: authorize, held: providerapitest.NewStatuses(func(s Status) (string, string, string) {
+		return s.Project, s.SHA, s.Name
+	}), history: providerapitest.NewHistory(func(c Commit) string { return c.SHA }, parentOf)}
 }
 
 func (g *GitLab) answer(w http.ResponseWriter, code int, v any) {
@@ -106,10 +108,7 @@ func (g *GitLab) refuse(w http.ResponseWriter, code int) {
 }
 
 func (g *GitLab) violate(w http.ResponseWriter, code int, format string, a ...any) {
-	msg := fmt.Sprintf(format, a...)
-	g.mu.Lock()
-	g.violations = append(g.violations, msg)
-	g.mu.Unlock()
+	msg := g.Violate(format, a...)
 	g.answer(w, code, map[string]string{"message": msg})
 }
 
@@ -122,9 +121,7 @@ func (g *GitLab) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if g.Authorize != nil && !g.Authorize(token) {
-		g.mu.Lock()
-		g.unauthorized++
-		g.mu.Unlock()
+		g.Refused()
 		g.answer(w, http.StatusUnauthorized, map[string]string{"message": "401 Unauthorized"})
 		return
 	}
@@ -150,13 +147,7 @@ func (g *GitLab) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	g.mu.Lock()
-	if g.requests == nil {
-		g.requests = map[string]int{}
-	}
-	g.requests[op]++
-	n := g.requests[op]
-	g.mu.Unlock()
+	n := g.Tally(op)
 	switch op {
 	case OpCreateStatus:
 		g.create(w, r, body, project, parts[5])
@@ -216,13 +207,8 @@ func (g *GitLab) create(w http.ResponseWriter, r *http.Request, body []byte, pro
 	g.mu.Lock()
 	g.posts++
 	n := g.posts
-	unchanged := false
-	for i := len(g.held) - 1; i >= 0; i-- {
-		if h := g.held[i]; h.Project == project && h.SHA == sha && h.Name == s.Name {
-			unchanged = h.State == s.State
-			break
-		}
-	}
+	latest, held := g.held.Latest(project, sha, s.Name)
+	unchanged := held && latest.State == s.State
 	g.mu.Unlock()
 	b := providerapitest.Behavior{}
 	if g.Post != nil {
@@ -255,14 +241,13 @@ func nilIfEmpty(s string) any {
 
 // Add adds a status as if posted (its ID and time set), and returns it.
 func (g *GitLab) Add(s Status) Status {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	s.ID, s.At = int64(len(g.held)+1), time.Now()
 	if s.Name == "" {
 		s.Name = "default"
 	}
-	g.held = append(g.held, s)
-	return s
+	return g.held.Add(s, func(s Status, held, _ int) Status {
+		s.ID, s.At = int64(held+1), time.Now()
+		return s
+	})
 }
 
 func (g *GitLab) list(w http.ResponseWriter, r *http.Request, project, sha string) {
@@ -293,13 +278,13 @@ func (g *GitLab) list(w http.ResponseWriter, r *http.Request, project, sha strin
 	g.mu.Lock()
 	g.lists++
 	n := g.lists
+	g.mu.Unlock()
 	var match []Status
-	for _, s := range g.held {
-		if s.Project == project && s.SHA == sha && (q.Get("name") == "" || s.Name == q.Get("name")) {
+	for _, s := range g.held.Of(project, sha) {
+		if q.Get("name") == "" || s.Name == q.Get("name") {
 			match = append(match, s)
 		}
 	}
-	g.mu.Unlock()
 	if g.List != nil {
 		if code := g.List(n); code != 0 {
 			g.refuse(w, code)
@@ -310,55 +295,20 @@ func (g *GitLab) list(w http.ResponseWriter, r *http.Request, project, sha strin
 	for _, s := range providerapitest.PageOf(match, page, perPage) {
 		out = append(out, statusJSON(s))
 	}
-	pages := max((len(match)+perPage-1)/perPage, 1)
-	next := ""
-	if page < pages {
-		next = strconv.Itoa(page + 1)
-	}
-	h := w.Header()
-	h.Set("X-Page", strconv.Itoa(page))
-	h.Set("X-Per-Page", strconv.Itoa(perPage))
-	h.Set("X-Next-Page", next)
-	h.Set("X-Total", strconv.Itoa(len(match)))
-	h.Set("X-Total-Pages", strconv.Itoa(pages))
-	providerapitest.Link(w, r, "page", page, perPage, len(match))
+	pageHeaders(w, r, page, perPage, len(match))
 	g.answer(w, http.StatusOK, out)
 }
 
 // Latest returns the status a user sees for a commit and name: the newest.
 func (g *GitLab) Latest(project, sha, name string) (Status, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for i := len(g.held) - 1; i >= 0; i-- {
-		if s := g.held[i]; s.Project == project && s.SHA == sha && s.Name == name {
-			return s, true
-		}
-	}
-	return Status{}, false
+	return g.held.Latest(project, sha, name)
 }
 
 // ByID returns the status of id (from 1, in the order they were held).
-func (g *GitLab) ByID(id int64) (Status, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if id < 1 || id > int64(len(g.held)) {
-		return Status{}, false
-	}
-	return g.held[id-1], true
-}
+func (g *GitLab) ByID(id int64) (Status, bool) { return g.held.Nth(id) }
 
 // Count counts the statuses held for a commit and name.
-func (g *GitLab) Count(project, sha, name string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for _, s := range g.held {
-		if s.Project == project && s.SHA == sha && s.Name == name {
-			n++
-		}
-	}
-	return n
-}
+func (g *GitLab) Count(project, sha, name string) int { return g.held.Count(project, sha, name) }
 
 // Posts counts the valid POSTs; Lists the valid listings.
 func (g *GitLab) Posts() int {
@@ -372,18 +322,4 @@ func (g *GitLab) Lists() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.lists
-}
-
-// Unauthorized counts the requests refused for their token.
-func (g *GitLab) Unauthorized() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.unauthorized
-}
-
-// Violations lists the requests that broke the API.
-func (g *GitLab) Violations() []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]string(nil), g.violations...)
 }

@@ -48,62 +48,26 @@ type MergeRequest struct {
 	Preparing bool
 }
 
-// AddCommit adds c to project.
-func (g *GitLab) AddCommit(project string, c Commit) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.commits == nil {
-		g.commits = map[string]map[string]Commit{}
+// parentOf is c's parent, as History reads it.
+func parentOf(c Commit) []string {
+	if c.Parent == "" {
+		return nil
 	}
-	if g.commits[project] == nil {
-		g.commits[project] = map[string]Commit{}
-	}
-	g.commits[project][c.SHA] = c
+	return []string{c.Parent}
 }
+
+// AddCommit adds c to project.
+func (g *GitLab) AddCommit(project string, c Commit) { g.history.Add(project, c) }
 
 // AddMergeRequest adds (or replaces) merge request m of project.
 func (g *GitLab) AddMergeRequest(project string, m MergeRequest) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.mrs == nil {
-		g.mrs = map[string]map[int]MergeRequest{}
-	}
-	if g.mrs[project] == nil {
-		g.mrs[project] = map[int]MergeRequest{}
-	}
-	g.mrs[project][m.IID] = m
+	g.mrs.Put(project, m.IID, m)
 }
 
 // SetBranch points branch of project at sha (a comparison may name a branch).
-func (g *GitLab) SetBranch(project, branch, sha string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.branches == nil {
-		g.branches = map[string]map[string]string{}
-	}
-	if g.branches[project] == nil {
-		g.branches[project] = map[string]string{}
-	}
-	g.branches[project][branch] = sha
-}
-
-// Requests returns how many valid requests of the operation op were made.
-func (g *GitLab) Requests(op string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.requests[op]
-}
-
-// AllRequests returns how many valid requests were made, of every operation.
-func (g *GitLab) AllRequests() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n := 0
-	for _, c := range g.requests {
-		n += c
-	}
-	return n
-}
+func (g *GitLab) SetBranch(project, branch, sha string) { g.history.SetBranch(project, branch, sha) }
 
 // read answers a read (getApiV4ProjectsId, the merge request, its diffs and commits, a
 // comparison) as GitLab's API does: a merge request's diffs are those of its latest version,
@@ -113,11 +77,9 @@ func (g *GitLab) AllRequests() int {
 // straight=true) lists every commit, oldest first, and the diff, overflowing past maxFiles
 // (compare_timeout true, the files past it left out), unpaged.
 func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string, parts []string, n int) {
-	if g.Answer != nil {
-		if code := g.Answer(op, n); code != 0 {
-			g.refuseRead(w, code)
-			return
-		}
+	if code := providerapitest.Refusal(g.Answer, op, n); code != 0 {
+		g.refuseRead(w, code)
+		return
 	}
 	q := r.URL.Query()
 	page, perPage := 1, 20
@@ -135,7 +97,7 @@ func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string
 	}
 	switch op {
 	case OpGetProject:
-		if _, ok := g.commits[project]; !ok {
+		if !g.history.HasCommits(project) {
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
@@ -143,12 +105,12 @@ func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string
 			"visibility": "private", "web_url": "http://" + r.Host + "/" + project})
 	case OpGetMR, OpMRDiffs, OpMRCommits:
 		iid, _ := strconv.Atoi(parts[5])
-		m, found := g.mrs[project][iid]
+		m, found := g.mrs.Get(project, iid)
 		if !found {
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
-		commits, _ := g.chain(project, m.BaseSHA, m.HeadSHA)
+		commits, _ := g.history.Line(project, m.BaseSHA, m.HeadSHA)
 		if m.Preparing {
 			commits = nil
 		}
@@ -174,7 +136,7 @@ func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string
 			pageHeaders(w, r, page, perPage, len(kept))
 			g.answer(w, http.StatusOK, out)
 		case OpMRCommits:
-			newest := reversed(commits)
+			newest := providerapitest.Reversed(commits)
 			out := []map[string]any{}
 			for _, c := range providerapitest.PageOf(newest, page, perPage) {
 				out = append(out, commitJSON(c))
@@ -183,8 +145,8 @@ func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string
 			g.answer(w, http.StatusOK, out)
 		}
 	case OpCompare:
-		from, to := g.resolve(project, q.Get("from")), g.resolve(project, q.Get("to"))
-		commits, found := g.chain(project, from, to)
+		from, to := g.history.Resolve(project, q.Get("from")), g.history.Resolve(project, q.Get("to"))
+		commits, found := g.history.Line(project, from, to)
 		if !found {
 			g.answer(w, http.StatusNotFound, map[string]string{"message": "404 Ref Not Found"})
 			return
@@ -227,52 +189,10 @@ func (g *GitLab) defaultBranch() string {
 	return "main"
 }
 
-// resolve is the commit a branch name names, or ref itself.
-func (g *GitLab) resolve(project, ref string) string {
-	if sha, ok := g.branches[project][ref]; ok {
-		return sha
-	}
-	return ref
-}
-
-// chain returns the commits from base (excluded) to head along first parents, oldest first;
-// found is false when head is not known or base is not reached.
-func (g *GitLab) chain(project, base, head string) ([]Commit, bool) {
-	var out []Commit
-	for sha := head; sha != base; {
-		c, ok := g.commits[project][sha]
-		if !ok {
-			return nil, false
-		}
-		out = append([]Commit{c}, out...)
-		sha = c.Parent
-	}
-	return out, true
-}
-
-func reversed(commits []Commit) []Commit {
-	out := make([]Commit, len(commits))
-	for i, c := range commits {
-		out[len(commits)-1-i] = c
-	}
-	return out
-}
-
-// changedFiles is what commits change together: each path once, with its last status.
+// changedFiles is what commits (oldest first) change together: each path once, with its last
+// status.
 func changedFiles(commits []Commit) []File {
-	at := map[string]int{}
-	var out []File
-	for _, c := range commits {
-		for _, f := range c.Files {
-			if i, ok := at[f.Path]; ok {
-				out[i] = f
-				continue
-			}
-			at[f.Path] = len(out)
-			out = append(out, f)
-		}
-	}
-	return out
+	return providerapitest.Changed(commits, func(c Commit) []File { return c.Files }, func(f File) string { return f.Path })
 }
 
 // diffJSON is a file's diff as GitLab's Entities::Diff writes it.
