@@ -151,3 +151,39 @@ func caseSubjectStandingVerdictPublishedAgainAfterItsRecordIsForgottenReadsBack(
 		e.t.Fatalf("after the revived verdict read itself back: stands %s, blind %v", rec.Stands.Key.Short(), rec.Blind)
 	}
 }
+
+// A poster paused past its grant, past the record's forgetting, reports when it wakes: the
+// report is refused (ErrLeaseLost), whoever took over having counted its post as unknown, and
+// brings no record back, though the paused handle last saw the record as its grant left it.
+func caseSubjectReportAfterItsRecordIsForgottenIsLost(e *env) {
+	s := testSubject(15)
+	d, v := e.saved(e.clock.Now())
+	paused, err := e.h.Open(e.ctx, e.limits, e.opts())
+	if err != nil {
+		e.t.Fatalf("open the paused poster's handle: %v", err)
+	}
+	defer paused.Close()
+	stale, err := paused.AcquireSubject(e.ctx, e.subjectRequest(s, v))
+	if err != nil || stale.Outcome != ledger.SubjectPost {
+		e.t.Fatalf("the first poster asks: %v %v", stale.Outcome, err)
+	}
+	// It pauses: its grant ends, and its post may still land until the route's settle time
+	// after; the verdict, published again, reads back then and stands.
+	e.clock.Advance(lease + e.tick())
+	w := e.acquireSubject(e.subjectRequest(s, v), ledger.SubjectWait)
+	e.clock.Set(w.RetryAt)
+	c := e.claim(d, "w2", ledger.Publish)
+	g := e.acquireSubject(e.subjectRequest(s, *c.Staged), ledger.SubjectPost)
+	if !g.ReadBack {
+		e.t.Fatal("a verdict whose post may stand is granted a post without a read-back")
+	}
+	e.reportSubject(g, ledger.PostApplied, ledger.SubjectStanding)
+	e.complete(*c.Staged)
+	e.forgetSubjects(v.Lease.EventAt, s)
+
+	_, err = paused.ReportSubject(e.ctx, stale, ledger.PostApplied)
+	wantErr(e.t, "a report under a grant of a forgotten record", err, ledger.ErrLeaseLost)
+	if _, err := e.l.InspectSubject(e.ctx, s.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
+		e.t.Fatalf("the forgotten record after a report under its old grant: %v, want none", err)
+	}
+}
