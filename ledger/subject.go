@@ -623,7 +623,17 @@ func (r *SubjectRecord) NewestMatters() bool {
 
 // Forgettable is the one rule by which Cleanup forgets a subject record, on every backend: the
 // record is Removable at now (newest is the newest verdict's row as read, nil when forgotten;
-// it is not looked at when NewestMatters says so), and no write to the record can still land.
+// it is not looked at when NewestMatters says so), every verdict not newer than its newest one
+// will be late to a record made anew, and no write to the record can still land.
+//
+// A record made anew is made at the time of the process that asks for it, which may read
+// behind now (another host's clock, another node of the store), and a verdict is late only if
+// it is older than the horizon by that time: behind is how far it may read behind now, and the
+// record is kept until its newest verdict is older than the horizon by now less behind. Were it
+// forgotten sooner, an older verdict asking on a clock behind would be granted a post with no
+// read-back, over the newer verdict standing. A backend whose every decision reads a time that
+// cleanup persists before it forgets anything (a file ledger's high-water) gives zero.
+//
 // lateWrites is how long after it was sent a write can still land on the backend's storage,
 // and written the times the record was last written, by the clock that dates the storage's
 // writes (with lateWrites positive and no time given, the record is kept). On a file system
@@ -632,11 +642,11 @@ func (r *SubjectRecord) NewestMatters() bool {
 // held create (If-None-Match) lands on an empty key: a record forgotten sooner would come
 // back as its oldest verdict left it, with copies of the writes that followed it landing
 // over it.
-func (r *SubjectRecord) Forgettable(now time.Time, horizon time.Duration, newest *Row, lateWrites time.Duration, written ...time.Time) bool {
+func (r *SubjectRecord) Forgettable(now time.Time, horizon time.Duration, newest *Row, behind, lateWrites time.Duration, written ...time.Time) bool {
 	if !r.NewestMatters() {
 		newest = nil
 	}
-	if !r.Removable(now, horizon, newest) {
+	if !r.Removable(now, horizon, newest) || !now.Add(-max(behind, 0)).After(r.Newest.At().Add(horizon)) {
 		return false
 	}
 	if lateWrites <= 0 {

@@ -480,31 +480,69 @@ func TestASubjectRecordIsForgottenOnlyOnceNoWriteToItCanLand(t *testing.T) {
 		t.Fatal("premise: the record is removable past the horizon")
 	}
 	// A storage whose writes land when answered forgets it as Removable says.
-	if !r.Forgettable(past, h, nil, 0) {
+	if !r.Forgettable(past, h, nil, 0, 0) {
 		t.Fatal("not forgettable where writes cannot land late")
 	}
 	// A storage where a held request can land up to lateWrites after it was sent waits for
 	// that long after the record's last write, by the storage's clock.
 	const late = 15 * time.Minute
 	lastWrite := past.Add(-late)
-	if r.Forgettable(past, h, nil, late, lastWrite) {
+	if r.Forgettable(past, h, nil, 0, late, lastWrite) {
 		t.Fatal("forgettable while a write sent at its last write may still land")
 	}
-	if !r.Forgettable(past.Add(time.Second), h, nil, late, lastWrite) {
+	if !r.Forgettable(past.Add(time.Second), h, nil, 0, late, lastWrite) {
 		t.Fatal("not forgettable once no write to it can land")
 	}
 	// Without a time of its last write, such a storage cannot tell that no write can land: the
 	// record is kept.
-	if r.Forgettable(past.Add(time.Second), h, nil, late) {
+	if r.Forgettable(past.Add(time.Second), h, nil, 0, late) {
 		t.Fatal("forgettable on a storage where writes land late, knowing no time of its last write")
 	}
 	// The newest verdict, known to stand, lets its row's state not matter; a record whose
 	// newest verdict does not stand keeps it while that row can still post.
-	if r.NewestMatters() || !r.Forgettable(past, h, &saved, 0) {
+	if r.NewestMatters() || !r.Forgettable(past, h, &saved, 0, 0) {
 		t.Fatalf("a standing newest verdict: its row matters %v", r.NewestMatters())
 	}
 	r.Stands.Evaluation = ""
-	if !r.NewestMatters() || r.Forgettable(past, h, &saved, 0) {
+	if !r.NewestMatters() || r.Forgettable(past, h, &saved, 0, 0) {
 		t.Fatal("a newest verdict not known to stand: forgettable while its row can still post")
+	}
+}
+
+// A record is forgotten only once every verdict not newer than its newest one is late to the
+// record a process makes anew, on a clock up to behind its cleaner's: the first instant the
+// rule forgets it, a record made behind grants an older verdict (a second older, or of the
+// same second and older by its admission) a late post, which reads back what stands first.
+func TestASubjectRecordIsForgottenOnlyOnceAnOlderVerdictIsLateOnAClockBehind(t *testing.T) {
+	const behind = 10 * time.Second
+	r := NewSubjectRecord(testSubj, subjT0)
+	newest := verdict(2, subjT0)
+	g := acquire(t, &r, newest, subjT0, SubjectPost)
+	report(t, &r, g, PostApplied, subjT0, SubjectStanding)
+	sameSecond := verdict(1, subjT0)
+	sameSecond.Order.AdmittedAt = subjT0.Add(-time.Millisecond)
+	older := []SubjectRequest{verdict(3, subjT0.Add(-time.Second)), sameSecond}
+	for _, q := range older {
+		if !q.Order.Before(newest.Order) {
+			t.Fatalf("premise: %+v is not older than the newest verdict", q.Order)
+		}
+	}
+	if r.Forgettable(subjT0.Add(horizon+behind), horizon, nil, behind, 0) {
+		t.Fatal("forgotten while a clock behind reads the newest verdict within the horizon")
+	}
+	forgot := subjT0.Add(horizon)
+	for !r.Forgettable(forgot, horizon, nil, behind, 0) {
+		forgot = forgot.Add(time.Millisecond)
+		if forgot.After(subjT0.Add(horizon + time.Minute)) {
+			t.Fatal("never forgotten")
+		}
+	}
+	for _, q := range older {
+		anew := NewSubjectRecord(testSubj, forgot.Add(-behind))
+		g := acquire(t, &anew, q, forgot.Add(-behind), SubjectPost)
+		if !g.Late || !g.ReadBack {
+			t.Errorf("verdict %s, asking %v behind the first instant the record was forgotten: late %v read back %v; want a late post",
+				q.Order.Key.Short(), behind, g.Late, g.ReadBack)
+		}
 	}
 }

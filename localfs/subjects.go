@@ -149,8 +149,11 @@ func (r *root) cleanSubjects(ctx context.Context, listed subjectListing, now tim
 				return false, nil // the newest verdict's row cannot be read: kept, and the row reported by the sweep
 			}
 		}
-		// A write to a file lands before its call returns, or never: no late write to wait for.
-		return rec.Forgettable(now, horizon, newest, 0), nil
+		// A record made anew is made no earlier than the root's high-water, which every decision
+		// reads and this pass persisted at its now before it forgets anything, whatever the
+		// clock of the process that makes it: it reads nothing behind now. A write to a file
+		// lands before its call returns, or never: no late write to wait for.
+		return rec.Forgettable(now, horizon, newest, 0, 0), nil
 	}
 	for s, found := range listed {
 		if err := r.collectDebris(ctx, s, r.subjectDirOf(s), found.debris); err != nil {

@@ -823,6 +823,14 @@ func (p *pass) keyAgedAt(rd *rowData) time.Time {
 // (see Config.RequestLife, ledger.SubjectRecord.Forgettable).
 const DefaultRequestLife = 31 * time.Minute
 
+// readingsApart is how far behind cleanup's reading of the store's clock another handle's
+// reading may be, through another node: a record forgotten at cleanup's now may be made anew
+// by a handle reading up to this much earlier (ledger.SubjectRecord.Forgettable's behind). The
+// nodes agree within 10 seconds (docs/s3-ledger.md); a handle's estimate lags its node by up
+// to a second and the answer's transit, and one whose node stepped back is ahead by the step:
+// a minute, the margin DefaultRequestLife also carries for two readings of the store's clock.
+const readingsApart = time.Minute
+
 // lookRow looks at key: a finished row past its retention joins the batch; an unfinished one is
 // tallied (a stranded one reported) and looked at again StrandedAfter later; a reservation is
 // tidied; anything that can still become removable is scheduled for when it can. idx are the
@@ -883,7 +891,7 @@ func (p *pass) lookRow(ctx context.Context, kind string, key ledger.Key, idx []i
 	if kind == "look" {
 		for _, s := range rd.Subjects {
 			order := ledger.Order{Key: key, EventAt: row.EventAt, AdmittedAt: row.CreatedAt}
-			p.later("subject", s.String(), ledger.MaxTime(p.now, order.At().Add(l.cfg.Limits.SubjectHorizon())))
+			p.later("subject", s.String(), ledger.MaxTime(p.now, order.At().Add(l.cfg.Limits.SubjectHorizon()+readingsApart)))
 		}
 	}
 	switch {
@@ -975,7 +983,7 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 		}
 	}
 	horizon := l.cfg.Limits.SubjectHorizon()
-	if rec.Forgettable(p.now, horizon, newest, l.cfg.RequestLife, rec.UpdatedAt, o.modified) {
+	if rec.Forgettable(p.now, horizon, newest, readingsApart, l.cfg.RequestLife, rec.UpdatedAt, o.modified) {
 		p.removals = append(p.removals, removal{name: name, version: o.version, done: func(removed bool) {
 			if removed {
 				p.subjectsRemoved++
@@ -989,7 +997,7 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 	p.subjectsKept++
 	// When it can be removed, unless its newest verdict's row holds it (not finished, or
 	// abandoned and revivable): then it is looked at again a while later.
-	at := ledger.MaxTime(rec.Newest.At().Add(horizon), rec.SettleUntil, rec.HolderUntil.Add(rec.HolderSettle),
+	at := ledger.MaxTime(rec.Newest.At().Add(horizon+readingsApart), rec.SettleUntil, rec.HolderUntil.Add(rec.HolderSettle),
 		rec.UpdatedAt.Add(l.cfg.RequestLife), o.modified.Add(l.cfg.RequestLife)).Add(time.Second)
 	if !at.After(p.now) {
 		at = p.now.Add(recheck)

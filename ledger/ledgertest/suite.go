@@ -313,6 +313,10 @@ var cases = []testCase{
 	{"Subject_SupersededRowIsCleanedLikeADoneOne", 0, caseSupersededRowIsCleanedLikeADoneOne},
 	{"Subject_DamagedRecordFailsClosed", 0, caseDamagedSubjectRecordFailsClosed},
 	{"Subject_ReportHandsTheParkedVerdictsWakeBack", 0, caseSubjectReportHandsTheParkedVerdictsWakeBack},
+	// cases_subject_forget.go
+	{"Subject_OlderVerdictAfterItsRecordIsForgottenReadsBackFirst", 0, caseSubjectOlderVerdictAfterItsRecordIsForgottenReadsBackFirst},
+	{"Subject_StandingVerdictPublishedAgainAfterItsRecordIsForgottenReadsBack", 0, caseSubjectStandingVerdictPublishedAgainAfterItsRecordIsForgottenReadsBack},
+	{"Subject_ReportAfterItsRecordIsForgottenIsLost", 0, caseSubjectReportAfterItsRecordIsForgottenIsLost},
 	// cases_subject_limits.go
 	{"Subject_RecordOfTheLargestSubjectIsLegible", 0, caseSubjectRecordOfTheLargestSubjectIsLegible},
 	{"Subject_OfNamesNotUTF8IsRefused", 0, caseSubjectOfNamesNotUTF8IsRefused},
