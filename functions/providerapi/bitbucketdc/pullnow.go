@@ -3,13 +3,10 @@ package bitbucketdc
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/providerapi"
 )
-
-// errNoPull: PullNow was asked of a change that names no pull request.
-var errNoPull = errors.New("the change names no pull request")
 
 // PullNow reads what the Data Center server shows now of s's pull request: its title and
 // target branch (the runner's Route.PullNow, which orders two verdicts of one second by it).
@@ -19,20 +16,16 @@ var errNoPull = errors.New("the change names no pull request")
 // no pull request or coming from Bitbucket Cloud, a refusal, an outage, or an answer without a
 // title or target is an error, never a state made up.
 func (c *Client) PullNow(ctx context.Context, s change.Change) (change.PullState, error) {
-	if s.Pull == nil || s.Pull.Number <= 0 {
-		return change.PullState{}, errNoPull
-	}
 	if s.API != "" && s.API != change.BitbucketDataCenter {
 		return change.PullState{}, errors.New("the change came from Bitbucket Cloud, and the route reads a Bitbucket Data Center server's API")
 	}
-	once := *c
-	once.MaxAttempts = 1
-	pr, err := once.PullRequest(ctx, s.Repository, s.Pull.Number)
-	if err == nil && (pr.Title == "" || pr.ToRef.DisplayID == "") {
-		err = errors.New("the answer names no title or target branch")
-	}
-	if err != nil {
-		return change.PullState{}, fmt.Errorf("reading pull request %d of %s as Bitbucket Data Center shows it now: %w", s.Pull.Number, s.Repository, err)
-	}
-	return change.PullState{Title: pr.Title, TargetBranch: pr.ToRef.DisplayID}, nil
+	return providerapi.PullNow(ctx, s, "Bitbucket Data Center", providerapi.PullRequestNumbered, func(ctx context.Context, n int) (string, string, error) {
+		once := *c
+		once.MaxAttempts = 1
+		pr, err := once.PullRequest(ctx, s.Repository, n)
+		if err != nil {
+			return "", "", err
+		}
+		return pr.Title, pr.ToRef.DisplayID, nil
+	})
 }
