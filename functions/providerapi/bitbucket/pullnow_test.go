@@ -9,75 +9,44 @@ import (
 	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket/bitbuckettest"
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 )
-
-// What Bitbucket Cloud shows now of a pull request: its title and destination branch, in one
-// request.
 
 func pullChange(n int) change.Change {
 	return change.Change{Provider: "bitbucket", API: change.BitbucketCloud, Repository: repo, SHA: hash(4)[:12], Event: change.PullRequest,
 		Pull: &change.Pull{Number: n, Title: "as the webhook had it", TargetBranch: "main"}}
 }
 
+// What Bitbucket Cloud shows now of a pull request: its title and destination branch, in one
+// request, or an error and no state.
 func TestPullNowReadsTheTitleAndDestinationBitbucketCloudShows(t *testing.T) {
-	w := newReadWorld(t)
-	w.fake.AddPull(repo, bitbuckettest.Pull{ID: 7, Title: "feat: as it is now", Source: "feature", Destination: "release/2",
-		SourceCommit: hash(4), DestinationCommit: hash(1)})
-	got, err := w.client.PullNow(context.Background(), pullChange(7))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (change.PullState{Title: "feat: as it is now", TargetBranch: "release/2"}); got != want {
-		t.Fatalf("PullNow = %+v, want %+v", got, want)
-	}
-	if n := w.fake.Requests(bitbuckettest.OpGetPull); n != 1 {
-		t.Fatalf("%d reads of the pull request, want 1", n)
-	}
+	providerapitest.CheckPullNow(t, func(t *testing.T) providerapitest.PullNowWorld {
+		w := newReadWorld(t)
+		return providerapitest.PullNowWorld{
+			PullNow: w.client.PullNow,
+			AddPull: func(n int, title, target string) {
+				w.fake.AddPull(repo, bitbuckettest.Pull{ID: n, Title: title, Source: "feature", Destination: target, SourceCommit: hash(4), DestinationCommit: hash(1)})
+			},
+			Change:     pullChange,
+			Answer:     func(code int) { w.fake.Answer = providerapitest.AnswerOnly(bitbuckettest.OpGetPull, code) },
+			Reads:      func() int { return w.fake.Requests(bitbuckettest.OpGetPull) },
+			Violations: w.fake.Violations,
+			Refusal:    http.StatusForbidden,
+			Refused:    func(err error) bool { var r *bitbucket.Refused; return errors.As(err, &r) },
+		}
+	})
 }
 
-// A refused read, an outage, a pull request Bitbucket does not know, a change naming none or a
-// Data Center server's change answer an error and no state; an outage is not retried within
-// the call.
-func TestAPullNowThatFailsAnswersAnErrorAndNoState(t *testing.T) {
-	for _, c := range []struct {
-		name           string
-		answer, number int
-		api            string
-		refused        bool
-		reads          int
-	}{
-		{name: "forbidden", answer: http.StatusForbidden, number: 7, refused: true, reads: 1},
-		{name: "outage", answer: http.StatusServiceUnavailable, number: 7, reads: 1},
-		{name: "unknown pull request", number: 8, refused: true, reads: 1},
-		{name: "no pull request"},
-		{name: "a Data Center server's", number: 7, api: change.BitbucketDataCenter},
-	} {
-		w := newReadWorld(t)
-		w.fake.AddPull(repo, bitbuckettest.Pull{ID: 7, Title: "feat: x", Source: "feature", Destination: "main", SourceCommit: hash(4),
-			DestinationCommit: hash(1)})
-		w.fake.Answer = func(op string, _ int) int {
-			if op == bitbuckettest.OpGetPull {
-				return c.answer
-			}
-			return 0
-		}
-		s := pullChange(c.number)
-		if c.number == 0 {
-			s.Pull = nil
-		}
-		if c.api != "" {
-			s.API = c.api
-		}
-		got, err := w.client.PullNow(context.Background(), s)
-		if err == nil || got != (change.PullState{}) {
-			t.Fatalf("%s: PullNow = %+v, %v; want an error and no state", c.name, got, err)
-		}
-		var refused *bitbucket.Refused
-		if errors.As(err, &refused) != c.refused {
-			t.Fatalf("%s: %v: refused %v, want %v", c.name, err, !c.refused, c.refused)
-		}
-		if n := w.fake.Requests(bitbuckettest.OpGetPull); n != c.reads {
-			t.Fatalf("%s: %d reads of the pull request, want %d", c.name, n, c.reads)
-		}
+// A Data Center server's change is not read through Bitbucket Cloud's API.
+func TestPullNowOfADataCenterChangeSendsNothing(t *testing.T) {
+	w := newReadWorld(t)
+	w.fake.AddPull(repo, bitbuckettest.Pull{ID: 7, Title: "feat: x", Source: "feature", Destination: "main", SourceCommit: hash(4), DestinationCommit: hash(1)})
+	s := pullChange(7)
+	s.API = change.BitbucketDataCenter
+	if got, err := w.client.PullNow(context.Background(), s); err == nil || got != (change.PullState{}) {
+		t.Fatalf("PullNow = %+v, %v; want an error and no state", got, err)
+	}
+	if n := w.fake.Requests(bitbuckettest.OpGetPull); n != 0 {
+		t.Fatalf("%d reads of the pull request, want none", n)
 	}
 }

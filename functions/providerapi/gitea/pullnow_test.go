@@ -1,7 +1,6 @@
 package gitea_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"testing"
@@ -9,69 +8,28 @@ import (
 	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
+	"github.com/amiss-ci/amiss/functions/providerapi/providerapitest"
 )
 
-// What the server shows now of a pull request: its title and base branch, in one request.
-
-func pullChange(n int) change.Change {
-	return change.Change{Provider: "gitea", Repository: readRepo, SHA: commitN(2), Event: change.PullRequest,
-		Pull: &change.Pull{Number: n, Title: "as the webhook had it", TargetBranch: "main"}}
-}
-
+// What the server shows now of a pull request: its title and base branch, in one request, or
+// an error and no state.
 func TestPullNowReadsTheTitleAndBaseGiteaShows(t *testing.T) {
-	w := newReadWorld(t)
-	w.gitea.AddPull(readRepo, giteatest.Pull{Number: 7, Title: "feat: as it is now", Base: "release/2", Head: "topic", HeadSHA: commitN(2)})
-	got, err := w.reader.PullNow(context.Background(), pullChange(7))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (change.PullState{Title: "feat: as it is now", TargetBranch: "release/2"}); got != want {
-		t.Fatalf("PullNow = %+v, want %+v", got, want)
-	}
-	if n := w.gitea.Requests(giteatest.OpGetPull); n != 1 {
-		t.Fatalf("%d reads of the pull request, want 1", n)
-	}
-	if v := w.gitea.Violations(); len(v) > 0 {
-		t.Fatalf("requests outside Gitea's API description: %v", v)
-	}
-}
-
-// A refused read, an outage, a pull request the server does not know or a change naming none
-// answer an error and no state; an outage is not retried within the call.
-func TestAPullNowThatFailsAnswersAnErrorAndNoState(t *testing.T) {
-	for _, c := range []struct {
-		name           string
-		answer, number int
-		refused        bool
-		reads          int
-	}{
-		{name: "forbidden", answer: http.StatusForbidden, number: 7, refused: true, reads: 1},
-		{name: "outage", answer: http.StatusServiceUnavailable, number: 7, reads: 1},
-		{name: "unknown pull request", number: 8, refused: true, reads: 1},
-		{name: "no pull request"},
-	} {
+	providerapitest.CheckPullNow(t, func(t *testing.T) providerapitest.PullNowWorld {
 		w := newReadWorld(t)
-		w.gitea.AddPull(readRepo, giteatest.Pull{Number: 7, Title: "feat: x", Base: "main", Head: "topic", HeadSHA: commitN(2)})
-		w.gitea.Answer = func(op string, _ int) int {
-			if op == giteatest.OpGetPull {
-				return c.answer
-			}
-			return 0
+		return providerapitest.PullNowWorld{
+			PullNow: w.reader.PullNow,
+			AddPull: func(n int, title, target string) {
+				w.gitea.AddPull(readRepo, giteatest.Pull{Number: n, Title: title, Base: target, Head: "topic", HeadSHA: commitN(2)})
+			},
+			Change: func(n int) change.Change {
+				return change.Change{Provider: "gitea", Repository: readRepo, SHA: commitN(2), Event: change.PullRequest,
+					Pull: &change.Pull{Number: n, Title: "as the webhook had it", TargetBranch: "main"}}
+			},
+			Answer:     func(code int) { w.gitea.Answer = providerapitest.AnswerOnly(giteatest.OpGetPull, code) },
+			Reads:      func() int { return w.gitea.Requests(giteatest.OpGetPull) },
+			Violations: w.gitea.Violations,
+			Refusal:    http.StatusForbidden,
+			Refused:    func(err error) bool { var r *gitea.Refused; return errors.As(err, &r) },
 		}
-		s := pullChange(c.number)
-		if c.number == 0 {
-			s.Pull = nil
-		}
-		got, err := w.reader.PullNow(context.Background(), s)
-		if err == nil || got != (change.PullState{}) {
-			t.Fatalf("%s: PullNow = %+v, %v; want an error and no state", c.name, got, err)
-		}
-		var refused *gitea.Refused
-		if errors.As(err, &refused) != c.refused {
-			t.Fatalf("%s: %v: refused %v, want %v", c.name, err, !c.refused, c.refused)
-		}
-		if n := w.gitea.Requests(giteatest.OpGetPull); n != c.reads {
-			t.Fatalf("%s: %d reads of the pull request, want %d", c.name, n, c.reads)
-		}
-	}
+	})
 }
