@@ -77,7 +77,8 @@ func (s recordStore) SubjectAsked(row ledger.Key, k ledger.SubjectKey) { s.l.not
 // grant), or, with create and no such version, on no record at all (a verdict of a commit
 // nothing was published to yet creates the record). Only a successful write makes such a
 // decision an answer; anything else is decided again on a fresh read, at the store's time of
-// its answer.
+// its answer. A create answered later than createAnsweredLate after its decision is decided
+// again on a fresh read too.
 func (s recordStore) UpdateSubject(ctx context.Context, k ledger.SubjectKey, create bool,
 	decide func(rec *ledger.SubjectRecord, exists bool, landed, now time.Time) (ledger.Write, error)) error {
 	l := s.l
@@ -125,11 +126,29 @@ func (s recordStore) UpdateSubject(ctx context.Context, k ledger.SubjectKey, cre
 			}
 			return err
 		}
-		l.rememberSubject(k, tag, rec, l.nowFor(nil))
+		answered := l.nowFor(nil)
+		if !exists && answered.Sub(now) > createAnsweredLate {
+			// A create answered long after it was decided (its host suspended, or the request
+			// held, in between) may have landed on a key emptied meanwhile: the record it made
+			// says it was made at the decision, which may be before the horizon of verdicts
+			// older than one that stood on a record since forgotten. Its decision is no
+			// answer: it is decided again on a fresh read, which takes the record as made no
+			// earlier than it landed.
+			l.forgetSubject(k)
+			continue
+		}
+		l.rememberSubject(k, tag, rec, answered)
 		return nil
 	}
 	return fmt.Errorf("%w: %d conflicting writers in a row", ledger.ErrBusy, maxRetries)
 }
+
+// createAnsweredLate is how long after its decision a subject record's create may be answered
+// and still answer that decision. A record made anew may read up to readingsApart behind the
+// cleaner's now (ledger.SubjectRecord.Forgettable's behind): the nodes' 10 seconds and the
+// estimate's lag take part of that minute, and a create answered within this bound takes no
+// more than the rest.
+const createAnsweredLate = 30 * time.Second
 
 // cachedSubject is a subject record as this handle's last write of it left it.
 type cachedSubject struct {

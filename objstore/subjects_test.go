@@ -242,3 +242,81 @@ func TestSubjectRecordsOfARowRemovedAtItsFirstLookOutliveACutPass(t *testing.T) 
 		t.Fatalf("the subject record of a row removed by a cut pass is kept (%v): nothing schedules it before the next lap", err)
 	}
 }
+
+// TestACreateAnsweredAfterItsHostWasSuspendedIsLate: while the store-clock estimate is steady,
+// a verdict asking for a subject nothing is cached of decides on no record without a read, and
+// creates one (If-None-Match). A host suspended between that decision and the create's answer
+// (a paused VM, a frozen Lambda whose request was in flight) is answered by the store only once
+// it wakes; were the record made and forgotten meanwhile, the create lands on the empty key and
+// its answer is the grant decided before the suspension: a record it calls made at that
+// decision, within the horizon of a verdict older than the one that stood on the forgotten
+// record. Interleaving (event times X < V1 < V2, all evaluated at T0):
+//
+//	T0+1m   runner-suspended: AcquireSubject(X) decides on no record (no read), sends the
+//	        create; its host is suspended with the request in flight
+//	        an outage longer than the horizon; V1 and V2 post under the record they create:
+//	        V2 stands; their rows are completed
+//	+33m    cleanup forgets the record (nothing can land on it any more)
+//	+44m    the host wakes: its create lands on the empty key and is answered. Were X's grant
+//	        the one decided at T0+1m, X would not be late (its event is inside the horizon
+//	        then), and would be posted over V2 with no read-back.
+func TestACreateAnsweredAfterItsHostWasSuspendedIsLate(t *testing.T) {
+	w := newWorld(t)
+	host := &suspendedClock{store: w.store}
+	suspended, tr := w.handle("runner-suspended", 0, func(c *objstore.Config) { c.Clock = host })
+	runner, _ := w.handle("runner", 0, nil)
+	cleaner, _ := w.handle("cleaner", 0, nil)
+	subject := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("d", 40),
+		Context: "amiss"}
+	ds := w.verdicts(runner, 3*time.Minute, 2*time.Minute, time.Minute) // X < V1 < V2
+	w.store.Advance(time.Minute)
+	_, x := w.publishing(runner, ds[0], subject)
+	held := tr.holdNext(subjectRequest(subject, http.MethodPut))
+	type answer struct {
+		g   ledger.SubjectGrant
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		g, err := suspended.AcquireSubject(w.ctx, x)
+		answered <- answer{g, err}
+	}()
+	held.waitHeld(t)
+	landed := false
+	defer func() {
+		if !landed {
+			close(held.release)
+		}
+	}()
+	outage := w.limits.SubjectHorizon() + 10*time.Minute
+	w.store.Advance(outage)
+	host.sleep(outage)
+	for _, d := range ds[1:] {
+		st, q := w.publishing(runner, d, subject)
+		w.postStanding(runner, st, q)
+	}
+	w.store.Advance(objstore.RequestLife + time.Minute)
+	w.cleanLap(cleaner)
+	w.store.Advance(10 * time.Minute)
+	w.cleanLap(cleaner)
+	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
+		t.Fatalf("the record was not forgotten: %v", err)
+	}
+	w.store.Advance(time.Minute)
+	host.sleep(12*time.Minute + objstore.RequestLife)
+	landed = true
+	if err := held.land(t); err != nil {
+		t.Fatalf("X's create, sent before the host was suspended, on the empty key: %v", err)
+	}
+	a := <-answered
+	if a.err != nil {
+		t.Fatalf("X asks, its create answered after the suspension: %v", a.err)
+	}
+	switch g := a.g; {
+	case g.Outcome == ledger.SubjectPost && g.Late && g.ReadBack:
+	default:
+		t.Fatalf("X, older than V2 (standing on the forgotten record), got %+v, want a late grant that reads back what stands: "+
+			"the record its create made, landing after the suspension, was taken as made before it", a.g)
+	}
+	t.Logf("X asks, its create answered after the suspension: %v late %v read back %v", a.g.Outcome, a.g.Late, a.g.ReadBack)
+}
