@@ -164,6 +164,10 @@ func (h *harness) HoldMaintenance(ctx context.Context) (func(), error) {
 
 func (h *harness) Resolution() time.Duration { return 0 }
 
+// SubjectMargin: none. Every decision reads the root's high-water, which cleanup persists at
+// its now before it forgets a subject record.
+func (h *harness) SubjectMargin() time.Duration { return 0 }
+
 // UsesStoreClock: the FileLedger decides on its host's clock (raised by the root's high-water).
 func (h *harness) UsesStoreClock() bool { return false }
 

@@ -17,5 +17,8 @@ const RequestLife = DefaultRequestLife
 // minute.
 func RereadRootNextForTest(l *Ledger) { l.hwRead.Store(-int64(hwRefresh)) }
 
+// ReadingsApart is how far behind cleanup's reading of the store's time another handle's may be.
+const ReadingsApart = readingsApart
+
 // SubjectName is the object name of a subject record, without the prefix.
 var SubjectName = subjectName

@@ -65,6 +65,11 @@ type Harness interface {
 	// fine as time.Time). Cases step the clock past an instant by at least this much. The S3
 	// ledger runs on the store's Date, which has whole seconds.
 	Resolution() time.Duration
+	// SubjectMargin is how long past its horizon the backend keeps a subject record that
+	// nothing can land on any more, for the clocks its decisions read
+	// (ledger.SubjectRecord.Forgettable's behind): zero for a backend whose every decision
+	// reads a time that cleanup persists before it forgets anything.
+	SubjectMargin() time.Duration
 	// Close releases the harness and its store.
 	Close() error
 }
