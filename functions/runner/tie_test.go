@@ -340,3 +340,50 @@ func (w *commitWorld) wantSeen(m queue.Message, want ledger.Seen) {
 		w.t.Fatalf("the newest verdict is %s, seen %d; want %s, seen %d", rec.Newest.Key.Short(), rec.Newest.Tie.Seen, m.Key.Short(), want)
 	}
 }
+
+// The read of the pull request at evaluation may answer after the evaluation's lease was lost
+// (the lease ran out while it was in flight, and another runner claimed the delivery), whatever
+// the read's context says: the verdict, and what the read found, are dropped. Nothing is saved
+// or published by the runner that lost the lease, and the other runner's lease stands.
+func TestAPullRequestReadAnsweredAfterTheLeaseWasLostSavesNothing(t *testing.T) {
+	raw, _ := json.Marshal(change.Change{Provider: "github", Repository: "acme/app", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c",
+		Event: change.PullRequest, Pull: &change.Pull{Number: 7, Title: goodTitle, TargetBranch: "main"}})
+	w := newWorldWithChange(t, raw)
+	r := w.runner("first", verdict("success", "ok"))
+	routes := r.Routes
+	reads := 0
+	r.Routes = func(ctx context.Context, name string) (*runner.Route, error) {
+		rt, err := routes(ctx, name)
+		if rt != nil {
+			rt.PullNow = func(context.Context, change.Change) (change.PullState, error) {
+				reads++
+				// The lease runs out while the read is in flight; another runner takes it.
+				w.clock.Advance(31 * time.Second)
+				c, err := w.l.Claim(context.Background(), w.msg.Key, w.msg.Binding, "other", time.Minute)
+				if err != nil || c.Outcome != ledger.Execute {
+					t.Errorf("claim by another runner: %+v %v", c, err)
+				}
+				return change.PullState{Title: goodTitle, TargetBranch: "main"}, nil
+			}
+		}
+		return rt, err
+	}
+	res, err := r.Process(context.Background(), w.msg)
+	if err != nil || res.Done {
+		t.Fatalf("process: %+v %v", res, err)
+	}
+	if reads != 1 {
+		t.Fatalf("the pull request was read %d times, want once", reads)
+	}
+	row, err := w.l.Inspect(context.Background(), w.msg.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if row.State != ledger.StateRunning || row.Owner != "other" || !row.Report.IsZero() {
+		t.Fatalf("the row is %v owned by %q with report %+v; want running under the other runner's lease, nothing saved",
+			row.State, row.Owner, row.Report)
+	}
+	if n := len(w.pub.statuses); n != 0 {
+		t.Fatalf("%d statuses published by the runner that lost the lease", n)
+	}
+}
