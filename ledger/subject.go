@@ -646,14 +646,29 @@ func (r *SubjectRecord) Forgettable(now time.Time, horizon time.Duration, newest
 	if !r.NewestMatters() {
 		newest = nil
 	}
-	if !r.Removable(now, horizon, newest) || !now.Add(-max(behind, 0)).After(r.Newest.At().Add(horizon)) {
-		return false
+	after, ok := r.ForgettableAfter(horizon, behind, lateWrites, written...)
+	return ok && now.After(after) && r.Removable(now, horizon, newest)
+}
+
+// ForgettableAfter is the instant after which the record's times let Forgettable forget it,
+// with the same horizon, behind, lateWrites and written: its newest verdict past the horizon
+// by a clock behind, its posts settled, and its last write unable to land any more. Whether
+// the newest verdict's row still holds it is Forgettable's to judge on the row. ok is false
+// when the times never will (writes can land late and no time of the last write is given).
+// A backend that schedules its next look at a record kept schedules it just after this.
+func (r *SubjectRecord) ForgettableAfter(horizon, behind, lateWrites time.Duration, written ...time.Time) (after time.Time, ok bool) {
+	after = MaxTime(r.SettleUntil, r.Newest.At().Add(horizon+max(behind, 0)))
+	if !r.Holder.IsZero() {
+		after = MaxTime(after, r.HolderUntil.Add(r.HolderSettle)) // a grant that ended without a report
 	}
 	if lateWrites <= 0 {
-		return true
+		return after, true
 	}
 	// Without a time of the last write, no wait can be judged over: the record is kept.
-	return len(written) > 0 && now.Sub(MaxTime(written...)) > lateWrites
+	if len(written) == 0 {
+		return time.Time{}, false
+	}
+	return MaxTime(after, MaxTime(written...).Add(lateWrites)), true
 }
 
 // Check reports a record whose fields contradict each other.

@@ -546,3 +546,46 @@ func TestASubjectRecordIsForgottenOnlyOnceAnOlderVerdictIsLateOnAClockBehind(t *
 		}
 	}
 }
+
+// ForgettableAfter is where Forgettable's times turn: a backend that looks at a kept record
+// again just after it finds it forgettable (its row not holding it), and not a moment before.
+// Checked for a record at rest, one settling a post, one whose grant ended without a report,
+// with and without a clock behind and late writes.
+func TestForgettableAfterIsTheInstantTheRuleForgetsFrom(t *testing.T) {
+	const h, behind, late = 10 * time.Minute, time.Minute, 15 * time.Minute
+	rest := NewSubjectRecord(testSubj, subjT0)
+	g := acquire(t, &rest, verdict(1, subjT0), subjT0, SubjectPost)
+	report(t, &rest, g, PostApplied, subjT0, SubjectStanding)
+	settling := rest
+	settling.SettleUntil = subjT0.Add(h + 3*time.Minute)
+	held := NewSubjectRecord(testSubj, subjT0)
+	acquire(t, &held, verdict(1, subjT0), subjT0, SubjectPost) // never reported
+	// The grant outlasts a horizon of a second: its end, not the horizon, decides.
+	for name, r := range map[string]SubjectRecord{"at rest": rest, "settling": settling, "a grant never reported": held} {
+		h := h
+		if name == "a grant never reported" {
+			h = time.Second
+		}
+		for _, c := range []struct {
+			behind, late time.Duration
+			written      []time.Time
+		}{
+			{0, 0, nil},
+			{behind, 0, nil},
+			{behind, late, []time.Time{subjT0.Add(time.Minute)}},
+			{0, late, []time.Time{subjT0, subjT0.Add(20 * time.Minute)}},
+		} {
+			after, ok := r.ForgettableAfter(h, c.behind, c.late, c.written...)
+			if !ok {
+				t.Fatalf("%s %+v: never forgettable", name, c)
+			}
+			if r.Forgettable(after, h, nil, c.behind, c.late, c.written...) ||
+				!r.Forgettable(after.Add(time.Nanosecond), h, nil, c.behind, c.late, c.written...) {
+				t.Errorf("%s %+v: Forgettable does not turn at %v past the verdict", name, c, after.Sub(subjT0))
+			}
+		}
+		if _, ok := r.ForgettableAfter(h, 0, late); ok {
+			t.Errorf("%s: forgettable with late writes and no time of the last write", name)
+		}
+	}
+}

@@ -997,9 +997,8 @@ func (p *pass) subject(ctx context.Context, k ledger.SubjectKey) error {
 	p.subjectsKept++
 	// When it can be removed, unless its newest verdict's row holds it (not finished, or
 	// abandoned and revivable): then it is looked at again a while later.
-	at := ledger.MaxTime(rec.Newest.At().Add(horizon+readingsApart), rec.SettleUntil, rec.HolderUntil.Add(rec.HolderSettle),
-		rec.UpdatedAt.Add(l.cfg.RequestLife), o.modified.Add(l.cfg.RequestLife)).Add(time.Second)
-	if !at.After(p.now) {
+	at, ok := rec.ForgettableAfter(horizon, readingsApart, l.cfg.RequestLife, rec.UpdatedAt, o.modified)
+	if at = at.Add(time.Second); !ok || !at.After(p.now) {
 		at = p.now.Add(recheck)
 	}
 	p.later("subject", k.String(), at)
