@@ -170,17 +170,7 @@ func TestCreateSignedLongAfterItsReadMakesALateRecord(t *testing.T) {
 	}
 	w.store.Advance(w.limits.SubjectHorizon() + 10*time.Minute) // the outage
 	_, u := w.publishing(runner, ds[1], subject)
-	for _, d := range ds[2:] {
-		st, q := w.publishing(runner, d, subject)
-		w.postStanding(runner, st, q)
-	}
-	w.store.Advance(objstore.RequestLife + time.Minute)
-	w.cleanLap(cleaner)
-	w.store.Advance(10 * time.Minute)
-	w.cleanLap(cleaner)
-	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
-		t.Fatalf("the record was not forgotten: %v", err)
-	}
+	w.standThenForget(t, runner, cleaner, subject, ds[2:])
 	w.store.Advance(time.Minute)
 	if code, msg := create.deliver(t, 0); code/100 != 2 {
 		t.Fatalf("X's create, sent by a host that woke up, on the empty key: %d %s", code, msg)
@@ -291,17 +281,7 @@ func TestACreateAnsweredAfterItsHostWasSuspendedIsLate(t *testing.T) {
 	outage := w.limits.SubjectHorizon() + 10*time.Minute
 	w.store.Advance(outage)
 	host.sleep(outage)
-	for _, d := range ds[1:] {
-		st, q := w.publishing(runner, d, subject)
-		w.postStanding(runner, st, q)
-	}
-	w.store.Advance(objstore.RequestLife + time.Minute)
-	w.cleanLap(cleaner)
-	w.store.Advance(10 * time.Minute)
-	w.cleanLap(cleaner)
-	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
-		t.Fatalf("the record was not forgotten: %v", err)
-	}
+	w.standThenForget(t, runner, cleaner, subject, ds[1:])
 	w.store.Advance(time.Minute)
 	host.sleep(12*time.Minute + objstore.RequestLife)
 	landed = true
@@ -319,4 +299,22 @@ func TestACreateAnsweredAfterItsHostWasSuspendedIsLate(t *testing.T) {
 			"the record its create made, landing after the suspension, was taken as made before it", a.g)
 	}
 	t.Logf("X asks, its create answered after the suspension: %v late %v read back %v", a.g.Outcome, a.g.Late, a.g.ReadBack)
+}
+
+// standThenForget publishes each delivery of ds on subject through runner, leaving it standing,
+// then has cleaner's laps forget the subject's record once no write to it can land, and fails
+// the test if it is not forgotten.
+func (w *world) standThenForget(t *testing.T, runner, cleaner *objstore.Ledger, subject ledger.Subject, ds []ledger.Delivery) {
+	t.Helper()
+	for _, d := range ds {
+		st, q := w.publishing(runner, d, subject)
+		w.postStanding(runner, st, q)
+	}
+	w.store.Advance(objstore.RequestLife + time.Minute)
+	w.cleanLap(cleaner)
+	w.store.Advance(10 * time.Minute)
+	w.cleanLap(cleaner)
+	if _, err := runner.InspectSubject(w.ctx, subject.Key()); !errors.Is(err, ledger.ErrUnknownSubject) {
+		t.Fatalf("the record was not forgotten: %v", err)
+	}
 }
