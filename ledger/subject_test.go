@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -251,6 +252,25 @@ func TestASubjectRequestIsChecked(t *testing.T) {
 	acquire(t, &r, v, subjT0, SubjectPost)
 	if err := r.Check(); err != nil {
 		t.Fatalf("check: %v", err)
+	}
+}
+
+// A record whose subject no request could name is damage, not a refused request: Check answers
+// ErrCorrupt alone, so that a reader (cleanup) takes it for a damaged record.
+func TestARecordOfASubjectNoRequestCouldNameIsCorrupt(t *testing.T) {
+	for name, spoil := range map[string]func(*Subject){
+		"no context":           func(s *Subject) { s.Context = "" },
+		"names over the limit": func(s *Subject) { s.Context = strings.Repeat("c", MaxSubjectName) },
+		"names not UTF-8":      func(s *Subject) { s.Repository = "o/\xff" },
+	} {
+		r := NewSubjectRecord(testSubj, subjT0)
+		acquire(t, &r, verdict(1, subjT0), subjT0, SubjectPost)
+		spoil(&r.Subject)
+		r.Key = r.Subject.Key()
+		err := r.Check()
+		if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge) {
+			t.Errorf("%s: %v, want ErrCorrupt alone", name, err)
+		}
 	}
 }
 

@@ -1,5 +1,7 @@
 package objstore
 
+import "github.com/amiss-ci/amiss/ledger"
+
 // EncodeMaintenanceForTest encodes a maintenance lease object as another owner would write it.
 func EncodeMaintenanceForTest(owner string, fence uint64, until int64) ([]byte, error) {
 	return encode(kindMaintenance, "test-token", maintenanceData{Owner: owner, Fence: fence, Until: until})
@@ -22,3 +24,9 @@ const ReadingsApart = readingsApart
 
 // SubjectName is the object name of a subject record, without the prefix.
 var SubjectName = subjectName
+
+// EncodeSubjectForTest encodes rec as a subject record object, whatever it holds: the object a
+// build that wrote such a record would leave.
+func EncodeSubjectForTest(rec ledger.SubjectRecord) ([]byte, error) {
+	return encode(kindSubject, "test-token", rec)
+}
