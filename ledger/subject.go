@@ -689,3 +689,17 @@ func (r *SubjectRecord) Check() error {
 	}
 	return nil
 }
+
+// CheckStored reports whether r, as a backend read it back at k, is a record the ledger can have
+// stored there: consistent in itself (Check) and k's. It is the check of a subject record as
+// stored every backend makes after decoding its own framing. Every failure wraps ErrCorrupt and
+// says what is wrong; the backend names the file or object.
+func (r *SubjectRecord) CheckStored(k SubjectKey) error {
+	if err := r.Check(); err != nil {
+		return err
+	}
+	if r.Key != k {
+		return fmt.Errorf("%w: holds the subject record of %s, not of %s", ErrCorrupt, r.Key, k)
+	}
+	return nil
+}

@@ -274,6 +274,25 @@ func TestARecordOfASubjectNoRequestCouldNameIsCorrupt(t *testing.T) {
 	}
 }
 
+// A subject record read back passes CheckStored at its own key only, and one inconsistent in
+// itself passes at none.
+func TestASubjectRecordIsCheckedAsStored(t *testing.T) {
+	r := NewSubjectRecord(testSubj, subjT0)
+	acquire(t, &r, verdict(1, subjT0), subjT0, SubjectPost)
+	if err := r.CheckStored(testSubj.Key()); err != nil {
+		t.Fatalf("the record at its own key: %v", err)
+	}
+	other := testSubj
+	other.SHA = "def"
+	if err := r.CheckStored(other.Key()); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("the record read at another key: %v, want ErrCorrupt", err)
+	}
+	r.NewestEvaluation = ""
+	if err := r.CheckStored(testSubj.Key()); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a record naming no newest verdict: %v, want ErrCorrupt", err)
+	}
+}
+
 // A key forgotten and admitted again is another verdict (a new evaluation, admitted later):
 // it is posted, whatever its key's earlier verdict did.
 func TestAKeyAdmittedAgainIsANewVerdict(t *testing.T) {
