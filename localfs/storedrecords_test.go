@@ -97,3 +97,53 @@ func TestASubjectRecordOfASubjectNoRequestCouldNameIsDamage(t *testing.T) {
 		})
 	}
 }
+
+// A record's file copied under another key's name (a hand-made restore, a copy in the wrong
+// folder) is damage: the record is not the key's. Cleanup reports the row and goes on.
+func TestARecordFiledUnderAnotherKeyIsDamage(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "root")
+	l := openRoot(t, dir, localfs.Config{Clock: ledger.NewManualClock(epoch)})
+	defer l.Close()
+	s := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("b", 40),
+		Context: "amiss"}
+	rec := publishedSubject(t, l, s)
+	copyTo := func(from, to string) {
+		t.Helper()
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	other := s
+	other.SHA = strings.Repeat("c", 40)
+	p := localfs.SubjectFileForTest(dir, other.Key())
+	copyTo(localfs.SubjectFileForTest(dir, rec.Key), p)
+	if _, err := l.InspectSubject(ctx, other.Key()); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("inspect a subject record filed under another key: %v, want ErrCorrupt naming %s", err, p)
+	}
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+
+	rowFile := func(k ledger.Key) string {
+		return filepath.Join(dir, localfs.RowsDir, k.String()[:2], k.String()+".state")
+	}
+	row := rec.Newest.Key
+	stranger := newDelivery(time.Time{}).Key() // never admitted
+	p = rowFile(stranger)
+	copyTo(rowFile(row), p)
+	if _, err := l.Inspect(ctx, stranger); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("inspect a row filed under another key: %v, want ErrCorrupt naming %s", err, p)
+	}
+	if damaged := cleanupDamage(t, l); len(damaged) != 1 || damaged[0] != p {
+		t.Fatalf("cleanup reports %q damaged, want %s", damaged, p)
+	}
+}
