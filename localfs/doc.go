@@ -66,10 +66,10 @@
 // Some unexported names are defined by objstore too, meaning the same thing in its format: the
 // record kinds (kindRoot, kindRow, kindBatch, kindShard, kindSweep, kindSubject, kindState: a
 // byte in a frame here), the readers and writers of each kind (readRoot, readShard, writeShard,
-// readBatch, readSweep, writeSweep, readRow, decodeRow, readSubject, namedState, shardState,
-// batchEntry, indexEntry), the capacity recount (recount, recountShard, release,
-// maxPending), cleanup's steps (listEnded, applyBatch, removeRow, countSubjects) and the
-// handle's setup and admission (create, defaults, highWater, admitNew).
+// readBatch, readSweep, writeSweep, readRow, readSubject, namedState, shardState, batchEntry,
+// indexEntry), the capacity recount (recount, recountShard, release, maxPending), cleanup's
+// steps (listEnded, applyBatch, removeRow, countSubjects) and the handle's setup and admission
+// (create, defaults, highWater, admitNew).
 //
 // Test harnesses live in internal/faultfs (counting and injected failures) and
 // internal/powerfs (a file system in memory that models what a power loss keeps).

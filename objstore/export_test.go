@@ -30,3 +30,14 @@ var SubjectName = subjectName
 func EncodeSubjectForTest(rec ledger.SubjectRecord) ([]byte, error) {
 	return encode(kindSubject, "test-token", rec)
 }
+
+// RewriteRowForTest decodes a row object, lets change alter its row and report, and encodes
+// it again, whatever they then hold: the object a build that wrote such a row would leave.
+func RewriteRowForTest(body []byte, change func(row *ledger.Row, report *[]byte)) ([]byte, error) {
+	var rd rowData
+	if err := decode("row", kindRow, body, &rd); err != nil {
+		return nil, err
+	}
+	change(&rd.Row, &rd.Report)
+	return encode(kindRow, "test-token", rd)
+}

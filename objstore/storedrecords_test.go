@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -10,12 +11,28 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/amiss-ci/amiss/ledger"
+	"github.com/amiss-ci/amiss/ledger/ledgertest"
 	"github.com/amiss-ci/amiss/objstore"
 )
 
 // A record read back is checked as stored: one that is not a record this ledger can have written
 // under the object's name is damage (ledger.ErrCorrupt naming the object), whichever of its
 // fields says so, and cleanup reports it and goes on.
+
+// getRaw reads the object name of the world's prefix as it is stored.
+func (w *world) getRaw(name string) []byte {
+	w.t.Helper()
+	obj, err := minioRaw.GetObject(w.ctx, testBucket, w.prefix+name, minio.GetObjectOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer obj.Close()
+	body, err := io.ReadAll(obj)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return body
+}
 
 // putRaw stores body as the object name of the world's prefix, as another writer would.
 func (w *world) putRaw(name string, body []byte) {
@@ -71,5 +88,69 @@ func TestASubjectRecordOfASubjectNoRequestCouldNameIsDamage(t *testing.T) {
 				t.Fatalf("cleanup reports %+v damaged, want %s", rep.Damaged, obj)
 			}
 		})
+	}
+}
+
+// A row holding a report in a state that keeps none is damage: an unsaved row has none yet, and
+// a done or superseded one dropped it.
+func TestARowHoldingAReportItDoesNotKeepIsDamage(t *testing.T) {
+	for _, situation := range []string{"pending", "done"} {
+		t.Run(situation, func(t *testing.T) {
+			w := newWorld(t)
+			l, _ := w.handle("runner", 0, nil)
+			d := w.delivery(time.Time{})
+			if situation == "pending" {
+				w.admit(l, d, ledger.Admitted)
+			} else {
+				ledgertest.MustComplete(t, l, w.saved(l, d, "verdict"))
+			}
+			name := objstore.RowName(d.Key())
+			body, err := objstore.RewriteRowForTest(w.getRaw(name), func(_ *ledger.Row, report *[]byte) {
+				*report = []byte("verdict")
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.putRaw(name, body)
+			reader, _ := w.handle("reader", 0, nil)
+			obj := w.prefix + name
+			if _, err := reader.Inspect(w.ctx, d.Key()); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), obj) {
+				t.Fatalf("inspect a %s row holding a report: %v, want ErrCorrupt naming %s", situation, err, obj)
+			}
+			if rep := w.cleanLap(reader); len(rep.Damaged) != 1 || rep.Damaged[0].Name != obj {
+				t.Fatalf("cleanup reports %+v damaged, want %s", rep.Damaged, obj)
+			}
+		})
+	}
+}
+
+// A record's object copied under another key's name (a hand-made restore, a copy to the wrong
+// name) is damage: the record is not the key's. Cleanup reports it and goes on.
+func TestARecordFiledUnderAnotherKeyIsDamage(t *testing.T) {
+	w := newWorld(t)
+	l, _ := w.handle("runner", 0, nil)
+	s := ledger.Subject{Publisher: "github https://api.github.com", Repository: "acme/app", SHA: strings.Repeat("b", 40),
+		Context: "amiss"}
+	rec := w.publishedSubject(l, s)
+
+	other := s
+	other.SHA = strings.Repeat("c", 40)
+	obj := w.prefix + objstore.SubjectName(other.Key())
+	w.putRaw(objstore.SubjectName(other.Key()), w.getRaw(objstore.SubjectName(rec.Key)))
+	if _, err := l.InspectSubject(w.ctx, other.Key()); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), obj) {
+		t.Fatalf("inspect a subject record filed under another key: %v, want ErrCorrupt naming %s", err, obj)
+	}
+	if rep := w.cleanLap(l); len(rep.Damaged) != 1 || rep.Damaged[0].Name != obj {
+		t.Fatalf("cleanup reports %+v damaged, want %s", rep.Damaged, obj)
+	}
+	if err := minioRaw.RemoveObject(w.ctx, testBucket, obj, minio.RemoveObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	stranger := w.delivery(time.Time{}).Key() // never admitted
+	obj = w.prefix + objstore.RowName(stranger)
+	w.putRaw(objstore.RowName(stranger), w.getRaw(objstore.RowName(rec.Newest.Key)))
+	if _, err := l.Inspect(w.ctx, stranger); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), obj) {
+		t.Fatalf("inspect a row filed under another key: %v, want ErrCorrupt naming %s", err, obj)
 	}
 }
