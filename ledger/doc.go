@@ -30,7 +30,8 @@
 // Store, so that every backend differs only in how it makes a read-modify-write of one record
 // atomic and durable (Write says how durable, in words every backend means the same thing by).
 // What every backend computes alike about its records is here too: the end-time index's names
-// (EndIndexName), the records' checksum (Checksum), a capacity shard's quota
+// (EndIndexName), the records' checksum (Checksum), the check of a row or subject record read
+// back (StoredRow.Check, SubjectRecord.CheckStored), a capacity shard's quota
 // (Limits.ShardQuota), and the one rule for forgetting a subject record
 // (SubjectRecord.Forgettable). docs/ledger.md says what stays per backend and why.
 //

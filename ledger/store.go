@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -59,6 +60,34 @@ type SubjectStore interface {
 type StoredRow struct {
 	Row    Row
 	Report []byte
+}
+
+// Check reports whether row, as a backend read it back at key, is a row the ledger can have
+// stored there under limits: consistent in itself (Row.Check) and key's; its change and report
+// within the ceilings; a row that keeps its report (saved, or abandoned with one: a version that
+// did not keep reports abandoned rows with none) holding the bytes its digest names, and a row in
+// any other state holding none (a done or superseded row drops its report; an unsaved row has
+// none yet). It is the check of a record as stored every backend makes after decoding its own
+// framing. Every failure wraps ErrCorrupt and says what is wrong; the backend names the file or
+// object.
+func (row *StoredRow) Check(key Key, limits Limits) error {
+	if err := row.Row.Check(); err != nil {
+		return err
+	}
+	keeps := row.Row.State == StateSaved || (row.Row.State == StateAbandoned && len(row.Report) > 0)
+	switch {
+	case row.Row.Key != key:
+		return fmt.Errorf("%w: holds the row of %s, not of %s", ErrCorrupt, row.Row.Key, key)
+	case len(row.Row.Change) > limits.MaxChangeBytes:
+		return fmt.Errorf("%w: row change of %d bytes over the ceiling %d", ErrCorrupt, len(row.Row.Change), limits.MaxChangeBytes)
+	case len(row.Report) > limits.MaxReportBytes:
+		return fmt.Errorf("%w: row report of %d bytes over the ceiling %d", ErrCorrupt, len(row.Report), limits.MaxReportBytes)
+	case keeps && !row.keepsReport():
+		return fmt.Errorf("%w: the %v row's report does not match the digest it recorded", ErrCorrupt, row.Row.State)
+	case !keeps && len(row.Report) > 0:
+		return fmt.Errorf("%w: a %v row holds a report", ErrCorrupt, row.Row.State)
+	}
+	return nil
 }
 
 // Write is how the result of a decision must be written before it is answered, in words every

@@ -671,7 +671,8 @@ func (r *SubjectRecord) ForgettableAfter(horizon, behind, lateWrites time.Durati
 	return MaxTime(after, MaxTime(written...).Add(lateWrites)), true
 }
 
-// Check reports a record whose fields contradict each other.
+// Check reports a record whose fields contradict each other, or whose subject no request could
+// name (Subject.Validate), as ErrCorrupt: a record as stored is damage, never a refused request.
 func (r *SubjectRecord) Check() error {
 	switch {
 	case r.Subject.Key() != r.Key:
@@ -683,5 +684,22 @@ func (r *SubjectRecord) Check() error {
 	case r.Waiter.IsZero() != (r.WaiterWake == "") || (r.WaiterWake != "" && !ValidWake(r.WaiterWake)):
 		return fmt.Errorf("%w: subject record waiter without a valid wake", ErrCorrupt)
 	}
-	return r.Subject.Validate()
+	if err := r.Subject.Validate(); err != nil {
+		return fmt.Errorf("%w: subject record of a subject no request could name: %v", ErrCorrupt, err)
+	}
+	return nil
+}
+
+// CheckStored reports whether r, as a backend read it back at k, is a record the ledger can have
+// stored there: consistent in itself (Check) and k's. It is the check of a subject record as
+// stored every backend makes after decoding its own framing. Every failure wraps ErrCorrupt and
+// says what is wrong; the backend names the file or object.
+func (r *SubjectRecord) CheckStored(k SubjectKey) error {
+	if err := r.Check(); err != nil {
+		return err
+	}
+	if r.Key != k {
+		return fmt.Errorf("%w: holds the subject record of %s, not of %s", ErrCorrupt, r.Key, k)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -251,6 +252,44 @@ func TestASubjectRequestIsChecked(t *testing.T) {
 	acquire(t, &r, v, subjT0, SubjectPost)
 	if err := r.Check(); err != nil {
 		t.Fatalf("check: %v", err)
+	}
+}
+
+// A record whose subject no request could name is damage, not a refused request: Check answers
+// ErrCorrupt alone, so that a reader (cleanup) takes it for a damaged record.
+func TestARecordOfASubjectNoRequestCouldNameIsCorrupt(t *testing.T) {
+	for name, spoil := range map[string]func(*Subject){
+		"no context":           func(s *Subject) { s.Context = "" },
+		"names over the limit": func(s *Subject) { s.Context = strings.Repeat("c", MaxSubjectName) },
+		"names not UTF-8":      func(s *Subject) { s.Repository = "o/\xff" },
+	} {
+		r := NewSubjectRecord(testSubj, subjT0)
+		acquire(t, &r, verdict(1, subjT0), subjT0, SubjectPost)
+		spoil(&r.Subject)
+		r.Key = r.Subject.Key()
+		err := r.Check()
+		if !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrInvalid) || errors.Is(err, ErrTooLarge) {
+			t.Errorf("%s: %v, want ErrCorrupt alone", name, err)
+		}
+	}
+}
+
+// A subject record read back passes CheckStored at its own key only, and one inconsistent in
+// itself passes at none.
+func TestASubjectRecordIsCheckedAsStored(t *testing.T) {
+	r := NewSubjectRecord(testSubj, subjT0)
+	acquire(t, &r, verdict(1, subjT0), subjT0, SubjectPost)
+	if err := r.CheckStored(testSubj.Key()); err != nil {
+		t.Fatalf("the record at its own key: %v", err)
+	}
+	other := testSubj
+	other.SHA = "def"
+	if err := r.CheckStored(other.Key()); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("the record read at another key: %v, want ErrCorrupt", err)
+	}
+	r.NewestEvaluation = ""
+	if err := r.CheckStored(testSubj.Key()); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a record naming no newest verdict: %v, want ErrCorrupt", err)
 	}
 }
 

@@ -20,7 +20,11 @@
 // Locks are taken in one order (maintenance, admission, row shards ascending, clock) with
 // bounded waits. A row shard's lock guards its rows and its capacity shard, so an admission
 // takes one lock; only when its home shard is full does it look at the others. A format 2 root
-// is migrated when opened; one of the retired formats 1 and 3 is refused.
+// is migrated when opened; one of the retired formats 1 and 3 is refused. A row or subject
+// record read back is checked, past its frame, by the one check every backend makes of a record
+// as stored (ledger.StoredRow.Check, ledger.SubjectRecord.CheckStored: consistent, filed under
+// its own key, within the ceilings, holding the report its digest names or none); only a row's
+// capacity shard number is checked here.
 //
 // Open reads one file, the root state, so it fits every Lambda cold start. A long-running
 // process (amiss serve, the cleanup function) calls Prepare once (which also checks the
@@ -62,10 +66,10 @@
 // Some unexported names are defined by objstore too, meaning the same thing in its format: the
 // record kinds (kindRoot, kindRow, kindBatch, kindShard, kindSweep, kindSubject, kindState: a
 // byte in a frame here), the readers and writers of each kind (readRoot, readShard, writeShard,
-// readBatch, readSweep, writeSweep, readRow, decodeRow, readSubject, decodeSubject, namedState,
-// shardState, batchEntry, indexEntry), the capacity recount (recount, recountShard, release,
-// maxPending), cleanup's steps (listEnded, applyBatch, removeRow, countSubjects) and the
-// handle's setup and admission (create, defaults, highWater, admitNew).
+// readBatch, readSweep, writeSweep, readRow, readSubject, namedState, shardState, batchEntry,
+// indexEntry), the capacity recount (recount, recountShard, release, maxPending), cleanup's
+// steps (listEnded, applyBatch, removeRow, countSubjects) and the handle's setup and admission
+// (create, defaults, highWater, admitNew).
 //
 // Test harnesses live in internal/faultfs (counting and injected failures) and
 // internal/powerfs (a file system in memory that models what a power loss keeps).

@@ -141,3 +141,14 @@ func PendingForTest(l *Ledger, s int) (int, error) {
 	sh, err := l.r.readShard(s)
 	return len(sh.Pending), err
 }
+
+// SubjectFileForTest is the file of subject record k in the root at dir.
+func SubjectFileForTest(dir string, k ledger.SubjectKey) string {
+	return filepath.Join(dir, SubjectsDir, shardName(int(k[0])), k.String()+".state")
+}
+
+// EncodeSubjectForTest frames rec as a subject record file, whatever it holds: the file a
+// build that wrote such a record would leave.
+func EncodeSubjectForTest(rec ledger.SubjectRecord) ([]byte, error) {
+	return encodeJSON(kindSubject, &rec)
+}

@@ -303,14 +303,6 @@ func decodeShard(data []byte) (shardState, error) {
 	return s, err
 }
 
-// decodeSubject decodes and checks a subject record.
-func decodeSubject(data []byte) (rec ledger.SubjectRecord, err error) {
-	if _, err = decodeJSON(kindSubject, data, maxSubjectPayload, &rec); err == nil {
-		err = rec.Check()
-	}
-	return rec, err
-}
-
 func decodeBatch(data []byte) (batchState, error) {
 	var s batchState
 	_, err := decodeJSON(kindBatch, data, maxBatchPayload, &s)
@@ -320,28 +312,18 @@ func decodeBatch(data []byte) (batchState, error) {
 	return s, err
 }
 
-func decodeRow(data []byte, l ledger.Limits) (storedRow, error) {
+// decodeRow decodes the row state file of key and checks it as stored (ledger.StoredRow.Check)
+// and its capacity shard's number.
+func decodeRow(data []byte, key ledger.Key, l ledger.Limits) (storedRow, error) {
 	var s storedRow
 	if _, err := decodeJSON(kindRow, data, maxRowPayload(l), &s); err != nil {
 		return storedRow{}, err
 	}
-	if err := s.Check(); err != nil {
-		return storedRow{}, err
-	}
-	// A kept report is inline and must be the one recorded (an abandoned row may keep none:
-	// abandoned by a version that did not keep it).
-	keeps := s.State == ledger.StateSaved || (s.State == ledger.StateAbandoned && len(s.Frozen) > 0)
-	switch {
-	case len(s.Change) > l.MaxChangeBytes:
-		return storedRow{}, fmt.Errorf("%w: row change of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Change), l.MaxChangeBytes)
-	case s.Shard < 0 || s.Shard >= shardCount:
+	if s.Shard < 0 || s.Shard >= shardCount {
 		return storedRow{}, fmt.Errorf("%w: row names capacity shard %d", ledger.ErrCorrupt, s.Shard)
-	case len(s.Frozen) > l.MaxReportBytes:
-		return storedRow{}, fmt.Errorf("%w: row report of %d bytes over the ceiling %d", ledger.ErrCorrupt, len(s.Frozen), l.MaxReportBytes)
-	case keeps && ledger.SumBody(s.Frozen) != s.Report.Digest:
-		return storedRow{}, fmt.Errorf("%w: the row's report does not match the digest it recorded", ledger.ErrCorrupt)
-	case !keeps && len(s.Frozen) > 0:
-		return storedRow{}, fmt.Errorf("%w: a %v row holds a report", ledger.ErrCorrupt, s.State)
+	}
+	if err := (&ledger.StoredRow{Row: s.Row, Report: s.Frozen}).Check(key, l); err != nil {
+		return storedRow{}, err
 	}
 	return s, nil
 }

@@ -47,7 +47,7 @@ func FuzzDecodeRow(f *testing.F) {
 	seedFrames(f, kindRow, p, []byte(`{}`), []byte(`{"state":"nope"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, in := range [][]byte{data, encodeFrame(kindRow, data)} {
-			r, err := decodeRow(in, l)
+			r, err := decodeRow(in, row.Key, l)
 			checkDecodeErr(t, err)
 			if err != nil {
 				continue
@@ -56,7 +56,7 @@ func FuzzDecodeRow(f *testing.F) {
 			if err != nil {
 				t.Fatalf("accepted row does not re-encode: %v", err)
 			}
-			if _, err := decodeRow(again, l); err != nil {
+			if _, err := decodeRow(again, row.Key, l); err != nil {
 				t.Fatalf("re-encoded row does not decode: %v", err)
 			}
 		}

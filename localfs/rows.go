@@ -19,19 +19,16 @@ func (r *root) statePath(key ledger.Key) string {
 	return filepath.Join(r.shardDirOf(int(key[0])), key.String()+".state")
 }
 
-// readRow reads and checks a row; an absent row is ErrUnknownDelivery, a damaged one
-// ErrCorrupt naming the file.
+// readRow reads and checks a row; an absent row is ErrUnknownDelivery, a damaged one (or one
+// that is not key's) ErrCorrupt naming the file.
 func (r *root) readRow(key ledger.Key) (storedRow, error) {
-	p := r.statePath(key)
-	decode := func(b []byte) (storedRow, error) { return decodeRow(b, r.cfg.Limits) }
-	row, exists, err := readFile(r, p, decode)
+	decode := func(b []byte) (storedRow, error) { return decodeRow(b, key, r.cfg.Limits) }
+	row, exists, err := readFile(r, r.statePath(key), decode)
 	switch {
 	case err != nil:
 		return storedRow{}, err
 	case !exists:
 		return storedRow{}, fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
-	case row.Key != key:
-		return storedRow{}, fmt.Errorf("%s: %w: file holds row %s", p, ledger.ErrCorrupt, row.Key)
 	}
 	return row, nil
 }

@@ -30,13 +30,17 @@ func (r *root) subjectPath(k ledger.SubjectKey) string {
 	return filepath.Join(r.subjectDirOf(int(k[0])), k.String()+".state")
 }
 
-// readSubject reads and checks a subject record; exists is false when there is none.
+// readSubject reads a subject record and checks it as stored (ledger.SubjectRecord.CheckStored);
+// exists is false when there is none. A damaged one (or one that is not k's) is ErrCorrupt
+// naming the file.
 func (r *root) readSubject(k ledger.SubjectKey) (rec ledger.SubjectRecord, exists bool, err error) {
-	p := r.subjectPath(k)
-	rec, exists, err = readFile(r, p, decodeSubject)
-	if err == nil && exists && rec.Key != k {
-		err = fmt.Errorf("%s: %w: file holds subject %s", p, ledger.ErrCorrupt, rec.Key)
+	decode := func(b []byte) (rec ledger.SubjectRecord, err error) {
+		if _, err = decodeJSON(kindSubject, b, maxSubjectPayload, &rec); err == nil {
+			err = rec.CheckStored(k)
+		}
+		return rec, err
 	}
+	rec, exists, err = readFile(r, r.subjectPath(k), decode)
 	return rec, exists && err == nil, err
 }
 

@@ -53,15 +53,19 @@
 // (ledger.Store, recordStore in rows.go and subjects.go): a fresh read, and one decision run as
 // an optimistic transaction (decided on this handle's cached copy of its own last write first,
 // answered only after a successful conditional write, decided again on a fresh read otherwise),
-// every ledger.Write that changes a record being one conditional write. Admission, capacity,
-// cleanup and the listings stay here because they rest on what only an object store gives and
-// lacks: no lock, a request that can land late, versions a DELETE can name (docs/ledger.md).
+// every ledger.Write that changes a record being one conditional write. A row or subject
+// record read back is checked, past its envelope, by the one check every backend makes of a
+// record as stored (ledger.StoredRow.Check, ledger.SubjectRecord.CheckStored: consistent,
+// stored under its own key, within the ceilings, holding the report its digest names or
+// none). Admission, capacity, cleanup and the listings stay here because they rest on what only
+// an object store gives and lacks: no lock, a request that can land late, versions a DELETE can
+// name (docs/ledger.md).
 //
 // Some unexported names are defined by localfs too, meaning the same thing in its format: the
 // record kinds (kindRoot, kindRow, kindBatch, kindShard, kindSweep, kindSubject, kindState: an
 // envelope's kind here), the readers and writers of each kind (readRoot, readShard, writeShard,
-// readBatch, readSweep, writeSweep, readRow, decodeRow, readSubject, decodeSubject, namedState,
-// shardState, batchEntry, indexEntry), the capacity recount (recount, recountShard, release,
-// maxPending), cleanup's steps (listEnded, applyBatch, removeRow, countSubjects) and the
-// handle's setup and admission (create, defaults, highWater, admitNew).
+// readBatch, readSweep, writeSweep, readRow, readSubject, namedState, shardState, batchEntry,
+// indexEntry), the capacity recount (recount, recountShard, release, maxPending), cleanup's
+// steps (listEnded, applyBatch, removeRow, countSubjects) and the handle's setup and admission
+// (create, defaults, highWater, admitNew).
 package objstore

@@ -1,5 +1,7 @@
 package objstore
 
+import "github.com/amiss-ci/amiss/ledger"
+
 // EncodeMaintenanceForTest encodes a maintenance lease object as another owner would write it.
 func EncodeMaintenanceForTest(owner string, fence uint64, until int64) ([]byte, error) {
 	return encode(kindMaintenance, "test-token", maintenanceData{Owner: owner, Fence: fence, Until: until})
@@ -22,3 +24,20 @@ const ReadingsApart = readingsApart
 
 // SubjectName is the object name of a subject record, without the prefix.
 var SubjectName = subjectName
+
+// EncodeSubjectForTest encodes rec as a subject record object, whatever it holds: the object a
+// build that wrote such a record would leave.
+func EncodeSubjectForTest(rec ledger.SubjectRecord) ([]byte, error) {
+	return encode(kindSubject, "test-token", rec)
+}
+
+// RewriteRowForTest decodes a row object, lets change alter its row and report, and encodes
+// it again, whatever they then hold: the object a build that wrote such a row would leave.
+func RewriteRowForTest(body []byte, change func(row *ledger.Row, report *[]byte)) ([]byte, error) {
+	var rd rowData
+	if err := decode("row", kindRow, body, &rd); err != nil {
+		return nil, err
+	}
+	change(&rd.Row, &rd.Report)
+	return encode(kindRow, "test-token", rd)
+}

@@ -25,7 +25,8 @@ type keyState struct {
 
 func (k keyState) absent() bool { return k.row == nil && k.res == nil }
 
-// readKey reads whatever the store holds at key, fresh. Only a row is remembered.
+// readKey reads whatever the store holds at key, fresh, and checks a row as stored
+// (ledger.StoredRow.Check). Only a row is remembered.
 func (l *Ledger) readKey(ctx context.Context, key ledger.Key) (keyState, error) {
 	o, err := l.s.get(ctx, rowName(key))
 	if errors.Is(err, errNotFound) {
@@ -36,18 +37,22 @@ func (l *Ledger) readKey(ctx context.Context, key ledger.Key) (keyState, error) 
 		return keyState{}, err
 	}
 	ks := keyState{etag: o.etag, version: o.version, modified: o.modified}
+	name := l.s.key(rowName(key))
 	if kindOf(o.body) == kindReservation {
 		l.forget(key)
 		var res reservationData
-		if err := decode(l.s.key(rowName(key)), kindReservation, o.body, &res); err != nil {
+		if err := decode(name, kindReservation, o.body, &res); err != nil {
 			return keyState{}, err
 		}
 		ks.res = &res
 		return ks, nil
 	}
-	rd, err := l.decodeRow(key, o.body)
-	if err != nil {
+	var rd rowData
+	if err := decode(name, kindRow, o.body, &rd); err != nil {
 		return keyState{}, err
+	}
+	if err := (&ledger.StoredRow{Row: rd.Row, Report: rd.Report}).Check(key, l.cfg.Limits); err != nil {
+		return keyState{}, fmt.Errorf("%s: %w", name, err)
 	}
 	l.remember(key, o.etag, rd)
 	ks.row = &rd
@@ -65,28 +70,6 @@ func (l *Ledger) getRow(ctx context.Context, key ledger.Key) (rowData, string, e
 		return rowData{}, "", fmt.Errorf("%w: %s", ledger.ErrUnknownDelivery, key)
 	}
 	return *ks.row, ks.etag, nil
-}
-
-func (l *Ledger) decodeRow(key ledger.Key, body []byte) (rowData, error) {
-	name := l.s.key(rowName(key))
-	var rd rowData
-	if err := decode(name, kindRow, body, &rd); err != nil {
-		return rowData{}, err
-	}
-	if err := rd.Row.Check(); err != nil {
-		return rowData{}, fmt.Errorf("%s: %w", name, err)
-	}
-	if rd.Row.Key != key {
-		return rowData{}, fmt.Errorf("%w: %s holds row %s", ledger.ErrCorrupt, name, rd.Row.Key)
-	}
-	if len(rd.Report) > l.cfg.Limits.MaxReportBytes || len(rd.Row.Change) > l.cfg.Limits.MaxChangeBytes {
-		return rowData{}, fmt.Errorf("%w: %s holds data over its ceilings", ledger.ErrCorrupt, name)
-	}
-	kept := rd.Row.State == ledger.StateSaved || (rd.Row.State == ledger.StateAbandoned && len(rd.Report) > 0)
-	if kept && ledger.SumBody(rd.Report) != rd.Row.Report.Digest {
-		return rowData{}, fmt.Errorf("%w: %s: the saved report does not match its digest", ledger.ErrCorrupt, name)
-	}
-	return rd, nil
 }
 
 func (l *Ledger) remember(key ledger.Key, etag string, rd rowData) {

@@ -40,7 +40,8 @@ func (l *Ledger) readSubject(ctx context.Context, k ledger.SubjectKey) (rec ledg
 	return l.decodeSubject(k, o)
 }
 
-// decodeSubject decodes the subject record of k read as o (no ETag: none exists).
+// decodeSubject decodes the subject record of k read as o (no ETag: none exists) and checks it
+// as stored (ledger.SubjectRecord.CheckStored).
 func (l *Ledger) decodeSubject(k ledger.SubjectKey, o object) (rec ledger.SubjectRecord, _ object, exists bool, err error) {
 	if o.etag == "" {
 		return rec, o, false, nil
@@ -49,11 +50,8 @@ func (l *Ledger) decodeSubject(k ledger.SubjectKey, o object) (rec ledger.Subjec
 	if err := decode(name, kindSubject, o.body, &rec); err != nil {
 		return rec, o, false, err
 	}
-	if err := rec.Check(); err != nil {
+	if err := rec.CheckStored(k); err != nil {
 		return rec, o, false, fmt.Errorf("%s: %w", name, err)
-	}
-	if rec.Key != k {
-		return rec, o, false, fmt.Errorf("%w: %s holds subject %s", ledger.ErrCorrupt, name, rec.Key)
 	}
 	return rec, o, true, nil
 }

@@ -117,7 +117,8 @@ func (w *world) saved(l ledger.Ledger, d ledger.Delivery, report string) ledger.
 	return ledgertest.MustSave(w.t, l, *ledgertest.MustClaim(w.t, l, d, ledger.Execute).Lease, report)
 }
 
-// cleanLap runs cleanup passes on l until a lap is done.
+// cleanLap runs cleanup passes on l until a lap is done, answering what they removed and found
+// damaged.
 func (w *world) cleanLap(l ledger.Ledger) ledger.CleanupReport {
 	w.t.Helper()
 	var all ledger.CleanupReport
@@ -130,6 +131,7 @@ func (w *world) cleanLap(l ledger.Ledger) ledger.CleanupReport {
 			w.t.Fatalf("cleanup: %v", err)
 		}
 		all.Removed = append(all.Removed, rep.Removed...)
+		all.Damaged = append(all.Damaged, rep.Damaged...)
 		if rep.Done {
 			return all
 		}
