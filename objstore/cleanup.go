@@ -526,7 +526,7 @@ type pass struct {
 	// looked keeps a key from being read twice in a pass; read is the rows read, tallied after
 	// the batch (a row the batch removed is not counted as kept).
 	looked map[string]bool
-	read   []readRow
+	read   []seenRow
 	// damagedKeys are the keys whose look found the object damaged.
 	damagedKeys map[ledger.Key]bool
 	// oldestUnfinished is the admission time of the oldest row the pass read unfinished
@@ -544,7 +544,9 @@ type pass struct {
 	subjectsKept, subjectsRemoved int
 }
 
-type readRow struct {
+// seenRow is a row a cleanup pass read, tallied once its batch is applied (a row the batch
+// removed is not counted as kept).
+type seenRow struct {
 	key ledger.Key
 	row *ledger.Row
 }
@@ -877,7 +879,7 @@ func (p *pass) lookRow(ctx context.Context, kind string, key ledger.Key, idx []i
 	}
 	rd := ks.row
 	row := &rd.Row
-	p.read = append(p.read, readRow{key: key, row: row})
+	p.read = append(p.read, seenRow{key: key, row: row})
 	if !row.State.Terminal() {
 		// It can still become done: looked at again when it would be stranded, or, stranded
 		// now (and reported), StrandedAfter later.
