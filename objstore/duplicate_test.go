@@ -190,7 +190,7 @@ func TestDuplicatedShardWriteHoldsNoSecondSlot(t *testing.T) {
 // original is answered 412 -> errRaced -> recountShard finds the row and keeps the slot, the
 // admission decides again, finds a row (its own) and answers Pending. A new delivery is answered
 // as if someone had admitted it before (the model refuses this history: Pending for a key no
-// call admitted), the same defect reliability.md lists as found and fixed for the SDK's retry.
+// call admitted), as the SDK's own retry of a row PUT would.
 func TestDuplicatedRowCreateAnswersAdmitted(t *testing.T) {
 	w := newWorld(t)
 	ingress, dup := w.dupHandle("ingress", nil)

@@ -15,7 +15,7 @@ import (
 // and landing late, handles killed mid-call, a cleaner running throughout, a sliding window of
 // keys; the store is nodes whose clocks are up to two minutes apart, each handle reading the
 // Dates of its own node, and a node's clock steps forward and back while requests are held.
-// The clock jumps past the subject horizon twice in each history, so cleanup forgets subject
+// The clock jumps past the subject horizon four times in each history, so cleanup forgets subject
 // records and rows while held and duplicated requests go on landing. Every history must be
 // linearizable under the contract's model with the store's clocks as the only clocks, leave
 // no older verdict posted after a newer one was called standing, and end exactly counted
