@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,9 +16,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/queue"
+	"github.com/amiss-ci/amiss/functions/webhook"
+	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
 )
 
@@ -54,17 +58,7 @@ func bitbucketRequest(route, event, body string) events.APIGatewayV2HTTPRequest 
 // posted to (and no input read from) an API that does not hold the repository. A route that
 // publishes to the log takes both.
 func TestABitbucketWebhookFromTheOtherAPIIsRefusedNamingTheFix(t *testing.T) {
-	cfg, err := config.Parse([]byte(bitbucketConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: cfg.Limits(), Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	h := &ingress.Handler{Config: cfg, Ledger: l, Queue: queue.NewLocal(), Secrets: envSecrets{"GH": ghSecret},
-		Log: slog.New(slog.DiscardHandler)}
+	h, _ := newBitbucketHandler(t, queue.NewLocal())
 	cloudPush := fmt.Sprintf(`{"repository":{"full_name":"team/app"},"push":{"changes":[{"new":{"type":"branch","name":"main",`+
 		`"target":{"hash":%q}},"old":null,"commits":[],"truncated":false}]}}`, sha1)
 	dcPush := fmt.Sprintf(`{"eventKey":"repo:refs_changed","repository":{"slug":"app","project":{"key":"PROJ"}},`+
@@ -91,5 +85,182 @@ func TestABitbucketWebhookFromTheOtherAPIIsRefusedNamingTheFix(t *testing.T) {
 		if resp.StatusCode != c.status || !strings.Contains(r.Message, c.message) {
 			t.Errorf("%s %s: %d %s, want %d naming %q", c.route, c.event, resp.StatusCode, resp.Body, c.status, c.message)
 		}
+	}
+}
+
+// newBitbucketHandler is an ingress of bitbucketConfig's routes over a new FileLedger, handing
+// keys to q.
+func newBitbucketHandler(t *testing.T, q queue.Queue) (*ingress.Handler, *localfs.Ledger) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(bitbucketConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: cfg.Limits(), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return &ingress.Handler{Config: cfg, Ledger: l, Queue: q, Secrets: envSecrets{"GH": ghSecret}, Log: slog.New(slog.DiscardHandler)}, l
+}
+
+// cloudPushOf is a Bitbucket Cloud push to team/app updating each branch to its commit: names
+// and commits alternate.
+func cloudPushOf(branchAndCommit ...string) string {
+	var changes []string
+	for i := 0; i+1 < len(branchAndCommit); i += 2 {
+		changes = append(changes, fmt.Sprintf(`{"new":{"type":"branch","name":%q,"target":{"hash":%q}},"old":null,"commits":[],"truncated":false}`,
+			branchAndCommit[i], branchAndCommit[i+1]))
+	}
+	return `{"repository":{"full_name":"team/app"},"push":{"changes":[` + strings.Join(changes, ",") + `]}}`
+}
+
+// pushAnswer is the answer to a push: its outcome and each branch's.
+type pushAnswer struct {
+	Outcome, Key, Message string
+	Branches              []struct{ Ref, Outcome, Key string }
+}
+
+func decodeAnswer(t *testing.T, resp events.APIGatewayV2HTTPResponse) pushAnswer {
+	t.Helper()
+	var a pushAnswer
+	if err := json.Unmarshal([]byte(resp.Body), &a); err != nil {
+		t.Fatalf("answer %q: %v", resp.Body, err)
+	}
+	return a
+}
+
+// A Bitbucket push that updates two branches is one webhook: each branch is admitted and queued
+// as a delivery of its own, holding that branch's change, and the answer lists both. Sent
+// again, it finds the same two deliveries (queued again, none added). The first branch's key is
+// the one the webhook's own identity gives, as a push of one branch has always had.
+func TestAPushOfTwoBranchesIsAdmittedOncePerBranch(t *testing.T) {
+	q := queue.NewLocal()
+	h, l := newBitbucketHandler(t, q)
+	sha2 := strings.Repeat("2", 40)
+	body := cloudPushOf("main", sha1, "release/1.1", sha2)
+	resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := decodeAnswer(t, resp)
+	if resp.StatusCode != http.StatusAccepted || a.Outcome != "admitted" || len(a.Branches) != 2 {
+		t.Fatalf("answered %d %s, want 202 admitted listing two branches", resp.StatusCode, resp.Body)
+	}
+	want := map[string]string{"refs/heads/main": sha1, "refs/heads/release/1.1": sha2}
+	keys := map[string]bool{}
+	for _, b := range a.Branches {
+		k, err := ledger.ParseKey(b.Key)
+		if err != nil || b.Outcome != "admitted" {
+			t.Fatalf("branch %s answered %s, key %q (%v)", b.Ref, b.Outcome, b.Key, err)
+		}
+		row, err := l.Inspect(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c change.Change
+		if err := json.Unmarshal(row.Change, &c); err != nil || c.Ref != b.Ref || c.SHA != want[b.Ref] {
+			t.Errorf("branch %s's delivery holds %s at %s (%v), want %s", b.Ref, c.Ref, c.SHA, err, want[b.Ref])
+		}
+		keys[b.Key] = true
+	}
+	if len(keys) != 2 || q.Len() != 2 {
+		t.Fatalf("%d distinct keys, %d queued; want 2 and 2", len(keys), q.Len())
+	}
+	first := ledger.NewKey("cloud", webhook.SchemeBitbucket, ledger.SumBody([]byte(body)).String())
+	if a.Branches[0].Key != first.String() {
+		t.Errorf("the first branch's key is %s, want the webhook's own %s", a.Branches[0].Key, first)
+	}
+
+	resp, err = h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := decodeAnswer(t, resp)
+	if resp.StatusCode != http.StatusOK || again.Outcome != "pending" || len(again.Branches) != 2 || q.Len() != 2 {
+		t.Fatalf("sent again: %d %s, %d queued; want 200 pending for both, still 2 queued", resp.StatusCode, resp.Body, q.Len())
+	}
+	for i, b := range again.Branches {
+		if b.Key != a.Branches[i].Key || b.Outcome != "pending" {
+			t.Errorf("sent again, branch %s is %s under %s, want pending under %s", b.Ref, b.Outcome, b.Key, a.Branches[i].Key)
+		}
+	}
+}
+
+// A push whose second branch could not be queued is answered 503, and loses nothing: sent
+// again, as a sender retries, both branches are queued.
+func TestAPushOfTwoBranchesQueuedHalfIsQueuedWholeWhenSentAgain(t *testing.T) {
+	q := &failingNth{Local: queue.NewLocal(), fail: 2}
+	h, _ := newBitbucketHandler(t, q)
+	body := cloudPushOf("main", sha1, "release/1.1", strings.Repeat("2", 40))
+	resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || q.Len() != 1 {
+		t.Fatalf("with the second send failing: %d %s, %d queued; want 503 and 1 queued", resp.StatusCode, resp.Body, q.Len())
+	}
+	resp, err = h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := decodeAnswer(t, resp); resp.StatusCode != http.StatusOK || a.Outcome != "pending" || q.Len() != 2 {
+		t.Fatalf("sent again: %d %s, %d queued; want 200 pending, 2 queued", resp.StatusCode, resp.Body, q.Len())
+	}
+}
+
+// failingNth is a local queue whose fail-th send fails.
+type failingNth struct {
+	*queue.Local
+	fail, sent int
+}
+
+func (q *failingNth) Send(ctx context.Context, m queue.Message) error {
+	q.sent++
+	if q.sent == q.fail {
+		return errors.New("queue down")
+	}
+	return q.Local.Send(ctx, m)
+}
+
+// A push of more branches than one webhook's are evaluated is refused whole, naming the bound
+// and what to do: nothing is admitted, so no branch gets a verdict that saw less than its push.
+// A push listing one branch twice is malformed.
+func TestAPushOfTooManyBranchesIsRefusedWhole(t *testing.T) {
+	q := queue.NewLocal()
+	h, _ := newBitbucketHandler(t, q)
+	var many []string
+	for i := range change.MaxBranches + 1 {
+		many = append(many, fmt.Sprintf("b%d", i), sha1)
+	}
+	for _, c := range []struct {
+		body    string
+		status  int
+		message string
+	}{
+		{cloudPushOf(many...), http.StatusRequestEntityTooLarge, fmt.Sprintf("a push updating %d branches; amiss evaluates at most %d from one webhook (push fewer at once)", change.MaxBranches+1, change.MaxBranches)},
+		{cloudPushOf("main", sha1, "main", sha1), http.StatusBadRequest, "lists refs/heads/main twice"},
+	} {
+		resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := decodeAnswer(t, resp); resp.StatusCode != c.status || !strings.Contains(a.Message, c.message) {
+			t.Errorf("%d %s, want %d naming %q", resp.StatusCode, resp.Body, c.status, c.message)
+		}
+	}
+	if q.Len() != 0 {
+		t.Errorf("%d queued, want none", q.Len())
+	}
+	var exactly []string
+	for i := range change.MaxBranches {
+		exactly = append(exactly, fmt.Sprintf("b%d", i), sha1)
+	}
+	resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", cloudPushOf(exactly...)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusAccepted || q.Len() != change.MaxBranches {
+		t.Errorf("a push of %d branches: %d, %d queued; want 202 and %d", change.MaxBranches, resp.StatusCode, q.Len(), change.MaxBranches)
 	}
 }
