@@ -41,6 +41,11 @@ routes:
     provider: bitbucket
     secrets: [{id: k1, from: "env:GH"}]
     repositories: ["team/*", "PROJ/*"]
+  pulls:
+    provider: bitbucket
+    secrets: [{id: k1, from: "env:GH"}]
+    events: [pull_request]
+    repositories: ["team/*", "PROJ/*"]
 `
 
 // bitbucketRequest signs body as Bitbucket does, for route, with the event key.
@@ -262,5 +267,45 @@ func TestAPushOfTooManyBranchesIsRefusedWhole(t *testing.T) {
 	}
 	if resp.StatusCode != http.StatusAccepted || q.Len() != change.MaxBranches {
 		t.Errorf("a push of %d branches: %d, %d queued; want 202 and %d", change.MaxBranches, resp.StatusCode, q.Len(), change.MaxBranches)
+	}
+}
+
+// A push of more branches than are evaluated is answered as the route answers any push before
+// it is counted: ignored (204) by a route that evaluates no push, refused (403) by a route that
+// may not publish for the repository or takes no webhook of that Bitbucket product, naming
+// the fix. Only a push the route would evaluate is refused for its count (413).
+func TestAPushOfTooManyBranchesIsAnsweredAsTheRouteAnswersAnyPush(t *testing.T) {
+	q := queue.NewLocal()
+	h, _ := newBitbucketHandler(t, q)
+	var many []string
+	for i := range change.MaxBranches + 1 {
+		many = append(many, fmt.Sprintf("b%d", i), sha1)
+	}
+	push := cloudPushOf(many...)
+	for _, c := range []struct {
+		route, body string
+		status      int
+		outcome     string
+		names       string // what the message names
+	}{
+		{"pulls", push, http.StatusNoContent, "ignored", ""},
+		{"dc", push, http.StatusForbidden, "forbidden", "publish.provider"},
+		{"cloud", strings.Replace(push, "team/app", "elsewhere/app", 1), http.StatusForbidden, "forbidden", "may not publish for this repository"},
+		{"cloud", push, http.StatusRequestEntityTooLarge, "too-large", "push fewer at once"},
+	} {
+		resp, err := h.Handle(context.Background(), bitbucketRequest(c.route, "repo:push", c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := pushAnswer{Outcome: "ignored"}
+		if resp.StatusCode != http.StatusNoContent {
+			a = decodeAnswer(t, resp)
+		}
+		if resp.StatusCode != c.status || a.Outcome != c.outcome || !strings.Contains(a.Message, c.names) {
+			t.Errorf("route %s: %d %s, want %d %s naming %q", c.route, resp.StatusCode, resp.Body, c.status, c.outcome, c.names)
+		}
+	}
+	if q.Len() != 0 {
+		t.Errorf("%d queued, want none", q.Len())
 	}
 }
