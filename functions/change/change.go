@@ -124,7 +124,7 @@ var (
 	// ErrMalformed: the payload lacks what its event must carry. The ingress answers 400.
 	ErrMalformed = errors.New("change: malformed payload")
 	// ErrTooMany: a push updates more branches than one webhook's are evaluated
-	// (MaxBranches). The ingress answers 413.
+	// (MaxBranches, CheckBranches). The ingress answers 413.
 	ErrTooMany = errors.New("change: too many branches")
 )
 
@@ -183,8 +183,21 @@ var (
 
 // MaxBranches bounds the branches one push webhook may update to be evaluated: each is
 // admitted on its own while the sender waits for the answer (Bitbucket Cloud gives up after
-// 10 seconds), so a larger push is refused whole (ErrTooMany), none of its branches evaluated.
+// 10 seconds), so a larger push is refused whole (CheckBranches), none of its branches
+// evaluated.
 const MaxBranches = 20
+
+// CheckBranches refuses the changes of a push of more than MaxBranches branches
+// (ErrTooMany, naming the count). Extract does not: a route that ignores the push, or may not
+// take it, answers it as it answers any push, and only a push it would evaluate is refused
+// for its count.
+func CheckBranches(cs []Change) error {
+	if len(cs) > MaxBranches {
+		return fmt.Errorf("%w: a push updating %d branches; amiss evaluates at most %d from one webhook (push fewer at once)",
+			ErrTooMany, len(cs), MaxBranches)
+	}
+	return nil
+}
 
 // Extract reads the changes of a request that provider sent in format f: one, but for a
 // Bitbucket push, which lists every branch it updated (a push of several branches, or Data
@@ -193,8 +206,8 @@ const MaxBranches = 20
 // (or, for GitLab and Standard Webhooks, the body). Every change names the provider, has a
 // repository and a commit sha, and is bounded (see the bounds above); the changes of one
 // request share event, repository and API, and name distinct refs. An event amiss does not
-// evaluate is ErrIgnored, a payload that lacks what its event must carry ErrMalformed, a push
-// of more than MaxBranches branches ErrTooMany.
+// evaluate is ErrIgnored, a payload that lacks what its event must carry ErrMalformed. The
+// changes are not counted: CheckBranches refuses a push of more than MaxBranches branches.
 func Extract(provider string, f Format, h http.Header, body []byte) ([]Change, error) {
 	if f.read == nil {
 		return nil, fmt.Errorf("change: provider %q sends no webhooks amiss reads", provider)
@@ -202,10 +215,6 @@ func Extract(provider string, f Format, h http.Header, body []byte) ([]Change, e
 	cs, abbreviated, err := f.read(provider, h, body)
 	if err != nil {
 		return nil, err
-	}
-	if len(cs) > MaxBranches {
-		return nil, fmt.Errorf("%w: a push updating %d branches; amiss evaluates at most %d from one webhook (push fewer at once)",
-			ErrTooMany, len(cs), MaxBranches)
 	}
 	refs := map[string]bool{}
 	for i := range cs {

@@ -148,8 +148,6 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	switch {
 	case errors.Is(err, change.ErrIgnored):
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
-	case errors.Is(err, change.ErrTooMany):
-		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 	case err != nil:
 		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
 	}
@@ -163,6 +161,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	if err := route.Takes(c.API); err != nil {
 		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: err.Error()})
+	}
+	if err := change.CheckBranches(cs); err != nil {
+		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 	}
 	ds := make([]ledger.Delivery, len(cs))
 	for i, c := range cs {
