@@ -456,3 +456,59 @@ func only(cs []change.Change, err error) (change.Change, error) {
 	}
 	return cs[0], nil
 }
+
+// A Bitbucket push lists every branch it updated: each branch it created or moved gives a
+// change of its own, in the order the push lists them, holding that branch's head, its commit
+// before the push (none for a new branch), its commits and what it lists whole (Cloud's
+// truncated is per branch); a deleted branch and a tag give none. A push listing one branch
+// twice is malformed.
+func TestAPushOfSeveralBranchesGivesEachBranchItsOwnChange(t *testing.T) {
+	const a, b, c, d, e = "1e65c05c1d5171631d92438a13901ca7dae9618c", "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
+		"a3b0c7e1d2f45b6c7d8e9f001122334455667788", "03f4a7270240708834de475bcf21532d6134777e", "5555555555555555555555555555555555555555"
+	const zero = "0000000000000000000000000000000000000000"
+	cloud := `{"repository":{"full_name":"team/app"},"push":{"changes":[
+		{"new":{"type":"branch","name":"main","target":{"hash":"` + b + `"}},"old":{"type":"branch","name":"main","target":{"hash":"` + a + `"}},
+		 "commits":[{"hash":"` + b + `","message":"Add the health check\n"},{"hash":"` + d + `","message":"Prepare the router\n"}],"truncated":false},
+		{"new":null,"old":{"type":"branch","name":"gone","target":{"hash":"` + a + `"}},"commits":[],"truncated":false},
+		{"new":{"type":"tag","name":"v1.0","target":{"hash":"` + b + `"}},"old":null,"commits":[],"truncated":false},
+		{"new":{"type":"branch","name":"release/2.0","target":{"hash":"` + c + `"}},"old":null,
+		 "commits":[{"hash":"` + c + `","message":"Cut 2.0\n"}],"truncated":true},
+		{"new":{"type":"branch","name":"fix","target":{"hash":"` + e + `"}},"old":{"type":"branch","name":"fix","target":{"hash":"` + d + `"}},
+		 "commits":[{"hash":"` + e + `","message":"Fix it\n"}],"truncated":false}]}}`
+	cloudWhole := change.TitleInput | change.PullInput
+	dc := `{"eventKey":"repo:refs_changed","repository":{"slug":"repository","project":{"key":"PROJ"}},"changes":[
+		{"ref":{"id":"refs/heads/new-branch","type":"BRANCH"},"fromHash":"` + zero + `","toHash":"` + c + `","type":"ADD"},
+		{"ref":{"id":"refs/heads/old","type":"BRANCH"},"fromHash":"` + a + `","toHash":"` + zero + `","type":"DELETE"},
+		{"ref":{"id":"refs/tags/v1","type":"TAG"},"fromHash":"` + zero + `","toHash":"` + b + `","type":"ADD"},
+		{"ref":{"id":"refs/heads/master","type":"BRANCH"},"fromHash":"` + a + `","toHash":"` + b + `","type":"UPDATE"}]}`
+	dcWhole := change.TitleInput | change.PullInput
+	for _, x := range []struct {
+		event, body string
+		want        []change.Change
+	}{
+		{"repo:push", cloud, []change.Change{
+			{Provider: "bitbucket", API: change.BitbucketCloud, Event: change.Push, Repository: "team/app", SHA: b, Ref: "refs/heads/main", Before: a,
+				Commits: []change.Commit{{ID: d, Message: "Prepare the router\n"}, {ID: b, Message: "Add the health check\n"}}, Whole: cloudWhole | change.CommitsInput},
+			{Provider: "bitbucket", API: change.BitbucketCloud, Event: change.Push, Repository: "team/app", SHA: c, Ref: "refs/heads/release/2.0",
+				Commits: []change.Commit{{ID: c, Message: "Cut 2.0\n"}}, Whole: cloudWhole},
+			{Provider: "bitbucket", API: change.BitbucketCloud, Event: change.Push, Repository: "team/app", SHA: e, Ref: "refs/heads/fix", Before: d,
+				Commits: []change.Commit{{ID: e, Message: "Fix it\n"}}, Whole: cloudWhole | change.CommitsInput}}},
+		{"repo:refs_changed", dc, []change.Change{
+			{Provider: "bitbucket", API: change.BitbucketDataCenter, Event: change.Push, Repository: "PROJ/repository", SHA: c, Ref: "refs/heads/new-branch", Whole: dcWhole},
+			{Provider: "bitbucket", API: change.BitbucketDataCenter, Event: change.Push, Repository: "PROJ/repository", SHA: b, Ref: "refs/heads/master", Before: a, Whole: dcWhole}}},
+	} {
+		h := http.Header{}
+		h.Set("X-Event-Key", x.event)
+		got, err := provider.Extract("bitbucket", h, []byte(x.body))
+		if err != nil || !reflect.DeepEqual(got, x.want) {
+			t.Errorf("%s: %v\n got %+v\nwant %+v", x.event, err, got, x.want)
+		}
+	}
+
+	h := http.Header{}
+	h.Set("X-Event-Key", "repo:refs_changed")
+	twice := strings.Replace(dc, "refs/heads/new-branch", "refs/heads/master", 1)
+	if _, err := provider.Extract("bitbucket", h, []byte(twice)); !errors.Is(err, change.ErrMalformed) || !strings.Contains(err.Error(), "refs/heads/master twice") {
+		t.Errorf("a push listing refs/heads/master twice: %v, want malformed naming it", err)
+	}
+}
