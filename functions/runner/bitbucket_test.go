@@ -355,14 +355,16 @@ func TestBitbucketRulesSeeWhatOnlyTheAPIShows(t *testing.T) {
 
 // A push that updates two branches (git push of both, or Data Center's automatic merge into a
 // later release branch) is one webhook: each branch's head gets its own verdict, on what that
-// branch's push added. The second branch adds a forbidden file, and its head fails; the first
-// branch's passes.
+// branch's push added. The first branch adds a forbidden file; the second, moved on from the
+// first's head, adds a commit whose message breaks the rule. Each head fails naming its own
+// branch's fault and not the other's: a second branch evaluated from the first's commit before
+// would name the forbidden file too, one holding the first's commits would pass.
 func TestABitbucketPushOfTwoBranchesGivesEachHeadItsOwnVerdict(t *testing.T) {
 	for _, dc := range []bool{false, true} {
-		w := newBitbucketWorld(t, dc, history{pull: []string{"secrets/key.pem"}})
+		w := newBitbucketWorld(t, dc, history{push: []string{"secrets/prod.env"}, message: "close the window\n"})
 		event, second := "repo:push", `{"new": {"type": "branch", "name": "fix-window", "target": {"hash": "`+cloudPull+`"}},
 			"old": {"type": "branch", "name": "fix-window", "target": {"hash": "`+cloudHead+`"}},
-			"commits": [{"hash": "`+cloudPull+`", "message": "Close the window\n"}], "truncated": false}`
+			"commits": [{"hash": "`+cloudPull+`", "message": "close the window\n"}], "truncated": false}`
 		if dc {
 			event, second = "repo:refs_changed", `{"ref": {"id": "refs/heads/a-branch", "displayId": "a-branch", "type": "BRANCH"},
 				"refId": "refs/heads/a-branch", "fromHash": "`+dcHead+`", "toHash": "`+dcPull+`", "type": "UPDATE"}`
@@ -378,10 +380,11 @@ func TestABitbucketPushOfTwoBranchesGivesEachHeadItsOwnVerdict(t *testing.T) {
 		for _, m := range ms {
 			w.process(r, m)
 		}
-		for _, s := range []struct{ sha, state, names string }{
-			{w.pushHead(), "SUCCESSFUL", "all rules hold"}, {w.pullHead(), "FAILED", "forbidden path secrets/key.pem"}} {
-			if state, desc := w.shown(s.sha); state != s.state || !strings.Contains(desc, s.names) {
-				t.Errorf("data center %v: %.12s shows %s %q, want %s naming %q", dc, s.sha, state, desc, s.state, s.names)
+		for _, s := range []struct{ sha, names, not string }{
+			{w.pushHead(), "forbidden path secrets/prod.env", "commit message"},
+			{w.pullHead(), "commit message of " + w.pullHead()[:12], "secrets/prod.env"}} {
+			if state, desc := w.shown(s.sha); state != "FAILED" || !strings.Contains(desc, s.names) || strings.Contains(desc, s.not) {
+				t.Errorf("data center %v: %.12s shows %s %q, want FAILED naming %q and not %q", dc, s.sha, state, desc, s.names, s.not)
 			}
 		}
 	}
