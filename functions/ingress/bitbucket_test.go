@@ -309,3 +309,92 @@ func TestAPushOfTooManyBranchesIsAnsweredAsTheRouteAnswersAnyPush(t *testing.T) 
 		t.Errorf("%d queued, want none", q.Len())
 	}
 }
+
+// A push whose admissions fail part way (the ledger unavailable before or after its write
+// landed, or full) is answered 503 with Retry-After, nothing claimed for the branches not
+// admitted; sent again, as a sender retries, every branch is admitted and queued, each once,
+// under its own key and holding its own change.
+func TestAPushOfBranchesAdmittedPartWayIsAdmittedWholeWhenSentAgain(t *testing.T) {
+	sha2, sha3 := strings.Repeat("2", 40), strings.Repeat("3", 40)
+	body := cloudPushOf("main", sha1, "release/1.1", sha2, "fix", sha3)
+	want := map[string]string{"refs/heads/main": sha1, "refs/heads/release/1.1": sha2, "refs/heads/fix": sha3}
+	for _, c := range []struct {
+		name     string
+		fail     failure
+		answered []string // each branch's outcome when sent again
+	}{
+		{"the ledger unavailable", failBefore, []string{"pending", "admitted", "admitted"}},
+		{"the ledger's write landed unanswered", failAfter, []string{"pending", "pending", "admitted"}},
+		{"the ledger full", failFull, []string{"pending", "admitted", "admitted"}},
+	} {
+		q := queue.NewLocal()
+		h, l := newBitbucketHandler(t, q)
+		fl := &failingAdmit{Ledger: l, fail: 2, how: c.fail}
+		h.Ledger = fl
+		resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Headers["Retry-After"] == "" || q.Len() != 1 {
+			t.Fatalf("%s: %d %v %s, %d queued; want 503 with Retry-After, the first branch queued", c.name, resp.StatusCode, resp.Headers, resp.Body, q.Len())
+		}
+		resp, err = h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := decodeAnswer(t, resp)
+		if resp.StatusCode != http.StatusAccepted || a.Outcome != "admitted" || len(a.Branches) != 3 || q.Len() != 3 {
+			t.Fatalf("%s, sent again: %d %s, %d queued; want 202 admitted listing three branches, three queued", c.name, resp.StatusCode, resp.Body, q.Len())
+		}
+		for i, b := range a.Branches {
+			k, err := ledger.ParseKey(b.Key)
+			if err != nil {
+				t.Fatalf("%s: branch %s's key %q: %v", c.name, b.Ref, b.Key, err)
+			}
+			row, err := l.Inspect(context.Background(), k)
+			if err != nil {
+				t.Fatalf("%s: branch %s: %v", c.name, b.Ref, err)
+			}
+			var ch change.Change
+			if err := json.Unmarshal(row.Change, &ch); err != nil || b.Outcome != c.answered[i] || ch.Ref != b.Ref || ch.SHA != want[b.Ref] {
+				t.Errorf("%s: branch %s answered %s (want %s), its row holds %s at %s (%v)", c.name, b.Ref, b.Outcome, c.answered[i], ch.Ref, ch.SHA, err)
+			}
+		}
+		if st, err := l.Stats(context.Background()); err != nil || st.Rows != 3 {
+			t.Errorf("%s: %d rows (%v), want 3", c.name, st.Rows, err)
+		}
+	}
+}
+
+// failure is how failingAdmit's admission fails.
+type failure int
+
+const (
+	failBefore failure = iota // an error, nothing written
+	failAfter                 // an error, the row written
+	failFull                  // Full
+)
+
+// failingAdmit is a ledger whose fail-th admission fails as how says.
+type failingAdmit struct {
+	ledger.Ledger
+	fail, admits int
+	how          failure
+}
+
+func (l *failingAdmit) Admit(ctx context.Context, d ledger.Delivery) (ledger.Admission, error) {
+	l.admits++
+	if l.admits != l.fail {
+		return l.Ledger.Admit(ctx, d)
+	}
+	switch l.how {
+	case failAfter:
+		if _, err := l.Ledger.Admit(ctx, d); err != nil {
+			return ledger.Admission{}, err
+		}
+		return ledger.Admission{}, errors.New("ledger: the answer was lost")
+	case failFull:
+		return ledger.Admission{Outcome: ledger.Full, Key: d.Key()}, nil
+	}
+	return ledger.Admission{}, errors.New("ledger unavailable")
+}
