@@ -398,3 +398,71 @@ func (l *failingAdmit) Admit(ctx context.Context, d ledger.Delivery) (ledger.Adm
 	}
 	return ledger.Admission{}, errors.New("ledger unavailable")
 }
+
+// What a push lists beyond its branches, and what its branches are named, changes nothing of
+// the above: deletions and tags beside 20 branches are not counted (each branch admitted), a
+// name with spaces, quotes, markup or non-ASCII letters, or a long one, is kept as it is under
+// a key of its own, and a branch whose change is over the ledger's limit refuses the whole push
+// (413) before any branch is admitted.
+func TestAPushOfOddBranchesIsAdmittedWholeOrRefusedWhole(t *testing.T) {
+	var twenty []string
+	for i := range change.MaxBranches {
+		twenty = append(twenty, fmt.Sprintf("b%d", i), sha1)
+	}
+	withOthers := strings.Replace(cloudPushOf(twenty...), `"changes":[`, `"changes":[`+
+		`{"new":null,"old":{"type":"branch","name":"gone","target":{"hash":"`+sha1+`"}},"commits":[],"truncated":false},`+
+		`{"new":{"type":"tag","name":"v1","target":{"hash":"`+sha1+`"}},"old":null,"commits":[],"truncated":false},`, 1)
+	withOthers = strings.Replace(withOthers, `]}}`, `,{"new":{"type":"tag","name":"v2","target":{"hash":"`+sha1+`"}},"old":null,"commits":[],"truncated":false}]}}`, 1)
+	odd := []string{"main", "with space", `a "quoted" <b>&amp;</b>`, "snow\u2603man", strings.Repeat("long/", 400)}
+	var oddPush []string
+	for _, n := range odd {
+		oddPush = append(oddPush, n, sha1)
+	}
+	for _, c := range []struct {
+		name, body string
+		status     int
+		refs       []string // the branches admitted, in order
+	}{
+		{"20 branches, a deletion and two tags", withOthers, http.StatusAccepted, func() (r []string) {
+			for i := range change.MaxBranches {
+				r = append(r, fmt.Sprintf("refs/heads/b%d", i))
+			}
+			return r
+		}()},
+		{"odd names", cloudPushOf(oddPush...), http.StatusAccepted, func() (r []string) {
+			for _, n := range odd {
+				r = append(r, "refs/heads/"+n)
+			}
+			return r
+		}()},
+		{"a name over the limit", cloudPushOf("main", sha1, strings.Repeat("x", 40<<10), sha1), http.StatusRequestEntityTooLarge, nil},
+	} {
+		q := queue.NewLocal()
+		h, l := newBitbucketHandler(t, q)
+		resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := decodeAnswer(t, resp)
+		if resp.StatusCode != c.status || len(a.Branches) != len(c.refs) || q.Len() != len(c.refs) {
+			t.Fatalf("%s: %d, %d branches answered, %d queued; want %d and %d", c.name, resp.StatusCode, len(a.Branches), q.Len(), c.status, len(c.refs))
+		}
+		for i, b := range a.Branches {
+			k, err := ledger.ParseKey(b.Key)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", c.name, b.Key, err)
+			}
+			row, err := l.Inspect(context.Background(), k)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", c.name, b.Ref, err)
+			}
+			var ch change.Change
+			if err := json.Unmarshal(row.Change, &ch); err != nil || b.Ref != c.refs[i] || ch.Ref != c.refs[i] {
+				t.Errorf("%s: branch %d answered as %q, its row holds %q (%v); want %q", c.name, i, b.Ref, ch.Ref, err, c.refs[i])
+			}
+		}
+		if st, err := l.Stats(context.Background()); err != nil || int(st.Rows) != len(c.refs) {
+			t.Errorf("%s: %d rows (%v), want %d", c.name, st.Rows, err, len(c.refs))
+		}
+	}
+}
