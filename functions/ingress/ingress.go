@@ -268,7 +268,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 // signature proves identity: the first change's is the webhook's own, each further one (a
 // Bitbucket push's next branch) the webhook's and the change's ref. The same webhook sent
 // again gives every change the key it had; a webhook of one change (every one but a push of
-// several Bitbucket branches) keeps the key it always had.
+// several Bitbucket branches) keeps the key it always had. No other webhook's identity on the
+// route can equal a further change's: a Bitbucket route's scheme identifies a webhook by its
+// body's digest, hex without a space. A scheme whose identity the sender chooses (Standard
+// Webhooks' webhook-id may hold a space) must not give several changes this way: its id
+// "X refs/heads/b" would be the key of webhook X's branch b.
 func ChangeIdentity(identity string, i int, c change.Change) string {
 	if i == 0 {
 		return identity
