@@ -123,76 +123,113 @@ var (
 	ErrIgnored = errors.New("change: event not evaluated")
 	// ErrMalformed: the payload lacks what its event must carry. The ingress answers 400.
 	ErrMalformed = errors.New("change: malformed payload")
+	// ErrTooMany: a push updates more branches than one webhook's are evaluated
+	// (MaxBranches, CheckBranches). The ingress answers 413.
+	ErrTooMany = errors.New("change: too many branches")
 )
 
 // A Format is the shape of one family of providers' webhooks: where the event kind is named
 // (a header, or the body) and how each kind's payload reads. The provider table
 // (functions/provider) gives each provider its format.
 type Format struct {
-	read func(provider string, h http.Header, body []byte) (s Change, abbreviated bool, err error)
+	read func(provider string, h http.Header, body []byte) (changes []Change, abbreviated bool, err error)
+}
+
+// one is the one change of a webhook that carries one.
+func one(s Change, err error) ([]Change, bool, error) {
+	if err != nil {
+		return nil, false, err
+	}
+	return []Change{s}, false, nil
 }
 
 // The formats amiss reads.
 var (
 	// GitHubFormat: the event in X-GitHub-Event.
-	GitHubFormat = Format{func(provider string, h http.Header, body []byte) (Change, bool, error) {
-		s, err := fromGitHubFamily(provider, h.Get("X-GitHub-Event"), body)
-		return s, false, err
+	GitHubFormat = Format{func(provider string, h http.Header, body []byte) ([]Change, bool, error) {
+		return one(fromGitHubFamily(provider, h.Get("X-GitHub-Event"), body))
 	}}
 	// GiteaFormat: GitHub's payloads, the event in X-Gitea-Event.
-	GiteaFormat = Format{func(provider string, h http.Header, body []byte) (Change, bool, error) {
-		s, err := fromGitHubFamily(provider, h.Get("X-Gitea-Event"), body)
-		return s, false, err
+	GiteaFormat = Format{func(provider string, h http.Header, body []byte) ([]Change, bool, error) {
+		return one(fromGitHubFamily(provider, h.Get("X-Gitea-Event"), body))
 	}}
 	// ForgejoFormat: GitHub's payloads, the event in X-Forgejo-Event (or X-Gitea-Event).
-	ForgejoFormat = Format{func(provider string, h http.Header, body []byte) (Change, bool, error) {
+	ForgejoFormat = Format{func(provider string, h http.Header, body []byte) ([]Change, bool, error) {
 		ev := h.Get("X-Forgejo-Event")
 		if ev == "" {
 			ev = h.Get("X-Gitea-Event")
 		}
-		s, err := fromGitHubFamily(provider, ev, body)
-		return s, false, err
+		return one(fromGitHubFamily(provider, ev, body))
 	}}
 	// GitLabFormat: the event in the body's object_kind.
-	GitLabFormat = Format{func(_ string, _ http.Header, body []byte) (Change, bool, error) {
-		s, err := fromGitLab(body)
-		return s, false, err
+	GitLabFormat = Format{func(_ string, _ http.Header, body []byte) ([]Change, bool, error) {
+		return one(fromGitLab(body))
 	}}
-	// BitbucketFormat: Bitbucket Cloud and Data Center, the event in X-Event-Key.
-	BitbucketFormat = Format{func(_ string, h http.Header, body []byte) (Change, bool, error) {
+	// BitbucketFormat: Bitbucket Cloud and Data Center, the event in X-Event-Key. A push lists
+	// every branch it updated: one change each.
+	BitbucketFormat = Format{func(_ string, h http.Header, body []byte) ([]Change, bool, error) {
 		ev := h.Get("X-Event-Key")
-		s, err := fromBitbucket(ev, body)
+		cs, err := fromBitbucket(ev, body)
 		// Bitbucket Cloud's pull request payloads abbreviate commit hashes (12 characters
 		// observed; at least 7); the publisher resolves them to the full hash.
-		return s, strings.HasPrefix(ev, "pullrequest:"), err
+		return cs, strings.HasPrefix(ev, "pullrequest:"), err
 	}}
 	// StandardWebhooksFormat: the data amiss defines for Standard Webhooks senders, the event
 	// in the body's type.
-	StandardWebhooksFormat = Format{func(_ string, _ http.Header, body []byte) (Change, bool, error) {
-		s, err := fromStandard(body)
-		return s, false, err
+	StandardWebhooksFormat = Format{func(_ string, _ http.Header, body []byte) ([]Change, bool, error) {
+		return one(fromStandard(body))
 	}}
 )
 
-// Extract reads the change of a request that provider sent in format f. The event kind comes
-// from the provider's event header (or, for GitLab and Standard Webhooks, the body). The
-// change names the provider, always has a repository and a commit sha, and is bounded (see
-// the bounds above); an event amiss does not evaluate is ErrIgnored, a payload that lacks what
-// its event must carry ErrMalformed.
-func Extract(provider string, f Format, h http.Header, body []byte) (Change, error) {
+// MaxBranches bounds the branches one push webhook may update to be evaluated: each is
+// admitted on its own while the sender waits for the answer (Bitbucket Cloud gives up after
+// 10 seconds), so a larger push is refused whole (CheckBranches), none of its branches
+// evaluated.
+const MaxBranches = 20
+
+// CheckBranches refuses the changes of a push of more than MaxBranches branches
+// (ErrTooMany, naming the count). Extract does not: a route that ignores the push, or may not
+// take it, answers it as it answers any push, and only a push it would evaluate is refused
+// for its count.
+func CheckBranches(cs []Change) error {
+	if len(cs) > MaxBranches {
+		return fmt.Errorf("%w: a push updating %d branches; amiss evaluates at most %d from one webhook (push fewer at once)",
+			ErrTooMany, len(cs), MaxBranches)
+	}
+	return nil
+}
+
+// Extract reads the changes of a request that provider sent in format f: one, but for a
+// Bitbucket push, which lists every branch it updated (a push of several branches, or Data
+// Center's automatic merge into later release branches) and gives one change per branch, in
+// the order the payload lists them. The event kind comes from the provider's event header
+// (or, for GitLab and Standard Webhooks, the body). Every change names the provider, has a
+// repository and a commit sha, and is bounded (see the bounds above); the changes of one
+// request share event, repository and API, and name distinct refs. An event amiss does not
+// evaluate is ErrIgnored, a payload that lacks what its event must carry ErrMalformed. The
+// changes are not counted: CheckBranches refuses a push of more than MaxBranches branches.
+func Extract(provider string, f Format, h http.Header, body []byte) ([]Change, error) {
 	if f.read == nil {
-		return Change{}, fmt.Errorf("change: provider %q sends no webhooks amiss reads", provider)
+		return nil, fmt.Errorf("change: provider %q sends no webhooks amiss reads", provider)
 	}
-	s, abbreviated, err := f.read(provider, h, body)
+	cs, abbreviated, err := f.read(provider, h, body)
 	if err != nil {
-		return Change{}, err
+		return nil, err
 	}
-	s.Provider = provider
-	if s.Repository == "" || !(isSHA(s.SHA) || abbreviated && isAbbreviatedSHA(s.SHA)) {
-		return Change{}, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
+	refs := map[string]bool{}
+	for i := range cs {
+		s := &cs[i]
+		s.Provider = provider
+		if s.Repository == "" || !(isSHA(s.SHA) || abbreviated && isAbbreviatedSHA(s.SHA)) {
+			return nil, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
+		}
+		if len(cs) > 1 && refs[s.Ref] {
+			return nil, fmt.Errorf("%w: %s %s payload lists %s twice", ErrMalformed, provider, s.Event, s.Ref)
+		}
+		refs[s.Ref] = true
+		s.Bound()
 	}
-	s.Bound()
-	return s, nil
+	return cs, nil
 }
 
 func decode(body []byte, v any) error {

@@ -101,7 +101,7 @@ func TestFixtures(t *testing.T) {
 		if c.header != "" {
 			h.Set(c.header, c.event)
 		}
-		got, err := provider.Extract(c.provider, h, load(t, c.file))
+		got, err := only(provider.Extract(c.provider, h, load(t, c.file)))
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
 		}
@@ -140,7 +140,7 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		if c.h == nil {
 			c.h = http.Header{}
 		}
-		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, change.ErrIgnored) {
+		if _, err := only(provider.Extract(c.provider, c.h, []byte(c.body))); !errors.Is(err, change.ErrIgnored) {
 			t.Errorf("ignored case %d (%s): %v", i, c.provider, err)
 		}
 	}
@@ -170,7 +170,7 @@ func TestIgnoredAndMalformed(t *testing.T) {
 		if c.h == nil {
 			c.h = http.Header{}
 		}
-		if _, err := provider.Extract(c.provider, c.h, []byte(c.body)); !errors.Is(err, change.ErrMalformed) {
+		if _, err := only(provider.Extract(c.provider, c.h, []byte(c.body))); !errors.Is(err, change.ErrMalformed) {
 			t.Errorf("malformed case %d (%s): %v", i, c.provider, err)
 		}
 	}
@@ -184,7 +184,7 @@ func TestAbbreviatedHashes(t *testing.T) {
 	h.Set("X-Event-Key", "pullrequest:created")
 	for hash, ok := range map[string]bool{"a3b0c7e": true, "a3b0c7e1d2f4": true, "a3b0c7e1d2f4a5b6c7d8e9f0a1b2c3d4e5f6a7b8": true,
 		"a3b0c7": false, "A3B0C7E1D2F4": false, "a3b0c7e1d2fz": false, "": false} {
-		_, err := provider.Extract("bitbucket", h, []byte(strings.Replace(pr, `"hash": "a3b0c7e1d2f4"`, `"hash": "`+hash+`"`, 1)))
+		_, err := only(provider.Extract("bitbucket", h, []byte(strings.Replace(pr, `"hash": "a3b0c7e1d2f4"`, `"hash": "`+hash+`"`, 1))))
 		if (err == nil) != ok || (err != nil && !errors.Is(err, change.ErrMalformed)) {
 			t.Errorf("pull request hash %q: %v (accept: %v)", hash, err, ok)
 		}
@@ -192,12 +192,12 @@ func TestAbbreviatedHashes(t *testing.T) {
 	// Pushes carry full hashes, on Cloud as elsewhere: an abbreviated one stays malformed.
 	push := strings.ReplaceAll(string(load(t, "bitbucket-cloud/push.json")), "709d658dc5b6d6afcd46049c2f332ee3f515a67d", "709d658dc5b6")
 	h.Set("X-Event-Key", "repo:push")
-	if _, err := provider.Extract("bitbucket", h, []byte(push)); !errors.Is(err, change.ErrMalformed) {
+	if _, err := only(provider.Extract("bitbucket", h, []byte(push))); !errors.Is(err, change.ErrMalformed) {
 		t.Errorf("abbreviated push hash: %v", err)
 	}
 	gh := http.Header{}
 	gh.Set("X-GitHub-Event", "push")
-	if _, err := provider.Extract("github", gh, []byte(`{"after":"0d1a26e67d8f","repository":{"full_name":"a/b"}}`)); !errors.Is(err, change.ErrMalformed) {
+	if _, err := only(provider.Extract("github", gh, []byte(`{"after":"0d1a26e67d8f","repository":{"full_name":"a/b"}}`))); !errors.Is(err, change.ErrMalformed) {
 		t.Errorf("abbreviated GitHub hash: %v", err)
 	}
 }
@@ -211,7 +211,7 @@ func TestBounds(t *testing.T) {
 		strings.Join(commits, ",") + `]}`
 	h := http.Header{}
 	h.Set("X-GitHub-Event", "push")
-	s, err := provider.Extract("github", h, []byte(body))
+	s, err := only(provider.Extract("github", h, []byte(body)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,16 +242,16 @@ func TestInstallationIsKept(t *testing.T) {
 	for event, file := range map[string]string{"push": "github/push.json", "pull_request": "github/pull_request.json"} {
 		h.Set("X-GitHub-Event", event)
 		body := strings.Replace(string(load(t, file)), `"sender"`, `"installation": {"id": 77, "node_id": "x"}, "sender"`, 1)
-		s, err := provider.Extract("github", h, []byte(body))
+		s, err := only(provider.Extract("github", h, []byte(body)))
 		if err != nil || s.Installation != 77 {
 			t.Fatalf("%s from an App: installation %d, %v", event, s.Installation, err)
 		}
-		if s, err := provider.Extract("github", h, load(t, file)); err != nil || s.Installation != 0 {
+		if s, err := only(provider.Extract("github", h, load(t, file))); err != nil || s.Installation != 0 {
 			t.Fatalf("%s from a repository webhook: installation %d, %v", event, s.Installation, err)
 		}
 	}
 	body := `{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","installation":5}}`
-	if s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(body)); err != nil || s.Installation != 0 {
+	if s, err := only(provider.Extract("standard-webhooks", http.Header{}, []byte(body))); err != nil || s.Installation != 0 {
 		t.Fatalf("standard webhooks: installation %d, %v", s.Installation, err)
 	}
 }
@@ -264,7 +264,7 @@ func TestABitbucketChangeNamesTheAPIItCameFrom(t *testing.T) {
 		"bitbucket-cloud/pullrequest_updated.json": "pullrequest:updated"} {
 		h := http.Header{}
 		h.Set("X-Event-Key", event)
-		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != change.BitbucketCloud {
+		if s, err := only(provider.Extract("bitbucket", h, load(t, file))); err != nil || s.API != change.BitbucketCloud {
 			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, change.BitbucketCloud)
 		}
 	}
@@ -272,19 +272,19 @@ func TestABitbucketChangeNamesTheAPIItCameFrom(t *testing.T) {
 	for file, event := range map[string]string{"bitbucket-dc/refs_changed.json": "repo:refs_changed", "bitbucket-dc/pr_opened.json": "pr:opened"} {
 		h := http.Header{}
 		h.Set("X-Event-Key", event)
-		if s, err := provider.Extract("bitbucket", h, load(t, file)); err != nil || s.API != change.BitbucketDataCenter {
+		if s, err := only(provider.Extract("bitbucket", h, load(t, file))); err != nil || s.API != change.BitbucketDataCenter {
 			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, change.BitbucketDataCenter)
 		}
 	}
 	for _, event := range []string{"pr:from_ref_updated", "pr:modified"} {
 		h := http.Header{}
 		h.Set("X-Event-Key", event)
-		if s, err := provider.Extract("bitbucket", h, pr); err != nil || s.API != change.BitbucketDataCenter {
+		if s, err := only(provider.Extract("bitbucket", h, pr)); err != nil || s.API != change.BitbucketDataCenter {
 			t.Fatalf("%s: API %q, %v; want %s", event, s.API, err, change.BitbucketDataCenter)
 		}
 	}
 	body := `{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","api":"bitbucket-datacenter"}}`
-	if s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(body)); err != nil || s.API != "" {
+	if s, err := only(provider.Extract("standard-webhooks", http.Header{}, []byte(body))); err != nil || s.API != "" {
 		t.Fatalf("standard webhooks: API %q, %v", s.API, err)
 	}
 }
@@ -334,7 +334,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 		if c.h == nil {
 			c.h = http.Header{}
 		}
-		s, err := provider.Extract(c.provider, c.h, []byte(c.body))
+		s, err := only(provider.Extract(c.provider, c.h, []byte(c.body)))
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -352,7 +352,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 	}
 	body := `{"ref":"refs/heads/main","after":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","repository":{"full_name":"a/b"},"commits":[` +
 		strings.Join(commits, ",") + `]}`
-	s, err := provider.Extract("github", h("X-GitHub-Event", "push"), []byte(body))
+	s, err := only(provider.Extract("github", h("X-GitHub-Event", "push"), []byte(body)))
 	if err != nil || s.Whole.Has(change.CommitsInput) || s.Whole.Has(change.PathsInput) {
 		t.Fatalf("github push of 2,048 listed commits: whole %q, %v", s.Whole, err)
 	}
@@ -373,7 +373,7 @@ func TestAPullRequestHoldsItsTitleButNotItsFilesOrCommits(t *testing.T) {
 		{"bitbucket", h("X-Event-Key", "pullrequest:created"), "bitbucket-cloud/pullrequest_created.json"},
 		{"bitbucket", h("X-Event-Key", "pr:opened"), "bitbucket-dc/pr_opened.json"},
 	} {
-		s, err := provider.Extract(c.provider, c.h, load(t, c.file))
+		s, err := only(provider.Extract(c.provider, c.h, load(t, c.file)))
 		if err != nil {
 			t.Fatalf("%s: %v", c.file, err)
 		}
@@ -415,7 +415,7 @@ func TestACheckRunsRerunNamesItsSuitesBranch(t *testing.T) {
 	b, _ := json.Marshal(body)
 	hdr := http.Header{}
 	hdr.Set("X-GitHub-Event", "check_run")
-	s, err := change.Extract("github", change.GitHubFormat, hdr, b)
+	s, err := only(change.Extract("github", change.GitHubFormat, hdr, b))
 	if err != nil || s.Pull != nil || s.Ref != "refs/heads/changes" {
 		t.Fatalf("re-run %+v %v, want the suite's branch refs/heads/changes and no pull request", s, err)
 	}
@@ -439,9 +439,76 @@ func TestAStandardWebhooksSendersListsAreWholeOnlyWhenSent(t *testing.T) {
 		{`{"type":"push","data":{"repository":"a/b","sha":"0123456789abcdef0123456789abcdef01234567","changed_paths":null,` +
 			`"whole":["title","pull_request","commits","paths"]}}`, change.TitleInput | change.PullInput},
 	} {
-		s, err := provider.Extract("standard-webhooks", http.Header{}, []byte(c.body))
+		s, err := only(provider.Extract("standard-webhooks", http.Header{}, []byte(c.body)))
 		if err != nil || s.Whole != c.whole {
 			t.Errorf("%s: whole %q (%v), want %q", c.body, s.Whole, err, c.whole)
 		}
+	}
+}
+
+// only is the one change of a webhook that carries one (an error passes through as it is).
+func only(cs []change.Change, err error) (change.Change, error) {
+	if err != nil {
+		return change.Change{}, err
+	}
+	if len(cs) != 1 {
+		return change.Change{}, fmt.Errorf("the webhook gave %d changes, want 1", len(cs))
+	}
+	return cs[0], nil
+}
+
+// A Bitbucket push lists every branch it updated: each branch it created or moved gives a
+// change of its own, in the order the push lists them, holding that branch's head, its commit
+// before the push (none for a new branch), its commits and what it lists whole (Cloud's
+// truncated is per branch); a deleted branch and a tag give none. A push listing one branch
+// twice is malformed.
+func TestAPushOfSeveralBranchesGivesEachBranchItsOwnChange(t *testing.T) {
+	const a, b, c, d, e = "1e65c05c1d5171631d92438a13901ca7dae9618c", "709d658dc5b6d6afcd46049c2f332ee3f515a67d",
+		"a3b0c7e1d2f45b6c7d8e9f001122334455667788", "03f4a7270240708834de475bcf21532d6134777e", "5555555555555555555555555555555555555555"
+	const zero = "0000000000000000000000000000000000000000"
+	cloud := `{"repository":{"full_name":"team/app"},"push":{"changes":[
+		{"new":{"type":"branch","name":"main","target":{"hash":"` + b + `"}},"old":{"type":"branch","name":"main","target":{"hash":"` + a + `"}},
+		 "commits":[{"hash":"` + b + `","message":"Add the health check\n"},{"hash":"` + d + `","message":"Prepare the router\n"}],"truncated":false},
+		{"new":null,"old":{"type":"branch","name":"gone","target":{"hash":"` + a + `"}},"commits":[],"truncated":false},
+		{"new":{"type":"tag","name":"v1.0","target":{"hash":"` + b + `"}},"old":null,"commits":[],"truncated":false},
+		{"new":{"type":"branch","name":"release/2.0","target":{"hash":"` + c + `"}},"old":null,
+		 "commits":[{"hash":"` + c + `","message":"Cut 2.0\n"}],"truncated":true},
+		{"new":{"type":"branch","name":"fix","target":{"hash":"` + e + `"}},"old":{"type":"branch","name":"fix","target":{"hash":"` + d + `"}},
+		 "commits":[{"hash":"` + e + `","message":"Fix it\n"}],"truncated":false}]}}`
+	cloudWhole := change.TitleInput | change.PullInput
+	dc := `{"eventKey":"repo:refs_changed","repository":{"slug":"repository","project":{"key":"PROJ"}},"changes":[
+		{"ref":{"id":"refs/heads/new-branch","type":"BRANCH"},"fromHash":"` + zero + `","toHash":"` + c + `","type":"ADD"},
+		{"ref":{"id":"refs/heads/old","type":"BRANCH"},"fromHash":"` + a + `","toHash":"` + zero + `","type":"DELETE"},
+		{"ref":{"id":"refs/tags/v1","type":"TAG"},"fromHash":"` + zero + `","toHash":"` + b + `","type":"ADD"},
+		{"ref":{"id":"refs/heads/master","type":"BRANCH"},"fromHash":"` + a + `","toHash":"` + b + `","type":"UPDATE"}]}`
+	dcWhole := change.TitleInput | change.PullInput
+	for _, x := range []struct {
+		event, body string
+		want        []change.Change
+	}{
+		{"repo:push", cloud, []change.Change{
+			{Provider: "bitbucket", API: change.BitbucketCloud, Event: change.Push, Repository: "team/app", SHA: b, Ref: "refs/heads/main", Before: a,
+				Commits: []change.Commit{{ID: d, Message: "Prepare the router\n"}, {ID: b, Message: "Add the health check\n"}}, Whole: cloudWhole | change.CommitsInput},
+			{Provider: "bitbucket", API: change.BitbucketCloud, Event: change.Push, Repository: "team/app", SHA: c, Ref: "refs/heads/release/2.0",
+				Commits: []change.Commit{{ID: c, Message: "Cut 2.0\n"}}, Whole: cloudWhole},
+			{Provider: "bitbucket", API: change.BitbucketCloud, Event: change.Push, Repository: "team/app", SHA: e, Ref: "refs/heads/fix", Before: d,
+				Commits: []change.Commit{{ID: e, Message: "Fix it\n"}}, Whole: cloudWhole | change.CommitsInput}}},
+		{"repo:refs_changed", dc, []change.Change{
+			{Provider: "bitbucket", API: change.BitbucketDataCenter, Event: change.Push, Repository: "PROJ/repository", SHA: c, Ref: "refs/heads/new-branch", Whole: dcWhole},
+			{Provider: "bitbucket", API: change.BitbucketDataCenter, Event: change.Push, Repository: "PROJ/repository", SHA: b, Ref: "refs/heads/master", Before: a, Whole: dcWhole}}},
+	} {
+		h := http.Header{}
+		h.Set("X-Event-Key", x.event)
+		got, err := provider.Extract("bitbucket", h, []byte(x.body))
+		if err != nil || !reflect.DeepEqual(got, x.want) {
+			t.Errorf("%s: %v\n got %+v\nwant %+v", x.event, err, got, x.want)
+		}
+	}
+
+	h := http.Header{}
+	h.Set("X-Event-Key", "repo:refs_changed")
+	twice := strings.Replace(dc, "refs/heads/new-branch", "refs/heads/master", 1)
+	if _, err := provider.Extract("bitbucket", h, []byte(twice)); !errors.Is(err, change.ErrMalformed) || !strings.Contains(err.Error(), "refs/heads/master twice") {
+		t.Errorf("a push listing refs/heads/master twice: %v, want malformed naming it", err)
 	}
 }

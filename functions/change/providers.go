@@ -458,28 +458,31 @@ func (r bbdRepo) name() string {
 
 // fromBitbucket reads a Bitbucket Cloud or Data Center webhook, told apart by its event key, and
 // names the API it came from.
-func fromBitbucket(event string, body []byte) (Change, error) {
-	s, err := fromBitbucketEvent(event, body)
-	if err == nil {
-		s.API = BitbucketCloud
+func fromBitbucket(event string, body []byte) ([]Change, error) {
+	cs, err := fromBitbucketEvent(event, body)
+	for i := range cs {
+		cs[i].API = BitbucketCloud
 		if dataCenterEvents[event] {
-			s.API = BitbucketDataCenter
+			cs[i].API = BitbucketDataCenter
 		}
 	}
-	return s, err
+	return cs, err
 }
 
 // dataCenterEvents are the event keys of Bitbucket Data Center's webhooks amiss evaluates
 // (Bitbucket Cloud's are repo:push and pullrequest:*).
 var dataCenterEvents = map[string]bool{"repo:refs_changed": true, "pr:opened": true, "pr:from_ref_updated": true, "pr:modified": true}
 
-func fromBitbucketEvent(event string, body []byte) (Change, error) {
+// fromBitbucketEvent reads a Bitbucket webhook: a push gives a change for each branch it
+// updated (created or moved; deletions and tags are not evaluated), anything else one change.
+func fromBitbucketEvent(event string, body []byte) ([]Change, error) {
 	switch event {
 	case "repo:push": // Cloud
 		var p bbcPush
 		if err := decode(body, &p); err != nil {
-			return Change{}, err
+			return nil, err
 		}
+		var out []Change
 		for _, c := range p.Push.Changes {
 			if c.New == nil || c.New.Type != "branch" {
 				continue // a deletion, or a tag
@@ -495,36 +498,43 @@ func fromBitbucketEvent(event string, body []byte) (Change, error) {
 			if !c.Truncated {
 				s.Whole |= CommitsInput
 			}
-			return s, nil
+			out = append(out, s)
 		}
-		return Change{}, fmt.Errorf("%w: push without a branch update", ErrIgnored)
+		if len(out) == 0 {
+			return nil, fmt.Errorf("%w: push without a branch update", ErrIgnored)
+		}
+		return out, nil
 	case "pullrequest:created", "pullrequest:updated":
 		var p bbcPull
 		if err := decode(body, &p); err != nil {
-			return Change{}, err
+			return nil, err
 		}
 		pr := p.PullRequest
-		return Change{Event: PullRequest, Repository: p.Repository.FullName, SHA: pr.Source.Commit.Hash,
+		return []Change{{Event: PullRequest, Repository: p.Repository.FullName, SHA: pr.Source.Commit.Hash,
 			Ref: "refs/heads/" + pr.Source.Branch.Name, Whole: pullWhole,
-			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.Destination.Branch.Name, SourceBranch: pr.Source.Branch.Name}}, nil
+			Pull: &Pull{Number: pr.ID, Title: pr.Title, TargetBranch: pr.Destination.Branch.Name, SourceBranch: pr.Source.Branch.Name}}}, nil
 	case "repo:refs_changed": // Data Center
 		var p bbdPush
 		if err := decode(body, &p); err != nil {
-			return Change{}, err
+			return nil, err
 		}
+		var out []Change
 		for _, c := range p.Changes {
 			if c.Ref.Type != "BRANCH" || c.Type == "DELETE" || zeroSHA(c.ToHash) {
 				continue
 			}
 			// Data Center lists neither commits nor changed paths.
-			return Change{Event: Push, Repository: p.Repository.name(), SHA: c.ToHash, Ref: c.Ref.ID,
-				Before: before(c.FromHash), Whole: TitleInput | PullInput}, nil
+			out = append(out, Change{Event: Push, Repository: p.Repository.name(), SHA: c.ToHash, Ref: c.Ref.ID,
+				Before: before(c.FromHash), Whole: TitleInput | PullInput})
 		}
-		return Change{}, fmt.Errorf("%w: refs changed without a branch update", ErrIgnored)
+		if len(out) == 0 {
+			return nil, fmt.Errorf("%w: refs changed without a branch update", ErrIgnored)
+		}
+		return out, nil
 	case "pr:opened", "pr:from_ref_updated", "pr:modified":
 		var p bbdPull
 		if err := decode(body, &p); err != nil {
-			return Change{}, err
+			return nil, err
 		}
 		pr := p.PullRequest
 		s := Change{Event: PullRequest, Repository: pr.ToRef.Repository.name(), SHA: pr.FromRef.LatestCommit,
@@ -541,13 +551,13 @@ func fromBitbucketEvent(event string, body []byte) (Change, error) {
 			}
 			s.Pull.Was = &was
 		}
-		return s, nil
+		return []Change{s}, nil
 	case "diagnostics:ping":
-		return Change{}, fmt.Errorf("%w: ping", ErrIgnored)
+		return nil, fmt.Errorf("%w: ping", ErrIgnored)
 	case "":
-		return Change{}, fmt.Errorf("%w: bitbucket X-Event-Key header missing", ErrMalformed)
+		return nil, fmt.Errorf("%w: bitbucket X-Event-Key header missing", ErrMalformed)
 	}
-	return Change{}, fmt.Errorf("%w: bitbucket %s", ErrIgnored, event)
+	return nil, fmt.Errorf("%w: bitbucket %s", ErrIgnored, event)
 }
 
 // Standard Webhooks senders send {"type": "push"|"pull_request", "data": <change fields>}.

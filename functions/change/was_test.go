@@ -68,7 +68,7 @@ func TestAnEditProvesThePullRequestBeforeIt(t *testing.T) {
 		if c.header != "" {
 			h.Set(c.header, c.event)
 		}
-		s, err := provider.Extract(c.provider, h, c.body)
+		s, err := only(provider.Extract(c.provider, h, c.body))
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -122,7 +122,7 @@ func TestAnEventThatMadeTheHeadSaysSo(t *testing.T) {
 		if c.header != "" {
 			h.Set(c.header, c.event)
 		}
-		s, err := provider.Extract(c.provider, h, c.body)
+		s, err := only(provider.Extract(c.provider, h, c.body))
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}

@@ -289,3 +289,49 @@ func TestRouteNarrowsBodyAgeAndSaysWhy(t *testing.T) {
 		t.Fatalf("logs: %s", logs)
 	}
 }
+
+// A Data Center push of several branches is bounded by its body time on every branch: each
+// branch's row holds the event's time (which orders its verdict among its commit's) and is
+// retained until that time has gone stale; then a resend is Stale, cleanup forgets every
+// branch's row, and nothing is admitted again.
+func TestABitbucketDataCenterPushOfSeveralBranchesIsBoundedOnEveryBranch(t *testing.T) {
+	w := newBodyWorld(t)
+	bodyAt := time.Date(2026, 7, 1, 11, 57, 0, 0, time.UTC)
+	fixture := webhookFixture(t, "bitbucket-dc-refs-changed.json")
+	i := strings.LastIndex(fixture, "]")
+	body := fixture[:i] + `,{"ref": {"id": "refs/heads/release/1.1", "type": "BRANCH"}, "fromHash": "178864a7d521b6f5e720b386b2c2b0ef8563e0dc",` +
+		`"toHash": "ef8755f06ee4b28c96a847a95cb8ec8ed6ddd1ca", "type": "UPDATE"}` + fixture[i:]
+	resp, err := w.h.Handle(context.Background(), providerRequest("bb", "repo:refs_changed", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a pushAnswer
+	if err := json.Unmarshal([]byte(resp.Body), &a); err != nil || resp.StatusCode != http.StatusAccepted || len(a.Branches) != 2 {
+		t.Fatalf("%d %s (%v), want 202 listing two branches", resp.StatusCode, resp.Body, err)
+	}
+	ceiling := w.cfg.Controller.BodyAgeCeiling
+	var keys []ledger.Key
+	for _, b := range a.Branches {
+		k, err := ledger.ParseKey(b.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, err := w.l.Inspect(context.Background(), k)
+		if err != nil || row.Lifetime() != ledger.LifetimeBody || !row.SignedAt.Equal(bodyAt) || !row.EventAt.Equal(bodyAt) ||
+			!row.RetainUntil.Equal(bodyAt.Add(ceiling)) {
+			t.Fatalf("branch %s's row (%v): lifetime %v, signed at %v, event at %v, retained until %v; want bounded by and ordered at the body time %v",
+				b.Ref, err, row.Lifetime(), row.SignedAt, row.EventAt, row.RetainUntil, bodyAt)
+		}
+		keys = append(keys, k)
+	}
+	w.finish(t)
+	w.clock.Set(bodyAt.Add(ceiling).Add(time.Second))
+	w.post(t, providerRequest("bb", "repo:refs_changed", body), http.StatusUnauthorized, "stale")
+	if n := w.cleanup(t); n != 2 || !w.gone(t, keys[0]) || !w.gone(t, keys[1]) {
+		t.Fatalf("cleanup removed %d, want both branches' rows", n)
+	}
+	w.post(t, providerRequest("bb", "repo:refs_changed", body), http.StatusUnauthorized, "stale")
+	if !w.gone(t, keys[0]) || !w.gone(t, keys[1]) || w.q.Len() != 0 {
+		t.Fatalf("a replay after retention was admitted (%d queued)", w.q.Len())
+	}
+}

@@ -3,12 +3,17 @@
 // identity and lifetime from what the signature proves, admits it into the ledger and hands
 // its key to the queue.
 //
+// A webhook is one delivery, but for a Bitbucket push that updates several branches: each branch
+// is admitted and queued as a delivery of its own (ChangeIdentity), and the answer lists each
+// one's outcome.
+//
 // Answers: 202 admitted and queued; 200 duplicate, or pending and queued again; 204 an event
 // that is not evaluated (a ping, a closed pull request); 400 malformed; 401 a bad or missing
 // signature, or a signed time outside the accepted window; 403 a repository the route may not
 // publish for, or a webhook from an API the route does not publish to or read from (a Bitbucket
-// Data Center server's on a route of Bitbucket Cloud, or back); 404 an unknown route; 409 the same identity with another body; 413 a body over
-// the limit; 503 with Retry-After when the ledger is full or the ledger, the secrets or the
+// Data Center server's on a route of Bitbucket Cloud, or back); 404 an unknown route; 409 the
+// same identity with another body; 413 a body over the limit, or a push of more than
+// change.MaxBranches branches; 503 with Retry-After when the ledger is full or the ledger, the secrets or the
 // queue are unavailable. Never a 5xx for a client's mistake, and never a secret or a body in a
 // log line.
 package ingress
@@ -55,6 +60,16 @@ type response struct {
 	Outcome string `json:"outcome"`
 	Key     string `json:"key,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Branches is a push of several branches' answer for each (Outcome admitted, pending or
+	// duplicate); Key is then empty.
+	Branches []branchAnswer `json:"branches,omitempty"`
+}
+
+// branchAnswer is the answer for one branch of a push.
+type branchAnswer struct {
+	Ref     string `json:"ref"`
+	Outcome string `json:"outcome"`
+	Key     string `json:"key"`
 }
 
 // Handle serves one API Gateway HTTP API request.
@@ -129,13 +144,14 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		log = log.With("delivery_id", proof.DeliveryID, "delivery_id_signed", false)
 	}
 
-	c, err := provider.Extract(route.Provider, header, body)
+	cs, err := provider.Extract(route.Provider, header, body)
 	switch {
 	case errors.Is(err, change.ErrIgnored):
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
 	case err != nil:
 		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
 	}
+	c := cs[0] // the changes of one webhook share event, repository and API
 	if !route.Accepts(c.Event) {
 		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", "event "+c.Event+" not accepted by the route")
 	}
@@ -146,66 +162,134 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if err := route.Takes(c.API); err != nil {
 		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: err.Error()})
 	}
-	encoded, err := c.Marshal(h.Config.Controller.MaxChangeBytes)
-	if err != nil {
+	if err := change.CheckBranches(cs); err != nil {
 		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 	}
-
-	d := ledger.Delivery{
-		Binding:    ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: proof.Identity, BodyDigest: ledger.SumBody(body)},
-		Change:     encoded,
-		SignedAt:   proof.SignedAt,
-		MaxAge:     route.MaxAge,
-		BodyAt:     proof.BodyAt,
-		MaxBodyAge: route.MaxBodyAge,
-	}
-	if !d.BodyAt.IsZero() {
-		log = log.With("body_time", d.BodyAt.UTC().Format(time.RFC3339), "body_time_field", proof.BodyTimeField)
-	}
-	a, err := h.Ledger.Admit(ctx, d)
-	if errors.Is(err, ledger.ErrTooLarge) {
-		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "change over the ledger's limit"})
-	}
-	if err != nil {
-		log.Error("admit", "err", err)
-		return h.unavailable(log, "ledger")
-	}
-	key := a.Key.String()
-	log = log.With("key", key) // whole, as amiss ledger inspect takes it
-	if a.Lifetime != 0 {
-		log = log.With("lifetime", a.Lifetime.String())
-	}
-	switch a.Outcome {
-	case ledger.Admitted, ledger.Pending:
-		if err := h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {
-			// The row stays pending: cleanup reports it stranded and re-drives it.
-			log.Error("enqueue", "err", err, "admission", a.Outcome.String())
-			return h.unavailable(log, "queue")
+	ds := make([]ledger.Delivery, len(cs))
+	for i, c := range cs {
+		encoded, err := c.Marshal(h.Config.Controller.MaxChangeBytes)
+		if err != nil {
+			return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 		}
-		if a.Outcome == ledger.Admitted {
-			return reply(http.StatusAccepted, response{Outcome: "admitted", Key: key})
+		ds[i] = ledger.Delivery{
+			Binding: ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: ChangeIdentity(proof.Identity, i, c),
+				BodyDigest: ledger.SumBody(body)},
+			Change:     encoded,
+			SignedAt:   proof.SignedAt,
+			MaxAge:     route.MaxAge,
+			BodyAt:     proof.BodyAt,
+			MaxBodyAge: route.MaxBodyAge,
 		}
-		return reply(http.StatusOK, response{Outcome: "pending", Key: key, Message: "already admitted; queued again"})
-	case ledger.Duplicate:
-		return reply(http.StatusOK, response{Outcome: "duplicate", Key: key, Message: "already done"})
-	case ledger.BindingConflict:
-		return reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"})
-	case ledger.Stale:
-		limits := h.Config.Limits()
-		if !d.BodyAt.IsZero() {
+	}
+	if !proof.BodyAt.IsZero() {
+		log = log.With("body_time", proof.BodyAt.UTC().Format(time.RFC3339), "body_time_field", proof.BodyTimeField)
+	}
+	branches := make([]branchAnswer, len(ds))
+	var lifetime ledger.Lifetime
+	for i, d := range ds {
+		blog := log
+		if len(ds) > 1 {
+			blog = log.With("ref", cs[i].Ref)
+		}
+		a, err := h.Ledger.Admit(ctx, d)
+		if errors.Is(err, ledger.ErrTooLarge) {
+			return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "change over the ledger's limit"})
+		}
+		if err != nil {
+			blog.Error("admit", "err", err)
+			return h.unavailable(blog, "ledger")
+		}
+		key := a.Key.String()
+		blog = blog.With("key", key) // whole, as amiss ledger inspect takes it
+		at := []any{"key", key}
+		if len(ds) > 1 {
+			at = append(at, "ref", cs[i].Ref)
+		}
+		lifetime = a.Lifetime
+		switch a.Outcome {
+		case ledger.Admitted, ledger.Pending:
+			if err := h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {
+				// The row stays pending: cleanup reports it stranded and re-drives it.
+				blog.Error("enqueue", "err", err, "admission", a.Outcome.String())
+				return h.unavailable(blog, "queue")
+			}
+		case ledger.Duplicate:
+		case ledger.BindingConflict:
+			return reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"}, at...)
+		case ledger.Stale:
+			limits := h.Config.Limits()
+			if !d.BodyAt.IsZero() {
+				return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
+					"the body's %s is %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
+					proof.BodyTimeField, d.BodyAt.UTC().Format(time.RFC3339), limits.AcceptedBodyAge(route.MaxBodyAge), limits.FutureSkew)}, at...)
+			}
 			return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
-				"the body's %s is %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
-				proof.BodyTimeField, d.BodyAt.UTC().Format(time.RFC3339), limits.AcceptedBodyAge(route.MaxBodyAge), limits.FutureSkew)})
+				"signed at %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
+				d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)}, at...)
+		case ledger.Full:
+			blog.Warn("ledger full")
+			return h.unavailable(blog, "full")
+		default:
+			blog.Error("admit answered an unknown outcome", "outcome", a.Outcome.String())
+			return h.unavailable(blog, "ledger")
 		}
-		return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
-			"signed at %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
-			d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)})
-	case ledger.Full:
-		log.Warn("ledger full")
-		return h.unavailable(log, "full")
+		branches[i] = branchAnswer{Ref: cs[i].Ref, Outcome: admissionOutcome(a.Outcome), Key: key}
 	}
-	log.Error("admit answered an unknown outcome", "outcome", a.Outcome.String())
-	return h.unavailable(log, "ledger")
+	if lifetime != 0 {
+		log = log.With("lifetime", lifetime.String())
+	}
+	if len(branches) == 1 {
+		b := branches[0]
+		switch b.Outcome {
+		case "admitted":
+			return reply(http.StatusAccepted, response{Outcome: b.Outcome, Key: b.Key}, "key", b.Key)
+		case "pending":
+			return reply(http.StatusOK, response{Outcome: b.Outcome, Key: b.Key, Message: "already admitted; queued again"}, "key", b.Key)
+		}
+		return reply(http.StatusOK, response{Outcome: b.Outcome, Key: b.Key, Message: "already done"}, "key", b.Key)
+	}
+	// A push of several branches: the answer is the first of admitted, pending and duplicate
+	// that any branch had, and lists each branch's.
+	r := response{Outcome: "duplicate", Message: fmt.Sprintf("a push of %d branches, each evaluated on its own", len(branches)), Branches: branches}
+	keys := make([]string, len(branches))
+	for i, b := range branches {
+		keys[i] = b.Key
+		if b.Outcome == "admitted" || b.Outcome == "pending" && r.Outcome == "duplicate" {
+			r.Outcome = b.Outcome
+		}
+	}
+	if r.Outcome == "admitted" {
+		return reply(http.StatusAccepted, r, "keys", keys)
+	}
+	return reply(http.StatusOK, r, "keys", keys)
+}
+
+// ChangeIdentity is the replay identity of the i-th change (from 0) of a webhook whose
+// signature proves identity: the first change's is the webhook's own, each further one (a
+// Bitbucket push's next branch) the webhook's and the change's ref. The same webhook sent
+// again gives every change the key it had; a webhook of one change (every one but a push of
+// several Bitbucket branches) keeps the key it always had. No other webhook's identity on the
+// route can equal a further change's: a Bitbucket route's scheme identifies a webhook by its
+// body's digest, hex without a space. A scheme whose identity the sender chooses (Standard
+// Webhooks' webhook-id may hold a space) must not give several changes this way: its id
+// "X refs/heads/b" would be the key of webhook X's branch b.
+func ChangeIdentity(identity string, i int, c change.Change) string {
+	if i == 0 {
+		return identity
+	}
+	return identity + " " + c.Ref
+}
+
+// admissionOutcome names an admission that queued a delivery or found it done, as answers
+// name it.
+func admissionOutcome(o ledger.AdmitOutcome) string {
+	switch o {
+	case ledger.Admitted:
+		return "admitted"
+	case ledger.Pending:
+		return "pending"
+	}
+	return "duplicate"
 }
 
 func (h *Handler) count(outcome string) {

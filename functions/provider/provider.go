@@ -191,11 +191,12 @@ func names(keep func(*Provider) bool) []string {
 	return out
 }
 
-// Extract reads the change of a webhook the provider called name sent (see change.Extract).
-func Extract(name string, h http.Header, body []byte) (change.Change, error) {
+// Extract reads the changes of a webhook the provider called name sent: one, or a Bitbucket
+// push's one per branch (see change.Extract).
+func Extract(name string, h http.Header, body []byte) ([]change.Change, error) {
 	p, ok := Sender(name)
 	if !ok {
-		return change.Change{}, fmt.Errorf("change: unknown provider %q", name)
+		return nil, fmt.Errorf("change: unknown provider %q", name)
 	}
 	return change.Extract(p.Name, p.Format, h, body)
 }

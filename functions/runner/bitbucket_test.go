@@ -15,6 +15,7 @@ import (
 	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucket/bitbuckettest"
 	"github.com/amiss-ci/amiss/functions/providerapi/bitbucketdc/bitbucketdctest"
@@ -205,6 +206,17 @@ func (w *bitbucketWorld) runner(rules config.Rules) *runner.Runner {
 // reads it, with the body time at (zero: none), and returns its queue message.
 func (w *bitbucketWorld) deliver(event string, at time.Time, edit func(string) string) queue.Message {
 	w.t.Helper()
+	ms := w.deliverAll(event, at, edit)
+	if len(ms) != 1 {
+		w.t.Fatalf("the %s webhook gave %d changes, want 1", event, len(ms))
+	}
+	return ms[0]
+}
+
+// deliverAll admits each change of a fixture's webhook (a push's one per branch) as the
+// ingress does, and returns their queue messages in the order the webhook lists them.
+func (w *bitbucketWorld) deliverAll(event string, at time.Time, edit func(string) string) []queue.Message {
+	w.t.Helper()
 	file := map[string]string{"repo:push": "bitbucket-cloud/push.json", "pullrequest:created": "bitbucket-cloud/pullrequest_created.json",
 		"repo:refs_changed": "bitbucket-dc/refs_changed.json", "pr:opened": "bitbucket-dc/pr_opened.json", "pr:modified": "bitbucket-dc/pr_opened.json"}[event]
 	b, err := os.ReadFile(filepath.Join("..", "change", "testdata", file))
@@ -217,20 +229,25 @@ func (w *bitbucketWorld) deliver(event string, at time.Time, edit func(string) s
 	}
 	h := http.Header{}
 	h.Set("X-Event-Key", event)
-	s, err := provider.Extract(provider.Bitbucket, h, []byte(body))
+	cs, err := provider.Extract(provider.Bitbucket, h, []byte(body))
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	if len(s.Paths) != 0 || s.Whole.Has(change.PathsInput) {
-		w.t.Fatalf("the %s webhook lists paths: %+v", event, s)
+	var ms []queue.Message
+	for i, s := range cs {
+		if len(s.Paths) != 0 || s.Whole.Has(change.PathsInput) {
+			w.t.Fatalf("the %s webhook lists paths: %+v", event, s)
+		}
+		encoded, _ := json.Marshal(s)
+		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "bitbucket-sha256",
+			Identity: ingress.ChangeIdentity(ledger.SumBody([]byte(body)).String(), i, s), BodyDigest: ledger.SumBody([]byte(body))},
+			Change: encoded, BodyAt: at}
+		if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
+			w.t.Fatalf("admit %s: %+v %v", event, a, err)
+		}
+		ms = append(ms, queue.Message{Key: d.Key(), Binding: d.Binding.Digest()})
 	}
-	encoded, _ := json.Marshal(s)
-	d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "bitbucket-sha256", Identity: ledger.SumBody([]byte(body)).String(),
-		BodyDigest: ledger.SumBody([]byte(body))}, Change: encoded, BodyAt: at}
-	if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
-		w.t.Fatalf("admit %s: %+v %v", event, a, err)
-	}
-	return queue.Message{Key: d.Key(), Binding: d.Binding.Digest()}
+	return ms
 }
 
 // process runs m through r until it is done, moving the clock to each retry time.
@@ -332,6 +349,43 @@ func TestBitbucketRulesSeeWhatOnlyTheAPIShows(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// A push that updates two branches (git push of both, or Data Center's automatic merge into a
+// later release branch) is one webhook: each branch's head gets its own verdict, on what that
+// branch's push added. The first branch adds a forbidden file; the second, moved on from the
+// first's head, adds a commit whose message breaks the rule. Each head fails naming its own
+// branch's fault and not the other's: a second branch evaluated from the first's commit before
+// would name the forbidden file too, one holding the first's commits would pass.
+func TestABitbucketPushOfTwoBranchesGivesEachHeadItsOwnVerdict(t *testing.T) {
+	for _, dc := range []bool{false, true} {
+		w := newBitbucketWorld(t, dc, history{push: []string{"secrets/prod.env"}, message: "close the window\n"})
+		event, second := "repo:push", `{"new": {"type": "branch", "name": "fix-window", "target": {"hash": "`+cloudPull+`"}},
+			"old": {"type": "branch", "name": "fix-window", "target": {"hash": "`+cloudHead+`"}},
+			"commits": [{"hash": "`+cloudPull+`", "message": "close the window\n"}], "truncated": false}`
+		if dc {
+			event, second = "repo:refs_changed", `{"ref": {"id": "refs/heads/a-branch", "displayId": "a-branch", "type": "BRANCH"},
+				"refId": "refs/heads/a-branch", "fromHash": "`+dcHead+`", "toHash": "`+dcPull+`", "type": "UPDATE"}`
+		}
+		ms := w.deliverAll(event, time.Time{}, func(b string) string {
+			i := strings.LastIndex(b, "]") // the end of the list of changes
+			return b[:i] + "," + second + b[i:]
+		})
+		if len(ms) != 2 {
+			t.Fatalf("data center %v: the push of two branches gave %d deliveries, want 2", dc, len(ms))
+		}
+		r := w.runner(bitbucketRules)
+		for _, m := range ms {
+			w.process(r, m)
+		}
+		for _, s := range []struct{ sha, names, not string }{
+			{w.pushHead(), "forbidden path secrets/prod.env", "commit message"},
+			{w.pullHead(), "commit message of " + w.pullHead()[:12], "secrets/prod.env"}} {
+			if state, desc := w.shown(s.sha); state != "FAILED" || !strings.Contains(desc, s.names) || strings.Contains(desc, s.not) {
+				t.Errorf("data center %v: %.12s shows %s %q, want FAILED naming %q and not %q", dc, s.sha, state, desc, s.names, s.not)
+			}
 		}
 	}
 }

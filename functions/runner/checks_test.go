@@ -182,7 +182,7 @@ func TestARerunLeadsToANewCheckRunForTheSameCommit(t *testing.T) {
 	}
 	h := http.Header{}
 	h.Set("X-GitHub-Event", "check_run")
-	rerunChange, err := provider.Extract("github", h, body)
+	rerunChange, err := only(provider.Extract("github", h, body))
 	if err != nil || rerunChange.Event != change.Rerun || rerunChange.Installation != appInstallation {
 		t.Fatalf("re-run change %+v %v", rerunChange, err)
 	}

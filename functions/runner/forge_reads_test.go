@@ -238,7 +238,7 @@ routes:
 // until it is done.
 func (w *forgeWorld) deliver(h http.Header, body []byte) change.Change {
 	w.t.Helper()
-	s, err := provider.Extract(w.kind.name, h, body)
+	s, err := only(provider.Extract(w.kind.name, h, body))
 	if err != nil {
 		w.t.Fatalf("extract: %v", err)
 	}

@@ -85,7 +85,7 @@ func (w *rerunWorld) rerun(event string) queue.Message {
 	}
 	h := http.Header{}
 	h.Set("X-GitHub-Event", event)
-	s, err := provider.Extract("github", h, body)
+	s, err := only(provider.Extract("github", h, body))
 	if err != nil || s.Event != change.Rerun || s.Before != baseSHA {
 		w.t.Fatalf("re-run change %+v %v", s, err)
 	}

@@ -40,7 +40,7 @@ func githubPull(action, title, from string) []byte {
 func (w *commitWorld) admitWebhook(body []byte, at time.Time) queue.Message {
 	w.t.Helper()
 	h := http.Header{"X-Github-Event": {"pull_request"}}
-	s, err := change.Extract("github", change.GitHubFormat, h, body)
+	s, err := only(change.Extract("github", change.GitHubFormat, h, body))
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -386,4 +386,15 @@ func TestAPullRequestReadAnsweredAfterTheLeaseWasLostSavesNothing(t *testing.T) 
 	if n := len(w.pub.statuses); n != 0 {
 		t.Fatalf("%d statuses published by the runner that lost the lease", n)
 	}
+}
+
+// only is the one change of a webhook that carries one (an error passes through as it is).
+func only(cs []change.Change, err error) (change.Change, error) {
+	if err != nil {
+		return change.Change{}, err
+	}
+	if len(cs) != 1 {
+		return change.Change{}, fmt.Errorf("the webhook gave %d changes, want 1", len(cs))
+	}
+	return cs[0], nil
 }
