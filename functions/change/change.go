@@ -205,7 +205,7 @@ func CheckBranches(cs []Change) error {
 // the order the payload lists them. The event kind comes from the provider's event header
 // (or, for GitLab and Standard Webhooks, the body). Every change names the provider, has a
 // repository and a commit sha, and is bounded (see the bounds above); the changes of one
-// request share event, repository and API, and name distinct refs. An event amiss does not
+// request share event, repository and API. An event amiss does not
 // evaluate is ErrIgnored, a payload that lacks what its event must carry ErrMalformed. The
 // changes are not counted: CheckBranches refuses a push of more than MaxBranches branches.
 func Extract(provider string, f Format, h http.Header, body []byte) ([]Change, error) {
@@ -216,17 +216,12 @@ func Extract(provider string, f Format, h http.Header, body []byte) ([]Change, e
 	if err != nil {
 		return nil, err
 	}
-	refs := map[string]bool{}
 	for i := range cs {
 		s := &cs[i]
 		s.Provider = provider
 		if s.Repository == "" || !(isSHA(s.SHA) || abbreviated && isAbbreviatedSHA(s.SHA)) {
 			return nil, fmt.Errorf("%w: %s %s payload without a repository and a commit sha", ErrMalformed, provider, s.Event)
 		}
-		if len(cs) > 1 && refs[s.Ref] {
-			return nil, fmt.Errorf("%w: %s %s payload lists %s twice", ErrMalformed, provider, s.Event, s.Ref)
-		}
-		refs[s.Ref] = true
 		s.Bound()
 	}
 	return cs, nil

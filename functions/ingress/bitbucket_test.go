@@ -230,7 +230,6 @@ func (q *failingNth) Send(ctx context.Context, m queue.Message) error {
 
 // A push of more branches than one webhook's are evaluated is refused whole, naming the bound
 // and what to do: nothing is admitted, so no branch gets a verdict that saw less than its push.
-// A push listing one branch twice is malformed.
 func TestAPushOfTooManyBranchesIsRefusedWhole(t *testing.T) {
 	q := queue.NewLocal()
 	h, _ := newBitbucketHandler(t, q)
@@ -244,7 +243,6 @@ func TestAPushOfTooManyBranchesIsRefusedWhole(t *testing.T) {
 		message string
 	}{
 		{cloudPushOf(many...), http.StatusRequestEntityTooLarge, fmt.Sprintf("a push updating %d branches; amiss evaluates at most %d from one webhook (push fewer at once)", change.MaxBranches+1, change.MaxBranches)},
-		{cloudPushOf("main", sha1, "main", sha1), http.StatusBadRequest, "lists refs/heads/main twice"},
 	} {
 		resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", c.body))
 		if err != nil {
@@ -464,5 +462,27 @@ func TestAPushOfOddBranchesIsAdmittedWholeOrRefusedWhole(t *testing.T) {
 		if st, err := l.Stats(context.Background()); err != nil || int(st.Rows) != len(c.refs) {
 			t.Errorf("%s: %d rows (%v), want %d", c.name, st.Rows, err, len(c.refs))
 		}
+	}
+}
+
+// Branch names that JSON decoding cannot keep apart (bytes that are not UTF-8, which git allows
+// in a name, all read as U+FFFD) are still branches of their own: each is admitted under a key
+// of its own, and the rest of the push with them.
+func TestBranchesWhoseNamesReadAlikeAreEachAdmitted(t *testing.T) {
+	q := queue.NewLocal()
+	h, _ := newBitbucketHandler(t, q)
+	body := cloudPushOf("main", sha1, "cafA", strings.Repeat("2", 40), "cafB", strings.Repeat("3", 40))
+	body = strings.NewReplacer("cafA", "caf\xe9", "cafB", "caf\xe8").Replace(body) // raw bytes, as in a name git allows
+	resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := decodeAnswer(t, resp)
+	keys := map[string]bool{}
+	for _, b := range a.Branches {
+		keys[b.Key] = true
+	}
+	if resp.StatusCode != http.StatusAccepted || len(a.Branches) != 3 || len(keys) != 3 || q.Len() != 3 {
+		t.Fatalf("%d %s, %d queued; want 202 with three branches under three keys, three queued", resp.StatusCode, resp.Body, q.Len())
 	}
 }

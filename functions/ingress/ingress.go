@@ -172,7 +172,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 			return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 		}
 		ds[i] = ledger.Delivery{
-			Binding: ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: ChangeIdentity(proof.Identity, i, c),
+			Binding: ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: ChangeIdentity(proof.Identity, i),
 				BodyDigest: ledger.SumBody(body)},
 			Change:     encoded,
 			SignedAt:   proof.SignedAt,
@@ -266,18 +266,20 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 
 // ChangeIdentity is the replay identity of the i-th change (from 0) of a webhook whose
 // signature proves identity: the first change's is the webhook's own, each further one (a
-// Bitbucket push's next branch) the webhook's and the change's ref. The same webhook sent
-// again gives every change the key it had; a webhook of one change (every one but a push of
-// several Bitbucket branches) keeps the key it always had. No other webhook's identity on the
-// route can equal a further change's: a Bitbucket route's scheme identifies a webhook by its
-// body's digest, hex without a space. A scheme whose identity the sender chooses (Standard
-// Webhooks' webhook-id may hold a space) must not give several changes this way: its id
-// "X refs/heads/b" would be the key of webhook X's branch b.
-func ChangeIdentity(identity string, i int, c change.Change) string {
+// Bitbucket push's next branch) the webhook's and the change's place in it. The same webhook
+// sent again lists its changes in the same order, so every change gets the key it had; a
+// webhook of one change (every one but a push of several Bitbucket branches) keeps the key it
+// always had. The place, not the branch's name, tells changes apart: names that are not UTF-8
+// may read alike once decoded. No other webhook's identity on the route can equal a further
+// change's: a Bitbucket route's scheme identifies a webhook by its body's digest, hex without
+// a space. A scheme whose identity the sender chooses (Standard Webhooks' webhook-id may hold
+// a space) must not give several changes this way: its id "X 1" would be the key of webhook
+// X's second branch.
+func ChangeIdentity(identity string, i int) string {
 	if i == 0 {
 		return identity
 	}
-	return identity + " " + c.Ref
+	return identity + " " + strconv.Itoa(i)
 }
 
 // admissionOutcome names an admission that queued a delivery or found it done, as answers

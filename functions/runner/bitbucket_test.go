@@ -240,7 +240,7 @@ func (w *bitbucketWorld) deliverAll(event string, at time.Time, edit func(string
 		}
 		encoded, _ := json.Marshal(s)
 		d := ledger.Delivery{Binding: ledger.Binding{Route: "r", Scheme: "bitbucket-sha256",
-			Identity: ingress.ChangeIdentity(ledger.SumBody([]byte(body)).String(), i, s), BodyDigest: ledger.SumBody([]byte(body))},
+			Identity: ingress.ChangeIdentity(ledger.SumBody([]byte(body)).String(), i), BodyDigest: ledger.SumBody([]byte(body))},
 			Change: encoded, BodyAt: at}
 		if a, err := w.l.Admit(context.Background(), d); err != nil || a.Outcome != ledger.Admitted {
 			w.t.Fatalf("admit %s: %+v %v", event, a, err)
