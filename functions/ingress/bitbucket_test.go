@@ -10,14 +10,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/amiss-ci/amiss/functions/change"
-	"github.com/amiss-ci/amiss/functions/config"
 	"github.com/amiss-ci/amiss/functions/ingress"
 	"github.com/amiss-ci/amiss/functions/queue"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -97,16 +95,7 @@ func TestABitbucketWebhookFromTheOtherAPIIsRefusedNamingTheFix(t *testing.T) {
 // keys to q.
 func newBitbucketHandler(t *testing.T, q queue.Queue) (*ingress.Handler, *localfs.Ledger) {
 	t.Helper()
-	cfg, err := config.Parse([]byte(bitbucketConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: cfg.Limits(), Create: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return &ingress.Handler{Config: cfg, Ledger: l, Queue: q, Secrets: envSecrets{"GH": ghSecret}, Log: slog.New(slog.DiscardHandler)}, l
+	return newHandler(t, bitbucketConfig, q, slog.New(slog.DiscardHandler))
 }
 
 // cloudPushOf is a Bitbucket Cloud push to team/app updating each branch to its commit: names
@@ -233,10 +222,7 @@ func (q *failingNth) Send(ctx context.Context, m queue.Message) error {
 func TestAPushOfTooManyBranchesIsRefusedWhole(t *testing.T) {
 	q := queue.NewLocal()
 	h, _ := newBitbucketHandler(t, q)
-	var many []string
-	for i := range change.MaxBranches + 1 {
-		many = append(many, fmt.Sprintf("b%d", i), sha1)
-	}
+	many := branchesAt(change.MaxBranches+1, sha1)
 	for _, c := range []struct {
 		body    string
 		status  int
@@ -255,11 +241,7 @@ func TestAPushOfTooManyBranchesIsRefusedWhole(t *testing.T) {
 	if q.Len() != 0 {
 		t.Errorf("%d queued, want none", q.Len())
 	}
-	var exactly []string
-	for i := range change.MaxBranches {
-		exactly = append(exactly, fmt.Sprintf("b%d", i), sha1)
-	}
-	resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", cloudPushOf(exactly...)))
+	resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", cloudPushOf(branchesAt(change.MaxBranches, sha1)...)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +257,7 @@ func TestAPushOfTooManyBranchesIsRefusedWhole(t *testing.T) {
 func TestAPushOfTooManyBranchesIsAnsweredAsTheRouteAnswersAnyPush(t *testing.T) {
 	q := queue.NewLocal()
 	h, _ := newBitbucketHandler(t, q)
-	var many []string
-	for i := range change.MaxBranches + 1 {
-		many = append(many, fmt.Sprintf("b%d", i), sha1)
-	}
+	many := branchesAt(change.MaxBranches+1, sha1)
 	push := cloudPushOf(many...)
 	for _, c := range []struct {
 		route, body string
@@ -403,11 +382,7 @@ func (l *failingAdmit) Admit(ctx context.Context, d ledger.Delivery) (ledger.Adm
 // a key of its own, and a branch whose change is over the ledger's limit refuses the whole push
 // (413) before any branch is admitted.
 func TestAPushOfOddBranchesIsAdmittedWholeOrRefusedWhole(t *testing.T) {
-	var twenty []string
-	for i := range change.MaxBranches {
-		twenty = append(twenty, fmt.Sprintf("b%d", i), sha1)
-	}
-	withOthers := strings.Replace(cloudPushOf(twenty...), `"changes":[`, `"changes":[`+
+	withOthers := strings.Replace(cloudPushOf(branchesAt(change.MaxBranches, sha1)...), `"changes":[`, `"changes":[`+
 		`{"new":null,"old":{"type":"branch","name":"gone","target":{"hash":"`+sha1+`"}},"commits":[],"truncated":false},`+
 		`{"new":{"type":"tag","name":"v1","target":{"hash":"`+sha1+`"}},"old":null,"commits":[],"truncated":false},`, 1)
 	withOthers = strings.Replace(withOthers, `]}}`, `,{"new":{"type":"tag","name":"v2","target":{"hash":"`+sha1+`"}},"old":null,"commits":[],"truncated":false}]}}`, 1)
@@ -485,4 +460,13 @@ func TestBranchesWhoseNamesReadAlikeAreEachAdmitted(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted || len(a.Branches) != 3 || len(keys) != 3 || q.Len() != 3 {
 		t.Fatalf("%d %s, %d queued; want 202 with three branches under three keys, three queued", resp.StatusCode, resp.Body, q.Len())
 	}
+}
+
+// branchesAt names n branches (b0, b1, ...) and their commit, sha, as cloudPushOf takes them.
+func branchesAt(n int, sha string) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("b%d", i), sha)
+	}
+	return out
 }

@@ -78,7 +78,17 @@ type world struct {
 
 func newWorld(t *testing.T, recordCap int) *world {
 	t.Helper()
-	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, recordCap)))
+	logs := &bytes.Buffer{}
+	q := queue.NewLocal()
+	h, l := newHandler(t, fmt.Sprintf(testConfig, recordCap), q, slog.New(slog.NewJSONHandler(logs, nil)))
+	return &world{q: q, l: l, logs: logs, h: h}
+}
+
+// newHandler is an ingress of the configuration's routes over a new FileLedger, handing keys to
+// q, its secrets those of the test's senders.
+func newHandler(t *testing.T, configuration string, q queue.Queue, log *slog.Logger) (*ingress.Handler, *localfs.Ledger) {
+	t.Helper()
+	cfg, err := config.Parse([]byte(configuration))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +97,7 @@ func newWorld(t *testing.T, recordCap int) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	logs := &bytes.Buffer{}
-	q := queue.NewLocal()
-	return &world{q: q, l: l, logs: logs, h: &ingress.Handler{Config: cfg, Ledger: l, Queue: q,
-		Secrets: envSecrets{"GH": ghSecret, "SW": swSecret}, Log: slog.New(slog.NewJSONHandler(logs, nil))}}
+	return &ingress.Handler{Config: cfg, Ledger: l, Queue: q, Secrets: envSecrets{"GH": ghSecret, "SW": swSecret}, Log: log}, l
 }
 
 func githubRequest(route, event, body string) events.APIGatewayV2HTTPRequest {
