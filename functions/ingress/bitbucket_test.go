@@ -350,6 +350,7 @@ const (
 	failBefore failure = iota // an error, nothing written
 	failAfter                 // an error, the row written
 	failFull                  // Full
+	failStale                 // Stale: the accepted window closed
 )
 
 // failingAdmit is a ledger whose fail-th admission fails as how says.
@@ -370,6 +371,8 @@ func (l *failingAdmit) Admit(ctx context.Context, d ledger.Delivery) (ledger.Adm
 			return ledger.Admission{}, err
 		}
 		return ledger.Admission{}, errors.New("ledger: the answer was lost")
+	case failStale:
+		return ledger.Admission{Outcome: ledger.Stale, Key: d.Key()}, nil
 	case failFull:
 		return ledger.Admission{Outcome: ledger.Full, Key: d.Key()}, nil
 	}
@@ -469,4 +472,24 @@ func branchesAt(n int, sha string) []string {
 		out = append(out, fmt.Sprintf("b%d", i), sha)
 	}
 	return out
+}
+
+// A push whose accepted window closes between two branches' admissions (its time at the edge
+// of the window, or store nodes whose clocks disagree) is answered stale for the branch that
+// found it closed and those after, and says which branches before it were taken: those are
+// queued and evaluated.
+func TestAPushWhoseWindowClosesPartWaySaysWhatWasTaken(t *testing.T) {
+	q := queue.NewLocal()
+	h, l := newBitbucketHandler(t, q)
+	h.Ledger = &failingAdmit{Ledger: l, fail: 2, how: failStale}
+	resp, err := h.Handle(context.Background(), bitbucketRequest("cloud", "repo:push", cloudPushOf("main", sha1, "release/1.1", strings.Repeat("2", 40))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := decodeAnswer(t, resp)
+	if resp.StatusCode != http.StatusUnauthorized || a.Outcome != "stale" || q.Len() != 1 ||
+		!strings.Contains(a.Message, "refs/heads/release/1.1 and the branches after it are not evaluated; those before it were taken (listed)") ||
+		len(a.Branches) != 1 || a.Branches[0].Ref != "refs/heads/main" || a.Branches[0].Outcome != "admitted" {
+		t.Fatalf("%d %s, %d queued; want 401 stale naming the branch refused and listing refs/heads/main admitted, 1 queued", resp.StatusCode, resp.Body, q.Len())
+	}
 }

@@ -218,14 +218,20 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 			return reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"}, at...)
 		case ledger.Stale:
 			limits := h.Config.Limits()
-			if !d.BodyAt.IsZero() {
-				return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
-					"the body's %s is %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
-					proof.BodyTimeField, d.BodyAt.UTC().Format(time.RFC3339), limits.AcceptedBodyAge(route.MaxBodyAge), limits.FutureSkew)}, at...)
-			}
-			return reply(http.StatusUnauthorized, response{Outcome: "stale", Message: fmt.Sprintf(
+			r := response{Outcome: "stale", Message: fmt.Sprintf(
 				"signed at %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
-				d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)}, at...)
+				d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)}
+			if !d.BodyAt.IsZero() {
+				r.Message = fmt.Sprintf("the body's %s is %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
+					proof.BodyTimeField, d.BodyAt.UTC().Format(time.RFC3339), limits.AcceptedBodyAge(route.MaxBodyAge), limits.FutureSkew)
+			}
+			if i > 0 {
+				// The window closed between two branches' admissions: those before were taken,
+				// and are evaluated; this one and those after are not.
+				r.Message = fmt.Sprintf("%s: %s and the branches after it are not evaluated; those before it were taken (listed)", r.Message, cs[i].Ref)
+				r.Branches = branches[:i]
+			}
+			return reply(http.StatusUnauthorized, r, at...)
 		case ledger.Full:
 			blog.Warn("ledger full")
 			return h.unavailable(blog, "full")
