@@ -248,11 +248,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		b := branches[0]
 		switch b.Outcome {
 		case "admitted":
-			return reply(http.StatusAccepted, response{Outcome: b.Outcome, Key: b.Key}, "key", b.Key)
+			return reply(http.StatusAccepted, response{Outcome: "admitted", Key: b.Key}, "key", b.Key)
 		case "pending":
-			return reply(http.StatusOK, response{Outcome: b.Outcome, Key: b.Key, Message: "already admitted; queued again"}, "key", b.Key)
+			return reply(http.StatusOK, response{Outcome: "pending", Key: b.Key, Message: "already admitted; queued again"}, "key", b.Key)
 		}
-		return reply(http.StatusOK, response{Outcome: b.Outcome, Key: b.Key, Message: "already done"}, "key", b.Key)
+		return reply(http.StatusOK, response{Outcome: "duplicate", Key: b.Key, Message: "already done"}, "key", b.Key)
 	}
 	// A push of several branches: the answer is the first of admitted, pending and duplicate
 	// that any branch had, and lists each branch's.
