@@ -41,3 +41,13 @@ func RewriteRowForTest(body []byte, change func(row *ledger.Row, report *[]byte)
 	change(&rd.Row, &rd.Report)
 	return encode(kindRow, "test-token", rd)
 }
+
+// SetRowShardForTest rewrites a row object to say its slot is in capacity shard shard.
+func SetRowShardForTest(body []byte, shard int) ([]byte, error) {
+	var rd rowData
+	if err := decode("row", kindRow, body, &rd); err != nil {
+		return nil, err
+	}
+	rd.Shard = shard
+	return encode(kindRow, "test-token", rd)
+}

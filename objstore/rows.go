@@ -54,6 +54,11 @@ func (l *Ledger) readKey(ctx context.Context, key ledger.Key) (keyState, error) 
 	if err := (&ledger.StoredRow{Row: rd.Row, Report: rd.Report}).Check(key, l.cfg.Limits); err != nil {
 		return keyState{}, fmt.Errorf("%s: %w", name, err)
 	}
+	if rd.Shard < 0 || rd.Shard >= l.shards {
+		// Its slot could never be released: a cleanup that judged it removable would fail on
+		// the shard.
+		return keyState{}, fmt.Errorf("%s: %w: the row names capacity shard %d of %d", name, ledger.ErrCorrupt, rd.Shard, l.shards)
+	}
 	l.remember(key, o.etag, rd)
 	ks.row = &rd
 	return ks, nil

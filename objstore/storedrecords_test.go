@@ -3,6 +3,7 @@ package objstore_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -152,5 +153,33 @@ func TestARecordFiledUnderAnotherKeyIsDamage(t *testing.T) {
 	w.putRaw(objstore.RowName(stranger), w.getRaw(objstore.RowName(rec.Newest.Key)))
 	if _, err := l.Inspect(w.ctx, stranger); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), obj) {
 		t.Fatalf("inspect a row filed under another key: %v, want ErrCorrupt naming %s", err, obj)
+	}
+}
+
+// A row naming a capacity shard the root does not have is damage, named as such: its slot could
+// never be released, and a cleanup that judged it removable would otherwise fail on the shard.
+func TestARowNamingACapacityShardTheRootLacksIsDamage(t *testing.T) {
+	for _, shard := range []int{-1, 999} {
+		t.Run(fmt.Sprint(shard), func(t *testing.T) {
+			w := newWorld(t)
+			l, _ := w.handle("runner", 0, nil)
+			d := w.delivery(time.Time{})
+			ledgertest.MustComplete(t, l, w.saved(l, d, "verdict"))
+			name := objstore.RowName(d.Key())
+			body, err := objstore.SetRowShardForTest(w.getRaw(name), shard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.putRaw(name, body)
+			reader, _ := w.handle("reader", 0, nil)
+			obj := w.prefix + name
+			if _, err := reader.Inspect(w.ctx, d.Key()); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), obj) ||
+				!strings.Contains(err.Error(), "capacity shard") {
+				t.Fatalf("inspect a row naming shard %d: %v, want ErrCorrupt naming %s and its capacity shard", shard, err, obj)
+			}
+			if rep := w.cleanLap(reader); len(rep.Damaged) != 1 || rep.Damaged[0].Name != obj {
+				t.Fatalf("cleanup reports %+v damaged, want %s", rep.Damaged, obj)
+			}
+		})
 	}
 }
