@@ -27,6 +27,13 @@ func SendBefore(ctx context.Context, at time.Time, wall func() time.Time) contex
 	return context.WithValue(ctx, sendBeforeKey{}, sendBefore{at: at.Round(0), wall: wall})
 }
 
+// WithoutSendBefore returns ctx without a SendBefore bound, its other values kept: for a
+// request that one caller starts and others share (a GitHub App's token exchange), which posts
+// nothing to a commit, so that no one caller's bound fails it for the others.
+func WithoutSendBefore(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sendBeforeKey{}, nil)
+}
+
 // tooLateToSend is the error of a request that ctx's SendBefore bound forbids sending now,
 // nil when it may be sent.
 func tooLateToSend(ctx context.Context, req *http.Request) *Error {
