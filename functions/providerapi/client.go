@@ -210,7 +210,8 @@ func (c *Client) build(ctx context.Context, r Request) (*http.Request, error) {
 // read, or of a write that surely did not apply (the provider's own refusal, a connection
 // never made), waiting at least the provider's Retry-After and at most MaxCallWait. A write
 // that may have applied is never sent again: its error is Unknown, and the caller reads back
-// first. It returns a 2xx answer, or an *Error.
+// first. No attempt is sent past ctx's SendBefore bound. It returns a 2xx answer, or an
+// *Error.
 func (c *Client) Do(ctx context.Context, r Request) (*Answer, error) {
 	attempts := c.MaxAttempts
 	if attempts <= 0 {
@@ -227,6 +228,9 @@ func (c *Client) Do(ctx context.Context, r Request) (*Answer, error) {
 			// Nothing was sent: the base URL (or a name put into the path) cannot make a
 			// request. An operator's to fix, like a token that cannot be read.
 			return nil, &Error{Class: Operator, Err: fmt.Errorf("no request can be built (check base_url): %w", err)}
+		}
+		if e := tooLateToSend(ctx, req); e != nil {
+			return nil, e
 		}
 		a, e := c.send(req, r, classify)
 		if e == nil {

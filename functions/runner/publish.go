@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/ledger"
 )
@@ -179,7 +180,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	// in amiss serve while it holds a seat and the requests holding the room are younger than
 	// gateRetry, at most as long as a request may last (waitsForSeat). Either stops when its
 	// lease is lost (wctx, which the keeper cancels then).
-	var sent, end, giveUp time.Time
+	var sent, sentWall, end, giveUp time.Time
 	var leave, unseat func()
 	defer func() {
 		if unseat != nil {
@@ -195,7 +196,7 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	perRepo := min(max(limit/2, 1), flight)
 	waited := false
 	for {
-		sent = r.now()
+		sent, sentWall = r.now(), r.wall()
 		end = sent.Add(route.requestsLast())
 		freed := r.gates.roomGiven()
 		var found room
@@ -263,6 +264,9 @@ func (r *Runner) postInOrder(ctx, wctx context.Context, log *slog.Logger, s ledg
 	}
 	pctx, cancel := context.WithTimeout(wctx, end.Sub(r.now()))
 	defer cancel()
+	// The context's deadline runs on the monotonic clock, which stops while the host is
+	// suspended: no request is sent once the wall clock, too, is past the requests' time.
+	pctx = providerapi.SendBefore(pctx, sentWall.Add(route.requestsLast()), r.wall)
 	start := time.Now()
 	post, perr := r.postOnce(pctx, pub, status, g)
 	r.latency("publish_latency", start)

@@ -108,8 +108,14 @@ type Runner struct {
 	Log    *slog.Logger
 	// Metrics receives counters and latencies (nil: none).
 	Metrics Metrics
-	// Now is the wall clock for notBefore times (default time.Now).
+	// Now is the wall clock for notBefore times (default time.Now; its monotonic reading
+	// times what elapses).
 	Now func() time.Time
+	// Wall is the wall clock alone (default time.Now without its monotonic reading). A
+	// request under a grant to post is sent only while both Now and Wall say the grant's
+	// requests may still run: the monotonic clock stops while the host is suspended, and the
+	// wall clock does not.
+	Wall func() time.Time
 
 	gates gates
 }
@@ -147,6 +153,13 @@ func (r *Runner) now() time.Time {
 		return r.Now()
 	}
 	return time.Now()
+}
+
+func (r *Runner) wall() time.Time {
+	if r.Wall != nil {
+		return r.Wall()
+	}
+	return time.Now().Round(0)
 }
 
 func (r *Runner) count(name string) {

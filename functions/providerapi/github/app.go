@@ -200,7 +200,8 @@ func (a *App) Clock() time.Duration {
 // than RefreshMargin left, otherwise a new one, exchanged for a fresh JWT at POST
 // {base}/app/installations/{installation}/access_tokens. Concurrent callers for one
 // installation share one exchange, whichever key each App signs with; each stops waiting when
-// its own ctx ends, without cancelling the exchange for the others. An exchange that failed
+// its own ctx ends, without cancelling the exchange for the others, and no caller's
+// providerapi.SendBefore bound holds the exchange back. An exchange that failed
 // with another key's JWT is tried once with this App's own. A failed exchange is not cached.
 func (a *App) Token(ctx context.Context, installation int64) (InstallationToken, error) {
 	if installation <= 0 {
@@ -218,7 +219,9 @@ func (a *App) Token(ctx context.Context, installation int64) (InstallationToken,
 		if !ok {
 			f = &flight{done: make(chan struct{}), keyID: a.keyID}
 			c.flights[k] = f
-			go a.exchange(context.WithoutCancel(ctx), k, f)
+			// The exchange is every waiting caller's: neither the end of the starter's ctx
+			// nor its bound on sending (it posts nothing to a commit) stops it.
+			go a.exchange(providerapi.WithoutSendBefore(context.WithoutCancel(ctx)), k, f)
 		}
 		c.mu.Unlock()
 		select {

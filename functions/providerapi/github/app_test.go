@@ -575,3 +575,35 @@ func TestTheFakeRefusesTheJWTsGitHubRefuses(t *testing.T) {
 		}
 	}
 }
+
+// A shared exchange is no request of one caller's: a caller whose SendBefore bound has passed
+// (its host's clock stepped since its grant to post) does not fail the exchange the others
+// wait for. The exchange posts nothing to a commit, so no caller's bound holds it back.
+func TestACallerPastItsSendBoundLeavesTheSharedExchange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := githubtest.NewApp(appID, publicKey())
+		fake.Install(1, "acme/app")
+		_, pemKey := appKey()
+		app, err := github.NewApp(github.AppConfig{AppID: "4242", PrivateKey: pemKey, Client: inProcess(fake)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The late caller's wall clock is read when the exchange it started is about to be
+		// sent: held there until the other caller waits for that exchange too.
+		bound := time.Now()
+		reading := make(chan struct{})
+		late := providerapi.SendBefore(context.Background(), bound, func() time.Time { <-reading; return bound.Add(time.Minute) })
+		var wg sync.WaitGroup
+		wg.Go(func() { app.Token(late, 1) })
+		synctest.Wait()
+		var other github.InstallationToken
+		var otherErr error
+		wg.Go(func() { other, otherErr = app.Token(context.Background(), 1) })
+		synctest.Wait()
+		close(reading)
+		wg.Wait()
+		if _, ok := fake.Installed(other.Value); otherErr != nil || !ok {
+			t.Fatalf("the caller with no bound, waiting for the exchange a caller past its bound started: %v", otherErr)
+		}
+	})
+}

@@ -7,7 +7,8 @@
 // a post whose answer was lost (a 500, a cut connection) is Unknown, and the read-back finds
 // it; the read-back tells this delivery's verdict from another's, across every page the
 // provider lists; a rate limit is Transient with the provider's own wait, returned rather than
-// slept through.
+// slept through; past the bound a grant to post sets on sending (providerapi.SendBefore),
+// nothing is sent, and the failure is Transient and known not applied.
 package publishtest
 
 import (
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/amiss-ci/amiss/functions/providerapi"
 	"github.com/amiss-ci/amiss/functions/publish"
 )
 
@@ -172,6 +174,24 @@ var cases = []struct {
 		if e.h.Posted(s) != 0 {
 			e.t.Fatal("a rate-limited post was created")
 		}
+	}},
+	{"past its bound on sending, nothing is posted, and the failure is transient and known", func(e *env) {
+		s := e.h.Status(1)
+		bound := time.Now()
+		late := providerapi.SendBefore(e.ctx, bound, func() time.Time { return bound })
+		err := e.p.Publish(late, s)
+		if err == nil || publish.ClassOf(err) != publish.Transient || publish.Unknown(err) {
+			e.t.Fatalf("a post past its bound: %v (class %v, unknown %v); want a transient failure, known not applied", err,
+				publish.ClassOf(err), publish.Unknown(err))
+		}
+		if _, err := e.p.Standing(late, s); err == nil || publish.ClassOf(err) != publish.Transient || publish.Unknown(err) {
+			e.t.Fatalf("a read-back past its bound: %v; want a transient failure", err)
+		}
+		if e.h.Posted(s) != 0 || e.h.Shown(s) {
+			e.t.Fatal("a post past its bound was created")
+		}
+		e.publish(s) // within its time, the same post lands
+		e.standing(s, publish.StandingOurs)
 	}},
 	{"the read-back finds the verdict past every page the provider lists", func(e *env) {
 		older, newer := e.h.Status(1), e.h.Status(2)
