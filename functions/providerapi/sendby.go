@@ -21,9 +21,12 @@ type sendBefore struct {
 // ctx's own deadline: a context's deadline runs on the monotonic clock, which stops while the
 // host is suspended, so a request due before the grant ended could otherwise be sent long
 // after, when a newer verdict may have been posted under a grant of its own. wall must read
-// the wall clock alone (time.Now().Round(0)): a time carrying a monotonic reading would be
-// compared on it.
+// the wall clock alone: a time carrying a monotonic reading would be compared on it (nil:
+// time.Now without its monotonic reading).
 func SendBefore(ctx context.Context, at time.Time, wall func() time.Time) context.Context {
+	if wall == nil {
+		wall = func() time.Time { return time.Now().Round(0) }
+	}
 	return context.WithValue(ctx, sendBeforeKey{}, sendBefore{at: at.Round(0), wall: wall})
 }
 
@@ -44,6 +47,6 @@ func tooLateToSend(ctx context.Context, req *http.Request) *Error {
 	if now := b.wall().Round(0); now.Before(b.at) {
 		return nil
 	}
-	return &Error{Class: Transient, Err: fmt.Errorf("%s %s not sent: its time ended at %s by the wall clock (the host was suspended, or its clock stepped, since the grant to post)",
+	return &Error{Class: Transient, Err: fmt.Errorf("%s %s not sent: its time ended at %s by the wall clock (the host was suspended or its clock stepped since the grant to post, or the calls before it took that long)",
 		req.Method, req.URL.EscapedPath(), b.at.UTC().Format(time.RFC3339))}
 }
