@@ -223,8 +223,11 @@ type ghRerun struct {
 // commits, changed paths or title whole (the body carries none), and its pull request only
 // when the body names one. RerunOf is the check run's external_id when it is a ledger key (a
 // check run amiss published). A check suite's branch is its head_branch (a check run's, its
-// suite's); the first pull request the commit heads gives the pull request's number and branches (never
-// its title, which the body does not carry). Before is the check suite's (a check run's own
+// suite's); the first pull request the commit heads gives the pull request's number and
+// branches (never its title, which the body does not carry). For a check run amiss published
+// that pull request is not held whole: the commit may head several, or the check run may be a
+// push's, and the delivery it was published for (RerunOf) says which; the first listed stands
+// in only when that delivery is no longer kept. Before is the check suite's (a check run's own
 // suite's), when the suite's after is the head commit: the commit the branch was at before
 // the push, from which a re-run of a push reads the commits and paths it lacks.
 func fromRerun(event string, body []byte) (Change, error) {
@@ -259,7 +262,9 @@ func fromRerun(event string, body []byte) (Change, error) {
 	if len(c.PullRequests) > 0 {
 		pr := c.PullRequests[0]
 		s.Pull = &Pull{Number: pr.Number, TargetBranch: pr.Base.Ref, SourceBranch: pr.Head.Ref}
-		s.Whole = PullInput
+		if s.RerunOf == "" {
+			s.Whole = PullInput
+		} // else the check run's own delivery says which it was for (the runner looks)
 		if s.Ref == "" && pr.Head.Ref != "" {
 			s.Ref = "refs/heads/" + pr.Head.Ref
 		}
