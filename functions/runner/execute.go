@@ -113,19 +113,18 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, t
 // complete returns s with the inputs the route's rules need and s does not hold whole read
 // from the provider's API (route.Inputs), or marked unread, saying why, when they cannot be
 // (the rules then fail closed). A route whose rules need nothing the webhook lacks reads
-// nothing. A re-run whose webhook names no pull request is first matched to the delivery its
-// check run was published for (s.RerunOf), whose change names it. An error is the provider's
-// transient failure.
+// nothing. A re-run of a check run amiss published is first matched to the delivery that check
+// run was for (s.RerunOf), whose change says which pull request, or which push, it was. An
+// error is the provider's transient failure.
 func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s change.Change) (change.Change, error) {
+	if s.RerunOf != "" && !s.Whole.Has(change.PullInput) {
+		s = r.rerunOf(ctx, log, s) // whatever the evaluator: what the re-run is of decides its change
+	}
 	n, ok := route.Evaluator.(evaluate.Needer)
 	if !ok {
 		return s, nil
 	}
 	need := n.Needs(s) &^ s.Whole
-	if need.Has(change.PullInput) && s.RerunOf != "" {
-		s = r.rerunOf(ctx, log, s)
-		need = n.Needs(s) &^ s.Whole
-	}
 	if need == 0 {
 		return s, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -298,31 +299,45 @@ func TestAPullRequestsEventIsEvaluatedOnItsOwnTitle(t *testing.T) {
 // A commit may head two pull requests (one to main, one to a release branch): its check run's
 // Re-run lists both, and is evaluated for the one the check run was published for, not the
 // first GitHub lists. Pull request #3 follows the title rule, #2 (listed first) does not: a
-// Re-run of #3's check run succeeds as #3's did.
+// Re-run of #3's check run succeeds as #3's did. An evaluator that names no inputs it needs (a
+// route's HTTP evaluator) is given #3 too.
 func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T) {
-	w := newRerunWorld(t)
-	w.pullRequest("WIP: the thing", "src/thing.go") // #2, heading the commit
-	w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 3, Title: "feat: the thing", Base: "release", Head: "changes",
-		BaseSHA: baseSHA, HeadSHA: headSHA})
-	r := w.rerunRunner(forbiddenPaths(t))
-	pr := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
-		Pull:  &change.Pull{Number: 3, Title: "feat: the thing", TargetBranch: "release", SourceBranch: "changes"},
-		Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, "pull_request 3", epoch.Add(-time.Minute))
-	w.process(r, pr)
-	w.latest(pr, "success")
+	var evaluatedFor []int
+	external := evalFunc(func(_ context.Context, s change.Change) (evaluate.Verdict, error) {
+		if s.Pull != nil {
+			evaluatedFor = append(evaluatedFor, s.Pull.Number)
+		}
+		return evaluate.Verdict{State: "success", Description: "seen"}, nil
+	})
+	for i, ev := range []evaluate.Evaluator{forbiddenPaths(t), external} {
+		evaluatedFor = nil
+		w := newRerunWorld(t)
+		w.pullRequest("WIP: the thing", "src/thing.go") // #2, heading the commit
+		w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 3, Title: "feat: the thing", Base: "release", Head: "changes",
+			BaseSHA: baseSHA, HeadSHA: headSHA})
+		r := w.rerunRunner(ev)
+		pr := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+			Pull:  &change.Pull{Number: 3, Title: "feat: the thing", TargetBranch: "release", SourceBranch: "changes"},
+			Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, "pull_request 3", epoch.Add(-time.Minute))
+		w.process(r, pr)
+		w.latest(pr, "success")
 
-	w.clock.Advance(time.Minute) // a user presses Re-run on #3's check run
-	body := fmt.Sprintf(`{"action":"rerequested","repository":{"full_name":%q},"installation":{"id":%d},
-		"check_run":{"head_sha":%q,"external_id":%q,"check_suite":{"head_branch":"changes","before":%q,"after":%q},
-		"pull_requests":[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}},{"number":3,"head":{"ref":"changes"},"base":{"ref":"release"}}]}}`,
-		commitRepo, appInstallation, headSHA, pr.Key.String(), baseSHA, headSHA)
-	h := http.Header{}
-	h.Set("X-GitHub-Event", "check_run")
-	s, err := only(provider.Extract("github", h, []byte(body)))
-	if err != nil {
-		t.Fatal(err)
+		w.clock.Advance(time.Minute) // a user presses Re-run on #3's check run
+		body := fmt.Sprintf(`{"action":"rerequested","repository":{"full_name":%q},"installation":{"id":%d},
+			"check_run":{"head_sha":%q,"external_id":%q,"check_suite":{"head_branch":"changes","before":%q,"after":%q},
+			"pull_requests":[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}},{"number":3,"head":{"ref":"changes"},"base":{"ref":"release"}}]}}`,
+			commitRepo, appInstallation, headSHA, pr.Key.String(), baseSHA, headSHA)
+		h := http.Header{}
+		h.Set("X-GitHub-Event", "check_run")
+		s, err := only(provider.Extract("github", h, []byte(body)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rerun := w.admitChange(s, body, time.Time{})
+		w.process(r, rerun)
+		w.checkRuns("success", rerun, 2)
+		if i == 1 && !slices.Equal(evaluatedFor, []int{3, 3}) {
+			t.Errorf("the evaluator was given pull requests %v, want #3 for the event and its re-run", evaluatedFor)
+		}
 	}
-	rerun := w.admitChange(s, body, time.Time{})
-	w.process(r, rerun)
-	w.checkRuns("success", rerun, 2)
 }
