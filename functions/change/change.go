@@ -58,8 +58,12 @@ type Change struct {
 	Before string `json:"before,omitempty"`
 	// RerunOf is the delivery a re-run's check run was published for (the check run's
 	// external_id, the ledger key of that delivery; empty for a check suite, or a check run
-	// amiss did not create): its change names the pull request a fork's re-run lacks.
+	// amiss did not create): its change says which pull request (or push) the re-run is of.
 	RerunOf string `json:"rerun_of,omitempty"`
+	// Listed are the pull requests a re-run's webhook names the commit heading (Pull is the
+	// first), when RerunOf is set: the pull request of RerunOf's delivery is taken only while
+	// it is one of them.
+	Listed []int `json:"listed_pull_requests,omitempty"`
 	// API names the API the webhook's sender speaks where one provider's webhooks come from
 	// more than one (Bitbucket: BitbucketCloud or BitbucketDataCenter, told apart by the event
 	// key); empty where the provider has one. A reader or publisher of another API must not

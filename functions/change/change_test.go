@@ -44,7 +44,7 @@ func TestFixtures(t *testing.T) {
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
 			// The pull request listed first stands in; the check run's own delivery (RerunOf)
 			// says which it was for, so it is not held whole.
-			Pull: &change.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}, Installation: 2311213,
+			Pull: &change.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}, Installation: 2311213, Listed: []int{2},
 			Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", RerunOf: "3f1b1c1e6a0d4c4f9a8e2b7d5c6e1f00a1b2c3d4e5f60718293a4b5c6d7e8f90"}},
 		{"github", "X-GitHub-Event", "check_suite", "github/check_suite_rerequested.json", change.Change{Event: "rerun",
 			Repository: "octo-org/octo-repo", SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",

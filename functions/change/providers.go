@@ -225,9 +225,10 @@ type ghRerun struct {
 // check run amiss published). A check suite's branch is its head_branch (a check run's, its
 // suite's); the first pull request the commit heads gives the pull request's number and
 // branches (never its title, which the body does not carry). For a check run amiss published
-// that pull request is not held whole: the commit may head several, or the check run may be a
-// push's, and the delivery it was published for (RerunOf) says which; the first listed stands
-// in only when that delivery is no longer kept. Before is the check suite's (a check run's own
+// that pull request is not held whole: the commit may head several (all are Listed), or the
+// check run may be a push's, and the delivery it was published for (RerunOf) says which; the
+// first listed stands in when that delivery is no longer kept, or was for a pull request the
+// commit no longer heads. Before is the check suite's (a check run's own
 // suite's), when the suite's after is the head commit: the commit the branch was at before
 // the push, from which a re-run of a push reads the commits and paths it lacks.
 func fromRerun(event string, body []byte) (Change, error) {
@@ -264,7 +265,11 @@ func fromRerun(event string, body []byte) (Change, error) {
 		s.Pull = &Pull{Number: pr.Number, TargetBranch: pr.Base.Ref, SourceBranch: pr.Head.Ref}
 		if s.RerunOf == "" {
 			s.Whole = PullInput
-		} // else the check run's own delivery says which it was for (the runner looks)
+		} else { // the check run's own delivery says which it was for (the runner looks)
+			for _, p := range c.PullRequests {
+				s.Listed = append(s.Listed, p.Number)
+			}
+		}
 		if s.Ref == "" && pr.Head.Ref != "" {
 			s.Ref = "refs/heads/" + pr.Head.Ref
 		}

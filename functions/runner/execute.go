@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -174,7 +175,9 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Ch
 	}
 	switch was.Event {
 	case change.PullRequest:
-		if was.Pull == nil {
+		if was.Pull == nil || len(s.Listed) > 0 && !slices.Contains(s.Listed, was.Pull.Number) {
+			// Not a pull request the commit heads now (closed since, or headed elsewhere): the
+			// first the re-run's webhook lists stands in.
 			return s
 		}
 		p := *was.Pull

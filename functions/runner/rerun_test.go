@@ -300,7 +300,8 @@ func TestAPullRequestsEventIsEvaluatedOnItsOwnTitle(t *testing.T) {
 // Re-run lists both, and is evaluated for the one the check run was published for, not the
 // first GitHub lists. Pull request #3 follows the title rule, #2 (listed first) does not: a
 // Re-run of #3's check run succeeds as #3's did. An evaluator that names no inputs it needs (a
-// route's HTTP evaluator) is given #3 too.
+// route's HTTP evaluator) is given #3 too. Once the commit no longer heads #3 (closed, or
+// pushed to), its check run's Re-run lists #2 alone and is evaluated for #2.
 func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T) {
 	var evaluatedFor []int
 	external := evalFunc(func(_ context.Context, s change.Change) (evaluate.Verdict, error) {
@@ -309,13 +310,26 @@ func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T)
 		}
 		return evaluate.Verdict{State: "success", Description: "seen"}, nil
 	})
-	for i, ev := range []evaluate.Evaluator{forbiddenPaths(t), external} {
+	two := `[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}},{"number":3,"head":{"ref":"changes"},"base":{"ref":"release"}}]`
+	one := `[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}}]`
+	for _, c := range []struct {
+		name    string
+		ev      evaluate.Evaluator
+		listed  string
+		want    string // the re-run's conclusion
+		wantFor []int  // the pull requests the external evaluator was given
+	}{
+		{"the rules, both listed", forbiddenPaths(t), two, "success", nil},
+		{"an HTTP evaluator, both listed", external, two, "success", []int{3, 3}},
+		{"the rules, #3 no longer listed", forbiddenPaths(t), one, "failure", nil},
+		{"an HTTP evaluator, #3 no longer listed", external, one, "success", []int{3, 2}},
+	} {
 		evaluatedFor = nil
 		w := newRerunWorld(t)
 		w.pullRequest("WIP: the thing", "src/thing.go") // #2, heading the commit
 		w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 3, Title: "feat: the thing", Base: "release", Head: "changes",
 			BaseSHA: baseSHA, HeadSHA: headSHA})
-		r := w.rerunRunner(ev)
+		r := w.rerunRunner(c.ev)
 		pr := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
 			Pull:  &change.Pull{Number: 3, Title: "feat: the thing", TargetBranch: "release", SourceBranch: "changes"},
 			Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, "pull_request 3", epoch.Add(-time.Minute))
@@ -325,8 +339,7 @@ func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T)
 		w.clock.Advance(time.Minute) // a user presses Re-run on #3's check run
 		body := fmt.Sprintf(`{"action":"rerequested","repository":{"full_name":%q},"installation":{"id":%d},
 			"check_run":{"head_sha":%q,"external_id":%q,"check_suite":{"head_branch":"changes","before":%q,"after":%q},
-			"pull_requests":[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}},{"number":3,"head":{"ref":"changes"},"base":{"ref":"release"}}]}}`,
-			commitRepo, appInstallation, headSHA, pr.Key.String(), baseSHA, headSHA)
+			"pull_requests":%s}}`, commitRepo, appInstallation, headSHA, pr.Key.String(), baseSHA, headSHA, c.listed)
 		h := http.Header{}
 		h.Set("X-GitHub-Event", "check_run")
 		s, err := only(provider.Extract("github", h, []byte(body)))
@@ -335,9 +348,9 @@ func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T)
 		}
 		rerun := w.admitChange(s, body, time.Time{})
 		w.process(r, rerun)
-		w.checkRuns("success", rerun, 2)
-		if i == 1 && !slices.Equal(evaluatedFor, []int{3, 3}) {
-			t.Errorf("the evaluator was given pull requests %v, want #3 for the event and its re-run", evaluatedFor)
+		w.checkRuns(c.want, rerun, 2)
+		if c.wantFor != nil && !slices.Equal(evaluatedFor, c.wantFor) {
+			t.Errorf("%s: the evaluator was given pull requests %v, want %v", c.name, evaluatedFor, c.wantFor)
 		}
 	}
 }
