@@ -107,3 +107,39 @@ func TestARerunWhoseCheckRunsDeliveryCannotBeLookedUpIsRetriedNotEvaluatedForAno
 	w.process(r, rerun)
 	w.checkRuns("failure", rerun, 2)
 }
+
+// checkSuiteRerun admits GitHub's check_suite "rerequested" webhook (Re-run all) for the
+// world's commit, heading the pull requests pulls lists (a JSON array).
+func (w *rerunWorld) checkSuiteRerun(pulls string) queue.Message {
+	w.t.Helper()
+	body := fmt.Sprintf(`{"action":"rerequested","repository":{"full_name":%q},"installation":{"id":%d},
+		"check_suite":{"head_sha":%q,"head_branch":"changes","before":%q,"after":%q,"pull_requests":%s}}`,
+		commitRepo, appInstallation, headSHA, baseSHA, headSHA, pulls)
+	h := http.Header{}
+	h.Set("X-GitHub-Event", "check_suite")
+	s, err := only(provider.Extract("github", h, []byte(body)))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return w.admitChange(s, body, time.Time{})
+}
+
+// A check suite's Re-run names no check run: the first pull request its webhook lists (#2)
+// stands in, and the check run it publishes is #2's. Once #2 is closed, a Re-run of that check
+// run lists #3 alone: the commit no longer heads #2, and #3 stands in, as for a Re-run of #2's
+// own check run; #2 (which follows the title rule) is not re-run.
+func TestARerunOfACheckSuitesRerunIsNotForAPullRequestTheCommitNoLongerHeads(t *testing.T) {
+	w := newRerunWorld(t)
+	w.twoPullRequests()
+	r := w.rerunRunner(forbiddenPaths(t))
+	suite := w.checkSuiteRerun(listedTwoThree)
+	w.process(r, suite)
+	w.latest(suite, "success")
+
+	w.clock.Advance(time.Minute) // #2 is closed; a user presses Re-run on the suite's check run
+	w.history.AddPull(commitRepo, githubtest.HistoryPull{Number: 2, Title: "feat: the thing", Base: "main", Head: "changes",
+		BaseSHA: baseSHA, HeadSHA: headSHA, State: "closed"})
+	rerun := w.checkRunRerun(suite, listedThree)
+	w.process(r, rerun)
+	w.checkRuns("failure", rerun, 2)
+}
