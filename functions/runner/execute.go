@@ -182,11 +182,12 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Ch
 		was.Provider != s.Provider {
 		return s, nil
 	}
+	// unlisted: a pull request the commit no longer heads (closed since, or headed elsewhere):
+	// the first the re-run's webhook lists stands in.
+	unlisted := func(p *change.Pull) bool { return len(s.Listed) > 0 && !slices.Contains(s.Listed, p.Number) }
 	switch was.Event {
 	case change.PullRequest:
-		if was.Pull == nil || len(s.Listed) > 0 && !slices.Contains(s.Listed, was.Pull.Number) {
-			// Not a pull request the commit heads now (closed since, or headed elsewhere): the
-			// first the re-run's webhook lists stands in.
+		if was.Pull == nil || unlisted(was.Pull) {
 			return s, nil
 		}
 		p := *was.Pull
@@ -202,6 +203,11 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Ch
 		s.Whole = s.Whole&^(change.CommitsInput|change.PathsInput) | was.Whole&(change.CommitsInput|change.PathsInput)
 	case change.Rerun:
 		if was.Whole.Has(change.PullInput) {
+			// A check suite's Re-run (its first listed pull request held whole), or one
+			// admitted before re-runs named what they list.
+			if was.Pull != nil && unlisted(was.Pull) {
+				return s, nil
+			}
 			if was.Pull != nil {
 				p := *was.Pull
 				p.Title = ""
