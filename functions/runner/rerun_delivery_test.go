@@ -143,3 +143,24 @@ func TestARerunOfACheckSuitesRerunIsNotForAPullRequestTheCommitNoLongerHeads(t *
 	w.process(r, rerun)
 	w.checkRuns("failure", rerun, 2)
 }
+
+// A Re-run of a Re-run's check run is for what that Re-run was: each press of Re-run on the
+// newest check run of #3 is evaluated for #3, the commit heading #2 too (listed first), as
+// far back as the runner follows re-runs of re-runs (8).
+func TestRerunsOfRerunsAreForTheirFirstCheckRunsPullRequest(t *testing.T) {
+	w := newRerunWorld(t)
+	w.twoPullRequests()
+	r := w.rerunRunner(forbiddenPaths(t))
+	last := w.pullRequestThree()
+	w.process(r, last)
+	w.latest(last, "failure")
+	for press := 1; press <= 8; press++ {
+		w.clock.Advance(time.Minute)
+		last = w.checkRunRerun(last, listedTwoThree)
+		w.process(r, last)
+		if run, _ := w.checks.LatestRun(commitRepo, headSHA, statusCtx); run.Conclusion != "failure" || run.ExternalID != last.Key.String() {
+			t.Fatalf("press %d of Re-run: the commit shows %q from %.8s, want #3's failure from %s", press, run.Conclusion,
+				run.ExternalID, last.Key.Short())
+		}
+	}
+}
