@@ -164,3 +164,39 @@ func TestRerunsOfRerunsAreForTheirFirstCheckRunsPullRequest(t *testing.T) {
 		}
 	}
 }
+
+// A Re-run's payload proves nothing of the pull request's history: the verdict of a Re-run of
+// the check run of an edit (which proves the title it changed from) or of an opening (which
+// made the commit the pull request's head) records no such proof in its tie, which would order
+// it after another event of its second that it never followed.
+func TestARerunClaimsNoneOfItsDeliverysPayloadProofs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pull change.Pull
+	}{
+		{"an edit", change.Pull{Number: 3, Title: "WIP: the thing", TargetBranch: "release", SourceBranch: "changes",
+			Was: &change.PullState{Title: "WIP: the old thing", TargetBranch: "release"}}},
+		{"an opening", change.Pull{Number: 3, Title: "WIP: the thing", TargetBranch: "release", SourceBranch: "changes", Starts: true}},
+	} {
+		w := newRerunWorld(t)
+		w.twoPullRequests()
+		r := w.rerunRunner(forbiddenPaths(t))
+		pull := c.pull
+		pr := w.admitChange(change.Change{Provider: "github", Repository: commitRepo, SHA: headSHA, Event: change.PullRequest,
+			Pull: &pull, Whole: change.TitleInput | change.PullInput, Installation: appInstallation}, c.name, epoch.Add(-time.Minute))
+		w.process(r, pr)
+		w.clock.Advance(time.Minute)
+		rerun := w.checkRunRerun(pr, listedTwoThree)
+		w.process(r, rerun)
+		w.checkRuns("failure", rerun, 2)
+		rec, err := w.l.InspectSubject(context.Background(), ledger.Subject{Publisher: provider.GitHubChecks + " " + w.srv.URL,
+			Repository: commitRepo, SHA: headSHA, Context: statusCtx}.Key())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tie := rec.Newest.Tie; rec.Newest.Key != rerun.Key || !tie.From.IsZero() || tie.Starts || tie.Inputs.IsZero() {
+			t.Errorf("the Re-run of %s's check run stands as %s with the tie %+v: want %s, with its inputs and no proof of a place",
+				c.name, rec.Newest.Key.Short(), tie, rerun.Key.Short())
+		}
+	}
+}
