@@ -190,9 +190,7 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Ch
 		if was.Pull == nil || unlisted(was.Pull) {
 			return s, nil
 		}
-		p := *was.Pull
-		p.Title = "" // the title is read as it is now
-		s.Pull = &p
+		s.Pull = rerunPull(was.Pull)
 	case change.Push:
 		// The push's commits and paths are fixed by the push: the re-run sees them as the
 		// push's verdict did, those its webhook held whole without a read, the others read
@@ -208,12 +206,9 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Ch
 			if was.Pull != nil && unlisted(was.Pull) {
 				return s, nil
 			}
+			s.Pull = nil
 			if was.Pull != nil {
-				p := *was.Pull
-				p.Title = ""
-				s.Pull = &p
-			} else {
-				s.Pull = nil
+				s.Pull = rerunPull(was.Pull)
 			}
 			break
 		}
@@ -224,6 +219,14 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Ch
 	}
 	s.Whole |= change.PullInput
 	return s, nil
+}
+
+// rerunPull is the pull request p of the delivery a re-run re-runs, as the re-run takes it:
+// its number and branches; its title is read as it is now, and what the delivery's payload
+// proved of its place (the title an edit changed from, the head an opening set) is the
+// delivery's event's, not the re-run's, whose body proves nothing of it.
+func rerunPull(p *change.Pull) *change.Pull {
+	return &change.Pull{Number: p.Number, TargetBranch: p.TargetBranch, SourceBranch: p.SourceBranch}
 }
 
 // unroutable ends a delivery whose route cannot be built (d, decided by the policy): it
