@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -420,6 +421,57 @@ func TestACheckRunsRerunNamesItsSuitesBranch(t *testing.T) {
 	s, err := only(change.Extract("github", change.GitHubFormat, hdr, b))
 	if err != nil || s.Pull != nil || s.Ref != "refs/heads/changes" {
 		t.Fatalf("re-run %+v %v, want the suite's branch refs/heads/changes and no pull request", s, err)
+	}
+}
+
+// GitHub lists, among the pull requests a re-run's commit heads, those of other repositories
+// whose head is the commit's branch (a fork's pull request merging this repository's branch
+// into the fork): their numbers are the other repository's, and name no pull request here.
+// They are not the re-run's pull request, nor listed: the one based in the repository is; a
+// re-run heading only another repository's names none.
+func TestARerunIgnoresThePullRequestsOfOtherRepositories(t *testing.T) {
+	foreign := map[string]any{"url": "https://api.github.com/repos/forkowner/octo-repo/pulls/5", "id": 1234567890, "number": 5,
+		"head": map[string]any{"ref": "changes", "sha": "ec26c3e57ca3a959ca5aad62de7213c562f8c821",
+			"repo": map[string]any{"id": 35129377, "url": "https://api.github.com/repos/octo-org/octo-repo", "name": "octo-repo"}},
+		"base": map[string]any{"ref": "main", "sha": "f95f852bd8fca8fcc58a9a2d6c842781e32a215e",
+			"repo": map[string]any{"id": 99999999, "url": "https://api.github.com/repos/forkowner/octo-repo", "name": "octo-repo"}}}
+	for _, event := range []string{"check_run", "check_suite"} {
+		var body map[string]any
+		if err := json.Unmarshal(load(t, "github/check_run_rerequested.json"), &body); err != nil {
+			t.Fatal(err)
+		}
+		run := body["check_run"].(map[string]any)
+		ours := run["pull_requests"].([]any)[0]
+		check := run
+		if event == "check_suite" {
+			check = run["check_suite"].(map[string]any)
+			check["head_sha"] = run["head_sha"]
+			body["check_suite"] = check
+			delete(body, "check_run")
+		}
+		hdr := http.Header{}
+		hdr.Set("X-GitHub-Event", event)
+		for _, c := range []struct {
+			listed []any
+			want   *change.Pull
+		}{
+			{[]any{foreign, ours}, &change.Pull{Number: 2, TargetBranch: "main", SourceBranch: "changes"}},
+			{[]any{foreign}, nil},
+		} {
+			check["pull_requests"] = c.listed
+			b, _ := json.Marshal(body)
+			s, err := only(change.Extract("github", change.GitHubFormat, hdr, b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(s.Pull, c.want) || slices.Contains(s.Listed, 5) {
+				t.Errorf("%s listing %d pull requests: pull request %+v, listed %v; want %+v, never #5 of forkowner/octo-repo",
+					event, len(c.listed), s.Pull, s.Listed, c.want)
+			}
+			if c.want == nil && s.Whole.Has(change.PullInput) {
+				t.Errorf("%s heading only another repository's pull request holds its pull request whole", event)
+			}
+		}
 	}
 }
 

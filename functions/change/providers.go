@@ -2,6 +2,7 @@ package change
 
 import (
 	"fmt"
+	"strings"
 )
 
 // GitHub and the Gitea family share their payload shapes.
@@ -206,15 +207,40 @@ type ghCheck struct {
 		} `json:"head"`
 		Base struct {
 			Ref string `json:"ref"`
+			// Repo is the repository the pull request is based in, whose number it has.
+			Repo *ghRerunRepo `json:"repo"`
 		} `json:"base"`
 	} `json:"pull_requests"`
 }
 
+// ghRerunRepo is a repository as a check run's or check suite's webhook names it: its own,
+// and each pull request's base.
+type ghRerunRepo struct {
+	ID       int64  `json:"id"`
+	FullName string `json:"full_name"`
+	URL      string `json:"url"`
+}
+
+// isRepo reports whether r, named by a pull request of a webhook for repo, is repo: by id
+// when both name one, else by its API URL (which ends in /repos/{owner}/{name}). A pull
+// request that names neither is taken as based in repo, as GitHub lists them for it.
+func (r *ghRerunRepo) isRepo(repo ghRerunRepo) bool {
+	switch {
+	case r == nil:
+		return true
+	case r.ID != 0 && repo.ID != 0:
+		return r.ID == repo.ID
+	case r.URL != "":
+		return strings.HasSuffix(strings.ToLower(r.URL), "/repos/"+strings.ToLower(repo.FullName))
+	}
+	return true
+}
+
 type ghRerun struct {
-	Action     string   `json:"action"`
-	Repository ghRepo   `json:"repository"`
-	CheckRun   *ghCheck `json:"check_run"`
-	CheckSuite *ghCheck `json:"check_suite"`
+	Action     string      `json:"action"`
+	Repository ghRerunRepo `json:"repository"`
+	CheckRun   *ghCheck    `json:"check_run"`
+	CheckSuite *ghCheck    `json:"check_suite"`
 }
 
 // fromRerun reads a check_run or check_suite webhook. Only "rerequested" (a user pressed
@@ -224,7 +250,10 @@ type ghRerun struct {
 // when the body names one. RerunOf is the check run's external_id when it is a ledger key (a
 // check run amiss published). A check suite's branch is its head_branch (a check run's, its
 // suite's); the first pull request the commit heads gives the pull request's number and
-// branches (never its title, which the body does not carry). For a check run amiss published
+// branches (never its title, which the body does not carry). Only the pull requests based in
+// the webhook's repository count: GitHub lists too those of other repositories whose head is
+// the commit's branch (a fork's pull request merging this repository's branch), whose numbers
+// name no pull request here. For a check run amiss published
 // that pull request is not held whole: the commit may head several (all are Listed), or the
 // check run may be a push's, and the delivery it was published for (RerunOf) says which; the
 // first listed stands in when that delivery is no longer kept, or was for a pull request the
@@ -260,13 +289,19 @@ func fromRerun(event string, body []byte) (Change, error) {
 	if branch != "" {
 		s.Ref = "refs/heads/" + branch
 	}
-	if len(c.PullRequests) > 0 {
-		pr := c.PullRequests[0]
+	pulls := c.PullRequests[:0:0]
+	for _, pr := range c.PullRequests {
+		if pr.Base.Repo.isRepo(p.Repository) {
+			pulls = append(pulls, pr)
+		}
+	}
+	if len(pulls) > 0 {
+		pr := pulls[0]
 		s.Pull = &Pull{Number: pr.Number, TargetBranch: pr.Base.Ref, SourceBranch: pr.Head.Ref}
 		if s.RerunOf == "" {
 			s.Whole = PullInput
 		} else { // the check run's own delivery says which it was for (the runner looks)
-			for _, p := range c.PullRequests {
+			for _, p := range pulls {
 				s.Listed = append(s.Listed, p.Number)
 			}
 		}

@@ -116,10 +116,14 @@ func (r *Runner) execute(ctx context.Context, log *slog.Logger, lc leaseClock, t
 // (the rules then fail closed). A route whose rules need nothing the webhook lacks reads
 // nothing. A re-run of a check run amiss published is first matched to the delivery that check
 // run was for (s.RerunOf), whose change says which pull request, or which push, it was. An
-// error is the provider's transient failure.
+// error is the provider's transient failure, or the ledger's while that delivery is looked up.
 func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s change.Change) (change.Change, error) {
 	if s.RerunOf != "" && !s.Whole.Has(change.PullInput) {
-		s = r.rerunOf(ctx, log, s) // whatever the evaluator: what the re-run is of decides its change
+		// Whatever the evaluator: what the re-run is of decides its change.
+		var err error
+		if s, err = r.rerunOf(ctx, log, s); err != nil {
+			return s, err
+		}
 	}
 	n, ok := route.Evaluator.(evaluate.Needer)
 	if !ok {
@@ -149,8 +153,10 @@ func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s
 // same repository and commit (a pull request's, or a push's: then there is none, and the
 // re-run takes the push's range, and its commits and paths as far as the push held them
 // whole). Otherwise s is returned as it is, and its reader must find the pull request, or the
-// rules that need it fail closed.
-func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s change.Change) change.Change {
+// rules that need it fail closed. A ledger that fails to answer (anything but a row no longer
+// kept) is an error: it says nothing of what the check run was for, and the first pull
+// request the webhook lists must not stand in for the one it was.
+func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s change.Change) (change.Change, error) {
 	return r.rerunOfDepth(ctx, log, s, s.RerunOf, 0)
 }
 
@@ -158,31 +164,33 @@ func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s change.Change)
 // (each Re-run's check run names the re-run delivery that published it).
 const maxRerunChain = 8
 
-func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Change, of string, depth int) change.Change {
+func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Change, of string, depth int) (change.Change, error) {
 	key, err := ledger.ParseKey(of)
 	if err != nil || depth >= maxRerunChain {
-		return s
+		return s, nil
 	}
 	row, err := r.Ledger.Inspect(ctx, key)
-	if err != nil {
+	if errors.Is(err, ledger.ErrUnknownDelivery) {
 		log.Info("the delivery a re-run's check run was published for is not in the ledger", "rerun_of", of, "err", err)
-		return s
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("looking up the delivery the re-run's check run was published for (%s): %w", key.Short(), err)
 	}
 	var was change.Change
 	if err := json.Unmarshal(row.Change, &was); err != nil || was.Repository != s.Repository || was.SHA != s.SHA ||
 		was.Provider != s.Provider {
-		return s
+		return s, nil
 	}
+	// unlisted: a pull request the commit no longer heads (closed since, or headed elsewhere):
+	// the first the re-run's webhook lists stands in.
+	unlisted := func(p *change.Pull) bool { return len(s.Listed) > 0 && !slices.Contains(s.Listed, p.Number) }
 	switch was.Event {
 	case change.PullRequest:
-		if was.Pull == nil || len(s.Listed) > 0 && !slices.Contains(s.Listed, was.Pull.Number) {
-			// Not a pull request the commit heads now (closed since, or headed elsewhere): the
-			// first the re-run's webhook lists stands in.
-			return s
+		if was.Pull == nil || unlisted(was.Pull) {
+			return s, nil
 		}
-		p := *was.Pull
-		p.Title = "" // the title is read as it is now
-		s.Pull = &p
+		s.Pull = rerunPull(was.Pull)
 	case change.Push:
 		// The push's commits and paths are fixed by the push: the re-run sees them as the
 		// push's verdict did, those its webhook held whole without a read, the others read
@@ -193,22 +201,32 @@ func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Ch
 		s.Whole = s.Whole&^(change.CommitsInput|change.PathsInput) | was.Whole&(change.CommitsInput|change.PathsInput)
 	case change.Rerun:
 		if was.Whole.Has(change.PullInput) {
+			// A check suite's Re-run (its first listed pull request held whole), or one
+			// admitted before re-runs named what they list.
+			if was.Pull != nil && unlisted(was.Pull) {
+				return s, nil
+			}
+			s.Pull = nil
 			if was.Pull != nil {
-				p := *was.Pull
-				p.Title = ""
-				s.Pull = &p
-			} else {
-				s.Pull = nil
+				s.Pull = rerunPull(was.Pull)
 			}
 			break
 		}
 		// A re-run of a re-run: follow it back to the event it re-runs.
 		return r.rerunOfDepth(ctx, log, s, was.RerunOf, depth+1)
 	default:
-		return s
+		return s, nil
 	}
 	s.Whole |= change.PullInput
-	return s
+	return s, nil
+}
+
+// rerunPull is the pull request p of the delivery a re-run re-runs, as the re-run takes it:
+// its number and branches; its title is read as it is now, and what the delivery's payload
+// proved of its place (the title an edit changed from, the head an opening set) is the
+// delivery's event's, not the re-run's, whose body proves nothing of it.
+func rerunPull(p *change.Pull) *change.Pull {
+	return &change.Pull{Number: p.Number, TargetBranch: p.TargetBranch, SourceBranch: p.SourceBranch}
 }
 
 // unroutable ends a delivery whose route cannot be built (d, decided by the policy): it

@@ -300,13 +300,14 @@ func TestAPullRequestsEventIsEvaluatedOnItsOwnTitle(t *testing.T) {
 // Re-run lists both, and is evaluated for the one the check run was published for, not the
 // first GitHub lists. Pull request #3 follows the title rule, #2 (listed first) does not: a
 // Re-run of #3's check run succeeds as #3's did. An evaluator that names no inputs it needs (a
-// route's HTTP evaluator) is given #3 too. Once the commit no longer heads #3 (closed, or
-// pushed to), its check run's Re-run lists #2 alone and is evaluated for #2.
+// route's HTTP evaluator) is given #3 too, with its own target branch. Once the commit no
+// longer heads #3 (closed, or pushed to), its check run's Re-run lists #2 alone and is
+// evaluated for #2.
 func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T) {
-	var evaluatedFor []int
+	var evaluatedFor []string
 	external := evalFunc(func(_ context.Context, s change.Change) (evaluate.Verdict, error) {
 		if s.Pull != nil {
-			evaluatedFor = append(evaluatedFor, s.Pull.Number)
+			evaluatedFor = append(evaluatedFor, fmt.Sprintf("#%d to %s", s.Pull.Number, s.Pull.TargetBranch))
 		}
 		return evaluate.Verdict{State: "success", Description: "seen"}, nil
 	})
@@ -316,13 +317,13 @@ func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T)
 		name    string
 		ev      evaluate.Evaluator
 		listed  string
-		want    string // the re-run's conclusion
-		wantFor []int  // the pull requests the external evaluator was given
+		want    string   // the re-run's conclusion
+		wantFor []string // the pull requests the external evaluator was given
 	}{
 		{"the rules, both listed", forbiddenPaths(t), two, "success", nil},
-		{"an HTTP evaluator, both listed", external, two, "success", []int{3, 3}},
+		{"an HTTP evaluator, both listed", external, two, "success", []string{"#3 to release", "#3 to release"}},
 		{"the rules, #3 no longer listed", forbiddenPaths(t), one, "failure", nil},
-		{"an HTTP evaluator, #3 no longer listed", external, one, "success", []int{3, 2}},
+		{"an HTTP evaluator, #3 no longer listed", external, one, "success", []string{"#3 to release", "#2 to main"}},
 	} {
 		evaluatedFor = nil
 		w := newRerunWorld(t)

@@ -410,3 +410,24 @@ func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
 		return github.NewTokenClient(u, "ghp_token", hc).Read(context.Background(), s, change.PathsInput)
 	})
 }
+
+// A Re-run whose check run's delivery is no longer kept names, as its pull request, the first
+// its webhook lists, not held whole: the reader reads it (pulls/{n}), taking its branches as
+// GitHub shows them (retargeted since to release/1, not the webhook's main), holds it whole,
+// and reads its files and commits as for any pull request's head.
+func TestARerunsStandInPullRequestIsReadAndHeldWhole(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 1, modified("src/a.go"))
+	w.history.AddPull(rerunRepo, githubtest.HistoryPull{Number: 2, Title: "feat: a", Base: "release/1", Head: "changes",
+		BaseSHA: commitN(0), HeadSHA: commitN(1)})
+	s := rerunOf(1, 2, "")
+	s.Whole = 0
+	got := w.fill(s)
+	if got.Pull == nil || got.Pull.Number != 2 || got.Pull.Title != "feat: a" || got.Pull.TargetBranch != "release/1" ||
+		!got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 {
+		t.Fatalf("read %+v (pull request %+v)", got, got.Pull)
+	}
+	if !reflect.DeepEqual(got.Paths, []string{"src/a.go"}) || w.history.Requests(githubtest.OpListPullFiles) != 1 {
+		t.Fatalf("paths %q; %d listings of the pull request's files", got.Paths, w.history.Requests(githubtest.OpListPullFiles))
+	}
+}
