@@ -161,8 +161,10 @@ func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s change.Change)
 }
 
 // maxRerunChain bounds how many re-runs of re-runs are followed back to the event they re-run
-// (each Re-run's check run names the re-run delivery that published it).
-const maxRerunChain = 8
+// (each Re-run's check run names the re-run delivery that published it): one ledger read each,
+// and far more presses than a flaky check gets; retention ends a chain sooner (a delivery no
+// longer kept).
+const maxRerunChain = 64
 
 func (r *Runner) rerunOfDepth(ctx context.Context, log *slog.Logger, s change.Change, of string, depth int) (change.Change, error) {
 	key, err := ledger.ParseKey(of)
