@@ -148,12 +148,13 @@ func (r *Runner) complete(ctx context.Context, log *slog.Logger, route *Route, s
 	return out, nil
 }
 
-// rerunOf gives a re-run that names no pull request the one its check run was published for:
-// the change of the delivery s.RerunOf, when the ledger still holds it and it was for the
-// same repository and commit (a pull request's, or a push's: then there is none, and the
-// re-run takes the push's range, and its commits and paths as far as the push held them
-// whole). Otherwise s is returned as it is, and its reader must find the pull request, or the
-// rules that need it fail closed. A ledger that fails to answer (anything but a row no longer
+// rerunOf gives a re-run of a check run amiss published what that check run was for: the
+// change of the delivery s.RerunOf, when the ledger still holds it and it was for the same
+// repository and commit (a pull request's while the re-run's webhook still lists it, or a
+// push's: then there is none, and the re-run takes the push's range, and its commits and
+// paths as far as the push held them whole). Otherwise s is returned as it is: the first pull
+// request its webhook lists stands in, or, with none, its reader must find out whether it is
+// a push's, or the rules that need it fail closed. A ledger that fails to answer (anything but a row no longer
 // kept) is an error: it says nothing of what the check run was for, and the first pull
 // request the webhook lists must not stand in for the one it was.
 func (r *Runner) rerunOf(ctx context.Context, log *slog.Logger, s change.Change) (change.Change, error) {
