@@ -166,11 +166,11 @@ func TestWritebackFailureFailsTheOperation(t *testing.T) {
 	t.Run("verdict in a round with an admission", func(t *testing.T) {
 		// A save alone writes one file and fsyncs it (its own error); in a round of several
 		// it is synced by syncfs.
-		rounds := gatherPairs(l)
-		defer localfs.SetSyncGatherForTest(l, 0, 0)
 		d, other := newDelivery(time.Time{}), newDelivery(time.Time{})
 		ledgertest.MustAdmit(t, l, d)
 		lease := *ledgertest.MustClaim(t, l, d, ledger.Execute).Lease
+		rounds := gatherPairs(l)
+		defer localfs.SetSyncGatherForTest(l, 0, 0)
 		var fired atomic.Int32
 		fsys.SetRule("writeback", failWriteback(&fired, d.Key().String()))
 		defer fsys.SetRule("writeback", nil)
@@ -197,14 +197,19 @@ func TestWritebackFailureFailsTheOperation(t *testing.T) {
 	})
 }
 
-// gatherPairs makes l's group-commit rounds gather two requests (waiting briefly for the
-// second) until the test ends, and records the sizes of the rounds run.
+// gatherPairs makes l's group-commit rounds gather two requests until one round has carried
+// two: a round waits for its pair (both callers start at once, but a loaded machine can take
+// seconds to run the second) and goes as soon as it has it; after that first pair, rounds go
+// as they come (a caller that syncs again alone does not wait).
 func gatherPairs(l *localfs.Ledger) *sync.Map {
 	var rounds sync.Map
-	// A round waits up to a second for its pair: both callers start at once, but a loaded machine
-	// (the race detector, other packages) can take hundreds of milliseconds to run the second.
-	localfs.SetSyncGatherForTest(l, 2, time.Second)
-	localfs.SetAfterSyncForTest(l, func(n int) { rounds.Store(n, true) })
+	localfs.SetSyncGatherForTest(l, 2, time.Minute)
+	localfs.SetAfterSyncForTest(l, func(n int) {
+		rounds.Store(n, true)
+		if n >= 2 {
+			localfs.SetSyncGatherForTest(l, 0, 0) // on the round's own goroutine, before it answers
+		}
+	})
 	return &rounds
 }
 
