@@ -14,7 +14,6 @@ package publishtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -218,6 +217,6 @@ func lostPost(e *env, f Fault) {
 	}
 	e.standing(s, publish.StandingOurs)
 	if !e.h.Shown(s) {
-		e.t.Fatal(fmt.Sprintf("the commit does not show %q", s.Description))
+		e.t.Fatalf("the commit does not show %q", s.Description)
 	}
 }
