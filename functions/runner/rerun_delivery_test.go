@@ -53,8 +53,14 @@ func (w *rerunWorld) checkRunRerun(of queue.Message, pulls string) queue.Message
 	body := fmt.Sprintf(`{"action":"rerequested","repository":{"full_name":%q},"installation":{"id":%d},
 		"check_run":{"head_sha":%q,"external_id":%q,"check_suite":{"head_branch":"changes","before":%q,"after":%q},
 		"pull_requests":%s}}`, commitRepo, appInstallation, headSHA, of.Key.String(), baseSHA, headSHA, pulls)
+	return w.admitRerun("check_run", body)
+}
+
+// admitRerun admits a re-run webhook of event with body, read as the ingress reads it.
+func (w *rerunWorld) admitRerun(event, body string) queue.Message {
+	w.t.Helper()
 	h := http.Header{}
-	h.Set("X-GitHub-Event", "check_run")
+	h.Set("X-GitHub-Event", event)
 	s, err := only(provider.Extract("github", h, []byte(body)))
 	if err != nil {
 		w.t.Fatal(err)
@@ -115,13 +121,7 @@ func (w *rerunWorld) checkSuiteRerun(pulls string) queue.Message {
 	body := fmt.Sprintf(`{"action":"rerequested","repository":{"full_name":%q},"installation":{"id":%d},
 		"check_suite":{"head_sha":%q,"head_branch":"changes","before":%q,"after":%q,"pull_requests":%s}}`,
 		commitRepo, appInstallation, headSHA, baseSHA, headSHA, pulls)
-	h := http.Header{}
-	h.Set("X-GitHub-Event", "check_suite")
-	s, err := only(provider.Extract("github", h, []byte(body)))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	return w.admitChange(s, body, time.Time{})
+	return w.admitRerun("check_suite", body)
 }
 
 // A check suite's Re-run names no check run: the first pull request its webhook lists (#2)

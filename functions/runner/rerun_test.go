@@ -311,8 +311,7 @@ func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T)
 		}
 		return evaluate.Verdict{State: "success", Description: "seen"}, nil
 	})
-	two := `[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}},{"number":3,"head":{"ref":"changes"},"base":{"ref":"release"}}]`
-	one := `[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}}]`
+	two, one := listedTwoThree, `[{"number":2,"head":{"ref":"changes"},"base":{"ref":"main"}}]`
 	for _, c := range []struct {
 		name    string
 		ev      evaluate.Evaluator
@@ -338,16 +337,7 @@ func TestARerunOfACommitHeadingTwoPullRequestsIsForItsCheckRunsOwn(t *testing.T)
 		w.latest(pr, "success")
 
 		w.clock.Advance(time.Minute) // a user presses Re-run on #3's check run
-		body := fmt.Sprintf(`{"action":"rerequested","repository":{"full_name":%q},"installation":{"id":%d},
-			"check_run":{"head_sha":%q,"external_id":%q,"check_suite":{"head_branch":"changes","before":%q,"after":%q},
-			"pull_requests":%s}}`, commitRepo, appInstallation, headSHA, pr.Key.String(), baseSHA, headSHA, c.listed)
-		h := http.Header{}
-		h.Set("X-GitHub-Event", "check_run")
-		s, err := only(provider.Extract("github", h, []byte(body)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rerun := w.admitChange(s, body, time.Time{})
+		rerun := w.checkRunRerun(pr, c.listed)
 		w.process(r, rerun)
 		w.checkRuns(c.want, rerun, 2)
 		if c.wantFor != nil && !slices.Equal(evaluatedFor, c.wantFor) {
