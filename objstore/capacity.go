@@ -22,13 +22,13 @@ import (
 //
 // only, when not nil, names the shards to recount (the others are not read: their states are
 // left zero, and their pending entries are not answered).
-func (l *Ledger) recountAll(ctx context.Context, now time.Time, known map[ledger.Key]keyState, only map[int]bool) (map[ledger.Key]bool, int64, []shardState, error) {
+func (l *Ledger) recountAll(ctx context.Context, now time.Time, known map[ledger.Key]keyState, only map[int]bool) (map[ledger.Key]bool, int64, []shardVersion, error) {
 	pending := map[ledger.Key]bool{}
 	if known == nil {
 		known = map[ledger.Key]keyState{}
 	}
 	var used int64
-	states := make([]shardState, l.shards)
+	states := make([]shardVersion, l.shards)
 	for i := range l.shards {
 		if only != nil && !only[i] {
 			continue
@@ -69,7 +69,7 @@ func (l *Ledger) recountAll(ctx context.Context, now time.Time, known map[ledger
 // (an admission reads it with its shard and refuses what it makes stale): cleanup does it
 // before it deletes a row. known are the shards as recountAll left them: each is written over
 // that version, and read again only if it changed since.
-func (l *Ledger) raiseShards(ctx context.Context, now time.Time, known []shardState) error {
+func (l *Ledger) raiseShards(ctx context.Context, now time.Time, known []shardVersion) error {
 	for i := range l.shards {
 		st := known[i]
 		for attempt := 0; ; attempt++ {
@@ -173,35 +173,35 @@ func (l *Ledger) recountShard(ctx context.Context, i int, focus ledger.Key) {
 	}
 }
 
-// shardState is a shard as read, with its ETag and the format it was written with.
-type shardState struct {
+// shardVersion is a shard as read, with its ETag and the format it was written with.
+type shardVersion struct {
 	data   shardData
 	etag   string
 	format int
 }
 
-func (l *Ledger) readShard(ctx context.Context, i int) (shardState, error) {
+func (l *Ledger) readShard(ctx context.Context, i int) (shardVersion, error) {
 	o, err := l.s.get(ctx, capacityName(i))
 	if errors.Is(err, errNotFound) {
-		return shardState{}, fmt.Errorf("%w: %s is missing: capacity cannot be rebuilt by guessing", ledger.ErrRootMismatch, l.s.key(capacityName(i)))
+		return shardVersion{}, fmt.Errorf("%w: %s is missing: capacity cannot be rebuilt by guessing", ledger.ErrRootMismatch, l.s.key(capacityName(i)))
 	}
 	if err != nil {
-		return shardState{}, err
+		return shardVersion{}, err
 	}
 	var sd shardData
 	if err := decode(l.s.key(capacityName(i)), kindShard, o.body, &sd); err != nil {
-		return shardState{}, err
+		return shardVersion{}, err
 	}
 	if sd.Used < 0 || sd.Quota != l.cfg.Limits.ShardQuota(l.shards, i) {
-		return shardState{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(capacityName(i)), sd.Used, sd.Quota, l.cfg.Limits.ShardQuota(l.shards, i))
+		return shardVersion{}, fmt.Errorf("%w: %s holds used %d, quota %d (want %d)", ledger.ErrCorrupt, l.s.key(capacityName(i)), sd.Used, sd.Quota, l.cfg.Limits.ShardQuota(l.shards, i))
 	}
-	st := shardState{data: sd, etag: o.etag, format: formatOf(o.body)}
+	st := shardVersion{data: sd, etag: o.etag, format: formatOf(o.body)}
 	l.rememberShard(i, st)
 	return st, nil
 }
 
 // writeShard writes shard i over the version read, and answers the new version's ETag.
-func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) (string, error) {
+func (l *Ledger) writeShard(ctx context.Context, i int, st shardVersion) (string, error) {
 	body, token, err := l.encode(kindShard, st.data)
 	if err != nil {
 		return "", err
@@ -216,17 +216,17 @@ func (l *Ledger) writeShard(ctx context.Context, i int, st shardState) (string, 
 
 // rememberShard keeps shard i as this handle last read or wrote it; cachedShard answers it
 // (a copy: its pending entries are the caller's to change).
-func (l *Ledger) rememberShard(i int, st shardState) {
+func (l *Ledger) rememberShard(i int, st shardVersion) {
 	st.data.Pending = slices.Clone(st.data.Pending)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.shardCache == nil {
-		l.shardCache = map[int]shardState{}
+		l.shardCache = map[int]shardVersion{}
 	}
 	l.shardCache[i] = st
 }
 
-func (l *Ledger) cachedShard(i int) (shardState, bool) {
+func (l *Ledger) cachedShard(i int) (shardVersion, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st, ok := l.shardCache[i]

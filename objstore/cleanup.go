@@ -240,7 +240,7 @@ func (l *Ledger) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.Clea
 	}
 	// Every pass recounts every shard, judging the admissions whose keys it read without
 	// reading them again; then what waited on it is decided.
-	if err := p.recount(ctx); err != nil {
+	if err := p.recountAndDecide(ctx); err != nil {
 		return rep, fmt.Errorf("cleanup: %w", err)
 	}
 
@@ -517,7 +517,7 @@ type pass struct {
 	pending map[ledger.Key]bool // keys whose admission the recount left pending
 	used    int64               // slots the shards counted when they were all recounted (counted)
 	counted bool
-	shards  []shardState // the shards as they were recounted
+	shards  []shardVersion // the shards as they were recounted
 	// states are the keys read by the pass's looks; removable are the rows found removable and
 	// voidable the reservations found abandoned, decided once the shards are recounted.
 	states    map[ledger.Key]keyState
@@ -663,12 +663,12 @@ type candidate struct {
 	idx     []indexEntry
 }
 
-// recount recounts every shard (judging the admissions whose keys the pass read from what it
+// recountAndDecide recounts every shard (judging the admissions whose keys the pass read from what it
 // read), then decides what waited on it: a removable row joins the batch unless an admission of
-// its key is not recounted (its slot is recount's to give back: a slot is released by the
-// batch or by recount, never by both), and a reservation found abandoned is voided unless
+// its key is not recounted (its slot is recountAndDecide's to give back: a slot is released by the
+// batch or by recountAndDecide, never by both), and a reservation found abandoned is voided unless
 // its admission is still pending.
-func (p *pass) recount(ctx context.Context) error {
+func (p *pass) recountAndDecide(ctx context.Context) error {
 	l := p.l
 	removable := p.removable
 	// Before a row is removed or a reservation voided, whether an admission of the key is

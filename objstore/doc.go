@@ -64,7 +64,7 @@
 // Some unexported names are defined by localfs too, meaning the same thing in its format: the
 // record kinds (kindRoot, kindRow, kindBatch, kindShard, kindSweep, kindSubject, kindState: an
 // envelope's kind here), the readers and writers of each kind (readRoot, readShard, writeShard,
-// readBatch, readSweep, writeSweep, readSubject, namedState, shardState, batchEntry,
+// readBatch, readSweep, writeSweep, readSubject, namedState, batchEntry,
 // indexEntry), the capacity recount (recount, recountShard, release, maxPending), cleanup's
 // steps (listEnded, applyBatch, removeRow, countSubjects) and the handle's setup and admission
 // (create, defaults, highWater, admitNew).

@@ -131,7 +131,7 @@ type Ledger struct {
 	subjects     map[ledger.Key][]ledger.SubjectKey
 	subjectCache map[ledger.SubjectKey]cachedSubject
 	// shardCache are the capacity shards as this handle last read or wrote them.
-	shardCache map[int]shardState
+	shardCache map[int]shardVersion
 	// cleaning keeps this handle's own cleanups apart: they share one owner name, which the
 	// maintenance lease does not tell apart.
 	cleaning sync.Mutex
