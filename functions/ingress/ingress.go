@@ -72,132 +72,222 @@ type branchAnswer struct {
 	Key     string `json:"key"`
 }
 
-// Handle serves one API Gateway HTTP API request.
+// Handle serves one API Gateway HTTP API request, in steps that each either hand the next
+// what they learnt or answer at once: read the request (its route and body); authenticate it;
+// extract its changes and check them against the route; encode each change as a delivery;
+// admit and queue each delivery; answer. Every answer is logged once, on a line carrying all
+// that was learnt before it, and counted once under its outcome. Nothing is written before
+// admission, so a webhook refused before it leaves the ledger and the queue as they were.
 func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	x := h.exchange(req)
+	in, answered := x.read(req)
+	if answered != nil {
+		return *answered, nil
+	}
+	proof, answered := x.authenticate(ctx, in)
+	if answered != nil {
+		return *answered, nil
+	}
+	cs, answered := x.extract(in)
+	if answered != nil {
+		return *answered, nil
+	}
+	ds, answered := x.deliveries(in, proof, cs)
+	if answered != nil {
+		return *answered, nil
+	}
+	branches, answered := x.admit(ctx, in, proof, cs, ds)
+	if answered != nil {
+		return *answered, nil
+	}
+	return *x.answer(branches), nil
+}
+
+// exchange is one request on its way through Handle. Its log gains what each step learns
+// (route, scheme, identity, repository and event, body time, lifetime), so that the line of
+// the answer carries everything known when it was given.
+type exchange struct {
+	h         *Handler
+	routeName string
+	log       *slog.Logger
+}
+
+// received is a request read: its route, its headers, and its body decoded and within the
+// controller's limit.
+type received struct {
+	route  *config.Route
+	header http.Header
+	body   []byte
+}
+
+// exchange starts the exchange of req: the route's name is the path parameter, or else what
+// follows /hooks/ in the path, and every line logs it bounded (loggable).
+func (h *Handler) exchange(req events.APIGatewayV2HTTPRequest) *exchange {
 	log := h.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	routeName := req.PathParameters["route"]
-	if routeName == "" {
-		routeName, _ = strings.CutPrefix(req.RawPath, "/hooks/")
+	name := req.PathParameters["route"]
+	if name == "" {
+		name, _ = strings.CutPrefix(req.RawPath, "/hooks/")
 	}
-	log = log.With("route", loggable(routeName))
-	reply := func(status int, r response, attrs ...any) (events.APIGatewayV2HTTPResponse, error) {
-		log.Info("webhook", append([]any{"status", status, "outcome", r.Outcome}, attrs...)...)
-		h.count(r.Outcome)
-		return h.reply(status, r), nil
-	}
+	return &exchange{h: h, routeName: name, log: log.With("route", loggable(name))}
+}
+
+// read takes the request of a POST to a known route: any other method is 400, an unknown
+// route 404. Its body is decoded from base64 when API Gateway sent it so (400 if it is not
+// base64), and is at most the controller's max_body_bytes (413): a body whose encoding is
+// longer than the limit's could be is refused before it is decoded.
+func (x *exchange) read(req events.APIGatewayV2HTTPRequest) (received, *events.APIGatewayV2HTTPResponse) {
 	if m := req.RequestContext.HTTP.Method; m != "" && m != http.MethodPost {
-		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: "webhooks are POSTed"})
+		return received{}, x.reply(http.StatusBadRequest, response{Outcome: "malformed", Message: "webhooks are POSTed"})
 	}
-	route := h.Config.Route(routeName)
+	route := x.h.Config.Route(x.routeName)
 	if route == nil {
-		return reply(http.StatusNotFound, response{Outcome: "unknown-route", Message: "no such route"})
+		return received{}, x.reply(http.StatusNotFound, response{Outcome: "unknown-route", Message: "no such route"})
 	}
-	log = log.With("scheme", route.Scheme)
-	limit := h.Config.Controller.MaxBodyBytes
+	x.log = x.log.With("scheme", route.Scheme)
+	limit := x.h.Config.Controller.MaxBodyBytes
 	if len(req.Body) > base64.StdEncoding.EncodedLen(limit)+4 {
-		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "body over " + strconv.Itoa(limit) + " bytes"})
+		return received{}, x.reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "body over " + strconv.Itoa(limit) + " bytes"})
 	}
 	body := []byte(req.Body)
 	if req.IsBase64Encoded {
 		var err error
 		if body, err = base64.StdEncoding.DecodeString(req.Body); err != nil {
-			return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: "body is not valid base64"})
+			return received{}, x.reply(http.StatusBadRequest, response{Outcome: "malformed", Message: "body is not valid base64"})
 		}
 	}
 	if len(body) > limit {
-		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "body over " + strconv.Itoa(limit) + " bytes"})
+		return received{}, x.reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "body over " + strconv.Itoa(limit) + " bytes"})
 	}
 	header := http.Header{}
 	for k, v := range req.Headers {
 		header.Add(k, v)
 	}
+	return received{route: route, header: header, body: body}, nil
+}
 
-	verifier, err := webhook.New(route.Scheme)
+// authenticate verifies the request's signature against the route's secrets, and gives what
+// it proves: the webhook's replay identity and its signed or body time. A secret that cannot
+// be read is logged (by its id, never its value) and left out; when none can be read the
+// answer is 503, never 401, as the signature was not checked. A signature that cannot be
+// parsed is 400, one that does not verify 401 (its reason logged, not answered).
+func (x *exchange) authenticate(ctx context.Context, in received) (webhook.Proof, *events.APIGatewayV2HTTPResponse) {
+	verifier, err := webhook.New(in.route.Scheme)
 	if err != nil {
-		log.Error("route scheme", "err", err)
-		return h.unavailable(log, "configuration")
+		x.log.Error("route scheme", "err", err)
+		return webhook.Proof{}, x.h.unavailable(x.log, "configuration")
 	}
-	secrets := make([]webhook.Secret, 0, len(route.Secrets))
-	for _, s := range route.Secrets {
-		v, err := h.Secrets.Get(ctx, s.From)
+	secrets := make([]webhook.Secret, 0, len(in.route.Secrets))
+	for _, s := range in.route.Secrets {
+		v, err := x.h.Secrets.Get(ctx, s.From)
 		if err != nil {
-			log.Error("secret unavailable", "secret", s.ID, "err", err) // the error never holds the value
+			x.log.Error("secret unavailable", "secret", s.ID, "err", err) // the error never holds the value
 			continue
 		}
 		secrets = append(secrets, webhook.Secret{ID: s.ID, Value: v})
 	}
 	if len(secrets) == 0 {
-		return h.unavailable(log, "secrets")
+		return webhook.Proof{}, x.h.unavailable(x.log, "secrets")
 	}
-	proof, err := verifier.Verify(webhook.Request{Header: header, Body: body}, secrets)
+	proof, err := verifier.Verify(webhook.Request{Header: in.header, Body: in.body}, secrets)
 	switch {
 	case errors.Is(err, webhook.ErrMalformed):
-		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
+		return webhook.Proof{}, x.reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(in.header, in.body, err)})
 	case err != nil:
-		return reply(http.StatusUnauthorized, response{Outcome: "unauthenticated", Message: "signature not accepted"}, "reason", err.Error())
+		return webhook.Proof{}, x.reply(http.StatusUnauthorized, response{Outcome: "unauthenticated", Message: "signature not accepted"}, "reason", err.Error())
 	}
-	log = log.With("identity", identityDigest(proof.Identity), "secret", proof.SecretID)
+	x.log = x.log.With("identity", identityDigest(proof.Identity), "secret", proof.SecretID)
 	if proof.DeliveryID != "" {
-		log = log.With("delivery_id", proof.DeliveryID, "delivery_id_signed", false)
+		x.log = x.log.With("delivery_id", proof.DeliveryID, "delivery_id_signed", false)
 	}
+	return proof, nil
+}
 
-	cs, err := provider.Extract(route.Provider, header, body)
+// extract reads the webhook's changes as its route's provider writes them and checks them
+// against the route. An event that is not evaluated (a ping, a closed pull request, an event
+// the route does not list) is 204; a body the provider cannot read 400; a repository the route
+// may not publish for, or a webhook from an API it does not publish to or read from, 403. A
+// push of more than change.MaxBranches branches is 413, but only once the route's own checks
+// passed: a route that would not evaluate the push answers as it answers any push.
+func (x *exchange) extract(in received) ([]change.Change, *events.APIGatewayV2HTTPResponse) {
+	cs, err := provider.Extract(in.route.Provider, in.header, in.body)
 	switch {
 	case errors.Is(err, change.ErrIgnored):
-		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
+		return nil, x.reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", err.Error())
 	case err != nil:
-		return reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(header, body, err)})
+		return nil, x.reply(http.StatusBadRequest, response{Outcome: "malformed", Message: malformedMessage(in.header, in.body, err)})
 	}
 	c := cs[0] // the changes of one webhook share event, repository and API
-	if !route.Accepts(c.Event) {
-		return reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", "event "+c.Event+" not accepted by the route")
+	if !in.route.Accepts(c.Event) {
+		return nil, x.reply(http.StatusNoContent, response{Outcome: "ignored"}, "reason", "event "+c.Event+" not accepted by the route")
 	}
-	log = log.With("repository", c.Repository, "event", c.Event)
-	if !route.Allows(c.Repository) {
-		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: "the route may not publish for this repository"})
+	x.log = x.log.With("repository", c.Repository, "event", c.Event)
+	if !in.route.Allows(c.Repository) {
+		return nil, x.reply(http.StatusForbidden, response{Outcome: "forbidden", Message: "the route may not publish for this repository"})
 	}
-	if err := route.Takes(c.API); err != nil {
-		return reply(http.StatusForbidden, response{Outcome: "forbidden", Message: err.Error()})
+	if err := in.route.Takes(c.API); err != nil {
+		return nil, x.reply(http.StatusForbidden, response{Outcome: "forbidden", Message: err.Error()})
 	}
 	if err := change.CheckBranches(cs); err != nil {
-		return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
+		return nil, x.reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 	}
+	return cs, nil
+}
+
+// deliveries encodes each change as the delivery the ledger admits: bound to the route, the
+// scheme, the change's identity (ChangeIdentity) and the body's digest, holding the change,
+// the times the signature proves and the route's bounds on their age. A change over the
+// controller's max_change_bytes refuses the whole webhook (413) before any change is admitted.
+func (x *exchange) deliveries(in received, proof webhook.Proof, cs []change.Change) ([]ledger.Delivery, *events.APIGatewayV2HTTPResponse) {
 	ds := make([]ledger.Delivery, len(cs))
 	for i, c := range cs {
-		encoded, err := c.Marshal(h.Config.Controller.MaxChangeBytes)
+		encoded, err := c.Marshal(x.h.Config.Controller.MaxChangeBytes)
 		if err != nil {
-			return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
+			return nil, x.reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: err.Error()})
 		}
 		ds[i] = ledger.Delivery{
-			Binding: ledger.Binding{Route: route.Name, Scheme: proof.Scheme, Identity: ChangeIdentity(proof.Identity, i),
-				BodyDigest: ledger.SumBody(body)},
+			Binding: ledger.Binding{Route: in.route.Name, Scheme: proof.Scheme, Identity: ChangeIdentity(proof.Identity, i),
+				BodyDigest: ledger.SumBody(in.body)},
 			Change:     encoded,
 			SignedAt:   proof.SignedAt,
-			MaxAge:     route.MaxAge,
+			MaxAge:     in.route.MaxAge,
 			BodyAt:     proof.BodyAt,
-			MaxBodyAge: route.MaxBodyAge,
+			MaxBodyAge: in.route.MaxBodyAge,
 		}
 	}
+	return ds, nil
+}
+
+// admit admits each delivery in order and queues each one the ledger holds to be evaluated
+// (admitted now, or pending since an earlier copy), stopping at the first that cannot be
+// admitted or queued; a duplicate (already done) is not queued. When the message of a
+// delivery admitted cannot be sent, its row stays pending: the cleanup reports it stranded and
+// re-drives it, and the sender's retry (after the 503) queues it again. The same identity with
+// another body is 409; a full ledger, or one that does not answer, 503 with Retry-After; a
+// change over the ledger's limit 413. A stale admission is 401 naming the window missed; when
+// the window closes part way through a push's branches, the answer lists the branches before
+// it, which were taken and are evaluated. It gives each branch's answer, in order, and the
+// answer's line then carries the lifetime the ledger gave the rows.
+func (x *exchange) admit(ctx context.Context, in received, proof webhook.Proof, cs []change.Change, ds []ledger.Delivery) ([]branchAnswer, *events.APIGatewayV2HTTPResponse) {
 	if !proof.BodyAt.IsZero() {
-		log = log.With("body_time", proof.BodyAt.UTC().Format(time.RFC3339), "body_time_field", proof.BodyTimeField)
+		x.log = x.log.With("body_time", proof.BodyAt.UTC().Format(time.RFC3339), "body_time_field", proof.BodyTimeField)
 	}
 	branches := make([]branchAnswer, len(ds))
 	var lifetime ledger.Lifetime
 	for i, d := range ds {
-		blog := log
+		blog := x.log
 		if len(ds) > 1 {
-			blog = log.With("ref", cs[i].Ref)
+			blog = x.log.With("ref", cs[i].Ref)
 		}
-		a, err := h.Ledger.Admit(ctx, d)
+		a, err := x.h.Ledger.Admit(ctx, d)
 		if errors.Is(err, ledger.ErrTooLarge) {
-			return reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "change over the ledger's limit"})
+			return nil, x.reply(http.StatusRequestEntityTooLarge, response{Outcome: "too-large", Message: "change over the ledger's limit"})
 		}
 		if err != nil {
 			blog.Error("admit", "err", err)
-			return h.unavailable(blog, "ledger")
+			return nil, x.h.unavailable(blog, "ledger")
 		}
 		key := a.Key.String()
 		blog = blog.With("key", key) // whole, as amiss ledger inspect takes it
@@ -208,54 +298,67 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		lifetime = a.Lifetime
 		switch a.Outcome {
 		case ledger.Admitted, ledger.Pending:
-			if err := h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {
+			if err := x.h.Queue.Send(ctx, queue.Message{Key: a.Key, Binding: d.Binding.Digest()}); err != nil {
 				// The row stays pending: cleanup reports it stranded and re-drives it.
 				blog.Error("enqueue", "err", err, "admission", a.Outcome.String())
-				return h.unavailable(blog, "queue")
+				return nil, x.h.unavailable(blog, "queue")
 			}
 		case ledger.Duplicate:
 		case ledger.BindingConflict:
-			return reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"}, at...)
+			return nil, x.reply(http.StatusConflict, response{Outcome: "conflict", Key: key, Message: "this delivery id was seen with another body"}, at...)
 		case ledger.Stale:
-			limits := h.Config.Limits()
-			r := response{Outcome: "stale", Message: fmt.Sprintf(
-				"signed at %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
-				d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)}
-			if !d.BodyAt.IsZero() {
-				r.Message = fmt.Sprintf("the body's %s is %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
-					proof.BodyTimeField, d.BodyAt.UTC().Format(time.RFC3339), limits.AcceptedBodyAge(route.MaxBodyAge), limits.FutureSkew)
-			}
-			if i > 0 {
-				// The window closed between two branches' admissions: those before were taken,
-				// and are evaluated; this one and those after are not.
-				r.Message = fmt.Sprintf("%s: %s and the branches after it are not evaluated; those before it were taken (listed)", r.Message, cs[i].Ref)
-				r.Branches = branches[:i]
-			}
-			return reply(http.StatusUnauthorized, r, at...)
+			return nil, x.reply(http.StatusUnauthorized, x.stale(in.route, proof, d, cs[i].Ref, branches[:i]), at...)
 		case ledger.Full:
 			blog.Warn("ledger full")
-			return h.unavailable(blog, "full")
+			return nil, x.h.unavailable(blog, "full")
 		default:
 			blog.Error("admit answered an unknown outcome", "outcome", a.Outcome.String())
-			return h.unavailable(blog, "ledger")
+			return nil, x.h.unavailable(blog, "ledger")
 		}
 		branches[i] = branchAnswer{Ref: cs[i].Ref, Outcome: admissionOutcome(a.Outcome), Key: key}
 	}
 	if lifetime != 0 {
-		log = log.With("lifetime", lifetime.String())
+		x.log = x.log.With("lifetime", lifetime.String())
 	}
+	return branches, nil
+}
+
+// stale is the answer to a delivery the ledger found outside its accepted window: the time
+// that was checked (the signed time, or the body's own and the field it came from) and the
+// window it missed. When branches before this one (ref) were taken, the window closed between
+// two branches' admissions: those are listed, and are evaluated; this one and those after it
+// are not.
+func (x *exchange) stale(route *config.Route, proof webhook.Proof, d ledger.Delivery, ref string, taken []branchAnswer) response {
+	limits := x.h.Config.Limits()
+	r := response{Outcome: "stale", Message: fmt.Sprintf(
+		"signed at %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
+		d.SignedAt.UTC().Format(time.RFC3339), limits.AcceptedAge(route.MaxAge), limits.FutureSkew)}
+	if !d.BodyAt.IsZero() {
+		r.Message = fmt.Sprintf("the body's %s is %s, outside the accepted window: at most %s old and at most %s ahead of the ledger's time",
+			proof.BodyTimeField, d.BodyAt.UTC().Format(time.RFC3339), limits.AcceptedBodyAge(route.MaxBodyAge), limits.FutureSkew)
+	}
+	if len(taken) > 0 {
+		r.Message = fmt.Sprintf("%s: %s and the branches after it are not evaluated; those before it were taken (listed)", r.Message, ref)
+		r.Branches = taken
+	}
+	return r
+}
+
+// answer is the answer to a webhook whose every change the ledger took or found. One change:
+// 202 admitted, 200 pending (already admitted, queued again) or 200 duplicate (already done),
+// with its key. A push of several branches: the first of admitted, pending and duplicate that
+// any branch had (202 when admitted, else 200), listing each branch's.
+func (x *exchange) answer(branches []branchAnswer) *events.APIGatewayV2HTTPResponse {
 	if len(branches) == 1 {
 		b := branches[0]
 		switch b.Outcome {
 		case "admitted":
-			return reply(http.StatusAccepted, response{Outcome: "admitted", Key: b.Key}, "key", b.Key)
+			return x.reply(http.StatusAccepted, response{Outcome: "admitted", Key: b.Key}, "key", b.Key)
 		case "pending":
-			return reply(http.StatusOK, response{Outcome: "pending", Key: b.Key, Message: "already admitted; queued again"}, "key", b.Key)
+			return x.reply(http.StatusOK, response{Outcome: "pending", Key: b.Key, Message: "already admitted; queued again"}, "key", b.Key)
 		}
-		return reply(http.StatusOK, response{Outcome: "duplicate", Key: b.Key, Message: "already done"}, "key", b.Key)
+		return x.reply(http.StatusOK, response{Outcome: "duplicate", Key: b.Key, Message: "already done"}, "key", b.Key)
 	}
-	// A push of several branches: the answer is the first of admitted, pending and duplicate
-	// that any branch had, and lists each branch's.
 	r := response{Outcome: "duplicate", Message: fmt.Sprintf("a push of %d branches, each evaluated on its own", len(branches)), Branches: branches}
 	keys := make([]string, len(branches))
 	for i, b := range branches {
@@ -265,9 +368,17 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		}
 	}
 	if r.Outcome == "admitted" {
-		return reply(http.StatusAccepted, r, "keys", keys)
+		return x.reply(http.StatusAccepted, r, "keys", keys)
 	}
-	return reply(http.StatusOK, r, "keys", keys)
+	return x.reply(http.StatusOK, r, "keys", keys)
+}
+
+// reply logs the answer on the exchange's log with its status, outcome and attrs, counts its
+// outcome, and gives it.
+func (x *exchange) reply(status int, r response, attrs ...any) *events.APIGatewayV2HTTPResponse {
+	x.log.Info("webhook", append([]any{"status", status, "outcome", r.Outcome}, attrs...)...)
+	x.h.count(r.Outcome)
+	return x.h.reply(status, r)
 }
 
 // ChangeIdentity is the replay identity of the i-th change (from 0) of a webhook whose
@@ -300,13 +411,16 @@ func admissionOutcome(o ledger.AdmitOutcome) string {
 	return "duplicate"
 }
 
+// count counts an answer under its outcome, the metric's name.
 func (h *Handler) count(outcome string) {
 	if h.Metrics != nil {
 		h.Metrics.Count(outcome, 1)
 	}
 }
 
-func (h *Handler) unavailable(log *slog.Logger, what string) (events.APIGatewayV2HTTPResponse, error) {
+// unavailable logs on log and gives a 503 with Retry-After for what is unavailable, counted as
+// full when the ledger is full and as unavailable otherwise.
+func (h *Handler) unavailable(log *slog.Logger, what string) *events.APIGatewayV2HTTPResponse {
 	log.Info("webhook", "status", http.StatusServiceUnavailable, "outcome", "unavailable", "cause", what)
 	if what == "full" {
 		h.count("full")
@@ -319,16 +433,17 @@ func (h *Handler) unavailable(log *slog.Logger, what string) (events.APIGatewayV
 		after = 30 * time.Second
 	}
 	r.Headers["Retry-After"] = strconv.Itoa(int(after.Seconds()))
-	return r, nil
+	return r
 }
 
-func (h *Handler) reply(status int, r response) events.APIGatewayV2HTTPResponse {
+// reply is the response of status with r as its JSON body (none for 204).
+func (h *Handler) reply(status int, r response) *events.APIGatewayV2HTTPResponse {
 	resp := events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}}
 	if status != http.StatusNoContent {
 		b, _ := json.Marshal(r)
 		resp.Body = string(b)
 	}
-	return resp
+	return &resp
 }
 
 // maxLoggedRoute is the longest route name logged whole: longer than any valid name.
