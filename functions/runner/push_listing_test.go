@@ -1,0 +1,111 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
+)
+
+// A push whose webhook lists commits that are not the ones it brings to its branch, end to end:
+// the webhook is read as the ingress reads it, and the runner reads the push from the fake
+// provider's API, so a forbidden path the listing left out still fails the push.
+
+// githubForge adapts githubtest to a forge world.
+type githubForge struct{ *githubtest.GitHub }
+
+func newGitHubForge() forgeFake {
+	return githubForge{githubtest.New(func(tok string) bool { return tok == "forge-token" })}
+}
+
+func (g githubForge) commit(n int, message string, files ...string) {
+	var fs []githubtest.ChangedFile
+	for _, f := range files {
+		fs = append(fs, githubtest.ChangedFile{Filename: f, Status: "added"})
+	}
+	g.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(n), Parent: forgeCommit(n - 1), Message: message, Files: fs})
+}
+
+func (g githubForge) pull(number int, title string, base, head int) {
+	g.AddPull(forgeRepo, githubtest.HistoryPull{Number: number, Title: title, Base: "main", Head: "changes",
+		BaseSHA: forgeCommit(base), HeadSHA: forgeCommit(head)})
+}
+
+func (g githubForge) branch(name string, at int) { g.SetBranch(forgeRepo, name, forgeCommit(at)) }
+
+func (g githubForge) refuseReads(code int) { g.Answer = func(string, int) int { return code } }
+
+func (g githubForge) latest(sha string) (string, string, bool) {
+	s, ok := g.Latest(forgeRepo, sha, "amiss")
+	return s.State, s.Description, ok
+}
+
+func (g githubForge) violations() []string { return g.Violations() }
+
+var githubKind = forgeKind{name: "github", fake: newGitHubForge, publish: "github", failed: "failure"}
+
+// githubPushBody is a GitHub push webhook's body moving ref from before to head, listing
+// commits (GitHub's: those new to the repository).
+func githubPushBody(ref, before string, head int, created bool, commits ...int) (http.Header, []byte) {
+	listed := []map[string]any{}
+	for _, n := range commits {
+		listed = append(listed, map[string]any{"id": forgeCommit(n), "distinct": true, "message": capitalised(n),
+			"added": oneFile(n), "removed": []string{}, "modified": []string{}})
+	}
+	b, _ := json.Marshal(map[string]any{"ref": ref, "before": before, "after": forgeCommit(head), "created": created,
+		"deleted": false, "forced": false, "commits": listed, "head_commit": map[string]any{"id": forgeCommit(head)},
+		"repository": map[string]any{"full_name": forgeRepo, "default_branch": "main"}})
+	h := http.Header{}
+	h.Set("X-GitHub-Event", "push")
+	return h, b
+}
+
+// Commit 2 adds secrets/prod.pem and was pushed first to a scratch branch. GitHub's webhooks
+// for main fast-forwarded to it, and for a release branch created at it, list no commit: the
+// runner reads what each brings (main's comparison from commit 1; release's from the default
+// branch) and fails both on the file.
+func TestAGitHubPushOfACommitPushedBeforeFailsOnItsForbiddenFile(t *testing.T) {
+	files := func(n int) []string {
+		if n == 2 {
+			return []string{"secrets/prod.pem"}
+		}
+		return oneFile(n)
+	}
+	for _, c := range []struct {
+		name string
+		push func() (http.Header, []byte)
+	}{
+		{"main fast-forwarded from commit 1", func() (http.Header, []byte) {
+			return githubPushBody("refs/heads/main", forgeCommit(1), 2, false)
+		}},
+		{"release created at commit 2", func() (http.Header, []byte) {
+			return githubPushBody("refs/heads/release", strings.Repeat("0", 40), 2, true)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newForgeWorld(t, githubKind, forgeRules)
+			w.history(2, capitalised, files)
+			w.fake.branch("main", 1)
+			w.fake.branch("scratch", 2)
+			w.deliver(c.push())
+			if state, desc := w.verdict(2); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.pem") {
+				t.Fatalf("%s %q, want a failure naming secrets/prod.pem", state, desc)
+			}
+		})
+	}
+	// A push listing its head, neither forced nor creating its branch, is evaluated on what its
+	// webhook lists: nothing is read.
+	w := newForgeWorld(t, githubKind, forgeRules)
+	w.history(3, capitalised, oneFile)
+	w.fake.branch("main", 3)
+	s := w.deliver(githubPushBody("refs/heads/main", forgeCommit(2), 3, false, 3))
+	if !s.Whole.Has(change.PathsInput | change.CommitsInput) {
+		t.Fatalf("a push of one new commit holds %q whole", s.Whole)
+	}
+	if state, desc := w.verdict(3); state != "success" {
+		t.Fatalf("a clean push: %s %q", state, desc)
+	}
+}
