@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/amiss-ci/amiss/functions/change"
@@ -97,5 +98,38 @@ func TestAGitHubPushListingNotTheCommitsItBringsIsNotHeldWhole(t *testing.T) {
 	s, err := only(provider.Extract("github", hdr, githubPush(t, scratch, head, false, false, newHead)))
 	if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
 		t.Fatalf("a push of one new commit: whole %q, %v", s.Whole, err)
+	}
+}
+
+// Gitea's and Forgejo's webhook for a push creating a branch lists the newest 10 commits of
+// its head's history, whatever the branch adds to the repository, and counts those in
+// total_commits (services/repository/push.go: CommitsBeforeLimit(10) for a new ref; the
+// webhook notifier's TotalCommits is their number). An instance whose [ui]
+// FEED_MAX_COMMIT_NUM is 10 or more lists all 10 of 10: taken whole, a branch bringing 11
+// commits would pass the oldest unread. A listing of fewer than 10 is the head's whole
+// history, and stays whole.
+func TestAGiteaNewBranchsTenCommitListingIsNotHeldWhole(t *testing.T) {
+	hdr := http.Header{}
+	hdr.Set("X-Gitea-Event", "push")
+	push := func(n int) []byte {
+		var commits []map[string]any
+		for i := range n {
+			commits = append(commits, map[string]any{"id": strings.Repeat(string("abcdef1234"[i]), 40), "message": "Touch the readme",
+				"added": []string{}, "removed": []string{}, "modified": []string{"README.md"}})
+		}
+		b, _ := json.Marshal(map[string]any{"ref": "refs/heads/release", "before": "0000000000000000000000000000000000000000",
+			"after": commits[0]["id"], "commits": commits, "total_commits": n,
+			"repository": map[string]any{"full_name": "gitea/webhooks"}})
+		return b
+	}
+	for _, p := range []string{"gitea", "forgejo"} {
+		s, err := only(provider.Extract(p, hdr, push(10)))
+		if err != nil || s.Whole.Has(change.PathsInput) || s.Whole.Has(change.CommitsInput) {
+			t.Errorf("%s: a new branch listing 10 of 10 commits holds %q whole (%v): its history may hold more it brings", p, s.Whole, err)
+		}
+		s, err = only(provider.Extract(p, hdr, push(9)))
+		if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
+			t.Errorf("%s: a new branch listing its history's 9 commits holds %q whole (%v), want commits and paths", p, s.Whole, err)
+		}
 	}
 }

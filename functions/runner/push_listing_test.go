@@ -109,3 +109,39 @@ func TestAGitHubPushOfACommitPushedBeforeFailsOnItsForbiddenFile(t *testing.T) {
 		t.Fatalf("a clean push: %s %q", state, desc)
 	}
 }
+
+// A Gitea instance whose [ui] FEED_MAX_COMMIT_NUM is 10 or more lists every commit of the
+// newest 10 its webhook counts for a new branch: those of the head's history, not what the
+// branch brings. A release branch bringing commits 1 to 12 lists 3 to 12, 10 of 10; commit 2
+// added secrets/prod.env. The runner reads what the branch brings to main, and fails it.
+func TestAGiteaBranchCreatedWithMoreThanTenCommitsFailsOnAForbiddenFileInTheOldest(t *testing.T) {
+	files := func(n int) []string {
+		if n == 2 {
+			return []string{"secrets/prod.env"}
+		}
+		return oneFile(n)
+	}
+	for _, c := range []struct {
+		kind   forgeKind
+		header string
+	}{{forgeKinds[0], "X-Gitea-Event"}, {forgeKinds[1], "X-Forgejo-Event"}} {
+		kind := c.kind
+		t.Run(kind.name, func(t *testing.T) {
+			w := newForgeWorld(t, kind, forgeRules)
+			w.history(12, capitalised, files)
+			var commits []map[string]any
+			for n := 12; n > 2; n-- { // newest first
+				commits = append(commits, map[string]any{"id": forgeCommit(n), "message": capitalised(n), "added": files(n),
+					"removed": []string{}, "modified": []string{}})
+			}
+			b, _ := json.Marshal(map[string]any{"ref": "refs/heads/release", "before": strings.Repeat("0", 40), "after": forgeCommit(12),
+				"commits": commits, "total_commits": 10, "repository": map[string]any{"full_name": forgeRepo}})
+			h := http.Header{}
+			h.Set(c.header, "push")
+			w.deliver(h, b)
+			if state, desc := w.verdict(12); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.env") {
+				t.Fatalf("%s %q, want a failure naming secrets/prod.env", state, desc)
+			}
+		})
+	}
+}
