@@ -45,6 +45,13 @@ type ghPush struct {
 // that many, and the rest are read from the API.
 const githubPushCommits = 2048
 
+// giteaNewBranchCommits is the most commits Gitea's and Forgejo's webhook counts for a push
+// creating a branch: the newest of the head's history, whatever the branch brings to the
+// repository (services/repository/push.go: CommitsBeforeLimit(10) for a new ref, and
+// total_commits is their number). A count below it is the head's whole history, every commit
+// the branch may bring; a count of it says nothing of the commits before them.
+const giteaNewBranchCommits = 10
+
 // listsItsCommits reports whether a GitHub push's payload lists the commits it brings to its
 // branch, as far as the payload can show. GitHub lists the commits of before...after only
 // when the push brings one new to the repository (those pushed before are then listed with
@@ -171,8 +178,11 @@ func fromGitHubEvent(provider, event string, body []byte) (Change, error) {
 			}
 		}
 		s.Whole = pushWhole(len(p.Commits), total, githubPushCommits)
-		if provider == "github" && !p.listsItsCommits() {
+		switch {
+		case provider == "github" && !p.listsItsCommits():
 			s.Whole &^= CommitsInput | PathsInput // read from GitHub's comparison instead
+		case provider != "github" && s.Before == "" && total >= giteaNewBranchCommits:
+			s.Whole &^= CommitsInput | PathsInput // the head's history may hold more the branch brings
 		}
 		return s, nil
 	case "pull_request":
