@@ -210,8 +210,9 @@ func TestBounds(t *testing.T) {
 	for i := range 150 {
 		commits = append(commits, `{"id":"c`+strings.Repeat("0", 39-len(itoa(i)))+itoa(i)+`","message":"`+strings.Repeat("é", 3000)+`","added":["p`+itoa(i)+`"]}`)
 	}
-	body := `{"ref":"refs/heads/main","after":"0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c","repository":{"full_name":"a/b"},"commits":[` +
-		strings.Join(commits, ",") + `]}`
+	// A push of 150 commits on main, its head (the last listed) among them.
+	body := `{"ref":"refs/heads/main","before":"6113728f27ae82c7b1a177c8d03f9e96e0adf246","after":"c` + strings.Repeat("0", 36) +
+		`149","repository":{"full_name":"a/b"},"commits":[` + strings.Join(commits, ",") + `]}`
 	h := http.Header{}
 	h.Set("X-GitHub-Event", "push")
 	s, err := only(provider.Extract("github", h, []byte(body)))

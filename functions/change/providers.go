@@ -27,10 +27,13 @@ type ghCommit struct {
 }
 
 type ghPush struct {
-	Ref        string     `json:"ref"`
-	Before     string     `json:"before"`
-	After      string     `json:"after"`
-	Deleted    bool       `json:"deleted"`
+	Ref     string `json:"ref"`
+	Before  string `json:"before"`
+	After   string `json:"after"`
+	Deleted bool   `json:"deleted"`
+	// Created and Forced are GitHub's: the push created its ref, or was forced.
+	Created    bool       `json:"created"`
+	Forced     bool       `json:"forced"`
 	Repository ghRepo     `json:"repository"`
 	Commits    []ghCommit `json:"commits"`
 	// TotalCommits is Gitea's and Forgejo's count of the push's commits, of which the payload
@@ -41,6 +44,34 @@ type ghPush struct {
 // githubPushCommits is the most commits a GitHub push webhook lists; a push of more lists
 // that many, and the rest are read from the API.
 const githubPushCommits = 2048
+
+// giteaNewBranchCommits is the most commits Gitea's and Forgejo's webhook counts for a push
+// creating a branch: the newest of the head's history, whatever the branch brings to the
+// repository (services/repository/push.go: CommitsBeforeLimit(10) for a new ref, and
+// total_commits is their number). A count below it is the head's whole history, every commit
+// the branch may bring; a count of it says nothing of the commits before them.
+const giteaNewBranchCommits = 10
+
+// listsItsCommits reports whether a GitHub push's payload lists the commits it brings to its
+// branch, as far as the payload can show. GitHub lists the commits of before...after only
+// when the push brings one new to the repository (those pushed before are then listed with
+// distinct false): a branch fast-forwarded to a commit pushed before lists none, and so does a
+// branch created at one (GitHub's own Slack app skips such "pushes with no new commits"). A
+// push creating its branch lists only the commits new to the repository, not those it brings
+// that another branch had, and a forced push lists none of them at times, its head new or
+// not. So the listing is taken for the push's commits only when the push neither creates its
+// branch nor is forced, and lists its head commit.
+func (p *ghPush) listsItsCommits() bool {
+	if p.Created || p.Forced || zeroSHA(p.Before) {
+		return false
+	}
+	for _, c := range p.Commits {
+		if c.ID == p.After {
+			return true
+		}
+	}
+	return false
+}
 
 // pushWhole is what a push's payload holds whole when it lists listed of total commits (total
 // < 0: the payload gives no count, and lists every commit up to max): the commits, and the
@@ -147,6 +178,12 @@ func fromGitHubEvent(provider, event string, body []byte) (Change, error) {
 			}
 		}
 		s.Whole = pushWhole(len(p.Commits), total, githubPushCommits)
+		switch {
+		case provider == "github" && !p.listsItsCommits():
+			s.Whole &^= CommitsInput | PathsInput // read from GitHub's comparison instead
+		case provider != "github" && s.Before == "" && total >= giteaNewBranchCommits:
+			s.Whole &^= CommitsInput | PathsInput // the head's history may hold more the branch brings
+		}
 		return s, nil
 	case "pull_request":
 		var p ghPull

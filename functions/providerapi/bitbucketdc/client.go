@@ -64,9 +64,9 @@ type Page struct {
 
 // Pages reads a listing: r, then, while a page is not the last, the page from its
 // nextPageStart (r's start parameter set to it), at most maxPages (0:
-// providerapi.DefaultMaxPages). visit reads each page's values and says whether to read on. A
-// listing with more pages is a Transient error.
-func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(values json.RawMessage) (more bool, err error)) error {
+// providerapi.DefaultMaxPages). visit reads each page's values, told whether the page says it
+// is the last, and says whether to read on. A listing with more pages is a Transient error.
+func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int, visit func(values json.RawMessage, last bool) (more bool, err error)) error {
 	var p Page
 	page := 0
 	return providerapi.Pages(ctx, c.Do, r, maxPages, func(a *providerapi.Answer) (string, error) {
@@ -84,7 +84,7 @@ func (c *Client) Pages(ctx context.Context, r providerapi.Request, maxPages int,
 		if err := a.Decode(fmt.Sprintf("page %d of %s", page, a.URL.EscapedPath()), &p); err != nil {
 			return false, err
 		}
-		more, err := visit(p.Values)
+		more, err := visit(p.Values, p.IsLastPage)
 		return more && !p.IsLastPage, err
 	})
 }

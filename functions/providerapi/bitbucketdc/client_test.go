@@ -44,7 +44,7 @@ func TestBitbucketDataCenterListingsFollowNextPageStart(t *testing.T) {
 	}
 	c := bitbucketdc.NewClient(srv.URL, "dc", srv.Client())
 	var got []int
-	err = c.Pages(context.Background(), providerapi.Request{Method: http.MethodGet, URL: path + "/commits?limit=25"}, 0, func(values json.RawMessage) (bool, error) {
+	err = c.Pages(context.Background(), providerapi.Request{Method: http.MethodGet, URL: path + "/commits?limit=25"}, 0, func(values json.RawMessage, _ bool) (bool, error) {
 		var page []int
 		err := json.Unmarshal(values, &page)
 		got = append(got, page...)
@@ -54,7 +54,7 @@ func TestBitbucketDataCenterListingsFollowNextPageStart(t *testing.T) {
 		t.Fatalf("read %d of %d: %v", len(got), items, err)
 	}
 	if err := c.Pages(context.Background(), providerapi.Request{Method: http.MethodGet, URL: path + "/commits?limit=25"}, 2,
-		func(json.RawMessage) (bool, error) { return true, nil }); providerapi.ClassOf(err) != providerapi.Transient {
+		func(json.RawMessage, bool) (bool, error) { return true, nil }); providerapi.ClassOf(err) != providerapi.Transient {
 		t.Fatalf("a listing past its bound: %v", err)
 	}
 }

@@ -73,16 +73,23 @@ func (c *Client) get(ctx context.Context, u, what string, v any) error {
 }
 
 // list reads a listing from u (which names its limit) by its pages into a slice, at most max
-// entries (cut reports that there were more); it counts the requests made into *requests.
-func list[T any](ctx context.Context, c *Client, u, what string, max, limit int, requests *int) (all []T, cut bool, err error) {
+// entries (cut reports that there were more, cutByServer that the server stopped listing);
+// it counts the requests made into *requests. A page that holds nothing and says it is not the
+// last is the server's cut: Data Center answers so, past an internal limit on what it streams
+// (page.max.changes of a comparison's changes), each page after naming a start further on.
+func list[T any](ctx context.Context, c *Client, u, what string, max, limit int, requests *int) (all []T, cut, cutByServer bool, err error) {
 	page := 0
 	err = c.Pages(ctx, providerapi.Request{Method: http.MethodGet, URL: u, MaxBytes: maxListingBytes}, max/limit+2,
-		func(values json.RawMessage) (bool, error) {
+		func(values json.RawMessage, last bool) (bool, error) {
 			page++
 			*requests++
 			var items []T
 			if err := json.Unmarshal(values, &items); err != nil {
 				return false, &providerapi.Error{Class: providerapi.Transient, Err: fmt.Errorf("page %d of %s: values do not decode: %v", page, what, err)}
+			}
+			if len(items) == 0 && !last {
+				cutByServer = true
+				return false, nil
 			}
 			all = append(all, items...)
 			if len(all) > max {
@@ -92,9 +99,9 @@ func list[T any](ctx context.Context, c *Client, u, what string, max, limit int,
 			return true, nil
 		})
 	if err != nil {
-		return nil, false, refusedFor(err, what)
+		return nil, false, false, refusedFor(err, what)
 	}
-	return all, cut, nil
+	return all, cut, cutByServer, nil
 }
 
 // Ref is one side of a pull request: its branch, its latest commit and its repository.
@@ -325,11 +332,13 @@ func (rd *read) pull(ctx context.Context) (pr PullRequest, current bool, err err
 		}
 	}
 	if rd.need.Has(change.CommitsInput) {
-		commits, commitsCut, err = list[Commit](ctx, rd.c, fmt.Sprintf("%s/commits?limit=%d", prp, commitsLimit), "the pull request's commits",
+		var serverCut bool
+		commits, commitsCut, serverCut, err = list[Commit](ctx, rd.c, fmt.Sprintf("%s/commits?limit=%d", prp, commitsLimit), "the pull request's commits",
 			MaxReadCommits, commitsLimit, &rd.requests)
 		if err != nil {
 			return pr, false, err
 		}
+		commitsCut = commitsCut || serverCut
 		if len(commits) == 0 || commits[0].ID != s.SHA { // newest first: the head
 			return pr, false, nil
 		}
@@ -367,12 +376,16 @@ func (rd *read) pullChanges(ctx context.Context, prp string) (changePage, error)
 
 // changes reads a paged listing of changes into the change's paths.
 func (rd *read) changes(ctx context.Context, u, what string) error {
-	changes, cut, err := list[Change](ctx, rd.c, u, what, MaxReadPaths, changesLimit, &rd.requests)
+	changes, cut, serverCut, err := list[Change](ctx, rd.c, u, what, MaxReadPaths, changesLimit, &rd.requests)
 	if err != nil {
 		return err
 	}
 	rd.addChanges(changes)
-	if cut {
+	switch {
+	case serverCut:
+		rd.s.MarkUnread(change.PathsInput, fmt.Sprintf("Bitbucket Data Center stopped listing %s after %d files (the server's page.max.changes)",
+			what, len(changes)))
+	case cut:
 		rd.s.MarkUnread(change.PathsInput, fmt.Sprintf("%s are more than %d files; amiss reads the first %d", what, MaxReadPaths, MaxReadPaths))
 	}
 	return nil
@@ -390,11 +403,11 @@ func (rd *read) addChanges(changes []Change) {
 // commits reads a listing of commits (newest first, as Data Center lists them) into the
 // change's commits, oldest first.
 func (rd *read) commits(ctx context.Context, u, what string) error {
-	commits, cut, err := list[Commit](ctx, rd.c, u, what, MaxReadCommits, commitsLimit, &rd.requests)
+	commits, cut, serverCut, err := list[Commit](ctx, rd.c, u, what, MaxReadCommits, commitsLimit, &rd.requests)
 	if err != nil {
 		return err
 	}
-	rd.addCommits(commits, cut, what)
+	rd.addCommits(commits, cut || serverCut, what)
 	return nil
 }
 

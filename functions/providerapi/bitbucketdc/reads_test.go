@@ -151,6 +151,7 @@ func TestANewBranchIsReadAgainstTheDefaultBranch(t *testing.T) {
 // Past amiss's bounds, a list is read in part and not held whole, naming the bound.
 func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 	w := newReadWorld(t)
+	w.fake.MaxChanges = bitbucketdc.MaxReadPaths + 10 // a server whose page.max.changes is above amiss's bound
 	var changes []bitbucketdctest.Change
 	for i := range bitbucketdc.MaxReadPaths + 1 {
 		changes = append(changes, bitbucketdctest.Change{Path: fmt.Sprintf("gen/%04d.go", i), Type: "ADD"})
@@ -162,6 +163,28 @@ func TestAListPastTheBoundsIsNotHeldWhole(t *testing.T) {
 	head := 5 + bitbucketdc.MaxReadCommits
 	got := w.r.Must(pushEvent(head, hash(4)), change.PathsInput|change.CommitsInput)
 	providerapitest.CheckAListPastTheBoundsIsNotHeldWhole(t, got, bitbucketdc.MaxReadPaths, bitbucketdc.MaxReadCommits, hash(head))
+}
+
+// A comparison's changes stop at the server's page.max.changes: the page reaching it and every
+// page past it say they are not the last, naming a start beyond it, and hold nothing more. The
+// paths read are kept (a forbidden one among them still fails the rule), and the paths are not
+// held whole, naming the server's limit: the read is not an outage to be retried.
+func TestAComparisonsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
+	for _, limit := range []int{0, 1} { // the page size amiss asks for; a server serving a change a page
+		w := newReadWorld(t)
+		w.fake.MaxChanges = 2
+		w.fake.MaxLimit = limit
+		got, err := w.r.Inputs(pushEvent(4, hash(1)), change.PathsInput)
+		if err != nil {
+			t.Fatalf("max limit %d: read: %v", limit, err)
+		}
+		if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "page.max.changes") {
+			t.Errorf("max limit %d: whole %v, unread %+v; want the paths unread, naming page.max.changes", limit, got.Whole, got.Unread)
+		}
+		if len(got.Paths) == 0 {
+			t.Errorf("max limit %d: the changes listed before the cut were dropped", limit)
+		}
+	}
 }
 
 // A read the server refuses fails the inputs closed, naming the permission to grant.

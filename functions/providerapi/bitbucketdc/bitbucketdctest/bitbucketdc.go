@@ -16,8 +16,14 @@
 // MaxLimit), each page saying isLastPage and, when it is not, nextPageStart. A pull request's
 // changes are not paged: the server answers one page of at most the request's limit or its own
 // maximum (MaxChanges, Data Center's page.max.changes), whichever is smaller, ignores start,
-// and says isLastPage false when it cut the list. A compare whose to is omitted compares with
-// the default branch.
+// and says isLastPage false when it cut the list. A comparison's changes are paged, but the
+// server streams no more than page.max.changes (MaxChanges) of them: a page that reaches that
+// cap, and every page past it (empty), says isLastPage false and names nextPageStart start +
+// limit, beyond the cap, as Data Center answers a changes listing it cut (Atlassian's
+// STASH-5329, "returns nextPageStart values beyond hard cap": size 1000, isLastPage false,
+// nextPageStart 100000 for start 0, limit 100000; the Java API's ChangeSummary.isTruncated is
+// "one or more changes were not streamed due to internal hard limits"). A compare whose to is
+// omitted compares with the default branch.
 //
 // A build status is key (at most 255 characters), state (SUCCESSFUL, FAILED, INPROGRESS,
 // CANCELLED, UNKNOWN), url (not blank, at most 450 characters), name and description; the
@@ -108,7 +114,8 @@ type BitbucketDC struct {
 	// ContextPath is the path the server is served under ("" for the root, "/bitbucket").
 	ContextPath string
 	// MaxLimit is the largest page a listing serves (0: DefaultMaxLimit); MaxChanges the most
-	// changes a pull request's changes answer lists (0: DefaultMaxChanges).
+	// changes a pull request's changes answer, or a comparison's changes, list (0:
+	// DefaultMaxChanges): page.max.changes.
 	MaxLimit, MaxChanges int
 
 	// Record counts the valid reads of each operation (Requests), the requests refused for
@@ -355,7 +362,13 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 		}
 		commits := b.history.Between(repo, from, toID)
 		if op == OpCompareChanges {
-			b.answer(w, http.StatusOK, pageOf(changesJSON(changesOf(commits)), start, limit))
+			changes := changesOf(commits)
+			streamed := changes[:min(len(changes), b.maxChanges())]
+			page := pageOf(changesJSON(streamed), start, limit)
+			if len(streamed) < len(changes) && page["isLastPage"] == true { // cut: never the last page
+				page["isLastPage"], page["nextPageStart"] = false, start+limit
+			}
+			b.answer(w, http.StatusOK, page)
 			return
 		}
 		b.answer(w, http.StatusOK, pageOf(commitsJSON(commits), start, limit))

@@ -1,0 +1,135 @@
+package change_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate"
+	"github.com/amiss-ci/amiss/functions/provider"
+)
+
+// The commits a provider's push webhook lists are not always the commits the push brings to
+// its branch. Where a payload cannot show that they are, the change does not hold them (nor the
+// paths their added, modified and removed lists name) whole: the runner reads the push from
+// the provider's API instead, and a forbidden path the listing left out still fails the rule.
+// Taken whole, the listing would pass a push that brings the path.
+
+// secretRules forbids secrets/** and wants every commit message to begin with a capital.
+func secretRules(t *testing.T) *evaluate.Rules {
+	t.Helper()
+	r, err := evaluate.NewRules(config.Rules{ForbiddenPaths: []string{"secrets/**"}, CommitMessage: `^[A-Z]`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// githubPush is a GitHub push webhook's body: before, after, created, forced and commits as
+// given; its head_commit is after, adding secrets/prod.pem.
+func githubPush(t *testing.T, before, after string, created, forced bool, commits ...map[string]any) []byte {
+	t.Helper()
+	if commits == nil {
+		commits = []map[string]any{}
+	}
+	b, err := json.Marshal(map[string]any{"ref": "refs/heads/release", "before": before, "after": after,
+		"created": created, "deleted": false, "forced": forced,
+		"commits":     commits,
+		"head_commit": map[string]any{"id": after, "distinct": false, "message": "add the key", "added": []string{"secrets/prod.pem"}},
+		"repository":  map[string]any{"full_name": "octo-org/octo-repo", "default_branch": "main"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// GitHub's push webhook lists the commits new to the repository: a push that brings commits
+// pushed before lists none of them. GitHub's own Slack app skips "pushes with no new commits",
+// which are, its author at GitHub wrote, a branch fast-forwarded to a commit pushed before and a
+// ref created from one pushed before (integrations/slack 987cef0d), and announces a force push
+// of "0 new commits" (4b7ec7e5); buildbot received a forced push with commits [] whose
+// head_commit added a file (buildbot/buildbot#4334); Travis CI builds head_commit when "a
+// branch is pushed with a HEAD commit which already exists on github" (travis-ci/travis-core#264).
+// A commit pushed to a scratch branch and then fast-forwarded onto release, or made the head of
+// a new branch, brings secrets/prod.pem to that branch: its push is not held whole, so the
+// rules do not pass it unread.
+func TestAGitHubPushListingNotTheCommitsItBringsIsNotHeldWhole(t *testing.T) {
+	const (
+		old     = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
+		scratch = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c" // pushed before, to another branch: adds secrets/prod.pem
+		head    = "ec26c3e57ca3a959ca5aad62de7213c562f8c821" // new, on top of scratch
+		zero    = "0000000000000000000000000000000000000000"
+	)
+	newHead := map[string]any{"id": head, "distinct": true, "message": "Touch the readme", "added": []string{}, "removed": []string{},
+		"modified": []string{"README.md"}}
+	hdr := http.Header{}
+	hdr.Set("X-GitHub-Event", "push")
+	rules := secretRules(t)
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"a branch fast-forwarded to a commit pushed before", githubPush(t, old, scratch, false, false)},
+		{"a branch created at a commit pushed before", githubPush(t, zero, scratch, true, false)},
+		{"a branch created with a new commit on one pushed before", githubPush(t, zero, head, true, false, newHead)},
+		{"a force push of no new commit", githubPush(t, old, scratch, false, true)},
+		{"a force push of a new commit on one pushed before", githubPush(t, old, head, false, true, newHead)},
+	} {
+		s, err := only(provider.Extract("github", hdr, c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if s.Whole.Has(change.PathsInput) || s.Whole.Has(change.CommitsInput) {
+			t.Errorf("%s: holds %q whole, though its listing may leave out what it brings", c.name, s.Whole)
+		}
+		if need := rules.Needs(s) &^ s.Whole; !need.Has(change.PathsInput | change.CommitsInput) {
+			t.Errorf("%s: the rules would read %q, not the push's commits and paths", c.name, need)
+		}
+		if v, err := rules.Evaluate(context.Background(), s); err != nil || v.State == evaluate.Success {
+			t.Errorf("%s: unread, the rules give %+v (%v), never success", c.name, v, err)
+		}
+	}
+	// A push listing its head among new commits, neither forced nor creating its branch, still
+	// holds what it lists whole: nothing is read for it.
+	s, err := only(provider.Extract("github", hdr, githubPush(t, scratch, head, false, false, newHead)))
+	if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
+		t.Fatalf("a push of one new commit: whole %q, %v", s.Whole, err)
+	}
+}
+
+// Gitea's and Forgejo's webhook for a push creating a branch lists the newest 10 commits of
+// its head's history, whatever the branch adds to the repository, and counts those in
+// total_commits (services/repository/push.go: CommitsBeforeLimit(10) for a new ref; the
+// webhook notifier's TotalCommits is their number). An instance whose [ui]
+// FEED_MAX_COMMIT_NUM is 10 or more lists all 10 of 10: taken whole, a branch bringing 11
+// commits would pass the oldest unread. A listing of fewer than 10 is the head's whole
+// history, and stays whole.
+func TestAGiteaNewBranchsTenCommitListingIsNotHeldWhole(t *testing.T) {
+	hdr := http.Header{}
+	hdr.Set("X-Gitea-Event", "push")
+	push := func(n int) []byte {
+		var commits []map[string]any
+		for i := range n {
+			commits = append(commits, map[string]any{"id": strings.Repeat(string("abcdef1234"[i]), 40), "message": "Touch the readme",
+				"added": []string{}, "removed": []string{}, "modified": []string{"README.md"}})
+		}
+		b, _ := json.Marshal(map[string]any{"ref": "refs/heads/release", "before": "0000000000000000000000000000000000000000",
+			"after": commits[0]["id"], "commits": commits, "total_commits": n,
+			"repository": map[string]any{"full_name": "gitea/webhooks"}})
+		return b
+	}
+	for _, p := range []string{"gitea", "forgejo"} {
+		s, err := only(provider.Extract(p, hdr, push(10)))
+		if err != nil || s.Whole.Has(change.PathsInput) || s.Whole.Has(change.CommitsInput) {
+			t.Errorf("%s: a new branch listing 10 of 10 commits holds %q whole (%v): its history may hold more it brings", p, s.Whole, err)
+		}
+		s, err = only(provider.Extract(p, hdr, push(9)))
+		if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
+			t.Errorf("%s: a new branch listing its history's 9 commits holds %q whole (%v), want commits and paths", p, s.Whole, err)
+		}
+	}
+}
