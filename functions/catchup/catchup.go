@@ -1,8 +1,9 @@
 // Package catchup asks providers again for the webhook deliveries that never reached the
 // ledger. Providers do not redeliver a failed delivery on their own (GitHub, GitLab); they
 // keep each attempt for a while and redeliver one on request. A run lists a hook's attempts
-// since its cursor, finds the deliveries whose attempts all failed (no answer, or not a 2xx),
-// and asks once for each one again; a redelivery is an ordinary webhook, which the ingress
+// since its cursor, finds the deliveries whose attempts all failed (no answer, or not a 2xx,
+// short of a refusal of the body a redelivery would meet again: Attempt.Settles), and asks
+// once for each one again; a redelivery is an ordinary webhook, which the ingress
 // authenticates and the ledger deduplicates (a delivery the ledger already holds is answered
 // duplicate, so asking for one that was admitted although its answer was lost is harmless).
 //
@@ -33,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sort"
 	"time"
@@ -58,6 +60,21 @@ type Attempt struct {
 
 // Succeeded reports whether the endpoint took the attempt (a 2xx).
 func (a Attempt) Succeeded() bool { return a.StatusCode/100 == 2 }
+
+// Settles reports whether the attempt settles its delivery: the endpoint took it, or refused
+// it for what its body holds, as amiss's ingress answers a body it cannot read (400), a
+// repository or an API the route does not take (403), a delivery id it holds with another
+// body (409), a body or a change too large (413). A redelivery sends the same body, which
+// meets the same answer: asking for one cannot help. Every other answer (none, a 5xx, a 401
+// of a signature made with a secret being rotated, a 404 of a route being deployed, a 429 of
+// a throttled stage) may go otherwise another time.
+func (a Attempt) Settles() bool {
+	switch a.StatusCode {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusConflict, http.StatusRequestEntityTooLarge:
+		return true
+	}
+	return a.Succeeded()
+}
 
 // Source is one webhook whose attempts a provider lists.
 type Source interface {
@@ -127,7 +144,8 @@ type Report struct {
 	At    time.Time `json:"at"`
 	// Listed counts the attempts read; Found the deliveries newly found failed; Asked the
 	// redeliveries asked for (sent, or whose sending may have applied); Resolved the
-	// followed deliveries seen succeeding; Lost those given up; Open those still followed.
+	// followed deliveries seen settled (Attempt.Settles); Lost those given up; Open those
+	// still followed.
 	Listed, Found, Asked, Resolved, Lost, Open int
 	// Cut: the listing stopped before the cursor (its page bound, time, or an error), so the
 	// cursor did not move.
@@ -323,7 +341,7 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 		found, resolved := 0, 0
 		for d, as := range byDelivery {
 			o := c.Open[d]
-			if slices.ContainsFunc(as, Attempt.Succeeded) {
+			if slices.ContainsFunc(as, Attempt.Settles) {
 				if o != nil {
 					delete(c.Open, d)
 					resolved++
