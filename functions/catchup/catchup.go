@@ -21,10 +21,13 @@
 //     attempt) is reported lost, once: a log line with its id, event and repository, and the
 //     given-up count. So is one the provider refuses to redeliver.
 //   - A run is bounded in time (MaxRunTime), in requests for redelivery (MaxAsks) and in pages
-//     listed (MaxPages). A provider asking it to wait (Retry-After, a rate limit's reset) ends
-//     the run; the wait is kept in the cursor, and runs before it ends send the provider
-//     nothing (by this host's clock, at most providerapi.MaxProviderWait). The asks recorded
-//     and not sent are handed back, so the next run asks for them, once.
+//     listed (MaxPages). A run that cannot read back to where the last one left off within
+//     MaxPages goes on from what it read and reports the span of attempts it did not read (a
+//     log line with its bounds, counted as one given up): no later run could read it.
+//   - A provider asking a run to wait (Retry-After, a rate limit's reset) ends the run; the
+//     wait is kept in the cursor, and runs before it ends send the provider nothing (by this
+//     host's clock, at most providerapi.MaxProviderWait). The asks recorded and not sent are
+//     handed back, so the next run asks for them, once.
 package catchup
 
 import (
@@ -93,7 +96,9 @@ type Source interface {
 }
 
 // ErrListingCut is what Source.Attempts answers when it stopped at its page bound while the
-// provider had more: the run goes on with what it read, and its cursor does not move.
+// provider had more: the run goes on with what it read, its cursor moves on from there, and
+// the attempts older than those it read, back to where the last run left off, are reported
+// not read.
 var ErrListingCut = errors.New("catchup: the listing has more pages than one run reads")
 
 // Defaults of a run.
@@ -144,13 +149,19 @@ type Report struct {
 	At    time.Time `json:"at"`
 	// Listed counts the attempts read; Found the deliveries newly found failed; Asked the
 	// redeliveries asked for (sent, or whose sending may have applied); Resolved the
-	// followed deliveries seen settled (Attempt.Settles); Lost those given up; Open those
-	// still followed.
+	// followed deliveries seen settled (Attempt.Settles); Lost those given up, and a span of
+	// attempts not read as one; Open those still followed.
 	Listed, Found, Asked, Resolved, Lost, Open int
-	// Cut: the listing stopped before the cursor (its page bound, time, or an error), so the
-	// cursor did not move.
-	Cut   bool   `json:",omitempty"`
-	Error string `json:",omitempty"`
+	// Cut: the listing stopped before the cursor: at its page bound (the cursor moved on
+	// from what was read, and UnreadFrom and UnreadTo say what was not), or for time or an
+	// error (the cursor did not move: the next run reads it again).
+	Cut bool `json:",omitempty"`
+	// UnreadFrom and UnreadTo (both included) bound the attempts a run cut at its page bound
+	// did not read, by their time: failed deliveries among them are not followed. Lost counts
+	// the span as one, but on a hook's first run (whose reach is only its lookback).
+	UnreadFrom time.Time `json:",omitzero"`
+	UnreadTo   time.Time `json:",omitzero"`
+	Error      string    `json:",omitempty"`
 	// WaitUntil is the wait the provider asked for, which this run was told of or kept:
 	// no request is sent to it before then.
 	WaitUntil time.Time `json:",omitzero"`
@@ -307,8 +318,14 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 		reached = true
 	}
 	var ferr error
+	// outrun: the listing stopped at its page bound with more pages to go. Later runs would
+	// page from the newest attempt again and reach less far each time, as attempts keep
+	// coming: what this run did not read, no run reads. So the cursor moves on from what it
+	// read, and the span it could not read is reported.
+	outrun := errors.Is(lerr, ErrListingCut) && len(seen) > 0
 	if lerr != nil {
-		// Only a listing whose end was never reached says nothing of what it missed.
+		// A listing that failed on the way says nothing of what it missed: the next run reads
+		// it again.
 		switch wait := r.waitOf(lerr); {
 		case wait > 0:
 			rep.WaitUntil = r.now().Add(wait)
@@ -325,19 +342,25 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 	}
 	byDelivery := map[string][]Attempt{}
 	newest := cur.Through
+	var oldest time.Time // the oldest attempt read
 	for _, a := range seen {
 		byDelivery[a.Delivery] = append(byDelivery[a.Delivery], a)
 		if a.At.After(newest) {
 			newest = a.At
+		}
+		if oldest.IsZero() || a.At.Before(oldest) {
+			oldest = a.At
 		}
 	}
 
 	// Merge what was listed into the cursor, find what to ask for, and give up what is lost.
 	var lost []Open
 	var keys []string
+	var unreadCounted bool
 	now := r.now()
 	err = r.update(ctx, name, func(c *Cursor) bool {
 		lost, keys = nil, nil
+		rep.UnreadFrom, rep.UnreadTo, unreadCounted = time.Time{}, time.Time{}, false
 		found, resolved := 0, 0
 		for d, as := range byDelivery {
 			o := c.Open[d]
@@ -372,7 +395,15 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 				delete(c.Open, d)
 			}
 		}
-		if reached && len(c.Open) < maxOpen && newest.After(c.Through) {
+		if (reached || outrun) && len(c.Open) < maxOpen && newest.After(c.Through) {
+			if outrun && oldest.After(c.Through) {
+				// Not read: from where the last run left off (a first run: its lookback)
+				// to the oldest attempt read, both included (attempts of one second).
+				rep.UnreadFrom, rep.UnreadTo, unreadCounted = c.Through, oldest, !c.Through.IsZero()
+				if c.Through.IsZero() {
+					rep.UnreadFrom = stop
+				}
+			}
 			c.Through = newest
 		}
 		rep.Found, rep.Resolved, rep.Open = found, resolved, len(c.Open)
@@ -381,12 +412,21 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 	if err != nil {
 		return r.finish(ctx, name, rep, errors.Join(ferr, err))
 	}
+	if !rep.UnreadTo.IsZero() {
+		r.log().Warn("catch-up could not read a span of the hook's attempts: more were made since the last run than a run reads; "+
+			"failed deliveries among them are not redelivered: find them on the provider's page of the hook and redeliver them by hand",
+			"hook", src.Describe(), "unread_from", rep.UnreadFrom, "unread_to", rep.UnreadTo, "pages", orDefault(r.MaxPages, DefaultMaxPages),
+			"first_run", !unreadCounted)
+		if unreadCounted {
+			rep.Lost++
+		}
+	}
 	for i, o := range lost {
 		r.log().Warn("catch-up gave up a delivery: still failing when the provider's redelivery window closed; deliver it by hand",
 			"hook", src.Describe(), "delivery", keys[i], "attempt", o.Newest, "event", o.Event, "repository", o.Repo,
 			"first_attempt", o.First, "last_status", o.Status, "asks", o.Asks, "refused", o.Refused)
 	}
-	rep.Lost = len(lost)
+	rep.Lost += len(lost)
 
 	// Ask, a batch at a time: record the batch's asks, then send them.
 	budget := orDefault(r.MaxAsks, DefaultMaxAsks)
