@@ -24,7 +24,8 @@
 //     listed (MaxPages). A run that cannot read back to where the last one left off within
 //     MaxPages goes on from what it read and reports the span of attempts it did not read (a
 //     log line with its bounds, counted as one given up): no later run could read it.
-//   - A provider asking a run to wait (Retry-After, a rate limit's reset) ends the run; the
+//   - A provider failing a redelivery request (a 5xx, no answer) ends the run's asks. A
+//     provider asking a run to wait (Retry-After, a rate limit's reset) ends the run; the
 //     wait is kept in the cursor, and runs before it ends send the provider nothing (by this
 //     host's clock, at most providerapi.MaxProviderWait). The asks recorded and not sent are
 //     handed back, so the next run asks for them, once.
@@ -476,7 +477,7 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 			return r.finish(ctx, name, rep, errors.Join(ferr, stopErr))
 		}
 		if sent < len(targets) {
-			break // the provider asked to wait: the rest is next run's
+			break // the provider asked to wait, or failed: the rest is a later run's
 		}
 	}
 	return r.finish(ctx, name, rep, ferr)
@@ -505,8 +506,9 @@ func askable(c *Cursor, now time.Time, reask time.Duration) []string {
 }
 
 // send sends the batch's requests in order and returns how many were sent (their outcome
-// known or not). A refusal of one delivery marks it refused; a wait the provider asks for
-// stops the batch; a credential or permission refused stops the run with its error.
+// known or not). A refusal of one delivery marks it refused; a wait the provider asks for, or
+// the provider failing, stops the batch; a credential or permission refused stops the run
+// with its error.
 func (r *Runner) send(ctx context.Context, src Source, targets []Attempt, rep *Report) (int, error) {
 	for i, a := range targets {
 		if ctx.Err() != nil {
@@ -518,6 +520,15 @@ func (r *Runner) send(ctx context.Context, src Source, targets []Attempt, rep *R
 			rep.Asked++
 			r.log().Info("catch-up asked for a redelivery", "hook", src.Describe(), "delivery", a.Delivery, "attempt", a.ID,
 				"event", a.Event, "repository", a.Repository, "error", errString(err))
+			if st := providerapi.StatusOf(err); err != nil && (st == 0 || st >= 500) {
+				// The provider failed (a 500, a gateway's 502 or 504, no answer) and may have
+				// applied the request: it stays asked, and the rest waits for a later run
+				// rather than going to a provider that fails. An answer of the provider that
+				// the endpoint failed (GitLab's 422) is not the provider failing.
+				r.log().Warn("catch-up: the provider failed a redelivery request; the remaining asks are a later run's", "hook", src.Describe(),
+					"error", err)
+				return i + 1, nil
+			}
 		case providerapi.ClassOf(err) == providerapi.Permanent:
 			rep.Asked++
 			if uerr := r.update(ctx, src.Name(), func(c *Cursor) bool {
