@@ -2,8 +2,10 @@ package catchup_test
 
 import (
 	"context"
+	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,6 +97,49 @@ func TestAListingLongerThanARunReadsReportsWhatItCouldNotReadAndMovesOn(t *testi
 			t.Errorf("event at %v: neither resent nor in a span reported unread (%v)", e.At, spans)
 		}
 	}
+	w.drain()
+	w.noViolations()
+}
+
+// A page failing half way through a listing (GitLab answers the second page 502 as long as
+// the client retries it) ends the run with an error; the events of the first page are resent,
+// the cursor stays, and the next run reads both pages and resends the others: each failed
+// event once.
+func TestAListingPageThatFailsLeavesTheCursorForTheNextRun(t *testing.T) {
+	w := newGitLabWorld(t)
+	want := map[string]int{}
+	for i := range 25 { // 5 events on the second page, newest first
+		mode := up
+		if i%5 == 0 {
+			mode = down
+		}
+		if _, e := w.push(projectHook, mode); mode == down {
+			want[e.IdempotencyKey] = 1
+		}
+		w.clock.Advance(time.Minute)
+	}
+	src := w.sources()[0]
+	var failPage atomic.Bool
+	failPage.Store(true)
+	first := w.hooks.Requests()
+	w.hooks.Answer = func(n int) int {
+		// Requests after first: 1 is the first page, 2 to 4 the second page and the client's
+		// retries of it.
+		if failPage.Load() && n-first >= 2 && n-first <= 4 {
+			return http.StatusBadGateway
+		}
+		return 0
+	}
+	rep, err := w.runner().Run(context.Background(), src)
+	if err == nil || !rep.Cut || rep.Asked != 4 {
+		t.Fatalf("the run whose second page failed: %+v %v, want an error, the listing cut, and the 4 events of page one resent", rep, err)
+	}
+	failPage.Store(false)
+	w.clock.Advance(5 * time.Minute)
+	if rep, err = w.runner().Run(context.Background(), src); err != nil || rep.Cut || rep.Asked != 1 {
+		t.Fatalf("the next run: %+v %v, want both pages read and the event of page two resent", rep, err)
+	}
+	w.asked(projectHook, want)
 	w.drain()
 	w.noViolations()
 }
