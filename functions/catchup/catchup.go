@@ -159,7 +159,7 @@ type Report struct {
 	Cut bool `json:",omitempty"`
 	// UnreadFrom and UnreadTo (both included) bound the attempts a run cut at its page bound
 	// did not read, by their time: failed deliveries among them are not followed. Lost counts
-	// the span as one, but on a hook's first run (whose reach is only its lookback).
+	// the span as one, except on a hook's first run (whose reach is only its lookback).
 	UnreadFrom time.Time `json:",omitzero"`
 	UnreadTo   time.Time `json:",omitzero"`
 	Error      string    `json:",omitempty"`
