@@ -1,8 +1,9 @@
 // Package catchup asks providers again for the webhook deliveries that never reached the
 // ledger. Providers do not redeliver a failed delivery on their own (GitHub, GitLab); they
 // keep each attempt for a while and redeliver one on request. A run lists a hook's attempts
-// since its cursor, finds the deliveries whose attempts all failed (no answer, or not a 2xx),
-// and asks once for each one again; a redelivery is an ordinary webhook, which the ingress
+// since its cursor, finds the deliveries whose attempts all failed (no answer, or not a 2xx,
+// short of a refusal of the body a redelivery would meet again: Attempt.Settles), and asks
+// once for each one again; a redelivery is an ordinary webhook, which the ingress
 // authenticates and the ledger deduplicates (a delivery the ledger already holds is answered
 // duplicate, so asking for one that was admitted although its answer was lost is harmless).
 //
@@ -20,10 +21,14 @@
 //     attempt) is reported lost, once: a log line with its id, event and repository, and the
 //     given-up count. So is one the provider refuses to redeliver.
 //   - A run is bounded in time (MaxRunTime), in requests for redelivery (MaxAsks) and in pages
-//     listed (MaxPages). A provider asking it to wait (Retry-After, a rate limit's reset) ends
-//     the run; the wait is kept in the cursor, and runs before it ends send the provider
-//     nothing (by this host's clock, at most providerapi.MaxProviderWait). The asks recorded
-//     and not sent are handed back, so the next run asks for them, once.
+//     listed (MaxPages). A run that cannot read back to where the last one left off within
+//     MaxPages goes on from what it read and reports the span of attempts it did not read (a
+//     log line with its bounds, counted as one given up): no later run could read it.
+//   - A provider failing a redelivery request (a 5xx, no answer) ends the run's asks. A
+//     provider asking a run to wait (Retry-After, a rate limit's reset) ends the run; the
+//     wait is kept in the cursor, and runs before it ends send the provider nothing (by this
+//     host's clock, at most providerapi.MaxProviderWait). The asks recorded and not sent are
+//     handed back, so the next run asks for them, once.
 package catchup
 
 import (
@@ -33,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sort"
 	"time"
@@ -59,6 +65,21 @@ type Attempt struct {
 // Succeeded reports whether the endpoint took the attempt (a 2xx).
 func (a Attempt) Succeeded() bool { return a.StatusCode/100 == 2 }
 
+// Settles reports whether the attempt settles its delivery: the endpoint took it, or refused
+// it for what its body holds, as amiss's ingress answers a body it cannot read (400), a
+// repository or an API the route does not take (403), a delivery id it holds with another
+// body (409), a body or a change too large (413). A redelivery sends the same body, which
+// meets the same answer: asking for one cannot help. Every other answer (none, a 5xx, a 401
+// of a signature made with a secret being rotated, a 404 of a route being deployed, a 429 of
+// a throttled stage) may go otherwise another time.
+func (a Attempt) Settles() bool {
+	switch a.StatusCode {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusConflict, http.StatusRequestEntityTooLarge:
+		return true
+	}
+	return a.Succeeded()
+}
+
 // Source is one webhook whose attempts a provider lists.
 type Source interface {
 	// Name names the hook's cursor; it passes ledger.CheckState.
@@ -76,7 +97,9 @@ type Source interface {
 }
 
 // ErrListingCut is what Source.Attempts answers when it stopped at its page bound while the
-// provider had more: the run goes on with what it read, and its cursor does not move.
+// provider had more: the run goes on with what it read, its cursor moves on from there, and
+// the attempts older than those it read, back to where the last run left off, are reported
+// not read.
 var ErrListingCut = errors.New("catchup: the listing has more pages than one run reads")
 
 // Defaults of a run.
@@ -127,12 +150,19 @@ type Report struct {
 	At    time.Time `json:"at"`
 	// Listed counts the attempts read; Found the deliveries newly found failed; Asked the
 	// redeliveries asked for (sent, or whose sending may have applied); Resolved the
-	// followed deliveries seen succeeding; Lost those given up; Open those still followed.
+	// followed deliveries seen settled (Attempt.Settles); Lost those given up, and a span of
+	// attempts not read as one; Open those still followed.
 	Listed, Found, Asked, Resolved, Lost, Open int
-	// Cut: the listing stopped before the cursor (its page bound, time, or an error), so the
-	// cursor did not move.
-	Cut   bool   `json:",omitempty"`
-	Error string `json:",omitempty"`
+	// Cut: the listing stopped before the cursor: at its page bound (the cursor moved on
+	// from what was read, and UnreadFrom and UnreadTo say what was not), or for time or an
+	// error (the cursor did not move: the next run reads it again).
+	Cut bool `json:",omitempty"`
+	// UnreadFrom and UnreadTo (both included) bound the attempts a run cut at its page bound
+	// did not read, by their time: failed deliveries among them are not followed. Lost counts
+	// the span as one, except on a hook's first run (whose reach is only its lookback).
+	UnreadFrom time.Time `json:",omitzero"`
+	UnreadTo   time.Time `json:",omitzero"`
+	Error      string    `json:",omitempty"`
 	// WaitUntil is the wait the provider asked for, which this run was told of or kept:
 	// no request is sent to it before then.
 	WaitUntil time.Time `json:",omitzero"`
@@ -289,8 +319,14 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 		reached = true
 	}
 	var ferr error
+	// outrun: the listing stopped at its page bound with more pages to go. Later runs would
+	// page from the newest attempt again and reach less far each time, as attempts keep
+	// coming: what this run did not read, no run reads. So the cursor moves on from what it
+	// read, and the span it could not read is reported.
+	outrun := errors.Is(lerr, ErrListingCut) && len(seen) > 0
 	if lerr != nil {
-		// Only a listing whose end was never reached says nothing of what it missed.
+		// A listing that failed on the way says nothing of what it missed: the next run reads
+		// it again.
 		switch wait := r.waitOf(lerr); {
 		case wait > 0:
 			rep.WaitUntil = r.now().Add(wait)
@@ -307,23 +343,29 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 	}
 	byDelivery := map[string][]Attempt{}
 	newest := cur.Through
+	var oldest time.Time // the oldest attempt read
 	for _, a := range seen {
 		byDelivery[a.Delivery] = append(byDelivery[a.Delivery], a)
 		if a.At.After(newest) {
 			newest = a.At
+		}
+		if oldest.IsZero() || a.At.Before(oldest) {
+			oldest = a.At
 		}
 	}
 
 	// Merge what was listed into the cursor, find what to ask for, and give up what is lost.
 	var lost []Open
 	var keys []string
+	var unreadCounted bool
 	now := r.now()
 	err = r.update(ctx, name, func(c *Cursor) bool {
 		lost, keys = nil, nil
+		rep.UnreadFrom, rep.UnreadTo, unreadCounted = time.Time{}, time.Time{}, false
 		found, resolved := 0, 0
 		for d, as := range byDelivery {
 			o := c.Open[d]
-			if slices.ContainsFunc(as, Attempt.Succeeded) {
+			if slices.ContainsFunc(as, Attempt.Settles) {
 				if o != nil {
 					delete(c.Open, d)
 					resolved++
@@ -354,7 +396,15 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 				delete(c.Open, d)
 			}
 		}
-		if reached && len(c.Open) < maxOpen && newest.After(c.Through) {
+		if (reached || outrun) && len(c.Open) < maxOpen && newest.After(c.Through) {
+			if outrun && oldest.After(c.Through) {
+				// Not read: from where the last run left off (a first run: its lookback)
+				// to the oldest attempt read, both included (attempts of one second).
+				rep.UnreadFrom, rep.UnreadTo, unreadCounted = c.Through, oldest, !c.Through.IsZero()
+				if c.Through.IsZero() {
+					rep.UnreadFrom = stop
+				}
+			}
 			c.Through = newest
 		}
 		rep.Found, rep.Resolved, rep.Open = found, resolved, len(c.Open)
@@ -363,12 +413,21 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 	if err != nil {
 		return r.finish(ctx, name, rep, errors.Join(ferr, err))
 	}
+	if !rep.UnreadTo.IsZero() {
+		r.log().Warn("catch-up could not read a span of the hook's attempts: more were made since the last run than a run reads; "+
+			"failed deliveries among them are not redelivered: find them on the provider's page of the hook and redeliver them by hand",
+			"hook", src.Describe(), "unread_from", rep.UnreadFrom, "unread_to", rep.UnreadTo, "pages", orDefault(r.MaxPages, DefaultMaxPages),
+			"first_run", !unreadCounted)
+		if unreadCounted {
+			rep.Lost++
+		}
+	}
 	for i, o := range lost {
 		r.log().Warn("catch-up gave up a delivery: still failing when the provider's redelivery window closed; deliver it by hand",
 			"hook", src.Describe(), "delivery", keys[i], "attempt", o.Newest, "event", o.Event, "repository", o.Repo,
 			"first_attempt", o.First, "last_status", o.Status, "asks", o.Asks, "refused", o.Refused)
 	}
-	rep.Lost = len(lost)
+	rep.Lost += len(lost)
 
 	// Ask, a batch at a time: record the batch's asks, then send them.
 	budget := orDefault(r.MaxAsks, DefaultMaxAsks)
@@ -418,7 +477,7 @@ func (r *Runner) Run(ctx context.Context, src Source) (Report, error) {
 			return r.finish(ctx, name, rep, errors.Join(ferr, stopErr))
 		}
 		if sent < len(targets) {
-			break // the provider asked to wait: the rest is next run's
+			break // the provider asked to wait, or failed: the rest is a later run's
 		}
 	}
 	return r.finish(ctx, name, rep, ferr)
@@ -447,8 +506,9 @@ func askable(c *Cursor, now time.Time, reask time.Duration) []string {
 }
 
 // send sends the batch's requests in order and returns how many were sent (their outcome
-// known or not). A refusal of one delivery marks it refused; a wait the provider asks for
-// stops the batch; a credential or permission refused stops the run with its error.
+// known or not). A refusal of one delivery marks it refused; a wait the provider asks for, or
+// the provider failing, stops the batch; a credential or permission refused stops the run
+// with its error.
 func (r *Runner) send(ctx context.Context, src Source, targets []Attempt, rep *Report) (int, error) {
 	for i, a := range targets {
 		if ctx.Err() != nil {
@@ -460,6 +520,15 @@ func (r *Runner) send(ctx context.Context, src Source, targets []Attempt, rep *R
 			rep.Asked++
 			r.log().Info("catch-up asked for a redelivery", "hook", src.Describe(), "delivery", a.Delivery, "attempt", a.ID,
 				"event", a.Event, "repository", a.Repository, "error", errString(err))
+			if st := providerapi.StatusOf(err); err != nil && (st == 0 || st >= 500) {
+				// The provider failed (a 500, a gateway's 502 or 504, no answer) and may have
+				// applied the request: it stays asked, and the rest waits for a later run
+				// rather than going to a provider that fails. An answer of the provider that
+				// the endpoint failed (GitLab's 422) is not the provider failing.
+				r.log().Warn("catch-up: the provider failed a redelivery request; the remaining asks are a later run's", "hook", src.Describe(),
+					"error", err)
+				return i + 1, nil
+			}
 		case providerapi.ClassOf(err) == providerapi.Permanent:
 			rep.Asked++
 			if uerr := r.update(ctx, src.Name(), func(c *Cursor) bool {

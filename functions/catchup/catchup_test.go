@@ -71,9 +71,14 @@ routes:
 	return w
 }
 
-// push delivers a push of a new commit through hook while the ingress is in mode, and
-// returns the commit and the attempt.
+// push delivers a push of a new commit of acme/app through hook while the ingress is in
+// mode, and returns the commit and the attempt.
 func (w *world) push(hook githubtest.Hook, mode ingressMode) (string, githubtest.HookDelivery) {
+	return w.pushFrom(hook, mode, "acme/app")
+}
+
+// pushFrom is push of a commit of repo.
+func (w *world) pushFrom(hook githubtest.Hook, mode ingressMode, repo string) (string, githubtest.HookDelivery) {
 	w.mode.Store(int32(mode))
 	defer w.mode.Store(int32(up))
 	if mode == hung {
@@ -82,8 +87,8 @@ func (w *world) push(hook githubtest.Hook, mode ingressMode) (string, githubtest
 	}
 	w.n++
 	sha := fmt.Sprintf("%040x", w.n)
-	body := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"id":99,"full_name":"acme/app"},"installation":{"id":5},`+
-		`"commits":[{"id":%q,"message":"Change %d"}]}`, sha, sha, w.n)
+	body := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"id":99,"full_name":%q},"installation":{"id":5},`+
+		`"commits":[{"id":%q,"message":"Change %d"}]}`, sha, repo, sha, w.n)
 	d := w.gh.Deliver(hook, githubtest.Event{Name: "push", Installation: 5, RepositoryID: 99, Body: []byte(body)})
 	return sha, d
 }

@@ -75,6 +75,11 @@ routes:
 // push makes GitLab send a push of a new commit of acme/app through hook while the ingress is
 // in mode, and returns the commit and the attempt.
 func (w *glWorld) push(hook gitlabtest.Hook, mode ingressMode) (string, gitlabtest.HookEvent) {
+	return w.pushFrom(hook, mode, "acme/app")
+}
+
+// pushFrom is push of a commit of project.
+func (w *glWorld) pushFrom(hook gitlabtest.Hook, mode ingressMode, project string) (string, gitlabtest.HookEvent) {
 	w.mode.Store(int32(mode))
 	defer w.mode.Store(int32(up))
 	if mode == hung {
@@ -84,8 +89,8 @@ func (w *glWorld) push(hook gitlabtest.Hook, mode ingressMode) (string, gitlabte
 	w.n++
 	sha := fmt.Sprintf("%040x", 0x1000+w.n)
 	body := fmt.Sprintf(`{"object_kind":"push","event_name":"push","ref":"refs/heads/main","before":"%040x","after":%q,"checkout_sha":%q,`+
-		`"total_commits_count":1,"project":{"id":7,"path_with_namespace":"acme/app"},"commits":[{"id":%q,"message":"Change %d"}]}`,
-		0x1000+w.n-1, sha, sha, sha, w.n)
+		`"total_commits_count":1,"project":{"id":7,"path_with_namespace":%q},"commits":[{"id":%q,"message":"Change %d"}]}`,
+		0x1000+w.n-1, sha, sha, project, sha, w.n)
 	return sha, w.hooks.Trigger(hook, gitlabtest.Event{Trigger: "push_hooks", Body: []byte(body)})
 }
 

@@ -158,3 +158,53 @@ func TestAWaitWrittenByAClockAheadDoesNotStopCatchUp(t *testing.T) {
 	w.asked(appHook, map[string]int{d.GUID: 1})
 	w.noViolations()
 }
+
+// GitHub failing (502 to every redelivery request, as its gateway answers in an incident) is
+// sent one redelivery request a run, not one per failed delivery: the run stops at the first
+// failure and leaves the rest to the next run, which asks for each, once GitHub is back.
+func TestGitHubFailingItsRedeliveriesIsSentOneARun(t *testing.T) {
+	w := newWorld(t)
+	want := map[string]int{}
+	var shas []string
+	for range 6 {
+		sha, d := w.push(repoHook, down)
+		want[d.GUID] = 1
+		shas = append(shas, sha)
+	}
+	w.clock.Advance(time.Minute)
+	var failing atomic.Bool
+	var sent atomic.Int32
+	failing.Store(true)
+	w.gh.HookAnswer = func(op string, _ int) int {
+		if !strings.HasSuffix(op, "/redeliver-webhook-delivery") {
+			return 0
+		}
+		sent.Add(1)
+		if failing.Load() {
+			return http.StatusBadGateway
+		}
+		return 0
+	}
+	src := w.sources()[1]
+	if _, err := w.runner().Run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	if n := sent.Load(); n != 1 {
+		t.Errorf("the run sent failing GitHub %d redelivery requests, want 1", n)
+	}
+	// GitHub is back: the next run asks for the others; the one whose request may have
+	// applied is asked for again once its ask is ReaskAfter old.
+	failing.Store(false)
+	w.clock.Advance(5 * time.Minute)
+	if rep, err := w.runner().Run(context.Background(), src); err != nil || rep.Asked != 5 {
+		t.Fatalf("the run after the incident: %+v %v, want the 5 not yet asked for", rep, err)
+	}
+	w.clock.Advance(catchup.DefaultReaskAfter)
+	if rep, err := w.runner().Run(context.Background(), src); err != nil || rep.Asked != 1 {
+		t.Fatalf("the run once the first ask is ReaskAfter old: %+v %v, want it asked again", rep, err)
+	}
+	w.asked(repoHook, want)
+	w.drain()
+	w.verdicts(shas...)
+	w.noViolations()
+}

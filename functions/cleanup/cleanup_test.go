@@ -325,3 +325,41 @@ func TestCatchUpRunsAfterThePassesWithinTheTimeLeft(t *testing.T) {
 		t.Errorf("catch-up had %s, want the time left less the margin", left)
 	}
 }
+
+// endlessLap is a ledger whose cleanup lap never ends within an invocation (a ledger larger
+// than a run sweeps): each pass takes a moment and leaves more.
+type endlessLap struct{ ledger.Ledger }
+
+func (e endlessLap) Cleanup(ctx context.Context, cursor ledger.Cursor) (ledger.CleanupReport, error) {
+	select {
+	case <-time.After(10 * time.Millisecond):
+	case <-ctx.Done():
+		return ledger.CleanupReport{}, ctx.Err()
+	}
+	return ledger.CleanupReport{Next: "more"}, nil
+}
+
+// A lap longer than an invocation does not leave catch-up without time: the passes stop
+// early enough for it to run, and it is handed a deadline not yet passed.
+func TestCatchUpHasTimeWhenTheLapOutlastsTheInvocation(t *testing.T) {
+	l, err := localfs.Open(context.Background(), filepath.Join(t.TempDir(), "root"), localfs.Config{Limits: ledger.DefaultLimits(), Create: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var ran bool
+	var expired error
+	h := &cleanup.Handler{Ledger: endlessLap{l}, Queue: queue.NewLocal(), Margin: time.Second, CatchUp: func(ctx context.Context) error {
+		ran, expired = true, ctx.Err()
+		return nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	s, err := h.Handle(ctx)
+	if err != nil || s.Passes == 0 || s.LapDone {
+		t.Fatalf("the passes: %+v %v, want some, the lap not done", s, err)
+	}
+	if !ran || expired != nil {
+		t.Errorf("catch-up ran %v with its context %v, want it run with time left", ran, expired)
+	}
+}
