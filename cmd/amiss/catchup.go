@@ -85,7 +85,11 @@ func printCursor(out io.Writer, s catchup.Source, cur catchup.Cursor, version st
 func printReport(out io.Writer, rep catchup.Report) {
 	fmt.Fprintf(out, "%s at %s: listed %d, found failed %d, redelivered %d, resolved %d, given up %d, following %d",
 		rep.Hook, rep.At.UTC().Format(time.RFC3339), rep.Listed, rep.Found, rep.Asked, rep.Resolved, rep.Lost, rep.Open)
-	if rep.Cut {
+	switch {
+	case rep.Cut && !rep.UnreadTo.IsZero():
+		fmt.Fprintf(out, " (listing cut at its page bound: the cursor moved on; the attempts from %s to %s were not read and are not redelivered)",
+			rep.UnreadFrom.UTC().Format(time.RFC3339), rep.UnreadTo.UTC().Format(time.RFC3339))
+	case rep.Cut:
 		fmt.Fprint(out, " (listing cut: the cursor did not move)")
 	}
 	if !rep.WaitUntil.IsZero() {

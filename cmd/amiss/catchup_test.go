@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/amiss-ci/amiss/functions/catchup"
 	"github.com/amiss-ci/amiss/functions/providerapi/gitlab/gitlabtest"
 	"github.com/amiss-ci/amiss/ledger"
 	"github.com/amiss-ci/amiss/localfs"
@@ -78,5 +80,24 @@ routes:
 	}
 	if hooks.Requests() != before {
 		t.Error("catchup -status sent requests to GitLab")
+	}
+}
+
+// A run cut at its page bound moved its cursor on: its line says which attempts were not read
+// (and so not redelivered), not that the cursor stayed; a run cut otherwise says the cursor did
+// not move.
+func TestACatchUpReportNamesTheSpanItCouldNotRead(t *testing.T) {
+	at := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	printReport(&b, catchup.Report{Hook: "github app 1", At: at, Cut: true,
+		UnreadFrom: at.Add(-3 * time.Hour), UnreadTo: at.Add(-2 * time.Hour)})
+	if got := b.String(); !strings.Contains(got, "the cursor moved on; the attempts from 2026-12-06T09:00:00Z to 2026-12-06T10:00:00Z were not read") ||
+		strings.Contains(got, "did not move") {
+		t.Errorf("a run cut at its page bound prints %q", got)
+	}
+	b.Reset()
+	printReport(&b, catchup.Report{Hook: "github app 1", At: at, Cut: true})
+	if got := b.String(); !strings.Contains(got, "(listing cut: the cursor did not move)") {
+		t.Errorf("a run cut by time prints %q", got)
 	}
 }
