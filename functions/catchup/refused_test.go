@@ -64,3 +64,23 @@ func TestAGitLabEventTheIngressRefusedIsNeitherResentNorReportedLost(t *testing.
 	w.verdicts(sha)
 	w.noViolations()
 }
+
+// A 400 is what an ingress answers a body it cannot read, and also what a broken release
+// answers every webhook until it is rolled back: the same body, redelivered once the release
+// is fixed, is admitted. Catch-up follows a delivery answered 400 as it follows one answered
+// 503, so the webhooks a broken release refused get their verdicts once it is fixed.
+func TestADeliveryABrokenReleaseRefusedAsMalformedIsCaughtUpOnceItIsFixed(t *testing.T) {
+	w := newWorld(t)
+	sha, refused := w.push(appHook, broken)
+	if refused.StatusCode != http.StatusBadRequest {
+		t.Fatalf("the broken release answered %d, want 400", refused.StatusCode)
+	}
+	w.clock.Advance(time.Hour)
+	if _, err := w.runner().Run(context.Background(), w.sources()[0]); err != nil {
+		t.Fatal(err)
+	}
+	w.asked(appHook, map[string]int{refused.GUID: 1})
+	w.drain()
+	w.verdicts(sha)
+	w.noViolations()
+}

@@ -154,8 +154,9 @@ func (s secretsMap) Get(_ context.Context, ref string) (string, error) {
 
 // ingressMode is how the ingress endpoint answers: up, down (503, as a throttled stage or a
 // broken release), hung (no answer until the sender gives up), admitting and then failing
-// (the ledger has the delivery; its sender saw a 502), or unreachable (the connection is
-// closed without an answer).
+// (the ledger has the delivery; its sender saw a 502), unreachable (the connection is
+// closed without an answer), or broken (a release whose parser refuses every webhook as
+// malformed: 400).
 type ingressMode int32
 
 const (
@@ -164,6 +165,7 @@ const (
 	hung
 	admitThenFail
 	unreachable
+	broken
 )
 
 // serveIn answers a webhook as the ingress in mode does.
@@ -176,6 +178,8 @@ func serveIn(t *testing.T, in http.Handler, mode ingressMode, rw http.ResponseWr
 		<-r.Context().Done()        // the sender gives up first
 	case unreachable:
 		providerapitest.Cut(rw)
+	case broken:
+		http.Error(rw, `{"outcome":"malformed","message":"the body is not a push this release can read"}`, http.StatusBadRequest)
 	case admitThenFail:
 		rec := httptest.NewRecorder()
 		in.ServeHTTP(rec, r)
