@@ -66,15 +66,17 @@ type Attempt struct {
 func (a Attempt) Succeeded() bool { return a.StatusCode/100 == 2 }
 
 // Settles reports whether the attempt settles its delivery: the endpoint took it, or refused
-// it for what its body holds, as amiss's ingress answers a body it cannot read (400), a
-// repository or an API the route does not take (403), a delivery id it holds with another
-// body (409), a body or a change too large (413). A redelivery sends the same body, which
-// meets the same answer: asking for one cannot help. Every other answer (none, a 5xx, a 401
-// of a signature made with a secret being rotated, a 404 of a route being deployed, a 429 of
-// a throttled stage) may go otherwise another time.
+// it by the route's policy or the ledger's limits for what its body holds, as amiss's
+// ingress answers a repository or an API the route does not take (403), a delivery id it
+// holds with another body (409), a body or a change too large (413). A redelivery sends the
+// same body, which meets the same answer: asking for one cannot help. Every other answer
+// (none, a 5xx, a 401 of a signature made with a secret being rotated, a 404 of a route being
+// deployed, a 429 of a throttled stage, a 400 of a body the ingress could not read, which is
+// also what a broken release answers every webhook until it is fixed) may go otherwise
+// another time.
 func (a Attempt) Settles() bool {
 	switch a.StatusCode {
-	case http.StatusBadRequest, http.StatusForbidden, http.StatusConflict, http.StatusRequestEntityTooLarge:
+	case http.StatusForbidden, http.StatusConflict, http.StatusRequestEntityTooLarge:
 		return true
 	}
 	return a.Succeeded()
