@@ -363,6 +363,30 @@ func cut(s *change.Change, in change.Inputs, limit string) {
 // then not held whole, and a commit-message rule fails closed).
 const MaxReadCommits = 1000
 
+// A push whose comparison gives CompareFilesGiven files (GitHub's cut: it may change more) is
+// read commit by commit instead: its paths are every path its commits change, each commit's
+// files read with repos/get-commit, as a push webhook's added, removed and modified lists give
+// them. The reads are bounded: at most MaxPushCommitsRead commits, and MaxPushFilesRead files
+// in all (GitHub's own bound on one commit's listing). Past either, the paths are not held
+// whole and the path rule fails closed, naming the bound.
+//
+// The bounds come from the time an evaluation has and the requests it may make. Its reads are
+// sent one after another within the runner's time: in Lambda the runner's 180 s timeout less
+// its margins, about 170 s for the comparison, these reads and the evaluation. A route's
+// timeout (30 s by default) bounds one request; GitHub ends any it takes more than 10 s to
+// process, and answers a commit's page in well under a second as a rule. A commit costs one
+// request, and one more a further page of 100 files: at most 50 + 3000/100 = 80 requests,
+// which fit the evaluation's time up to about 2 s a request (a GitHub slower than that runs
+// the evaluation out of time: it is retried, and ends in an error verdict, never a pass). 80
+// requests are also a small share of an installation's 5,000 an hour, so that no push (a
+// forced push of thousands of files is a few seconds' work for whoever may push) spends the
+// budget that every other read and status of the installation needs. The comparison's commits,
+// read up to MaxReadCommits, are all on its first page (100) at this bound.
+const (
+	MaxPushCommitsRead = 50
+	MaxPushFilesRead   = 3000
+)
+
 func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
 	if s.Pull != nil && s.Pull.Number > 0 {
 		current, n, err := c.fillPull(ctx, s, need)
