@@ -569,3 +569,28 @@ func TestAPushWhoseCommitsChangeMoreFilesThanAmissReadsLeavesItsPathsUnread(t *t
 		})
 	}
 }
+
+// A commit's files are read page after page while GitHub links a next one, whatever a page
+// holds: a GitHub that pages them by 300 (its size when per_page is not given) is read to the
+// end, never taken as whole at its first page.
+func TestACommitsFilesAreReadToTheLastPageWhateverTheirSize(t *testing.T) {
+	const total, size = 700, 300
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		page := 1
+		fmt.Sscan(r.URL.Query().Get("page"), &page)
+		var fs []string
+		for i := (page - 1) * size; i < min(page*size, total); i++ {
+			fs = append(fs, fmt.Sprintf(`{"filename":"f%d.go","status":"added"}`, i))
+		}
+		if page*size < total {
+			w.Header().Set("Link", fmt.Sprintf(`<http://%s%s?page=%d>; rel="next"`, r.Host, r.URL.Path, page+1))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"sha":%q,"commit":{"message":"Big"},"files":[%s]}`, commitN(1), strings.Join(fs, ","))
+	}))
+	t.Cleanup(srv.Close)
+	_, got, pages, err := github.NewTokenClient(srv.URL, "ghp_token", srv.Client()).CommitFiles(context.Background(), 0, rerunRepo, commitN(1), 3000)
+	if err != nil || len(got) != total || pages != 3 || got[total-1].Filename != fmt.Sprintf("f%d.go", total-1) {
+		t.Fatalf("read %d files in %d pages (%v), want %d in 3", len(got), pages, err, total)
+	}
+}
