@@ -2,11 +2,13 @@ package runner_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 )
 
@@ -50,13 +52,18 @@ var githubKind = forgeKind{name: "github", fake: newGitHubForge, publish: "githu
 // githubPushBody is a GitHub push webhook's body moving ref from before to head, listing
 // commits (GitHub's: those new to the repository).
 func githubPushBody(ref, before string, head int, created bool, commits ...int) (http.Header, []byte) {
+	return githubPush(ref, before, head, created, false, commits...)
+}
+
+// githubPush is githubPushBody, forced or not.
+func githubPush(ref, before string, head int, created, forced bool, commits ...int) (http.Header, []byte) {
 	listed := []map[string]any{}
 	for _, n := range commits {
 		listed = append(listed, map[string]any{"id": forgeCommit(n), "distinct": true, "message": capitalised(n),
 			"added": oneFile(n), "removed": []string{}, "modified": []string{}})
 	}
 	b, _ := json.Marshal(map[string]any{"ref": ref, "before": before, "after": forgeCommit(head), "created": created,
-		"deleted": false, "forced": false, "commits": listed, "head_commit": map[string]any{"id": forgeCommit(head)},
+		"deleted": false, "forced": forced, "commits": listed, "head_commit": map[string]any{"id": forgeCommit(head)},
 		"repository": map[string]any{"full_name": forgeRepo, "default_branch": "main"}})
 	h := http.Header{}
 	h.Set("X-GitHub-Event", "push")
@@ -144,4 +151,83 @@ func TestAGiteaBranchCreatedWithMoreThanTenCommitsFailsOnAForbiddenFileInTheOlde
 			}
 		})
 	}
+}
+
+// A GitHub push whose comparison brings 300 files or more (GitHub gives a comparison's first
+// 300), end to end: a branch force-pushed with its 4 commits rebased, and a release branch
+// created with them, each commit adding 100 files under docs/. The runner reads the push's
+// commits one by one: with secrets/prod.pem added in the last commit, past the comparison's
+// 300 files, the push fails naming it; without it, the push passes.
+func TestAGitHubPushOfMoreFilesThanItsComparisonGivesIsReadCommitByCommit(t *testing.T) {
+	pushes := []struct {
+		name string
+		push func() (http.Header, []byte)
+	}{
+		{"forced over a rewritten commit", func() (http.Header, []byte) {
+			return githubPush("refs/heads/feature", forgeCommit(90), 5, false, true)
+		}},
+		{"creating a release branch", func() (http.Header, []byte) {
+			return githubPush("refs/heads/release", strings.Repeat("0", 40), 5, true, false)
+		}},
+	}
+	for _, p := range pushes {
+		for _, forbidden := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s, forbidden file %v", p.name, forbidden), func(t *testing.T) {
+				w := newForgeWorld(t, githubKind, forgeRules)
+				w.history(1, capitalised, oneFile)
+				w.fake.branch("main", 1)
+				// The branch's head before the forced push: a commit the push drops.
+				w.fake.(githubForge).AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(90), Parent: forgeCommit(1), Message: "Dropped"})
+				for n := 2; n <= 5; n++ {
+					files := hundredDocs(n)
+					if n == 5 && forbidden {
+						files = append(files, "secrets/prod.pem")
+					}
+					w.fake.commit(n, capitalised(n), files...)
+				}
+				w.deliver(p.push())
+				state, desc := w.verdict(5)
+				if forbidden && (state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.pem") || strings.Contains(desc, "could not be read")) {
+					t.Fatalf("%s %q, want a failure naming secrets/prod.pem alone", state, desc)
+				}
+				if !forbidden && state != "success" {
+					t.Fatalf("%s %q, want success: the push's 400 files are harmless", state, desc)
+				}
+				pages := 4 // a page of 100 files for each of the push's commits
+				if forbidden {
+					pages++ // the last commit's 101st file
+				}
+				if n := w.fake.(githubForge).Requests(githubtest.OpGetCommit); n != pages {
+					t.Fatalf("%d reads of commits, want %d", n, pages)
+				}
+			})
+		}
+	}
+}
+
+// A GitHub push whose comparison GitHub cuts, and that brings more commits than amiss reads one
+// by one, fails closed, naming the bound.
+func TestAGitHubPushOfMoreCommitsThanAmissReadsOneByOneFailsClosed(t *testing.T) {
+	w := newForgeWorld(t, githubKind, forgeRules)
+	last := github.MaxPushCommitsRead + 2 // commits 2 to last, one more than the bound
+	w.history(1, capitalised, oneFile)
+	w.fake.branch("main", 1)
+	for n := 2; n <= last; n++ {
+		w.fake.commit(n, capitalised(n), hundredDocs(n)[:7]...)
+	}
+	w.deliver(githubPush("refs/heads/release", strings.Repeat("0", 40), last, true, false))
+	state, desc := w.verdict(last)
+	if state != "failure" || !strings.Contains(desc, "changed paths (could not be read") ||
+		!strings.Contains(desc, fmt.Sprintf("at most %d commits", github.MaxPushCommitsRead)) {
+		t.Fatalf("%s %q, want a failure naming amiss's bound", state, desc)
+	}
+}
+
+// hundredDocs is the 100 files commit n adds under docs/.
+func hundredDocs(n int) []string {
+	var out []string
+	for i := 0; i < 100; i++ {
+		out = append(out, fmt.Sprintf("docs/c%d/page%03d.md", n, i))
+	}
+	return out
 }

@@ -232,36 +232,40 @@ func (c *Client) Compare(ctx context.Context, installation int64, repo, base, he
 	return first, nil
 }
 
-// CommitFiles reads commit sha: its message and its files, at most max (GitHub lists 3000 at
-// most).
-func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha string, max int) (Commit, []ChangedFile, error) {
+// CommitFiles reads commit sha: its message and its files (what it changes against its
+// first parent), at least max of them when it has that many (GitHub lists 3000 at most), and
+// how many pages that took. GitHub pages a commit's files by the Link header, every page with
+// the commit's own fields; the listing is read until no page follows or max is reached,
+// whatever the size of a page (GitHub's is 300 files when per_page is not given).
+func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha string, max int) (Commit, []ChangedFile, int, error) {
 	rp, err := RepoPath(repo)
 	if err != nil {
-		return Commit{}, nil, err
+		return Commit{}, nil, 0, err
 	}
+	max = min(max, CommitFilesListed)
 	var commit Commit
 	var files []ChangedFile
 	page := 0
 	err = c.Pages(ctx, installation, providerapi.Request{Method: http.MethodGet, URL: fmt.Sprintf("%s/commits/%s?per_page=%d", rp,
-		url.PathEscape(sha), perPage), MaxBytes: maxListingBytes}, CommitFilesListed/perPage+1, func(a *providerapi.Answer) (bool, error) {
+		url.PathEscape(sha), perPage), MaxBytes: maxListingBytes}, (max+perPage-1)/perPage+1, func(a *providerapi.Answer) (bool, error) {
 		page++
 		var c struct {
 			Commit
 			Files []ChangedFile `json:"files"`
 		}
-		if err := a.Decode(fmt.Sprintf("page %d of the commit", page), &c); err != nil {
+		if err := a.Decode(fmt.Sprintf("page %d of commit %s", page, sha), &c); err != nil {
 			return false, err
 		}
 		if page == 1 {
 			commit = c.Commit
 		}
 		files = append(files, c.Files...)
-		return len(c.Files) == perPage && len(files) < min(max, CommitFilesListed), nil
+		return len(files) < max, nil
 	})
 	if err != nil {
-		return Commit{}, nil, refusedFor(err, ContentsPermission)
+		return Commit{}, nil, page, refusedFor(err, ContentsPermission)
 	}
-	return commit, files, nil
+	return commit, files, page, nil
 }
 
 // Read returns s with the inputs in need read from GitHub (the runner's InputReader): each
@@ -363,6 +367,30 @@ func cut(s *change.Change, in change.Inputs, limit string) {
 // then not held whole, and a commit-message rule fails closed).
 const MaxReadCommits = 1000
 
+// A push whose comparison gives CompareFilesGiven files (GitHub's cut: it may change more) is
+// read commit by commit instead: its paths are every path its commits change, each commit's
+// files read with repos/get-commit, as a push webhook's added, removed and modified lists give
+// them. The reads are bounded: at most MaxPushCommitsRead commits, and MaxPushFilesRead files
+// in all (GitHub's own bound on one commit's listing). Past either, the paths are not held
+// whole and the path rule fails closed, naming the bound.
+//
+// The bounds come from the time an evaluation has and the requests it may make. Its reads are
+// sent one after another within the runner's time: in Lambda the runner's 180 s timeout less
+// its margins, about 170 s for the comparison, these reads and the evaluation. A route's
+// timeout (30 s by default) bounds one request; GitHub ends any it takes more than 10 s to
+// process, and answers a commit's page in well under a second as a rule. A commit costs one
+// request, and one more a further page of 100 files: at most 50 + 3000/100 = 80 requests,
+// which fit the evaluation's time up to about 2 s a request (a GitHub slower than that runs
+// the evaluation out of time: it is retried, and ends in an error verdict, never a pass). 80
+// requests are also a small share of an installation's 5,000 an hour, so that no push (a
+// forced push of thousands of files is a few seconds' work for whoever may push) spends the
+// budget that every other read and status of the installation needs. The comparison's commits,
+// read up to MaxReadCommits, are all on its first page (100) at this bound.
+const (
+	MaxPushCommitsRead = 50
+	MaxPushFilesRead   = 3000
+)
+
 func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs) (requests int, err error) {
 	if s.Pull != nil && s.Pull.Number > 0 {
 		current, n, err := c.fillPull(ctx, s, need)
@@ -375,9 +403,10 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 	// request changed at that commit, as its event read it then); a push's, since the commit
 	// the branch was at before; a new branch's, since the repository's default branch.
 	var base string
+	push := true
 	switch {
 	case s.Pull != nil && s.Pull.TargetBranch != "":
-		base = s.Pull.TargetBranch
+		base, push = s.Pull.TargetBranch, false
 	case s.Before != "" && strings.Trim(s.Before, "0") != "":
 		base = s.Before
 	case s.Ref == "":
@@ -399,7 +428,17 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		}
 		addFiles(s, cmp.Files)
 		addCommits(s, cmp.Commits)
-		if len(cmp.Files) >= CompareFilesGiven {
+		switch {
+		case len(cmp.Files) < CompareFilesGiven:
+		case push && need.Has(change.PathsInput):
+			n, err := c.addCommitsFiles(ctx, s, cmp)
+			requests += n
+			if err != nil {
+				return err
+			}
+		default:
+			// A pull request's paths are what it changes since its target branch, which
+			// its commits' own files do not give.
 			cut(s, change.PathsInput, "at most 300 files of a comparison")
 		}
 		if cmp.TotalCommits > len(cmp.Commits) {
@@ -408,6 +447,41 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		return nil
 	})
 	return requests, err
+}
+
+// addCommitsFiles adds to s the paths cmp's commits change, read commit by commit (the files
+// of cmp itself, CompareFilesGiven of them, are GitHub's cut), within MaxPushCommitsRead
+// commits and MaxPushFilesRead files; past either, or when cmp does not list each of its
+// commits, the paths are marked unread, those read kept. It answers the requests it made.
+func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comparison) (requests int, err error) {
+	switch {
+	case cmp.TotalCommits > MaxPushCommitsRead:
+		s.MarkUnread(change.PathsInput, fmt.Sprintf("the push's %d commits change 300 files or more; amiss reads the files of at most %d commits",
+			cmp.TotalCommits, MaxPushCommitsRead))
+		return 0, nil
+	case len(cmp.Commits) == 0 || len(cmp.Commits) != cmp.TotalCommits:
+		s.MarkUnread(change.PathsInput, fmt.Sprintf("GitHub's comparison gives 300 files, and %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
+		return 0, nil
+	}
+	left := MaxPushFilesRead
+	for _, commit := range cmp.Commits {
+		_, files, pages, err := c.CommitFiles(ctx, s.Installation, s.Repository, commit.SHA, left)
+		requests += pages
+		if err != nil {
+			return requests, err
+		}
+		addFiles(s, files)
+		switch {
+		case len(files) >= CommitFilesListed:
+			s.MarkUnread(change.PathsInput, fmt.Sprintf("commit %.8s changes 3,000 files or more; GitHub lists at most 3,000 of a commit", commit.SHA))
+			return requests, nil
+		case len(files) >= left:
+			s.MarkUnread(change.PathsInput, "the push's commits change 3,000 files or more in all; amiss reads at most 3,000")
+			return requests, nil
+		}
+		left -= len(files)
+	}
+	return requests, nil
 }
 
 // fillPull reads the pull request: its title and branches as need asks, and, when its head is

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,8 +213,9 @@ func TestARerunOfAPushReadsTheComparisonSinceBeforeOrTheDefaultBranch(t *testing
 
 // What GitHub's listings cut is not held whole, naming the limit: a pull request of 1200 files
 // and 260 commits is read whole for its files and cut for its commits (GitHub lists 250); a
-// comparison of 350 files (GitHub gives 300) and 230 commits is cut for its files, whole for
-// its commits; so is a new branch's commit of 1100 files, read as a comparison too.
+// comparison of 350 files (GitHub gives 300) and 230 commits (more than amiss reads one by one)
+// is cut for its files, whole for its commits; a new branch's commit of 1100 files, cut in its
+// comparison, is read whole from the commit (GitHub lists 3000 files of one).
 func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 	w := newRerunWorld(t)
 	many := func(count int) func(int) []githubtest.ChangedFile {
@@ -257,8 +259,8 @@ func TestARerunBeyondGitHubsListingsIsNotHeldWhole(t *testing.T) {
 	w.history.SetBranch(rerunRepo, "main", commitN(599))
 	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(600), Parent: commitN(599), Message: "Big", Files: many(1100)(600)})
 	got = w.fill(rerunOf(600, 0, ""))
-	if got.Whole.Has(change.PathsInput) || len(got.Paths) != 300 || !strings.Contains(got.UnreadReason(change.PathsInput), "300 files") {
-		t.Fatalf("a new branch's commit of 1100 files: whole %q, %d paths", got.Whole, len(got.Paths))
+	if !got.Whole.Has(change.PathsInput) || len(got.Paths) != 1100 {
+		t.Fatalf("a new branch's commit of 1100 files: whole %q, %d paths, unread %+v", got.Whole, len(got.Paths), got.Unread)
 	}
 }
 
@@ -429,5 +431,166 @@ func TestARerunsStandInPullRequestIsReadAndHeldWhole(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.Paths, []string{"src/a.go"}) || w.history.Requests(githubtest.OpListPullFiles) != 1 {
 		t.Fatalf("paths %q; %d listings of the pull request's files", got.Paths, w.history.Requests(githubtest.OpListPullFiles))
+	}
+}
+
+// pushOf is a push of commit head from before ("" for a new branch) to the branch feature.
+func pushOf(head int, before string) change.Change {
+	return change.Change{Provider: "github", Repository: rerunRepo, SHA: commitN(head), Ref: "refs/heads/feature", Event: change.Push,
+		Installation: 2311213, Before: before, Whole: change.TitleInput | change.PullInput}
+}
+
+// files is n files added under dir, named by their number.
+func files(dir string, n int) []githubtest.ChangedFile {
+	var out []githubtest.ChangedFile
+	for i := 0; i < n; i++ {
+		out = append(out, githubtest.ChangedFile{Filename: fmt.Sprintf("%s/f%03d.md", dir, i), Status: "added"})
+	}
+	return out
+}
+
+// A push whose comparison GitHub cuts at 300 files (a forced push of a rebased branch, a new
+// branch bringing 400 files) is read commit by commit: its paths are every path its commits
+// change, a renamed file's old path too, held whole, and the forbidden file among the 100 past
+// GitHub's 300 is among them. Each commit costs a request a page of its files, counted with
+// the comparison (and, for a new branch, the repository) in what the verdict records as read.
+func TestAPushWhoseComparisonGitHubCutsIsReadCommitByCommit(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		before   string
+		requests int // the comparison, the repository for a new branch, and 6 pages of commits
+	}{
+		{"forced over a rewritten commit", commitN(90), 7},
+		{"creating its branch", "", 8},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root"})
+			w.history.SetBranch(rerunRepo, "main", commitN(0))
+			// The branch's head before the forced push: a commit the push drops.
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(90), Parent: commitN(0), Message: "Dropped"})
+			w.commits(1, 4, func(n int) []githubtest.ChangedFile {
+				out := files(fmt.Sprintf("docs/c%d", n), 100)
+				switch n {
+				case 3:
+					out = append(out, githubtest.ChangedFile{Filename: "docs/config.yml", Status: "renamed", PreviousFilename: "config/app.yml"})
+				case 4:
+					out = append(out, githubtest.ChangedFile{Filename: "secrets/prod.pem", Status: "added"})
+				}
+				return out
+			})
+			got := w.fill(pushOf(4, c.before))
+			if !got.Whole.Has(change.PathsInput) || !got.Whole.Has(change.CommitsInput) || len(got.Unread) != 0 {
+				t.Fatalf("whole %q, unread %+v: want the paths and commits held whole", got.Whole, got.Unread)
+			}
+			want := map[string]bool{"secrets/prod.pem": true, "config/app.yml": true, "docs/config.yml": true}
+			for n := 1; n <= 4; n++ {
+				for _, f := range files(fmt.Sprintf("docs/c%d", n), 100) {
+					want[f.Filename] = true
+				}
+			}
+			seen := map[string]bool{}
+			for _, p := range got.Paths {
+				if !want[p] || seen[p] {
+					t.Fatalf("path %q read, not one the push's commits change once", p)
+				}
+				seen[p] = true
+			}
+			if len(seen) != len(want) {
+				t.Fatalf("%d paths read, want the %d the push's commits change", len(seen), len(want))
+			}
+			if !reflect.DeepEqual(commitIDs(got), []string{commitN(1), commitN(2), commitN(3), commitN(4)}) {
+				t.Fatalf("commits %q", commitIDs(got))
+			}
+			if n := w.history.Requests(githubtest.OpGetCommit); n != 6 {
+				t.Fatalf("%d reads of commits, want 6 (a page of 100 files each, two for the commits of 101)", n)
+			}
+			if len(got.Read) != 1 || !strings.HasSuffix(got.Read[0], fmt.Sprintf("(%d requests)", c.requests)) {
+				t.Fatalf("read %q, want %d requests counted", got.Read, c.requests)
+			}
+		})
+	}
+}
+
+// The commits of a push whose comparison GitHub cuts are read one by one up to a bound: a
+// push of MaxPushCommitsRead commits is read whole; one of a commit more keeps the comparison's
+// 300 files and leaves the paths unread, naming the bound, without reading any commit.
+func TestAPushOfMoreCommitsThanAmissReadsOneByOneLeavesItsPathsUnread(t *testing.T) {
+	for _, count := range []int{github.MaxPushCommitsRead, github.MaxPushCommitsRead + 1} {
+		w := newRerunWorld(t)
+		w.commits(1, count, func(n int) []githubtest.ChangedFile {
+			if n == count {
+				return append(files(fmt.Sprintf("c%d", n), 6), githubtest.ChangedFile{Filename: "secrets/prod.pem", Status: "added"})
+			}
+			return files(fmt.Sprintf("c%d", n), 7)
+		})
+		got := w.fill(pushOf(count, commitN(0)))
+		reads := w.history.Requests(githubtest.OpGetCommit)
+		if count <= github.MaxPushCommitsRead {
+			if !got.Whole.Has(change.PathsInput) || len(got.Paths) != 7*count || !slices.Contains(got.Paths, "secrets/prod.pem") || reads != count {
+				t.Fatalf("%d commits: whole %q, %d paths, %d reads of commits", count, got.Whole, len(got.Paths), reads)
+			}
+			continue
+		}
+		why := got.UnreadReason(change.PathsInput)
+		if got.Whole.Has(change.PathsInput) || !strings.Contains(why, fmt.Sprintf("at most %d commits", github.MaxPushCommitsRead)) ||
+			len(got.Paths) != 300 || reads != 0 {
+			t.Fatalf("%d commits: whole %q, unread %q, %d paths, %d reads of commits", count, got.Whole, why, len(got.Paths), reads)
+		}
+		if !got.Whole.Has(change.CommitsInput) {
+			t.Fatalf("%d commits: the commits (listed whole by the comparison) not held whole: %+v", count, got.Unread)
+		}
+	}
+}
+
+// A push's commits are read to MaxPushFilesRead files in all, GitHub's own bound on one commit:
+// a commit of more (GitHub lists 3000), or commits of more together, leave the paths unread,
+// naming the bound, with the paths read kept; the requests stay within one a commit and one a
+// further page of 100 files.
+func TestAPushWhoseCommitsChangeMoreFilesThanAmissReadsLeavesItsPathsUnread(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		sizes []int
+	}{
+		{"one commit of 3100 files", []int{3100}},
+		{"two commits of 1600", []int{1600, 1600}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.commits(1, len(c.sizes), func(n int) []githubtest.ChangedFile { return files(fmt.Sprintf("c%d", n), c.sizes[n-1]) })
+			got := w.fill(pushOf(len(c.sizes), commitN(0)))
+			why := got.UnreadReason(change.PathsInput)
+			if got.Whole.Has(change.PathsInput) || !strings.Contains(why, "3,000") || len(got.Paths) < github.MaxPushFilesRead {
+				t.Fatalf("whole %q, unread %q, %d paths", got.Whole, why, len(got.Paths))
+			}
+			if n := w.history.Requests(githubtest.OpGetCommit); n > len(c.sizes)+github.MaxPushFilesRead/100 {
+				t.Fatalf("%d reads of commits for %d commits", n, len(c.sizes))
+			}
+		})
+	}
+}
+
+// A commit's files are read page after page while GitHub links a next one, whatever a page
+// holds: a GitHub that pages them by 300 (its size when per_page is not given) is read to the
+// end, never taken as whole at its first page.
+func TestACommitsFilesAreReadToTheLastPageWhateverTheirSize(t *testing.T) {
+	const total, size = 700, 300
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		page := 1
+		fmt.Sscan(r.URL.Query().Get("page"), &page)
+		var fs []string
+		for i := (page - 1) * size; i < min(page*size, total); i++ {
+			fs = append(fs, fmt.Sprintf(`{"filename":"f%d.go","status":"added"}`, i))
+		}
+		if page*size < total {
+			w.Header().Set("Link", fmt.Sprintf(`<http://%s%s?page=%d>; rel="next"`, r.Host, r.URL.Path, page+1))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"sha":%q,"commit":{"message":"Big"},"files":[%s]}`, commitN(1), strings.Join(fs, ","))
+	}))
+	t.Cleanup(srv.Close)
+	_, got, pages, err := github.NewTokenClient(srv.URL, "ghp_token", srv.Client()).CommitFiles(context.Background(), 0, rerunRepo, commitN(1), 3000)
+	if err != nil || len(got) != total || pages != 3 || got[total-1].Filename != fmt.Sprintf("f%d.go", total-1) {
+		t.Fatalf("read %d files in %d pages (%v), want %d in 3", len(got), pages, err, total)
 	}
 }

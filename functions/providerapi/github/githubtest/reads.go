@@ -74,6 +74,19 @@ func (g *GitHub) SetDefaultBranch(repo, name string) { g.history.SetDefaultBranc
 // and carry GitHub's Link header; answers carry every property the description requires of
 // the fields read, patches included (so that a client reading a page of files reads what
 // GitHub sends).
+//
+// The comparison and the commit, as GitHub's REST reference ("REST API endpoints for commits",
+// API version 2022-11-28) words them:
+//   - Compare two commits: "When using pagination: The list of changed files is only shown on
+//     the first page of results, and it includes up to 300 changed files for the entire
+//     comparison. The results are returned in chronological order". Its commits are those of
+//     HEAD since its merge base with BASE (git log BASE..HEAD), total_commits their number.
+//   - Get a commit: "If there are more than 300 files in the commit diff and the default JSON
+//     media type is requested, the response will include pagination link headers for the
+//     remaining files, up to a limit of 3000 files. Each page contains the static commit
+//     information, and the only changes are to the file listing." Without per_page a page
+//     holds 300 files; with it, per_page. A commit's files are what it changes against its
+//     first parent (the fake's commits name their files, and have one parent).
 func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, parts []string) {
 	q := r.URL.Query()
 	for name := range q {
@@ -146,6 +159,9 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 			return
 		}
 		answer := commitsJSON([]HistoryCommit{c})[0]
+		if !q.Has("per_page") {
+			perPage = 300 // the files of a page, by default
+		}
 		listed := c.Files[:min(len(c.Files), 3000)]
 		answer["files"] = filesJSON(pageOf(listed, page, perPage), c.SHA)
 		link(w, r, page, perPage, len(listed))
