@@ -1,0 +1,43 @@
+package evaluate_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate"
+)
+
+// forbidding evaluates a push changing paths, held whole, under one forbidden-paths glob.
+func forbidding(t *testing.T, glob string, paths ...string) evaluate.Verdict {
+	t.Helper()
+	r, err := evaluate.NewRules(config.Rules{ForbiddenPaths: []string{glob}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := r.Evaluate(context.Background(), change.Change{Event: change.Push, Whole: change.AllInputs, Paths: paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The segments of a glob before its "**" are globs like the others: "*/secrets/**" forbids
+// the files under the secrets folder of any top-level folder, "[Ss]ecrets/**" those under
+// Secrets as well as secrets (what a case-insensitive checkout needs).
+func TestTheSegmentsBeforeADoubleStarAreGlobs(t *testing.T) {
+	for _, c := range []struct{ glob, path string }{
+		{"*/secrets/**", "deploy/secrets/prod.env"},
+		{"[Ss]ecrets/**", "Secrets/prod.env"},
+		{"config/?/keys/**", "config/a/keys/k"},
+		{"deploy/*/credentials/**/*.json", "deploy/prod/credentials/gcp/sa.json"},
+		{"deploy/*/credentials/**/*.json", "deploy/prod/credentials/sa.json"},
+	} {
+		v := forbidding(t, c.glob, "README.md", c.path)
+		if v.State != evaluate.Failure || !strings.Contains(v.Description, "forbidden path "+c.path+" ("+c.glob+")") {
+			t.Errorf("%q changing %q: %s %q", c.glob, c.path, v.State, v.Description)
+		}
+	}
+}
