@@ -5,12 +5,12 @@ package evaluate
 import (
 	"context"
 	"fmt"
-	"path"
 	"regexp"
 	"strings"
 
 	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate/glob"
 )
 
 // States of a verdict. Only final states exist: amiss never posts "pending".
@@ -60,14 +60,20 @@ type Needer interface {
 // Rules is the built-in evaluator: every configured rule must hold.
 type Rules struct {
 	title, message *regexp.Regexp
-	forbidden      []string
-	branches       []string
+	forbidden      []*glob.Glob
+	branches       []*glob.Glob
 }
 
 // NewRules compiles a route's rules (config has already validated them).
 func NewRules(r config.Rules) (*Rules, error) {
-	out := &Rules{forbidden: r.ForbiddenPaths, branches: r.TargetBranches}
+	out := &Rules{}
 	var err error
+	if out.forbidden, err = globs("rules.forbidden_paths", r.ForbiddenPaths); err != nil {
+		return nil, err
+	}
+	if out.branches, err = globs("rules.target_branches", r.TargetBranches); err != nil {
+		return nil, err
+	}
 	if r.PullRequestTitle != "" {
 		if out.title, err = regexp.Compile(r.PullRequestTitle); err != nil {
 			return nil, fmt.Errorf("rules.pull_request_title: %w", err)
@@ -191,41 +197,27 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 	return Verdict{State: Failure, Description: "failed: " + strings.Join(failed, "; "), Files: files}, nil
 }
 
-// matchAny returns the first glob that matches name ("**" matches across slashes).
-func matchAny(globs []string, name string) string {
+// globs compiles the globs of the rule named field.
+func globs(field string, texts []string) ([]*glob.Glob, error) {
+	out := make([]*glob.Glob, len(texts))
+	for i, t := range texts {
+		g, err := glob.Compile(t)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %q: %w", field, i, t, err)
+		}
+		out[i] = g
+	}
+	return out, nil
+}
+
+// matchAny returns the first glob that matches name, as written ("" for none).
+func matchAny(globs []*glob.Glob, name string) string {
 	for _, g := range globs {
-		if globMatch(g, name) {
-			return g
+		if g.Match(name) {
+			return g.String()
 		}
 	}
 	return ""
-}
-
-// globMatch matches path.Match globs, where "**" also matches any number of directories.
-func globMatch(glob, name string) bool {
-	if !strings.Contains(glob, "**") {
-		ok, _ := path.Match(glob, name)
-		return ok
-	}
-	prefix, rest, _ := strings.Cut(glob, "**")
-	if !strings.HasPrefix(name, prefix) {
-		return false
-	}
-	rest = strings.TrimPrefix(rest, "/")
-	tail := name[len(prefix):]
-	if rest == "" {
-		return true
-	}
-	for {
-		if globMatch(rest, tail) {
-			return true
-		}
-		i := strings.Index(tail, "/")
-		if i < 0 {
-			return false
-		}
-		tail = tail[i+1:]
-	}
 }
 
 func short(id string) string {
