@@ -1,0 +1,31 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/amiss-ci/amiss/functions/config"
+)
+
+// A glob that would silently match no path or branch is refused when the configuration is
+// loaded, naming the field and saying why, and what to write where that is clear: otherwise
+// the rule it belongs to is never broken and every change passes it.
+func TestAGlobThatCanNeverMatchIsRefusedAtLoad(t *testing.T) {
+	for _, c := range []struct{ rules, field, says string }{
+		{`{forbidden_paths: ["secrets/"]}`, "rules.forbidden_paths[0]", `"secrets/**"`},
+		{`{forbidden_paths: ["README.md", "/secrets/**"]}`, "rules.forbidden_paths[1]", `write "secrets/**"`},
+		{`{forbidden_paths: ["./secrets/**"]}`, "rules.forbidden_paths[0]", `"." segment`},
+		{`{forbidden_paths: ["deploy/../secrets/**"]}`, "rules.forbidden_paths[0]", `".." segment`},
+		{`{forbidden_paths: ["secrets//key"]}`, "rules.forbidden_paths[0]", "empty segment"},
+		{`{forbidden_paths: ["**.pem"]}`, "rules.forbidden_paths[0]", `"**" must be a whole segment`},
+		{`{forbidden_paths: ["*.{pem,key}"]}`, "rules.forbidden_paths[0]", "braces"},
+		{`{forbidden_paths: ["[z-a]*"]}`, "rules.forbidden_paths[0]", "empty"},
+		{`{target_branches: ["{main,master}"]}`, "rules.target_branches[0]", "braces"},
+		{`{target_branches: ["release/"]}`, "rules.target_branches[0]", `"release/**"`},
+	} {
+		_, err := config.Parse([]byte(base + "    rules: " + c.rules + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "routes.r."+c.field) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("rules %s: %v, want an error at routes.r.%s saying %s", c.rules, err, c.field, c.says)
+		}
+	}
+}
