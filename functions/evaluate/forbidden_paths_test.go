@@ -2,6 +2,7 @@ package evaluate_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -39,5 +40,22 @@ func TestTheSegmentsBeforeADoubleStarAreGlobs(t *testing.T) {
 		if v.State != evaluate.Failure || !strings.Contains(v.Description, "forbidden path "+c.path+" ("+c.glob+")") {
 			t.Errorf("%q changing %q: %s %q", c.glob, c.path, v.State, v.Description)
 		}
+	}
+}
+
+// A changed path is a path from the repository's root, as git writes it. One that is not (a
+// sender's "./secrets/key" or "/secrets/key", a ".." segment, an empty path, a NUL byte) could
+// name a forbidden file that no glob matches as written: the rule fails closed, naming it,
+// rather than pass it.
+func TestAChangedPathThatIsNoRepositoryPathFailsTheRule(t *testing.T) {
+	for _, p := range []string{"./secrets/key", "/secrets/key", "docs/../secrets/key", "", ".", "secrets\x00/key"} {
+		v := forbidding(t, "secrets/**", "README.md", p)
+		if v.State != evaluate.Failure || !strings.Contains(v.Description, fmt.Sprintf("%q", p)) {
+			t.Errorf("changed path %q: %s %q", p, v.State, v.Description)
+		}
+	}
+	// What git paths may hold is no reason to fail: a backslash, a line break, a dot file.
+	if v := forbidding(t, "secrets/**", `docs\secrets\key`, "a\nb", ".env", "a/.b/c"); v.State != evaluate.Success {
+		t.Errorf("git paths: %s %q", v.State, v.Description)
 	}
 }
