@@ -170,8 +170,17 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 	if len(r.forbidden) > 0 {
 		// The description names the first forbidden path; Files lists them all. Paths read
 		// in part are still checked (a forbidden one among them fails the rule), and the
-		// rule then fails closed for the rest.
+		// rule then fails closed for the rest. A path that is no repository path fails the
+		// rule too, named: no glob can say whether it names a forbidden file.
+		unclear := ""
 		for _, p := range s.Paths {
+			if !repositoryPath(p) {
+				if unclear == "" {
+					unclear = p
+					failed = append(failed, fmt.Sprintf("changed path %q (not a repository path as git writes it)", p))
+				}
+				continue
+			}
 			if g := matchAny(r.forbidden, p); g != "" {
 				if len(files) == 0 {
 					failed = append(failed, "forbidden path "+p+" ("+g+")")
@@ -179,7 +188,7 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 				files = append(files, File{Path: p, Rule: ForbiddenPathRule, Message: "changes " + p + ", which " + g + " forbids"})
 			}
 		}
-		if len(files) == 0 {
+		if len(files) == 0 && unclear == "" {
 			missing(change.PathsInput, "changed paths")
 		}
 	}
@@ -208,6 +217,22 @@ func globs(field string, texts []string) ([]*glob.Glob, error) {
 		out[i] = g
 	}
 	return out, nil
+}
+
+// repositoryPath reports whether p is a path as git writes one: from the repository's root,
+// "/"-separated, without a leading or trailing "/", an empty, "." or ".." segment, or a NUL
+// byte. Any other byte is a path's (a backslash, a line break, bytes that are not UTF-8).
+func repositoryPath(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.Contains(p, "//") ||
+		strings.IndexByte(p, 0) >= 0 {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // matchAny returns the first glob that matches name, as written ("" for none).
