@@ -57,7 +57,10 @@ type Needer interface {
 	Needs(s change.Change) change.Inputs
 }
 
-// Rules is the built-in evaluator: every configured rule must hold.
+// Rules is the built-in evaluator: every configured rule must hold. The title and message
+// patterns are Go regexps searched in the title and in each commit's whole message (subject and
+// body, without the line breaks that end it): ^ and $ are its start and end, a pattern without
+// ^ may match in the body. The globs are package glob's.
 type Rules struct {
 	title, message *regexp.Regexp
 	forbidden      []*glob.Glob
@@ -161,7 +164,10 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 	}
 	if r.message != nil && !missing(change.CommitsInput, "commit messages") {
 		for _, c := range s.Commits {
-			if !r.message.MatchString(c.Message) {
+			// The line break git ends a message with is not part of it: GitHub's API drops
+			// it, Gitea's and Bitbucket's webhooks keep it, and a pattern's $ (or a class
+			// that takes a line break) must not judge a commit by its provider.
+			if !r.message.MatchString(strings.TrimRight(c.Message, "\r\n")) {
 				failed = append(failed, "commit message of "+short(c.ID))
 				break
 			}
