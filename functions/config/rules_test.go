@@ -29,3 +29,25 @@ func TestAGlobThatCanNeverMatchIsRefusedAtLoad(t *testing.T) {
 		}
 	}
 }
+
+// An evaluator replaces the rules: a route that sets both would never check its rules, and one
+// whose evaluator names no URL would evaluate with the rules alone (with none, every change
+// passes). Both are refused at load, as is a URL no request can be sent to.
+func TestAnEvaluatorThatWouldLeaveRulesUncheckedIsRefused(t *testing.T) {
+	for _, c := range []struct{ route, field, says string }{
+		{"    rules: {forbidden_paths: ['secrets/**']}\n    evaluator: {url: 'https://eval.example', secret: {from: 'env:E'}}\n",
+			"routes.r.evaluator", "rules"},
+		{"    evaluator: {secret: {from: 'env:E'}, timeout: 30s}\n", "routes.r.evaluator.url", "no url"},
+		{"    rules: {commit_message: '^[A-Z]'}\n    evaluator: {secret: {from: 'env:E'}}\n", "routes.r.evaluator.url", "no url"},
+		{"    evaluator: {url: 'https://', secret: {from: 'env:E'}}\n", "routes.r.evaluator.url", "host"},
+		{"    evaluator: {url: 'https://eval example/', secret: {from: 'env:E'}}\n", "routes.r.evaluator.url", "https://eval example/"},
+	} {
+		_, err := config.Parse([]byte(base + c.route))
+		if err == nil || !strings.Contains(err.Error(), c.field+":") || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an error at %s saying %q", c.route, err, c.field, c.says)
+		}
+	}
+	if _, err := config.Parse([]byte(base + "    evaluator: {url: 'https://eval.example/v1?route=r', secret: {from: 'env:E'}}\n")); err != nil {
+		t.Errorf("an evaluator alone: %v", err)
+	}
+}
