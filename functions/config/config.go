@@ -83,7 +83,8 @@ type Route struct {
 	// Repositories the route may publish for: "owner/name" or "owner/*".
 	Repositories []string `yaml:"repositories"`
 	Rules        Rules    `yaml:"rules"`
-	// Evaluator, when its URL is set, replaces the rules with an operator's HTTP endpoint.
+	// Evaluator, when its URL is set, evaluates instead of the rules: an operator's HTTP
+	// endpoint. A route sets rules or an evaluator, never both.
 	Evaluator HTTPEvaluator `yaml:"evaluator"`
 	Publish   Publish       `yaml:"publish"`
 	// Read, when set, is where the runner reads what the route's webhooks lack (read.go).
@@ -473,16 +474,8 @@ func (r *Route) validate(ctl Controller) error {
 	if err := r.Rules.validate(); err != nil {
 		return err
 	}
-	if e := r.Evaluator; e.URL != "" {
-		if !strings.HasPrefix(e.URL, "https://") && !strings.HasPrefix(e.URL, "http://") {
-			return fieldErr("evaluator.url", "%q is not an http(s) URL", e.URL)
-		}
-		if err := e.Secret.check(); err != nil {
-			return fieldErr("evaluator.secret.from", "%v", err)
-		}
-		if e.Timeout < 0 || e.Timeout > 5*time.Minute {
-			return fieldErr("evaluator.timeout", "must be in [0, 5m], got %s", e.Timeout)
-		}
+	if err := r.Evaluator.validate(r.Rules); err != nil {
+		return err
 	}
 	if err := r.Publish.validate(); err != nil {
 		return err
@@ -491,6 +484,43 @@ func (r *Route) validate(ctl Controller) error {
 		return err
 	}
 	return r.CatchUp.validate(r)
+}
+
+// set reports whether the rules set any rule.
+func (r Rules) set() bool {
+	return r.PullRequestTitle != "" || r.CommitMessage != "" || len(r.ForbiddenPaths) > 0 || len(r.TargetBranches) > 0
+}
+
+// validate checks an evaluator block against the route's rules: an evaluator replaces them, so
+// a route may set one or the other, and a block that sets anything sets the URL.
+func (e HTTPEvaluator) validate(rules Rules) error {
+	if e.URL == "" {
+		if e.Secret != (SecretRef{}) || e.Timeout != 0 {
+			return fieldErr("evaluator.url", "no url: without one the block is unused and the route is evaluated by its rules alone "+
+				"(with none, every change passes); set the url, or remove the block")
+		}
+		return nil
+	}
+	if rules.set() {
+		return fieldErr("evaluator", "the route sets rules too, which the evaluator replaces: they would never be checked; "+
+			"remove them (the endpoint can check what they say), or the evaluator")
+	}
+	u, err := url.Parse(e.URL)
+	switch {
+	case err != nil:
+		return fieldErr("evaluator.url", "%q is not a URL: %v", e.URL, err)
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fieldErr("evaluator.url", "%q is not an http(s) URL", e.URL)
+	case u.Hostname() == "":
+		return fieldErr("evaluator.url", "%q names no host", e.URL)
+	}
+	if err := e.Secret.check(); err != nil {
+		return fieldErr("evaluator.secret.from", "%v", err)
+	}
+	if e.Timeout < 0 || e.Timeout > 5*time.Minute {
+		return fieldErr("evaluator.timeout", "must be in [0, 5m], got %s", e.Timeout)
+	}
+	return nil
 }
 
 func (s SecretRef) check() error {
