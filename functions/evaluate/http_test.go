@@ -148,3 +148,28 @@ func TestTheEndpointIsToldWhatTheChangeDoesNotHoldWhole(t *testing.T) {
 		}
 	}
 }
+
+// An error names the endpoint without what its URL may carry as a credential (a password, a
+// query such as an Azure Function's ?code=): the error of the last attempt becomes the commit's
+// error verdict, which anyone who can see the commit reads.
+func TestAnErrorNamesTheEndpointWithoutItsCredentials(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(500)
+	}))
+	defer srv.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close() // nothing listens there any more: the request fails before an answer
+	for _, base := range []string{srv.URL, closed.URL} {
+		u := strings.Replace(base, "http://", "http://amiss:hunter2@", 1) + "/api/evaluate?code=k3y-SECRET"
+		e := &evaluate.HTTP{URL: u, Secret: []byte("s"), Client: srv.Client(), Timeout: 30 * time.Second}
+		_, err := e.Evaluate(context.Background(), aPush)
+		if err == nil {
+			t.Fatalf("%s: no error", u)
+		}
+		if msg := err.Error(); strings.Contains(msg, "hunter2") || strings.Contains(msg, "k3y-SECRET") ||
+			!strings.Contains(msg, strings.TrimPrefix(base, "http://")+"/api/evaluate") {
+			t.Errorf("the error %q shows a credential, or does not name the endpoint", msg)
+		}
+	}
+}
