@@ -7,9 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -81,7 +83,7 @@ func (e *HTTP) Evaluate(ctx context.Context, s change.Change) (Verdict, error) {
 	mac.Write(body)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.URL, bytes.NewReader(body))
 	if err != nil {
-		return Verdict{}, err
+		return Verdict{}, errors.New("evaluate: the evaluator's URL is not one a request can be sent to") // it may hold a credential
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Amiss-Timestamp", ts)
@@ -97,17 +99,24 @@ func (e *HTTP) Evaluate(ctx context.Context, s change.Change) (Verdict, error) {
 	// The evaluator's own timeout (the context above) bounds the call, not the client's: the
 	// runner shares one client among routes, and a route may allow its evaluator longer.
 	client.Timeout = 0
+	// Errors name the endpoint without its credentials: the last attempt's error becomes the
+	// commit's error verdict.
+	endpoint := redacted(req.URL)
 	resp, err := client.Do(req)
 	if err != nil {
-		return Verdict{}, fmt.Errorf("evaluate: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its URL is the request's, query included
+		}
+		return Verdict{}, fmt.Errorf("evaluate: POST %s: %w", endpoint, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 3 {
 		return Verdict{}, fmt.Errorf("evaluate: %s answered %d, a redirect to %q: amiss follows no redirect; configure the evaluator's final URL",
-			e.URL, resp.StatusCode, resp.Header.Get("Location"))
+			endpoint, resp.StatusCode, resp.Header.Get("Location"))
 	}
 	if resp.StatusCode/100 != 2 {
-		return Verdict{}, fmt.Errorf("evaluate: %s answered %d", e.URL, resp.StatusCode)
+		return Verdict{}, fmt.Errorf("evaluate: %s answered %d", endpoint, resp.StatusCode)
 	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
 	if err != nil {
@@ -115,7 +124,7 @@ func (e *HTTP) Evaluate(ctx context.Context, s change.Change) (Verdict, error) {
 	}
 	if len(raw) > MaxAnswerBytes {
 		// What fits may read as a verdict that the rest contradicts.
-		return Verdict{}, fmt.Errorf("evaluate: %s answered %d with more than %d KiB: no verdict", e.URL, resp.StatusCode, MaxAnswerBytes>>10)
+		return Verdict{}, fmt.Errorf("evaluate: %s answered %d with more than %d KiB: no verdict", endpoint, resp.StatusCode, MaxAnswerBytes>>10)
 	}
 	var v Verdict
 	if err := json.Unmarshal(raw, &v); err != nil {
@@ -126,4 +135,11 @@ func (e *HTTP) Evaluate(ctx context.Context, s change.Change) (Verdict, error) {
 		return v, nil
 	}
 	return Verdict{}, fmt.Errorf("evaluate: answer state %q is not success, failure or error", v.State)
+}
+
+// redacted is u without what may carry a credential: its user, query and fragment.
+func redacted(u *url.URL) string {
+	c := *u
+	c.User, c.RawQuery, c.ForceQuery, c.Fragment, c.RawFragment = nil, "", false, "", ""
+	return c.String()
 }
