@@ -51,3 +51,20 @@ func TestAnEvaluatorThatWouldLeaveRulesUncheckedIsRefused(t *testing.T) {
 		t.Errorf("an evaluator alone: %v", err)
 	}
 }
+
+// A list item left empty (a template that rendered nothing, "- ~") is refused, naming it:
+// the YAML decoder drops it, and a rule whose only glob it was would vanish, passing every
+// change.
+func TestAnEmptyListItemIsRefused(t *testing.T) {
+	for _, c := range []struct{ rules, field string }{
+		{"\n      forbidden_paths:\n        -\n", "routes.r.rules.forbidden_paths[0]"},
+		{"\n      forbidden_paths: [~]\n", "routes.r.rules.forbidden_paths[0]"},
+		{"\n      forbidden_paths: ['secrets/**', null]\n", "routes.r.rules.forbidden_paths[1]"},
+		{"\n      target_branches:\n        - main\n        -\n", "routes.r.rules.target_branches[1]"},
+	} {
+		_, err := config.Parse([]byte(base + "    rules:" + c.rules))
+		if err == nil || !strings.Contains(err.Error(), c.field+": ") || !strings.Contains(err.Error(), "empty") {
+			t.Errorf("rules:%s: %v, want an error at %s saying the item is empty", c.rules, err, c.field)
+		}
+	}
+}
