@@ -68,3 +68,14 @@ func TestAnEmptyListItemIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A glob written unquoted and starting with * reads as a YAML alias: the error says to quote
+// it, not only that the YAML is invalid.
+func TestAnUnquotedGlobStartingWithAStarIsExplained(t *testing.T) {
+	for _, rules := range []string{"{forbidden_paths: [**/*.pem]}", "\n      forbidden_paths:\n        - *.key\n"} {
+		_, err := config.Parse([]byte(base + "    rules: " + rules + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "quote") {
+			t.Errorf("rules %s: %v, want an error saying to quote the glob", rules, err)
+		}
+	}
+}
