@@ -259,7 +259,12 @@ func Parse(data []byte) (*Config, error) { return ParseEnv(data, os.Getenv) }
 func ParseEnv(data []byte, getenv func(string) string) (*Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if strings.Contains(msg, "did not find expected alphabetic or numeric character") {
+			// YAML reads a value starting with * as an alias: the usual glob **/*.pem.
+			msg += " (a value starting with * is a YAML alias: quote it, as in '**/*.pem')"
+		}
+		return nil, fmt.Errorf("not valid YAML: %s", msg)
 	}
 	if len(doc.Content) == 0 {
 		return nil, errors.New("empty configuration")
