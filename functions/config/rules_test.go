@@ -79,3 +79,17 @@ func TestAnUnquotedGlobStartingWithAStarIsExplained(t *testing.T) {
 		}
 	}
 }
+
+// A pattern Go's regexp cannot compile (a Perl lookahead, an unclosed group) is refused at
+// load, naming the rule.
+func TestAPatternThatDoesNotCompileIsRefused(t *testing.T) {
+	for _, c := range []struct{ rules, field string }{
+		{`{commit_message: '^(?!WIP)'}`, "routes.r.rules.commit_message: "},
+		{`{pull_request_title: '^(feat'}`, "routes.r.rules.pull_request_title: "},
+	} {
+		_, err := config.Parse([]byte(base + "    rules: " + c.rules + "\n"))
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("rules %s: %v, want an error at %s", c.rules, err, c.field)
+		}
+	}
+}

@@ -50,6 +50,8 @@ func TestEveryCommitMessageMustMatchThePattern(t *testing.T) {
 		{"$ is the message's end: a body fails a one-line pattern", `^fix: .*$`, "fix: the router\n\nIt was slow.", false},
 		{"an empty message", `^[A-Z]`, "", false},
 		{"a message of a line break", `^[A-Z]`, "\n", false},
+		{"a byte that is not UTF-8 is not printable ASCII", `^[ -~]*$`, "Fix caf\xe9", false},
+		{"a byte that is not UTF-8 is one character", `^Fix caf.$`, "Fix caf\xe9", true},
 	} {
 		v := messageVerdict(t, c.pattern, c.message)
 		if got := v.State == evaluate.Success; got != c.holds {

@@ -27,6 +27,10 @@ func TestMatch(t *testing.T) {
 		{"[^a]*", []string{"b"}, []string{"a", "abc"}},
 		{"release/*", []string{"release/1.2"}, []string{"release", "release/1/2", "main"}},
 		{"main", []string{"main"}, []string{"Main", "main/x", "x/main"}},
+		// Bytes that are not UTF-8 (a Latin-1 file name): * takes them, ? takes one.
+		{"secrets/**", []string{"secrets/\xff\xfe"}, nil},
+		{"**/*.pem", []string{"caf\xe9/k.pem", "\xffk.pem"}, nil},
+		{"caf?", []string{"caf\xe9", "café"}, []string{"caf\xe9\xe9"}},
 		// Time proportional to segments: a name of 2,001 segments under three double stars.
 		{"**/a/**/a/**/a/**/b", []string{deep[:len(deep)-1] + "b"}, []string{deep}},
 	} {
