@@ -93,3 +93,19 @@ func TestAPatternThatDoesNotCompileIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A pull request rule on a route that takes no pull request (nor a Re-run, which may be one's)
+// would never be checked: refused at load.
+func TestAPullRequestRuleOnARouteThatTakesNoneIsRefused(t *testing.T) {
+	for _, rules := range []string{`{pull_request_title: '^feat'}`, `{target_branches: [main]}`} {
+		_, err := config.Parse([]byte(base + "    events: [push]\n    rules: " + rules + "\n"))
+		if err == nil || !strings.Contains(err.Error(), "routes.r.rules.") || !strings.Contains(err.Error(), "pull_request") {
+			t.Errorf("rules %s on a push route: %v, want an error naming the rule and the events", rules, err)
+		}
+	}
+	for _, events := range []string{"[push, pull_request]", "[rerun]"} {
+		if _, err := config.Parse([]byte(base + "    events: " + events + "\n    rules: {pull_request_title: '^feat', target_branches: [main]}\n")); err != nil {
+			t.Errorf("events %s: %v", events, err)
+		}
+	}
+}
