@@ -479,6 +479,18 @@ func (r *Route) validate(ctl Controller) error {
 	if err := r.Rules.validate(); err != nil {
 		return err
 	}
+	if !r.Accepts("pull_request") && !r.Accepts("rerun") {
+		// Rules that judge pull requests (a Re-run may be one's) would never be checked.
+		for _, f := range []struct {
+			field string
+			set   bool
+		}{{"rules.pull_request_title", r.Rules.PullRequestTitle != ""}, {"rules.target_branches", len(r.Rules.TargetBranches) > 0}} {
+			if f.set {
+				return fieldErr(f.field, "judges pull requests, and the route takes none (events: %s): add pull_request to events, or remove the rule",
+					strings.Join(r.Events, ", "))
+			}
+		}
+	}
 	if err := r.Evaluator.validate(r.Rules); err != nil {
 		return err
 	}
