@@ -59,3 +59,12 @@ func TestAChangedPathThatIsNoRepositoryPathFailsTheRule(t *testing.T) {
 		t.Errorf("git paths: %s %q", v.State, v.Description)
 	}
 }
+
+// A class negated as git and shells negate it, [!...], is negated: "config/[!_]*" forbids
+// config/prod.yaml. Taken as a class of "!" and "_", it forbade almost nothing.
+func TestAClassNegatedWithAnExclamationMarkIsNegated(t *testing.T) {
+	if v := forbidding(t, "config/[!_]*", "config/_defaults.yaml", "config/prod.yaml"); v.State != evaluate.Failure ||
+		!strings.Contains(v.Description, "forbidden path config/prod.yaml") || len(v.Files) != 1 {
+		t.Errorf("config/[!_]*: %s %q %+v", v.State, v.Description, v.Files)
+	}
+}
