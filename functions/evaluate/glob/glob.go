@@ -3,12 +3,13 @@
 //
 // A glob is segments separated by "/", matched against the name's segments one by one. A
 // segment matches one segment of the name as path.Match matches a name: "*" any run of
-// characters (a leading dot included), "?" one character, "[...]" a class, "\" escapes the
-// next character. A segment that is exactly "**" matches whole segments: any number of them,
-// none included, at the start or in the middle ("**/*.pem" matches key.pem and a/b/key.pem,
-// "a/**/b" matches a/b), and at least one at the end ("secrets/**" matches every file under
-// secrets, not a file named secrets). Matching is byte for byte, case included, as git
-// compares paths, and takes time proportional to the glob's segments times the name's.
+// characters (a leading dot included), "?" one character, "[...]" a class ("[^...]" or, as git
+// writes it, "[!...]" negated), "\" escapes the next character. A segment that is exactly
+// "**" matches whole segments: any number of them, none included, at the start or in the
+// middle ("**/*.pem" matches key.pem and a/b/key.pem, "a/**/b" matches a/b), and at least one
+// at the end ("secrets/**" matches every file under secrets, not a file named secrets).
+// Matching is byte for byte, case included, as git compares paths, and takes time
+// proportional to the glob's segments times the name's.
 //
 // Compile refuses a glob that would silently match nothing a git path or branch name can be:
 // a leading or trailing "/", an empty, "." or ".." segment, a "**" that is not a whole
@@ -46,12 +47,35 @@ func Compile(text string) (*Glob, error) {
 			text+doubleStar)
 	}
 	segs := strings.Split(text, "/")
-	for _, s := range segs {
-		if err := checkSegment(s); err != nil {
+	for i, s := range segs {
+		segs[i] = negations(s)
+		if err := checkSegment(segs[i], s); err != nil {
 			return nil, err
 		}
 	}
 	return &Glob{text: text, segs: segs}, nil
+}
+
+// negations writes a class negated as git and shells negate it, [!...], as path.Match
+// negates it, [^...]. A "!" that opens a class is a member only escaped: [\!...].
+func negations(s string) string {
+	b := []byte(s)
+	in := false // inside a class
+	for i := 0; i < len(b); i++ {
+		switch {
+		case b[i] == '\\':
+			i++
+		case !in && b[i] == '[':
+			in = true
+			if i+1 < len(b) && b[i+1] == '!' {
+				b[i+1] = '^'
+				i++
+			}
+		case in && b[i] == ']':
+			in = false
+		}
+	}
+	return string(b)
 }
 
 // MustCompile is Compile for a glob known to be valid; it panics on an invalid one.
@@ -66,18 +90,19 @@ func MustCompile(text string) *Glob {
 // String returns the glob as it was written.
 func (g *Glob) String() string { return g.text }
 
-// checkSegment refuses a segment that is invalid or cannot match a segment of a git path.
-func checkSegment(s string) error {
+// checkSegment refuses a segment s, written as orig, that is invalid or cannot match a
+// segment of a git path.
+func checkSegment(s, orig string) error {
 	switch s {
 	case "":
 		return errors.New("has an empty segment (//), which no path or branch name has")
 	case ".", "..":
-		return fmt.Errorf("has a %q segment, which no path or branch name has", s)
+		return fmt.Errorf("has a %q segment, which no path or branch name has", orig)
 	case doubleStar:
 		return nil
 	}
 	if _, err := path.Match(s, ""); err != nil {
-		return fmt.Errorf("segment %q is not a valid glob: an unclosed [, an empty [], a range missing its end, or a trailing \\", s)
+		return fmt.Errorf("segment %q is not a valid glob: an unclosed [, an empty [], a range missing its end, or a trailing \\", orig)
 	}
 	// The syntax is path.Match's: scan it for what it accepts and never matches as meant.
 	for i := 0; i < len(s); i++ {
@@ -86,14 +111,14 @@ func checkSegment(s string) error {
 			i++
 		case '*':
 			if i+1 < len(s) && s[i+1] == '*' {
-				return fmt.Errorf("segment %q: \"**\" must be a whole segment, as in \"**/*.pem\" or \"secrets/**\" (a single * matches within a segment)", s)
+				return fmt.Errorf("segment %q: \"**\" must be a whole segment, as in \"**/*.pem\" or \"secrets/**\" (a single * matches within a segment)", orig)
 			}
 		case '{':
-			return fmt.Errorf("segment %q: braces are not glob syntax here: write one glob per alternative (a literal { is \\{)", s)
+			return fmt.Errorf("segment %q: braces are not glob syntax here: write one glob per alternative (a literal { is \\{)", orig)
 		case '[':
 			end, err := checkClass(s, i+1)
 			if err != nil {
-				return fmt.Errorf("segment %q: %v", s, err)
+				return fmt.Errorf("segment %q: %v", orig, err)
 			}
 			i = end
 		}

@@ -23,8 +23,10 @@ func TestMatch(t *testing.T) {
 		{"[Ss]ecrets/**", []string{"secrets/k", "Secrets/k"}, []string{"SECRETS/k"}},
 		{"*.env", []string{".env", "prod.env"}, []string{"a/prod.env"}},
 		{`\*.txt`, []string{"*.txt"}, []string{"a.txt"}},
-		{"[!]*", []string{"!x"}, []string{"x"}},
 		{"[^a]*", []string{"b"}, []string{"a", "abc"}},
+		{"[!a]*", []string{"b", "!"}, []string{"a", "abc"}},
+		{`[\!a]*`, []string{"!x", "ax"}, []string{"b"}},
+		{"[[!]", []string{"[", "!"}, []string{"a"}},
 		{"release/*", []string{"release/1.2"}, []string{"release", "release/1/2", "main"}},
 		{"main", []string{"main"}, []string{"Main", "main/x", "x/main"}},
 		// Bytes that are not UTF-8 (a Latin-1 file name): * takes them, ? takes one.
