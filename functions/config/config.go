@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path"
 	"reflect"
 	"regexp"
 	"sort"
@@ -26,6 +25,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/amiss-ci/amiss/functions/evaluate/glob"
 	"github.com/amiss-ci/amiss/functions/provider"
 	"github.com/amiss-ci/amiss/functions/publish"
 	"github.com/amiss-ci/amiss/functions/webhook"
@@ -83,7 +83,8 @@ type Route struct {
 	// Repositories the route may publish for: "owner/name" or "owner/*".
 	Repositories []string `yaml:"repositories"`
 	Rules        Rules    `yaml:"rules"`
-	// Evaluator, when its URL is set, replaces the rules with an operator's HTTP endpoint.
+	// Evaluator, when its URL is set, evaluates instead of the rules: an operator's HTTP
+	// endpoint. A route sets rules or an evaluator, never both.
 	Evaluator HTTPEvaluator `yaml:"evaluator"`
 	Publish   Publish       `yaml:"publish"`
 	// Read, when set, is where the runner reads what the route's webhooks lack (read.go).
@@ -258,7 +259,12 @@ func Parse(data []byte) (*Config, error) { return ParseEnv(data, os.Getenv) }
 func ParseEnv(data []byte, getenv func(string) string) (*Config, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("not valid YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		if strings.Contains(msg, "did not find expected alphabetic or numeric character") {
+			// YAML reads a value starting with * as an alias: the usual glob **/*.pem.
+			msg += " (a value starting with * is a YAML alias: quote it, as in '**/*.pem')"
+		}
+		return nil, fmt.Errorf("not valid YAML: %s", msg)
 	}
 	if len(doc.Content) == 0 {
 		return nil, errors.New("empty configuration")
@@ -473,16 +479,20 @@ func (r *Route) validate(ctl Controller) error {
 	if err := r.Rules.validate(); err != nil {
 		return err
 	}
-	if e := r.Evaluator; e.URL != "" {
-		if !strings.HasPrefix(e.URL, "https://") && !strings.HasPrefix(e.URL, "http://") {
-			return fieldErr("evaluator.url", "%q is not an http(s) URL", e.URL)
+	if !r.Accepts("pull_request") && !r.Accepts("rerun") {
+		// Rules that judge pull requests (a Re-run may be one's) would never be checked.
+		for _, f := range []struct {
+			field string
+			set   bool
+		}{{"rules.pull_request_title", r.Rules.PullRequestTitle != ""}, {"rules.target_branches", len(r.Rules.TargetBranches) > 0}} {
+			if f.set {
+				return fieldErr(f.field, "judges pull requests, and the route takes none (events: %s): add pull_request to events, or remove the rule",
+					strings.Join(r.Events, ", "))
+			}
 		}
-		if err := e.Secret.check(); err != nil {
-			return fieldErr("evaluator.secret.from", "%v", err)
-		}
-		if e.Timeout < 0 || e.Timeout > 5*time.Minute {
-			return fieldErr("evaluator.timeout", "must be in [0, 5m], got %s", e.Timeout)
-		}
+	}
+	if err := r.Evaluator.validate(r.Rules); err != nil {
+		return err
 	}
 	if err := r.Publish.validate(); err != nil {
 		return err
@@ -491,6 +501,43 @@ func (r *Route) validate(ctl Controller) error {
 		return err
 	}
 	return r.CatchUp.validate(r)
+}
+
+// set reports whether the rules set any rule.
+func (r Rules) set() bool {
+	return r.PullRequestTitle != "" || r.CommitMessage != "" || len(r.ForbiddenPaths) > 0 || len(r.TargetBranches) > 0
+}
+
+// validate checks an evaluator block against the route's rules: an evaluator replaces them, so
+// a route may set one or the other, and a block that sets anything sets the URL.
+func (e HTTPEvaluator) validate(rules Rules) error {
+	if e.URL == "" {
+		if e.Secret != (SecretRef{}) || e.Timeout != 0 {
+			return fieldErr("evaluator.url", "no url: without one the block is unused and the route is evaluated by its rules alone "+
+				"(with none, every change passes); set the url, or remove the block")
+		}
+		return nil
+	}
+	if rules.set() {
+		return fieldErr("evaluator", "the route sets rules too, which the evaluator replaces: they would never be checked; "+
+			"remove them (the endpoint can check what they say), or the evaluator")
+	}
+	u, err := url.Parse(e.URL)
+	switch {
+	case err != nil:
+		return fieldErr("evaluator.url", "%q is not a URL: %v", e.URL, err)
+	case u.Scheme != "https" && u.Scheme != "http":
+		return fieldErr("evaluator.url", "%q is not an http(s) URL", e.URL)
+	case u.Hostname() == "":
+		return fieldErr("evaluator.url", "%q names no host", e.URL)
+	}
+	if err := e.Secret.check(); err != nil {
+		return fieldErr("evaluator.secret.from", "%v", err)
+	}
+	if e.Timeout < 0 || e.Timeout > 5*time.Minute {
+		return fieldErr("evaluator.timeout", "must be in [0, 5m], got %s", e.Timeout)
+	}
+	return nil
 }
 
 func (s SecretRef) check() error {
@@ -519,14 +566,15 @@ func (r Rules) validate() error {
 			return fieldErr(field, "%v", err)
 		}
 	}
-	for i, g := range r.ForbiddenPaths {
-		if _, err := path.Match(strings.ReplaceAll(g, "**", "*"), ""); err != nil || g == "" {
-			return fieldErr(fmt.Sprintf("rules.forbidden_paths[%d]", i), "%q is not a valid glob", g)
-		}
-	}
-	for i, g := range r.TargetBranches {
-		if _, err := path.Match(g, ""); err != nil || g == "" {
-			return fieldErr(fmt.Sprintf("rules.target_branches[%d]", i), "%q is not a valid glob", g)
+	for _, f := range []struct {
+		field string
+		globs []string
+	}{{"rules.forbidden_paths", r.ForbiddenPaths}, {"rules.target_branches", r.TargetBranches}} {
+		for i, g := range f.globs {
+			// The evaluator's own parser: a glob it would match nothing with is refused here.
+			if _, err := glob.Compile(g); err != nil {
+				return fieldErr(fmt.Sprintf("%s[%d]", f.field, i), "%q: %v", g, err)
+			}
 		}
 	}
 	return nil

@@ -221,7 +221,12 @@ func checkShape(n *yaml.Node, t reflect.Type, path string) error {
 			return bad("want a list, such as [a, b] or one \"- item\" per line")
 		}
 		for i, c := range n.Content {
-			if err := checkShape(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if c.Kind == yaml.ScalarNode && c.Tag == "!!null" {
+				// The decoder drops it: a list of one would read as no list at all.
+				return &FieldError{Path: p, Line: c.Line, Msg: "an empty item: write its value, or remove the item"}
+			}
+			if err := checkShape(c, t.Elem(), p); err != nil {
 				return err
 			}
 		}

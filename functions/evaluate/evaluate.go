@@ -5,12 +5,12 @@ package evaluate
 import (
 	"context"
 	"fmt"
-	"path"
 	"regexp"
 	"strings"
 
 	"github.com/amiss-ci/amiss/functions/change"
 	"github.com/amiss-ci/amiss/functions/config"
+	"github.com/amiss-ci/amiss/functions/evaluate/glob"
 )
 
 // States of a verdict. Only final states exist: amiss never posts "pending".
@@ -57,17 +57,26 @@ type Needer interface {
 	Needs(s change.Change) change.Inputs
 }
 
-// Rules is the built-in evaluator: every configured rule must hold.
+// Rules is the built-in evaluator: every configured rule must hold. The title and message
+// patterns are Go regexps searched in the title and in each commit's whole message (subject and
+// body, without the line breaks that end it): ^ and $ are its start and end, a pattern without
+// ^ may match in the body. The globs are package glob's.
 type Rules struct {
 	title, message *regexp.Regexp
-	forbidden      []string
-	branches       []string
+	forbidden      []*glob.Glob
+	branches       []*glob.Glob
 }
 
 // NewRules compiles a route's rules (config has already validated them).
 func NewRules(r config.Rules) (*Rules, error) {
-	out := &Rules{forbidden: r.ForbiddenPaths, branches: r.TargetBranches}
+	out := &Rules{}
 	var err error
+	if out.forbidden, err = globs("rules.forbidden_paths", r.ForbiddenPaths); err != nil {
+		return nil, err
+	}
+	if out.branches, err = globs("rules.target_branches", r.TargetBranches); err != nil {
+		return nil, err
+	}
 	if r.PullRequestTitle != "" {
 		if out.title, err = regexp.Compile(r.PullRequestTitle); err != nil {
 			return nil, fmt.Errorf("rules.pull_request_title: %w", err)
@@ -155,7 +164,10 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 	}
 	if r.message != nil && !missing(change.CommitsInput, "commit messages") {
 		for _, c := range s.Commits {
-			if !r.message.MatchString(c.Message) {
+			// The line break git ends a message with is not part of it: GitHub's API drops
+			// it, Gitea's and Bitbucket's webhooks keep it, and a pattern's $ (or a class
+			// that takes a line break) must not judge a commit by its provider.
+			if !r.message.MatchString(strings.TrimRight(c.Message, "\r\n")) {
 				failed = append(failed, "commit message of "+short(c.ID))
 				break
 			}
@@ -164,8 +176,17 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 	if len(r.forbidden) > 0 {
 		// The description names the first forbidden path; Files lists them all. Paths read
 		// in part are still checked (a forbidden one among them fails the rule), and the
-		// rule then fails closed for the rest.
+		// rule then fails closed for the rest. A path that is no repository path fails the
+		// rule too, named: no glob can say whether it names a forbidden file.
+		unclear := ""
 		for _, p := range s.Paths {
+			if !repositoryPath(p) {
+				if unclear == "" {
+					unclear = p
+					failed = append(failed, fmt.Sprintf("changed path %q (not a repository path as git writes it)", p))
+				}
+				continue
+			}
 			if g := matchAny(r.forbidden, p); g != "" {
 				if len(files) == 0 {
 					failed = append(failed, "forbidden path "+p+" ("+g+")")
@@ -173,7 +194,7 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 				files = append(files, File{Path: p, Rule: ForbiddenPathRule, Message: "changes " + p + ", which " + g + " forbids"})
 			}
 		}
-		if len(files) == 0 {
+		if len(files) == 0 && unclear == "" {
 			missing(change.PathsInput, "changed paths")
 		}
 	}
@@ -191,41 +212,43 @@ func (r *Rules) Evaluate(ctx context.Context, s change.Change) (Verdict, error) 
 	return Verdict{State: Failure, Description: "failed: " + strings.Join(failed, "; "), Files: files}, nil
 }
 
-// matchAny returns the first glob that matches name ("**" matches across slashes).
-func matchAny(globs []string, name string) string {
+// globs compiles the globs of the rule named field.
+func globs(field string, texts []string) ([]*glob.Glob, error) {
+	out := make([]*glob.Glob, len(texts))
+	for i, t := range texts {
+		g, err := glob.Compile(t)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %q: %w", field, i, t, err)
+		}
+		out[i] = g
+	}
+	return out, nil
+}
+
+// repositoryPath reports whether p is a path as git writes one: from the repository's root,
+// "/"-separated, without a leading or trailing "/", an empty, "." or ".." segment, or a NUL
+// byte. Any other byte is a path's (a backslash, a line break, bytes that are not UTF-8).
+func repositoryPath(p string) bool {
+	if p == "" || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.Contains(p, "//") ||
+		strings.IndexByte(p, 0) >= 0 {
+		return false
+	}
+	for _, seg := range strings.Split(p, "/") {
+		if seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
+}
+
+// matchAny returns the first glob that matches name, as written ("" for none).
+func matchAny(globs []*glob.Glob, name string) string {
 	for _, g := range globs {
-		if globMatch(g, name) {
-			return g
+		if g.Match(name) {
+			return g.String()
 		}
 	}
 	return ""
-}
-
-// globMatch matches path.Match globs, where "**" also matches any number of directories.
-func globMatch(glob, name string) bool {
-	if !strings.Contains(glob, "**") {
-		ok, _ := path.Match(glob, name)
-		return ok
-	}
-	prefix, rest, _ := strings.Cut(glob, "**")
-	if !strings.HasPrefix(name, prefix) {
-		return false
-	}
-	rest = strings.TrimPrefix(rest, "/")
-	tail := name[len(prefix):]
-	if rest == "" {
-		return true
-	}
-	for {
-		if globMatch(rest, tail) {
-			return true
-		}
-		i := strings.Index(tail, "/")
-		if i < 0 {
-			return false
-		}
-		tail = tail[i+1:]
-	}
 }
 
 func short(id string) string {

@@ -418,3 +418,38 @@ func TestAReasonSharedByRulesIsSaidOnce(t *testing.T) {
 		t.Fatalf("description %q, want %q", v.Description, want)
 	}
 }
+
+// target_branches is a pull request's rule: a push has no target branch, and passes it
+// whatever branch it updates; a pull request onto another branch fails it.
+func TestTargetBranchesJudgePullRequestsOnly(t *testing.T) {
+	r, err := evaluate.NewRules(config.Rules{TargetBranches: []string{"main", "release/**"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := change.Change{Event: change.Push, Ref: "refs/heads/feature/x", Whole: change.AllInputs}
+	if v, _ := r.Evaluate(context.Background(), push); v.State != evaluate.Success {
+		t.Errorf("a push to feature/x: %s %q", v.State, v.Description)
+	}
+	for target, holds := range map[string]bool{"main": true, "release/2/hotfix": true, "feature/x": false, "Main": false} {
+		pr := change.Change{Event: change.PullRequest, Whole: change.AllInputs, Pull: &change.Pull{Number: 1, TargetBranch: target}}
+		v, _ := r.Evaluate(context.Background(), pr)
+		if (v.State == evaluate.Success) != holds {
+			t.Errorf("a pull request onto %s: %s %q", target, v.State, v.Description)
+		}
+	}
+}
+
+// A route without rules needs nothing and passes every change, whatever it holds whole.
+func TestNoRulesPassEverything(t *testing.T) {
+	r, err := evaluate.NewRules(config.Rules{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := change.Change{Event: change.PullRequest, Pull: &change.Pull{Number: 1}}
+	if need := r.Needs(s); need != 0 {
+		t.Errorf("no rules need %q", need)
+	}
+	if v, _ := r.Evaluate(context.Background(), s); v.State != evaluate.Success {
+		t.Errorf("no rules: %s %q", v.State, v.Description)
+	}
+}
