@@ -133,3 +133,43 @@ func TestAGiteaNewBranchsTenCommitListingIsNotHeldWhole(t *testing.T) {
 		}
 	}
 }
+
+// A GitHub push webhook lists each commit's added, removed and modified files against the
+// commit's first parent, as GitHub shows a commit (a merge's too): what the push changes on its
+// branch is not always among them. main removed secrets/prod.pem in commit B; a merge of main
+// made on a commit from before the removal with "git merge -s ours main" keeps that commit's
+// tree, key included, and main fast-forwards to it without a force. The webhook lists the merge
+// alone, changing nothing against its first parent: neither forced, nor creating its branch,
+// and listing its head. Taken whole, its paths would pass the key back onto main unread; they
+// are read from GitHub's comparison of before...after instead, which names it. The commits it
+// lists are every commit of before...after, and stay whole.
+func TestAGitHubPushOfAMergeRestoringAFileIsNotHeldWholeForItsPaths(t *testing.T) {
+	const (
+		removal = "6113728f27ae82c7b1a177c8d03f9e96e0adf246" // main, which removed secrets/prod.pem
+		merge   = "ec26c3e57ca3a959ca5aad62de7213c562f8c821" // parents: a commit from before the removal, and removal
+	)
+	listed := map[string]any{"id": merge, "distinct": true, "message": "Merge branch 'main' into restore",
+		"added": []string{}, "removed": []string{}, "modified": []string{}}
+	hdr := http.Header{}
+	hdr.Set("X-GitHub-Event", "push")
+	b, err := json.Marshal(map[string]any{"ref": "refs/heads/main", "before": removal, "after": merge,
+		"created": false, "deleted": false, "forced": false, "commits": []map[string]any{listed}, "head_commit": listed,
+		"repository": map[string]any{"full_name": "octo-org/octo-repo", "default_branch": "main"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := only(provider.Extract("github", hdr, b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := secretRules(t)
+	if s.Whole.Has(change.PathsInput) || !(rules.Needs(s) &^ s.Whole).Has(change.PathsInput) {
+		t.Fatalf("holds %q whole: the merge's listing names none of the paths the push changes on main", s.Whole)
+	}
+	if v, err := rules.Evaluate(context.Background(), s); err != nil || v.State == evaluate.Success {
+		t.Fatalf("unread, the rules give %+v (%v), never success", v, err)
+	}
+	if !s.Whole.Has(change.CommitsInput) {
+		t.Fatalf("holds %q whole: the listing names every commit of before...after", s.Whole)
+	}
+}

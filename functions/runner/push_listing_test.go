@@ -231,3 +231,32 @@ func hundredDocs(n int) []string {
 	}
 	return out
 }
+
+// A GitHub push that restores a forbidden file through a merge, end to end. Commit 1 added
+// secrets/prod.pem, commit 2 removed it on main; commit 3 merges main into commit 1 with
+// "git merge -s ours" (its tree is commit 1's, key included), and main is fast-forwarded to
+// it. The webhook lists the merge alone, which changes nothing against its first parent, as
+// GitHub lists a commit's files: the runner reads main's comparison from commit 2, which adds
+// the key, and fails the push naming it.
+func TestAGitHubPushOfAMergeRestoringAForbiddenFileFails(t *testing.T) {
+	w := newForgeWorld(t, githubKind, forgeRules)
+	gh := w.fake.(githubForge)
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(1), Parent: forgeCommit(0), Message: "Add the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}, {Filename: "src/f1.go", Status: "added"}}})
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(2), Parent: forgeCommit(1), Message: "Remove the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "removed"}}})
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(3), Parent: forgeCommit(1), Merged: []string{forgeCommit(2)},
+		Message: "Merge branch 'main' into restore"})
+	gh.SetBranch(forgeRepo, "main", forgeCommit(3))
+	merge := map[string]any{"id": forgeCommit(3), "distinct": true, "message": "Merge branch 'main' into restore",
+		"added": []string{}, "removed": []string{}, "modified": []string{}}
+	b, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "before": forgeCommit(2), "after": forgeCommit(3), "created": false,
+		"deleted": false, "forced": false, "commits": []any{merge}, "head_commit": merge,
+		"repository": map[string]any{"full_name": forgeRepo, "default_branch": "main"}})
+	h := http.Header{}
+	h.Set("X-GitHub-Event", "push")
+	w.deliver(h, b)
+	if state, desc := w.verdict(3); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.pem") {
+		t.Fatalf("%s %q, want a failure naming secrets/prod.pem", state, desc)
+	}
+}
