@@ -35,7 +35,9 @@ func TestFixtures(t *testing.T) {
 		{"github", "X-GitHub-Event", "push", "github/push.json", change.Change{Event: "push", Repository: "octo-org/octo-repo",
 			SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
 			Commits: []change.Commit{{ID: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Message: "Update README.md\n\nMention the new endpoint."}},
-			Paths:   []string{"docs/endpoint.md", "README.md"}, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", Whole: change.AllInputs}},
+			// The listing's paths are its commits' against their first parents: kept, not whole.
+			Paths: []string{"docs/endpoint.md", "README.md"}, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246",
+			Whole: change.AllInputs &^ change.PathsInput}},
 		{"github", "X-GitHub-Event", "pull_request", "github/pull_request.json", change.Change{Event: "pull_request",
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
 			Pull: &change.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes",
@@ -219,9 +221,20 @@ func TestBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Whole.Has(change.CommitsInput) || !s.Whole.Has(change.PathsInput) || len(s.Commits) != change.MaxCommits ||
+	if s.Whole.Has(change.CommitsInput) || len(s.Commits) != change.MaxCommits || len(s.Paths) != 150 ||
 		len(s.Commits[0].Message) > change.MaxMessageBytes {
-		t.Fatalf("bounds not applied: %d commits, whole %v", len(s.Commits), s.Whole)
+		t.Fatalf("bounds not applied: %d commits, %d paths, whole %v", len(s.Commits), len(s.Paths), s.Whole)
+	}
+	// Paths within their bound stay as whole as they were; more are cut, and no longer whole.
+	for _, n := range []int{change.MaxPaths, change.MaxPaths + 1} {
+		c := change.Change{Whole: change.AllInputs}
+		for i := range n {
+			c.Paths = append(c.Paths, "p"+itoa(i))
+		}
+		c.Bound()
+		if cut := n > change.MaxPaths; len(c.Paths) != min(n, change.MaxPaths) || c.Whole.Has(change.PathsInput) == cut {
+			t.Fatalf("%d paths bound to %d, whole %v", n, len(c.Paths), c.Whole)
+		}
 	}
 	for _, c := range s.Commits {
 		if !utf8.ValidString(c.Message) {
@@ -312,8 +325,9 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // A push's payload holds its commits and changed paths whole only when the provider listed
 // every commit: GitLab lists the newest 20 (total_commits_count counts them all), Gitea and
 // Forgejo the newest few (total_commits), Bitbucket Cloud 5 (truncated) and no paths at all,
-// Bitbucket Data Center neither; GitHub lists up to 2,048. A list that is not whole is read
-// from the provider before a rule that needs it is evaluated.
+// Bitbucket Data Center neither; GitHub lists up to 2,048, and its paths (each commit's
+// against its first parent) are never taken for what the push changes. A list that is not
+// whole is read from the provider before a rule that needs it is evaluated.
 func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
 	const commitsAndPaths = change.CommitsInput | change.PathsInput
@@ -332,7 +346,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 		{"bitbucket cloud, every commit", "bitbucket", h("X-Event-Key", "repo:push"), string(load(t, "bitbucket-cloud/push.json")), change.CommitsInput},
 		{"bitbucket cloud, truncated", "bitbucket", h("X-Event-Key", "repo:push"), strings.Replace(string(load(t, "bitbucket-cloud/push.json")), `"truncated": false`, `"truncated": true`, 1), 0},
 		{"bitbucket data center", "bitbucket", h("X-Event-Key", "repo:refs_changed"), string(load(t, "bitbucket-dc/refs_changed.json")), 0},
-		{"github", "github", h("X-GitHub-Event", "push"), string(load(t, "github/push.json")), commitsAndPaths},
+		{"github", "github", h("X-GitHub-Event", "push"), string(load(t, "github/push.json")), change.CommitsInput},
 	}
 	for _, c := range cases {
 		if c.h == nil {

@@ -61,6 +61,14 @@ const giteaNewBranchCommits = 10
 // that another branch had, and a forced push lists none of them at times, its head new or
 // not. So the listing is taken for the push's commits only when the push neither creates its
 // branch nor is forced, and lists its head commit.
+//
+// It is never taken for the push's paths. Each commit's added, removed and modified lists are
+// what the commit changes against its first parent, as GitHub shows a commit (a merge's
+// too), and a push whose merge does not have the branch's earlier commit as its first parent
+// changes paths on the branch that none of its commits changes so: a merge of the branch made
+// with "git merge -s ours" on an older commit, fast-forwarded onto the branch, takes the older
+// tree back (a file the branch removed since, restored) and lists nothing. The payload names
+// no commit's parents, so no listing shows that none is such a merge.
 func (p *ghPush) listsItsCommits() bool {
 	if p.Created || p.Forced || zeroSHA(p.Before) {
 		return false
@@ -179,9 +187,14 @@ func fromGitHubEvent(provider, event string, body []byte) (Change, error) {
 		}
 		s.Whole = pushWhole(len(p.Commits), total, githubPushCommits)
 		switch {
-		case provider == "github" && !p.listsItsCommits():
-			s.Whole &^= CommitsInput | PathsInput // read from GitHub's comparison instead
-		case provider != "github" && s.Before == "" && total >= giteaNewBranchCommits:
+		case provider == "github":
+			// The paths are read from GitHub's comparison: the listing's are its commits'
+			// against their first parents, not what the push changes on its branch.
+			s.Whole &^= PathsInput
+			if !p.listsItsCommits() {
+				s.Whole &^= CommitsInput // read from GitHub's comparison too
+			}
+		case s.Before == "" && total >= giteaNewBranchCommits:
 			s.Whole &^= CommitsInput | PathsInput // the head's history may hold more the branch brings
 		}
 		return s, nil

@@ -94,9 +94,9 @@ func TestAGitHubPushListingNotTheCommitsItBringsIsNotHeldWhole(t *testing.T) {
 		}
 	}
 	// A push listing its head among new commits, neither forced nor creating its branch, still
-	// holds what it lists whole: nothing is read for it.
+	// holds the commits it lists whole (its paths are read: see the test of a merge below).
 	s, err := only(provider.Extract("github", hdr, githubPush(t, scratch, head, false, false, newHead)))
-	if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
+	if err != nil || !s.Whole.Has(change.CommitsInput) {
 		t.Fatalf("a push of one new commit: whole %q, %v", s.Whole, err)
 	}
 }

@@ -199,7 +199,8 @@ type Comparison struct {
 
 // Compare reads base...head: its files (GitHub gives them, at most 300, on the first page) and
 // its commits, oldest first; when there are more than newest, only the newest (at least newest
-// of them) are read, from the last pages.
+// of them) are read, from the last pages. newest 0 reads the first page alone (its files, and
+// its commits, the oldest 100).
 func (c *Client) Compare(ctx context.Context, installation int64, repo, base, head string, newest int) (Comparison, error) {
 	rp, err := RepoPath(repo)
 	if err != nil {
@@ -211,7 +212,7 @@ func (c *Client) Compare(ctx context.Context, installation int64, repo, base, he
 		return Comparison{}, err
 	}
 	last := (first.TotalCommits + perPage - 1) / perPage
-	if last <= 1 {
+	if last <= 1 || newest <= 0 {
 		return first, nil
 	}
 	// The last page may be short: the newest commits span the last ceil(newest/perPage)+1.
@@ -421,13 +422,21 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		requests++
 		return "refs/heads/" + repo.DefaultBranch, repo.DefaultBranch, err
 	}, "the push created the repository's default branch: no earlier commit names where its commits begin", func(base string) error {
-		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
-		requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
+		// The commits past the first page are read only when need asks for them: reading
+		// commit by commit takes at most MaxPushCommitsRead, all on the first page.
+		newest := 0
+		if need.Has(change.CommitsInput) {
+			newest = MaxReadCommits
+		}
+		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, newest)
+		requests += 1 + max(0, (min(cmp.TotalCommits, newest)-1)/perPage)
 		if err != nil {
 			return err
 		}
 		addFiles(s, cmp.Files)
-		addCommits(s, cmp.Commits)
+		if need.Has(change.CommitsInput) { // else they are the webhook's, held whole
+			addCommits(s, cmp.Commits)
+		}
 		switch {
 		case len(cmp.Files) < CompareFilesGiven:
 		case push && need.Has(change.PathsInput):
@@ -441,7 +450,7 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			// its commits' own files do not give.
 			cut(s, change.PathsInput, "at most 300 files of a comparison")
 		}
-		if cmp.TotalCommits > len(cmp.Commits) {
+		if need.Has(change.CommitsInput) && cmp.TotalCommits > len(cmp.Commits) {
 			cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
 		}
 		return nil

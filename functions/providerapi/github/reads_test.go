@@ -594,3 +594,32 @@ func TestACommitsFilesAreReadToTheLastPageWhateverTheirSize(t *testing.T) {
 		t.Fatalf("read %d files in %d pages (%v), want %d in 3", len(got), pages, err, total)
 	}
 }
+
+// A push whose webhook listed its commits whole has only its paths read: the comparison's first
+// page gives them, in one request whatever the number of commits, and the webhook's commits
+// stay as they were, neither listed twice nor marked unread past the first page's 100.
+func TestAPushsPathsReadAloneKeepTheCommitsItsWebhookListed(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 150, func(n int) []githubtest.ChangedFile {
+		if n == 75 {
+			return modified("secrets/prod.pem")(n)
+		}
+		return modified(fmt.Sprintf("f%d.go", n))(n)
+	})
+	s := pushOf(150, commitN(0))
+	for n := 51; n <= 150; n++ { // the newest 100, as a change keeps them
+		s.Commits = append(s.Commits, change.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d", n)})
+	}
+	s.Whole |= change.CommitsInput
+	listed := slices.Clone(s.Commits)
+	got := w.reads().Must(s, change.PathsInput)
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || !reflect.DeepEqual(got.Commits, listed) {
+		t.Fatalf("whole %q, unread %+v, %d commits: want the listed 100 kept, whole", got.Whole, got.Unread, len(got.Commits))
+	}
+	if len(got.Paths) != 150 || !slices.Contains(got.Paths, "secrets/prod.pem") {
+		t.Fatalf("%d paths read, want the comparison's 150", len(got.Paths))
+	}
+	if n := w.history.Requests(githubtest.OpCompareCommits); n != 1 || !strings.HasSuffix(got.Read[0], "(1 requests)") {
+		t.Fatalf("%d comparison requests, read %q: want one", n, got.Read)
+	}
+}
