@@ -263,3 +263,35 @@ func TestAGitHubPushOfAMergeRestoringAForbiddenFileFails(t *testing.T) {
 		t.Fatalf("%s %q, want a failure naming secrets/prod.pem", state, desc)
 	}
 }
+
+// A GitHub push of a merge restoring a forbidden file, whose comparison GitHub cuts at 300
+// files, end to end: main (commit 1) removed secrets/prod.pem; the docs line, begun before the
+// removal, adds 300 files in commits 2 to 4, and merges main with "git merge -s ours" (commit
+// 5), onto which main fast-forwards. The comparison's 300 files are the docs, the key past
+// them; no commit changes it against its first parent. The push fails, its paths unread,
+// never succeeds.
+func TestAGitHubPushOfAMergeRestoringAForbiddenFilePastTheComparisonsCutFails(t *testing.T) {
+	w := newForgeWorld(t, githubKind, forgeRules)
+	gh := w.fake.(githubForge)
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(0), Message: "Root",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(1), Parent: forgeCommit(0), Message: "Remove the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "removed"}}})
+	for n := 2; n <= 4; n++ {
+		parent := forgeCommit(n - 1)
+		if n == 2 {
+			parent = forgeCommit(0)
+		}
+		var fs []githubtest.ChangedFile
+		for _, f := range hundredDocs(n) {
+			fs = append(fs, githubtest.ChangedFile{Filename: f, Status: "added"})
+		}
+		gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(n), Parent: parent, Message: capitalised(n), Files: fs})
+	}
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(5), Parent: forgeCommit(4), Merged: []string{forgeCommit(1)},
+		Message: "Merge branch 'main' into docs"})
+	w.deliver(githubPush("refs/heads/main", forgeCommit(1), 5, false, false, 2, 3, 4, 5))
+	if state, desc := w.verdict(5); state != "failure" || !strings.Contains(desc, "changed paths (could not be read") {
+		t.Fatalf("%s %q, want a failure: the paths could not be read", state, desc)
+	}
+}

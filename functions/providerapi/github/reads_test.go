@@ -623,3 +623,62 @@ func TestAPushsPathsReadAloneKeepTheCommitsItsWebhookListed(t *testing.T) {
 		t.Fatalf("%d comparison requests, read %q: want one", n, got.Read)
 	}
 }
+
+// A push whose comparison GitHub cuts at 300 files is read commit by commit only while its
+// commits' own files, each against its first parent (as GitHub lists a commit's, a merge's too),
+// add up to what it changes on its branch: while its head leads back to the comparison's merge
+// base along first parents. A merge into the branch (its first parent the branch's earlier
+// commit) is read so: the merged commits are the comparison's too, and a forbidden file one of
+// them adds, past GitHub's 300, is found. A merge of the branch into an older line (made with
+// "git merge -s ours" on a commit from before the branch removed secrets/prod.pem, then
+// fast-forwarded onto the branch) restores the key, which neither it nor any of its commits
+// changes against its first parent: its paths are left unread, never passed as whole.
+func TestAPushOfAMergeIsReadCommitByCommitOnlyAlongItsBranchsFirstParents(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		merge  githubtest.HistoryCommit
+		secret string // the forbidden path the push brings
+		whole  bool
+	}{
+		{"a merge into the branch", githubtest.HistoryCommit{SHA: commitN(5), Parent: commitN(1), Merged: []string{commitN(4)},
+			Message: "Merge the docs", Files: append(append(append(files("docs/c2", 100), files("docs/c3", 100)...), files("docs/c4", 100)...),
+				githubtest.ChangedFile{Filename: "secrets/key.pem", Status: "added"})}, "secrets/key.pem", true},
+		{"a merge of the branch into an older line", githubtest.HistoryCommit{SHA: commitN(5), Parent: commitN(4), Merged: []string{commitN(1)},
+			Message: "Merge branch 'main' into docs"}, "secrets/prod.pem", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "Remove the key",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "removed"}}})
+			// The docs line, from before the removal: 100 files a commit, commit 4 adding a key.
+			for n := 2; n <= 4; n++ {
+				fs := files(fmt.Sprintf("docs/c%d", n), 100)
+				if n == 4 && c.whole {
+					fs = append(fs, githubtest.ChangedFile{Filename: "secrets/key.pem", Status: "added"})
+				}
+				parent := commitN(n - 1)
+				if n == 2 {
+					parent = commitN(0)
+				}
+				w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(n), Parent: parent, Message: fmt.Sprintf("Commit %d", n), Files: fs})
+			}
+			w.history.AddCommit(rerunRepo, c.merge)
+			// main, at commit 1, fast-forwarded to the merge.
+			got := w.fill(pushOf(5, commitN(1)))
+			if c.whole {
+				if !got.Whole.Has(change.PathsInput) || !slices.Contains(got.Paths, c.secret) {
+					t.Fatalf("whole %q, unread %+v, %d paths: want the merged commits' files read, %s among them",
+						got.Whole, got.Unread, len(got.Paths), c.secret)
+				}
+				return
+			}
+			why := got.UnreadReason(change.PathsInput)
+			if got.Whole.Has(change.PathsInput) || !strings.Contains(why, "first parent") {
+				t.Fatalf("whole %q, unread %q, %s read: %v; want the paths unread, naming the first parents",
+					got.Whole, why, c.secret, slices.Contains(got.Paths, c.secret))
+			}
+		})
+	}
+}
