@@ -141,6 +141,10 @@ type Commit struct {
 	Commit struct {
 		Message string `json:"message"`
 	} `json:"commit"`
+	// Parents are the commit's parents, the first first.
+	Parents []struct {
+		SHA string `json:"sha"`
+	} `json:"parents"`
 }
 
 // Repo is what repos/get says of a repository, as far as read.
@@ -190,11 +194,16 @@ func (c *Client) PullCommits(ctx context.Context, installation int64, repo strin
 		"the pull request's commits", PullsPermission, PullCommitsListed)
 }
 
-// Comparison is what repos/compare-commits says of base...head, as far as read.
+// Comparison is what repos/compare-commits says of base...head, as far as read: its files
+// are what head changes since the merge base of the two, its commits head's that base lacks.
 type Comparison struct {
 	TotalCommits int           `json:"total_commits"`
 	Commits      []Commit      `json:"commits"`
 	Files        []ChangedFile `json:"files"`
+	// MergeBase is the merge base of base and head.
+	MergeBase struct {
+		SHA string `json:"sha"`
+	} `json:"merge_base_commit"`
 }
 
 // Compare reads base...head: its files (GitHub gives them, at most 300, on the first page) and
@@ -461,7 +470,11 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 // addCommitsFiles adds to s the paths cmp's commits change, read commit by commit (the files
 // of cmp itself, CompareFilesGiven of them, are GitHub's cut), within MaxPushCommitsRead
 // commits and MaxPushFilesRead files; past either, or when cmp does not list each of its
-// commits, the paths are marked unread, those read kept. It answers the requests it made.
+// commits, the paths are marked unread, those read kept. GitHub lists a commit's files against
+// its first parent (a merge's too), so their union is what s's commit changes since the merge
+// base only when the commit leads back to it along first parents: otherwise (a merge of the
+// branch into another line, which may take that line's tree back) the paths are marked unread,
+// and no commit is read. It answers the requests it made.
 func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comparison) (requests int, err error) {
 	switch {
 	case cmp.TotalCommits > MaxPushCommitsRead:
@@ -470,6 +483,11 @@ func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comp
 		return 0, nil
 	case len(cmp.Commits) == 0 || len(cmp.Commits) != cmp.TotalCommits:
 		s.MarkUnread(change.PathsInput, fmt.Sprintf("GitHub's comparison gives 300 files, and %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
+		return 0, nil
+	case !firstParentsReach(cmp, s.SHA):
+		s.MarkUnread(change.PathsInput, fmt.Sprintf("GitHub's comparison gives 300 files, and commit %.8s does not lead back to %.8s "+
+			"along first parents (it merges the branch into another line): its commits' files, each against its first parent, "+
+			"are not what it changes", s.SHA, cmp.MergeBase.SHA))
 		return 0, nil
 	}
 	left := MaxPushFilesRead
@@ -491,6 +509,27 @@ func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comp
 		left -= len(files)
 	}
 	return requests, nil
+}
+
+// firstParentsReach reports whether head leads to cmp's merge base along first parents through
+// cmp's commits (which are every commit of head that the base lacks).
+func firstParentsReach(cmp Comparison, head string) bool {
+	byID := make(map[string]Commit, len(cmp.Commits))
+	for _, c := range cmp.Commits {
+		byID[c.SHA] = c
+	}
+	id := head
+	for range len(cmp.Commits) + 1 {
+		c, listed := byID[id]
+		if !listed {
+			return id != "" && id == cmp.MergeBase.SHA
+		}
+		if len(c.Parents) == 0 {
+			return false // a root: no merge base on its line
+		}
+		id = c.Parents[0].SHA
+	}
+	return false // a cycle: no history GitHub gives
 }
 
 // fillPull reads the pull request: its title and branches as need asks, and, when its head is
