@@ -295,3 +295,20 @@ func TestAGitHubPushOfAMergeRestoringAForbiddenFilePastTheComparisonsCutFails(t 
 		t.Fatalf("%s %q, want a failure: the paths could not be read", state, desc)
 	}
 }
+
+// A GitHub push forcing main back past the commit that removed a forbidden file restores it,
+// end to end: commit 1 added secrets/prod.pem, commit 2 removed it, and main is forced from
+// commit 2 back to commit 1. The push brings no commit, and fails naming the key.
+func TestAGitHubPushForcedBackPastTheRemovalOfAForbiddenFileFails(t *testing.T) {
+	w := newForgeWorld(t, githubKind, forgeRules)
+	gh := w.fake.(githubForge)
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(1), Parent: forgeCommit(0), Message: "Add the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+	gh.AddCommit(forgeRepo, githubtest.HistoryCommit{SHA: forgeCommit(2), Parent: forgeCommit(1), Message: "Remove the key",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "removed"}}})
+	gh.SetBranch(forgeRepo, "main", forgeCommit(1))
+	w.deliver(githubPush("refs/heads/main", forgeCommit(2), 1, false, true))
+	if state, desc := w.verdict(1); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.pem") {
+		t.Fatalf("%s %q, want a failure naming secrets/prod.pem", state, desc)
+	}
+}

@@ -682,3 +682,37 @@ func TestAPushOfAMergeIsReadCommitByCommitOnlyAlongItsBranchsFirstParents(t *tes
 		})
 	}
 }
+
+// A forced push changes on its branch what the commits it drops changed, as well as what it
+// brings: GitHub's comparison before...after gives what the new head changes since the merge
+// base, not what the old head had changed since it. main added secrets/prod.pem in commit 0
+// and removed it in commit 1; main forced back to commit 0, or to commit 2 rewritten on it,
+// has the key again. Its paths name it, read from the comparison after...before (what the
+// dropped commits changed), and the dropped commits are not among its commits.
+func TestAForcedPushsPathsNameWhatTheCommitsItDropsChanged(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		head  int
+		paths []string
+	}{
+		{"reset to an older commit", 0, []string{"secrets/prod.pem"}},
+		{"a rewritten commit", 2, []string{"docs/a.md", "secrets/prod.pem"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "Remove the key",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "removed"}}})
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(2), Parent: commitN(0), Message: "Rewritten",
+				Files: []githubtest.ChangedFile{{Filename: "docs/a.md", Status: "added"}}})
+			got := w.fill(pushOf(c.head, commitN(1)))
+			if !got.Whole.Has(change.PathsInput) || !reflect.DeepEqual(got.Paths, c.paths) {
+				t.Fatalf("whole %q, unread %+v, paths %q: want %q", got.Whole, got.Unread, got.Paths, c.paths)
+			}
+			if slices.Contains(commitIDs(got), commitN(1)) {
+				t.Fatalf("commits %q: the dropped commit is not the push's", commitIDs(got))
+			}
+		})
+	}
+}
