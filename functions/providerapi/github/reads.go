@@ -197,9 +197,11 @@ func (c *Client) PullCommits(ctx context.Context, installation int64, repo strin
 // Comparison is what repos/compare-commits says of base...head, as far as read: its files
 // are what head changes since the merge base of the two, its commits head's that base lacks.
 type Comparison struct {
-	TotalCommits int           `json:"total_commits"`
-	Commits      []Commit      `json:"commits"`
-	Files        []ChangedFile `json:"files"`
+	TotalCommits int `json:"total_commits"`
+	// BehindBy counts base's commits that head lacks.
+	BehindBy int           `json:"behind_by"`
+	Commits  []Commit      `json:"commits"`
+	Files    []ChangedFile `json:"files"`
 	// MergeBase is the merge base of base and head.
 	MergeBase struct {
 		SHA string `json:"sha"`
@@ -381,12 +383,14 @@ const MaxReadCommits = 1000
 // read commit by commit instead: its paths are every path its commits change, each commit's
 // files read with repos/get-commit, as a push webhook's added, removed and modified lists give
 // them. The reads are bounded: at most MaxPushCommitsRead commits, and MaxPushFilesRead files
-// in all (GitHub's own bound on one commit's listing). Past either, the paths are not held
-// whole and the path rule fails closed, naming the bound.
+// in all (GitHub's own bound on one commit's listing), for the commits a forced push drops and
+// those it brings together. Past either, the paths are not held whole and the path rule fails
+// closed, naming the bound.
 //
 // The bounds come from the time an evaluation has and the requests it may make. Its reads are
 // sent one after another within the runner's time: in Lambda the runner's 180 s timeout less
-// its margins, about 170 s for the comparison, these reads and the evaluation. A route's
+// its margins, about 170 s for the comparisons (two for a forced push), these reads and the
+// evaluation. A route's
 // timeout (30 s by default) bounds one request; GitHub ends any it takes more than 10 s to
 // process, and answers a commit's page in well under a second as a rule. A commit costs one
 // request, and one more a further page of 100 files: at most 50 + 3000/100 = 80 requests,
@@ -446,10 +450,11 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		if need.Has(change.CommitsInput) { // else they are the webhook's, held whole
 			addCommits(s, cmp.Commits)
 		}
+		budget := &readBudget{commits: MaxPushCommitsRead, files: MaxPushFilesRead}
 		switch {
 		case len(cmp.Files) < CompareFilesGiven:
 		case push && need.Has(change.PathsInput):
-			n, err := c.addCommitsFiles(ctx, s, cmp)
+			n, err := c.addCommitsFiles(ctx, s, cmp, s.SHA, "the push's", budget)
 			requests += n
 			if err != nil {
 				return err
@@ -462,37 +467,66 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		if need.Has(change.CommitsInput) && cmp.TotalCommits > len(cmp.Commits) {
 			cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
 		}
+		if push && need.Has(change.PathsInput) && s.Before != "" && base == s.Before && cmp.BehindBy > 0 {
+			n, err := c.addDropped(ctx, s, budget)
+			requests += n
+			return err
+		}
 		return nil
 	})
 	return requests, err
 }
 
+// readBudget is what is left of the commits and files a push's reads commit by commit may take
+// (MaxPushCommitsRead, MaxPushFilesRead), for what it brings and what it drops together.
+type readBudget struct{ commits, files int }
+
+// addDropped adds to s the paths that the commits a push drops changed (a forced push: its
+// comparison is behind its earlier commit): the push changes them back on its branch, and
+// GitHub's comparison before...sha, what sha changes since the merge base, does not name
+// them. They are what before changes since the same merge base, the comparison sha...before,
+// read as a push's comparison is (commit by commit, within what is left of budget, when it
+// gives 300 files); its commits are not the push's. It answers the requests it made.
+func (c *Client) addDropped(ctx context.Context, s *change.Change, budget *readBudget) (requests int, err error) {
+	back, err := c.Compare(ctx, s.Installation, s.Repository, s.SHA, s.Before, 0)
+	if err != nil {
+		return 1, err
+	}
+	addFiles(s, back.Files)
+	if len(back.Files) < CompareFilesGiven || !s.Whole.Has(change.PathsInput) {
+		return 1, nil
+	}
+	n, err := c.addCommitsFiles(ctx, s, back, s.Before, "the dropped", budget)
+	return 1 + n, err
+}
+
 // addCommitsFiles adds to s the paths cmp's commits change, read commit by commit (the files
 // of cmp itself, CompareFilesGiven of them, are GitHub's cut), within MaxPushCommitsRead
-// commits and MaxPushFilesRead files; past either, or when cmp does not list each of its
-// commits, the paths are marked unread, those read kept. GitHub lists a commit's files against
-// its first parent (a merge's too), so their union is what s's commit changes since the merge
-// base only when the commit leads back to it along first parents: otherwise (a merge of the
+// commits and MaxPushFilesRead files (what budget has left of them); past either, or when cmp
+// does not list each of its commits, the paths are marked unread, those read kept; whose names
+// the commits in the reason. GitHub lists a commit's files against its first parent (a merge's
+// too), so their union is what head (cmp's) changes since the merge base only when head leads
+// back to it along first parents: otherwise (a merge of the
 // branch into another line, which may take that line's tree back) the paths are marked unread,
 // and no commit is read. It answers the requests it made.
-func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comparison) (requests int, err error) {
+func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comparison, head, whose string, budget *readBudget) (requests int, err error) {
 	switch {
-	case cmp.TotalCommits > MaxPushCommitsRead:
-		s.MarkUnread(change.PathsInput, fmt.Sprintf("the push's %d commits change 300 files or more; amiss reads the files of at most %d commits",
-			cmp.TotalCommits, MaxPushCommitsRead))
+	case cmp.TotalCommits > budget.commits:
+		s.MarkUnread(change.PathsInput, fmt.Sprintf("%s %d commits change 300 files or more; amiss reads the files of at most %d commits",
+			whose, cmp.TotalCommits, MaxPushCommitsRead))
 		return 0, nil
 	case len(cmp.Commits) == 0 || len(cmp.Commits) != cmp.TotalCommits:
 		s.MarkUnread(change.PathsInput, fmt.Sprintf("GitHub's comparison gives 300 files, and %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
 		return 0, nil
-	case !firstParentsReach(cmp, s.SHA):
+	case !firstParentsReach(cmp, head):
 		s.MarkUnread(change.PathsInput, fmt.Sprintf("GitHub's comparison gives 300 files, and commit %.8s does not lead back to %.8s "+
 			"along first parents (it merges the branch into another line): its commits' files, each against its first parent, "+
-			"are not what it changes", s.SHA, cmp.MergeBase.SHA))
+			"are not what it changes", head, cmp.MergeBase.SHA))
 		return 0, nil
 	}
-	left := MaxPushFilesRead
+	budget.commits -= len(cmp.Commits)
 	for _, commit := range cmp.Commits {
-		_, files, pages, err := c.CommitFiles(ctx, s.Installation, s.Repository, commit.SHA, left)
+		_, files, pages, err := c.CommitFiles(ctx, s.Installation, s.Repository, commit.SHA, budget.files)
 		requests += pages
 		if err != nil {
 			return requests, err
@@ -502,11 +536,11 @@ func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comp
 		case len(files) >= CommitFilesListed:
 			s.MarkUnread(change.PathsInput, fmt.Sprintf("commit %.8s changes 3,000 files or more; GitHub lists at most 3,000 of a commit", commit.SHA))
 			return requests, nil
-		case len(files) >= left:
+		case len(files) >= budget.files:
 			s.MarkUnread(change.PathsInput, "the push's commits change 3,000 files or more in all; amiss reads at most 3,000")
 			return requests, nil
 		}
-		left -= len(files)
+		budget.files -= len(files)
 	}
 	return requests, nil
 }

@@ -460,7 +460,7 @@ func TestAPushWhoseComparisonGitHubCutsIsReadCommitByCommit(t *testing.T) {
 		before   string
 		requests int // the comparison, the repository for a new branch, and 6 pages of commits
 	}{
-		{"forced over a rewritten commit", commitN(90), 7},
+		{"forced over a rewritten commit", commitN(90), 8}, // and the comparison of what it drops
 		{"creating its branch", "", 8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -714,5 +714,35 @@ func TestAForcedPushsPathsNameWhatTheCommitsItDropsChanged(t *testing.T) {
 				t.Fatalf("commits %q: the dropped commit is not the push's", commitIDs(got))
 			}
 		})
+	}
+}
+
+// What a forced push drops is read as what it brings is: when its comparison gives 300 files,
+// commit by commit, within what the push's own reads left of the bounds. main's four commits of
+// 100 files each, the last removing secrets/prod.pem, are dropped for a commit rewritten on
+// their root: main has the key again, named past the 300.
+func TestAForcedPushDroppingMoreFilesThanAComparisonGivesIsReadCommitByCommit(t *testing.T) {
+	w := newRerunWorld(t)
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+	w.commits(1, 4, func(n int) []githubtest.ChangedFile {
+		out := files(fmt.Sprintf("docs/c%d", n), 100)
+		if n == 4 {
+			out = append(out, githubtest.ChangedFile{Filename: "secrets/prod.pem", Status: "removed"})
+		}
+		return out
+	})
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(10), Parent: commitN(0), Message: "Rewritten",
+		Files: []githubtest.ChangedFile{{Filename: "docs/new.md", Status: "added"}}})
+	got := w.fill(pushOf(10, commitN(4)))
+	if !got.Whole.Has(change.PathsInput) || len(got.Paths) != 402 || !slices.Contains(got.Paths, "secrets/prod.pem") {
+		t.Fatalf("whole %q, unread %+v, %d paths: want the 401 the dropped commits changed and the new one", got.Whole, got.Unread, len(got.Paths))
+	}
+	if !reflect.DeepEqual(commitIDs(got), []string{commitN(10)}) {
+		t.Fatalf("commits %q, want the push's own", commitIDs(got))
+	}
+	// Two comparisons, and a page of each dropped commit's files (two of the last's 101).
+	if n := w.history.Requests(githubtest.OpCompareCommits) + w.history.Requests(githubtest.OpGetCommit); n != 7 {
+		t.Fatalf("%d requests, want 7", n)
 	}
 }
