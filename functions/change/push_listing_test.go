@@ -173,3 +173,53 @@ func TestAGitHubPushOfAMergeRestoringAFileIsNotHeldWholeForItsPaths(t *testing.T
 		t.Fatalf("holds %q whole: the listing names every commit of before...after", s.Whole)
 	}
 }
+
+// Gitea's and Forgejo's webhook for a new tag lists no commit and counts none (total_commits 0:
+// services/repository/push.go notifies a tag with an empty PushCommits, its head commit alone
+// set), and so does their webhook for a branch forced back to an older commit (the commits of
+// before..after, none). A listing of 0 of 0 commits is not every commit the push brings: its
+// commits and paths are read (a tag's from the default branch, as a new ref's), never passed
+// as none. A push listing its head stays whole.
+func TestAGiteaPushListingNotItsHeadIsNotHeldWhole(t *testing.T) {
+	const (
+		tagged = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c" // adds secrets/prod.pem
+		later  = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+		zero   = "0000000000000000000000000000000000000000"
+	)
+	head := map[string]any{"id": tagged, "message": "add the key", "added": []string{"secrets/prod.pem"}, "removed": []string{}, "modified": []string{}}
+	push := func(ref, before string, commits []map[string]any) []byte {
+		if commits == nil {
+			commits = []map[string]any{}
+		}
+		b, _ := json.Marshal(map[string]any{"ref": ref, "before": before, "after": tagged, "commits": commits,
+			"total_commits": len(commits), "head_commit": head, "repository": map[string]any{"full_name": "gitea/webhooks"}})
+		return b
+	}
+	rules := secretRules(t)
+	for _, p := range []string{"gitea", "forgejo"} {
+		hdr := http.Header{}
+		hdr.Set("X-Gitea-Event", "push")
+		for _, c := range []struct {
+			name string
+			body []byte
+		}{
+			{"a new tag", push("refs/tags/v1.0", zero, nil)},
+			{"a branch forced back", push("refs/heads/main", later, nil)},
+		} {
+			s, err := only(provider.Extract(p, hdr, c.body))
+			if err != nil {
+				t.Fatalf("%s, %s: %v", p, c.name, err)
+			}
+			if s.Whole.Has(change.PathsInput) || s.Whole.Has(change.CommitsInput) {
+				t.Errorf("%s, %s: holds %q whole, though it lists none of its commits", p, c.name, s.Whole)
+			}
+			if v, err := rules.Evaluate(context.Background(), s); err != nil || v.State == evaluate.Success {
+				t.Errorf("%s, %s: unread, the rules give %+v (%v), never success", p, c.name, v, err)
+			}
+		}
+		s, err := only(provider.Extract(p, hdr, push("refs/heads/main", later, []map[string]any{head})))
+		if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
+			t.Errorf("%s: a push listing its one commit holds %q whole (%v), want commits and paths", p, s.Whole, err)
+		}
+	}
+}

@@ -312,3 +312,34 @@ func TestAGitHubPushForcedBackPastTheRemovalOfAForbiddenFileFails(t *testing.T) 
 		t.Fatalf("%s %q, want a failure naming secrets/prod.pem", state, desc)
 	}
 }
+
+// A Gitea or Forgejo tag pushed at a commit that adds a forbidden file, end to end: the webhook
+// lists no commit and counts none, as Gitea's does for a new tag. The runner reads what the
+// tagged commit brings to the default branch, and fails it: the commit's status is never set
+// to success by its tag.
+func TestAGiteaTagPushedAtAForbiddenFileFails(t *testing.T) {
+	files := func(n int) []string {
+		if n == 2 {
+			return []string{"secrets/prod.env"}
+		}
+		return oneFile(n)
+	}
+	for _, c := range []struct {
+		kind   forgeKind
+		header string
+	}{{forgeKinds[0], "X-Gitea-Event"}, {forgeKinds[1], "X-Forgejo-Event"}} {
+		t.Run(c.kind.name, func(t *testing.T) {
+			w := newForgeWorld(t, c.kind, forgeRules)
+			w.history(2, capitalised, files)
+			b, _ := json.Marshal(map[string]any{"ref": "refs/tags/v1.0", "before": strings.Repeat("0", 40), "after": forgeCommit(2),
+				"commits": []any{}, "total_commits": 0, "head_commit": map[string]any{"id": forgeCommit(2), "message": capitalised(2)},
+				"repository": map[string]any{"full_name": forgeRepo}})
+			h := http.Header{}
+			h.Set(c.header, "push")
+			w.deliver(h, b)
+			if state, desc := w.verdict(2); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.env") {
+				t.Fatalf("%s %q, want a failure naming secrets/prod.env", state, desc)
+			}
+		})
+	}
+}
