@@ -45,6 +45,11 @@ type ghPush struct {
 // that many, and the rest are read from the API.
 const githubPushCommits = 2048
 
+// A Gitea or Forgejo push's listing is whole only when it lists the push's head: their webhook
+// for a new tag lists no commit and counts none (total_commits 0; services/repository/push.go
+// notifies a tag with an empty PushCommits, its head commit alone set), and so does their
+// webhook for a branch forced back to an older commit (before..after holds none).
+
 // giteaNewBranchCommits is the most commits Gitea's and Forgejo's webhook counts for a push
 // creating a branch: the newest of the head's history, whatever the branch brings to the
 // repository (services/repository/push.go: CommitsBeforeLimit(10) for a new ref, and
@@ -70,11 +75,13 @@ const giteaNewBranchCommits = 10
 // tree back (a file the branch removed since, restored) and lists nothing. The payload names
 // no commit's parents, so no listing shows that none is such a merge.
 func (p *ghPush) listsItsCommits() bool {
-	if p.Created || p.Forced || zeroSHA(p.Before) {
-		return false
-	}
+	return !p.Created && !p.Forced && !zeroSHA(p.Before) && p.lists(p.After)
+}
+
+// lists reports whether the payload lists commit id.
+func (p *ghPush) lists(id string) bool {
 	for _, c := range p.Commits {
-		if c.ID == p.After {
+		if c.ID == id {
 			return true
 		}
 	}
@@ -196,6 +203,10 @@ func fromGitHubEvent(provider, event string, body []byte) (Change, error) {
 			}
 		case s.Before == "" && total >= giteaNewBranchCommits:
 			s.Whole &^= CommitsInput | PathsInput // the head's history may hold more the branch brings
+		case !p.lists(p.After):
+			// A new tag (Gitea lists no commit and counts none) or a branch forced back (none
+			// in before..after): 0 of 0 is not what the push brings.
+			s.Whole &^= CommitsInput | PathsInput
 		}
 		return s, nil
 	case "pull_request":
