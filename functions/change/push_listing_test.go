@@ -223,3 +223,34 @@ func TestAGiteaPushListingNotItsHeadIsNotHeldWhole(t *testing.T) {
 		}
 	}
 }
+
+// Gitea and Forgejo list each commit's files against its first parent too (git log
+// --name-status -m --first-parent; a Gitea before 1.17 lists none of a merge's), and their
+// payload names no commit's parents either: a merge restoring a file the branch removed (made
+// with "git merge -s ours" on an older commit, fast-forwarded onto main) lists nothing, though
+// the push lists every commit and its head. Its paths are read, never held whole; its commits
+// stay whole.
+func TestAGiteaPushOfAMergeRestoringAFileIsNotHeldWholeForItsPaths(t *testing.T) {
+	const (
+		removal = "6113728f27ae82c7b1a177c8d03f9e96e0adf246"
+		merge   = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+	)
+	listed := map[string]any{"id": merge, "message": "Merge branch 'main' into restore", "added": []string{}, "removed": []string{}, "modified": []string{}}
+	b, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "before": removal, "after": merge, "commits": []any{listed},
+		"total_commits": 1, "head_commit": listed, "repository": map[string]any{"full_name": "gitea/webhooks"}})
+	rules := secretRules(t)
+	for _, p := range []string{"gitea", "forgejo"} {
+		hdr := http.Header{}
+		hdr.Set("X-Gitea-Event", "push")
+		s, err := only(provider.Extract(p, hdr, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Whole.Has(change.PathsInput) || !s.Whole.Has(change.CommitsInput) {
+			t.Errorf("%s: holds %q whole, want the commits and not the paths", p, s.Whole)
+		}
+		if v, err := rules.Evaluate(context.Background(), s); err != nil || v.State == evaluate.Success {
+			t.Errorf("%s: unread, the rules give %+v (%v), never success", p, v, err)
+		}
+	}
+}

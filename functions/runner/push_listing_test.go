@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/amiss-ci/amiss/functions/change"
+	"github.com/amiss-ci/amiss/functions/providerapi/gitea/giteatest"
 	"github.com/amiss-ci/amiss/functions/providerapi/github"
 	"github.com/amiss-ci/amiss/functions/providerapi/github/githubtest"
 )
@@ -341,5 +342,53 @@ func TestAGiteaTagPushedAtAForbiddenFileFails(t *testing.T) {
 				t.Fatalf("%s %q, want a failure naming secrets/prod.env", state, desc)
 			}
 		})
+	}
+}
+
+// A Gitea or Forgejo push restoring a forbidden file, end to end, two ways. Commit 1 added
+// secrets/prod.env, commit 2 removed it on main. A merge of main into commit 1 made with
+// "git merge -s ours" (commit 3, its tree commit 1's), onto which main fast-forwards, lists
+// nothing against its first parent; main forced from commit 2 back to commit 1 brings no
+// commit. Either restores the key; neither push ever succeeds.
+func TestAGiteaPushRestoringAForbiddenFileNeverSucceeds(t *testing.T) {
+	for _, c := range []struct {
+		kind   forgeKind
+		header string
+	}{{forgeKinds[0], "X-Gitea-Event"}, {forgeKinds[1], "X-Forgejo-Event"}} {
+		for _, p := range []struct {
+			name     string
+			head     int
+			listed   []int
+			wantPath bool // the verdict names the key (else it fails its paths unread)
+		}{
+			{"a merge taking an older tree", 3, []int{3}, false},
+			{"forced back past the removal", 1, nil, true},
+		} {
+			t.Run(c.kind.name+", "+p.name, func(t *testing.T) {
+				w := newForgeWorld(t, c.kind, forgeRules)
+				g := w.fake.(giteaForge)
+				g.AddCommit(forgeRepo, giteatest.Commit{SHA: forgeCommit(1), Parent: forgeCommit(0), Message: "Add the key",
+					Files: []giteatest.File{{Filename: "secrets/prod.env", Status: "added"}}})
+				g.AddCommit(forgeRepo, giteatest.Commit{SHA: forgeCommit(2), Parent: forgeCommit(1), Message: "Remove the key",
+					Files: []giteatest.File{{Filename: "secrets/prod.env", Status: "deleted"}}})
+				g.AddCommit(forgeRepo, giteatest.Commit{SHA: forgeCommit(3), Parent: forgeCommit(1), Merged: []string{forgeCommit(2)},
+					Message: "Merge branch 'main' into restore"})
+				commits := []any{}
+				for _, n := range p.listed {
+					commits = append(commits, map[string]any{"id": forgeCommit(n), "message": "Merge branch 'main' into restore",
+						"added": []string{}, "removed": []string{}, "modified": []string{}})
+				}
+				b, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "before": forgeCommit(2), "after": forgeCommit(p.head),
+					"commits": commits, "total_commits": len(commits), "repository": map[string]any{"full_name": forgeRepo}})
+				h := http.Header{}
+				h.Set(c.header, "push")
+				w.deliver(h, b)
+				state, desc := w.verdict(p.head)
+				if state != "failure" || p.wantPath && !strings.Contains(desc, "forbidden path secrets/prod.env") ||
+					!p.wantPath && !strings.Contains(desc, "changed paths (could not be read") {
+					t.Fatalf("%s %q, want a failure naming secrets/prod.env (or its paths unread)", state, desc)
+				}
+			})
+		}
 	}
 }
