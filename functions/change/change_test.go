@@ -55,7 +55,8 @@ func TestFixtures(t *testing.T) {
 		{"gitea", "X-Gitea-Event", "push", "gitea/push.json", change.Change{Event: "push", Repository: "gitea/webhooks",
 			SHA: "bffeb74224043ba2feb48d137756c8a9331c449a", Ref: "refs/heads/develop",
 			Commits: []change.Commit{{ID: "bffeb74224043ba2feb48d137756c8a9331c449a", Message: "fix: webhooks now sign the body\n"}},
-			Paths:   []string{"main.go", "old/config.pem"}, Before: "28e1879d029cb852e4844d9c718537df08844e03", Whole: change.AllInputs}},
+			Paths:   []string{"main.go", "old/config.pem"}, Before: "28e1879d029cb852e4844d9c718537df08844e03",
+			Whole: change.AllInputs &^ change.PathsInput}},
 		{"forgejo", "X-Forgejo-Event", "pull_request", "gitea/pull_request.json", change.Change{Event: "pull_request",
 			Repository: "gitea/webhooks", SHA: "8e9a4bd7a4c9f5d8b1a2c3d4e5f60718293a4b5c", Ref: "refs/heads/docs-window",
 			Pull: &change.Pull{Number: 7, Title: "docs: describe the replay window", TargetBranch: "main", SourceBranch: "docs-window",
@@ -325,8 +326,8 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // A push's payload holds its commits and changed paths whole only when the provider listed
 // every commit: GitLab lists the newest 20 (total_commits_count counts them all), Gitea and
 // Forgejo the newest few (total_commits), Bitbucket Cloud 5 (truncated) and no paths at all,
-// Bitbucket Data Center neither; GitHub lists up to 2,048, and its paths (each commit's
-// against its first parent) are never taken for what the push changes. A list that is not
+// Bitbucket Data Center neither; GitHub lists up to 2,048. GitHub's, Gitea's and Forgejo's
+// paths (each commit's against its first parent) are never taken for what the push changes. A list that is not
 // whole is read from the provider before a rule that needs it is evaluated.
 func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
@@ -340,7 +341,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 		{"gitlab, every commit listed", "gitlab", nil, string(load(t, "gitlab/push.json")), commitsAndPaths},
 		{"gitlab, 21 of 40", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2`, `"total_commits_count": 40`, 1), 0},
 		{"gitlab, no count", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2,`, ``, 1), 0},
-		{"gitea, every commit listed", "gitea", h("X-Gitea-Event", "push"), string(load(t, "gitea/push.json")), commitsAndPaths},
+		{"gitea, every commit listed", "gitea", h("X-Gitea-Event", "push"), string(load(t, "gitea/push.json")), change.CommitsInput},
 		{"gitea, 1 of 9", "gitea", h("X-Gitea-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1`, `"total_commits": 9`, 1), 0},
 		{"forgejo, no count", "forgejo", h("X-Forgejo-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1,`, ``, 1), 0},
 		{"bitbucket cloud, every commit", "bitbucket", h("X-Event-Key", "repo:push"), string(load(t, "bitbucket-cloud/push.json")), change.CommitsInput},

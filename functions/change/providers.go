@@ -45,7 +45,9 @@ type ghPush struct {
 // that many, and the rest are read from the API.
 const githubPushCommits = 2048
 
-// A Gitea or Forgejo push's listing is whole only when it lists the push's head: their webhook
+// A Gitea or Forgejo push's listing is never taken for its paths (each commit's files are what
+// it changes against its first parent, as on GitHub: see listsItsCommits), and for its commits
+// only when it lists the push's head: their webhook
 // for a new tag lists no commit and counts none (total_commits 0; services/repository/push.go
 // notifies a tag with an empty PushCommits, its head commit alone set), and so does their
 // webhook for a branch forced back to an older commit (before..after holds none).
@@ -201,12 +203,18 @@ func fromGitHubEvent(provider, event string, body []byte) (Change, error) {
 			if !p.listsItsCommits() {
 				s.Whole &^= CommitsInput // read from GitHub's comparison too
 			}
-		case s.Before == "" && total >= giteaNewBranchCommits:
-			s.Whole &^= CommitsInput | PathsInput // the head's history may hold more the branch brings
-		case !p.lists(p.After):
-			// A new tag (Gitea lists no commit and counts none) or a branch forced back (none
-			// in before..after): 0 of 0 is not what the push brings.
-			s.Whole &^= CommitsInput | PathsInput
+		default:
+			// Gitea and Forgejo list each commit's files against its first parent too, and name
+			// no commit's parents: the paths are read from the comparison.
+			s.Whole &^= PathsInput
+			switch {
+			case s.Before == "" && total >= giteaNewBranchCommits:
+				s.Whole &^= CommitsInput // the head's history may hold more the branch brings
+			case !p.lists(p.After):
+				// A new tag (Gitea lists no commit and counts none) or a branch forced back
+				// (none in before..after): 0 of 0 is not what the push brings.
+				s.Whole &^= CommitsInput
+			}
 		}
 		return s, nil
 	case "pull_request":

@@ -107,7 +107,7 @@ func TestAGitHubPushListingNotTheCommitsItBringsIsNotHeldWhole(t *testing.T) {
 // webhook notifier's TotalCommits is their number). An instance whose [ui]
 // FEED_MAX_COMMIT_NUM is 10 or more lists all 10 of 10: taken whole, a branch bringing 11
 // commits would pass the oldest unread. A listing of fewer than 10 is the head's whole
-// history, and stays whole.
+// history: its commits stay whole (its paths are read, as every Gitea push's).
 func TestAGiteaNewBranchsTenCommitListingIsNotHeldWhole(t *testing.T) {
 	hdr := http.Header{}
 	hdr.Set("X-Gitea-Event", "push")
@@ -128,8 +128,8 @@ func TestAGiteaNewBranchsTenCommitListingIsNotHeldWhole(t *testing.T) {
 			t.Errorf("%s: a new branch listing 10 of 10 commits holds %q whole (%v): its history may hold more it brings", p, s.Whole, err)
 		}
 		s, err = only(provider.Extract(p, hdr, push(9)))
-		if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
-			t.Errorf("%s: a new branch listing its history's 9 commits holds %q whole (%v), want commits and paths", p, s.Whole, err)
+		if err != nil || !s.Whole.Has(change.CommitsInput) {
+			t.Errorf("%s: a new branch listing its history's 9 commits holds %q whole (%v), want its commits", p, s.Whole, err)
 		}
 	}
 }
@@ -179,7 +179,7 @@ func TestAGitHubPushOfAMergeRestoringAFileIsNotHeldWholeForItsPaths(t *testing.T
 // set), and so does their webhook for a branch forced back to an older commit (the commits of
 // before..after, none). A listing of 0 of 0 commits is not every commit the push brings: its
 // commits and paths are read (a tag's from the default branch, as a new ref's), never passed
-// as none. A push listing its head stays whole.
+// as none. A push listing its head holds its commits whole.
 func TestAGiteaPushListingNotItsHeadIsNotHeldWhole(t *testing.T) {
 	const (
 		tagged = "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c" // adds secrets/prod.pem
@@ -218,8 +218,8 @@ func TestAGiteaPushListingNotItsHeadIsNotHeldWhole(t *testing.T) {
 			}
 		}
 		s, err := only(provider.Extract(p, hdr, push("refs/heads/main", later, []map[string]any{head})))
-		if err != nil || !s.Whole.Has(change.PathsInput|change.CommitsInput) {
-			t.Errorf("%s: a push listing its one commit holds %q whole (%v), want commits and paths", p, s.Whole, err)
+		if err != nil || !s.Whole.Has(change.CommitsInput) {
+			t.Errorf("%s: a push listing its one commit holds %q whole (%v), want its commits", p, s.Whole, err)
 		}
 	}
 }
