@@ -746,3 +746,32 @@ func TestAForcedPushDroppingMoreFilesThanAComparisonGivesIsReadCommitByCommit(t 
 		t.Fatalf("%d requests, want 7", n)
 	}
 }
+
+// A commit GitHub refuses half way through a push read commit by commit never leaves the paths
+// read so far as whole: a 404 (a permission, or a commit no longer there) leaves them unread,
+// naming the permission; a 409, 500 or 502 is an error, and the attempt is retried.
+func TestACommitRefusedHalfWayThroughAPushReadCommitByCommitIsNeverAPass(t *testing.T) {
+	for _, code := range []int{http.StatusNotFound, http.StatusConflict, http.StatusInternalServerError, http.StatusBadGateway} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.commits(1, 4, func(n int) []githubtest.ChangedFile { return files(fmt.Sprintf("docs/c%d", n), 100) })
+			w.history.Answer = func(op string, n int) int {
+				if op == githubtest.OpGetCommit && n >= 3 { // the third commit, asked again too
+					return code
+				}
+				return 0
+			}
+			s := pushOf(4, commitN(0))
+			got, err := w.reads().Inputs(s, change.CommitsInput|change.PathsInput)
+			if code != http.StatusNotFound {
+				if err == nil || got.Whole.Has(change.PathsInput) {
+					t.Fatalf("no error (whole %q): want the read retried", got.Whole)
+				}
+				return
+			}
+			if err != nil || got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), github.ContentsPermission) {
+				t.Fatalf("whole %q, unread %+v, %v: want the paths unread, naming %s", got.Whole, got.Unread, err, github.ContentsPermission)
+			}
+		})
+	}
+}
