@@ -429,3 +429,16 @@ func TestAPushIsReadAlongItsBranchsFirstParents(t *testing.T) {
 		})
 	}
 }
+
+// The paths a push's webhook listed are kept beside what a read of its paths gives, so that a
+// forbidden one is named even when the read leaves them unread.
+func TestAPushsListedPathsAreKeptWithWhatIsRead(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 1, each)
+	s := pushOf(-1, 1, 1)
+	s.Paths = []string{"secrets/prod.pem"}
+	got := w.read(s, change.PathsInput) // the push that created main: nothing to compare with
+	if got.Whole.Has(change.PathsInput) || !slices.Equal(got.Paths, []string{"secrets/prod.pem"}) {
+		t.Fatalf("whole %q, paths %v: want the listed path kept, the paths unread", got.Whole, got.Paths)
+	}
+}

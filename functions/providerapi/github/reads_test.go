@@ -775,3 +775,31 @@ func TestACommitRefusedHalfWayThroughAPushReadCommitByCommitIsNeverAPass(t *test
 		})
 	}
 }
+
+// The paths a push's webhook listed (each commit's, against its first parent) are paths its
+// commits change: a read of the push's paths keeps them beside what it reads, so that a
+// forbidden one is named even when the read leaves the paths unread (the push that created
+// the default branch names nothing to compare with).
+func TestAPushsListedPathsAreKeptWithWhatIsRead(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 1, modified("README.md"))
+	w.history.SetBranch(rerunRepo, "main", commitN(1))
+	for _, c := range []struct {
+		name   string
+		push   change.Change
+		whole  bool
+		listed []string
+		want   []string
+	}{
+		{"read whole", pushOf(1, commitN(0)), true, []string{"docs/old.md"}, []string{"docs/old.md", "README.md"}},
+		{"unread: the default branch created", func() change.Change { s := pushOf(1, ""); s.Ref = "refs/heads/main"; return s }(),
+			false, []string{"secrets/prod.pem"}, []string{"secrets/prod.pem"}},
+	} {
+		s := c.push
+		s.Paths = c.listed
+		got := w.reads().Must(s, change.CommitsInput|change.PathsInput)
+		if got.Whole.Has(change.PathsInput) != c.whole || !reflect.DeepEqual(got.Paths, c.want) {
+			t.Fatalf("%s: whole %q, paths %q, want %q", c.name, got.Whole, got.Paths, c.want)
+		}
+	}
+}
