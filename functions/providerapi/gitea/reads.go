@@ -250,7 +250,14 @@ func (c *Client) CheckRead(ctx context.Context, repo string) error {
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	name := displayName(s.Provider)
 	return providerapi.ReadInputs(s, need, name,
-		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) },
+		func(f *change.Change) (int, error) {
+			if need.Has(change.PathsInput) {
+				// A push webhook's lists (each commit's files against its first parent) name
+				// paths its commits change, though not always all it changes: kept.
+				providerapi.AddPaths(f, s.Paths...)
+			}
+			return c.fill(ctx, f, need)
+		},
 		func(err error) string { return refusalOf(name, err) })
 }
 

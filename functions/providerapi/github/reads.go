@@ -300,6 +300,11 @@ func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha 
 // are marked unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	return providerapi.ReadInputs(s, need, "GitHub", func(f *change.Change) (int, error) {
+		if need.Has(change.PathsInput) {
+			// A push webhook's lists (each commit's files against its first parent) name
+			// paths its commits change, though not always all it changes: kept.
+			providerapi.AddPaths(f, s.Paths...)
+		}
 		requests := 0
 		if need.Has(change.PullInput) && f.Pull == nil {
 			// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
