@@ -225,7 +225,7 @@ func TestAGiteaPushListingNotItsHeadIsNotHeldWhole(t *testing.T) {
 }
 
 // Gitea and Forgejo list each commit's files against its first parent too (git log
-// --name-status -m --first-parent; a Gitea before 1.17 lists none of a merge's), and their
+// --name-status -m --first-parent; an older Gitea lists none of a merge's), and their
 // payload names no commit's parents either: a merge restoring a file the branch removed (made
 // with "git merge -s ours" on an older commit, fast-forwarded onto main) lists nothing, though
 // the push lists every commit and its head. Its paths are read, never held whole; its commits
