@@ -35,7 +35,9 @@ func TestFixtures(t *testing.T) {
 		{"github", "X-GitHub-Event", "push", "github/push.json", change.Change{Event: "push", Repository: "octo-org/octo-repo",
 			SHA: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Ref: "refs/heads/main",
 			Commits: []change.Commit{{ID: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c", Message: "Update README.md\n\nMention the new endpoint."}},
-			Paths:   []string{"docs/endpoint.md", "README.md"}, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246", Whole: change.AllInputs}},
+			// The listing's paths are its commits' against their first parents: kept, not whole.
+			Paths: []string{"docs/endpoint.md", "README.md"}, Before: "6113728f27ae82c7b1a177c8d03f9e96e0adf246",
+			Whole: change.AllInputs &^ change.PathsInput}},
 		{"github", "X-GitHub-Event", "pull_request", "github/pull_request.json", change.Change{Event: "pull_request",
 			Repository: "octo-org/octo-repo", SHA: "ec26c3e57ca3a959ca5aad62de7213c562f8c821", Ref: "refs/heads/changes",
 			Pull: &change.Pull{Number: 2, Title: "feat(api): add the endpoint", TargetBranch: "main", SourceBranch: "changes",
@@ -53,7 +55,8 @@ func TestFixtures(t *testing.T) {
 		{"gitea", "X-Gitea-Event", "push", "gitea/push.json", change.Change{Event: "push", Repository: "gitea/webhooks",
 			SHA: "bffeb74224043ba2feb48d137756c8a9331c449a", Ref: "refs/heads/develop",
 			Commits: []change.Commit{{ID: "bffeb74224043ba2feb48d137756c8a9331c449a", Message: "fix: webhooks now sign the body\n"}},
-			Paths:   []string{"main.go", "old/config.pem"}, Before: "28e1879d029cb852e4844d9c718537df08844e03", Whole: change.AllInputs}},
+			Paths:   []string{"main.go", "old/config.pem"}, Before: "28e1879d029cb852e4844d9c718537df08844e03",
+			Whole: change.AllInputs &^ change.PathsInput}},
 		{"forgejo", "X-Forgejo-Event", "pull_request", "gitea/pull_request.json", change.Change{Event: "pull_request",
 			Repository: "gitea/webhooks", SHA: "8e9a4bd7a4c9f5d8b1a2c3d4e5f60718293a4b5c", Ref: "refs/heads/docs-window",
 			Pull: &change.Pull{Number: 7, Title: "docs: describe the replay window", TargetBranch: "main", SourceBranch: "docs-window",
@@ -219,9 +222,20 @@ func TestBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Whole.Has(change.CommitsInput) || !s.Whole.Has(change.PathsInput) || len(s.Commits) != change.MaxCommits ||
+	if s.Whole.Has(change.CommitsInput) || len(s.Commits) != change.MaxCommits || len(s.Paths) != 150 ||
 		len(s.Commits[0].Message) > change.MaxMessageBytes {
-		t.Fatalf("bounds not applied: %d commits, whole %v", len(s.Commits), s.Whole)
+		t.Fatalf("bounds not applied: %d commits, %d paths, whole %v", len(s.Commits), len(s.Paths), s.Whole)
+	}
+	// Paths within their bound stay as whole as they were; more are cut, and no longer whole.
+	for _, n := range []int{change.MaxPaths, change.MaxPaths + 1} {
+		c := change.Change{Whole: change.AllInputs}
+		for i := range n {
+			c.Paths = append(c.Paths, "p"+itoa(i))
+		}
+		c.Bound()
+		if cut := n > change.MaxPaths; len(c.Paths) != min(n, change.MaxPaths) || c.Whole.Has(change.PathsInput) == cut {
+			t.Fatalf("%d paths bound to %d, whole %v", n, len(c.Paths), c.Whole)
+		}
 	}
 	for _, c := range s.Commits {
 		if !utf8.ValidString(c.Message) {
@@ -312,8 +326,9 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // A push's payload holds its commits and changed paths whole only when the provider listed
 // every commit: GitLab lists the newest 20 (total_commits_count counts them all), Gitea and
 // Forgejo the newest few (total_commits), Bitbucket Cloud 5 (truncated) and no paths at all,
-// Bitbucket Data Center neither; GitHub lists up to 2,048. A list that is not whole is read
-// from the provider before a rule that needs it is evaluated.
+// Bitbucket Data Center neither; GitHub lists up to 2,048. GitHub's, Gitea's and Forgejo's
+// paths (each commit's against its first parent) are never taken for what the push changes. A list that is not
+// whole is read from the provider before a rule that needs it is evaluated.
 func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
 	const commitsAndPaths = change.CommitsInput | change.PathsInput
@@ -326,13 +341,13 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 		{"gitlab, every commit listed", "gitlab", nil, string(load(t, "gitlab/push.json")), commitsAndPaths},
 		{"gitlab, 21 of 40", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2`, `"total_commits_count": 40`, 1), 0},
 		{"gitlab, no count", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2,`, ``, 1), 0},
-		{"gitea, every commit listed", "gitea", h("X-Gitea-Event", "push"), string(load(t, "gitea/push.json")), commitsAndPaths},
+		{"gitea, every commit listed", "gitea", h("X-Gitea-Event", "push"), string(load(t, "gitea/push.json")), change.CommitsInput},
 		{"gitea, 1 of 9", "gitea", h("X-Gitea-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1`, `"total_commits": 9`, 1), 0},
 		{"forgejo, no count", "forgejo", h("X-Forgejo-Event", "push"), strings.Replace(string(load(t, "gitea/push.json")), `"total_commits": 1,`, ``, 1), 0},
 		{"bitbucket cloud, every commit", "bitbucket", h("X-Event-Key", "repo:push"), string(load(t, "bitbucket-cloud/push.json")), change.CommitsInput},
 		{"bitbucket cloud, truncated", "bitbucket", h("X-Event-Key", "repo:push"), strings.Replace(string(load(t, "bitbucket-cloud/push.json")), `"truncated": false`, `"truncated": true`, 1), 0},
 		{"bitbucket data center", "bitbucket", h("X-Event-Key", "repo:refs_changed"), string(load(t, "bitbucket-dc/refs_changed.json")), 0},
-		{"github", "github", h("X-GitHub-Event", "push"), string(load(t, "github/push.json")), commitsAndPaths},
+		{"github", "github", h("X-GitHub-Event", "push"), string(load(t, "github/push.json")), change.CommitsInput},
 	}
 	for _, c := range cases {
 		if c.h == nil {

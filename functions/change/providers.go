@@ -45,6 +45,13 @@ type ghPush struct {
 // that many, and the rest are read from the API.
 const githubPushCommits = 2048
 
+// A Gitea or Forgejo push's listing is never taken for its paths (each commit's files are what
+// it changes against its first parent, as on GitHub: see listsItsCommits), and for its commits
+// only when it lists the push's head: their webhook
+// for a new tag lists no commit and counts none (total_commits 0; services/repository/push.go
+// notifies a tag with an empty PushCommits, its head commit alone set), and so does their
+// webhook for a branch forced back to an older commit (before..after holds none).
+
 // giteaNewBranchCommits is the most commits Gitea's and Forgejo's webhook counts for a push
 // creating a branch: the newest of the head's history, whatever the branch brings to the
 // repository (services/repository/push.go: CommitsBeforeLimit(10) for a new ref, and
@@ -61,12 +68,22 @@ const giteaNewBranchCommits = 10
 // that another branch had, and a forced push lists none of them at times, its head new or
 // not. So the listing is taken for the push's commits only when the push neither creates its
 // branch nor is forced, and lists its head commit.
+//
+// It is never taken for the push's paths. Each commit's added, removed and modified lists are
+// what the commit changes against its first parent, as GitHub shows a commit (a merge's
+// too), and a push whose merge does not have the branch's earlier commit as its first parent
+// changes paths on the branch that none of its commits changes so: a merge of the branch made
+// with "git merge -s ours" on an older commit, fast-forwarded onto the branch, takes the older
+// tree back (a file the branch removed since, restored) and lists nothing. The payload names
+// no commit's parents, so no listing shows that none is such a merge.
 func (p *ghPush) listsItsCommits() bool {
-	if p.Created || p.Forced || zeroSHA(p.Before) {
-		return false
-	}
+	return !p.Created && !p.Forced && !zeroSHA(p.Before) && p.lists(p.After)
+}
+
+// lists reports whether the payload lists commit id.
+func (p *ghPush) lists(id string) bool {
 	for _, c := range p.Commits {
-		if c.ID == p.After {
+		if c.ID == id {
 			return true
 		}
 	}
@@ -179,10 +196,25 @@ func fromGitHubEvent(provider, event string, body []byte) (Change, error) {
 		}
 		s.Whole = pushWhole(len(p.Commits), total, githubPushCommits)
 		switch {
-		case provider == "github" && !p.listsItsCommits():
-			s.Whole &^= CommitsInput | PathsInput // read from GitHub's comparison instead
-		case provider != "github" && s.Before == "" && total >= giteaNewBranchCommits:
-			s.Whole &^= CommitsInput | PathsInput // the head's history may hold more the branch brings
+		case provider == "github":
+			// The paths are read from GitHub's comparison: the listing's are its commits'
+			// against their first parents, not what the push changes on its branch.
+			s.Whole &^= PathsInput
+			if !p.listsItsCommits() {
+				s.Whole &^= CommitsInput // read from GitHub's comparison too
+			}
+		default:
+			// Gitea and Forgejo list each commit's files against its first parent too, and name
+			// no commit's parents: the paths are read from the comparison.
+			s.Whole &^= PathsInput
+			switch {
+			case s.Before == "" && total >= giteaNewBranchCommits:
+				s.Whole &^= CommitsInput // the head's history may hold more the branch brings
+			case !p.lists(p.After):
+				// A new tag (Gitea lists no commit and counts none) or a branch forced back
+				// (none in before..after): 0 of 0 is not what the push brings.
+				s.Whole &^= CommitsInput
+			}
 		}
 		return s, nil
 	case "pull_request":

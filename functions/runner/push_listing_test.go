@@ -103,17 +103,20 @@ func TestAGitHubPushOfACommitPushedBeforeFailsOnItsForbiddenFile(t *testing.T) {
 			}
 		})
 	}
-	// A push listing its head, neither forced nor creating its branch, is evaluated on what its
-	// webhook lists: nothing is read.
+	// A push listing its head, neither forced nor creating its branch, is evaluated on the
+	// commits its webhook lists; its paths are read from its comparison, one request.
 	w := newForgeWorld(t, githubKind, forgeRules)
 	w.history(3, capitalised, oneFile)
 	w.fake.branch("main", 3)
 	s := w.deliver(githubPushBody("refs/heads/main", forgeCommit(2), 3, false, 3))
-	if !s.Whole.Has(change.PathsInput | change.CommitsInput) {
+	if !s.Whole.Has(change.CommitsInput) {
 		t.Fatalf("a push of one new commit holds %q whole", s.Whole)
 	}
 	if state, desc := w.verdict(3); state != "success" {
 		t.Fatalf("a clean push: %s %q", state, desc)
+	}
+	if n := w.fake.(githubForge).Requests(githubtest.OpCompareCommits); n != 1 {
+		t.Fatalf("%d comparisons read for a push of one new commit, want 1", n)
 	}
 }
 

@@ -140,6 +140,10 @@ type Commit struct {
 	Commit struct {
 		Message string `json:"message"`
 	} `json:"commit"`
+	// Parents are the commit's parents, the first first.
+	Parents []struct {
+		SHA string `json:"sha"`
+	} `json:"parents"`
 	Files *[]struct {
 		Filename string `json:"filename"`
 	} `json:"files"`
@@ -246,7 +250,14 @@ func (c *Client) CheckRead(ctx context.Context, repo string) error {
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	name := displayName(s.Provider)
 	return providerapi.ReadInputs(s, need, name,
-		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) },
+		func(f *change.Change) (int, error) {
+			if need.Has(change.PathsInput) {
+				// A push webhook's lists (each commit's files against its first parent) name
+				// paths its commits change, though not always all it changes: kept.
+				providerapi.AddPaths(f, s.Paths...)
+			}
+			return c.fill(ctx, f, need)
+		},
 		func(err error) string { return refusalOf(name, err) })
 }
 
@@ -292,21 +303,109 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			return err
 		}
 		addComparison(s, need, cmp)
-		return nil
+		if !need.Has(change.PathsInput) || !s.Whole.Has(change.PathsInput) {
+			return nil
+		}
+		n, err := c.checkFirstParents(ctx, s, base, cmp)
+		requests += n
+		return err
 	})
 	return requests, err
+}
+
+// checkFirstParents makes sure the paths a comparison's commits change are what s's commit
+// changes since base, adding those a push changes back, or marks them unread. Gitea lists a
+// commit's files against its first parent (a merge's too), so their union is what the commit
+// changes only along its first parents, from where that line leaves the comparison:
+//
+//   - a push whose head leads back to before along first parents: nothing else to read;
+//   - otherwise, a push forced (it drops before's commits) or one merging its branch into
+//     another line: the comparison sha...before lists the commits it drops, which it changes
+//     back, read with their files when before's first-parent line leaves them where the
+//     head's leaves the push's (both lines meet there, and the two comparisons' files together
+//     are all it changes); a merge that does not (taking another line's tree, which may restore
+//     what the branch removed) leaves the paths unread;
+//   - a comparison from a branch (a new branch's from the default branch, a pull request's that
+//     moved on, from its target): its line meets the branch at the merge base when no commit
+//     of it is a merge; one that merges leaves the paths unread.
+//
+// It answers the requests it made.
+func (c *Client) checkFirstParents(ctx context.Context, s *change.Change, base string, cmp Comparison) (int, error) {
+	exit := firstParentExit(cmp.Commits, s.SHA)
+	switch {
+	case s.Before == "" || base != s.Before:
+		for _, c := range cmp.Commits {
+			if len(c.Parents) > 1 {
+				s.MarkUnread(change.PathsInput, fmt.Sprintf("commit %.8s merges: Gitea lists a commit's files against its first parent, "+
+					"which does not give what a merge changes since %s", c.SHA, base))
+				break
+			}
+		}
+		return 0, nil
+	case exit == s.Before:
+		return 0, nil
+	}
+	back, err := c.Compare(ctx, s.Repository, s.SHA, s.Before)
+	if err != nil {
+		return 1, err
+	}
+	if exit == "" || firstParentExit(back.Commits, s.Before) != exit {
+		s.MarkUnread(change.PathsInput, fmt.Sprintf("commit %.8s does not lead back to %.8s along first parents, nor meet its line "+
+			"(a merge of the branch into another line): Gitea lists a commit's files against its first parent, "+
+			"which does not give what the push changes", s.SHA, s.Before))
+		return 1, nil
+	}
+	// The dropped commits' paths: the push changes them back. Their commits are not its own.
+	addComparisonPaths(s, change.PathsInput, back)
+	return 1, nil
+}
+
+// firstParentExit is the first commit of head's first-parent line that commits do not list
+// (head itself when they do not list it), or "" when the line ends at a root within them.
+func firstParentExit(commits []Commit, head string) string {
+	byID := make(map[string]Commit, len(commits))
+	for _, c := range commits {
+		byID[c.SHA] = c
+	}
+	id := head
+	for range len(commits) + 1 {
+		c, listed := byID[id]
+		if !listed {
+			return id
+		}
+		if len(c.Parents) == 0 {
+			return ""
+		}
+		id = c.Parents[0].SHA
+	}
+	return "" // a cycle: no history Gitea lists
 }
 
 // createdDefault is why the push that created the default branch is not read.
 const createdDefault = "the push created the repository's default branch: no earlier commit names where its commits begin"
 
-// addComparison adds a comparison's commits (oldest first) and the files they change.
+// addComparison adds a comparison's commits (oldest first) as need asks, and the files they
+// change.
 func addComparison(s *change.Change, need change.Inputs, cmp Comparison) {
+	for i := len(cmp.Commits) - 1; i >= 0; i-- {
+		c := cmp.Commits[i]
+		if need.Has(change.CommitsInput) { // else they are the webhook's, held whole
+			s.Commits = append(s.Commits, change.Commit{ID: c.SHA, Message: c.Commit.Message})
+		}
+	}
+	if cmp.TotalCommits > len(cmp.Commits) {
+		s.MarkUnread(need&change.CommitsInput, fmt.Sprintf("Gitea's comparison lists %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
+	}
+	addComparisonPaths(s, need, cmp)
+}
+
+// addComparisonPaths adds the files a comparison's commits change, oldest first, and marks
+// the paths unread (as need asks) when it does not list every commit with its files.
+func addComparisonPaths(s *change.Change, need change.Inputs, cmp Comparison) {
 	withoutFiles := false
 	var paths []string
 	for i := len(cmp.Commits) - 1; i >= 0; i-- {
 		c := cmp.Commits[i]
-		s.Commits = append(s.Commits, change.Commit{ID: c.SHA, Message: c.Commit.Message})
 		if c.Files == nil {
 			withoutFiles = true
 			continue
@@ -316,9 +415,6 @@ func addComparison(s *change.Change, need change.Inputs, cmp Comparison) {
 		}
 	}
 	providerapi.AddPaths(s, paths...)
-	if cmp.TotalCommits > len(cmp.Commits) {
-		s.MarkUnread(need&change.CommitsInput, fmt.Sprintf("Gitea's comparison lists %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
-	}
 	if withoutFiles || cmp.TotalCommits > len(cmp.Commits) {
 		s.MarkUnread(need&change.PathsInput, "Gitea's comparison does not list the files of every commit (an older Gitea lists none)")
 	}

@@ -360,3 +360,85 @@ func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
 		return gitea.NewClient(u, "rt", hc).Read(context.Background(), s, change.PathsInput)
 	})
 }
+
+// A push whose webhook listed its commits whole has only its paths read: the comparison gives
+// them, and the webhook's commits stay as they were, not listed twice.
+func TestAPushsPathsReadAloneKeepTheCommitsItsWebhookListed(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 3, each)
+	s := pushOf(0, 3, 3)
+	s.Whole |= change.CommitsInput
+	got := w.read(s, change.PathsInput)
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || !slices.Equal(ids(got), commitsFrom(1, 3)) {
+		t.Fatalf("whole %q, unread %+v, commits %v: want the listed 3 kept, whole", got.Whole, got.Unread, ids(got))
+	}
+	if !slices.Equal(got.Paths, []string{"f1.go", "f2.go", "f3.go"}) {
+		t.Fatalf("paths %v", got.Paths)
+	}
+}
+
+// Gitea's comparison lists each commit with its files against its first parent: their union is
+// what a push changes on its branch only along the branch's first parents. Commit 0 added
+// secrets/prod.pem, commit 1 (main, the push's before) removed it; commit 2 is on commit 0.
+//   - a merge into the branch (first parent main) is read whole, the merged commit's own files
+//     (a key commit 2 adds) among its paths;
+//   - a merge of main into commit 2 taking commit 2's tree ("git merge -s ours"), onto which main
+//     fast-forwards, restores the key no commit lists: its paths are unread;
+//   - main forced back to commit 0, or to commit 2, drops commit 1 and restores the key: its
+//     paths name it, read from the comparison of what it drops, whose commits are not its own.
+func TestAPushIsReadAlongItsBranchsFirstParents(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		merge   *giteatest.Commit
+		head    int
+		paths   []string // nil: unread
+		commits []string
+	}{
+		{"a merge into the branch", &giteatest.Commit{SHA: commitN(3), Parent: commitN(1), Merged: []string{commitN(2)}, Message: "Merge",
+			Files: []giteatest.File{{Filename: "secrets/key.pem", Status: "added"}, {Filename: "secrets/prod.pem", Status: "added"}}},
+			3, []string{"secrets/key.pem", "secrets/prod.pem"}, []string{commitN(2), commitN(3)}},
+		{"a merge of the branch into an older line", &giteatest.Commit{SHA: commitN(3), Parent: commitN(2), Merged: []string{commitN(1)},
+			Message: "Merge branch 'main'"}, 3, nil, []string{commitN(2), commitN(3)}},
+		{"forced back", nil, 0, []string{"secrets/prod.pem"}, nil},
+		{"forced onto a rewritten commit", nil, 2, []string{"secrets/key.pem", "secrets/prod.pem"}, []string{commitN(2)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newReadWorld(t)
+			w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(0), Message: "Root", Files: []giteatest.File{{Filename: "secrets/prod.pem", Status: "added"}}})
+			w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(1), Parent: commitN(0), Message: "Remove the key",
+				Files: []giteatest.File{{Filename: "secrets/prod.pem", Status: "deleted"}}})
+			w.gitea.AddCommit(readRepo, giteatest.Commit{SHA: commitN(2), Parent: commitN(0), Message: "Add a key",
+				Files: []giteatest.File{{Filename: "secrets/key.pem", Status: "added"}}})
+			if c.merge != nil {
+				w.gitea.AddCommit(readRepo, *c.merge)
+			}
+			s := pushOf(1, c.head, 0)
+			got := w.read(s, change.CommitsInput|change.PathsInput)
+			if !slices.Equal(ids(got), c.commits) || !got.Whole.Has(change.CommitsInput) {
+				t.Fatalf("commits %v (whole %q), want %v", ids(got), got.Whole, c.commits)
+			}
+			if c.paths == nil {
+				if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "first parent") {
+					t.Fatalf("whole %q, unread %+v, paths %v: want the paths unread, naming the first parents", got.Whole, got.Unread, got.Paths)
+				}
+				return
+			}
+			if !got.Whole.Has(change.PathsInput) || !slices.Equal(got.Paths, c.paths) {
+				t.Fatalf("whole %q, unread %+v, paths %v, want %v", got.Whole, got.Unread, got.Paths, c.paths)
+			}
+		})
+	}
+}
+
+// The paths a push's webhook listed are kept beside what a read of its paths gives, so that a
+// forbidden one is named even when the read leaves them unread.
+func TestAPushsListedPathsAreKeptWithWhatIsRead(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 1, each)
+	s := pushOf(-1, 1, 1)
+	s.Paths = []string{"secrets/prod.pem"}
+	got := w.read(s, change.PathsInput) // the push that created main: nothing to compare with
+	if got.Whole.Has(change.PathsInput) || !slices.Equal(got.Paths, []string{"secrets/prod.pem"}) {
+		t.Fatalf("whole %q, paths %v: want the listed path kept, the paths unread", got.Whole, got.Paths)
+	}
+}

@@ -141,6 +141,10 @@ type Commit struct {
 	Commit struct {
 		Message string `json:"message"`
 	} `json:"commit"`
+	// Parents are the commit's parents, the first first.
+	Parents []struct {
+		SHA string `json:"sha"`
+	} `json:"parents"`
 }
 
 // Repo is what repos/get says of a repository, as far as read.
@@ -190,16 +194,24 @@ func (c *Client) PullCommits(ctx context.Context, installation int64, repo strin
 		"the pull request's commits", PullsPermission, PullCommitsListed)
 }
 
-// Comparison is what repos/compare-commits says of base...head, as far as read.
+// Comparison is what repos/compare-commits says of base...head, as far as read: its files
+// are what head changes since the merge base of the two, its commits head's that base lacks.
 type Comparison struct {
-	TotalCommits int           `json:"total_commits"`
-	Commits      []Commit      `json:"commits"`
-	Files        []ChangedFile `json:"files"`
+	TotalCommits int `json:"total_commits"`
+	// BehindBy counts base's commits that head lacks.
+	BehindBy int           `json:"behind_by"`
+	Commits  []Commit      `json:"commits"`
+	Files    []ChangedFile `json:"files"`
+	// MergeBase is the merge base of base and head.
+	MergeBase struct {
+		SHA string `json:"sha"`
+	} `json:"merge_base_commit"`
 }
 
 // Compare reads base...head: its files (GitHub gives them, at most 300, on the first page) and
 // its commits, oldest first; when there are more than newest, only the newest (at least newest
-// of them) are read, from the last pages.
+// of them) are read, from the last pages. newest 0 reads the first page alone (its files, and
+// its commits, the oldest 100).
 func (c *Client) Compare(ctx context.Context, installation int64, repo, base, head string, newest int) (Comparison, error) {
 	rp, err := RepoPath(repo)
 	if err != nil {
@@ -211,7 +223,7 @@ func (c *Client) Compare(ctx context.Context, installation int64, repo, base, he
 		return Comparison{}, err
 	}
 	last := (first.TotalCommits + perPage - 1) / perPage
-	if last <= 1 {
+	if last <= 1 || newest <= 0 {
 		return first, nil
 	}
 	// The last page may be short: the newest commits span the last ceil(newest/perPage)+1.
@@ -288,6 +300,11 @@ func (c *Client) CommitFiles(ctx context.Context, installation int64, repo, sha 
 // are marked unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	return providerapi.ReadInputs(s, need, "GitHub", func(f *change.Change) (int, error) {
+		if need.Has(change.PathsInput) {
+			// A push webhook's lists (each commit's files against its first parent) name
+			// paths its commits change, though not always all it changes: kept.
+			providerapi.AddPaths(f, s.Paths...)
+		}
 		requests := 0
 		if need.Has(change.PullInput) && f.Pull == nil {
 			// A re-run whose webhook names no pull request (a fork's, or a whole check suite's)
@@ -371,12 +388,14 @@ const MaxReadCommits = 1000
 // read commit by commit instead: its paths are every path its commits change, each commit's
 // files read with repos/get-commit, as a push webhook's added, removed and modified lists give
 // them. The reads are bounded: at most MaxPushCommitsRead commits, and MaxPushFilesRead files
-// in all (GitHub's own bound on one commit's listing). Past either, the paths are not held
-// whole and the path rule fails closed, naming the bound.
+// in all (GitHub's own bound on one commit's listing), for the commits a forced push drops and
+// those it brings together. Past either, the paths are not held whole and the path rule fails
+// closed, naming the bound.
 //
 // The bounds come from the time an evaluation has and the requests it may make. Its reads are
 // sent one after another within the runner's time: in Lambda the runner's 180 s timeout less
-// its margins, about 170 s for the comparison, these reads and the evaluation. A route's
+// its margins, about 170 s for the comparisons (two for a forced push), these reads and the
+// evaluation. A route's
 // timeout (30 s by default) bounds one request; GitHub ends any it takes more than 10 s to
 // process, and answers a commit's page in well under a second as a rule. A commit costs one
 // request, and one more a further page of 100 files: at most 50 + 3000/100 = 80 requests,
@@ -421,17 +440,26 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		requests++
 		return "refs/heads/" + repo.DefaultBranch, repo.DefaultBranch, err
 	}, "the push created the repository's default branch: no earlier commit names where its commits begin", func(base string) error {
-		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, MaxReadCommits)
-		requests += 1 + max(0, (min(cmp.TotalCommits, MaxReadCommits)-1)/perPage)
+		// The commits past the first page are read only when need asks for them: reading
+		// commit by commit takes at most MaxPushCommitsRead, all on the first page.
+		newest := 0
+		if need.Has(change.CommitsInput) {
+			newest = MaxReadCommits
+		}
+		cmp, err := c.Compare(ctx, s.Installation, s.Repository, base, s.SHA, newest)
+		requests += 1 + max(0, (min(cmp.TotalCommits, newest)-1)/perPage)
 		if err != nil {
 			return err
 		}
 		addFiles(s, cmp.Files)
-		addCommits(s, cmp.Commits)
+		if need.Has(change.CommitsInput) { // else they are the webhook's, held whole
+			addCommits(s, cmp.Commits)
+		}
+		budget := &readBudget{commits: MaxPushCommitsRead, files: MaxPushFilesRead}
 		switch {
 		case len(cmp.Files) < CompareFilesGiven:
 		case push && need.Has(change.PathsInput):
-			n, err := c.addCommitsFiles(ctx, s, cmp)
+			n, err := c.addCommitsFiles(ctx, s, cmp, s.SHA, "the push's", budget)
 			requests += n
 			if err != nil {
 				return err
@@ -441,31 +469,69 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 			// its commits' own files do not give.
 			cut(s, change.PathsInput, "at most 300 files of a comparison")
 		}
-		if cmp.TotalCommits > len(cmp.Commits) {
+		if need.Has(change.CommitsInput) && cmp.TotalCommits > len(cmp.Commits) {
 			cut(s, change.CommitsInput, fmt.Sprintf("%d commits of this comparison; amiss reads the newest %d", cmp.TotalCommits, MaxReadCommits))
+		}
+		if push && need.Has(change.PathsInput) && s.Before != "" && base == s.Before && cmp.BehindBy > 0 {
+			n, err := c.addDropped(ctx, s, budget)
+			requests += n
+			return err
 		}
 		return nil
 	})
 	return requests, err
 }
 
+// readBudget is what is left of the commits and files a push's reads commit by commit may take
+// (MaxPushCommitsRead, MaxPushFilesRead), for what it brings and what it drops together.
+type readBudget struct{ commits, files int }
+
+// addDropped adds to s the paths that the commits a push drops changed (a forced push: its
+// comparison is behind its earlier commit): the push changes them back on its branch, and
+// GitHub's comparison before...sha, what sha changes since the merge base, does not name
+// them. They are what before changes since the same merge base, the comparison sha...before,
+// read as a push's comparison is (commit by commit, within what is left of budget, when it
+// gives 300 files); its commits are not the push's. It answers the requests it made.
+func (c *Client) addDropped(ctx context.Context, s *change.Change, budget *readBudget) (requests int, err error) {
+	back, err := c.Compare(ctx, s.Installation, s.Repository, s.SHA, s.Before, 0)
+	if err != nil {
+		return 1, err
+	}
+	addFiles(s, back.Files)
+	if len(back.Files) < CompareFilesGiven || !s.Whole.Has(change.PathsInput) {
+		return 1, nil
+	}
+	n, err := c.addCommitsFiles(ctx, s, back, s.Before, "the dropped", budget)
+	return 1 + n, err
+}
+
 // addCommitsFiles adds to s the paths cmp's commits change, read commit by commit (the files
 // of cmp itself, CompareFilesGiven of them, are GitHub's cut), within MaxPushCommitsRead
-// commits and MaxPushFilesRead files; past either, or when cmp does not list each of its
-// commits, the paths are marked unread, those read kept. It answers the requests it made.
-func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comparison) (requests int, err error) {
+// commits and MaxPushFilesRead files (what budget has left of them); past either, or when cmp
+// does not list each of its commits, the paths are marked unread, those read kept; whose names
+// the commits in the reason. GitHub lists a commit's files against its first parent (a merge's
+// too), so their union is what head (cmp's) changes since the merge base only when head leads
+// back to it along first parents: otherwise (a merge of the
+// branch into another line, which may take that line's tree back) the paths are marked unread,
+// and no commit is read. It answers the requests it made.
+func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comparison, head, whose string, budget *readBudget) (requests int, err error) {
 	switch {
-	case cmp.TotalCommits > MaxPushCommitsRead:
-		s.MarkUnread(change.PathsInput, fmt.Sprintf("the push's %d commits change 300 files or more; amiss reads the files of at most %d commits",
-			cmp.TotalCommits, MaxPushCommitsRead))
+	case cmp.TotalCommits > budget.commits:
+		s.MarkUnread(change.PathsInput, fmt.Sprintf("%s %d commits change 300 files or more; amiss reads the files of at most %d commits",
+			whose, cmp.TotalCommits, MaxPushCommitsRead))
 		return 0, nil
 	case len(cmp.Commits) == 0 || len(cmp.Commits) != cmp.TotalCommits:
 		s.MarkUnread(change.PathsInput, fmt.Sprintf("GitHub's comparison gives 300 files, and %d of its %d commits", len(cmp.Commits), cmp.TotalCommits))
 		return 0, nil
+	case !firstParentsReach(cmp, head):
+		s.MarkUnread(change.PathsInput, fmt.Sprintf("GitHub's comparison gives 300 files, and commit %.8s does not lead back to %.8s "+
+			"along first parents (it merges the branch into another line): its commits' files, each against its first parent, "+
+			"are not what it changes", head, cmp.MergeBase.SHA))
+		return 0, nil
 	}
-	left := MaxPushFilesRead
+	budget.commits -= len(cmp.Commits)
 	for _, commit := range cmp.Commits {
-		_, files, pages, err := c.CommitFiles(ctx, s.Installation, s.Repository, commit.SHA, left)
+		_, files, pages, err := c.CommitFiles(ctx, s.Installation, s.Repository, commit.SHA, budget.files)
 		requests += pages
 		if err != nil {
 			return requests, err
@@ -475,13 +541,34 @@ func (c *Client) addCommitsFiles(ctx context.Context, s *change.Change, cmp Comp
 		case len(files) >= CommitFilesListed:
 			s.MarkUnread(change.PathsInput, fmt.Sprintf("commit %.8s changes 3,000 files or more; GitHub lists at most 3,000 of a commit", commit.SHA))
 			return requests, nil
-		case len(files) >= left:
+		case len(files) >= budget.files:
 			s.MarkUnread(change.PathsInput, "the push's commits change 3,000 files or more in all; amiss reads at most 3,000")
 			return requests, nil
 		}
-		left -= len(files)
+		budget.files -= len(files)
 	}
 	return requests, nil
+}
+
+// firstParentsReach reports whether head leads to cmp's merge base along first parents through
+// cmp's commits (which are every commit of head that the base lacks).
+func firstParentsReach(cmp Comparison, head string) bool {
+	byID := make(map[string]Commit, len(cmp.Commits))
+	for _, c := range cmp.Commits {
+		byID[c.SHA] = c
+	}
+	id := head
+	for range len(cmp.Commits) + 1 {
+		c, listed := byID[id]
+		if !listed {
+			return id != "" && id == cmp.MergeBase.SHA
+		}
+		if len(c.Parents) == 0 {
+			return false // a root: no merge base on its line
+		}
+		id = c.Parents[0].SHA
+	}
+	return false // a cycle: no history GitHub gives
 }
 
 // fillPull reads the pull request: its title and branches as need asks, and, when its head is

@@ -460,7 +460,7 @@ func TestAPushWhoseComparisonGitHubCutsIsReadCommitByCommit(t *testing.T) {
 		before   string
 		requests int // the comparison, the repository for a new branch, and 6 pages of commits
 	}{
-		{"forced over a rewritten commit", commitN(90), 7},
+		{"forced over a rewritten commit", commitN(90), 8}, // and the comparison of what it drops
 		{"creating its branch", "", 8},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -592,5 +592,214 @@ func TestACommitsFilesAreReadToTheLastPageWhateverTheirSize(t *testing.T) {
 	_, got, pages, err := github.NewTokenClient(srv.URL, "ghp_token", srv.Client()).CommitFiles(context.Background(), 0, rerunRepo, commitN(1), 3000)
 	if err != nil || len(got) != total || pages != 3 || got[total-1].Filename != fmt.Sprintf("f%d.go", total-1) {
 		t.Fatalf("read %d files in %d pages (%v), want %d in 3", len(got), pages, err, total)
+	}
+}
+
+// A push whose webhook listed its commits whole has only its paths read: the comparison's first
+// page gives them, in one request whatever the number of commits, and the webhook's commits
+// stay as they were, neither listed twice nor marked unread past the first page's 100.
+func TestAPushsPathsReadAloneKeepTheCommitsItsWebhookListed(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 150, func(n int) []githubtest.ChangedFile {
+		if n == 75 {
+			return modified("secrets/prod.pem")(n)
+		}
+		return modified(fmt.Sprintf("f%d.go", n))(n)
+	})
+	s := pushOf(150, commitN(0))
+	for n := 51; n <= 150; n++ { // the newest 100, as a change keeps them
+		s.Commits = append(s.Commits, change.Commit{ID: commitN(n), Message: fmt.Sprintf("Commit %d", n)})
+	}
+	s.Whole |= change.CommitsInput
+	listed := slices.Clone(s.Commits)
+	got := w.reads().Must(s, change.PathsInput)
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || !reflect.DeepEqual(got.Commits, listed) {
+		t.Fatalf("whole %q, unread %+v, %d commits: want the listed 100 kept, whole", got.Whole, got.Unread, len(got.Commits))
+	}
+	if len(got.Paths) != 150 || !slices.Contains(got.Paths, "secrets/prod.pem") {
+		t.Fatalf("%d paths read, want the comparison's 150", len(got.Paths))
+	}
+	if n := w.history.Requests(githubtest.OpCompareCommits); n != 1 || !strings.HasSuffix(got.Read[0], "(1 requests)") {
+		t.Fatalf("%d comparison requests, read %q: want one", n, got.Read)
+	}
+}
+
+// A push whose comparison GitHub cuts at 300 files is read commit by commit only while its
+// commits' own files, each against its first parent (as GitHub lists a commit's, a merge's too),
+// add up to what it changes on its branch: while its head leads back to the comparison's merge
+// base along first parents. A merge into the branch (its first parent the branch's earlier
+// commit) is read so: the merged commits are the comparison's too, and a forbidden file one of
+// them adds, past GitHub's 300, is found. A merge of the branch into an older line (made with
+// "git merge -s ours" on a commit from before the branch removed secrets/prod.pem, then
+// fast-forwarded onto the branch) restores the key, which neither it nor any of its commits
+// changes against its first parent: its paths are left unread, never passed as whole.
+func TestAPushOfAMergeIsReadCommitByCommitOnlyAlongItsBranchsFirstParents(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		merge  githubtest.HistoryCommit
+		secret string // the forbidden path the push brings
+		whole  bool
+	}{
+		{"a merge into the branch", githubtest.HistoryCommit{SHA: commitN(5), Parent: commitN(1), Merged: []string{commitN(4)},
+			Message: "Merge the docs", Files: append(append(append(files("docs/c2", 100), files("docs/c3", 100)...), files("docs/c4", 100)...),
+				githubtest.ChangedFile{Filename: "secrets/key.pem", Status: "added"})}, "secrets/key.pem", true},
+		{"a merge of the branch into an older line", githubtest.HistoryCommit{SHA: commitN(5), Parent: commitN(4), Merged: []string{commitN(1)},
+			Message: "Merge branch 'main' into docs"}, "secrets/prod.pem", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "Remove the key",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "removed"}}})
+			// The docs line, from before the removal: 100 files a commit, commit 4 adding a key.
+			for n := 2; n <= 4; n++ {
+				fs := files(fmt.Sprintf("docs/c%d", n), 100)
+				if n == 4 && c.whole {
+					fs = append(fs, githubtest.ChangedFile{Filename: "secrets/key.pem", Status: "added"})
+				}
+				parent := commitN(n - 1)
+				if n == 2 {
+					parent = commitN(0)
+				}
+				w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(n), Parent: parent, Message: fmt.Sprintf("Commit %d", n), Files: fs})
+			}
+			w.history.AddCommit(rerunRepo, c.merge)
+			// main, at commit 1, fast-forwarded to the merge.
+			got := w.fill(pushOf(5, commitN(1)))
+			if c.whole {
+				if !got.Whole.Has(change.PathsInput) || !slices.Contains(got.Paths, c.secret) {
+					t.Fatalf("whole %q, unread %+v, %d paths: want the merged commits' files read, %s among them",
+						got.Whole, got.Unread, len(got.Paths), c.secret)
+				}
+				return
+			}
+			why := got.UnreadReason(change.PathsInput)
+			if got.Whole.Has(change.PathsInput) || !strings.Contains(why, "first parent") {
+				t.Fatalf("whole %q, unread %q, %s read: %v; want the paths unread, naming the first parents",
+					got.Whole, why, c.secret, slices.Contains(got.Paths, c.secret))
+			}
+		})
+	}
+}
+
+// A forced push changes on its branch what the commits it drops changed, as well as what it
+// brings: GitHub's comparison before...after gives what the new head changes since the merge
+// base, not what the old head had changed since it. main added secrets/prod.pem in commit 0
+// and removed it in commit 1; main forced back to commit 0, or to commit 2 rewritten on it,
+// has the key again. Its paths name it, read from the comparison after...before (what the
+// dropped commits changed), and the dropped commits are not among its commits.
+func TestAForcedPushsPathsNameWhatTheCommitsItDropsChanged(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		head  int
+		paths []string
+	}{
+		{"reset to an older commit", 0, []string{"secrets/prod.pem"}},
+		{"a rewritten commit", 2, []string{"docs/a.md", "secrets/prod.pem"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(1), Parent: commitN(0), Message: "Remove the key",
+				Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "removed"}}})
+			w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(2), Parent: commitN(0), Message: "Rewritten",
+				Files: []githubtest.ChangedFile{{Filename: "docs/a.md", Status: "added"}}})
+			got := w.fill(pushOf(c.head, commitN(1)))
+			if !got.Whole.Has(change.PathsInput) || !reflect.DeepEqual(got.Paths, c.paths) {
+				t.Fatalf("whole %q, unread %+v, paths %q: want %q", got.Whole, got.Unread, got.Paths, c.paths)
+			}
+			if slices.Contains(commitIDs(got), commitN(1)) {
+				t.Fatalf("commits %q: the dropped commit is not the push's", commitIDs(got))
+			}
+		})
+	}
+}
+
+// What a forced push drops is read as what it brings is: when its comparison gives 300 files,
+// commit by commit, within what the push's own reads left of the bounds. main's four commits of
+// 100 files each, the last removing secrets/prod.pem, are dropped for a commit rewritten on
+// their root: main has the key again, named past the 300.
+func TestAForcedPushDroppingMoreFilesThanAComparisonGivesIsReadCommitByCommit(t *testing.T) {
+	w := newRerunWorld(t)
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(0), Message: "Root",
+		Files: []githubtest.ChangedFile{{Filename: "secrets/prod.pem", Status: "added"}}})
+	w.commits(1, 4, func(n int) []githubtest.ChangedFile {
+		out := files(fmt.Sprintf("docs/c%d", n), 100)
+		if n == 4 {
+			out = append(out, githubtest.ChangedFile{Filename: "secrets/prod.pem", Status: "removed"})
+		}
+		return out
+	})
+	w.history.AddCommit(rerunRepo, githubtest.HistoryCommit{SHA: commitN(10), Parent: commitN(0), Message: "Rewritten",
+		Files: []githubtest.ChangedFile{{Filename: "docs/new.md", Status: "added"}}})
+	got := w.fill(pushOf(10, commitN(4)))
+	if !got.Whole.Has(change.PathsInput) || len(got.Paths) != 402 || !slices.Contains(got.Paths, "secrets/prod.pem") {
+		t.Fatalf("whole %q, unread %+v, %d paths: want the 401 the dropped commits changed and the new one", got.Whole, got.Unread, len(got.Paths))
+	}
+	if !reflect.DeepEqual(commitIDs(got), []string{commitN(10)}) {
+		t.Fatalf("commits %q, want the push's own", commitIDs(got))
+	}
+	// Two comparisons, and a page of each dropped commit's files (two of the last's 101).
+	if n := w.history.Requests(githubtest.OpCompareCommits) + w.history.Requests(githubtest.OpGetCommit); n != 7 {
+		t.Fatalf("%d requests, want 7", n)
+	}
+}
+
+// A commit GitHub refuses half way through a push read commit by commit never leaves the paths
+// read so far as whole: a 404 (a permission, or a commit no longer there) leaves them unread,
+// naming the permission; a 409, 500 or 502 is an error, and the attempt is retried.
+func TestACommitRefusedHalfWayThroughAPushReadCommitByCommitIsNeverAPass(t *testing.T) {
+	for _, code := range []int{http.StatusNotFound, http.StatusConflict, http.StatusInternalServerError, http.StatusBadGateway} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			w := newRerunWorld(t)
+			w.commits(1, 4, func(n int) []githubtest.ChangedFile { return files(fmt.Sprintf("docs/c%d", n), 100) })
+			w.history.Answer = func(op string, n int) int {
+				if op == githubtest.OpGetCommit && n >= 3 { // the third commit, asked again too
+					return code
+				}
+				return 0
+			}
+			s := pushOf(4, commitN(0))
+			got, err := w.reads().Inputs(s, change.CommitsInput|change.PathsInput)
+			if code != http.StatusNotFound {
+				if err == nil || got.Whole.Has(change.PathsInput) {
+					t.Fatalf("no error (whole %q): want the read retried", got.Whole)
+				}
+				return
+			}
+			if err != nil || got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), github.ContentsPermission) {
+				t.Fatalf("whole %q, unread %+v, %v: want the paths unread, naming %s", got.Whole, got.Unread, err, github.ContentsPermission)
+			}
+		})
+	}
+}
+
+// The paths a push's webhook listed (each commit's, against its first parent) are paths its
+// commits change: a read of the push's paths keeps them beside what it reads, so that a
+// forbidden one is named even when the read leaves the paths unread (the push that created
+// the default branch names nothing to compare with).
+func TestAPushsListedPathsAreKeptWithWhatIsRead(t *testing.T) {
+	w := newRerunWorld(t)
+	w.commits(1, 1, modified("README.md"))
+	w.history.SetBranch(rerunRepo, "main", commitN(1))
+	for _, c := range []struct {
+		name   string
+		push   change.Change
+		whole  bool
+		listed []string
+		want   []string
+	}{
+		{"read whole", pushOf(1, commitN(0)), true, []string{"docs/old.md"}, []string{"docs/old.md", "README.md"}},
+		{"unread: the default branch created", func() change.Change { s := pushOf(1, ""); s.Ref = "refs/heads/main"; return s }(),
+			false, []string{"secrets/prod.pem"}, []string{"secrets/prod.pem"}},
+	} {
+		s := c.push
+		s.Paths = c.listed
+		got := w.reads().Must(s, change.CommitsInput|change.PathsInput)
+		if got.Whole.Has(change.PathsInput) != c.whole || !reflect.DeepEqual(got.Paths, c.want) {
+			t.Fatalf("%s: whole %q, paths %q, want %q", c.name, got.Whole, got.Paths, c.want)
+		}
 	}
 }

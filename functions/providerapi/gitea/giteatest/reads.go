@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,10 +31,13 @@ const (
 	MaxResponseItems = 50
 )
 
-// Commit is one commit the fake holds: its parent (none for a root), its message and the files
-// it changes.
+// Commit is one commit the fake holds: its parent (none for a root), the further parents of a
+// merge (Merged), its message and the files it changes against its first parent, as Gitea
+// lists a commit's (git log --name-status -m --first-parent; older Gitea lists none of a
+// merge's). A commit is added after its parents.
 type Commit struct {
 	SHA, Parent, Message string
+	Merged               []string
 	Files                []File
 }
 
@@ -51,12 +55,12 @@ type Pull struct {
 	BaseSHA, HeadSHA  string
 }
 
-// parentOf is c's parent, as History reads it.
+// parentOf is c's parents, the first first, as History reads them.
 func parentOf(c Commit) []string {
 	if c.Parent == "" {
 		return nil
 	}
-	return []string{c.Parent}
+	return append([]string{c.Parent}, c.Merged...)
 }
 
 // AddCommit adds c to repo.
@@ -140,17 +144,36 @@ func (g *Gitea) read(w http.ResponseWriter, r *http.Request, op, repo string, pa
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
-		commits, found := g.history.Line(repo, g.history.Resolve(repo, base), g.history.Resolve(repo, head))
+		commits, found := g.compare(repo, g.history.Resolve(repo, base), g.history.Resolve(repo, head))
 		if !found {
 			g.refuseRead(w, http.StatusNotFound)
 			return
 		}
 		out := []map[string]any{}
-		for _, c := range providerapitest.Reversed(commits) {
+		for _, c := range commits {
 			out = append(out, commitJSON(r, repo, c, !g.CompareWithoutFiles))
 		}
 		g.answer(w, http.StatusOK, map[string]any{"total_commits": len(out), "commits": out})
 	}
+}
+
+// compare is what Gitea's comparison base...head lists: head's commits since its merge base
+// with base (git log merge-base..head, through every parent), newest first; found is false
+// when head is unknown or the two share no commit. A base the fake does not hold, which one of
+// head's commits names as its parent, stands for a root (a test's history begins after it).
+// head an ancestor of base lists nothing.
+func (g *Gitea) compare(repo, base, head string) (commits []Commit, found bool) {
+	if _, ok := g.history.Commit(repo, head); !ok {
+		return nil, false
+	}
+	all := g.history.Between(repo, head, "")
+	_, held := g.history.Commit(repo, base)
+	for _, c := range all {
+		if held && len(g.history.Between(repo, c.SHA, base)) == 0 || !held && slices.Contains(parentOf(c), base) {
+			return g.history.Between(repo, head, base), true
+		}
+	}
+	return nil, false
 }
 
 // refuseRead answers a read with code as Gitea does: 403 for a token without the scope, 404
@@ -204,8 +227,8 @@ func (g *Gitea) changedFileJSON(r *http.Request, repo string, f File, head strin
 func commitJSON(r *http.Request, repo string, c Commit, files bool) map[string]any {
 	api := "http://" + r.Host + "/api/v1/repos/" + repo
 	parents := []any{}
-	if c.Parent != "" {
-		parents = append(parents, map[string]any{"url": api + "/git/commits/" + c.Parent, "sha": c.Parent})
+	for _, p := range parentOf(c) {
+		parents = append(parents, map[string]any{"url": api + "/git/commits/" + p, "sha": p})
 	}
 	out := map[string]any{"url": api + "/git/commits/" + c.SHA, "sha": c.SHA, "html_url": "http://" + r.Host + "/" + repo + "/commit/" + c.SHA,
 		"commit": map[string]any{"url": api + "/git/commits/" + c.SHA, "message": c.Message,

@@ -2,6 +2,8 @@ package githubtest
 
 import (
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -18,10 +20,12 @@ const (
 	OpGetRepo         = "repos/get"
 )
 
-// HistoryCommit is one commit the fake holds: its parent (none for a root) and the files it
-// changes.
+// HistoryCommit is one commit the fake holds: its parent (none for a root), the further
+// parents of a merge (Merged), and the files it changes against its first parent (Parent), as
+// GitHub lists a commit's files. A commit is added after its parents.
 type HistoryCommit struct {
 	SHA, Parent, Message string
+	Merged               []string
 	Files                []ChangedFile
 }
 
@@ -40,12 +44,12 @@ type HistoryPull struct {
 	State             string // "open" unless set
 }
 
-// parentOf is c's parent, as History reads it.
+// parentOf is c's parents, the first first, as History reads them.
 func parentOf(c HistoryCommit) []string {
 	if c.Parent == "" {
 		return nil
 	}
-	return []string{c.Parent}
+	return append([]string{c.Parent}, c.Merged...)
 }
 
 // AddCommit adds c to repo.
@@ -136,21 +140,30 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 	case OpGetRepo:
 		g.answer(w, http.StatusOK, map[string]any{"id": 1, "name": parts[2], "full_name": repo, "default_branch": g.history.DefaultBranch(repo)})
 	case OpCompareCommits:
-		// BASE...HEAD: the commits of HEAD since its merge base with BASE (each a branch or a
-		// commit), and what they change.
+		// BASE...HEAD: the commits of HEAD that BASE lacks (git log BASE..HEAD, each a branch
+		// or a commit), and what HEAD changes since the merge base of the two.
 		base, head, ok := strings.Cut(strings.Join(parts[4:], "/"), "...")
-		commits, found := g.history.SinceMergeBase(repo, g.history.Resolve(repo, base), g.history.Resolve(repo, head))
+		cmp, found := g.compare(repo, g.history.Resolve(repo, base), g.history.Resolve(repo, head))
 		if !ok || !found {
 			g.refuse(w, http.StatusNotFound, "Not Found")
 			return
 		}
-		files := changedFiles(commits)
-		answer := map[string]any{"status": "ahead", "ahead_by": len(commits), "behind_by": 0, "total_commits": len(commits),
-			"commits": commitsJSON(pageOf(commits, page, perPage)), "files": []any{}}
-		if page == 1 {
-			answer["files"] = filesJSON(files[:min(len(files), 300)], g.history.Resolve(repo, head))
+		status := "identical"
+		switch {
+		case len(cmp.commits) > 0 && cmp.behind > 0:
+			status = "diverged"
+		case len(cmp.commits) > 0:
+			status = "ahead"
+		case cmp.behind > 0:
+			status = "behind"
 		}
-		link(w, r, page, perPage, len(commits))
+		answer := map[string]any{"status": status, "ahead_by": len(cmp.commits), "behind_by": cmp.behind, "total_commits": len(cmp.commits),
+			"merge_base_commit": commitsJSON([]HistoryCommit{cmp.mergeBase})[0],
+			"commits":           commitsJSON(pageOf(cmp.commits, page, perPage)), "files": []any{}}
+		if page == 1 {
+			answer["files"] = filesJSON(cmp.files[:min(len(cmp.files), 300)], g.history.Resolve(repo, head))
+		}
+		link(w, r, page, perPage, len(cmp.commits))
 		g.answer(w, http.StatusOK, answer)
 	case OpGetCommit:
 		c, found := g.history.Commit(repo, parts[4])
@@ -167,6 +180,112 @@ func (g *GitHub) read(w http.ResponseWriter, r *http.Request, op, repo string, p
 		link(w, r, page, perPage, len(listed))
 		g.answer(w, http.StatusOK, answer)
 	}
+}
+
+// comparison is what the fake answers for base...head: head's commits that base lacks, oldest
+// first; base's that head lacks, counted; the merge base; and the files that differ between the
+// merge base's tree and head's.
+type comparison struct {
+	commits   []HistoryCommit
+	behind    int
+	mergeBase HistoryCommit
+	files     []ChangedFile
+}
+
+// compare reads base...head from the history; found is false when head is unknown or the two
+// share no commit (GitHub answers 404). The merge base is the newest commit both reach (a
+// commit is added after its parents). The files are the paths whose content differs between
+// the merge base's tree and head's, each with its status as the last of the commits changing
+// it gives it (a renamed file's, when its new or its old path differs), in the order the
+// commits change them; then those no commit of the comparison changes (a merge's side taken
+// whole), by path.
+func (g *GitHub) compare(repo, base, head string) (comparison, bool) {
+	if base == head { // identical, whatever the fake holds (amiss check compares HEAD...HEAD)
+		return comparison{mergeBase: HistoryCommit{SHA: head}}, true
+	}
+	if _, ok := g.history.Commit(repo, head); !ok {
+		return comparison{}, false
+	}
+	commits := providerapitest.Reversed(g.history.Between(repo, head, base))
+	behind := len(g.history.Between(repo, base, head))
+	// The newest commit head reaches that base reaches too. A base the fake does not hold,
+	// which one of head's commits names as its parent, stands for a root with no files (a
+	// test's history begins after it).
+	var mb HistoryCommit
+	found := false
+	for _, c := range g.history.Between(repo, head, "") { // newest first
+		if len(g.history.Between(repo, c.SHA, base)) == 0 {
+			mb, found = c, true
+			break
+		}
+		if _, held := g.history.Commit(repo, base); !held && slices.Contains(parentOf(c), base) {
+			mb, found = HistoryCommit{SHA: base}, true
+			break
+		}
+	}
+	if !found {
+		return comparison{}, false
+	}
+	from, to := g.tree(repo, mb.SHA), g.tree(repo, head)
+	differs := func(path string) bool { return path != "" && from[path] != to[path] }
+	var files []ChangedFile
+	seen := map[string]bool{}
+	for _, f := range changedFiles(commits) {
+		if differs(f.Filename) || differs(f.PreviousFilename) {
+			files = append(files, f)
+			seen[f.Filename], seen[f.PreviousFilename] = true, true
+		}
+	}
+	var rest []string
+	for path := range from {
+		if !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	for path := range to {
+		if _, also := from[path]; !also && !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	sort.Strings(rest)
+	for _, path := range rest {
+		status := "modified"
+		if from[path] == "" {
+			status = "added"
+		} else if to[path] == "" {
+			status = "removed"
+		}
+		files = append(files, ChangedFile{Filename: path, Status: status})
+	}
+	return comparison{commits: commits, behind: behind, mergeBase: mb, files: files}, true
+}
+
+// tree is commit sha's tree: each path it holds, with the commit that last wrote it there,
+// as its files (against its first parent) build it on its first parent's.
+func (g *GitHub) tree(repo, sha string) map[string]string {
+	var line []HistoryCommit
+	for id := sha; id != ""; {
+		c, ok := g.history.Commit(repo, id)
+		if !ok {
+			break
+		}
+		line = append(line, c)
+		id = c.Parent
+	}
+	t := map[string]string{}
+	for i := len(line) - 1; i >= 0; i-- {
+		for _, f := range line[i].Files {
+			if f.PreviousFilename != "" {
+				delete(t, f.PreviousFilename)
+			}
+			if f.Status == "removed" {
+				delete(t, f.Filename)
+				continue
+			}
+			t[f.Filename] = line[i].SHA
+		}
+	}
+	return t
 }
 
 // changedFiles is what commits (oldest first) change together: each path once, with its last
@@ -198,8 +317,8 @@ func commitsJSON(commits []HistoryCommit) []map[string]any {
 	out := make([]map[string]any, 0, len(commits))
 	for _, c := range commits {
 		parents := []any{}
-		if c.Parent != "" {
-			parents = append(parents, map[string]any{"sha": c.Parent})
+		for _, p := range parentOf(c) {
+			parents = append(parents, map[string]any{"sha": p})
 		}
 		out = append(out, map[string]any{"sha": c.SHA, "url": "https://api.github.com/repos/o/r/commits/" + c.SHA,
 			"commit": map[string]any{"message": c.Message, "comment_count": 0}, "parents": parents})
