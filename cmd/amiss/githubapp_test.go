@@ -112,12 +112,20 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	gh.AddCommit("acme/app", githubtest.HistoryCommit{SHA: sha, Parent: "9fceb02d0ae598e95dc970b74767f19372d61af8",
 		Message: "add config", Files: []githubtest.ChangedFile{{Filename: "secrets/prod.env", Status: "added"},
 			{Filename: "README.md", Status: "modified"}}})
-	push := fmt.Sprintf(`{"ref":"refs/heads/main","after":%q,"repository":{"full_name":"acme/app"},`+
+	push := fmt.Sprintf(`{"ref":"refs/heads/main","before":"9fceb02d0ae598e95dc970b74767f19372d61af8","after":%q,"repository":{"full_name":"acme/app"},`+
 		`"installation":{"id":7},"commits":[{"id":%q,"message":"add config","added":["secrets/prod.env"],"modified":["README.md"]}]}`, sha, sha)
 	if code, body := postAppWebhook(t, addr, "push", push); code != http.StatusAccepted {
 		t.Fatalf("push: %d %s", code, body)
 	}
 	first := waitForCheckRuns(t, gh.GitHub, sha, 1, out)
+	ops := []string{githubtest.OpGetCommit, githubtest.OpCompareCommits, githubtest.OpGetRepo}
+	pushReads := map[string]int{}
+	for _, op := range ops {
+		pushReads[op] = gh.Requests(op)
+	}
+	if pushReads[githubtest.OpCompareCommits] == 0 {
+		t.Fatalf("the push read no comparison (%v): its paths are what it changes on its branch, which its webhook's lists do not show", pushReads)
+	}
 	run := first[0]
 	if run.Name != "amiss/local" || run.Status != "completed" || run.Conclusion != "failure" || len(run.ExternalID) != 64 {
 		t.Fatalf("check run: %+v", run)
@@ -133,8 +141,8 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 		t.Fatalf("re-run: %d %s", code, body)
 	}
 	runs := waitForCheckRuns(t, gh.GitHub, sha, 2, out)
-	// The re-run took the push's files from its delivery (the re-run's body lists none) and
-	// refused the same file.
+	// The re-run found the push through its delivery (the re-run's body names no push), read
+	// what the push read, and refused the same file.
 	again := runs[1]
 	if again.ExternalID == run.ExternalID || again.Name != "amiss/local" || again.Status != "completed" ||
 		again.Conclusion != "failure" || again.Summary != run.Summary {
@@ -143,9 +151,9 @@ func TestServePublishesCheckRunsAsAGitHubApp(t *testing.T) {
 	if len(again.Annotations) != 1 || again.Annotations[0].Path != "secrets/prod.env" {
 		t.Fatalf("the re-run's annotations: %+v", again.Annotations)
 	}
-	for _, op := range []string{githubtest.OpGetCommit, githubtest.OpCompareCommits, githubtest.OpGetRepo} {
-		if n := gh.Requests(op); n != 0 {
-			t.Fatalf("the re-run read %s %d times: the push's delivery held its files", op, n)
+	for _, op := range ops {
+		if n := gh.Requests(op) - pushReads[op]; n != pushReads[op] {
+			t.Fatalf("the re-run read %s %d times, the push %d: it was not read as its push", op, n, pushReads[op])
 		}
 	}
 	if v := gh.Violations(); len(v) != 0 {
