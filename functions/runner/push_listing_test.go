@@ -146,10 +146,7 @@ func TestAGiteaBranchCreatedWithMoreThanTenCommitsFailsOnAForbiddenFileInTheOlde
 			}
 			b, _ := json.Marshal(map[string]any{"ref": "refs/heads/release", "before": strings.Repeat("0", 40), "after": forgeCommit(12),
 				"commits": commits, "total_commits": 10, "repository": map[string]any{"full_name": forgeRepo}})
-			h := http.Header{}
-			h.Set(c.header, "push")
-			w.deliver(h, b)
-			if state, desc := w.verdict(12); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.env") {
+			if state, desc := w.deliverPush(c.header, b, 12); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.env") {
 				t.Fatalf("%s %q, want a failure naming secrets/prod.env", state, desc)
 			}
 		})

@@ -113,10 +113,7 @@ func TestAGiteaTagPushedAtAForbiddenFileFails(t *testing.T) {
 			b, _ := json.Marshal(map[string]any{"ref": "refs/tags/v1.0", "before": strings.Repeat("0", 40), "after": forgeCommit(2),
 				"commits": []any{}, "total_commits": 0, "head_commit": map[string]any{"id": forgeCommit(2), "message": capitalised(2)},
 				"repository": map[string]any{"full_name": forgeRepo}})
-			h := http.Header{}
-			h.Set(c.header, "push")
-			w.deliver(h, b)
-			if state, desc := w.verdict(2); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.env") {
+			if state, desc := w.deliverPush(c.header, b, 2); state != "failure" || !strings.Contains(desc, "forbidden path secrets/prod.env") {
 				t.Fatalf("%s %q, want a failure naming secrets/prod.env", state, desc)
 			}
 		})
@@ -158,10 +155,7 @@ func TestAGiteaPushRestoringAForbiddenFileNeverSucceeds(t *testing.T) {
 				}
 				b, _ := json.Marshal(map[string]any{"ref": "refs/heads/main", "before": forgeCommit(2), "after": forgeCommit(p.head),
 					"commits": commits, "total_commits": len(commits), "repository": map[string]any{"full_name": forgeRepo}})
-				h := http.Header{}
-				h.Set(c.header, "push")
-				w.deliver(h, b)
-				state, desc := w.verdict(p.head)
+				state, desc := w.deliverPush(c.header, b, p.head)
 				if state != "failure" || p.wantPath && !strings.Contains(desc, "forbidden path secrets/prod.env") ||
 					!p.wantPath && !strings.Contains(desc, "changed paths (could not be read") {
 					t.Fatalf("%s %q, want a failure naming secrets/prod.env (or its paths unread)", state, desc)
@@ -169,4 +163,13 @@ func TestAGiteaPushRestoringAForbiddenFileNeverSucceeds(t *testing.T) {
 			})
 		}
 	}
+}
+
+// deliverPush delivers the push webhook body under the event header named header (Gitea's or
+// Forgejo's) and answers the state and description of the verdict on commit n.
+func (w *forgeWorld) deliverPush(header string, body []byte, n int) (string, string) {
+	h := http.Header{}
+	h.Set(header, "push")
+	w.deliver(h, body)
+	return w.verdict(n)
 }
