@@ -66,7 +66,9 @@ func TestFixtures(t *testing.T) {
 			SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/master",
 			Commits: []change.Commit{{ID: "b6568db1bc1dcd7f8b4d5a946b0b91f9dacd7327", Message: "Update Catalan translation to e38cb41."},
 				{ID: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Message: "fixed readme"}},
-			Paths: []string{"CHANGELOG", "app/controller/application.rb"}, Before: "95790bf891e76fee5e1747ab589903a6a1f80f22", Whole: change.AllInputs}},
+			// The listing's paths are its commits' against their first parents: kept, not whole.
+			Paths: []string{"CHANGELOG", "app/controller/application.rb"}, Before: "95790bf891e76fee5e1747ab589903a6a1f80f22",
+			Whole: change.AllInputs &^ change.PathsInput}},
 		{"gitlab", "X-Gitlab-Event", "Merge Request Hook", "gitlab/merge_request.json", change.Change{Event: "pull_request",
 			Repository: "gitlabhq/gitlab-test", SHA: "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", Ref: "refs/heads/ms-viewport",
 			Pull:  &change.Pull{Number: 1, Title: "MS-Viewport", TargetBranch: "master", SourceBranch: "ms-viewport", Starts: true},
@@ -326,9 +328,10 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // A push's payload holds its commits and changed paths whole only when the provider listed
 // every commit: GitLab lists the newest 20 (total_commits_count counts them all), Gitea and
 // Forgejo the newest few (total_commits), Bitbucket Cloud 5 (truncated) and no paths at all,
-// Bitbucket Data Center neither; GitHub lists up to 2,048. GitHub's, Gitea's and Forgejo's
-// paths (each commit's against its first parent) are never taken for what the push changes. A list that is not
-// whole is read from the provider before a rule that needs it is evaluated.
+// Bitbucket Data Center neither; GitHub lists up to 2,048. GitHub's, Gitea's, Forgejo's and
+// GitLab's paths (each commit's against its first parent) are never taken for what the push
+// changes. A list that is not whole is read from the provider before a rule that needs it is
+// evaluated.
 func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 	h := func(k, v string) http.Header { x := http.Header{}; x.Set(k, v); return x }
 	const commitsAndPaths = change.CommitsInput | change.PathsInput
@@ -338,7 +341,7 @@ func TestAPushHoldsWhatItsProviderListedWhole(t *testing.T) {
 		body           string
 		whole          change.Inputs
 	}{
-		{"gitlab, every commit listed", "gitlab", nil, string(load(t, "gitlab/push.json")), commitsAndPaths},
+		{"gitlab, every commit listed", "gitlab", nil, string(load(t, "gitlab/push.json")), change.CommitsInput},
 		{"gitlab, 21 of 40", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2`, `"total_commits_count": 40`, 1), 0},
 		{"gitlab, no count", "gitlab", nil, strings.Replace(string(load(t, "gitlab/push.json")), `"total_commits_count": 2,`, ``, 1), 0},
 		{"gitea, every commit listed", "gitea", h("X-Gitea-Event", "push"), string(load(t, "gitea/push.json")), change.CommitsInput},

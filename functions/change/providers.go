@@ -438,7 +438,10 @@ func fromGitLab(body []byte) (Change, error) {
 		if p.TotalCommits != nil {
 			total = *p.TotalCommits
 		}
-		s.Whole = pushWhole(len(p.Commits), total, 0)
+		// The paths are read from GitLab's comparison of before with after: the listing's are
+		// each commit's against its first parent (a merge taking an older tree lists nothing
+		// it restores), and a push forced back lists no commit at all.
+		s.Whole = pushWhole(len(p.Commits), total, 0) &^ PathsInput
 		return s, nil
 	case "merge_request":
 		if !evaluatedMergeActions[p.Attrs.Action] {

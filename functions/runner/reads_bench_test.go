@@ -58,8 +58,8 @@ func BenchmarkReadsPerDelivery(b *testing.B) {
 				})
 			}
 			// A push of 30 commits, as each provider's webhook lists it: GitHub every commit,
-			// GitLab the newest 20, Gitea the newest 5; and one of 3 commits, listed whole
-			// (its paths too on GitLab only).
+			// GitLab the newest 20, Gitea the newest 5; and one of 3 commits, listed whole (its
+			// commits: no provider's push holds its paths whole).
 			for _, n := range []int{3, 30} {
 				g := benchPull(n, 1)
 				listed := map[string]int{"github": n, "gitea": min(n, 5), "gitlab": min(n, 20)}[rk.name]
@@ -74,12 +74,10 @@ func BenchmarkReadsPerDelivery(b *testing.B) {
 						if listed == n {
 							s.Whole = change.AllInputs
 						}
-						if rk.name != "gitlab" {
-							// GitHub's and Gitea's pushes never hold their paths whole: each
-							// listed commit's files are against its first parent, not what the
-							// push changes on its branch (change.fromGitHubEvent).
-							s.Whole &^= change.PathsInput
-						}
+						// No push holds its paths whole: each listed commit's files are
+						// against its first parent, not what the push changes on its branch
+						// (change.fromGitHubEvent, change.fromGitLab).
+						s.Whole &^= change.PathsInput
 						return s
 					})
 				})

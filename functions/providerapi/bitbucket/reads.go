@@ -23,7 +23,7 @@ import (
 //	GET {base}/2.0/repositories/{workspace}/{slug}/pullrequests/{id}                 its head and destination      pullrequest
 //	GET {base}/2.0/repositories/{workspace}/{slug}/pullrequests/{id}/diffstat        (a redirect to the diffstat)  pullrequest
 //	GET {base}/2.0/repositories/{workspace}/{slug}/pullrequests/{id}/commits                                       pullrequest
-//	GET {base}/2.0/repositories/{workspace}/{slug}/diffstat/{sha}..{base}?topic=true                               repository
+//	GET {base}/2.0/repositories/{workspace}/{slug}/diffstat/{sha}..{base}?topic=        (false from a push's before)  repository
 //	GET {base}/2.0/repositories/{workspace}/{slug}/commits/{sha}?exclude={base}                                    repository
 
 // amiss's bounds on what it reads, and the page length asked for.
@@ -214,8 +214,11 @@ type read struct {
 //     push of the main branch itself names nothing to compare with: its inputs are marked
 //     unread.
 //
-// A range's paths are its three-dot diffstat (topic=true: from the merge base), its commits
-// those of s's commit its base does not have (exclude). A change from a Bitbucket Data
+// A push's paths are the two-dot diffstat of s's commit and before (topic=false: before's
+// tree against the commit's, which names what a merge taking an older tree restores and what a
+// push forced back changes back); a new branch's and a moved pull request's the three-dot
+// diffstat (topic=true: from the merge base). A range's commits are those of s's commit its
+// base does not have (exclude). A change from a Bitbucket Data
 // Center server is not read: its inputs are marked unread, naming the configuration to fix.
 //
 // A transient failure (Bitbucket's outage, a timeout, a rate limit) is returned as an error of
@@ -278,8 +281,15 @@ func (rd *read) rangeOf(ctx context.Context, base string) error {
 		return err
 	}
 	if rd.need.Has(change.PathsInput) {
+		// From a push's before, two-dot (topic=false): before's tree against the commit's,
+		// what the push changes on its branch whatever the two's merge base (a push forced
+		// back has the commit itself as its merge base: from it, three-dot names nothing).
+		// From a branch (a new branch's main branch, a pull request's destination),
+		// three-dot: what the commit brings since the merge base.
+		topic := base != s.Before
 		what := fmt.Sprintf("the diffstat of %s..%s", s.SHA, base)
-		u := fmt.Sprintf("%s/diffstat/%s?topic=true&pagelen=%d&fields=%s", rp, url.PathEscape(s.SHA+".."+base), pageLength, url.QueryEscape(diffStatFields))
+		u := fmt.Sprintf("%s/diffstat/%s?topic=%t&pagelen=%d&fields=%s", rp, url.PathEscape(s.SHA+".."+base), topic, pageLength,
+			url.QueryEscape(diffStatFields))
 		if err := rd.paths(ctx, u, what, RepositoryScope); err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ import (
 //	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/pull-requests/{id}/changes              one page, never more
 //	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/pull-requests/{id}/commits
 //	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/compare/changes?from={sha}&to={base}
+//	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/compare/changes?from={before}&to={sha}    a push's
 //	GET {base}/rest/api/latest/projects/{key}/repos/{slug}/compare/commits?from={sha}&to={base}
 
 // amiss's bounds on what it reads, and the page sizes asked for.
@@ -210,8 +211,12 @@ type read struct {
 //     push of the default branch itself names nothing to compare with: its inputs are marked
 //     unread.
 //
-// A range's changes and commits are those of s's commit its base does not have (compare). A
-// change from Bitbucket Cloud is not read: its inputs are marked unread, naming the
+// A range's changes and commits are those of s's commit its base does not have (compare: the
+// changes from the two's merge base). A push's paths add those of before that s's commit does
+// not have (compare the other way): a push forced back past a commit changes back what the
+// commit changed, and every path whose content differs between before's tree and the commit's
+// differs between one of them and their merge base, so the two comparisons name it (and may
+// name more: a path both sides changed alike). A change from Bitbucket Cloud is not read: its inputs are marked unread, naming the
 // configuration to fix.
 //
 // A transient failure (the server's outage, a timeout, a rate limit) is returned as an error
@@ -288,6 +293,15 @@ func (rd *read) rangeOf(ctx context.Context, base, fromRepo string) error {
 		q.Set("limit", fmt.Sprint(changesLimit))
 		if err := rd.changes(ctx, rp+"/compare/changes?"+q.Encode(), fmt.Sprintf("the changes of %s not in %s", s.SHA, base)); err != nil {
 			return err
+		}
+		if base == s.Before && fromRepo == "" {
+			// What before has that s's commit has not: the changes of the commits a forced
+			// push drops, which it changes back. The comparison above is from the two's
+			// merge base, which for a push forced back is the commit itself, and names none.
+			back := url.Values{"from": {base}, "to": {s.SHA}, "limit": {fmt.Sprint(changesLimit)}}
+			if err := rd.changes(ctx, rp+"/compare/changes?"+back.Encode(), fmt.Sprintf("the changes of %s not in %s", base, s.SHA)); err != nil {
+				return err
+			}
 		}
 	}
 	if rd.need.Has(change.CommitsInput) {

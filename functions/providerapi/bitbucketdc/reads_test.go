@@ -119,8 +119,9 @@ func TestAPullRequestsChangesCutByTheServerAreNotHeldWhole(t *testing.T) {
 	}
 }
 
-// A push is read as its range from the commit before it; a listing longer than a page is read
-// page by page, from each page's nextPageStart.
+// A push is read as its range from the commit before it, and its paths with what that commit
+// has that the head has not (nothing, for a push that only adds commits: one empty page); a
+// listing longer than a page is read page by page, from each page's nextPageStart.
 func TestAPushIsReadAsItsRange(t *testing.T) {
 	w := newReadWorld(t)
 	w.fake.MaxLimit = 1 // a page a change, a page a commit
@@ -131,8 +132,8 @@ func TestAPushIsReadAsItsRange(t *testing.T) {
 	if want := []string{"Move the docs", "add the key"}; !reflect.DeepEqual(messages(got), want) || !got.Whole.Has(change.AllInputs) {
 		t.Errorf("commits %q (whole %v), want %q", messages(got), got.Whole, want)
 	}
-	if n, m := w.fake.Requests(bitbucketdctest.OpCompareChanges), w.fake.Requests(bitbucketdctest.OpCompareCommits); n != 2 || m != 2 {
-		t.Errorf("%d pages of changes and %d of commits, want 2 and 2", n, m)
+	if n, m := w.fake.Requests(bitbucketdctest.OpCompareChanges), w.fake.Requests(bitbucketdctest.OpCompareCommits); n != 3 || m != 2 {
+		t.Errorf("%d pages of changes and %d of commits, want 3 and 2", n, m)
 	}
 }
 

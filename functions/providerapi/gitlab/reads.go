@@ -170,10 +170,25 @@ func (c *Client) MergeRequest(ctx context.Context, project string, iid int) (Mer
 	return m, c.get(ctx, fmt.Sprintf("%s/merge_requests/%d", ProjectPath(project), iid), "the merge request", &m)
 }
 
-// Compare reads the comparison of from's merge base with to.
+// Compare reads the comparison of from's merge base with to: to's commits that from lacks,
+// and the diff of the merge base's tree with to's (git diff from...to).
 func (c *Client) Compare(ctx context.Context, project, from, to string) (Comparison, error) {
+	return c.compare(ctx, project, from, to, false)
+}
+
+// CompareStraight reads the comparison of from with to, straight: to's commits that from lacks,
+// and the diff of from's tree with to's (git diff from to), whatever their merge base (GitLab's
+// straight=true: "direct comparison between from and to (from..to)").
+func (c *Client) CompareStraight(ctx context.Context, project, from, to string) (Comparison, error) {
+	return c.compare(ctx, project, from, to, true)
+}
+
+func (c *Client) compare(ctx context.Context, project, from, to string, straight bool) (Comparison, error) {
 	var cmp Comparison
 	q := url.Values{"from": {from}, "to": {to}}
+	if straight {
+		q.Set("straight", "true")
+	}
 	return cmp, c.get(ctx, ProjectPath(project)+"/repository/compare?"+q.Encode(), "the comparison", &cmp)
 }
 
@@ -201,8 +216,12 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 //     with s's commit. A push landing while the diffs are read (a diff names no head) is seen
 //     by the commits listed after them, which begin with the head, or, when no commits are
 //     needed, by the merge request read again after the diffs;
-//   - a push: the comparison before...sha (every commit and the push's diff); for a new
-//     branch (no before), the comparison of the project's default branch with the commit.
+//   - a push: the comparison of before with sha, straight (every commit of before..sha, and
+//     the diff of before's tree with sha's: what the push changes on its branch, a merge
+//     taking an older tree and a branch forced back included); for a new branch (no before),
+//     the comparison of the project's default branch with the commit (from their merge base).
+//     The paths the webhook listed (each commit's against its first parent) are kept beside
+//     what is read; the comparison's commits are added only when need names them.
 //
 // A transient failure (an outage, a timeout, GitLab's rate limit) is returned as an error of
 // class Transient: the attempt is retried. Any other failure (401, 403, 404: a token without
@@ -210,7 +229,14 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 // unread, naming what to grant.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	return providerapi.ReadInputs(s, need, "GitLab",
-		func(f *change.Change) (int, error) { return c.fill(ctx, f, need) }, refusalOf)
+		func(f *change.Change) (int, error) {
+			if need.Has(change.PathsInput) {
+				// A push webhook's lists (each commit's files against its first parent) name
+				// paths its commits change, though not always all it changes: kept.
+				providerapi.AddPaths(f, s.Paths...)
+			}
+			return c.fill(ctx, f, need)
+		}, refusalOf)
 }
 
 // refusalOf says what an operator must do about a read the provider refused: what to grant;
@@ -241,13 +267,21 @@ func (c *Client) fill(ctx context.Context, s *change.Change, need change.Inputs)
 		requests++
 		return "refs/heads/" + p.DefaultBranch, p.DefaultBranch, err
 	}, createdDefault, func(from string) error {
-		cmp, err := c.Compare(ctx, s.Repository, from, s.SHA)
+		// From a push's before, straight: the tree before against the tree after. From a
+		// branch (a new branch's default, a merge request's target), from their merge base.
+		compare := c.Compare
+		if from == s.Before {
+			compare = c.CompareStraight
+		}
+		cmp, err := compare(ctx, s.Repository, from, s.SHA)
 		requests++
 		if err != nil {
 			return err
 		}
-		for _, cm := range cmp.Commits {
-			s.Commits = append(s.Commits, change.Commit{ID: cm.ID, Message: cm.Message})
+		if need.Has(change.CommitsInput) {
+			for _, cm := range cmp.Commits {
+				s.Commits = append(s.Commits, change.Commit{ID: cm.ID, Message: cm.Message})
+			}
 		}
 		addDiffs(s, cmp.Diffs)
 		if cmp.CompareTimeout {

@@ -358,3 +358,82 @@ func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
 		return gitlab.NewClient(u, "glpat-read", hc).Read(context.Background(), s, change.PathsInput)
 	})
 }
+
+// A push's paths read alone leave the commits its webhook listed as they were: the
+// comparison's commits are not added to them.
+func TestAPushsPathsReadAloneKeepTheCommitsItsWebhookListed(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 3, each)
+	s := pushOf(0, 3, 3)
+	s.Whole |= change.CommitsInput
+	got := w.read(s, change.PathsInput)
+	if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 || !slices.Equal(ids(got), commitsFrom(1, 3)) {
+		t.Fatalf("whole %q, unread %+v, commits %v: want the listed 3 kept, whole", got.Whole, got.Unread, ids(got))
+	}
+	if !slices.Equal(got.Paths, []string{"f1.go", "f2.go", "f3.go"}) {
+		t.Fatalf("paths %v", got.Paths)
+	}
+}
+
+// The paths a push's webhook listed are kept beside what is read, even when nothing can be
+// read: a forbidden one stays named.
+func TestAPushsListedPathsAreKeptWithWhatIsRead(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 1, each)
+	s := pushOf(-1, 1, 1)
+	s.Paths = []string{"secrets/prod.pem"}
+	got := w.read(s, change.PathsInput) // the push that created main: nothing to compare with
+	if got.Whole.Has(change.PathsInput) || !slices.Equal(got.Paths, []string{"secrets/prod.pem"}) {
+		t.Fatalf("whole %q, paths %v: want the listed path kept, the paths unread", got.Whole, got.Paths)
+	}
+}
+
+// A push's paths are what it changes on its branch: the tree at before against the tree at
+// after, whatever the two's merge base. Commit 0 added secrets/prod.pem, commit 1 (main, the
+// push's before) removed it; commit 2 is on commit 0 and adds secrets/key.pem.
+//   - a merge into the branch (first parent main) brings commit 2's key;
+//   - a merge of main into commit 2 taking commit 2's tree ("git merge -s ours"), onto which
+//     main fast-forwards, restores secrets/prod.pem, which no commit lists against its first
+//     parent and the diff from the merge base (main itself) does not name;
+//   - main forced back to commit 0, or onto commit 2, drops commit 1 and restores the key,
+//     which a diff from the merge base (commit 0) does not name.
+func TestAPushsPathsAreTheTreeBeforeAgainstTheTreeAfter(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		merge   *gitlabtest.Commit
+		head    int
+		paths   []string
+		commits []string
+	}{
+		{"a merge into the branch", &gitlabtest.Commit{SHA: commitN(3), Parent: commitN(1), Merged: []string{commitN(2)}, Message: "Merge",
+			Files: []gitlabtest.File{{Path: "secrets/key.pem", Status: "added"}}}, 3, []string{"secrets/key.pem"}, []string{commitN(2), commitN(3)}},
+		{"a merge of the branch into an older line", &gitlabtest.Commit{SHA: commitN(3), Parent: commitN(2), Merged: []string{commitN(1)},
+			Message: "Merge branch 'main'"}, 3, []string{"secrets/key.pem", "secrets/prod.pem"}, []string{commitN(2), commitN(3)}},
+		{"forced back", nil, 0, []string{"secrets/prod.pem"}, nil},
+		{"forced onto a rewritten commit", nil, 2, []string{"secrets/key.pem", "secrets/prod.pem"}, []string{commitN(2)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newReadWorld(t)
+			w.gitlab.AddCommit(readProject, gitlabtest.Commit{SHA: commitN(0), Message: "Root",
+				Files: []gitlabtest.File{{Path: "secrets/prod.pem", Status: "added"}}})
+			w.gitlab.AddCommit(readProject, gitlabtest.Commit{SHA: commitN(1), Parent: commitN(0), Message: "Remove the key",
+				Files: []gitlabtest.File{{Path: "secrets/prod.pem", Status: "deleted"}}})
+			w.gitlab.AddCommit(readProject, gitlabtest.Commit{SHA: commitN(2), Parent: commitN(0), Message: "Add another key",
+				Files: []gitlabtest.File{{Path: "secrets/key.pem", Status: "added"}}})
+			if c.merge != nil {
+				w.gitlab.AddCommit(readProject, *c.merge)
+			}
+			s := change.Change{Provider: "gitlab", Repository: readProject, SHA: commitN(c.head), Event: change.Push, Ref: "refs/heads/main",
+				Before: commitN(1), Whole: change.TitleInput | change.PullInput}
+			got := w.read(s, change.CommitsInput|change.PathsInput)
+			if !got.Whole.Has(change.AllInputs) || len(got.Unread) != 0 {
+				t.Fatalf("whole %q, unread %+v", got.Whole, got.Unread)
+			}
+			paths := slices.Clone(got.Paths)
+			slices.Sort(paths)
+			if !slices.Equal(paths, c.paths) || !slices.Equal(ids(got), c.commits) {
+				t.Fatalf("paths %v, commits %v; want %v, %v", paths, ids(got), c.paths, c.commits)
+			}
+		})
+	}
+}

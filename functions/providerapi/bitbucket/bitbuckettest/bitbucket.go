@@ -22,11 +22,13 @@
 // Listings page as Bitbucket Cloud documents: page and pagelen (10 by default, at most 100),
 // each page naming the next page's URL in next, absent on the last. A request's fields (a
 // partial response) keep the top-level properties it names: a listing read with fields that
-// leave out next is not told of its next page. The fake does not tell a two-dot diffstat from
-// a three-dot one (topic): both are the files of the commits of the first commit its second
-// has not, which is the same wherever the tests' histories do not merge. Anything the
-// description or these rules refuse is a violation, answered as Bitbucket would (400, 404,
-// 415) and recorded.
+// leave out next is not told of its next page. A diffstat of a range a..b is, as the
+// description of its topic parameter gives it, with topic=true (or left out) the "2-way
+// 'three-dot' diff ... between the source commit and the merge base of the source commit and
+// the destination commit", with topic=false "a simple 'two dot' diff between the source and
+// destination" (the files whose content differs between b's tree and a's); of one commit, what
+// it changes against its first parent. Anything the description or these rules refuse is a
+// violation, answered as Bitbucket would (400, 404, 415) and recorded.
 package bitbuckettest
 
 import (
@@ -35,6 +37,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -360,7 +363,17 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 			b.refuse(w, http.StatusNotFound)
 			return
 		}
-		b.answer(w, http.StatusOK, partial(pageOf(r, diffStatJSON(changesOf(b.history.Between(repo, head, base))), page, pagelen), fields))
+		changes := changesOf(b.history.Between(repo, head, base))
+		if ranged {
+			if q.Get("topic") != "false" {
+				if base = b.mergeBase(repo, head, base); base == "" {
+					b.refuse(w, http.StatusNotFound)
+					return
+				}
+			}
+			changes = b.diff(repo, base, head)
+		}
+		b.answer(w, http.StatusOK, partial(pageOf(r, diffStatJSON(changes), page, pagelen), fields))
 	case OpCommits:
 		head := b.resolve(repo, parts[4])
 		if head == "" {
@@ -401,6 +414,86 @@ func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int
 		*v = n
 	}
 	return page, pagelen, true
+}
+
+// mergeBase is the newest commit both a and b reach ("" when none). b.mu is held.
+func (b *Bitbucket) mergeBase(repo, a, other string) string {
+	for _, c := range b.history.Between(repo, a, "") { // newest first
+		if len(b.history.Between(repo, c.Hash, other)) == 0 {
+			return c.Hash
+		}
+	}
+	return ""
+}
+
+// diff is the files whose content differs between base's tree and head's, each with the status
+// the last of head's commits since base changing it gives it, in the order they change them;
+// then those none of them changes (a merge's side taken whole, a range whose head is behind
+// its base), by path. b.mu is held.
+func (b *Bitbucket) diff(repo, base, head string) []Change {
+	from, to := b.tree(repo, base), b.tree(repo, head)
+	differs := func(path string) bool { return path != "" && from[path] != to[path] }
+	var out []Change
+	seen := map[string]bool{}
+	for _, c := range changesOf(b.history.Between(repo, head, base)) {
+		if differs(c.Path) || differs(c.OldPath) {
+			out = append(out, c)
+			seen[c.Path], seen[c.OldPath] = true, true
+		}
+	}
+	var rest []string
+	for path := range from {
+		if !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	for path := range to {
+		if _, also := from[path]; !also && !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	sort.Strings(rest)
+	for _, path := range rest {
+		status := "modified"
+		if from[path] == "" {
+			status = "added"
+		} else if to[path] == "" {
+			status = "removed"
+		}
+		out = append(out, Change{Path: path, Status: status})
+	}
+	return out
+}
+
+// tree is commit sha's tree: each path it holds, with the commit that last wrote it there, as
+// its changes (against its first parent) build it on its first parent's. b.mu is held.
+func (b *Bitbucket) tree(repo, sha string) map[string]string {
+	var line []Commit
+	for id := sha; id != ""; {
+		c, ok := b.history.Commit(repo, id)
+		if !ok {
+			break
+		}
+		line = append(line, c)
+		id = ""
+		if len(c.Parents) > 0 {
+			id = c.Parents[0]
+		}
+	}
+	t := map[string]string{}
+	for i := len(line) - 1; i >= 0; i-- {
+		for _, ch := range line[i].Changes {
+			if ch.OldPath != "" {
+				delete(t, ch.OldPath)
+			}
+			if ch.Status == "removed" {
+				delete(t, ch.Path)
+				continue
+			}
+			t[ch.Path] = line[i].Hash
+		}
+	}
+	return t
 }
 
 // changesOf is what commits (newest first) change together: each path once, with its newest

@@ -23,7 +23,11 @@
 // STASH-5329, "returns nextPageStart values beyond hard cap": size 1000, isLastPage false,
 // nextPageStart 100000 for start 0, limit 100000; the Java API's ChangeSummary.isTruncated is
 // "one or more changes were not streamed due to internal hard limits"). A compare whose to is
-// omitted compares with the default branch.
+// omitted compares with the default branch. A comparison's changes are "the file changes
+// available in the from commit but not in the to commit", as Data Center's REST reference gives
+// them: the files whose content differs between the tree of the merge base of from and to and
+// from's tree (git diff to...from), so a from that to contains (a branch forced back) has none.
+// Its commits are from's that to has not (git log to..from).
 //
 // A build status is key (at most 255 characters), state (SUCCESSFUL, FAILED, INPROGRESS,
 // CANCELLED, UNKNOWN), url (not blank, at most 450 characters), name and description; the
@@ -38,6 +42,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -362,7 +367,12 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 		}
 		commits := b.history.Between(repo, from, toID)
 		if op == OpCompareChanges {
-			changes := changesOf(commits)
+			base := b.mergeBase(repo, from, toID)
+			if base == "" {
+				b.refuse(w, http.StatusNotFound, "Commits '"+from+"' and '"+toID+"' have no common ancestor in repository '"+repo+"'.")
+				return
+			}
+			changes := b.diff(repo, base, from)
 			streamed := changes[:min(len(changes), b.maxChanges())]
 			page := pageOf(changesJSON(streamed), start, limit)
 			if len(streamed) < len(changes) && page["isLastPage"] == true { // cut: never the last page
@@ -419,6 +429,85 @@ func first(v []string) string {
 
 // changesOf is what commits (newest first) change together: each path once, with its newest
 // change.
+// mergeBase is the newest commit both a and other reach ("" when none). b.mu is held.
+func (b *BitbucketDC) mergeBase(repo, a, other string) string {
+	for _, c := range b.history.Between(repo, a, "") { // newest first
+		if len(b.history.Between(repo, c.ID, other)) == 0 {
+			return c.ID
+		}
+	}
+	return ""
+}
+
+// diff is the files whose content differs between base's tree and head's, each with the type
+// the last of head's commits since base changing it gives it, in the order they change them;
+// then those none of them changes (a merge's side taken whole), by path. b.mu is held.
+func (b *BitbucketDC) diff(repo, base, head string) []Change {
+	from, to := b.tree(repo, base), b.tree(repo, head)
+	differs := func(path string) bool { return path != "" && from[path] != to[path] }
+	var out []Change
+	seen := map[string]bool{}
+	for _, c := range changesOf(b.history.Between(repo, head, base)) {
+		if differs(c.Path) || differs(c.SrcPath) {
+			out = append(out, c)
+			seen[c.Path], seen[c.SrcPath] = true, true
+		}
+	}
+	var rest []string
+	for path := range from {
+		if !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	for path := range to {
+		if _, also := from[path]; !also && !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	sort.Strings(rest)
+	for _, path := range rest {
+		kind := "MODIFY"
+		if from[path] == "" {
+			kind = "ADD"
+		} else if to[path] == "" {
+			kind = "DELETE"
+		}
+		out = append(out, Change{Path: path, Type: kind})
+	}
+	return out
+}
+
+// tree is commit id's tree: each path it holds, with the commit that last wrote it there, as
+// its changes (against its first parent) build it on its first parent's. b.mu is held.
+func (b *BitbucketDC) tree(repo, id string) map[string]string {
+	var line []Commit
+	for next := id; next != ""; {
+		c, ok := b.history.Commit(repo, next)
+		if !ok {
+			break
+		}
+		line = append(line, c)
+		next = ""
+		if len(c.Parents) > 0 {
+			next = c.Parents[0]
+		}
+	}
+	t := map[string]string{}
+	for i := len(line) - 1; i >= 0; i-- {
+		for _, ch := range line[i].Changes {
+			if ch.SrcPath != "" && ch.Type == "MOVE" {
+				delete(t, ch.SrcPath)
+			}
+			if ch.Type == "DELETE" {
+				delete(t, ch.Path)
+				continue
+			}
+			t[ch.Path] = line[i].ID
+		}
+	}
+	return t
+}
+
 func changesOf(commits []Commit) []Change {
 	return providerapitest.Changed(providerapitest.Reversed(commits), func(c Commit) []Change { return c.Changes },
 		func(c Change) string { return c.Path })

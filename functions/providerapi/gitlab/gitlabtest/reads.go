@@ -2,6 +2,8 @@ package gitlabtest
 
 import (
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"time"
 
@@ -24,10 +26,13 @@ const (
 // files in a diff", diff_max_files): a merge request's diff or a comparison past it overflows.
 const DiffMaxFiles = 1000
 
-// Commit is one commit the fake holds: its parent (none for a root), its message and the files
-// it changes.
+// Commit is one commit the fake holds: its parent (none for a root), the further parents of a
+// merge (Merged), its message and the files it changes against its first parent, as GitLab
+// lists a commit's (a push webhook's added, modified and removed; a commit's diff). A commit is
+// added after its parents.
 type Commit struct {
 	SHA, Parent, Message string
+	Merged               []string
 	Files                []File
 }
 
@@ -48,12 +53,12 @@ type MergeRequest struct {
 	Preparing bool
 }
 
-// parentOf is c's parent, as History reads it.
+// parentOf is c's parents, the first first, as History reads them.
 func parentOf(c Commit) []string {
 	if c.Parent == "" {
 		return nil
 	}
-	return []string{c.Parent}
+	return append([]string{c.Parent}, c.Merged...)
 }
 
 // AddCommit adds c to project.
@@ -73,9 +78,8 @@ func (g *GitLab) SetBranch(project, branch, sha string) { g.history.SetBranch(pr
 // comparison) as GitLab's API does: a merge request's diffs are those of its latest version,
 // at most maxFiles of them (past it the diff overflows: changes_count is "N+"), paged by page
 // and per_page (at most 100) with GitLab's paging headers; its commits are newest first,
-// paged likewise; a comparison of from...to (from's merge base with to; from..to with
-// straight=true) lists every commit, oldest first, and the diff, overflowing past maxFiles
-// (compare_timeout true, the files past it left out), unpaged.
+// paged likewise; a comparison (compare) lists every commit, oldest first, and the diff,
+// overflowing past maxFiles (compare_timeout true, the files past it left out), unpaged.
 func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string, parts []string, n int) {
 	if code := providerapitest.Refusal(g.Answer, op, n); code != 0 {
 		g.refuseRead(w, code)
@@ -146,12 +150,11 @@ func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string
 		}
 	case OpCompare:
 		from, to := g.history.Resolve(project, q.Get("from")), g.history.Resolve(project, q.Get("to"))
-		commits, found := g.history.Line(project, from, to)
+		commits, files, found := g.compare(project, from, to, q.Get("straight") == "true")
 		if !found {
 			g.answer(w, http.StatusNotFound, map[string]string{"message": "404 Ref Not Found"})
 			return
 		}
-		files := changedFiles(commits)
 		out, diffs := []map[string]any{}, []map[string]any{}
 		for _, c := range commits {
 			out = append(out, commitJSON(c))
@@ -166,6 +169,102 @@ func (g *GitLab) read(w http.ResponseWriter, r *http.Request, op, project string
 		g.answer(w, http.StatusOK, map[string]any{"commit": head, "commits": out, "diffs": diffs, "compare_timeout": len(files) > maxFiles,
 			"compare_same_ref": from == to, "web_url": "http://" + r.Host + "/" + project + "/-/compare/" + q.Get("from") + "..." + q.Get("to")})
 	}
+}
+
+// compare is GitLab's comparison of from with to (GET /projects/:id/repository/compare, as
+// GitLab's API description gives its straight parameter: "true for direct comparison between
+// from and to (from..to), false to compare using merge base (from...to)"; lib/gitlab/git/
+// compare.rb): its commits are to's that from lacks (git log from..to, Commit.between, in
+// either mode), oldest first; its diff is from's merge base's tree against to's (git diff
+// from...to), or from's tree against to's with straight (git diff from to). found is false
+// when either commit is unknown or the two share none (GitLab answers 404 Ref Not Found). A
+// from the fake does not hold, which one of to's commits names as a parent, stands for a root
+// with no files (a test's history begins after it). The files are those whose content differs
+// between the two trees, each with the status the last commit of the comparison changing it
+// gives it, in the order the commits change them; then those no commit of the comparison
+// changes (a merge's side taken whole, a branch forced back), by path.
+func (g *GitLab) compare(project, from, to string, straight bool) (commits []Commit, files []File, found bool) {
+	if _, ok := g.history.Commit(project, to); !ok {
+		return nil, nil, false
+	}
+	_, held := g.history.Commit(project, from)
+	base, found := "", false
+	for _, c := range g.history.Between(project, to, "") { // newest first
+		if !held && slices.Contains(parentOf(c), from) {
+			base, found = from, true
+			break
+		}
+		if held && len(g.history.Between(project, c.SHA, from)) == 0 {
+			base, found = c.SHA, true
+			break
+		}
+	}
+	if !found {
+		return nil, nil, false
+	}
+	if straight {
+		base = from
+	}
+	commits = providerapitest.Reversed(g.history.Between(project, to, from))
+	a, b := g.tree(project, base), g.tree(project, to)
+	differs := func(path string) bool { return path != "" && a[path] != b[path] }
+	seen := map[string]bool{}
+	for _, f := range changedFiles(commits) {
+		if differs(f.Path) || differs(f.OldPath) {
+			files = append(files, f)
+			seen[f.Path], seen[f.OldPath] = true, true
+		}
+	}
+	var rest []string
+	for path := range a {
+		if !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	for path := range b {
+		if _, also := a[path]; !also && !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	sort.Strings(rest)
+	for _, path := range rest {
+		status := "modified"
+		if a[path] == "" {
+			status = "added"
+		} else if b[path] == "" {
+			status = "deleted"
+		}
+		files = append(files, File{Path: path, Status: status})
+	}
+	return commits, files, true
+}
+
+// tree is commit sha's tree: each path it holds, with the commit that last wrote it there, as
+// its files (against its first parent) build it on its first parent's (a commit not held: none).
+func (g *GitLab) tree(project, sha string) map[string]string {
+	var line []Commit
+	for id := sha; id != ""; {
+		c, ok := g.history.Commit(project, id)
+		if !ok {
+			break
+		}
+		line = append(line, c)
+		id = c.Parent
+	}
+	t := map[string]string{}
+	for i := len(line) - 1; i >= 0; i-- {
+		for _, f := range line[i].Files {
+			if f.OldPath != "" {
+				delete(t, f.OldPath)
+			}
+			if f.Status == "deleted" {
+				delete(t, f.Path)
+				continue
+			}
+			t[f.Path] = line[i].SHA
+		}
+	}
+	return t
 }
 
 // refuseRead answers a read with code as GitLab does: 401 for a token it does not take, 403
@@ -209,10 +308,7 @@ func diffJSON(f File) map[string]any {
 
 // commitJSON is a commit as GitLab's Entities::Commit writes it.
 func commitJSON(c Commit) map[string]any {
-	parents := []string{}
-	if c.Parent != "" {
-		parents = append(parents, c.Parent)
-	}
+	parents := append([]string{}, parentOf(c)...)
 	at := time.Unix(0, 0).UTC().Format(time.RFC3339)
 	title := c.Message
 	for i, r := range c.Message {
