@@ -437,3 +437,25 @@ func TestAPushsPathsAreTheTreeBeforeAgainstTheTreeAfter(t *testing.T) {
 		})
 	}
 }
+
+// A push whose before GitLab no longer holds (a branch forced past it, the commit since
+// pruned) is answered 404 Ref Not Found by the comparison: its commits and paths are unread,
+// the reason naming the comparison and that a commit is gone, not a scope to grant (the token
+// reads the project: granting more changes nothing). The paths its webhook listed are kept.
+func TestAPushWhoseBeforeIsGoneIsUnreadSayingSo(t *testing.T) {
+	w := newReadWorld(t)
+	w.commits(1, 3, each)
+	s := pushOf(99, 3, 3) // commit 99: no commit GitLab holds, nor a parent of one
+	s.Paths = []string{"f3.go"}
+	got := w.read(s, change.CommitsInput|change.PathsInput)
+	want := fmt.Sprintf("GitLab answered 404 Ref Not Found to the comparison of %s with %s: one of them is gone "+
+		"(a commit a forced push left behind, since pruned, or a deleted branch), so what the change brings cannot be read", commitN(99), commitN(3))
+	for _, in := range []change.Inputs{change.CommitsInput, change.PathsInput} {
+		if got.Whole.Has(in) || got.UnreadReason(in) != want {
+			t.Fatalf("%s: whole %q, unread %q; want unread %q", in, got.Whole, got.UnreadReason(in), want)
+		}
+	}
+	if !slices.Equal(got.Paths, []string{"f3.go"}) {
+		t.Fatalf("paths %v: want the listed path kept", got.Paths)
+	}
+}
