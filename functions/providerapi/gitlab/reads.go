@@ -52,6 +52,21 @@ type Refused struct{ Err error }
 func (r *Refused) Error() string { return r.Err.Error() }
 func (r *Refused) Unwrap() error { return r.Err }
 
+// Gone is a comparison GitLab answered 404 Ref Not Found: the project is read (a project the
+// token cannot see is 404 Project Not Found), but From or To is not in it, a commit a forced
+// push left behind and GitLab has since pruned, or a branch deleted. No scope mends it.
+type Gone struct {
+	From, To string
+	Err      error
+}
+
+func (g *Gone) Error() string { return g.Err.Error() }
+func (g *Gone) Unwrap() error { return g.Err }
+
+// refNotFound is GitLab's message when a comparison names a ref or commit the project lacks
+// (the repositories API's not_found!("Ref")).
+const refNotFound = "404 Ref Not Found"
+
 // errMoved: a merge request's listing no longer describes the commit read for.
 var errMoved = errors.New("the merge request moved on while it was read")
 
@@ -189,7 +204,11 @@ func (c *Client) compare(ctx context.Context, project, from, to string, straight
 	if straight {
 		q.Set("straight", "true")
 	}
-	return cmp, c.get(ctx, ProjectPath(project)+"/repository/compare?"+q.Encode(), "the comparison", &cmp)
+	err := c.get(ctx, ProjectPath(project)+"/repository/compare?"+q.Encode(), "the comparison", &cmp)
+	if providerapi.StatusOf(err) == http.StatusNotFound && providerapi.StatusMessage(err) == refNotFound {
+		return cmp, &Gone{From: from, To: to, Err: err}
+	}
+	return cmp, err
 }
 
 // CheckRead reads project as the reads do, posting nothing: the project (read_api), then the
@@ -226,7 +245,8 @@ func (c *Client) CheckRead(ctx context.Context, project string) error {
 // A transient failure (an outage, a timeout, GitLab's rate limit) is returned as an error of
 // class Transient: the attempt is retried. Any other failure (401, 403, 404: a token without
 // the scope, or that cannot see the project) is not an error: the inputs in need are marked
-// unread, naming what to grant.
+// unread, naming what to grant; a comparison answered 404 Ref Not Found (a commit it names is
+// gone: before, left behind by a forced push and since pruned) marks them unread saying so.
 func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) (change.Change, error) {
 	return providerapi.ReadInputs(s, need, "GitLab",
 		func(f *change.Change) (int, error) {
@@ -239,9 +259,15 @@ func (c *Client) Read(ctx context.Context, s change.Change, need change.Inputs) 
 		}, refusalOf)
 }
 
-// refusalOf says what an operator must do about a read the provider refused: what to grant;
-// "" for any other failure, which ReadInputs words.
+// refusalOf says what an operator must do about a read the provider refused: what to grant,
+// or that a commit compared is gone (which no grant mends); "" for any other failure, which
+// ReadInputs words.
 func refusalOf(err error) string {
+	var g *Gone
+	if errors.As(err, &g) {
+		return fmt.Sprintf("GitLab answered %s to the comparison of %s with %s: one of them is gone "+
+			"(a commit a forced push left behind, since pruned, or a deleted branch), so what the change brings cannot be read", refNotFound, g.From, g.To)
+	}
 	var r *Refused
 	if errors.As(err, &r) {
 		return fmt.Sprintf("GitLab answered %d; grant the token the %s scope, as a member who can read the project's code (Reporter)",
