@@ -254,3 +254,16 @@ func TestAnAnswerLongerThanAmissReadsLeavesItsInputUnread(t *testing.T) {
 		return bitbucketdc.NewClient(u+"/bitbucket", "dc_token", hc).Read(context.Background(), pushEvent(2, hash(1)), change.PathsInput)
 	})
 }
+
+// A push's paths are the union of two comparisons: when the one from before is cut by the
+// server and the one to it whole (feature forced back from commit 4 to commit 2: nothing of 2
+// is missing from 4, and 4 has two changes 2 lacks), the paths are not held whole, naming the
+// server's limit, and the change read before the cut is kept.
+func TestAPushWhoseComparisonFromBeforeIsCutIsNotHeldWhole(t *testing.T) {
+	w := newReadWorld(t)
+	w.fake.MaxChanges = 1
+	got := w.r.Must(pushEvent(2, hash(4)), change.PathsInput)
+	if got.Whole.Has(change.PathsInput) || !strings.Contains(got.UnreadReason(change.PathsInput), "page.max.changes") || len(got.Paths) == 0 {
+		t.Fatalf("paths %q, whole %v, unread %+v; want those read kept, not whole, naming page.max.changes", got.Paths, got.Whole, got.Unread)
+	}
+}
