@@ -310,3 +310,96 @@ func (ps *Pulls[P]) Has(repo string) bool {
 	defer ps.mu.Unlock()
 	return len(ps.pulls[repo]) > 0
 }
+
+// MergeBase is the newest commit of repo that both a and b reach ("" when none).
+func (h *History[C]) MergeBase(repo, a, b string) string {
+	for _, c := range h.Between(repo, a, "") { // newest first
+		if len(h.Between(repo, h.id(c), b)) == 0 {
+			return h.id(c)
+		}
+	}
+	return ""
+}
+
+// FileChange is one file a commit changes against its first parent, as Tree reads it: the
+// path, the path a move took it from ("" for none), and whether the commit removes it.
+type FileChange struct {
+	Path, From string
+	Removed    bool
+}
+
+// Tree is commit id's tree in repo: each path it holds, with the commit that last wrote it
+// there, as each commit's changes (changes reads them, against its first parent) build it on
+// its first parent's. A commit the history does not hold, and what is behind it, adds none.
+func (h *History[C]) Tree(repo, id string, changes func(C) []FileChange) map[string]string {
+	var line []C
+	for next := id; next != ""; {
+		c, ok := h.Commit(repo, next)
+		if !ok {
+			break
+		}
+		line = append(line, c)
+		next = h.first(c)
+	}
+	t := map[string]string{}
+	for i := len(line) - 1; i >= 0; i-- {
+		for _, ch := range changes(line[i]) {
+			if ch.From != "" {
+				delete(t, ch.From)
+			}
+			if ch.Removed {
+				delete(t, ch.Path)
+				continue
+			}
+			t[ch.Path] = h.id(line[i])
+		}
+	}
+	return t
+}
+
+// TreeDiff is the files whose content differs between the trees from and to, as a comparison
+// of two commits lists them: first each of changed (what the commits between them change, in
+// their order) whose path, or the path it was moved from (paths reads both), is such a file;
+// then every other such file (a merge's side taken whole, a range whose head is behind its
+// base), by path, made by other with whether to adds or removes it.
+func TreeDiff[F any](from, to map[string]string, changed []F, paths func(F) (path, old string),
+	other func(path string, added, removed bool) F) []F {
+	differs := func(path string) bool { return path != "" && from[path] != to[path] }
+	var out []F
+	seen := map[string]bool{}
+	for _, f := range changed {
+		p, old := paths(f)
+		if differs(p) || differs(old) {
+			out = append(out, f)
+			seen[p], seen[old] = true, true
+		}
+	}
+	var rest []string
+	for path := range from {
+		if !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	for path := range to {
+		if _, also := from[path]; !also && !seen[path] && differs(path) {
+			rest = append(rest, path)
+		}
+	}
+	sort.Strings(rest)
+	for _, path := range rest {
+		out = append(out, other(path, from[path] == "", to[path] == ""))
+	}
+	return out
+}
+
+// Status is the status a provider gives a file a comparison adds (added), removes (removed) or
+// changes (modified otherwise), in its own words.
+func Status(added, removed bool, add, remove, modify string) string {
+	switch {
+	case added:
+		return add
+	case removed:
+		return remove
+	}
+	return modify
+}

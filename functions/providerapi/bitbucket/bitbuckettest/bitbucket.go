@@ -37,7 +37,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -366,7 +365,7 @@ func (b *Bitbucket) read(w http.ResponseWriter, r *http.Request, op, repo string
 		changes := changesOf(b.history.Between(repo, head, base))
 		if ranged {
 			if q.Get("topic") != "false" {
-				if base = b.mergeBase(repo, head, base); base == "" {
+				if base = b.history.MergeBase(repo, head, base); base == "" {
 					b.refuse(w, http.StatusNotFound)
 					return
 				}
@@ -416,84 +415,27 @@ func (b *Bitbucket) page(w http.ResponseWriter, q url.Values) (page, pagelen int
 	return page, pagelen, true
 }
 
-// mergeBase is the newest commit both a and b reach ("" when none). b.mu is held.
-func (b *Bitbucket) mergeBase(repo, a, other string) string {
-	for _, c := range b.history.Between(repo, a, "") { // newest first
-		if len(b.history.Between(repo, c.Hash, other)) == 0 {
-			return c.Hash
-		}
-	}
-	return ""
-}
-
 // diff is the files whose content differs between base's tree and head's, each with the status
 // the last of head's commits since base changing it gives it, in the order they change them;
 // then those none of them changes (a merge's side taken whole, a range whose head is behind
 // its base), by path. b.mu is held.
 func (b *Bitbucket) diff(repo, base, head string) []Change {
-	from, to := b.tree(repo, base), b.tree(repo, head)
-	differs := func(path string) bool { return path != "" && from[path] != to[path] }
-	var out []Change
-	seen := map[string]bool{}
-	for _, c := range changesOf(b.history.Between(repo, head, base)) {
-		if differs(c.Path) || differs(c.OldPath) {
-			out = append(out, c)
-			seen[c.Path], seen[c.OldPath] = true, true
-		}
-	}
-	var rest []string
-	for path := range from {
-		if !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	for path := range to {
-		if _, also := from[path]; !also && !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	sort.Strings(rest)
-	for _, path := range rest {
-		status := "modified"
-		if from[path] == "" {
-			status = "added"
-		} else if to[path] == "" {
-			status = "removed"
-		}
-		out = append(out, Change{Path: path, Status: status})
-	}
-	return out
+	return providerapitest.TreeDiff(b.tree(repo, base), b.tree(repo, head), changesOf(b.history.Between(repo, head, base)),
+		func(c Change) (string, string) { return c.Path, c.OldPath },
+		func(path string, added, removed bool) Change {
+			return Change{Path: path, Status: providerapitest.Status(added, removed, "added", "removed", "modified")}
+		})
 }
 
-// tree is commit sha's tree: each path it holds, with the commit that last wrote it there, as
-// its changes (against its first parent) build it on its first parent's. b.mu is held.
+// tree is commit sha's tree (providerapitest.History.Tree).
 func (b *Bitbucket) tree(repo, sha string) map[string]string {
-	var line []Commit
-	for id := sha; id != ""; {
-		c, ok := b.history.Commit(repo, id)
-		if !ok {
-			break
+	return b.history.Tree(repo, sha, func(c Commit) []providerapitest.FileChange {
+		out := make([]providerapitest.FileChange, len(c.Changes))
+		for i, ch := range c.Changes {
+			out[i] = providerapitest.FileChange{Path: ch.Path, From: ch.OldPath, Removed: ch.Status == "removed"}
 		}
-		line = append(line, c)
-		id = ""
-		if len(c.Parents) > 0 {
-			id = c.Parents[0]
-		}
-	}
-	t := map[string]string{}
-	for i := len(line) - 1; i >= 0; i-- {
-		for _, ch := range line[i].Changes {
-			if ch.OldPath != "" {
-				delete(t, ch.OldPath)
-			}
-			if ch.Status == "removed" {
-				delete(t, ch.Path)
-				continue
-			}
-			t[ch.Path] = line[i].Hash
-		}
-	}
-	return t
+		return out
+	})
 }
 
 // changesOf is what commits (newest first) change together: each path once, with its newest

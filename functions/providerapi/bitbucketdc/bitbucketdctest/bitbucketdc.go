@@ -42,7 +42,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -367,7 +366,7 @@ func (b *BitbucketDC) read(w http.ResponseWriter, r *http.Request, op, repo stri
 		}
 		commits := b.history.Between(repo, from, toID)
 		if op == OpCompareChanges {
-			base := b.mergeBase(repo, from, toID)
+			base := b.history.MergeBase(repo, from, toID)
 			if base == "" {
 				b.refuse(w, http.StatusNotFound, "Commits '"+from+"' and '"+toID+"' have no common ancestor in repository '"+repo+"'.")
 				return
@@ -427,85 +426,30 @@ func first(v []string) string {
 	return v[0]
 }
 
-// changesOf is what commits (newest first) change together: each path once, with its newest
-// change.
-// mergeBase is the newest commit both a and other reach ("" when none). b.mu is held.
-func (b *BitbucketDC) mergeBase(repo, a, other string) string {
-	for _, c := range b.history.Between(repo, a, "") { // newest first
-		if len(b.history.Between(repo, c.ID, other)) == 0 {
-			return c.ID
-		}
-	}
-	return ""
-}
-
 // diff is the files whose content differs between base's tree and head's, each with the type
 // the last of head's commits since base changing it gives it, in the order they change them;
 // then those none of them changes (a merge's side taken whole), by path. b.mu is held.
 func (b *BitbucketDC) diff(repo, base, head string) []Change {
-	from, to := b.tree(repo, base), b.tree(repo, head)
-	differs := func(path string) bool { return path != "" && from[path] != to[path] }
-	var out []Change
-	seen := map[string]bool{}
-	for _, c := range changesOf(b.history.Between(repo, head, base)) {
-		if differs(c.Path) || differs(c.SrcPath) {
-			out = append(out, c)
-			seen[c.Path], seen[c.SrcPath] = true, true
-		}
-	}
-	var rest []string
-	for path := range from {
-		if !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	for path := range to {
-		if _, also := from[path]; !also && !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	sort.Strings(rest)
-	for _, path := range rest {
-		kind := "MODIFY"
-		if from[path] == "" {
-			kind = "ADD"
-		} else if to[path] == "" {
-			kind = "DELETE"
-		}
-		out = append(out, Change{Path: path, Type: kind})
-	}
-	return out
+	return providerapitest.TreeDiff(b.tree(repo, base), b.tree(repo, head), changesOf(b.history.Between(repo, head, base)),
+		func(c Change) (string, string) { return c.Path, c.SrcPath },
+		func(path string, added, removed bool) Change {
+			return Change{Path: path, Type: providerapitest.Status(added, removed, "ADD", "DELETE", "MODIFY")}
+		})
 }
 
-// tree is commit id's tree: each path it holds, with the commit that last wrote it there, as
-// its changes (against its first parent) build it on its first parent's. b.mu is held.
+// tree is commit id's tree (providerapitest.History.Tree): a MOVE takes a file from its
+// source path.
 func (b *BitbucketDC) tree(repo, id string) map[string]string {
-	var line []Commit
-	for next := id; next != ""; {
-		c, ok := b.history.Commit(repo, next)
-		if !ok {
-			break
-		}
-		line = append(line, c)
-		next = ""
-		if len(c.Parents) > 0 {
-			next = c.Parents[0]
-		}
-	}
-	t := map[string]string{}
-	for i := len(line) - 1; i >= 0; i-- {
-		for _, ch := range line[i].Changes {
-			if ch.SrcPath != "" && ch.Type == "MOVE" {
-				delete(t, ch.SrcPath)
+	return b.history.Tree(repo, id, func(c Commit) []providerapitest.FileChange {
+		out := make([]providerapitest.FileChange, len(c.Changes))
+		for i, ch := range c.Changes {
+			out[i] = providerapitest.FileChange{Path: ch.Path, Removed: ch.Type == "DELETE"}
+			if ch.Type == "MOVE" {
+				out[i].From = ch.SrcPath
 			}
-			if ch.Type == "DELETE" {
-				delete(t, ch.Path)
-				continue
-			}
-			t[ch.Path] = line[i].ID
 		}
-	}
-	return t
+		return out
+	})
 }
 
 func changesOf(commits []Commit) []Change {

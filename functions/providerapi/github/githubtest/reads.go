@@ -3,7 +3,6 @@ package githubtest
 import (
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -226,66 +225,23 @@ func (g *GitHub) compare(repo, base, head string) (comparison, bool) {
 	if !found {
 		return comparison{}, false
 	}
-	from, to := g.tree(repo, mb.SHA), g.tree(repo, head)
-	differs := func(path string) bool { return path != "" && from[path] != to[path] }
-	var files []ChangedFile
-	seen := map[string]bool{}
-	for _, f := range changedFiles(commits) {
-		if differs(f.Filename) || differs(f.PreviousFilename) {
-			files = append(files, f)
-			seen[f.Filename], seen[f.PreviousFilename] = true, true
-		}
-	}
-	var rest []string
-	for path := range from {
-		if !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	for path := range to {
-		if _, also := from[path]; !also && !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	sort.Strings(rest)
-	for _, path := range rest {
-		status := "modified"
-		if from[path] == "" {
-			status = "added"
-		} else if to[path] == "" {
-			status = "removed"
-		}
-		files = append(files, ChangedFile{Filename: path, Status: status})
-	}
+	files := providerapitest.TreeDiff(g.tree(repo, mb.SHA), g.tree(repo, head), changedFiles(commits),
+		func(f ChangedFile) (string, string) { return f.Filename, f.PreviousFilename },
+		func(path string, added, removed bool) ChangedFile {
+			return ChangedFile{Filename: path, Status: providerapitest.Status(added, removed, "added", "removed", "modified")}
+		})
 	return comparison{commits: commits, behind: behind, mergeBase: mb, files: files}, true
 }
 
-// tree is commit sha's tree: each path it holds, with the commit that last wrote it there,
-// as its files (against its first parent) build it on its first parent's.
+// tree is commit sha's tree (providerapitest.History.Tree).
 func (g *GitHub) tree(repo, sha string) map[string]string {
-	var line []HistoryCommit
-	for id := sha; id != ""; {
-		c, ok := g.history.Commit(repo, id)
-		if !ok {
-			break
+	return g.history.Tree(repo, sha, func(c HistoryCommit) []providerapitest.FileChange {
+		out := make([]providerapitest.FileChange, len(c.Files))
+		for i, f := range c.Files {
+			out[i] = providerapitest.FileChange{Path: f.Filename, From: f.PreviousFilename, Removed: f.Status == "removed"}
 		}
-		line = append(line, c)
-		id = c.Parent
-	}
-	t := map[string]string{}
-	for i := len(line) - 1; i >= 0; i-- {
-		for _, f := range line[i].Files {
-			if f.PreviousFilename != "" {
-				delete(t, f.PreviousFilename)
-			}
-			if f.Status == "removed" {
-				delete(t, f.Filename)
-				continue
-			}
-			t[f.Filename] = line[i].SHA
-		}
-	}
-	return t
+		return out
+	})
 }
 
 // changedFiles is what commits (oldest first) change together: each path once, with its last

@@ -3,7 +3,6 @@ package gitlabtest
 import (
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"time"
 
@@ -206,65 +205,23 @@ func (g *GitLab) compare(project, from, to string, straight bool) (commits []Com
 		base = from
 	}
 	commits = providerapitest.Reversed(g.history.Between(project, to, from))
-	a, b := g.tree(project, base), g.tree(project, to)
-	differs := func(path string) bool { return path != "" && a[path] != b[path] }
-	seen := map[string]bool{}
-	for _, f := range changedFiles(commits) {
-		if differs(f.Path) || differs(f.OldPath) {
-			files = append(files, f)
-			seen[f.Path], seen[f.OldPath] = true, true
-		}
-	}
-	var rest []string
-	for path := range a {
-		if !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	for path := range b {
-		if _, also := a[path]; !also && !seen[path] && differs(path) {
-			rest = append(rest, path)
-		}
-	}
-	sort.Strings(rest)
-	for _, path := range rest {
-		status := "modified"
-		if a[path] == "" {
-			status = "added"
-		} else if b[path] == "" {
-			status = "deleted"
-		}
-		files = append(files, File{Path: path, Status: status})
-	}
+	files = providerapitest.TreeDiff(g.tree(project, base), g.tree(project, to), changedFiles(commits),
+		func(f File) (string, string) { return f.Path, f.OldPath },
+		func(path string, added, removed bool) File {
+			return File{Path: path, Status: providerapitest.Status(added, removed, "added", "deleted", "modified")}
+		})
 	return commits, files, true
 }
 
-// tree is commit sha's tree: each path it holds, with the commit that last wrote it there, as
-// its files (against its first parent) build it on its first parent's (a commit not held: none).
+// tree is commit sha's tree (providerapitest.History.Tree; a commit not held: none).
 func (g *GitLab) tree(project, sha string) map[string]string {
-	var line []Commit
-	for id := sha; id != ""; {
-		c, ok := g.history.Commit(project, id)
-		if !ok {
-			break
+	return g.history.Tree(project, sha, func(c Commit) []providerapitest.FileChange {
+		out := make([]providerapitest.FileChange, len(c.Files))
+		for i, f := range c.Files {
+			out[i] = providerapitest.FileChange{Path: f.Path, From: f.OldPath, Removed: f.Status == "deleted"}
 		}
-		line = append(line, c)
-		id = c.Parent
-	}
-	t := map[string]string{}
-	for i := len(line) - 1; i >= 0; i-- {
-		for _, f := range line[i].Files {
-			if f.OldPath != "" {
-				delete(t, f.OldPath)
-			}
-			if f.Status == "deleted" {
-				delete(t, f.Path)
-				continue
-			}
-			t[f.Path] = line[i].SHA
-		}
-	}
-	return t
+		return out
+	})
 }
 
 // refuseRead answers a read with code as GitLab does: 401 for a token it does not take, 403
