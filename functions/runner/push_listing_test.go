@@ -125,16 +125,8 @@ func TestAGitHubPushOfACommitPushedBeforeFailsOnItsForbiddenFile(t *testing.T) {
 // branch brings. A release branch bringing commits 1 to 12 lists 3 to 12, 10 of 10; commit 2
 // added secrets/prod.env. The runner reads what the branch brings to main, and fails it.
 func TestAGiteaBranchCreatedWithMoreThanTenCommitsFailsOnAForbiddenFileInTheOldest(t *testing.T) {
-	files := func(n int) []string {
-		if n == 2 {
-			return []string{"secrets/prod.env"}
-		}
-		return oneFile(n)
-	}
-	for _, c := range []struct {
-		kind   forgeKind
-		header string
-	}{{forgeKinds[0], "X-Gitea-Event"}, {forgeKinds[1], "X-Forgejo-Event"}} {
+	files := secretsAt(2)
+	for _, c := range giteaPushers {
 		kind := c.kind
 		t.Run(kind.name, func(t *testing.T) {
 			w := newForgeWorld(t, kind, forgeRules)

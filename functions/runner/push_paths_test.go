@@ -97,16 +97,8 @@ func TestAGitHubPushForcedBackPastTheRemovalOfAForbiddenFileFails(t *testing.T) 
 // tagged commit brings to the default branch, and fails it: the commit's status is never set
 // to success by its tag.
 func TestAGiteaTagPushedAtAForbiddenFileFails(t *testing.T) {
-	files := func(n int) []string {
-		if n == 2 {
-			return []string{"secrets/prod.env"}
-		}
-		return oneFile(n)
-	}
-	for _, c := range []struct {
-		kind   forgeKind
-		header string
-	}{{forgeKinds[0], "X-Gitea-Event"}, {forgeKinds[1], "X-Forgejo-Event"}} {
+	files := secretsAt(2)
+	for _, c := range giteaPushers {
 		t.Run(c.kind.name, func(t *testing.T) {
 			w := newForgeWorld(t, c.kind, forgeRules)
 			w.history(2, capitalised, files)
@@ -126,10 +118,7 @@ func TestAGiteaTagPushedAtAForbiddenFileFails(t *testing.T) {
 // nothing against its first parent; main forced from commit 2 back to commit 1 brings no
 // commit. Either restores the key; neither push ever succeeds.
 func TestAGiteaPushRestoringAForbiddenFileNeverSucceeds(t *testing.T) {
-	for _, c := range []struct {
-		kind   forgeKind
-		header string
-	}{{forgeKinds[0], "X-Gitea-Event"}, {forgeKinds[1], "X-Forgejo-Event"}} {
+	for _, c := range giteaPushers {
 		for _, p := range []struct {
 			name     string
 			head     int
@@ -172,4 +161,21 @@ func (w *forgeWorld) deliverPush(header string, body []byte, n int) (string, str
 	h.Set(header, "push")
 	w.deliver(h, body)
 	return w.verdict(n)
+}
+
+// giteaPushers are the forge kinds that send Gitea's push webhook, each with the header that
+// names its event.
+var giteaPushers = []struct {
+	kind   forgeKind
+	header string
+}{{forgeKinds[0], "X-Gitea-Event"}, {forgeKinds[1], "X-Forgejo-Event"}}
+
+// secretsAt is a history's files: commit k adds secrets/prod.env, every other one its own file.
+func secretsAt(k int) func(n int) []string {
+	return func(n int) []string {
+		if n == k {
+			return []string{"secrets/prod.env"}
+		}
+		return oneFile(n)
+	}
 }
